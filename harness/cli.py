@@ -1,0 +1,48 @@
+"""`specbench` command line: one subcommand per module in harness.commands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from harness import __version__
+from harness.errors import SpecbenchError
+
+# Each module defines `register(subparsers)`, which adds its parser and sets
+# `func(args) -> int` as the default.
+COMMAND_MODULES = [
+    "harness.commands.validate",
+    "harness.commands.plan",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specbench",
+        description="Pre-registered benchmark studies of speculative decoding.",
+    )
+    parser.add_argument("--version", action="version", version=f"specbench {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SpecbenchError as err:
+        for line in err.lines:
+            print(f"specbench: {line}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("specbench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""The records a run writes, one JSON object per line, and reads back for analysis.
+
+These are the contract between the measurement stages (load driver, scraper,
+runner) and everything downstream (analysis, bars, report). Times are seconds on
+the client's monotonic clock unless a name says `wall`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Phase = Literal["warmup", "measure"]
+
+
+class RecordModel(BaseModel):
+    # Records are written by us but read back from disk: ignore nothing silently.
+    model_config = ConfigDict(extra="forbid")
+
+
+class RequestRecord(RecordModel):
+    """One request as the client saw it."""
+
+    cell_id: str
+    attempt: int = 1
+    index: int  # order of issue within the cell, warm-up included
+    item_id: str
+    phase: Phase = "measure"
+    user: int | None = None  # closed loop: which user sent it
+    scheduled_t: float  # when the load pattern wanted it sent
+    sent_t: float  # when the HTTP request actually left
+    first_token_t: float | None = None  # first chunk carrying >= 1 output token
+    end_t: float | None = None  # stream finished (or failed)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    # One entry per chunk that carried output tokens: its arrival time and how
+    # many tokens it added (from cumulative usage when the engine sends it).
+    chunk_times: list[float] = Field(default_factory=list)
+    chunk_tokens: list[int | None] = Field(default_factory=list)
+    finish_reason: str | None = None
+    output_text: str = ""
+    spec: dict | None = None  # the engine's per-request speculation figures, if any
+    error: str | None = None
+    error_kind: str | None = None  # http, timeout, dropped, malformed, connect
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def queue_delay_s(self) -> float:
+        return self.sent_t - self.scheduled_t
+
+    @property
+    def ttft_s(self) -> float | None:
+        """From the scheduled time, so client queueing is never hidden."""
+        if self.first_token_t is None:
+            return None
+        return self.first_token_t - self.scheduled_t
+
+    @property
+    def latency_s(self) -> float | None:
+        if self.end_t is None:
+            return None
+        return self.end_t - self.scheduled_t
+
+    @property
+    def tpot_s(self) -> float | None:
+        """(end - first token) / (completion_tokens - 1)."""
+        if (
+            self.end_t is None
+            or self.first_token_t is None
+            or self.completion_tokens is None
+            or self.completion_tokens < 2
+        ):
+            return None
+        return (self.end_t - self.first_token_t) / (self.completion_tokens - 1)
+
+
+class EngineSnapshot(RecordModel):
+    """One scrape of an engine's /metrics, mapped to specbench's names.
+
+    Counters are cumulative since engine start (None when the series is absent);
+    gauges are instantaneous.
+    """
+
+    engine: Literal["vllm", "sglang"]
+    drafts: float | None = None  # vLLM num_drafts; SGLang spec_verify_calls
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    accepted_per_position: list[float] | None = None
+    generation_tokens: float | None = None
+    prompt_tokens: float | None = None
+    preemptions: float | None = None
+    requests_finished: float | None = None
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache_usage: float | None = None  # 0..1
+    engine_accept_length: float | None = None  # SGLang's windowed gauge, as reported
+
+
+class MetricSample(RecordModel):
+    """One line of metrics.jsonl: a scrape attempt, successful or not."""
+
+    cell_id: str
+    attempt: int = 1
+    t: float  # monotonic time the scrape was due
+    wall_time: float  # time.time() at the same moment, for the report's axes
+    took_s: float | None = None
+    ok: bool
+    error: str | None = None  # a gap in the series: why
+    snapshot: EngineSnapshot | None = None
+
+
+class ClientHealth(RecordModel):
+    """How healthy the load generator was during a cell."""
+
+    lag_p50_ms: float
+    lag_p99_ms: float
+    lag_max_ms: float
+    cpu_percent: float  # client process CPU, 100 = one core
+    lag_limit_ms: float
+    valid: bool
+    reason: str | None = None
