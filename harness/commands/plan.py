@@ -1,0 +1,55 @@
+"""`specbench plan FILE`: the cells a run will execute, in order, with a GPU-time estimate."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.plan import estimate, plan_cells
+from harness.prereg import load_study_file
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="list the cells of a study in run order, with an estimate")
+    p.add_argument("file", help="the study's prereg YAML")
+    p.set_defaults(func=run)
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def run(args: argparse.Namespace) -> int:
+    study = load_study_file(args.file).study
+    cells = plan_cells(study)
+    console = Console(highlight=False)
+    table = Table(show_edge=False)
+    for col in ("#", "stage", "arm", "task", "cell", "load", "requests"):
+        table.add_column(col, justify="right" if col in ("#", "stage", "requests") else "left")
+    for i, cell in enumerate(cells, 1):
+        requests = str(cell.requests) if cell.requests is not None else "by duration"
+        if cell.warmup:
+            requests += f" (+{cell.warmup} warm-up)"
+        table.add_row(str(i), str(cell.stage), cell.arm, cell.task, cell.kind,
+                      cell.load_label, requests)
+    console.print(table)
+    kinds = Counter(c.kind for c in cells)
+    total_requests = sum((c.requests or 0) + c.warmup for c in cells)
+    console.print(
+        f"{len(cells)} cells: "
+        + ", ".join(f"{n} {k}" for k, n in kinds.items())
+        + f"; {total_requests} requests (open-loop cells sized at run time not counted)"
+    )
+    console.print(
+        "stage 1 runs every arm's identity cells and speed cells at concurrency "
+        f"{study.bars.stop.concurrencies} first; the stop bar is judged before stage 2."
+    )
+    est = estimate(study, cells)
+    console.print(f"[bold]estimated GPU time: {_hours(est.seconds)}[/bold] (an estimate, not a"
+                  " measurement; roofline assumptions:)")
+    for line in est.assumptions:
+        console.print(f"  - {line}")
+    return 0

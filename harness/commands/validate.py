@@ -1,0 +1,79 @@
+"""`specbench validate FILE`: check a pre-registration and print its seal."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from harness.prereg import load_study_file, seal_of
+from harness.prereg.schema import Study
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("validate", help="check a prereg file and print its summary and seal")
+    p.add_argument("file", help="the study's prereg YAML")
+    p.set_defaults(func=run)
+
+
+def arm_summary(study: Study) -> Table:
+    table = Table(title="arms", title_justify="left", show_edge=False)
+    for col in ("arm", "engine", "drafter", "k", "baseline", "start"):
+        table.add_column(col)
+    for arm in study.arms:
+        d = arm.drafter
+        start = "attach " + arm.attach.base_url if arm.attach else "launch"
+        table.add_row(
+            arm.name,
+            arm.engine,
+            f"{d.method} {d.model or ''}".strip() if d else "none",
+            str(d.num_draft_tokens) if d else "-",
+            arm.baseline or "(baseline)",
+            start,
+        )
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    loaded = load_study_file(args.file)
+    study = loaded.study
+    seal = seal_of(study)
+    console = Console(highlight=False)
+    console.print(f"[bold]{study.title}[/bold]  (registered {study.registered})")
+    console.print(
+        f"model {study.model.id}@{study.model.revision or '-'}"
+        f"  on {study.hardware.count} x {study.hardware.gpu}"
+    )
+    console.print(arm_summary(study))
+    closed = study.loads.closed_loop
+    console.print(
+        f"closed loop: concurrency {closed.concurrency}; requests per cell"
+        f" max({closed.requests.min}, {closed.requests.per_user} x c); warm-up"
+        f" {closed.warmup_per_user} per user"
+    )
+    if study.loads.open_loop:
+        ol = study.loads.open_loop
+        console.print(
+            f"open loop: {ol.arrival} arrivals on {ol.task} at {ol.rates_relative_to_knee} x knee"
+        )
+    tasks = ", ".join(
+        f"{t.name} ({t.kind}, {'/'.join(t.uses)}, max_tokens {t.max_tokens}"
+        + (f", subset {t.subset}" if t.subset else "")
+        + ")"
+        for t in study.tasks
+    )
+    console.print(f"tasks: {tasks}")
+    b = study.bars
+    sp = b.pass_.speed
+    console.print(
+        f"bars: pass speedup >= {sp.threshold:g} at c in {sp.concurrencies} ({sp.statistic},"
+        f" best drafter {sp.best_drafter}, {sp.require});"
+        f" stop < {b.stop.threshold:g} at c in {b.stop.concurrencies} ({b.stop.fires_when});"
+        f" check > {b.check.threshold:g} -> {b.check.action} (agree within"
+        f" {b.check.agree_within:.0%})"
+    )
+    if loaded.arm_files:
+        console.print("arm files: " + ", ".join(str(p) for p in loaded.arm_files.values()))
+    print(f"seal: {seal}")
+    return 0

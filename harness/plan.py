@@ -1,0 +1,171 @@
+"""The plan: every cell a run executes, in the order it executes them.
+
+Order (engines are started once per arm per stage):
+  stage 1  per arm: identity cells, then speed cells at the stop bar's
+           concurrencies (low first) -- so the stop bar is judged before the
+           expensive cells;
+  stage 2  per arm: the remaining speed cells (skipped if stop fires), then
+           accuracy cells;
+  stage 3  per arm: open-loop cells at rates relative to the knee.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from harness.prereg.schema import Arm, Study, TaskSpec
+
+CellKind = Literal["speed", "identity", "accuracy", "open"]
+
+
+@dataclass(frozen=True)
+class Cell:
+    id: str
+    stage: int
+    arm: str
+    task: str
+    kind: CellKind
+    concurrency: int | None  # closed loop; None for open loop
+    requests: int | None  # measured requests; None when set by duration at run time
+    warmup: int
+    rate_relative: float | None = None  # open loop: multiple of the knee's throughput
+
+    @property
+    def load_label(self) -> str:
+        if self.kind == "open":
+            return f"open x{self.rate_relative:g} knee"
+        return f"closed c={self.concurrency}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def task_size(task: TaskSpec) -> int:
+    """How many items the task runs over (its subset, or the whole vendored set)."""
+    from harness.workloads import load_items
+
+    if task.subset is not None:
+        return task.subset
+    return len(load_items(task.kind, source=task.source))
+
+
+def _speed_cell(study: Study, arm: Arm, task: TaskSpec, c: int, stage: int) -> Cell:
+    closed = study.loads.closed_loop
+    return Cell(
+        id=f"{arm.name}/{task.name}/speed/c{c:03d}",
+        stage=stage,
+        arm=arm.name,
+        task=task.name,
+        kind="speed",
+        concurrency=c,
+        requests=closed.requests.for_concurrency(c),
+        warmup=closed.warmup_per_user * c,
+    )
+
+
+def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
+    """All cells in run order. `sizes` (task name -> item count) avoids loading data."""
+    if sizes is None:
+        sizes = {t.name: task_size(t) for t in study.tasks}
+    speed_tasks = [t for t in study.tasks if "speed" in t.uses]
+    early = set(study.bars.stop.concurrencies)
+    levels = study.loads.closed_loop.concurrency
+    identity = study.bars.pass_.identity
+    identity_c = identity.concurrency if identity else 1
+    cells: list[Cell] = []
+    for arm in study.arms:
+        for task in study.tasks:
+            if "identity" in task.uses:
+                n = min(task.identity_items, sizes[task.name])
+                cells.append(
+                    Cell(f"{arm.name}/{task.name}/identity", 1, arm.name, task.name,
+                         "identity", identity_c, n, 0)
+                )
+        for c in (lv for lv in levels if lv in early):
+            cells.extend(_speed_cell(study, arm, t, c, 1) for t in speed_tasks)
+    for arm in study.arms:
+        for c in (lv for lv in levels if lv not in early):
+            cells.extend(_speed_cell(study, arm, t, c, 2) for t in speed_tasks)
+        for task in study.tasks:
+            if "accuracy" in task.uses:
+                cells.append(
+                    Cell(f"{arm.name}/{task.name}/accuracy", 2, arm.name, task.name, "accuracy",
+                         study.recording.accuracy_concurrency, sizes[task.name], 0)
+                )
+    open_loop = study.loads.open_loop
+    if open_loop is not None:
+        for arm in study.arms:
+            for rate in open_loop.rates_relative_to_knee:
+                cells.append(
+                    Cell(f"{arm.name}/{open_loop.task}/open/x{rate:g}", 3, arm.name,
+                         open_loop.task, "open", None, open_loop.requests, open_loop.warmup,
+                         rate_relative=rate)
+                )
+    return cells
+
+
+# --- the GPU-time estimate -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float
+    assumptions: list[str]
+
+
+def _step_seconds(study: Study, batch_tokens: int) -> float:
+    """Roofline for one decode step: the larger of reading the weights once and
+    the matmul FLOPs for the tokens in the step (2 FLOPs per parameter per token)."""
+    m, hw = study.model, study.hardware
+    weight_bytes = m.params_billion * 1e9 * m.weight_bytes_per_param
+    memory_s = weight_bytes / (hw.memory_bandwidth_gb_s * 1e9)
+    compute_s = 2 * m.params_billion * 1e9 * batch_tokens / (hw.dense_tflops * 1e12)
+    return max(memory_s, compute_s)
+
+
+def cell_seconds(study: Study, cell: Cell) -> float:
+    arm = study.arm(cell.arm)
+    task = study.task(cell.task)
+    est = study.plan_estimate
+    out_tokens = task.max_tokens if est.mean_output_tokens == "max_tokens" else est.mean_output_tokens
+    if cell.kind == "open":
+        # Rate is known only after the knee; cost it as the duration or as a c=1 cell.
+        open_loop = study.loads.open_loop
+        if open_loop is not None and open_loop.duration_s is not None:
+            return open_loop.duration_s
+        c = 1
+    else:
+        c = cell.concurrency or 1
+    requests = (cell.requests or 0) + cell.warmup
+    if arm.drafter is None:
+        per_step_tokens, emitted = c, c
+    else:
+        k = arm.drafter.num_draft_tokens
+        accept = arm.drafter.assumed_acceptance_length or est.assumed_acceptance_length
+        per_step_tokens, emitted = c * (k + 1), c * min(accept, k + 1)
+    steps = requests * out_tokens / emitted
+    return steps * _step_seconds(study, per_step_tokens)
+
+
+def estimate(study: Study, cells: list[Cell]) -> Estimate:
+    engine_starts = len({(c.arm, c.stage) for c in cells})
+    seconds = sum(cell_seconds(study, c) for c in cells)
+    seconds += engine_starts * study.plan_estimate.engine_start_s
+    hw, m = study.hardware, study.model
+    step_ms = _step_seconds(study, 1) * 1e3
+    return Estimate(
+        seconds=seconds,
+        assumptions=[
+            f"decode step = max(weights / bandwidth, 2 x params x tokens / FLOP rate);"
+            f" weights {m.params_billion:g}e9 x {m.weight_bytes_per_param:g} B,"
+            f" {hw.gpu} {hw.memory_bandwidth_gb_s:g} GB/s, {hw.dense_tflops:g} TFLOP/s"
+            f" -> {step_ms:.1f} ms per step at batch 1",
+            f"every request decodes {study.plan_estimate.mean_output_tokens} tokens; prefill,"
+            " drafter cost and scheduling overheads are ignored",
+            f"drafters accept {study.plan_estimate.assumed_acceptance_length:g} tokens per"
+            " verification unless the arm states its own assumed_acceptance_length",
+            f"{engine_starts} engine starts x {study.plan_estimate.engine_start_s:g} s",
+            "open-loop cells are costed at their duration (or as one-user cells)",
+        ],
+    )

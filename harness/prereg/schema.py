@@ -1,0 +1,436 @@
+"""The pre-registration: every field a study fixes before GPU time is spent.
+
+Strict throughout: an unknown key is an error (a typo such as `concurency:` must
+never be silently ignored), and every default is written out in the seal.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", max_length=64)]
+EngineName = Literal["vllm", "sglang", "vllm-cpu", "scripted"]
+TaskKind = Literal["chat", "gsm8k", "humaneval", "mmlu"]
+TaskUse = Literal["speed", "accuracy", "identity"]
+Positive = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+# --- what it runs on --------------------------------------------------------------
+
+
+class Hardware(Strict):
+    """The hardware the study is registered for, with the published figures the
+    plan's roofline estimate uses."""
+
+    gpu: str
+    count: PositiveInt = 1
+    memory_bandwidth_gb_s: Positive  # published HBM bandwidth
+    dense_tflops: Positive  # published dense tensor throughput at the model's precision
+    notes: str | None = None
+
+
+class ModelSpec(Strict):
+    id: str  # hub id or local path
+    revision: str | None = None  # pinned commit; None only for local paths
+    served_name: str | None = None  # name requests use; defaults to id
+    quantization: str | None = None
+    params_billion: Positive
+    weight_bytes_per_param: Positive = 2.0
+    max_model_len: PositiveInt | None = None
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=lambda: {"enable_thinking": False})
+
+    @property
+    def request_name(self) -> str:
+        return self.served_name or self.id
+
+
+# --- arms ---------------------------------------------------------------------------
+
+
+class Launch(Strict):
+    """How the harness starts an engine: from its own interpreter or command,
+    never by importing it (vLLM and SGLang cannot share an environment)."""
+
+    python: str | None = None  # the engine environment's interpreter
+    command: list[str] | None = None  # or an explicit executable prefix, e.g. ["vllm"]
+    env: dict[str, str] = Field(default_factory=dict)
+    extra_args: list[str] = Field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] | None = None  # None: pick a free port
+    startup_timeout_s: Positive = 1200.0
+    stop_grace_s: Positive = 30.0
+
+    @model_validator(mode="after")
+    def _one_way_to_start(self) -> Launch:
+        if self.python is not None and self.command is not None:
+            raise ValueError("give either python or command, not both")
+        return self
+
+
+class Attach(Strict):
+    """An OpenAI-compatible endpoint the user runs; the harness neither starts nor stops it."""
+
+    base_url: str
+    metrics: Literal["vllm", "sglang"]
+    served_model: str
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, v: str) -> str:
+        if not re.match(r"^https?://", v):
+            raise ValueError("expected an http:// or https:// URL")
+        return v.rstrip("/")
+
+
+class Drafter(Strict):
+    # specbench spelling, lowercase (ngram, eagle3, eagle, draft_model, dflash, mtp,
+    # standalone, suffix, ...). Free text on purpose: the engine is the authority on
+    # which methods exist, and pre-flight names unknown ones.
+    method: str
+    model: str | None = None
+    revision: str | None = None
+    num_draft_tokens: PositiveInt
+    options: dict[str, Any] = Field(default_factory=dict)  # engine-specific extras
+    # Only for the plan's GPU-time estimate, never for a verdict.
+    assumed_acceptance_length: Positive | None = None
+
+
+class Arm(Strict):
+    name: Name
+    engine: EngineName
+    description: str | None = None
+    launch: Launch | None = None
+    attach: Attach | None = None
+    drafter: Drafter | None = None
+    baseline: Name | None = None  # its no-drafter arm on the same engine; None = a baseline
+    max_running_requests: PositiveInt | None = None
+    # The declared model of the scripted test engine (harness.testengine.spec).
+    scripted: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Arm:
+        if (self.launch is None) == (self.attach is None):
+            raise ValueError("give exactly one of launch (start the engine) or attach (use a running one)")
+        if self.drafter is not None and self.baseline is None:
+            raise ValueError("an arm with a drafter needs a baseline: its no-drafter arm on the same engine")
+        if self.drafter is None and self.baseline is not None:
+            raise ValueError("baseline is for drafter arms; a no-drafter arm is itself a baseline")
+        if (self.engine == "scripted") != (self.scripted is not None):
+            raise ValueError("scripted is required for engine 'scripted' and only allowed there")
+        return self
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.drafter is None
+
+
+# --- loads ----------------------------------------------------------------------------
+
+
+class RequestCount(Strict):
+    """Measured requests per closed-loop cell: max(min, per_user x concurrency)."""
+
+    min: PositiveInt = 64
+    per_user: PositiveInt = 8
+
+    def for_concurrency(self, concurrency: int) -> int:
+        return max(self.min, self.per_user * concurrency)
+
+
+class ClosedLoop(Strict):
+    concurrency: list[PositiveInt]
+    requests: RequestCount = Field(default_factory=RequestCount)
+    warmup_per_user: Annotated[int, Field(ge=0)] = 1
+    max_duration_s: Positive | None = None
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("expected at least one concurrency level")
+        if len(set(v)) != len(v):
+            raise ValueError("concurrency levels must be distinct")
+        if v != sorted(v):
+            raise ValueError("concurrency levels must be listed in increasing order")
+        return v
+
+
+class LatencyObjective(Strict):
+    """What 'sustains' means for the fleet figure."""
+
+    metric: Literal["ttft", "tpot", "latency"] = "ttft"
+    percentile: Annotated[float, Field(gt=0, lt=100)] = 99.0
+    max_s: Positive = 2.0
+
+
+class OpenLoop(Strict):
+    task: Name  # which task's prompts the arrivals draw
+    rates_relative_to_knee: list[Positive]
+    arrival: Literal["poisson", "gamma"] = "poisson"
+    burstiness: Positive = 1.0  # gamma shape; 1.0 is Poisson
+    seed: int = 0
+    duration_s: Positive | None = None
+    requests: PositiveInt | None = None
+    warmup: Annotated[int, Field(ge=0)] = 0
+    objective: LatencyObjective = Field(default_factory=LatencyObjective)
+    fleet_traffic_rps: Positive = 100.0  # the stated traffic the GPU count is given for
+
+    @model_validator(mode="after")
+    def _bounded(self) -> OpenLoop:
+        if self.duration_s is None and self.requests is None:
+            raise ValueError("give duration_s or requests, so each open-loop cell ends")
+        if not self.rates_relative_to_knee:
+            raise ValueError("expected at least one rate")
+        return self
+
+
+class Loads(Strict):
+    closed_loop: ClosedLoop
+    open_loop: OpenLoop | None = None
+
+
+# --- tasks -------------------------------------------------------------------------
+
+
+class HubSource(Strict):
+    """Load the task from a hub dataset instead of the vendored copy (needs network)."""
+
+    dataset: str
+    revision: str
+    split: str | None = None
+
+
+class TaskSpec(Strict):
+    name: Name
+    kind: TaskKind
+    uses: list[TaskUse]
+    max_tokens: PositiveInt
+    source: HubSource | None = None  # None: the vendored, sha256-checked copy
+    subset: PositiveInt | None = None  # a seeded sample of this many items (small studies)
+    subset_seed: int = 0
+    # Identity cells compare this many prompts (the first of the task's order).
+    identity_items: PositiveInt = 32
+
+    @field_validator("uses")
+    @classmethod
+    def _uses(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("expected at least one of speed, accuracy, identity")
+        if len(set(v)) != len(v):
+            raise ValueError("each use may appear once")
+        return v
+
+    @model_validator(mode="after")
+    def _scorable(self) -> TaskSpec:
+        if "accuracy" in self.uses and self.kind == "chat":
+            raise ValueError("chat has no correctness scorer; it cannot have the accuracy use")
+        return self
+
+
+class Sampling(Strict):
+    temperature: Annotated[float, Field(ge=0)] = 0.0
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    seed: int = 0
+    ignore_eos: bool = False
+
+
+class Recording(Strict):
+    scrape_interval_s: Positive = 1.0
+    lag_limit_p99_ms: Positive = 5.0
+    error_rate_limit: Annotated[float, Field(ge=0, le=1)] | None = 0.05
+    request_timeout_s: Positive = 600.0
+    cell_retries: Annotated[int, Field(ge=0)] = 2  # extra attempts when an engine dies mid-cell
+    accuracy_concurrency: PositiveInt = 16
+    per_request_spec_metrics: bool = True
+
+
+# --- bars --------------------------------------------------------------------------
+
+
+class SpeedBar(Strict):
+    threshold: Positive = 2.0
+    concurrencies: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4])
+    statistic: Literal["point", "ci_lower"] = "point"
+    best_drafter: Literal["per_task", "pooled"] = "per_task"
+    require: Literal["every_task", "any_task"] = "every_task"
+
+
+class IdentityBar(Strict):
+    concurrency: PositiveInt = 1
+    min_identical_share: Annotated[float, Field(ge=0, le=1)] = 1.0
+    arms: Literal["best_drafter", "all_drafters"] = "best_drafter"
+
+
+class AccuracyBar(Strict):
+    tasks: list[Name]
+    rule: Literal["within_baseline_wilson"] = "within_baseline_wilson"
+    level: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    arms: Literal["best_drafter", "all_drafters"] = "best_drafter"
+
+
+class KneeBar(Strict):
+    required: bool = True  # the pass bar needs the knee located (or shown beyond the top level)
+
+
+class PassBar(Strict):
+    speed: SpeedBar = Field(default_factory=SpeedBar)
+    identity: IdentityBar | None = Field(default_factory=IdentityBar)
+    accuracy: AccuracyBar | None = None
+    knee: KneeBar = Field(default_factory=KneeBar)
+
+
+class StopBar(Strict):
+    threshold: Positive = 1.3
+    concurrencies: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4])
+    statistic: Literal["point", "ci_upper"] = "point"
+    # Fires when the best drafter is below the threshold at every listed
+    # concurrency, for every task (all_tasks) or for any task (any_task).
+    fires_when: Literal["all_tasks", "any_task"] = "all_tasks"
+    skip: Literal["remaining_speed_cells"] = "remaining_speed_cells"
+
+
+class CheckBar(Strict):
+    threshold: Positive = 5.0
+    statistic: Literal["point"] = "point"
+    action: Literal["rerun_baseline"] = "rerun_baseline"
+    # The rerun agrees when the baseline's per-user speed differs by at most this share.
+    agree_within: Annotated[float, Field(gt=0, lt=1)] = 0.10
+
+
+class Intervals(Strict):
+    level: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    bootstrap_resamples: PositiveInt = 2000
+    seed: int = 0
+
+
+class Bars(Strict):
+    pass_: PassBar = Field(default_factory=PassBar, alias="pass")
+    stop: StopBar = Field(default_factory=StopBar)
+    check: CheckBar = Field(default_factory=CheckBar)
+    intervals: Intervals = Field(default_factory=Intervals)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class PlanEstimate(Strict):
+    """Assumptions behind `specbench plan`'s GPU-time estimate (never a result)."""
+
+    assumed_acceptance_length: Positive = 2.5  # for drafters that state none
+    mean_output_tokens: Literal["max_tokens"] | PositiveInt = "max_tokens"
+    engine_start_s: Positive = 180.0
+
+
+# --- the study ---------------------------------------------------------------------
+
+
+class Study(Strict):
+    title: str
+    registered: str  # registration date, ISO 8601
+    hardware: Hardware
+    model: ModelSpec
+    arms: list[Arm]
+    loads: Loads
+    tasks: list[TaskSpec]
+    sampling: Sampling = Field(default_factory=Sampling)
+    recording: Recording = Field(default_factory=Recording)
+    bars: Bars = Field(default_factory=Bars)
+    plan_estimate: PlanEstimate = Field(default_factory=PlanEstimate)
+
+    @field_validator("registered", mode="before")
+    @classmethod
+    def _date(cls, v: object) -> object:
+        if isinstance(v, datetime.date):  # YAML reads an unquoted date as a date
+            return v.isoformat()
+        if isinstance(v, str) and not re.match(r"^\d{4}-\d{2}-\d{2}$", v):
+            raise ValueError("expected a date as YYYY-MM-DD")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> Study:
+        # Messages carry their own field path so the loader can point at the line.
+        problems: list[tuple[tuple, str]] = []
+        if not self.arms:
+            problems.append((("arms",), "expected at least one arm"))
+        if not self.tasks:
+            problems.append((("tasks",), "expected at least one task"))
+        by_name: dict[str, int] = {}
+        for i, arm in enumerate(self.arms):
+            if arm.name in by_name:
+                problems.append((("arms", i, "name"), f"duplicate arm name {arm.name!r}"))
+            by_name.setdefault(arm.name, i)
+        for i, arm in enumerate(self.arms):
+            if arm.baseline is None:
+                continue
+            j = by_name.get(arm.baseline)
+            if j is None:
+                problems.append((("arms", i, "baseline"), f"no arm named {arm.baseline!r}"))
+                continue
+            base = self.arms[j]
+            if base.engine != arm.engine:
+                problems.append(
+                    (
+                        ("arms", i, "baseline"),
+                        f"baseline {base.name!r} runs on {base.engine}, this arm on {arm.engine}:"
+                        " a speedup is only measured against the same engine",
+                    )
+                )
+            elif base.drafter is not None:
+                problems.append((("arms", i, "baseline"), f"baseline {base.name!r} has a drafter"))
+        task_names: set[str] = set()
+        for i, task in enumerate(self.tasks):
+            if task.name in task_names:
+                problems.append((("tasks", i, "name"), f"duplicate task name {task.name!r}"))
+            task_names.add(task.name)
+        levels = set(self.loads.closed_loop.concurrency)
+        for key, conc in (
+            (("bars", "pass", "speed", "concurrencies"), self.bars.pass_.speed.concurrencies),
+            (("bars", "stop", "concurrencies"), self.bars.stop.concurrencies),
+        ):
+            missing = sorted(set(conc) - levels)
+            if missing:
+                problems.append((key, f"concurrencies {missing} are not closed-loop levels"))
+        if self.bars.pass_.accuracy is not None:
+            for k, name in enumerate(self.bars.pass_.accuracy.tasks):
+                task = next((t for t in self.tasks if t.name == name), None)
+                if task is None:
+                    problems.append((("bars", "pass", "accuracy", "tasks", k), f"no task named {name!r}"))
+                elif "accuracy" not in task.uses:
+                    problems.append(
+                        (("bars", "pass", "accuracy", "tasks", k), f"task {name!r} lacks the accuracy use")
+                    )
+        if self.loads.open_loop is not None and self.loads.open_loop.task not in task_names:
+            problems.append((("loads", "open_loop", "task"), f"no task named {self.loads.open_loop.task!r}"))
+        if not any("speed" in t.uses for t in self.tasks):
+            problems.append((("tasks",), "expected at least one task with the speed use"))
+        if problems:
+            raise CrossReferenceError(problems)
+        return self
+
+    def arm(self, name: str) -> Arm:
+        for arm in self.arms:
+            if arm.name == name:
+                return arm
+        raise KeyError(name)
+
+    def task(self, name: str) -> TaskSpec:
+        for task in self.tasks:
+            if task.name == name:
+                return task
+        raise KeyError(name)
+
+
+class CrossReferenceError(ValueError):
+    """Problems that span fields; each carries the path it is about."""
+
+    def __init__(self, problems: list[tuple[tuple, str]]) -> None:
+        super().__init__("; ".join(msg for _, msg in problems))
+        self.problems = problems

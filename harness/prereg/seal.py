@@ -1,0 +1,35 @@
+"""The study's seal: one sha256 over everything that fixes what a run measures."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from harness.prereg.schema import Study
+
+
+def resolved_study(study: Study) -> dict:
+    """The study with every default written out and arm files inlined, plus the
+    sha256 of each data file its tasks read: what the seal is taken over."""
+    from harness.workloads import data_digests
+
+    data: dict[str, dict[str, str]] = {}
+    for task in study.tasks:
+        if task.source is not None:
+            # A hub dataset is pinned by its revision; its bytes are not local.
+            data[task.name] = {"hub": f"{task.source.dataset}@{task.source.revision}"}
+        else:
+            data[task.name] = data_digests(task.kind)
+    return {
+        "study": study.model_dump(mode="json", by_alias=True),
+        "data": data,
+    }
+
+
+def canonical_json(obj: object) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def seal_of(study: Study) -> str:
+    """Same study, same seal, whatever the key order, comments or file split."""
+    return hashlib.sha256(canonical_json(resolved_study(study)).encode()).hexdigest()
