@@ -1,0 +1,1 @@
+"""A scripted OpenAI-compatible engine whose timing and speculation follow a declared model."""

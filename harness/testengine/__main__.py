@@ -1,0 +1,5 @@
+import sys
+
+from harness.testengine.server import main
+
+sys.exit(main())

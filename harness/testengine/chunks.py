@@ -1,0 +1,102 @@
+"""OpenAI-compatible chat completion bodies, shaped like vLLM's (see the .sse fixtures)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def sse(obj: dict) -> bytes:
+    return b"data: " + _dumps(obj).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+    }
+
+
+def stream_chunk(
+    rid: str,
+    model: str,
+    delta: dict,
+    finish_reason: str | None = None,
+    usage_now: dict | None = None,
+) -> dict:
+    body = {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+    }
+    if usage_now is not None:
+        body["usage"] = usage_now
+    return body
+
+
+def usage_chunk(rid: str, model: str, usage_now: dict, extra: dict | None = None) -> dict:
+    body = {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [],
+        "usage": usage_now,
+    }
+    body.update(extra or {})
+    return body
+
+
+def completion(rid: str, model: str, text: str, finish_reason: str, usage_now: dict,
+               extra: dict | None = None) -> dict:
+    body = {
+        "id": rid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        ],
+        "usage": usage_now,
+    }
+    body.update(extra or {})
+    return body
+
+
+def spec_figures(dialect: str, drafts: int, draft_tokens: int, accepted: int,
+                 completion_tokens: int) -> dict:
+    """The engine's per-request speculation figures, in each engine's own field names."""
+    if dialect == "sglang":
+        return {
+            "sglext": {
+                "spec_tokens_details": {
+                    "spec_accept_length": completion_tokens / drafts if drafts else 0.0,
+                    "spec_verify_ct": drafts,
+                    "spec_num_correct_drafts": accepted,
+                    "spec_num_proposed_drafts": draft_tokens,
+                }
+            }
+        }
+    return {
+        "metrics": {
+            "speculative_decoding": {
+                "mean_acceptance_length": 1.0 + accepted / drafts if drafts else 1.0,
+                "num_drafts": drafts,
+                "num_draft_tokens": draft_tokens,
+                "num_accepted_tokens": accepted,
+            }
+        }
+    }

@@ -1,0 +1,290 @@
+"""The scripted engine's scheduler: a continuous-batching step loop that follows a spec.
+
+Each step admits waiting requests (up to max_batch), lasts the roofline time of the
+tokens it processes, and then hands every running request its tokens: 1 from prefill,
+then 1 + the accepted drafts per verification step. Every chunk's true send time is
+written to the truth log, on the monotonic clock the client on this host shares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import IO, Protocol
+
+from harness.testengine import chunks
+from harness.testengine.metrics_text import EngineCounters
+from harness.testengine.spec import FailureInjection, ScriptedEngineSpec
+
+_WORDS = ["the", "of", "and", "to", "in", "is", "that", "it", "for", "on", "with", "as", "was", "at", "by", "an", "be", "this", "from", "or", "are", "not", "have", "one", "all", "were", "which", "when", "there", "can", "more", "if", "will", "each", "about", "how", "up", "out", "them"]
+
+
+class Sink(Protocol):
+    """Where a request's bytes go (the HTTP connection)."""
+
+    def start(self) -> None: ...
+    def send(self, data: bytes) -> float: ...  # returns the monotonic time it left
+    def finish(self, body: bytes | None = None) -> float: ...
+    def abort(self) -> None: ...
+    @property
+    def gone(self) -> bool: ...
+
+
+@dataclass
+class Sequence:
+    rid: str
+    number: int  # arrival number over the engine's life, 1-based
+    prompt_tokens: int
+    max_tokens: int
+    ignore_eos: bool
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    sink: Sink
+    arrival_t: float
+    failure: FailureInjection | None = None
+    prefilled: bool = False
+    generated: int = 0
+    chunk_index: int = 0
+    first_t: float | None = None
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    text: list[str] = field(default_factory=list)
+    done: asyncio.Future | None = None
+
+
+class ScriptedEngine:
+    def __init__(self, spec: ScriptedEngineSpec, truth_log: IO[str] | None = None,
+                 on_die=None) -> None:
+        self.spec = spec
+        self.truth = truth_log
+        self.on_die = on_die
+        self.rng = random.Random(spec.seed)
+        self.fail_rng = random.Random(spec.seed + 1)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.counters = EngineCounters(accepted_per_position=[0] * spec.num_draft_tokens)
+        self.created_wall = time.time()
+        self._arrivals = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._recent_lengths: deque[int] = deque(maxlen=40)
+
+    # --- admission -------------------------------------------------------------
+    def next_number(self) -> int:
+        self._arrivals += 1
+        return self._arrivals
+
+    def failure_for(self, number: int) -> FailureInjection | None:
+        for f in self.spec.failures:
+            hit = (
+                number in f.requests
+                or (f.every_nth is not None and number % f.every_nth == 0)
+                or (f.probability > 0 and self.fail_rng.random() < f.probability)
+            )
+            if hit:
+                return f
+        return None
+
+    def submit(self, seq: Sequence) -> None:
+        seq.done = asyncio.get_running_loop().create_future()
+        self.waiting.append(seq)
+        self.counters.requests_total += 1
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    # --- the step loop ------------------------------------------------------------
+    async def _loop(self) -> None:
+        spec, k = self.spec, self.spec.num_draft_tokens
+        while True:
+            if not self.running and not self.waiting:
+                self._wake.clear()
+                self._update_gauges()
+                await self._wake.wait()
+            start = time.monotonic()
+            prefill = 0
+            while self.waiting and len(self.running) < spec.max_batch:
+                seq = self.waiting.popleft()
+                self.running.append(seq)
+                prefill += seq.prompt_tokens
+            decode = sum(k + 1 if k else 1 for s in self.running if s.prefilled)
+            self._update_gauges()
+            delay = start + spec.step_seconds(prefill + decode) - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            for seq in list(self.running):
+                self._advance(seq)
+            self._update_gauges()
+
+    def _update_gauges(self) -> None:
+        c = self.counters
+        c.running, c.waiting = len(self.running), len(self.waiting)
+        used = sum(s.prompt_tokens + s.generated for s in self.running)
+        c.kv_cache_usage = min(1.0, used / self.spec.kv_capacity_tokens)
+        if self._recent_lengths:
+            c.recent_accept_length = sum(self._recent_lengths) / len(self._recent_lengths)
+
+    def _draw_tokens(self, seq: Sequence) -> int:
+        """Tokens this step gives the request (before max_tokens and EOS)."""
+        if not seq.prefilled:
+            seq.prefilled = True
+            self.counters.prompt_tokens += seq.prompt_tokens
+            return 1
+        k = self.spec.num_draft_tokens
+        if not k:
+            return 1
+        accepted = 0
+        for p in self.spec.accept_probs or []:
+            if self.rng.random() >= p:
+                break
+            accepted += 1
+        return 1 + accepted
+
+    def _advance(self, seq: Sequence) -> None:
+        if seq.sink.gone:  # the client went away: the engine aborts the request
+            self._finish(seq, "abort", error="client disconnected")
+            return
+        was_prefilled = seq.prefilled
+        n = min(self._draw_tokens(seq), seq.max_tokens - seq.generated)
+        finish = None
+        if not seq.ignore_eos and self.spec.eos_probability:
+            for i in range(n):
+                if self.rng.random() < self.spec.eos_probability:
+                    n, finish = i + 1, "stop"
+                    break
+        if was_prefilled and self.spec.num_draft_tokens:
+            # A verification step: count what was kept of this step's drafts.
+            k = self.spec.num_draft_tokens
+            c = self.counters
+            c.drafts += 1
+            c.draft_tokens += k
+            c.accepted_tokens += n - 1
+            for i in range(n - 1):
+                c.accepted_per_position[i] += 1
+            seq.drafts += 1
+            seq.draft_tokens += k
+            seq.accepted += n - 1
+            self._recent_lengths.append(n)
+        f = seq.failure
+        if f is not None and f.mode != "refuse" and seq.generated + n >= f.after_tokens:
+            n = max(0, f.after_tokens - seq.generated)
+            seq.generated += n
+            self.counters.generation_tokens += n
+            if n:
+                self._emit(seq, n, None)
+            self._fail(seq, f)
+            return
+        seq.generated += n
+        self.counters.generation_tokens += n
+        if finish is None and seq.generated >= seq.max_tokens:
+            finish = "length"
+        self._emit(seq, n, finish)
+
+    # --- output -------------------------------------------------------------
+    def _words(self, n: int) -> list[str]:
+        return [" " + self.rng.choice(_WORDS) for _ in range(n)]
+
+    def _emit(self, seq: Sequence, n: int, finish: str | None) -> None:
+        """Send this step's tokens (and, when finishing, the end of the stream)."""
+        spec = self.spec
+        words = self._words(n)
+        seq.text.extend(words)
+        if not seq.stream:
+            if finish is not None:
+                self._finish(seq, finish)
+            return
+        groups = [words] if spec.chunking == "per_step" else [[w] for w in words]
+        out: list[bytes] = []
+        done_so_far = seq.generated - n
+        for gi, group in enumerate(groups):
+            done_so_far += len(group)
+            last = gi == len(groups) - 1
+            use = chunks.usage(seq.prompt_tokens, done_so_far) if seq.continuous_usage else None
+            out.append(chunks.sse(chunks.stream_chunk(
+                seq.rid, spec.served_model, {"content": "".join(group)},
+                finish if last else None, use)))
+        sizes = [len(g) for g in groups]
+        if finish is not None:
+            out.append(self._closing_events(seq))
+            t = seq.sink.finish(b"".join(out))
+        else:
+            t = seq.sink.send(b"".join(out))
+        self._log_chunks(seq, sizes, t)
+        if finish is not None:
+            self._finish(seq, finish, end_t=t)
+
+    def _closing_events(self, seq: Sequence) -> bytes:
+        extra = self._spec_extra(seq)
+        out = b""
+        if seq.include_usage:
+            out += chunks.sse(chunks.usage_chunk(
+                seq.rid, self.spec.served_model,
+                chunks.usage(seq.prompt_tokens, seq.generated), extra))
+        return out + chunks.DONE
+
+    def _spec_extra(self, seq: Sequence) -> dict | None:
+        if not (self.spec.per_request_spec_metrics and self.spec.num_draft_tokens):
+            return None
+        return chunks.spec_figures(self.spec.metrics_dialect, seq.drafts, seq.draft_tokens,
+                                   seq.accepted, seq.generated)
+
+    def _log_chunks(self, seq: Sequence, sizes: list[int], t: float) -> None:
+        if seq.first_t is None and sizes:
+            seq.first_t = t
+        if self.truth is None:
+            return
+        for n in sizes:
+            self.truth.write(json.dumps({"kind": "chunk", "rid": seq.rid, "i": seq.chunk_index,
+                                         "tokens": n, "t": t}) + "\n")
+            seq.chunk_index += 1
+
+    def _fail(self, seq: Sequence, f: FailureInjection) -> None:
+        if f.mode == "drop":
+            seq.sink.abort()
+        elif f.mode == "malformed":
+            seq.sink.send(b'data: {"id": "' + seq.rid.encode() + b'", "choices": [{"delta\n\n')
+            # The stream goes on after the bad chunk; the client must still flag it.
+            seq.failure = None
+            return
+        elif f.mode == "stall":
+            asyncio.get_running_loop().call_later(f.stall_s, seq.sink.abort)
+        self._finish(seq, "error", error=f.mode)
+        if f.mode == "die" and self.on_die is not None:
+            self.on_die()
+
+    def _finish(self, seq: Sequence, reason: str, end_t: float | None = None,
+                error: str | None = None) -> None:
+        if seq in self.running:
+            self.running.remove(seq)
+        if not seq.stream and error is None:
+            extra = self._spec_extra(seq)
+            body = chunks.completion(seq.rid, self.spec.served_model, "".join(seq.text), reason,
+                                     chunks.usage(seq.prompt_tokens, seq.generated), extra)
+            end_t = seq.sink.finish(json.dumps(body).encode())
+            seq.first_t = end_t
+        bucket = reason if error is None else ("abort" if reason == "abort" else "error")
+        self.counters.requests_finished[bucket] = self.counters.requests_finished.get(bucket, 0) + 1
+        if self.truth is not None:
+            self.truth.write(json.dumps({
+                "kind": "request", "rid": seq.rid, "number": seq.number,
+                "arrival_t": seq.arrival_t, "first_t": seq.first_t,
+                "end_t": end_t if end_t is not None else time.monotonic(),
+                "completion_tokens": seq.generated, "finish_reason": reason, "error": error,
+            }) + "\n")
+            self.truth.flush()
+        if seq.done is not None and not seq.done.done():
+            seq.done.set_result(error)

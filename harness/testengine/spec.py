@@ -1,0 +1,127 @@
+"""The declared model a scripted test engine follows: timing, speculation, chunking, failures.
+
+A study can use it as an arm (`Arm.scripted`) for dry runs, and the fidelity benchmark
+uses it as ground truth. Everything is explicit so a run is reproducible from the spec.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from harness.errors import InputError
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FailureInjection(StrictModel):
+    """Make some requests fail in one way, so the client's error paths can be exercised.
+
+    A request is hit when its arrival number (1-based, over the engine's life) is a
+    multiple of `every_nth`, or with `probability` (seeded), or when it is in `requests`.
+    """
+
+    mode: Literal["refuse", "stall", "drop", "malformed", "die"]
+    every_nth: int | None = Field(default=None, ge=1)
+    probability: float = Field(default=0.0, ge=0.0, le=1.0)
+    requests: list[int] = Field(default_factory=list)
+    # Mid-stream modes act after this many output tokens were sent.
+    after_tokens: int = Field(default=4, ge=0)
+    stall_s: float = Field(default=3600.0, gt=0)  # stall: how long the stream goes silent
+    status: int = Field(default=503, ge=400, le=599)  # refuse: the HTTP status
+
+
+class ScriptedEngineSpec(StrictModel):
+    """Per-step time is a roofline over the batch; drafts are accepted per position.
+
+    step_s = step_overhead_s + max(weight_bytes / bandwidth_bytes_per_s,
+                                   flops_per_token * tokens_in_step / flops_per_s)
+    where tokens_in_step counts k+1 verified positions per decoding request (1 without a
+    drafter) plus the prompt tokens of requests admitted in that step (their prefill).
+    """
+
+    metrics_dialect: Literal["vllm", "sglang"] = "vllm"
+    served_model: str = "scripted"
+    weight_bytes: float = Field(default=1.6e10, gt=0)
+    bandwidth_bytes_per_s: float = Field(default=2.0e12, gt=0)
+    flops_per_token: float = Field(default=1.6e10, gt=0)
+    flops_per_s: float = Field(default=4.0e14, gt=0)
+    step_overhead_s: float = Field(default=0.0, ge=0)
+    # Speculation: k drafts per step; accept_probs[i] is the chance position i is kept
+    # given every earlier position was (so vLLM's per-position rate is their product).
+    num_draft_tokens: int = Field(default=0, ge=0)
+    accept_probs: list[float] | None = None
+    max_batch: int = Field(default=256, ge=1)
+    kv_capacity_tokens: int = Field(default=1_000_000, ge=1)
+    # per_step: one chunk per step with all its tokens (what vLLM sends);
+    # per_token: one chunk per token, all sent at the step's end.
+    chunking: Literal["per_step", "per_token"] = "per_step"
+    # Honour `stream_options.continuous_usage_stats` (cumulative usage on every chunk).
+    continuous_usage: bool = True
+    # Per-request speculation figures on the final chunk (vLLM `metrics.speculative_decoding`,
+    # SGLang `sglext.spec_tokens_details` when the request asks).
+    per_request_spec_metrics: bool = True
+    # Chance, per generated token, that it is EOS (ignored when the request sets ignore_eos).
+    eos_probability: float = Field(default=0.0, ge=0.0, lt=1.0)
+    seed: int = 0
+    failures: list[FailureInjection] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _drafts_match_probs(self) -> ScriptedEngineSpec:
+        probs = self.accept_probs or []
+        if self.num_draft_tokens and len(probs) != self.num_draft_tokens:
+            raise ValueError(
+                f"accept_probs needs {self.num_draft_tokens} entries (one per draft "
+                f"position), got {len(probs)}"
+            )
+        if not self.num_draft_tokens and probs:
+            raise ValueError("accept_probs given but num_draft_tokens is 0")
+        if any(not 0.0 <= p <= 1.0 for p in probs):
+            raise ValueError("accept_probs entries must lie in [0, 1]")
+        return self
+
+    def step_seconds(self, tokens_in_step: int) -> float:
+        memory_s = self.weight_bytes / self.bandwidth_bytes_per_s
+        compute_s = self.flops_per_token * tokens_in_step / self.flops_per_s
+        return self.step_overhead_s + max(memory_s, compute_s)
+
+    def position_rates(self) -> list[float]:
+        """Unconditional chance of keeping at least i+1 drafts (vLLM's per-position rate)."""
+        rates, keep = [], 1.0
+        for p in self.accept_probs or []:
+            keep *= p
+            rates.append(keep)
+        return rates
+
+    def expected_acceptance_length(self) -> float:
+        """Tokens per verification step: 1 + sum of the per-position rates."""
+        return 1.0 + sum(self.position_rates())
+
+
+def load_spec(path: str | Path) -> ScriptedEngineSpec:
+    """Read a spec file (JSON or YAML); bad input is a one-line InputError."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise InputError(f"{path}: cannot read scripted engine spec ({err.strerror})") from err
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except (ValueError, Exception) as err:  # yaml.YAMLError and json errors alike
+        raise InputError(f"{path}: not valid {path.suffix.lstrip('.') or 'JSON'}: {err}") from err
+    try:
+        return ScriptedEngineSpec.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise InputError(f"{path}: field {where}: {first['msg']}") from err
