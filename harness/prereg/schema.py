@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from harness.testengine.spec import ScriptedEngineSpec
+
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", max_length=64)]
 EngineName = Literal["vllm", "sglang", "vllm-cpu", "scripted"]
 TaskKind = Literal["chat", "gsm8k", "humaneval", "mmlu"]
@@ -113,8 +115,8 @@ class Arm(Strict):
     drafter: Drafter | None = None
     baseline: Name | None = None  # its no-drafter arm on the same engine; None = a baseline
     max_running_requests: PositiveInt | None = None
-    # The declared model of the scripted test engine (harness.testengine.spec).
-    scripted: dict[str, Any] | None = None
+    # The declared model of the scripted test engine (dry runs, tests).
+    scripted: ScriptedEngineSpec | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Arm:
