@@ -1,0 +1,184 @@
+"""The run folder: append-only records, atomic markers, a manifest.
+
+Nothing measured is ever held only in memory: every record is appended and
+flushed the moment it is made, and a cell is complete only once its
+`complete.json` has been renamed into place, so a crash or Ctrl-C leaves every
+finished cell readable and every unfinished one visibly unfinished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import BaseModel
+
+from harness.paths import PROJECT_ROOT
+
+MANIFEST = "manifest.json"
+COMPLETE = "complete.json"
+
+
+def cell_dirname(cell_id: str) -> str:
+    return cell_id.replace("/", "__")
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=False, default=str)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+class JsonlWriter:
+    """Appends one JSON object per line, flushed at once (line-buffered)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh: IO[str] = open(path, "a", encoding="utf-8", buffering=1)
+
+    def write(self, record: BaseModel | dict) -> None:
+        line = record.model_dump_json() if isinstance(record, BaseModel) else json.dumps(record)
+        self._fh.write(line + "\n")
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+
+    def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def specbench_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=10,
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def host_facts() -> dict[str, Any]:
+    facts: dict[str, Any] = {"hostname": socket.gethostname(), "cpus": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    facts["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        )
+        if smi.returncode == 0:
+            facts["gpus"] = [ln.strip() for ln in smi.stdout.splitlines() if ln.strip()]
+    except (OSError, subprocess.SubprocessError):
+        facts["gpus"] = []
+    return facts
+
+
+class RunStore:
+    """One run folder: results/<run-id>/."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @property
+    def run_id(self) -> str:
+        return self.root.name
+
+    # --- manifest ------------------------------------------------------------------
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / MANIFEST
+
+    def manifest(self) -> dict[str, Any]:
+        return read_json(self.manifest_path)
+
+    def update_manifest(self, **changes: Any) -> dict[str, Any]:
+        data = self.manifest() if self.manifest_path.exists() else {}
+        data.update(changes)
+        write_json_atomic(self.manifest_path, data)
+        return data
+
+    def append_manifest(self, key: str, item: Any) -> None:
+        data = self.manifest()
+        data.setdefault(key, []).append(item)
+        write_json_atomic(self.manifest_path, data)
+
+    # --- cells ---------------------------------------------------------------------
+
+    def cell_dir(self, cell_id: str) -> Path:
+        path = self.root / "cells" / cell_dirname(cell_id)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def is_complete(self, cell_id: str) -> bool:
+        return (self.root / "cells" / cell_dirname(cell_id) / COMPLETE).exists()
+
+    def completion(self, cell_id: str) -> dict[str, Any] | None:
+        path = self.root / "cells" / cell_dirname(cell_id) / COMPLETE
+        return read_json(path) if path.exists() else None
+
+    def cell_info(self, cell_id: str) -> dict[str, Any]:
+        path = self.cell_dir(cell_id) / "cell.json"
+        return read_json(path) if path.exists() else {}
+
+    def start_attempt(self, cell_id: str, cell: dict[str, Any], **extra: Any) -> int:
+        info = self.cell_info(cell_id) or {"cell": cell, "attempts": []}
+        info["cell"] = cell
+        info.update(extra)
+        attempt = len(info["attempts"]) + 1
+        info["attempts"].append(
+            {"attempt": attempt, "started_wall": time.time(), "ended_wall": None,
+             "status": "running", "error": None}
+        )
+        write_json_atomic(self.cell_dir(cell_id) / "cell.json", info)
+        return attempt
+
+    def end_attempt(self, cell_id: str, attempt: int, status: str, error: str | None = None) -> None:
+        info = self.cell_info(cell_id)
+        for entry in info["attempts"]:
+            if entry["attempt"] == attempt:
+                entry.update(ended_wall=time.time(), status=status, error=error)
+        write_json_atomic(self.cell_dir(cell_id) / "cell.json", info)
+
+    def mark_complete(self, cell_id: str, attempt: int, outcome: dict[str, Any]) -> None:
+        """The last thing written for a cell: its presence means complete."""
+        self.end_attempt(cell_id, attempt, "complete")
+        write_json_atomic(
+            self.cell_dir(cell_id) / COMPLETE,
+            {"attempt": attempt, "finished_wall": time.time(), "outcome": outcome},
+        )
+
+    def writer(self, cell_id: str, name: str) -> JsonlWriter:
+        return JsonlWriter(self.cell_dir(cell_id) / name)
