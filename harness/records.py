@@ -41,6 +41,7 @@ class RequestRecord(RecordModel):
     finish_reason: str | None = None
     output_text: str = ""
     spec: dict | None = None  # the engine's per-request speculation figures, if any
+    response_id: str | None = None  # the engine's id for the response (matches its logs)
     error: str | None = None
     error_kind: str | None = None  # http, timeout, dropped, malformed, connect
 

@@ -1,0 +1,1 @@
+"""The measurement core: load patterns, the streaming client, the scraper, client health."""

@@ -1,0 +1,154 @@
+"""Run one cell: a load pattern over streaming chat requests, every request recorded.
+
+Errors are recorded per request and counted; they end the cell only when the
+registered error-rate limit is passed. Every record reaches `on_record` as soon as its
+request ends, aborted ones included, so nothing is lost if the run stops later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from harness.measure.health import ClientHealthMonitor
+from harness.measure.patterns import ClosedLoop, OpenLoop
+from harness.measure.requests import RequestSpec
+from harness.measure.stream import chat_body, stream_chat
+from harness.measure.transport import make_client
+from harness.records import ClientHealth, RequestRecord
+
+# The error-rate limit is judged only once this many requests have finished, so one
+# early failure cannot end a cell on a sample of one.
+MIN_REQUESTS_FOR_ERROR_RATE = 10
+
+
+@dataclass
+class CellOutcome:
+    n_ok: int  # measured (non-warm-up) requests that succeeded
+    n_errors: int  # measured requests that failed
+    errors_by_kind: dict[str, int]
+    aborted: bool
+    reason: str | None
+    health: ClientHealth
+    started_t: float
+    ended_t: float
+    n_warmup: int = 0
+    warmup_errors: int = 0
+    records: int = field(default=0)  # every record handed to on_record
+
+
+class _CellState:
+    def __init__(self, error_rate_limit: float | None, on_record, on_progress, total) -> None:
+        self.error_rate_limit, self.on_record, self.on_progress = (
+            error_rate_limit, on_record, on_progress)
+        self.total = total
+        self.done = self.failed = 0
+        self.outcome = Counter()
+        self.errors_by_kind: Counter[str] = Counter()
+        self.abort_reason: str | None = None
+        self.in_flight: set[asyncio.Task] = set()
+
+    def stopped(self) -> bool:
+        return self.abort_reason is not None
+
+    def record(self, rec: RequestRecord) -> None:
+        self.done += 1
+        phase = rec.phase
+        if rec.ok:
+            self.outcome[(phase, "ok")] += 1
+        else:
+            self.failed += 1
+            self.outcome[(phase, "error")] += 1
+            if phase == "measure":
+                self.errors_by_kind[rec.error_kind or "other"] += 1
+        self.on_record(rec)
+        if self.on_progress is not None:
+            self.on_progress(self.done, self.total)
+        limit = self.error_rate_limit
+        if (limit is not None and not self.stopped() and self.done >= MIN_REQUESTS_FOR_ERROR_RATE
+                and self.failed / self.done > limit):
+            self.abort_reason = (f"error rate {self.failed}/{self.done} = "
+                                 f"{self.failed / self.done:.1%} passed the limit {limit:.1%}")
+            current = asyncio.current_task()
+            for task in self.in_flight:
+                if task is not current:
+                    task.cancel()
+
+
+async def run_cell(
+    *,
+    base_url: str,
+    model: str,
+    requests: list[RequestSpec],
+    pattern: ClosedLoop | OpenLoop,
+    sampling: dict,
+    extra_body: dict,
+    cell_id: str,
+    attempt: int,
+    on_record: Callable[[RequestRecord], None],
+    timeout_s: float = 600,
+    error_rate_limit: float | None = None,
+    lag_limit_ms: float = 5.0,
+    on_progress: Callable[[int, int | None], None] | None = None,
+) -> CellOutcome:
+    if not requests:
+        raise ValueError(f"cell {cell_id}: no requests to send")
+    url = base_url.rstrip("/") + "/v1/chat/completions"
+    state = _CellState(error_rate_limit, on_record, on_progress, pattern.total)
+    health = ClientHealthMonitor(lag_limit_ms)
+    warmup = pattern.warmup
+
+    async def issue(index: int, scheduled_t: float, user: int | None,
+                    gate: asyncio.Semaphore | None) -> None:
+        spec = requests[index % len(requests)]
+        rec = RequestRecord(cell_id=cell_id, attempt=attempt, index=index, item_id=spec.item_id,
+                            phase="warmup" if index < warmup else "measure", user=user,
+                            scheduled_t=scheduled_t, sent_t=scheduled_t)
+        task = asyncio.current_task()
+        state.in_flight.add(task)
+        body = chat_body(model, spec.messages, spec.max_tokens, sampling, extra_body)
+        try:
+            if gate is not None:
+                await gate.acquire()
+            try:
+                rec.sent_t = time.monotonic()
+                await stream_chat(client, url, body, rec, timeout_s)
+            finally:
+                if gate is not None:
+                    gate.release()
+        except asyncio.CancelledError:
+            rec.end_t = time.monotonic()
+            rec.error = f"cell aborted: {state.abort_reason or 'cancelled'}"
+            rec.error_kind = "aborted"
+            state.in_flight.discard(task)
+            state.record(rec)
+            if state.abort_reason is None:
+                raise
+            return
+        state.in_flight.discard(task)
+        state.record(rec)
+
+    started = time.monotonic()
+    async with make_client(base_url, pattern.connections, timeout_s) as client:
+        health.start()
+        try:
+            await pattern.drive(issue, state.stopped)
+        finally:
+            client_health = await health.stop()
+    ended = time.monotonic()
+    return CellOutcome(
+        n_ok=state.outcome[("measure", "ok")],
+        n_errors=state.outcome[("measure", "error")],
+        errors_by_kind=dict(state.errors_by_kind),
+        aborted=state.abort_reason is not None,
+        reason=state.abort_reason,
+        health=client_health,
+        started_t=started,
+        ended_t=ended,
+        n_warmup=state.outcome[("warmup", "ok")] + state.outcome[("warmup", "error")],
+        warmup_errors=state.outcome[("warmup", "error")],
+        records=state.done,
+    )

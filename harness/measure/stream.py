@@ -1,0 +1,146 @@
+"""One streaming chat completion, timed on the monotonic clock, turned into a RequestRecord.
+
+While the stream runs the client only stamps and keeps the raw SSE events; parsing
+waits until the stream has ended, so the per-chunk work that could delay the next
+chunk's stamp (JSON, bookkeeping) never runs between chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+
+from harness.measure.transport import arrival_time
+from harness.records import RequestRecord
+
+_SPEC_KEYS = (("metrics", "speculative_decoding"), ("sglext", "spec_tokens_details"))
+
+
+class StreamError(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def chat_body(model: str, messages: list[dict], max_tokens: int, sampling: dict,
+              extra_body: dict) -> dict:
+    """The request body: sampling always explicit (engines otherwise fall back to the
+    model's generation_config), usage on every chunk where the engine supports it."""
+    body = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    body.update({k: v for k, v in sampling.items() if v is not None})
+    body.update(extra_body)
+    return body
+
+
+async def stream_chat(client: httpx.AsyncClient, url: str, body: dict, rec: RequestRecord,
+                      timeout_s: float) -> None:
+    """Send the request and fill `rec` in place: times, chunks, usage, text, error."""
+    events: list[tuple[float, bytes]] = []
+    last_t: float | None = None
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with client.stream("POST", url, json=body) as resp:
+                if resp.status_code != 200:
+                    detail = (await resp.aread())[:300].decode("utf-8", "replace")
+                    raise StreamError("http", f"HTTP {resp.status_code}: {detail}")
+                pending = b""
+                async for raw in resp.aiter_raw():
+                    last_t = arrival_time(resp)
+                    pending += raw
+                    if b"\r" in pending:
+                        pending = pending.replace(b"\r\n", b"\n")
+                    while (cut := pending.find(b"\n\n")) >= 0:
+                        events.append((last_t, pending[:cut]))
+                        pending = pending[cut + 2:]
+                if pending.strip():
+                    events.append((last_t, pending))
+        rec.end_t = last_t if last_t is not None else time.monotonic()
+        _fill_from_events(rec, events)
+    except StreamError as err:
+        _fail(rec, events, err.kind, str(err))
+    except TimeoutError:
+        _fail(rec, events, "timeout", f"no complete response within {timeout_s:g} s")
+    except httpx.TimeoutException as err:
+        _fail(rec, events, "timeout", f"{type(err).__name__}: {err}")
+    except httpx.ConnectError as err:
+        _fail(rec, events, "connect", f"cannot connect: {err}")
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as err:
+        _fail(rec, events, "dropped", f"stream dropped: {type(err).__name__}: {err}")
+    except httpx.HTTPError as err:
+        _fail(rec, events, "http", f"{type(err).__name__}: {err}")
+
+
+def _fail(rec: RequestRecord, events: list[tuple[float, bytes]], kind: str, message: str) -> None:
+    if rec.end_t is None:
+        rec.end_t = time.monotonic()
+    try:
+        _fill_from_events(rec, events, require_done=False)
+    except StreamError:
+        pass
+    rec.error, rec.error_kind = message, kind
+
+
+def _fill_from_events(rec: RequestRecord, events: list[tuple[float, bytes]],
+                      require_done: bool = True) -> None:
+    seen_done = False
+    previous_total = 0
+    rec.chunk_times, rec.chunk_tokens, rec.first_token_t = [], [], None
+    text: list[str] = []
+    malformed: str | None = None
+    for t, event in events:
+        data = b"\n".join(
+            line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:"))
+        if not data:
+            continue
+        if data == b"[DONE]":
+            seen_done = True
+            continue
+        try:
+            obj = json.loads(data)
+            if not isinstance(obj, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            malformed = malformed or f"malformed chunk: {data[:120]!r}"
+            continue
+        if "error" in obj and "choices" not in obj:
+            raise StreamError("engine", f"engine error in stream: {str(obj['error'])[:200]}")
+        if rec.response_id is None:
+            rec.response_id = obj.get("id")
+        choices = obj.get("choices") or []
+        content = "".join((c.get("delta") or {}).get("content") or "" for c in choices)
+        text.append(content)
+        for c in choices:
+            if c.get("finish_reason"):
+                rec.finish_reason = c["finish_reason"]
+        usage = obj.get("usage")
+        tokens: int | None
+        if usage and usage.get("completion_tokens") is not None:
+            rec.completion_tokens = int(usage["completion_tokens"])
+            rec.prompt_tokens = usage.get("prompt_tokens", rec.prompt_tokens)
+            tokens = rec.completion_tokens - previous_total if choices else 0
+            previous_total = rec.completion_tokens
+        else:
+            tokens = None if content else 0
+        if tokens != 0:  # a chunk that carried output (count unknown when None)
+            if rec.first_token_t is None:
+                rec.first_token_t = t
+            rec.chunk_times.append(t)
+            rec.chunk_tokens.append(tokens)
+        for outer, inner in _SPEC_KEYS:
+            figures = (obj.get(outer) or {}).get(inner) if isinstance(obj.get(outer), dict) else None
+            if figures:
+                rec.spec = figures
+    rec.output_text = "".join(text)
+    if malformed:
+        raise StreamError("malformed", malformed)
+    if require_done and not seen_done:
+        raise StreamError("dropped", "stream ended before [DONE]")

@@ -1,0 +1,161 @@
+"""An httpx client whose connections stamp every received segment with its arrival time.
+
+With plain httpx a chunk's time is taken when the reading task next runs, which at 64
+streams is after the tasks woken before it have parsed their chunks: a burst of chunks
+from one engine step would be stamped milliseconds apart. Here the stamp is taken in
+the transport's data_received callback, the first Python code that sees the bytes, and
+httpx reads them afterwards. httpx stays the one HTTP client; only its network backend
+(the documented httpcore extension point) is ours. Plain http only: an https URL gets
+the stock backend, and chunk times fall back to the moment the task reads them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+
+import httpcore
+import httpx
+
+
+class _TimedProtocol(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.segments: deque[tuple[float, bytes]] = deque()
+        self.closed = False
+        self.error: BaseException | None = None
+        self.waiter: asyncio.Future | None = None
+        self.transport: asyncio.Transport | None = None
+        self.can_write: asyncio.Event = asyncio.Event()
+        self.can_write.set()
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.segments.append((time.monotonic(), data))
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.closed = True
+        self._wake()
+        return False
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.closed, self.error = True, exc
+        self.can_write.set()
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self.can_write.clear()
+
+    def resume_writing(self) -> None:
+        self.can_write.set()
+
+    def _wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+
+class TimedStream(httpcore.AsyncNetworkStream):
+    """A TCP stream that remembers when the bytes it last returned arrived."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: _TimedProtocol) -> None:
+        self._transport, self._protocol = transport, protocol
+        self.last_arrival_t: float | None = None
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        proto = self._protocol
+        while not proto.segments and not proto.closed:
+            proto.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(proto.waiter, timeout)
+            except TimeoutError as err:
+                raise httpcore.ReadTimeout("read timed out") from err
+            finally:
+                proto.waiter = None
+        if proto.segments:
+            t, data = proto.segments.popleft()
+            if len(data) > max_bytes:
+                proto.segments.appendleft((t, data[max_bytes:]))
+                data = data[:max_bytes]
+            self.last_arrival_t = t
+            return data
+        if proto.error is not None:
+            raise httpcore.ReadError(str(proto.error))
+        return b""
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if self._protocol.closed:
+            raise httpcore.WriteError("connection closed")
+        self._transport.write(buffer)
+        if not self._protocol.can_write.is_set():
+            try:
+                await asyncio.wait_for(self._protocol.can_write.wait(), timeout)
+            except TimeoutError as err:
+                raise httpcore.WriteTimeout("write timed out") from err
+
+    async def aclose(self) -> None:
+        self._transport.close()
+
+    async def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+        raise httpcore.ConnectError("the timed backend serves plain http only")
+
+    def get_extra_info(self, info: str):
+        if info == "is_readable":  # httpcore asks this of idle connections: closed by peer?
+            return self._protocol.closed or bool(self._protocol.segments)
+        if info in ("socket", "client_addr", "server_addr"):
+            key = {"client_addr": "sockname", "server_addr": "peername"}.get(info, info)
+            return self._transport.get_extra_info(key)
+        return None
+
+
+class TimedBackend(httpcore.AsyncNetworkBackend):
+    async def connect_tcp(self, host, port, timeout=None, local_address=None,
+                          socket_options=None) -> TimedStream:
+        loop = asyncio.get_running_loop()
+        local = (local_address, 0) if local_address else None
+        try:
+            transport, protocol = await asyncio.wait_for(
+                loop.create_connection(_TimedProtocol, host, port, local_addr=local), timeout)
+        except TimeoutError as err:
+            raise httpcore.ConnectTimeout(f"connect to {host}:{port} timed out") from err
+        except OSError as err:
+            raise httpcore.ConnectError(str(err)) from err
+        return TimedStream(transport, protocol)
+
+    async def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        raise httpcore.ConnectError("unix sockets are not supported by the timed backend")
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class _TimedTransport(httpx.AsyncHTTPTransport):
+    def __init__(self, limits: httpx.Limits) -> None:
+        super().__init__(limits=limits, trust_env=False)
+        # The stock pool with our backend; everything else (HTTP/1.1, pooling) is httpcore's.
+        self._pool = httpcore.AsyncConnectionPool(
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=TimedBackend(),
+        )
+
+
+def make_client(base_url: str, connections: int, timeout_s: float) -> httpx.AsyncClient:
+    """One client per cell, its pool sized to the load so httpx never queues a request."""
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections,
+                          keepalive_expiry=60.0)
+    timeout = httpx.Timeout(timeout_s)
+    if base_url.startswith("http://"):
+        return httpx.AsyncClient(transport=_TimedTransport(limits), timeout=timeout,
+                                 trust_env=False)
+    return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
+
+
+def arrival_time(response: httpx.Response) -> float:
+    """When the bytes the response just yielded reached this process."""
+    stream = response.extensions.get("network_stream")
+    t = getattr(stream, "last_arrival_t", None)
+    return t if t is not None else time.monotonic()
