@@ -7,6 +7,8 @@ Order (engines are started once per arm per stage):
   stage 2  per arm: the remaining speed cells (skipped if stop fires), then
            accuracy cells;
   stage 3  per arm: open-loop cells at rates relative to the knee.
+Stage 2 takes the arms in reverse order, so the arm that ends one stage begins
+the next and its engine is not restarted in between.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
                 )
         for c in (lv for lv in levels if lv in early):
             cells.extend(_speed_cell(study, arm, t, c, 1) for t in speed_tasks)
-    for arm in study.arms:
+    for arm in reversed(study.arms):
         for c in (lv for lv in levels if lv not in early):
             cells.extend(_speed_cell(study, arm, t, c, 2) for t in speed_tasks)
         for task in study.tasks:

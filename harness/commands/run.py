@@ -1,0 +1,56 @@
+"""`specbench run FILE`: run a whole study, resumably, and write its verdict and report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.paths import REPORTS_DIR, RESULTS_DIR
+from harness.prereg import load_study_file
+from harness.run.runner import Runner, find_run, new_run, prepare, reopen_run
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run a study: every cell, the bars, the verdict and the report")
+    p.add_argument("file", help="the study's prereg YAML")
+    p.add_argument("--resume", nargs="?", const="", default=None, metavar="RUN",
+                   help="continue a run (its id or folder; default: the newest run of FILE),"
+                        " skipping complete cells")
+    p.add_argument("--allow-deviation", action="store_true",
+                   help="resume even though the study's seal changed; the deviation is recorded")
+    p.add_argument("--run-id", help="name of a new run folder (default: <study>-<time>)")
+    p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders go")
+    p.add_argument("--reports", type=Path, default=REPORTS_DIR, help="where PDF reports go")
+    p.add_argument("--no-report", action="store_true", help="skip the PDF at the end")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console(highlight=False)
+    loaded = load_study_file(args.file)
+    if args.resume is not None and args.run_id:
+        from harness.errors import InputError
+
+        raise InputError("give --resume or --run-id, not both")
+    study = prepare(loaded)  # pre-flight: every arm checked before any engine starts
+    if args.resume is not None:
+        store = find_run(args.results, loaded, args.resume or None)
+        reopen_run(store, loaded, args.allow_deviation)
+        console.print(f"resuming run {store.run_id} in {store.root}")
+    else:
+        store = new_run(loaded, args.results, args.run_id)
+        console.print(f"run {store.run_id} in {store.root}")
+    verdict = Runner(store, study, console).run()
+    console.print(f"[bold]verdict: {verdict['verdict']}[/bold]  ({store.root / 'verdict.json'})")
+    for bar in verdict.get("bars", []):
+        console.print(f"  {bar['name']}: {bar['status']}")
+    if not args.no_report:
+        from harness.report import build_report
+
+        pdf = build_report(store.root, args.reports / f"{store.run_id}.pdf")
+        console.print(f"report: {pdf}")
+    print(json.dumps({"run": str(store.root), "verdict": verdict["verdict"]}))
+    return 0

@@ -1,0 +1,1 @@
+"""Running a study: the run folder, cell execution, stages, resume."""

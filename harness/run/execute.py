@@ -1,0 +1,189 @@
+"""Execute one cell against a running engine: load, 1 Hz scrape, engine watchdog.
+
+Every request record and metric sample is appended to the cell's files the
+moment it exists. The cell's completion marker is written by the caller only
+after this returns normally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+from harness.engines import get_engine_kind
+from harness.measure.driver import run_cell
+from harness.measure.patterns import ClosedLoop, OpenLoop
+from harness.measure.scrape import scrape_metrics
+from harness.plan import Cell
+from harness.prereg.schema import Arm, Study
+from harness.records import MetricSample, RequestRecord
+from harness.run.cell_requests import cell_items, cell_request_specs
+from harness.run.store import JsonlWriter, RunStore
+
+
+class EngineDied(Exception):
+    """The engine process exited while a cell was running."""
+
+
+def cell_pattern(study: Study, cell: Cell, rate_rps: float | None = None) -> ClosedLoop | OpenLoop:
+    if cell.kind == "open":
+        ol = study.loads.open_loop
+        assert ol is not None and rate_rps is not None
+        return OpenLoop(
+            rate=rate_rps, requests=ol.requests, duration_s=ol.duration_s, arrival=ol.arrival,
+            burstiness=ol.burstiness, seed=ol.seed, warmup=ol.warmup,
+        )
+    assert cell.concurrency is not None and cell.requests is not None
+    return ClosedLoop(
+        concurrency=cell.concurrency, requests=cell.requests, warmup=cell.warmup,
+        max_duration_s=study.loads.closed_loop.max_duration_s if cell.kind == "speed" else None,
+    )
+
+
+def sampling_fields(study: Study) -> dict[str, Any]:
+    s = study.sampling
+    # Always sent: a field left unset falls back to the model's generation_config.
+    return {"temperature": s.temperature, "top_p": s.top_p, "seed": s.seed,
+            "ignore_eos": s.ignore_eos}
+
+
+def outcome_dict(outcome: Any) -> dict[str, Any]:
+    if is_dataclass(outcome):
+        data = asdict(outcome)
+    elif hasattr(outcome, "model_dump"):
+        data = outcome.model_dump(mode="json")
+    else:
+        data = dict(outcome)
+    health = data.get("health")
+    if hasattr(health, "model_dump"):
+        data["health"] = health.model_dump(mode="json")
+    return data
+
+
+async def _watch(engine: Any, interval_s: float = 1.0) -> None:
+    while engine.alive():
+        await asyncio.sleep(interval_s)
+
+
+async def _execute(
+    *,
+    engine: Any,
+    arm: Arm,
+    study: Study,
+    cell: Cell,
+    attempt: int,
+    pattern: ClosedLoop | OpenLoop,
+    requests_out: JsonlWriter,
+    metrics_out: JsonlWriter,
+    on_record: Callable[[RequestRecord], None] | None,
+    on_sample: Callable[[MetricSample], None] | None,
+) -> Any:
+    kind = get_engine_kind(arm.engine)
+
+    def record(rec: RequestRecord) -> None:
+        requests_out.write(rec)
+        if on_record is not None:
+            on_record(rec)
+
+    def sample(s: MetricSample) -> None:
+        metrics_out.write(s)
+        if on_sample is not None:
+            on_sample(s)
+
+    stop = asyncio.Event()
+    scraper = asyncio.create_task(
+        scrape_metrics(
+            metrics_url=engine.metrics_url, dialect=kind.metrics_dialect,
+            interval_s=study.recording.scrape_interval_s, cell_id=cell.id, attempt=attempt,
+            on_sample=sample, stop=stop,
+        )
+    )
+    load = asyncio.create_task(
+        run_cell(
+            base_url=engine.base_url, model=engine.served_model,
+            requests=cell_request_specs(study, cell), pattern=pattern,
+            sampling=sampling_fields(study), extra_body=kind.request_fields(arm, study),
+            cell_id=cell.id, attempt=attempt, on_record=record,
+            timeout_s=study.recording.request_timeout_s,
+            error_rate_limit=study.recording.error_rate_limit,
+            lag_limit_ms=study.recording.lag_limit_p99_ms,
+        )
+    )
+    watchdog = asyncio.create_task(_watch(engine))
+    try:
+        done, _ = await asyncio.wait({load, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+        if load not in done:
+            raise EngineDied(f"the {arm.engine} engine of arm {arm.name!r} exited during {cell.id}")
+        return load.result()
+    finally:
+        for task in (load, watchdog):
+            task.cancel()
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(scraper, timeout=study.recording.scrape_interval_s * 5 + 5)
+        scraper.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(load, watchdog, scraper, return_exceptions=True)
+
+
+def execute_cell(
+    *,
+    store: RunStore,
+    engine: Any,
+    arm: Arm,
+    study: Study,
+    cell: Cell,
+    attempt: int,
+    rate_rps: float | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    on_sample: Callable[[MetricSample], None] | None = None,
+) -> dict[str, Any]:
+    """Run the cell once; returns its outcome as a dict. Raises EngineDied."""
+    pattern = cell_pattern(study, cell, rate_rps)
+    with store.writer(cell.id, "requests.jsonl") as req_w, store.writer(
+        cell.id, "metrics.jsonl"
+    ) as met_w:
+        outcome = asyncio.run(
+            _execute(
+                engine=engine, arm=arm, study=study, cell=cell, attempt=attempt,
+                pattern=pattern, requests_out=req_w, metrics_out=met_w,
+                on_record=on_record, on_sample=on_sample,
+            )
+        )
+    if cell.kind == "accuracy":
+        score_cell(store, study, cell, attempt)
+    return outcome_dict(outcome)
+
+
+def score_cell(store: RunStore, study: Study, cell: Cell, attempt: int) -> None:
+    """Score the attempt's outputs with the task's scorer into scores.jsonl.
+
+    An item whose request failed is scored wrong, so every cell scores the same items."""
+    from harness.workloads import score_items
+
+    task = study.task(cell.task)
+    items = {item.id: item for item in cell_items(study, cell)}
+    responses: dict[str, str] = {}
+    failed: dict[str, str] = {}
+    path = store.cell_dir(cell.id) / "requests.jsonl"
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            rec = RequestRecord.model_validate_json(line)
+            if rec.attempt != attempt or rec.phase != "measure":
+                continue
+            if rec.ok:
+                responses[rec.item_id] = rec.output_text
+            else:
+                failed[rec.item_id] = rec.error or "failed"
+    scored = score_items(task.kind, items, {i: responses.get(i, "") for i in items})
+    out = store.cell_dir(cell.id) / "scores.jsonl"
+    out.unlink(missing_ok=True)
+    with JsonlWriter(out) as writer:
+        for s in scored:
+            row = {"id": s.id, "extracted": s.extracted, "correct": s.correct, "detail": s.detail}
+            if s.id in failed or s.id not in responses:
+                row.update(correct=False, detail=f"request failed: {failed.get(s.id, 'not sent')}")
+            writer.write(row)

@@ -1,0 +1,355 @@
+"""Run a whole study: stages in plan order, engines once per arm per stage, the
+stop bar after stage 1, the check bar's baseline reruns, the open loop at the
+knee, then the verdict and the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from harness.engines.lifecycle import EngineProcess, start_engine
+from harness.engines.preflight import require_preflight
+from harness.errors import InputError, SpecbenchError
+from harness.plan import Cell, plan_cells
+from harness.prereg import LoadedStudy, resolved_study, seal_of
+from harness.prereg.schema import Arm, Study
+from harness.run.execute import EngineDied, execute_cell
+from harness.run.progress import RunProgress
+from harness.run.store import RunStore, host_facts, specbench_commit, write_json_atomic
+
+RERUN_SUFFIX = "/rerun1"
+
+
+def expand_environment(study: Study) -> Study:
+    """${VAR} in an arm's interpreter or command, the model path and a draft path is
+    the machine's business, not the study's: expanded for execution only, after the
+    seal is taken over the text as written."""
+    arms = []
+    for arm in study.arms:
+        update: dict[str, Any] = {}
+        launch = arm.launch
+        if launch is not None and (launch.python or launch.command):
+            changes: dict[str, Any] = {}
+            if launch.python:
+                changes["python"] = _expand(launch.python, arm.name, "launch.python")
+            if launch.command:
+                changes["command"] = [_expand(c, arm.name, "launch.command") for c in launch.command]
+            update["launch"] = launch.model_copy(update=changes)
+        if arm.drafter is not None and arm.drafter.model:
+            model = _expand(arm.drafter.model, arm.name, "drafter.model")
+            update["drafter"] = arm.drafter.model_copy(update={"model": model})
+        arms.append(arm.model_copy(update=update))
+    model = study.model.model_copy(update={"id": _expand(study.model.id, None, "model.id")})
+    return study.model_copy(update={"arms": arms, "model": model})
+
+
+def _expand(value: str, arm: str | None, field: str) -> str:
+    out = os.path.expandvars(value)
+    missing = re.findall(r"\$\{?(\w+)\}?", out)
+    if missing:
+        where = f"arm {arm!r} {field}" if arm else field
+        raise InputError(
+            f"{where}: environment variable {missing[0]} is not set (it names a path on"
+            " this machine; set it before running)"
+        )
+    return out
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(obj, list):
+        out = {}
+        for i, v in enumerate(obj):
+            out.update(_flatten(v, f"{prefix}[{i}]"))
+        return out
+    return {prefix: obj}
+
+
+def study_differences(old: dict, new: dict) -> list[str]:
+    a, b = _flatten(old), _flatten(new)
+    return [
+        f"{key}: {a.get(key, '(absent)')!r} -> {b.get(key, '(absent)')!r}"
+        for key in sorted(set(a) | set(b))
+        if a.get(key) != b.get(key)
+    ]
+
+
+def new_run(loaded: LoadedStudy, results_dir: Path, run_id: str | None = None) -> RunStore:
+    run_id = run_id or f"{loaded.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    root = results_dir / run_id
+    if root.exists():
+        raise InputError(f"{root}: a run folder of that name exists (use --resume {run_id})")
+    (root / "prereg").mkdir(parents=True)
+    shutil.copy2(loaded.path, root / "prereg" / loaded.path.name)
+    for arm_path in loaded.arm_files.values():
+        shutil.copy2(arm_path, root / "prereg" / arm_path.name)
+    resolved = resolved_study(loaded.study)
+    write_json_atomic(root / "study.json", resolved)
+    store = RunStore(root)
+    store.update_manifest(
+        run_id=run_id,
+        seal=seal_of(loaded.study),
+        study_file=str(loaded.path.resolve()),
+        specbench_commit=specbench_commit(),
+        host=host_facts(),
+        started_wall=time.time(),
+        ended_wall=None,
+        engines={},
+        deviations=[],
+        skipped=[],
+        stop=None,
+        reruns=[],
+        failed_cells=[],
+        status="running",
+    )
+    return store
+
+
+def find_run(results_dir: Path, loaded: LoadedStudy, which: str | None) -> RunStore:
+    """`--resume RUN` (an id or a folder), or the newest run of the same study file."""
+    if which:
+        path = Path(which)
+        root = path if path.is_dir() else results_dir / which
+        if not (root / "manifest.json").exists():
+            raise InputError(f"--resume {which}: no run folder with a manifest.json there")
+        return RunStore(root)
+    study_file = str(loaded.path.resolve())
+    candidates = []
+    for manifest in results_dir.glob("*/manifest.json"):
+        store = RunStore(manifest.parent)
+        try:
+            if store.manifest().get("study_file") == study_file:
+                candidates.append(store)
+        except (OSError, ValueError):
+            continue
+    if not candidates:
+        raise InputError(f"--resume: no earlier run of {loaded.path} under {results_dir}")
+    return max(candidates, key=lambda s: s.manifest().get("started_wall", 0))
+
+
+def reopen_run(store: RunStore, loaded: LoadedStudy, allow_deviation: bool) -> None:
+    """Refuse to mix two different studies in one run folder unless told to, and
+    then say exactly what changed, in the manifest and so in the report."""
+    manifest = store.manifest()
+    old_seal, new_seal = manifest["seal"], seal_of(loaded.study)
+    if old_seal != new_seal:
+        old = json.loads((store.root / "study.json").read_text(encoding="utf-8"))
+        diffs = study_differences(old, resolved_study(loaded.study))
+        if not allow_deviation:
+            raise InputError(
+                f"{loaded.path}: its seal {new_seal[:12]} differs from run {store.run_id}'s"
+                f" {old_seal[:12]} ({len(diffs)} changes, first: {diffs[0] if diffs else '?'});"
+                " resume with --allow-deviation to record the deviation and continue"
+            )
+        original = store.root / "study.original.json"
+        if not original.exists():
+            shutil.copy2(store.root / "study.json", original)
+        write_json_atomic(store.root / "study.json", resolved_study(loaded.study))
+        store.append_manifest(
+            "deviations",
+            {"when": time.time(), "what": "resumed under a different seal",
+             "old_seal": old_seal, "new_seal": new_seal, "changes": diffs},
+        )
+        store.update_manifest(seal=new_seal)
+    store.update_manifest(status="running", ended_wall=None)
+
+
+class ArmEngine:
+    """One arm's engine for one stage: started on first use, restarted if it died."""
+
+    def __init__(self, store: RunStore, arm: Arm, study: Study, progress: RunProgress) -> None:
+        self.store, self.arm, self.study, self.progress = store, arm, study, progress
+        self.process: EngineProcess | None = None
+
+    def ensure(self) -> EngineProcess:
+        if self.process is not None and self.process.alive():
+            return self.process
+        if self.process is not None:
+            self.progress.note(f"engine of {self.arm.name} is down; restarting")
+            self.close()
+        log_dir = self.store.root / "engines" / self.arm.name
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.progress.note(f"starting {self.arm.engine} engine for arm {self.arm.name}")
+        self.process = start_engine(self.arm, self.study, log_dir)
+        info = self.process.info
+        data = info.model_dump(mode="json") if hasattr(info, "model_dump") else dict(info)
+        manifest = self.store.manifest()
+        manifest.setdefault("engines", {}).setdefault(self.arm.name, []).append(data)
+        write_json_atomic(self.store.manifest_path, manifest)
+        return self.process
+
+    def close(self) -> None:
+        if self.process is not None:
+            try:
+                self.process.stop()
+            finally:
+                self.process = None
+
+
+def _analysis():
+    # The analysis stage is imported late: the runner hands it only the folder.
+    from harness import analysis
+
+    return analysis
+
+
+class Runner:
+    def __init__(self, store: RunStore, study: Study, console: Console) -> None:
+        self.store = store
+        self.study = study  # environment-expanded, for execution
+        self.console = console
+        self.cells = plan_cells(study)
+        self._engine: ArmEngine | None = None
+
+    # --- cells -----------------------------------------------------------------
+
+    def _run_one(self, engine: ArmEngine, cell: Cell, progress: RunProgress,
+                 rate_rps: float | None = None, extra: dict | None = None) -> bool:
+        retries = self.study.recording.cell_retries
+        for _ in range(retries + 1):
+            attempt = self.store.start_attempt(cell.id, cell.to_dict(), **(extra or {}))
+            progress.start_cell(cell, attempt)
+            try:
+                process = engine.ensure()
+                outcome = execute_cell(
+                    store=self.store, engine=process, arm=engine.arm, study=self.study,
+                    cell=cell, attempt=attempt, rate_rps=rate_rps,
+                    on_record=progress.on_record, on_sample=progress.on_sample,
+                )
+            except EngineDied as err:
+                self.store.end_attempt(cell.id, attempt, "failed", str(err))
+                progress.end_cell(cell, "RETRY", str(err))
+                continue
+            except KeyboardInterrupt:
+                self.store.end_attempt(cell.id, attempt, "interrupted")
+                progress.end_cell(cell, "STOPPED", "interrupted")
+                raise
+            except BaseException as err:
+                self.store.end_attempt(cell.id, attempt, "failed", f"{type(err).__name__}: {err}")
+                progress.end_cell(cell, "FAILED", str(err))
+                raise
+            self.store.mark_complete(cell.id, attempt, outcome)
+            health = outcome.get("health") or {}
+            detail = f"{outcome.get('n_ok', 0)} ok, {outcome.get('n_errors', 0)} errors"
+            if health and not health.get("valid", True):
+                detail += f"; INVALID: {health.get('reason')}"
+            progress.end_cell(cell, "done", detail)
+            return True
+        self.store.append_manifest(
+            "failed_cells", {"cell": cell.id, "reason": f"failed {retries + 1} attempts"}
+        )
+        return False
+
+    def _run_cells(self, cells: Iterable[Cell], progress: RunProgress,
+                   rates: dict[str, float] | None = None) -> None:
+        by_arm: dict[str, list[Cell]] = {}
+        for cell in cells:
+            by_arm.setdefault(cell.arm, []).append(cell)
+        for arm_name, arm_cells in by_arm.items():
+            pending = [c for c in arm_cells if not self.store.is_complete(c.id)]
+            for cell in arm_cells:
+                if cell not in pending:
+                    progress.skip(cell)
+            if not pending:
+                continue
+            engine = self._engine_for(arm_name, progress)
+            for cell in pending:
+                rate = extra = None
+                if cell.kind == "open":
+                    assert rates is not None and cell.rate_relative is not None
+                    rate = cell.rate_relative * rates[arm_name]
+                    extra = {"open_loop": {"reference_rps": rates[arm_name], "rate_rps": rate}}
+                self._run_one(engine, cell, progress, rate, extra)
+
+    def _engine_for(self, arm_name: str, progress: RunProgress) -> ArmEngine:
+        """Keep one engine up at a time; reuse it when the next cells are its arm's."""
+        if self._engine is not None and self._engine.arm.name == arm_name:
+            return self._engine
+        self.close_engine()
+        self._engine = ArmEngine(self.store, self.study.arm(arm_name), self.study, progress)
+        return self._engine
+
+    def close_engine(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+
+    # --- stages --------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        analysis = _analysis()
+        total = sum((c.requests or 0) + c.warmup for c in self.cells)
+        status = "interrupted"
+        with RunProgress(self.console, total) as progress:
+            try:
+                self._run_cells([c for c in self.cells if c.stage == 1], progress)
+                stop = analysis.judge_stop(self.store.root, self.study)
+                decision = {"fired": stop.fired, "judged_wall": time.time(),
+                            "evidence": stop.evidence}
+                self.store.update_manifest(stop=decision)
+                stage2 = [c for c in self.cells if c.stage == 2]
+                if stop.fired:
+                    skipped = [c for c in stage2 if c.kind == "speed"]
+                    progress.note(f"stop bar fired: skipping {len(skipped)} speed cells")
+                    self.store.update_manifest(
+                        skipped=[{"cell": c.id, "reason": "stop bar fired"} for c in skipped]
+                    )
+                    for c in skipped:
+                        progress.skip(c)
+                    stage2 = [c for c in stage2 if c.kind != "speed"]
+                self._run_cells(stage2, progress)
+                self.rerun_baselines(progress)
+                open_cells = [c for c in self.cells if c.stage == 3]
+                if open_cells:
+                    rates = analysis.open_loop_reference_rps(self.store.root, self.study)
+                    self._run_cells(open_cells, progress, rates)
+                status = "complete"
+            finally:
+                self.close_engine()
+                self.store.update_manifest(status=status, ended_wall=time.time())
+        return analysis.write_verdict(self.store.root, self.study)
+
+    def rerun_cells(self, targets: list[str]) -> list[Cell]:
+        by_id = {c.id: c for c in self.cells}
+        reruns = []
+        for target in targets:
+            if target not in by_id:
+                raise SpecbenchError(f"check bar named {target}, which is not a cell of this plan")
+            reruns.append(dataclasses.replace(by_id[target], id=target + RERUN_SUFFIX))
+        return reruns
+
+    def rerun_baselines(self, progress: RunProgress) -> None:
+        targets = _analysis().check_bar_targets(self.store.root, self.study)
+        if not targets:
+            return
+        progress.note(f"check bar fired: rerunning baseline cells {', '.join(targets)}")
+        reruns = self.rerun_cells(targets)
+        recorded = {r["cell"] for r in self.store.manifest().get("reruns", [])}
+        for cell in reruns:
+            if cell.id not in recorded:
+                self.store.append_manifest(
+                    "reruns", {"cell": cell.id, "of": cell.id[: -len(RERUN_SUFFIX)],
+                               "reason": "check bar fired", "when": time.time()}
+                )
+        self._run_cells(reruns, progress)
+
+
+def prepare(loaded: LoadedStudy) -> Study:
+    """The study as executed on this machine, checked before any engine starts."""
+    study = expand_environment(loaded.study)
+    require_preflight(study)
+    return study
