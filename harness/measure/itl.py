@@ -8,6 +8,7 @@ None for a request whose engine did not send them.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 from harness.records import RequestRecord
@@ -16,7 +17,7 @@ from harness.records import RequestRecord
 def chunk_itl(rec: RequestRecord) -> list[float]:
     """Seconds between consecutive output-carrying chunks (the first chunk is TTFT)."""
     t = rec.chunk_times
-    return [b - a for a, b in zip(t, t[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(t)]
 
 
 def token_itl(rec: RequestRecord) -> list[float] | None:

@@ -106,9 +106,9 @@ def _fill_from_events(rec: RequestRecord, events: list[tuple[float, bytes]],
             continue
         try:
             obj = json.loads(data)
-            if not isinstance(obj, dict):
-                raise ValueError("not an object")
         except ValueError:
+            obj = None
+        if not isinstance(obj, dict):
             malformed = malformed or f"malformed chunk: {data[:120]!r}"
             continue
         if "error" in obj and "choices" not in obj:

@@ -22,12 +22,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.errors import InputError, SpecbenchError
+from harness.testengine import __version__ as VERSION
 from harness.testengine import chunks
 from harness.testengine.engine import ScriptedEngine, Sequence
 from harness.testengine.metrics_text import metrics_text
 from harness.testengine.spec import ScriptedEngineSpec, load_spec
 
-VERSION = "scripted-1"
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             500: "Internal Server Error", 503: "Service Unavailable"}
 
@@ -266,8 +267,23 @@ def serve_in_thread(spec: ScriptedEngineSpec, truth_log: str | Path | None = Non
         running.stop()
 
 
+def _spec_from_args(args: argparse.Namespace) -> ScriptedEngineSpec:
+    if args.spec_json is not None:
+        try:
+            spec = ScriptedEngineSpec.model_validate_json(args.spec_json)
+        except ValueError as err:
+            raise InputError(f"--spec-json: not a valid scripted engine spec: {err}") from err
+    elif args.spec is not None:
+        spec = load_spec(args.spec)
+    else:
+        raise InputError("give --spec FILE or --spec-json TEXT")
+    if args.served_model_name:
+        spec = spec.model_copy(update={"served_model": args.served_model_name})
+    return spec
+
+
 async def _serve(args: argparse.Namespace) -> None:
-    server = ScriptedServer(load_spec(args.spec), args.host, args.port, args.truth_log,
+    server = ScriptedServer(_spec_from_args(args), args.host, args.port, args.truth_log,
                             exit_on_die=True)
     await server.start()
     print(f"scripted engine listening on http://{args.host}:{server.port}", flush=True)
@@ -282,13 +298,13 @@ async def _serve(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.testengine",
                                      description="Scripted OpenAI-compatible test engine.")
-    parser.add_argument("--spec", required=True, help="ScriptedEngineSpec as JSON or YAML")
+    parser.add_argument("--spec", help="ScriptedEngineSpec file, JSON or YAML")
+    parser.add_argument("--spec-json", help="ScriptedEngineSpec as inline JSON")
+    parser.add_argument("--served-model-name", help="override the spec's served_model")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--truth-log", default=None, help="JSONL: every chunk's send time")
     args = parser.parse_args(argv)
-    from harness.errors import SpecbenchError
-
     try:
         asyncio.run(_serve(args))
     except SpecbenchError as err:

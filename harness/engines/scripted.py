@@ -1,0 +1,60 @@
+"""The scripted test engine as an engine kind: dry runs of a whole study without a GPU.
+
+The arm carries the declared model (`Arm.scripted`); the engine is this package's own
+`python -m harness.testengine`, so it needs no separate environment.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from harness.engines.base import EngineKind
+
+if TYPE_CHECKING:
+    from harness.prereg.schema import Arm, Study
+    from harness.testengine.spec import ScriptedEngineSpec
+
+
+class ScriptedKind(EngineKind):
+    name: ClassVar[str] = "scripted"
+    # The class default; an arm's spec may choose "sglang" (see dialect_for).
+    metrics_dialect: ClassVar[Literal["vllm", "sglang"]] = "vllm"
+    engine_module: ClassVar[str] = "harness.testengine"
+    expected_version: ClassVar[str | None] = None
+
+    @staticmethod
+    def spec(arm: Arm) -> ScriptedEngineSpec:
+        if arm.scripted is None:
+            raise ValueError(f"arm {arm.name!r}: engine 'scripted' needs a scripted spec")
+        spec = arm.scripted
+        if arm.max_running_requests is not None:
+            spec = spec.model_copy(update={"max_batch": arm.max_running_requests})
+        return spec
+
+    def dialect_for(self, arm: Arm) -> Literal["vllm", "sglang"]:
+        """The /metrics dialect this arm's scripted engine speaks."""
+        return self.spec(arm).metrics_dialect
+
+    def interpreter(self, arm: Arm) -> str | None:
+        python = super().interpreter(arm)
+        return python or sys.executable
+
+    def command(self, arm: Arm, study: Study, host: str, port: int) -> list[str]:
+        launch = arm.launch
+        prefix = list(launch.command) if launch is not None and launch.command else [
+            self.interpreter(arm), "-m", "harness.testengine"]
+        cmd = [*prefix, "--host", host, "--port", str(port),
+               "--spec-json", self.spec(arm).model_dump_json(),
+               "--served-model-name", self.served_model(study)]
+        return cmd + (list(launch.extra_args) if launch is not None else [])
+
+    def request_fields(self, arm: Arm, study: Study) -> dict[str, Any]:
+        fields = super().request_fields(arm, study)
+        fields["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        if self.dialect_for(arm) == "sglang":
+            fields["return_spec_tokens_details"] = True
+        return fields
+
+    def effective_max_running(self, arm: Arm) -> int | None:
+        return self.spec(arm).max_batch
