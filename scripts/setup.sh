@@ -22,6 +22,18 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# pdftoppm renders report pages to images (the tests check every page renders).
+if ! command -v pdftoppm >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing poppler-utils (pdftoppm)" >&2
+    (apt-get install -y -q poppler-utils >/dev/null 2>&1 ||
+      (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q poppler-utils >/dev/null 2>&1)) ||
+      echo "setup: could not install poppler-utils; report rendering tests will fail" >&2
+  else
+    echo "setup: pdftoppm not found; install poppler-utils to check report pages" >&2
+  fi
+fi
+
 if [ "${SPECBENCH_SKIP_ENGINE:-0}" = "1" ]; then
   exit 0
 fi
