@@ -1,0 +1,117 @@
+"""The cell table: one row per cell with every figure the report and bars read."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from harness.analysis.acceptance import cell_acceptance
+from harness.analysis.load import CellData, RunData
+from harness.measure.itl import chunk_itl, tokens_per_chunk
+from harness.records import RequestRecord
+
+PERCENTILES = (50, 90, 99)
+
+
+def request_speed(rec: RequestRecord) -> float | None:
+    """Per-user speed = (completion_tokens - 1) / (end - first token) = 1 / TPOT."""
+    tpot = rec.tpot_s
+    if not rec.ok or tpot is None or tpot <= 0:
+        return None
+    return 1.0 / tpot
+
+
+def cell_speeds(cell: CellData) -> np.ndarray:
+    """Per-user speeds of a cell's measured, successful requests."""
+    speeds = [request_speed(r) for r in cell.requests]
+    return np.array([s for s in speeds if s is not None], dtype=float)
+
+
+def measure_span_s(records: list[RequestRecord]) -> float | None:
+    """Wall time of the measured phase: first scheduled send to last end."""
+    ends = [r.end_t for r in records if r.end_t is not None]
+    if not records or not ends:
+        return None
+    span = max(ends) - min(r.scheduled_t for r in records)
+    return span if span > 0 else None
+
+
+def _pct(values: list[float], p: float) -> float:
+    return float(np.percentile(values, p)) if values else math.nan
+
+
+def _request_stats(records: list[RequestRecord]) -> dict[str, float]:
+    ok = [r for r in records if r.ok]
+    ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
+    tpot = [r.tpot_s for r in ok if r.tpot_s is not None]
+    lat = [r.latency_s for r in ok if r.latency_s is not None]
+    itl = [g for r in ok for g in chunk_itl(r)]
+    speeds = [s for s in (request_speed(r) for r in ok) if s is not None]
+    e2e = [r.completion_tokens / r.latency_s for r in ok
+           if r.completion_tokens and r.latency_s and r.latency_s > 0]
+    out: dict[str, float] = {
+        "per_user_speed": float(np.median(speeds)) if speeds else math.nan,
+        "e2e_tok_s": float(np.median(e2e)) if e2e else math.nan,
+    }
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("latency", lat)):
+        for p in PERCENTILES:
+            out[f"{name}_p{p}_s"] = _pct(values, p)
+    span = measure_span_s(records)
+    tokens = sum(r.completion_tokens or 0 for r in ok)
+    out["span_s"] = span if span is not None else math.nan
+    out["request_throughput_rps"] = len(ok) / span if span else math.nan
+    out["output_throughput_tok_s"] = tokens / span if span else math.nan
+    tpc = tokens_per_chunk(ok)
+    out["tokens_per_chunk_client"] = tpc if tpc is not None else math.nan
+    return out
+
+
+def cell_row(cell: CellData) -> dict:
+    row: dict = {
+        "cell_id": cell.id,
+        "arm": cell.arm,
+        "task": cell.task,
+        "kind": cell.kind,
+        "concurrency": cell.concurrency,
+        "rate_relative": cell.rate_relative,
+        "rate_rps": cell.open_loop.rate_rps if cell.open_loop else None,
+        "stage": cell.stage,
+        "rerun_of": cell.rerun_of,
+        "status": cell.status,
+        "reason": cell.reason,
+        "attempt": cell.complete.attempt if cell.complete else None,
+        "n_measured": len(cell.requests),
+        "n_ok": sum(1 for r in cell.requests if r.ok),
+        "n_errors": sum(1 for r in cell.requests if not r.ok),
+        "n_invalid_tpot": sum(1 for r in cell.requests if r.ok and r.tpot_s is None),
+    }
+    if cell.complete is not None:
+        row["aborted"] = cell.complete.outcome.aborted
+        health = cell.complete.outcome.health
+        row["client_valid"] = health.valid if health is not None else None
+        row["client_lag_p99_ms"] = health.lag_p99_ms if health is not None else None
+    if cell.requests:
+        row.update(_request_stats(cell.requests))
+    acc = cell_acceptance(cell.samples)
+    row["acceptance_length_engine"] = acc.acceptance_length
+    row["tokens_per_verification"] = acc.tokens_per_verification
+    row["drafts"] = acc.drafts
+    row["scrape_gaps"] = acc.gaps
+    rates = acc.per_position_rates or []
+    row["accept_rate_sum"] = sum(rates) if rates else None
+    for i, rate in enumerate(rates, 1):
+        row[f"accept_rate_pos{i}"] = rate
+    if cell.scores is not None:
+        row["n_scored"] = len(cell.scores)
+        row["accuracy"] = (sum(cell.scores.values()) / len(cell.scores)) if cell.scores else None
+    return row
+
+
+def cell_table(run: RunData) -> pd.DataFrame:
+    """Every planned cell (missing and skipped ones too) and every rerun, in plan order."""
+    df = pd.DataFrame([cell_row(c) for c in run.cells.values()])
+    for col in ("concurrency", "stage", "attempt"):
+        df[col] = df[col].astype("Int64")
+    return df

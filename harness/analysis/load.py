@@ -1,0 +1,262 @@
+"""Read a run folder back: manifest, study, and each cell's records.
+
+Only the run folder is read (never an engine), so analysis and report can be
+rebuilt from an old run. A cell counts when its complete.json exists; analysis
+uses the measured requests of the attempt complete.json names. Cells whose
+client was unhealthy or whose error rate aborted them are loaded but marked
+invalid, so every bar can exclude them and say so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from harness.errors import InputError
+from harness.plan import Cell, plan_cells
+from harness.prereg.schema import Study
+from harness.records import ClientHealth, MetricSample, RequestRecord
+
+CellStatus = Literal["complete", "invalid", "missing", "skipped"]
+RERUN = re.compile(r"^(?P<original>.+)/rerun(?P<n>\d+)$")
+RERUN_DIR = re.compile(r"^(?P<original>.+)__rerun(?P<n>\d+)$")
+
+
+class _Lenient(BaseModel):
+    # Runner-written summaries may grow fields; the ones read here are checked.
+    model_config = ConfigDict(extra="allow")
+
+
+class Outcome(_Lenient):
+    n_ok: int = 0
+    n_errors: int = 0
+    errors_by_kind: dict[str, int] = {}
+    aborted: bool = False
+    reason: str | None = None
+    started_t: float | None = None
+    ended_t: float | None = None
+    health: ClientHealth | None = None
+
+
+class CompleteFile(_Lenient):
+    attempt: int
+    finished_wall: float | None = None
+    outcome: Outcome
+
+
+class OpenLoopInfo(_Lenient):
+    reference_rps: float | None = None
+    rate_rps: float
+
+
+class CellFile(_Lenient):
+    cell: dict[str, Any]
+    attempts: list[dict[str, Any]] = []
+    open_loop: OpenLoopInfo | None = None
+
+
+class ScoreLine(_Lenient):
+    id: str
+    extracted: Any = None
+    correct: bool
+    detail: Any = None
+
+
+@dataclass
+class CellData:
+    """One cell of the run as the folder holds it."""
+
+    id: str
+    arm: str
+    task: str
+    kind: str
+    concurrency: int | None
+    rate_relative: float | None
+    stage: int | None
+    status: CellStatus
+    reason: str | None = None
+    folder: Path | None = None
+    complete: CompleteFile | None = None
+    open_loop: OpenLoopInfo | None = None
+    requests: list[RequestRecord] = field(default_factory=list)  # measured, completed attempt
+    samples: list[MetricSample] = field(default_factory=list)  # completed attempt
+    scores: dict[str, bool] | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.status == "complete"
+
+    @property
+    def rerun_of(self) -> str | None:
+        m = RERUN.match(self.id)
+        return m.group("original") if m else None
+
+
+@dataclass
+class RunData:
+    run_dir: Path
+    run_id: str
+    manifest: dict[str, Any]
+    study: Study
+    cells: dict[str, CellData]  # planned cells (possibly missing) and reruns found on disk
+
+    def cell(self, cell_id: str) -> CellData:
+        return self.cells.get(cell_id) or _missing(cell_id, "not in the plan")
+
+    def find(self, arm: str, task: str, kind: str, concurrency: int | None = None) -> CellData:
+        if kind == "speed":
+            return self.cell(f"{arm}/{task}/speed/c{concurrency:03d}")
+        return self.cell(f"{arm}/{task}/{kind}")
+
+    @property
+    def stop_fired(self) -> bool:
+        stop = self.manifest.get("stop") or {}
+        return bool(stop.get("fired"))
+
+
+def cell_dir_name(cell_id: str) -> str:
+    return cell_id.replace("/", "__")
+
+
+def _missing(cell_id: str, reason: str) -> CellData:
+    parts = cell_id.split("/")
+    return CellData(cell_id, parts[0], parts[1] if len(parts) > 1 else "", "unknown", None, None,
+                    None, "missing", reason)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError as err:
+        raise InputError(f"{path}: file not found") from err
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from err
+
+
+def _validate(model: type[BaseModel], data: Any, where: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise InputError(f"{where}: field {loc}: {first['msg']}") from err
+
+
+def _read_jsonl(path: Path, model: type[BaseModel]) -> list[Any]:
+    if not path.exists():
+        return []
+    out = []
+    with path.open() as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"{path}: line {n}: not valid JSON ({err.msg})") from err
+            out.append(_validate(model, data, f"{path}: line {n}"))
+    return out
+
+
+def load_study_json(run_dir: Path) -> Study:
+    path = run_dir / "study.json"
+    data = _read_json(path)
+    if not isinstance(data, dict) or "study" not in data:
+        raise InputError(f"{path}: field study: expected the resolved study object")
+    return _validate(Study, data["study"], str(path))
+
+
+def planned_cells(study: Study) -> list[Cell]:
+    # Item counts only size the cells; ids and kinds are all analysis needs.
+    return plan_cells(study, sizes={t.name: 1 for t in study.tasks})
+
+
+def _load_cell(folder: Path, planned: Cell | None, cell_id: str) -> CellData:
+    cell_path = folder / "cell.json"
+    if planned is not None:
+        base = CellData(cell_id, planned.arm, planned.task, planned.kind, planned.concurrency,
+                        planned.rate_relative, planned.stage, "missing", folder=folder)
+    else:
+        base = _missing(cell_id, "")
+        base.folder = folder
+    if not cell_path.exists():
+        base.reason = "not run"
+        return base
+    cell_file: CellFile = _validate(CellFile, _read_json(cell_path), str(cell_path))
+    c = cell_file.cell
+    base.arm = c.get("arm", base.arm)
+    base.task = c.get("task", base.task)
+    base.kind = c.get("kind", base.kind)
+    base.concurrency = c.get("concurrency", base.concurrency)
+    base.rate_relative = c.get("rate_relative", base.rate_relative)
+    base.stage = c.get("stage", base.stage)
+    base.open_loop = cell_file.open_loop
+    complete_path = folder / "complete.json"
+    if not complete_path.exists():
+        last = cell_file.attempts[-1] if cell_file.attempts else {}
+        base.reason = (f"no complete attempt (last: {last.get('status')}: {last.get('error')})"
+                       if last else "started, never completed")
+        return base
+    done: CompleteFile = _validate(CompleteFile, _read_json(complete_path), str(complete_path))
+    base.complete = done
+    base.requests = [
+        r for r in _read_jsonl(folder / "requests.jsonl", RequestRecord)
+        if r.attempt == done.attempt and r.phase == "measure"
+    ]
+    base.samples = [
+        s for s in _read_jsonl(folder / "metrics.jsonl", MetricSample) if s.attempt == done.attempt
+    ]
+    if (folder / "scores.jsonl").exists():
+        base.scores = {s.id: s.correct for s in _read_jsonl(folder / "scores.jsonl", ScoreLine)}
+    health = done.outcome.health
+    if done.outcome.aborted:
+        base.status, base.reason = "invalid", f"aborted: {done.outcome.reason or 'error rate'}"
+    elif health is not None and not health.valid:
+        base.status, base.reason = "invalid", f"client unhealthy: {health.reason or 'lag limit'}"
+    elif not base.requests:
+        base.status, base.reason = "invalid", "no measured requests"
+    else:
+        base.status = "complete"
+    return base
+
+
+def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
+    """Everything analysis needs from a run folder. `study` overrides study.json."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: not a run folder (no such directory)")
+    manifest = _read_json(run_dir / "manifest.json")
+    if not isinstance(manifest, dict):
+        raise InputError(f"{run_dir / 'manifest.json'}: expected a JSON object")
+    if study is None:
+        study = load_study_json(run_dir)
+    skipped = {s.get("cell"): s.get("reason") for s in manifest.get("skipped") or []}
+    cells_root = run_dir / "cells"
+    cells: dict[str, CellData] = {}
+    for planned in planned_cells(study):
+        data = _load_cell(cells_root / cell_dir_name(planned.id), planned, planned.id)
+        if data.status == "missing" and planned.id in skipped:
+            data.status, data.reason = "skipped", skipped[planned.id] or "skipped"
+        cells[planned.id] = data
+    by_dir = {cell_dir_name(cid): cid for cid in cells}
+    if cells_root.is_dir():
+        for folder in sorted(cells_root.iterdir()):
+            m = RERUN_DIR.match(folder.name)
+            if not m or m.group("original") not in by_dir:
+                continue
+            original_id = by_dir[m.group("original")]
+            cell_id = f"{original_id}/rerun{m.group('n')}"
+            if cell_id not in cells:
+                data = _load_cell(folder, None, cell_id)
+                original = cells.get(original_id)
+                if original is not None:  # a rerun shares its original's coordinates
+                    data.arm, data.task, data.kind = original.arm, original.task, original.kind
+                    data.concurrency, data.stage = original.concurrency, original.stage
+                cells[cell_id] = data
+    run_id = str(manifest.get("run_id") or run_dir.name)
+    return RunData(run_dir, run_id, manifest, study, cells)

@@ -1,0 +1,223 @@
+"""Speedups of each drafter arm over its same-engine baseline, with bootstrap intervals.
+
+Speedup = median per-user speed of the drafter cell / that of its baseline's cell
+at the same task and concurrency. The interval resamples each arm's requests
+independently and takes the ratio of medians; the generator is seeded by the
+study's interval seed and the pair's cell ids, so a figure never depends on the
+order cells are analysed in.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from harness.analysis.cells import cell_speeds
+from harness.analysis.load import CellData, RunData
+from harness.prereg.schema import Intervals
+
+
+@dataclass(frozen=True)
+class Ratio:
+    point: float
+    ci_lower: float
+    ci_upper: float
+
+
+def bootstrap_ratio(drafter: np.ndarray, baseline: np.ndarray, intervals: Intervals,
+                    key: str = "") -> Ratio:
+    """Ratio of medians with a percentile bootstrap interval at intervals.level."""
+    point = float(np.median(drafter) / np.median(baseline))
+    rng = np.random.default_rng([intervals.seed, zlib.crc32(key.encode())])
+    b = intervals.bootstrap_resamples
+    d = np.median(drafter[rng.integers(0, len(drafter), size=(b, len(drafter)))], axis=1)
+    s = np.median(baseline[rng.integers(0, len(baseline), size=(b, len(baseline)))], axis=1)
+    ratios = d / s
+    tail = (1.0 - intervals.level) / 2.0 * 100.0
+    lo, hi = np.percentile(ratios, [tail, 100.0 - tail])
+    return Ratio(point, float(lo), float(hi))
+
+
+def speedup_of(drafter: CellData, baseline: CellData, intervals: Intervals) -> Ratio | None:
+    d, b = cell_speeds(drafter), cell_speeds(baseline)
+    if len(d) == 0 or len(b) == 0:
+        return None
+    return bootstrap_ratio(d, b, intervals, key=f"{drafter.id}|{baseline.id}")
+
+
+SPEEDUP_COLUMNS = [
+    "arm", "baseline", "task", "concurrency", "drafter_cell", "baseline_cell", "status", "reason",
+    "speed_drafter", "speed_baseline", "n_drafter", "n_baseline", "speedup", "ci_lower",
+    "ci_upper", "baseline_rerun_cell", "baseline_rerun_status", "baseline_rerun_speed",
+    "baseline_rerun_ratio",
+]
+
+
+def _latest_rerun(run: RunData, cell_id: str) -> CellData | None:
+    reruns = [c for c in run.cells.values() if c.rerun_of == cell_id]
+    return max(reruns, key=lambda c: c.id) if reruns else None
+
+
+def speedup_table(run: RunData) -> pd.DataFrame:
+    """One row per drafter arm x speed task x concurrency level, whatever its state.
+
+    status: ok, or missing / invalid / skipped naming the cell that is not usable.
+    The original baseline run is always the one used; a rerun is shown beside it.
+    """
+    study = run.study
+    intervals = study.bars.intervals
+    rows = []
+    for arm in study.arms:
+        if arm.baseline is None:
+            continue
+        for task in (t for t in study.tasks if "speed" in t.uses):
+            for c in study.loads.closed_loop.concurrency:
+                dc = run.find(arm.name, task.name, "speed", c)
+                bc = run.find(arm.baseline, task.name, "speed", c)
+                row: dict = {"arm": arm.name, "baseline": arm.baseline, "task": task.name,
+                             "concurrency": c, "drafter_cell": dc.id, "baseline_cell": bc.id}
+                bad = [x for x in (dc, bc) if not x.usable]
+                if bad:
+                    worst = bad[0]
+                    row["status"] = worst.status
+                    row["reason"] = "; ".join(f"{x.id}: {x.status} ({x.reason})" for x in bad)
+                else:
+                    ratio = speedup_of(dc, bc, intervals)
+                    ds, bs = cell_speeds(dc), cell_speeds(bc)
+                    row.update(speed_drafter=float(np.median(ds)) if len(ds) else math.nan,
+                               speed_baseline=float(np.median(bs)) if len(bs) else math.nan,
+                               n_drafter=len(ds), n_baseline=len(bs))
+                    if ratio is None:
+                        row["status"], row["reason"] = "invalid", "no request with a per-user speed"
+                    else:
+                        row.update(status="ok", speedup=ratio.point, ci_lower=ratio.ci_lower,
+                                   ci_upper=ratio.ci_upper)
+                rerun = _latest_rerun(run, bc.id)
+                if rerun is not None:
+                    row["baseline_rerun_cell"] = rerun.id
+                    row["baseline_rerun_status"] = rerun.status
+                    rs = cell_speeds(rerun) if rerun.usable else np.array([])
+                    if len(rs) and row.get("speed_baseline"):
+                        row["baseline_rerun_speed"] = float(np.median(rs))
+                        row["baseline_rerun_ratio"] = float(np.median(rs)) / row["speed_baseline"]
+                rows.append(row)
+    df = pd.DataFrame(rows)
+    for col in SPEEDUP_COLUMNS:
+        if col not in df.columns:
+            df[col] = None
+    return df[SPEEDUP_COLUMNS]
+
+
+# --- the best drafter --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BestDrafter:
+    arm: str | None  # None when some drafter lacks a figure at a listed level
+    minima: dict[str, float | None]  # each drafter's minimum over the levels (None: incomplete)
+    rule: str
+    missing: list[str]  # rows that kept it undetermined: "arm/task c=N: status"
+
+
+def best_drafter(speedups: pd.DataFrame, tasks: list[str], concurrencies: list[int],
+                 statistic: str) -> BestDrafter:
+    """Among drafter arms, the one with the highest minimum speedup (`statistic`:
+    speedup or ci_lower) over `concurrencies` and `tasks` (one task = per task,
+    several = pooled). Ties go to the first arm in the study's order."""
+    rule = (f"best drafter = the drafter arm with the highest minimum {statistic} over "
+            f"concurrencies {concurrencies} on task(s) {', '.join(tasks)}")
+    sel = speedups[speedups["task"].isin(tasks) & speedups["concurrency"].isin(concurrencies)]
+    minima: dict[str, float | None] = {}
+    missing: list[str] = []
+    for arm in dict.fromkeys(speedups["arm"]):
+        rows = sel[sel["arm"] == arm]
+        bad = rows[rows["status"] != "ok"]
+        if len(bad) or len(rows) == 0:
+            minima[arm] = None
+            missing.extend(f"{r.arm}/{r.task} c={r.concurrency}: {r.status}"
+                           for r in bad.itertuples())
+        else:
+            minima[arm] = float(rows[statistic].min())
+    if missing or not minima:
+        return BestDrafter(None, minima, rule, missing)
+    best = max(minima, key=lambda a: minima[a])  # max keeps the first of equals
+    return BestDrafter(best, minima, rule, missing)
+
+
+# --- the knee -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Knee:
+    status: str  # located | below_first | beyond | incomplete
+    concurrency: float | None  # interpolated; the first level for below_first; None otherwise
+    bracket: tuple[int, int] | None  # the levels it lies between
+    note: str
+
+    def label(self) -> str:
+        if self.status == "located":
+            return f"{self.concurrency:.2f}"
+        if self.status == "below_first":
+            return f"<= {self.concurrency:g}"
+        if self.status == "beyond":
+            return self.note
+        return "incomplete"
+
+
+def locate_knee(levels: list[int], lower: list[float | None],
+                skipped_after: int | None = None) -> Knee:
+    """Where the speedup's interval first reaches 1.0 (lower bound <= 1).
+
+    Linear in the lower bound, in log2(concurrency), between the last level with
+    lower bound > 1 and the first with <= 1. A None lower bound (cell not usable)
+    before the crossing leaves the knee incomplete, unless the stop bar skipped it
+    (`skipped_after`: the highest measured level), when the knee is beyond it.
+    """
+    for i, (c, lb) in enumerate(zip(levels, lower, strict=True)):
+        if lb is None:
+            if i > 0 and skipped_after is not None and c > skipped_after:
+                return Knee("beyond", None, None,
+                            f"> {levels[i - 1]} (higher levels skipped by the stop bar)")
+            return Knee("incomplete", None, None, f"no usable speedup at c={c}")
+        if lb <= 1.0:
+            if i == 0:
+                return Knee("below_first", float(c), None,
+                            f"at or below the first level ({c}): lower bound {lb:.3f} <= 1")
+            c0, y0 = levels[i - 1], lower[i - 1]
+            x0, x1 = math.log2(c0), math.log2(c)
+            x = x0 + (y0 - 1.0) / (y0 - lb) * (x1 - x0)
+            return Knee("located", 2.0 ** x, (c0, c),
+                        f"between c={c0} (lower bound {y0:.3f}) and c={c} (lower bound {lb:.3f})")
+    return Knee("beyond", None, None, f"> {levels[-1]} (beyond the highest level)")
+
+
+def knee_table(run: RunData, speedups: pd.DataFrame) -> pd.DataFrame:
+    """The knee per drafter arm and speed task."""
+    levels = list(run.study.loads.closed_loop.concurrency)
+    skipped_after = None
+    if run.stop_fired:
+        skipped_after = max(run.study.bars.stop.concurrencies)
+    rows = []
+    for (arm, task), grp in speedups.groupby(["arm", "task"], sort=False):
+        by_c = {int(r.concurrency): r for r in grp.itertuples()}
+        lower = [float(by_c[c].ci_lower) if c in by_c and by_c[c].status == "ok" else None
+                 for c in levels]
+        # Only skipped cells may be read as "beyond"; a missing one is incomplete.
+        skip_mark = skipped_after
+        if skip_mark is not None:
+            statuses = [by_c[c].status if c in by_c else "missing" for c in levels]
+            if any(s not in ("ok", "skipped") for c, s in zip(levels, statuses, strict=True)
+                   if c > skip_mark):
+                skip_mark = None
+        knee = locate_knee(levels, lower, skip_mark)
+        rows.append({"arm": arm, "task": task, "status": knee.status,
+                     "knee_concurrency": knee.concurrency,
+                     "bracket_low": knee.bracket[0] if knee.bracket else None,
+                     "bracket_high": knee.bracket[1] if knee.bracket else None,
+                     "label": knee.label(), "note": knee.note})
+    return pd.DataFrame(rows, columns=["arm", "task", "status", "knee_concurrency", "bracket_low",
+                                       "bracket_high", "label", "note"])

@@ -1,0 +1,94 @@
+"""The whole analysis of a run folder, and the tables pandas users load directly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from harness.analysis.accuracy import wilson_interval
+from harness.analysis.cells import cell_table
+from harness.analysis.identity import compare_identity
+from harness.analysis.load import RunData, load_run
+from harness.analysis.open_loop import fleet_table, open_loop_table
+from harness.analysis.speedup import knee_table, speedup_table
+from harness.prereg.schema import Study
+
+
+@dataclass
+class Analysis:
+    run: RunData
+    cells: pd.DataFrame
+    speedups: pd.DataFrame
+    knees: pd.DataFrame
+    identity: pd.DataFrame
+    accuracy: pd.DataFrame
+    open_loop: pd.DataFrame
+    fleet: pd.DataFrame
+
+
+def identity_table(run: RunData) -> pd.DataFrame:
+    """Every drafter arm x identity task, whether or not a bar judges it."""
+    rows = []
+    for arm in run.study.arms:
+        if arm.baseline is None:
+            continue
+        for task in (t for t in run.study.tasks if "identity" in t.uses):
+            d, b = run.find(arm.name, task.name, "identity"), run.find(arm.baseline, task.name,
+                                                                      "identity")
+            row = {"arm": arm.name, "baseline": arm.baseline, "task": task.name,
+                   "drafter_cell": d.id, "baseline_cell": b.id}
+            if d.usable and b.usable:
+                res = compare_identity(d, b)
+                row.update(status="ok", n_compared=res.n_compared, n_identical=res.n_identical,
+                           share=res.share, mismatches=[m.__dict__ for m in res.mismatches])
+            else:
+                row.update(status="missing" if "missing" in (d.status, b.status) else "invalid",
+                           mismatches=[])
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["arm", "baseline", "task", "drafter_cell", "baseline_cell",
+                                       "status", "n_compared", "n_identical", "share",
+                                       "mismatches"])
+
+
+def accuracy_table(run: RunData) -> pd.DataFrame:
+    """Every accuracy cell: accuracy with its Wilson interval (the bars' level)."""
+    level = run.study.bars.pass_.accuracy.level if run.study.bars.pass_.accuracy else 0.95
+    rows = []
+    for cell in run.cells.values():
+        if cell.kind != "accuracy" or cell.rerun_of is not None:
+            continue
+        row = {"arm": cell.arm, "task": cell.task, "cell_id": cell.id, "status": cell.status,
+               "level": level}
+        if cell.usable and cell.scores is not None:
+            n, k = len(cell.scores), sum(cell.scores.values())
+            lo, hi = wilson_interval(k, n, level)
+            row.update(n=n, correct=k, accuracy=k / n if n else None, ci_lower=lo, ci_upper=hi)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["arm", "task", "cell_id", "status", "level", "n", "correct",
+                                       "accuracy", "ci_lower", "ci_upper"])
+
+
+def analyse(run_dir: str | Path | RunData, study: Study | None = None) -> Analysis:
+    run = run_dir if isinstance(run_dir, RunData) else load_run(run_dir, study)
+    speedups = speedup_table(run)
+    open_table = open_loop_table(run)
+    return Analysis(run, cell_table(run), speedups, knee_table(run, speedups), identity_table(run),
+                    accuracy_table(run), open_table, fleet_table(run, open_table))
+
+
+def write_tables(analysis: Analysis) -> list[Path]:
+    """cells and speedups as parquet and CSV in the run folder."""
+    out = []
+    for name, df in (("cells", analysis.cells), ("speedups", analysis.speedups)):
+        for ext in ("parquet", "csv"):
+            path = analysis.run.run_dir / f"{name}.{ext}"
+            tmp = path.with_name(f".{path.name}.tmp")
+            if ext == "parquet":
+                df.to_parquet(tmp, index=False)
+            else:
+                df.to_csv(tmp, index=False)
+            tmp.replace(path)
+            out.append(path)
+    return out
