@@ -1,0 +1,206 @@
+"""Cell table, speedup intervals, knee interpolation, open-loop reference and fleet figure."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.analysis import analyse, locate_knee, open_loop_reference_rps, write_tables
+from harness.analysis.identity import first_divergence, first_token_divergence
+from harness.analysis.speedup import bootstrap_ratio
+from harness.errors import InputError
+from harness.prereg.schema import Intervals
+
+from .runfolder import BASE_SPEED, PASSING_SPEEDUPS, RunBuilder, study_dict
+
+# --- the knee ------------------------------------------------------------------------
+
+
+def test_knee_interpolates_in_log2_concurrency():
+    # lower bounds 1.5 at c=4, 0.5 at c=8: halfway in the lower bound -> 2^2.5
+    k = locate_knee([1, 2, 4, 8], [3.0, 2.0, 1.5, 0.5])
+    assert k.status == "located" and k.bracket == (4, 8)
+    assert k.concurrency == pytest.approx(2**2.5)
+    # a quarter of the way from c=2 to c=8 is not a level pair; c=16 -> c=64 at 1/4:
+    k = locate_knee([16, 64], [1.2, 0.4])
+    assert k.concurrency == pytest.approx(2 ** (4 + 0.25 * 2))
+    # exactly 1.0 at a level: the knee is that level
+    assert locate_knee([1, 2, 4], [2.0, 1.5, 1.0]).concurrency == pytest.approx(4.0)
+
+
+def test_knee_edge_cases():
+    below = locate_knee([1, 2, 4], [0.9, 0.8, 0.7])
+    assert below.status == "below_first" and below.concurrency == 1.0
+    beyond = locate_knee([1, 2, 4], [2.0, 1.8, 1.1])
+    assert beyond.status == "beyond" and beyond.concurrency is None and "> 4" in beyond.label()
+    gap = locate_knee([1, 2, 4], [2.0, None, 0.8])
+    assert gap.status == "incomplete"
+    skipped = locate_knee([1, 2, 4, 8], [2.0, 1.8, 1.5, None], skipped_after=4)
+    assert skipped.status == "beyond" and "stop bar" in skipped.note
+
+
+def test_knee_table_from_a_run(tmp_path):
+    b = RunBuilder(tmp_path)
+    b.speed_cells()
+    a = analyse(b.root)
+    rows = {(r.arm, r.task): r for r in a.knees.itertuples()}
+    sp = a.speedups.set_index(["arm", "task", "concurrency"])
+    lb8 = sp.loc[("vllm-ngram", "chat", 8), "ci_lower"]
+    lb16 = sp.loc[("vllm-ngram", "chat", 16), "ci_lower"]
+    want = 2 ** (3 + (lb8 - 1) / (lb8 - lb16))
+    assert rows[("vllm-ngram", "chat")].knee_concurrency == pytest.approx(want)
+    assert rows[("sglang-dflash", "chat")].status == "beyond"
+
+
+# --- speedups and their intervals --------------------------------------------------------
+
+
+def test_bootstrap_is_seeded_and_brackets_the_point():
+    rng = np.random.default_rng(1)
+    d, s = rng.normal(80, 8, 64), rng.normal(40, 4, 64)
+    iv = Intervals(level=0.95, bootstrap_resamples=500, seed=3)
+    one, two = bootstrap_ratio(d, s, iv, "k"), bootstrap_ratio(d, s, iv, "k")
+    assert one == two
+    assert one.ci_lower < one.point < one.ci_upper
+    other = bootstrap_ratio(d, s, Intervals(level=0.95, bootstrap_resamples=500, seed=4), "k")
+    assert other.ci_lower != one.ci_lower
+    wider = bootstrap_ratio(d, s, Intervals(level=0.99, bootstrap_resamples=500, seed=3), "k")
+    assert wider.ci_upper - wider.ci_lower > one.ci_upper - one.ci_lower
+
+
+def test_speedups_use_measured_requests_of_the_completed_attempt(tmp_path):
+    b = RunBuilder(tmp_path)
+    b.speed_cells()
+    a = analyse(b.root)
+    sp = a.speedups.set_index(["arm", "task", "concurrency"])
+    # warm-up and other-attempt requests (1e6 tok/s) would wreck these exact medians
+    assert sp.loc[("vllm-ngram", "gsm8k", 2), "speedup"] == pytest.approx(2.4)
+    assert sp.loc[("vllm-ngram", "gsm8k", 2), "speed_baseline"] == pytest.approx(BASE_SPEED)
+    assert sp.loc[("vllm-ngram", "gsm8k", 2), "n_drafter"] == 21
+    assert (a.speedups["status"] == "ok").all()
+    assert len(a.speedups) == 3 * 2 * 5
+
+
+def test_cell_table_figures(tmp_path):
+    b = RunBuilder(tmp_path)
+    b.speed_cells()
+    cells = analyse(b.root).cells.set_index("cell_id")
+    ngram = cells.loc["vllm-ngram/chat/speed/c001"]
+    assert ngram["per_user_speed"] == pytest.approx(BASE_SPEED * 2.5)
+    assert ngram["n_measured"] == 21 and ngram["n_errors"] == 0
+    # counters: 100 drafts/s at acceptance length 2.5, one scrape gap
+    assert ngram["acceptance_length_engine"] == pytest.approx(2.5)
+    assert ngram["accept_rate_sum"] == pytest.approx(1.5)
+    assert ngram["accept_rate_pos1"] == pytest.approx(0.75)
+    assert ngram["tokens_per_verification"] == pytest.approx(2.5)
+    assert ngram["scrape_gaps"] == 1
+    assert ngram["tokens_per_chunk_client"] == pytest.approx(10.0)
+    dflash = cells.loc["sglang-dflash/chat/speed/c004"]
+    assert dflash["acceptance_length_engine"] == pytest.approx(2.5)
+    assert math.isnan(dflash["accept_rate_sum"])  # SGLang has no per-position series
+    base = cells.loc["vllm-base/chat/speed/c001"]
+    assert base["tpot_p50_s"] == pytest.approx(1 / BASE_SPEED)
+    assert base["ttft_p50_s"] == pytest.approx(0.1)
+    assert base["request_throughput_rps"] > 0
+    assert cells.loc["vllm-base/chat/identity", "status"] == "missing"
+
+
+def test_tables_are_written_for_pandas(tmp_path):
+    b = RunBuilder(tmp_path).full_passing_run()
+    a = analyse(b.root)
+    paths = write_tables(a)
+    assert sorted(p.name for p in paths) == ["cells.csv", "cells.parquet", "speedups.csv",
+                                             "speedups.parquet"]
+    cells = pd.read_parquet(b.root / "cells.parquet")
+    assert len(cells) == len(a.cells)
+    sp = pd.read_csv(b.root / "speedups.csv")
+    assert list(sp.columns)[:4] == ["arm", "baseline", "task", "concurrency"]
+    assert sp["speedup"].max() == pytest.approx(3.0)
+
+
+def test_identity_divergence_helpers():
+    assert first_divergence("abc", "abc") is None
+    assert first_divergence("abcd", "abXd") == 2
+    assert first_divergence("ab", "abc") == 2
+    assert first_token_divergence("a b c", "a  b d") == 2
+    assert first_token_divergence("a b", "a b") is None
+
+
+# --- open loop -----------------------------------------------------------------------------
+
+
+def test_open_loop_reference_is_shared_within_an_engine_group(tmp_path):
+    b = RunBuilder(tmp_path)
+    b.speed_cells()
+    refs = open_loop_reference_rps(b.root, b.study)
+    a = analyse(b.root)
+    cells = a.cells.set_index("cell_id")
+    # vLLM group: smallest knee (eagle3, ~12.3) snaps up to c=16
+    assert refs["vllm-ngram"] == refs["vllm-eagle3"] == refs["vllm-base"]
+    assert refs["vllm-base"] == pytest.approx(cells.loc["vllm-base/chat/speed/c016",
+                                                        "request_throughput_rps"])
+    # SGLang group: DFlash's knee lies beyond c=16, so the highest measured level
+    assert refs["sglang-dflash"] == pytest.approx(cells.loc["sglang-base/chat/speed/c016",
+                                                            "request_throughput_rps"])
+
+
+def test_open_loop_reference_snaps_to_the_next_measured_level(tmp_path):
+    b = RunBuilder(tmp_path)
+    early_knee = dict(PASSING_SPEEDUPS)
+    early_knee["vllm-ngram"] = {1: 2.0, 2: 1.5, 4: 0.5, 8: 0.5, 16: 0.5}  # knee in (2, 4)
+    b.speed_cells(early_knee)
+    refs = open_loop_reference_rps(b.root, b.study)
+    cells = analyse(b.root).cells.set_index("cell_id")
+    assert refs["vllm-eagle3"] == pytest.approx(cells.loc["vllm-base/chat/speed/c004",
+                                                          "request_throughput_rps"])
+
+
+def test_fleet_figure(tmp_path):
+    b = RunBuilder(tmp_path).full_passing_run()
+    fleet = analyse(b.root).fleet.set_index("arm")
+    # objective: p99 TTFT <= 2 s; rates offered 1, 2, 3 req/s
+    assert fleet.loc["vllm-base", "sustainable_rps"] == pytest.approx(2.0)
+    assert fleet.loc["vllm-base", "gpus"] == 50
+    assert fleet.loc["sglang-dflash", "sustainable_rps"] == pytest.approx(3.0)
+    assert fleet.loc["sglang-dflash", "gpus"] == 34
+    assert fleet.loc["sglang-dflash", "gpus_saved"] == 16
+
+
+def test_fleet_counts_failed_requests_against_the_objective(tmp_path):
+    b = RunBuilder(tmp_path, study_dict())
+    b.open_cells()
+    folder = b.root / "cells" / "sglang-dflash__chat__open__x1.5"
+    lines = (folder / "requests.jsonl").read_text().splitlines()
+    broken = [json.loads(x) for x in lines]
+    for rec in broken[:3]:  # 10% errors: the p99 is an error
+        rec.update(error="HTTP 500", error_kind="http", first_token_t=None)
+    (folder / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in broken))
+    fleet = analyse(b.root).fleet.set_index("arm")
+    assert fleet.loc["sglang-dflash", "sustainable_rps"] == pytest.approx(2.0)
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+
+def test_a_bad_record_line_is_an_input_error_naming_file_and_line(tmp_path):
+    b = RunBuilder(tmp_path)
+    cell = b.speed("vllm-base", "chat", 1, BASE_SPEED)
+    path = b.root / "cells" / cell.replace("/", "__") / "requests.jsonl"
+    with path.open("a") as fh:
+        fh.write('{"cell_id": "x", "index": "not a number"}\n')
+    with pytest.raises(InputError) as err:
+        analyse(b.root)
+    assert "requests.jsonl: line 26" in str(err.value)
+
+
+def test_not_a_run_folder(tmp_path):
+    with pytest.raises(InputError, match="not a run folder"):
+        analyse(tmp_path / "nope")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "manifest.json").write_text("{not json")
+    with pytest.raises(InputError, match=r"manifest.json: line 1"):
+        analyse(tmp_path / "run")
