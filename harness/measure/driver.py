@@ -17,7 +17,7 @@ from harness.measure.health import ClientHealthMonitor
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.requests import RequestSpec
 from harness.measure.stream import chat_body, stream_chat
-from harness.measure.transport import make_client
+from harness.measure.transport import ConnectionSlots
 from harness.records import ClientHealth, RequestRecord
 
 # The error-rate limit is judged only once this many requests have finished, so one
@@ -101,8 +101,7 @@ async def run_cell(
     health = ClientHealthMonitor(lag_limit_ms)
     warmup = pattern.warmup
 
-    async def issue(index: int, scheduled_t: float, user: int | None,
-                    gate: asyncio.Semaphore | None) -> None:
+    async def issue(index: int, scheduled_t: float, user: int | None) -> None:
         spec = requests[index % len(requests)]
         rec = RequestRecord(cell_id=cell_id, attempt=attempt, index=index, item_id=spec.item_id,
                             phase="warmup" if index < warmup else "measure", user=user,
@@ -111,14 +110,12 @@ async def run_cell(
         state.in_flight.add(task)
         body = chat_body(model, spec.messages, spec.max_tokens, sampling, extra_body)
         try:
-            if gate is not None:
-                await gate.acquire()
+            client = await slots.acquire()
             try:
                 rec.sent_t = time.monotonic()
                 await stream_chat(client, url, body, rec, timeout_s)
             finally:
-                if gate is not None:
-                    gate.release()
+                slots.release(client)
         except asyncio.CancelledError:
             rec.end_t = time.monotonic()
             rec.error = f"cell aborted: {state.abort_reason or 'cancelled'}"
@@ -131,13 +128,14 @@ async def run_cell(
         state.in_flight.discard(task)
         state.record(rec)
 
+    slots = ConnectionSlots(base_url, pattern.connections, timeout_s)
     started = time.monotonic()
-    async with make_client(base_url, pattern.connections, timeout_s) as client:
-        health.start()
-        try:
-            await pattern.drive(issue, state.stopped)
-        finally:
-            client_health = await health.stop()
+    health.start()
+    try:
+        await pattern.drive(issue, state.stopped)
+    finally:
+        client_health = await health.stop()
+        await slots.aclose()
     ended = time.monotonic()
     return CellOutcome(
         n_ok=state.outcome[("measure", "ok")],

@@ -1,9 +1,9 @@
 """Load patterns as strategy objects (after GuideLLM's scheduler strategies).
 
 A pattern decides *when* request number i is due and who sends it; the driver does
-the sending and recording. `drive` calls `issue(index, scheduled_t, user, gate)`:
-the driver waits on `gate` (if any) before the request leaves, so time spent there is
-client queueing, recorded as sent_t - scheduled_t and never hidden from latency.
+the sending and recording. `drive` calls `issue(index, scheduled_t, user)`. The driver
+holds `connections` connection slots; a request that finds none free waits in the
+client, and that wait is recorded as sent_t - scheduled_t, never hidden from latency.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Literal
 
 import numpy as np
 
-Issue = Callable[[int, float, "int | None", "asyncio.Semaphore | None"], Awaitable[None]]
+Issue = Callable[[int, float, "int | None"], Awaitable[None]]
 ShouldStop = Callable[[], bool]
 
 
@@ -54,7 +54,7 @@ class ClosedLoop:
                 i = next(counter)
                 if i >= total:
                     return
-                await issue(i, time.monotonic(), u, None)
+                await issue(i, time.monotonic(), u)
 
         await asyncio.gather(*(user(u) for u in range(self.concurrency)))
 
@@ -108,7 +108,6 @@ class OpenLoop:
             t += float(rng.gamma(shape, 1.0 / (self.rate * shape)))
 
     async def drive(self, issue: Issue, should_stop: ShouldStop) -> None:
-        gate = asyncio.Semaphore(self.max_in_flight)
         start = time.monotonic()
         tasks: list[asyncio.Task] = []
         for i, offset in enumerate(self.offsets()):
@@ -118,5 +117,5 @@ class OpenLoop:
                 await asyncio.sleep(delay)
             if should_stop():
                 break
-            tasks.append(asyncio.create_task(issue(i, due, None, gate)))
+            tasks.append(asyncio.create_task(issue(i, due, None)))
         await asyncio.gather(*tasks)

