@@ -96,7 +96,7 @@ async def _execute(
     stop = asyncio.Event()
     scraper = asyncio.create_task(
         scrape_metrics(
-            metrics_url=engine.metrics_url, dialect=kind.metrics_dialect,
+            metrics_url=engine.metrics_url, dialect=engine.metrics_dialect,
             interval_s=study.recording.scrape_interval_s, cell_id=cell.id, attempt=attempt,
             on_sample=sample, stop=stop,
         )
