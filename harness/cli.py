@@ -16,6 +16,8 @@ COMMAND_MODULES = [
     "harness.commands.plan",
     "harness.commands.tiny_model",
     "harness.commands.serve",
+    "harness.commands.analyse",
+    "harness.commands.report",
 ]
 
 

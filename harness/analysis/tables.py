@@ -66,6 +66,8 @@ def accuracy_table(run: RunData) -> pd.DataFrame:
             lo, hi = wilson_interval(k, n, level)
             row.update(n=n, correct=k, accuracy=k / n if n else None, ci_lower=lo, ci_upper=hi)
         rows.append(row)
+    order = {arm.name: i for i, arm in enumerate(run.study.arms)}
+    rows.sort(key=lambda r: (r["task"], order.get(r["arm"], len(order))))
     return pd.DataFrame(rows, columns=["arm", "task", "cell_id", "status", "level", "n", "correct",
                                        "accuracy", "ci_lower", "ci_upper"])
 

@@ -1,0 +1,48 @@
+"""Assemble the report's pages, in reading order, into one PDF."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from harness.analysis.bars import evaluate
+from harness.analysis.tables import Analysis, analyse
+from harness.report.layout import PdfPages
+from harness.report.pages_acceptance import acceptance_pages, consistency_page
+from harness.report.pages_open import open_loop_page
+from harness.report.pages_quality import accuracy_pages, identity_pages
+from harness.report.pages_speed import speed_curve_pages, speedup_pages
+from harness.report.pages_text import environment_pages, verdict_page
+
+
+def write_pdf(a: Analysis, verdict: dict, out_pdf: Path) -> int:
+    """Every page; returns the page count."""
+    out_pdf.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_pdf.with_name(f".{out_pdf.name}.tmp")
+    pages = 0
+    with warnings.catch_warnings():
+        # Empty panels (a task with no usable cells) are drawn and labelled, not warned about.
+        warnings.simplefilter("ignore", UserWarning)
+        with PdfPages(tmp) as pdf:
+            pages += verdict_page(pdf, a, verdict)
+            pages += speedup_pages(pdf, a)
+            pages += speed_curve_pages(pdf, a)
+            pages += acceptance_pages(pdf, a)
+            pages += consistency_page(pdf, a)
+            pages += accuracy_pages(pdf, a)
+            pages += identity_pages(pdf, a)
+            pages += open_loop_page(pdf, a)
+            pages += environment_pages(pdf, a, verdict)
+            info = pdf.infodict()
+            info["Title"] = f"specbench report: {a.run.run_id}"
+            info["Subject"] = a.run.study.title
+    tmp.replace(out_pdf)
+    return pages
+
+
+def build_report(run_dir: str | Path, out_pdf: str | Path) -> Path:
+    """Analyse the run folder and write its PDF report to out_pdf."""
+    a = analyse(run_dir)
+    out_pdf = Path(out_pdf)
+    write_pdf(a, evaluate(a), out_pdf)
+    return out_pdf

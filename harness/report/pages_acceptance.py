@@ -1,0 +1,131 @@
+"""Acceptance: per second over each cell, per position, and measured against its parts."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import numpy as np
+from matplotlib.backends.backend_pdf import PdfPages
+
+from harness.analysis.acceptance import per_second_acceptance
+from harness.analysis.tables import Analysis
+from harness.report.layout import empty_axes, new_page, save
+from harness.report.pages_speed import arm_colours
+
+MAX_TASKS = 3
+
+
+def _level_colours(levels: list[int]) -> dict[int, tuple]:
+    cmap = matplotlib.colormaps["viridis"]
+    n = max(1, len(levels) - 1)
+    return {c: cmap(0.9 * i / n) for i, c in enumerate(levels)}
+
+
+def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
+    study = a.run.study
+    levels = study.loads.closed_loop.concurrency
+    colours = _level_colours(levels)
+    tasks = [t.name for t in study.tasks if "speed" in t.uses][:MAX_TASKS]
+    pages = 0
+    for arm in (x for x in study.arms if x.drafter is not None):
+        fig = new_page(f"Acceptance: {arm.name} ({arm.engine}, {arm.drafter.method},"
+                       f" k={arm.drafter.num_draft_tokens})",
+                       "top: tokens per verification each second over each speed cell, from "
+                       "counter deltas between scrapes; bottom: share of rounds keeping at "
+                       "least i drafts (vLLM per-position counters)")
+        axes = fig.subplots(2, max(1, len(tasks)), squeeze=False)
+        fig.subplots_adjust(left=0.07, right=0.98, top=0.85, bottom=0.14, wspace=0.28,
+                            hspace=0.4)
+        handles = {}
+        for j, task in enumerate(tasks):
+            top, bottom = axes[0][j], axes[1][j]
+            any_series = any_pos = False
+            for c in levels:
+                cell = a.run.find(arm.name, task, "speed", c)
+                if not cell.usable:
+                    continue
+                series = per_second_acceptance(cell.samples).dropna(subset=["acceptance_length"])
+                if not series.empty:
+                    (h,) = top.plot(series["t_s"], series["acceptance_length"], "-",
+                                    color=colours[c], lw=1)
+                    handles[f"c={c}"] = h
+                    any_series = True
+                row = a.cells[a.cells["cell_id"] == cell.id].iloc[0]
+                rates = [row[k] for k in row.index if k.startswith("accept_rate_pos")
+                         and not _nan(row[k])]
+                if rates:
+                    bottom.plot(range(1, len(rates) + 1), rates, "o-", color=colours[c], ms=4)
+                    any_pos = True
+            top.set_title(f"task: {task}", fontsize=11)
+            top.set_xlabel("seconds since the cell's first scrape")
+            top.set_ylabel("tokens per verification")
+            top.grid(alpha=0.3)
+            bottom.set_xlabel("draft position i")
+            bottom.set_ylabel("acceptance rate at position i")
+            bottom.set_ylim(0, 1.05)
+            bottom.grid(alpha=0.3)
+            if not any_series:
+                empty_axes(top, "no per-second acceptance (no usable cells or no drafts)")
+            if not any_pos:
+                empty_axes(bottom, f"per-position acceptance not exported by {arm.engine}"
+                           if arm.engine.startswith("sglang") else "no per-position data")
+            else:
+                bottom.set_xticks(range(1, arm.drafter.num_draft_tokens + 1))
+        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles) or 1,
+                   fontsize=8, frameon=False, title="concurrency", title_fontsize=8)
+        save(pdf, fig)
+        pages += 1
+    return pages
+
+
+def _nan(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def consistency_page(pdf: PdfPages, a: Analysis) -> int:
+    """Measured tokens per verification beside 1 + the sum of per-position rates, and
+    the engine's acceptance length beside the client's tokens per chunk."""
+    colours = arm_colours(a)
+    drafters = {x.name for x in a.run.study.arms if x.drafter is not None}
+    cells = a.cells[(a.cells["kind"] == "speed") & a.cells["arm"].isin(drafters)
+                    & (a.cells["status"] == "complete")]
+    fig = new_page("Acceptance length: measured against its parts",
+                   "one point per drafter speed cell; on the diagonal the two figures agree")
+    left, right = fig.subplots(1, 2)
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.84, bottom=0.2, wspace=0.25)
+    handles = {}
+    for ax, xcol, ycol, xlabel, ylabel in (
+        (left, "accept_rate_sum", "tokens_per_verification",
+         "1 + sum of per-position acceptance rates", ("measured tokens per verification\n"
+         "(generation tokens / drafts)")),
+        (right, "tokens_per_chunk_client", "acceptance_length_engine",
+         "client: output tokens per streamed chunk", "engine: acceptance length"),
+    ):
+        lo, hi = math.inf, -math.inf
+        for arm, grp in cells.groupby("arm", sort=False):
+            x = grp[xcol].astype(float) + (1.0 if xcol == "accept_rate_sum" else 0.0)
+            y = grp[ycol].astype(float)
+            ok = ~(np.isnan(x) | np.isnan(y))
+            if not ok.any():
+                continue
+            h = ax.scatter(x[ok], y[ok], color=colours[arm], s=22, label=arm)
+            handles[arm] = h
+            lo, hi = min(lo, x[ok].min(), y[ok].min()), max(hi, x[ok].max(), y[ok].max())
+        if math.isfinite(lo):
+            pad = 0.1 * max(hi - lo, 0.5)
+            ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="gray", lw=0.8, ls="--")
+            ax.set_xlim(lo - pad, hi + pad)
+            ax.set_ylim(lo - pad, hi + pad)
+        else:
+            empty_axes(ax, "no cell has both figures (per-position rates are vLLM-only)")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    left.set_title("engine counters", fontsize=11)
+    right.set_title("client stream vs engine", fontsize=11)
+    if handles:
+        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=5, fontsize=8,
+                   frameon=False)
+    save(pdf, fig)
+    return 1

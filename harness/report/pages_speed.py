@@ -1,0 +1,142 @@
+"""Speedup vs concurrency with interval bands and the knee; per-user speed and throughput."""
+
+from __future__ import annotations
+
+import math
+
+from matplotlib.backends.backend_pdf import PdfPages
+
+from harness.analysis.tables import Analysis
+from harness.report.layout import empty_axes, log2_axis, new_page, save
+
+TASKS_PER_PAGE = 3
+
+
+def arm_colours(a: Analysis) -> dict[str, str]:
+    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
+               "#17becf", "#bcbd22", "#7f7f7f"]
+    return {arm.name: palette[i % len(palette)] for i, arm in enumerate(a.run.study.arms)}
+
+
+def _speed_tasks(a: Analysis) -> list[str]:
+    return [t.name for t in a.run.study.tasks if "speed" in t.uses]
+
+
+def _chunks(items: list[str], n: int) -> list[list[str]]:
+    return [items[i:i + n] for i in range(0, len(items), n)] or [[]]
+
+
+def speedup_pages(pdf: PdfPages, a: Analysis) -> int:
+    study = a.run.study
+    levels = study.loads.closed_loop.concurrency
+    colours = arm_colours(a)
+    bars = study.bars
+    note = (f"median per-user speed ratio vs the same-engine baseline; band = "
+            f"{bars.intervals.level:.0%} bootstrap interval ({bars.intervals.bootstrap_resamples}"
+            f" resamples); knee = where the band's lower edge reaches 1.0")
+    if a.run.stop_fired:
+        note += "; STOP fired: higher levels skipped"
+    pages = 0
+    for tasks in _chunks(_speed_tasks(a), TASKS_PER_PAGE):
+        fig = new_page("Speedup vs concurrency", note)
+        axes = fig.subplots(1, max(1, len(tasks)), squeeze=False)[0]
+        fig.subplots_adjust(left=0.06, right=0.98, top=0.83, bottom=0.2, wspace=0.25)
+        handles = {}
+        for ax, task in zip(axes, tasks, strict=False):
+            sp = a.speedups[(a.speedups["task"] == task) & (a.speedups["status"] == "ok")]
+            top = 1.5
+            for arm, grp in sp.groupby("arm", sort=False):
+                grp = grp.sort_values("concurrency")
+                c = colours[arm]
+                (line,) = ax.plot(grp["concurrency"], grp["speedup"], "o-", color=c, label=arm,
+                                  lw=1.6, ms=4)
+                ax.fill_between(grp["concurrency"].astype(float), grp["ci_lower"].astype(float),
+                                grp["ci_upper"].astype(float), color=c, alpha=0.18, lw=0)
+                handles[arm] = line
+                rerun = grp[grp["baseline_rerun_speed"].notna()]
+                if len(rerun):  # the check bar's rerun, shown beside the original
+                    ratio = rerun["speed_drafter"].astype(float) / rerun[
+                        "baseline_rerun_speed"].astype(float)
+                    handles["against the baseline rerun"] = ax.plot(
+                        rerun["concurrency"], ratio, "x", color=c, ms=9, mew=2)[0]
+                top = max(top, float(grp["ci_upper"].max()))
+                _mark_knee(ax, a, arm, task, c, levels)
+            h1 = ax.axhline(1.0, color="black", lw=0.8)
+            h2 = ax.axhline(bars.pass_.speed.threshold, color="#1a7f37", ls="--", lw=1)
+            h3 = ax.axhline(bars.stop.threshold, color="#b26a00", ls=":", lw=1.2)
+            handles["no gain (1.0x)"] = h1
+            handles[f"pass bar ({bars.pass_.speed.threshold:g}x)"] = h2
+            handles[f"stop bar ({bars.stop.threshold:g}x)"] = h3
+            if top > bars.check.threshold * 0.9:
+                handles[f"check bar ({bars.check.threshold:g}x)"] = ax.axhline(
+                    bars.check.threshold, color="#c62828", ls="-.", lw=1)
+            log2_axis(ax, levels)
+            ax.set_ylim(0, top * 1.1)
+            ax.set_title(f"task: {task}", fontsize=11)
+            ax.set_xlabel("concurrent users (closed loop)")
+            ax.set_ylabel("speedup (x, per-user speed ratio)")
+            ax.grid(alpha=0.3)
+            if sp.empty:
+                empty_axes(ax, "no usable speed cells")
+        handles["knee (interval reaches 1.0)"] = axes[0].plot([], [], "v", color="gray", ms=8)[0]
+        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=4, fontsize=8,
+                   frameon=False)
+        save(pdf, fig)
+        pages += 1
+    return pages
+
+
+def _mark_knee(ax, a: Analysis, arm: str, task: str, colour: str, levels: list[int]) -> None:
+    row = a.knees[(a.knees["arm"] == arm) & (a.knees["task"] == task)]
+    if row.empty:
+        return
+    k = row.iloc[0]
+    if k["status"] in ("located", "below_first") and not math.isnan(k["knee_concurrency"]):
+        ax.axvline(k["knee_concurrency"], color=colour, ls="--", lw=0.8, alpha=0.7)
+        ax.plot([k["knee_concurrency"]], [1.0], "v", color=colour, ms=8)
+    elif k["status"] == "beyond":
+        ax.annotate("", xy=(levels[-1] * 1.35, 1.0), xytext=(levels[-1], 1.0),
+                    arrowprops={"arrowstyle": "->", "color": colour})
+
+
+def speed_curve_pages(pdf: PdfPages, a: Analysis) -> int:
+    """Per-user speed and output throughput vs concurrency, every arm, per task."""
+    levels = a.run.study.loads.closed_loop.concurrency
+    colours = arm_colours(a)
+    cells = a.cells[(a.cells["kind"] == "speed") & (a.cells["status"] == "complete")
+                    & a.cells["rerun_of"].isna()]
+    pages = 0
+    for tasks in _chunks(_speed_tasks(a), TASKS_PER_PAGE):
+        fig = new_page("Per-user speed and throughput vs concurrency",
+                       "per-user speed = median over requests of (tokens - 1) / (end - first "
+                       "token); throughput = output tokens / measured wall time")
+        axes = fig.subplots(2, max(1, len(tasks)), squeeze=False)
+        fig.subplots_adjust(left=0.07, right=0.98, top=0.85, bottom=0.14, wspace=0.28,
+                            hspace=0.4)
+        handles = {}
+        for j, task in enumerate(tasks):
+            up, down = axes[0][j], axes[1][j]
+            sub = cells[cells["task"] == task]
+            for arm in (x.name for x in a.run.study.arms):
+                rows = sub[sub["arm"] == arm].sort_values("concurrency")
+                if rows.empty:
+                    continue
+                style = "o-" if a.run.study.arm(arm).baseline else "s--"
+                (h,) = up.plot(rows["concurrency"], rows["per_user_speed"], style,
+                               color=colours[arm], label=arm, ms=4)
+                down.plot(rows["concurrency"], rows["output_throughput_tok_s"], style,
+                          color=colours[arm], ms=4)
+                handles[arm] = h
+            for ax, ylabel in ((up, "per-user speed (tok/s)"),
+                               (down, "output throughput (tok/s)")):
+                log2_axis(ax, levels)
+                ax.set_ylabel(ylabel)
+                ax.set_xlabel("concurrent users")
+                ax.grid(alpha=0.3)
+                ax.set_ylim(bottom=0)
+            up.set_title(f"task: {task}", fontsize=11)
+        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=6, fontsize=8,
+                   frameon=False)
+        save(pdf, fig)
+        pages += 1
+    return pages
