@@ -1,0 +1,146 @@
+"""The scripted engine over HTTP: wire format, metrics the project's parser reads, truth log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from harness.engines.metrics import acceptance_window, parse_metrics
+from harness.testengine.server import serve_in_thread
+from harness.testengine.spec import ScriptedEngineSpec
+
+FAST = dict(weight_bytes=1e9, bandwidth_bytes_per_s=1e12)  # 1 ms steps: tests stay quick
+BODY = {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 40,
+        "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+
+
+def sse_objects(text: str) -> list:
+    out = []
+    for block in text.split("\n\n"):
+        if block.startswith("data: "):
+            data = block[6:]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def test_stream_has_vllm_shape_and_usage_on_every_chunk(tmp_path) -> None:
+    spec = ScriptedEngineSpec(num_draft_tokens=3, accept_probs=[0.9, 0.8, 0.7], **FAST)
+    truth = tmp_path / "truth.jsonl"
+    with serve_in_thread(spec, truth_log=truth) as eng:
+        text = httpx.post(eng.base_url + "/v1/chat/completions", json=BODY, timeout=10).text
+    events = sse_objects(text)
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert events[0]["usage"]["completion_tokens"] == 0
+    assert events[-1] == "[DONE]"
+    final = events[-2]
+    assert final["choices"] == [] and final["usage"]["completion_tokens"] == 40
+    assert final["metrics"]["speculative_decoding"]["num_drafts"] > 0
+    token_chunks = [e for e in events[1:-2]]
+    counts = [e["usage"]["completion_tokens"] for e in token_chunks]
+    added = [b - a for a, b in zip([0, *counts], counts, strict=False)]
+    assert all(1 <= n <= 4 for n in added) and sum(added) == 40
+    assert token_chunks[-1]["choices"][0]["finish_reason"] == "length"
+    rows = [json.loads(line) for line in truth.read_text().splitlines()]
+    sent = [r["tokens"] for r in rows if r["kind"] == "chunk"]
+    assert sent == added  # the truth log saw exactly the chunks the client got
+    (req,) = [r for r in rows if r["kind"] == "request"]
+    assert req["completion_tokens"] == 40 and req["first_t"] <= req["end_t"]
+
+
+def test_per_token_chunking_and_no_usage_unless_asked() -> None:
+    spec = ScriptedEngineSpec(num_draft_tokens=2, accept_probs=[1.0, 1.0], chunking="per_token",
+                              **FAST)
+    body = {**BODY, "stream_options": {"include_usage": True}}
+    with serve_in_thread(spec) as eng:
+        events = sse_objects(httpx.post(eng.base_url + "/v1/chat/completions", json=body,
+                                        timeout=10).text)
+    token_chunks = events[1:-2]
+    assert all("usage" not in e for e in token_chunks)
+    assert len(token_chunks) == 40  # one chunk per token, three sent per step
+    assert events[-2]["usage"]["completion_tokens"] == 40
+
+
+def test_plain_endpoints_and_non_streaming() -> None:
+    spec = ScriptedEngineSpec(served_model="tiny", **FAST)
+    with serve_in_thread(spec) as eng:
+        with httpx.Client(base_url=eng.base_url, timeout=10) as c:
+            assert c.get("/health").status_code == 200
+            assert c.get("/v1/models").json()["data"][0]["id"] == "tiny"
+            assert c.get("/version").json()["version"].startswith("scripted")
+            assert c.get("/nowhere").status_code == 404
+            assert c.post("/v1/chat/completions", content=b"{bad").status_code == 400
+            done = c.post("/v1/chat/completions", json={**BODY, "stream": False}).json()
+    assert done["usage"]["completion_tokens"] == 40
+    assert done["choices"][0]["finish_reason"] == "length"
+    assert len(done["choices"][0]["message"]["content"].split()) == 40
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_metrics_read_by_the_project_parser_match_what_was_served(dialect) -> None:
+    spec = ScriptedEngineSpec(metrics_dialect=dialect, num_draft_tokens=3,
+                              accept_probs=[0.8, 0.6, 0.5], **FAST)
+    body = {**BODY, "return_spec_tokens_details": True}
+    with serve_in_thread(spec) as eng:
+        before = parse_metrics(httpx.get(eng.metrics_url).text, dialect)
+        finals = []
+        for _ in range(4):
+            events = sse_objects(httpx.post(eng.base_url + "/v1/chat/completions", json=body,
+                                            timeout=10).text)
+            finals.append(events[-2])
+        after = parse_metrics(httpx.get(eng.metrics_url).text, dialect)
+    window = acceptance_window(before, after)
+    assert window is not None and after.running == 0 and after.waiting == 0
+    if dialect == "vllm":
+        figures = [f["metrics"]["speculative_decoding"] for f in finals]
+        assert window.drafts == sum(f["num_drafts"] for f in figures)
+        assert window.accepted == sum(f["num_accepted_tokens"] for f in figures)
+        assert len(window.per_position_rates) == 3
+        assert window.per_position_rates == sorted(window.per_position_rates, reverse=True)
+    else:
+        figures = [f["sglext"]["spec_tokens_details"] for f in finals]
+        assert window.drafts == sum(f["spec_verify_ct"] for f in figures)
+        assert window.generation_tokens == 4 * 40
+        assert after.engine_accept_length is not None
+
+
+def test_runs_as_a_module_with_a_spec_file(tmp_path) -> None:
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(ScriptedEngineSpec(**FAST).model_dump_json())
+    truth = tmp_path / "truth.jsonl"
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "harness.testengine", "--spec", str(spec_path),
+                             "--port", str(port), "--truth-log", str(truth)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                httpx.get(url + "/health", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        reply = httpx.post(url + "/v1/chat/completions", json=BODY, timeout=10)
+        assert reply.status_code == 200 and "[DONE]" in reply.text
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert proc.returncode == 0
+    assert '"kind": "request"' in truth.read_text()
+
+
+def test_bad_spec_file_exits_2_with_one_line(tmp_path) -> None:
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps({"num_draft_tokens": 2}))
+    proc = subprocess.run([sys.executable, "-m", "harness.testengine", "--spec", str(spec_path)],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "accept_probs" in proc.stderr

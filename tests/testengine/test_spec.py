@@ -1,0 +1,47 @@
+"""The scripted engine's declared model: validation and the figures it implies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from harness.errors import InputError
+from harness.testengine.spec import ScriptedEngineSpec, load_spec
+
+
+def test_roofline_switches_from_memory_to_compute_bound() -> None:
+    spec = ScriptedEngineSpec(weight_bytes=1e10, bandwidth_bytes_per_s=1e12,
+                              flops_per_token=1e10, flops_per_s=1e14, step_overhead_s=0.001)
+    assert spec.step_seconds(1) == pytest.approx(0.001 + 0.01)  # weights / bandwidth
+    assert spec.step_seconds(1000) == pytest.approx(0.001 + 0.1)  # flops / rate
+
+
+def test_acceptance_length_from_conditional_position_probabilities() -> None:
+    spec = ScriptedEngineSpec(num_draft_tokens=3, accept_probs=[0.5, 0.5, 1.0])
+    assert spec.position_rates() == [0.5, 0.25, 0.25]
+    assert spec.expected_acceptance_length() == pytest.approx(2.0)
+
+
+def test_probabilities_must_match_draft_count() -> None:
+    with pytest.raises(ValidationError, match="accept_probs needs 3"):
+        ScriptedEngineSpec(num_draft_tokens=3, accept_probs=[0.5])
+    with pytest.raises(ValidationError, match="num_draft_tokens is 0"):
+        ScriptedEngineSpec(accept_probs=[0.5])
+    with pytest.raises(ValidationError):
+        ScriptedEngineSpec(unknown_field=1)
+
+
+def test_bad_spec_file_is_a_one_line_input_error(tmp_path) -> None:
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"failures": [{"mode": "explode"}]}))
+    with pytest.raises(InputError) as err:
+        load_spec(path)
+    assert len(err.value.lines) == 1
+    assert str(path) in err.value.lines[0] and "failures.0.mode" in err.value.lines[0]
+    path.write_text("{not json")
+    with pytest.raises(InputError, match="not valid"):
+        load_spec(path)
+    with pytest.raises(InputError, match="cannot read"):
+        load_spec(tmp_path / "missing.json")
