@@ -450,12 +450,15 @@ def attach_problem(arm: Arm, study: Study, timeout_s: float = 10.0) -> str | Non
     if entry is None:
         ids = [m.get("id") for m in models]
         return f"attached endpoint {attach.base_url} serves {ids}, not {attach.served_model!r}"
-    names = {str(v) for v in (entry.get("id"), entry.get("root")) if v}
-    registered = {v for v in (study.model.id, study.model.served_name) if v}
+    # What it was loaded from (vLLM and SGLang report it as `root`) must be the study's
+    # model, by id or path or at least by its last path part; without a root, the name.
+    root = entry.get("root")
+    names = {str(root)} if root else {attach.served_model}
+    registered = {study.model.id} if root else {v for v in (study.model.id, study.model.served_name) if v}
     if not _same_model(names, registered):
         return (
-            f"attached endpoint {attach.base_url} serves {sorted(names)}, but the study"
-            f" registers model {study.model.id!r}"
+            f"attached endpoint {attach.base_url} serves {attach.served_model!r} loaded from"
+            f" {root or attach.served_model!r}, but the study registers model {study.model.id!r}"
         )
     return None
 
