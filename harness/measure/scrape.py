@@ -18,6 +18,7 @@ import httpx
 import pandas as pd
 
 from harness.engines.metrics import MetricsParseError, acceptance_window, parse_metrics
+from harness.measure.transport import shared_ssl_context
 from harness.records import MetricSample
 
 
@@ -36,9 +37,10 @@ async def scrape_metrics(
     if interval_s <= 0:
         raise ValueError("interval_s must be > 0")
     timeout = min(timeout_s or interval_s * 0.8, interval_s * 0.95)
-    start = time.monotonic()
-    k = 0
-    async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+    async with httpx.AsyncClient(timeout=timeout, trust_env=False,
+                                 verify=shared_ssl_context()) as client:
+        start = time.monotonic()
+        k = 0
         while not stop.is_set():
             due = start + k * interval_s
             wait = due - time.monotonic()

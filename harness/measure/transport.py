@@ -154,13 +154,13 @@ def make_client(base_url: str, connections: int, timeout_s: float) -> httpx.Asyn
         return httpx.AsyncClient(transport=_TimedTransport(limits), timeout=timeout,
                                  trust_env=False)
     return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False,
-                             verify=_shared_ssl_context())
+                             verify=shared_ssl_context())
 
 
 _SSL_CONTEXT = None
 
 
-def _shared_ssl_context():
+def shared_ssl_context():
     """One verified TLS context for every https client (each costs ~50 ms to build)."""
     global _SSL_CONTEXT
     if _SSL_CONTEXT is None:

@@ -1,0 +1,27 @@
+"""A scripted engine in a background thread, and a helper to run one cell against it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from harness.measure.driver import CellOutcome, run_cell
+from harness.measure.requests import RequestSpec
+from harness.records import RequestRecord
+
+# 1 ms memory-bound steps: cells finish in well under a second.
+FAST = {"weight_bytes": 1e9, "bandwidth_bytes_per_s": 1e12}
+
+
+def prompts(n: int = 5, max_tokens: int = 16) -> list[RequestSpec]:
+    return [RequestSpec(f"item-{i}", [{"role": "user", "content": f"prompt {i} " * (i + 1)}],
+                        max_tokens) for i in range(n)]
+
+
+def run(base_url: str, pattern, *, requests: list[RequestSpec] | None = None,
+        **kwargs) -> tuple[CellOutcome, list[RequestRecord]]:
+    records: list[RequestRecord] = []
+    outcome = asyncio.run(run_cell(
+        base_url=base_url, model="scripted", requests=requests or prompts(), pattern=pattern,
+        sampling={"temperature": 0.0, "seed": 0}, extra_body={}, cell_id="cell",
+        attempt=1, on_record=records.append, **kwargs))
+    return outcome, records

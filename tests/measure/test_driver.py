@@ -1,0 +1,132 @@
+"""The load driver against the scripted engine: records, order, errors, queueing, health."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness.measure.itl import tokens_per_chunk
+from harness.measure.patterns import ClosedLoop, OpenLoop
+from harness.testengine.server import serve_in_thread
+from harness.testengine.spec import FailureInjection, ScriptedEngineSpec
+
+from .cells import FAST, prompts, run
+
+
+def test_closed_loop_records_every_request_in_registered_order() -> None:
+    spec = ScriptedEngineSpec(num_draft_tokens=3, accept_probs=[0.8, 0.7, 0.6], **FAST)
+    with serve_in_thread(spec) as eng:
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=3, requests=12, warmup=2))
+    assert outcome.n_ok == 12 and outcome.n_errors == 0 and outcome.n_warmup == 2
+    assert not outcome.aborted and outcome.records == len(records) == 14
+    by_index = sorted(records, key=lambda r: r.index)
+    assert [r.index for r in by_index] == list(range(14))
+    # Prompts cycle through the task's items in registered order.
+    assert [r.item_id for r in by_index] == [f"item-{i % 5}" for i in range(14)]
+    assert [r.phase for r in by_index] == ["warmup"] * 2 + ["measure"] * 12
+    assert {r.user for r in records} == {0, 1, 2}
+    for r in records:
+        assert r.ok and r.completion_tokens == 16 and sum(r.chunk_tokens) == 16
+        assert r.scheduled_t <= r.sent_t <= r.first_token_t <= r.end_t
+        assert r.chunk_times == sorted(r.chunk_times) and r.chunk_times[0] == r.first_token_t
+        assert r.spec["num_drafts"] >= 1 and r.response_id.startswith("chatcmpl-")
+        assert r.tpot_s is not None and r.tpot_s > 0
+    assert 1.0 <= tokens_per_chunk(records) <= 4.0
+    health = outcome.health
+    assert health.lag_limit_ms == 5.0 and health.lag_p99_ms >= health.lag_p50_ms >= 0
+
+
+def test_records_reach_on_record_while_the_cell_runs() -> None:
+    seen: list[tuple[float, float]] = []
+    with serve_in_thread(ScriptedEngineSpec(**FAST)) as eng:
+        _, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=4))
+        for r in records:
+            seen.append((r.end_t, r.index))
+    # Handed over one by one, each after its own end and before the next was sent.
+    ends = [t for t, _ in sorted(seen, key=lambda x: x[1])]
+    sends = [r.sent_t for r in sorted(records, key=lambda r: r.index)]
+    assert all(end <= nxt for end, nxt in zip(ends, sends[1:], strict=False))
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind"),
+    [("refuse", "http"), ("stall", "timeout"), ("drop", "dropped"), ("malformed", "malformed")],
+)
+def test_each_failure_mode_is_a_recorded_error_and_the_cell_finishes(mode, kind) -> None:
+    failure = FailureInjection(mode=mode, every_nth=3, after_tokens=5, stall_s=30)
+    spec = ScriptedEngineSpec(failures=[failure], **FAST)
+    with serve_in_thread(spec) as eng:
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=9),
+                               timeout_s=1.5)
+    assert len(records) == 9 and not outcome.aborted
+    failed = [r for r in records if not r.ok]
+    assert len(failed) == 3 and outcome.n_errors == 3 and outcome.n_ok == 6
+    assert outcome.errors_by_kind == {kind: 3}
+    for r in failed:
+        assert r.error_kind == kind and r.error and r.end_t is not None
+    if mode in ("drop", "stall", "malformed"):  # the tokens before the failure are kept
+        assert all(sum(n for n in r.chunk_tokens if n) >= 5 for r in failed)
+
+
+def test_engine_death_mid_cell_fails_the_rest_quickly_and_finishes() -> None:
+    spec = ScriptedEngineSpec(failures=[FailureInjection(mode="die", requests=[4])], **FAST)
+    with serve_in_thread(spec) as eng:
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=10),
+                               timeout_s=5)
+    assert len(records) == 10 and not outcome.aborted
+    kinds = {r.error_kind for r in records if not r.ok}
+    assert kinds <= {"dropped", "connect"} and "connect" in kinds
+    assert outcome.n_ok >= 2  # the requests before the death; those in flight drop
+
+
+def test_error_rate_limit_aborts_the_cell_and_keeps_every_record() -> None:
+    spec = ScriptedEngineSpec(failures=[FailureInjection(mode="refuse", every_nth=1)], **FAST)
+    with serve_in_thread(spec) as eng:
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=100),
+                               error_rate_limit=0.5)
+    assert outcome.aborted and "error rate" in outcome.reason
+    assert outcome.records == len(records) and 10 <= len(records) < 100
+    assert all(not r.ok for r in records)
+
+
+def test_open_loop_past_capacity_shows_client_queueing_in_latency() -> None:
+    # Each request holds the engine ~40 ms; at most 2 in flight; 100 arrivals per second.
+    spec = ScriptedEngineSpec(weight_bytes=2e9, bandwidth_bytes_per_s=1e12, max_batch=2)
+    with serve_in_thread(spec) as eng:
+        outcome, records = run(
+            eng.base_url,
+            OpenLoop(rate=100.0, requests=30, seed=3, max_in_flight=2),
+            requests=prompts(max_tokens=20))
+    assert outcome.n_ok == 30
+    records.sort(key=lambda r: r.index)
+    delays = [r.queue_delay_s for r in records]
+    assert delays[-1] > delays[0]
+    assert sum(delays[-10:]) > sum(delays[:10])  # the queue grows over the cell
+    for r in records:
+        # Latency runs from the scheduled time, so the client queue is inside it.
+        assert r.ttft_s == pytest.approx(r.first_token_t - r.scheduled_t)
+        assert r.ttft_s >= r.queue_delay_s >= 0
+    scheduled = [r.scheduled_t for r in records]
+    assert scheduled == sorted(scheduled)
+
+
+def test_a_blocked_client_loop_marks_the_cell_invalid() -> None:
+    with serve_in_thread(ScriptedEngineSpec(**FAST)) as eng:
+        records = []
+
+        def slow_writer(rec) -> None:  # a record sink that holds the event loop
+            records.append(rec)
+            time.sleep(0.05)
+
+        import asyncio
+
+        from harness.measure.driver import run_cell
+
+        outcome = asyncio.run(run_cell(
+            base_url=eng.base_url, model="scripted", requests=prompts(),
+            pattern=ClosedLoop(concurrency=1, requests=20), sampling={}, extra_body={},
+            cell_id="c", attempt=1, on_record=slow_writer, lag_limit_ms=5.0))
+    assert len(records) == 20
+    assert not outcome.health.valid
+    assert "lag p99" in outcome.health.reason and outcome.health.lag_max_ms >= 20
