@@ -14,6 +14,8 @@ from harness.errors import SpecbenchError
 COMMAND_MODULES = [
     "harness.commands.validate",
     "harness.commands.plan",
+    "harness.commands.run",
+    "harness.commands.rerun_baseline",
     "harness.commands.tiny_model",
     "harness.commands.serve",
     "harness.commands.analyse",
