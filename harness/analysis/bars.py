@@ -191,19 +191,20 @@ def rerun_states(a: Analysis) -> list[dict]:
         reruns = sorted((c for c in a.run.cells.values() if c.rerun_of == baseline_id),
                         key=lambda c: c.id)
         figures = _check_figures(a)
-        entry: dict = {"cell": baseline_id, "behind": [
-            f"{r.drafter_cell}: {r.speedup:.2f}x" for r in figures.itertuples()
-            if r.baseline_cell == baseline_id]}
-        entry["original_speed"] = float(np.median(cell_speeds(original)))
         rerun = reruns[-1] if reruns else None
+        # "cell" is the rerun's id and "of" its original, as in the manifest's reruns.
+        entry: dict = {"cell": rerun.id if rerun else f"{baseline_id}/rerun1", "of": baseline_id,
+                       "behind": [f"{r.drafter_cell}: {r.speedup:.2f}x"
+                                  for r in figures.itertuples() if r.baseline_cell == baseline_id]}
+        entry["original_speed"] = float(np.median(cell_speeds(original)))
         if rerun is None or rerun.status == "missing":
-            entry.update(rerun=f"{baseline_id}/rerun1", state="missing")
+            entry.update(state="missing")
         elif not rerun.usable:
-            entry.update(rerun=rerun.id, state="invalid", reason=rerun.reason)
+            entry.update(state="invalid", reason=rerun.reason)
         else:
             speed = float(np.median(cell_speeds(rerun)))
             diff = speed / entry["original_speed"] - 1.0
-            entry.update(rerun=rerun.id, rerun_speed=speed, relative_difference=diff,
+            entry.update(rerun_speed=speed, relative_difference=diff,
                          agree_within=check.agree_within,
                          state="agrees" if abs(diff) <= check.agree_within else "disagrees")
         out.append(entry)
@@ -214,7 +215,7 @@ def check_bar_targets(run_dir: str | Path, study: Study | None = None) -> list[s
     """Baseline cell ids behind a speedup above the check threshold with no rerun yet
     (a rerun that completed but is invalid is reported by the verdict, not rerun again)."""
     a = analyse(run_dir, study)
-    return [r["cell"] for r in rerun_states(a) if r["state"] == "missing"]
+    return [r["of"] for r in rerun_states(a) if r["state"] == "missing"]
 
 
 def check_bar(a: Analysis, reruns: list[dict]) -> dict:
@@ -226,10 +227,10 @@ def check_bar(a: Analysis, reruns: list[dict]) -> dict:
     summary = []
     for r in reruns:
         if r["state"] in ("agrees", "disagrees"):
-            summary.append(f"{r['cell']}: rerun {r['state']} ({r['relative_difference']:+.1%},"
+            summary.append(f"{r['of']}: rerun {r['state']} ({r['relative_difference']:+.1%},"
                            f" limit {check.agree_within:.0%}); behind {', '.join(r['behind'])}")
         else:
-            summary.append(f"{r['cell']}: rerun {r['state']}; behind {', '.join(r['behind'])}")
+            summary.append(f"{r['of']}: rerun {r['state']}; behind {', '.join(r['behind'])}")
     status = "agreed" if all(r["state"] == "agrees" for r in reruns) else "unresolved"
     return _bar("check", status, summary, ev)
 

@@ -94,3 +94,4 @@ def log2_axis(ax, levels: Sequence[int]) -> None:
     ax.set_xticks(list(levels))
     ax.set_xticklabels([str(c) for c in levels])
     ax.minorticks_off()
+    ax.set_xlim(levels[0] / 1.25, levels[-1] * 1.25)  # every level, even if skipped or missing

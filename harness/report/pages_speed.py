@@ -79,6 +79,9 @@ def speedup_pages(pdf: PdfPages, a: Analysis) -> int:
             if sp.empty:
                 empty_axes(ax, "no usable speed cells")
         handles["knee (interval reaches 1.0)"] = axes[0].plot([], [], "v", color="gray", ms=8)[0]
+        if (a.knees["status"] == "beyond").any():
+            handles["knee beyond the highest level"] = axes[0].plot([], [], ">", color="gray",
+                                                                    ms=6)[0]
         fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=4, fontsize=8,
                    frameon=False)
         save(pdf, fig)
@@ -95,7 +98,7 @@ def _mark_knee(ax, a: Analysis, arm: str, task: str, colour: str, levels: list[i
         ax.axvline(k["knee_concurrency"], color=colour, ls="--", lw=0.8, alpha=0.7)
         ax.plot([k["knee_concurrency"]], [1.0], "v", color=colour, ms=8)
     elif k["status"] == "beyond":
-        ax.annotate("", xy=(levels[-1] * 1.35, 1.0), xytext=(levels[-1], 1.0),
+        ax.annotate("", xy=(levels[-1] * 1.22, 1.0), xytext=(levels[-1], 1.0),
                     arrowprops={"arrowstyle": "->", "color": colour})
 
 

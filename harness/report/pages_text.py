@@ -140,7 +140,7 @@ def environment_pages(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
     lines += [f"  {r.get('cell')} of {r.get('of')}: {r.get('reason')}" for r in reruns] \
         or ["  none"]
     for r in verdict.get("reruns") or []:
-        lines.append(f"  {r['cell']}: rerun {r['state']}"
+        lines.append(f"  {r['cell']}: {r['state']}"
                      + (f" ({r['relative_difference']:+.1%})" if "relative_difference" in r
                         else ""))
     failed = m.get("failed_cells") or []

@@ -208,6 +208,8 @@ def test_check_rerun_agreeing_accepts_the_verdict(tmp_path):
     assert check["status"] == "agreed"
     r = v["reruns"][0]
     assert r["state"] == "agrees" and r["relative_difference"] == pytest.approx(0.05)
+    assert (r["cell"], r["of"]) == ("sglang-base/chat/speed/c001/rerun1",
+                                    "sglang-base/chat/speed/c001")
     assert r["original_speed"] == pytest.approx(BASE_SPEED)
     assert "original" in check["evidence"]["baseline_used"]
     # the speed figure still uses the original baseline run
@@ -222,7 +224,7 @@ def test_check_rerun_disagreeing_is_incomplete_and_says_which(tmp_path):
             cell_id="sglang-base/gsm8k/speed/c001/rerun1")
     v = write_verdict(b.root)
     assert v["verdict"] == "INCOMPLETE"
-    states = {r["cell"]: r["state"] for r in v["reruns"]}
+    states = {r["of"]: r["state"] for r in v["reruns"]}
     assert states == {"sglang-base/chat/speed/c001": "agrees",
                       "sglang-base/gsm8k/speed/c001": "disagrees"}
     assert any("gsm8k" in line and "disagrees" in line for line in bar(v, "check")["summary"])

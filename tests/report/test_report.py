@@ -1,0 +1,131 @@
+"""The PDF report from hand-made run folders: every page renders and is not blank."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pandas as pd
+import pytest
+from analysis.runfolder import PASSING_SPEEDUPS, RunBuilder
+
+from harness.cli import main
+from harness.report import build_report
+from harness.report.build import write_pdf
+
+# verdict, evidence, speedup, speed curves, 3 x acceptance, consistency, accuracy x 2,
+# identity, open loop, environment: at least one page each
+MIN_PAGES = 13
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    assert path, (f"{name} not found: install poppler-utils (apt-get install -y poppler-utils);"
+                  " the report tests render every page with it")
+    return path
+
+
+def page_count(pdf: Path) -> int:
+    out = subprocess.run([_tool("pdfinfo"), str(pdf)], capture_output=True, text=True, check=True)
+    line = next(x for x in out.stdout.splitlines() if x.startswith("Pages:"))
+    return int(line.split()[1])
+
+
+def render(pdf: Path, out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run([_tool("pdftoppm"), "-r", "40", "-png", str(pdf), str(out_dir / "page")],
+                   check=True, capture_output=True)
+    return sorted(out_dir.glob("page-*.png"))
+
+
+def ink(png: Path) -> float:
+    """Share of pixels that are not (near) white."""
+    img = mpimg.imread(png)[..., :3]
+    return float(np.mean(img.mean(axis=2) < 0.9))
+
+
+def assert_pages_render(pdf: Path, tmp: Path, expected: int) -> None:
+    assert page_count(pdf) == expected
+    pngs = render(pdf, tmp / "png")
+    assert len(pngs) == expected
+    for png in pngs:
+        assert ink(png) > 0.002, f"{png.name} is blank"
+
+
+def test_report_command_writes_tables_verdict_and_pdf(tmp_path, capsys):
+    b = RunBuilder(tmp_path).full_passing_run()
+    out = tmp_path / "reports" / "synthetic.pdf"
+    assert main(["report", str(b.root), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "verdict: PASS" in printed
+    for name in ("cells.parquet", "cells.csv", "speedups.parquet", "speedups.csv"):
+        assert (b.root / name).exists(), name
+    assert json.loads((b.root / "verdict.json").read_text())["verdict"] == "PASS"
+    assert len(pd.read_parquet(b.root / "speedups.parquet")) == 30
+    pages = int(printed.split("(")[-1].split()[0])
+    assert pages >= MIN_PAGES
+    assert_pages_render(out, tmp_path, pages)
+
+
+def test_report_defaults_to_the_reports_folder(tmp_path, monkeypatch):
+    import harness.commands.report as cmd
+
+    b = RunBuilder(tmp_path).full_passing_run()
+    monkeypatch.setattr(cmd, "REPORTS_DIR", tmp_path / "reports")
+    assert main(["report", "synthetic-run", "--results", str(tmp_path)]) == 0
+    assert (tmp_path / "reports" / "synthetic-run.pdf").exists()
+    assert not (b.root / "reports").exists()
+
+
+def test_report_of_a_stopped_run_with_missing_and_invalid_cells(tmp_path):
+    """A sparse run: stop fired, high levels skipped, an invalid cell, a check rerun,
+    no accuracy or open-loop cells. Every page still renders."""
+    b = RunBuilder(tmp_path)
+    slow = {arm: {1: 1.2, 2: 1.1, 4: 1.0} for arm in PASSING_SPEEDUPS}
+    slow["vllm-eagle3"] = {1: 5.5, 2: 0.9, 4: 0.8}  # fires the check bar too
+    b.speed_cells(slow, levels=[1, 2, 4])
+    b.speed("vllm-base", "chat", 1, 44.0, cell_id="vllm-base/chat/speed/c001/rerun1")
+    b.speed("vllm-base", "gsm8k", 1, 40.0, cell_id="vllm-base/gsm8k/speed/c001/rerun1")
+    b.identity_cells({"vllm-ngram": {f"item{i}": f"other text {i}" for i in range(8)}})
+    b.identity("vllm-eagle3", "chat", {"item0": "x"}, valid=False)
+    b.manifest["stop"] = {"fired": True, "judged_wall": 1_700_000_100.0}
+    b.manifest["skipped"] = [{"cell": f"{a}/{t}/speed/c{c:03d}", "reason": "stop bar fired"}
+                             for a in ("vllm-base", *PASSING_SPEEDUPS, "sglang-base")
+                             for t in ("chat", "gsm8k") for c in (8, 16)]
+    b.manifest["deviations"] = [{"when": "2026-11-30T02:00:00", "what": "max_tokens 128 -> 64",
+                                 "old_seal": "a" * 64, "new_seal": "b" * 64}]
+    b.write_manifest()
+    out = tmp_path / "stopped.pdf"
+    from harness.analysis import analyse, evaluate
+
+    a = analyse(b.root)
+    verdict = evaluate(a)
+    assert verdict["verdict"] == "STOP"
+    pages = write_pdf(a, verdict, out)
+    assert pages >= MIN_PAGES
+    assert_pages_render(out, tmp_path, pages)
+
+
+def test_build_report_returns_the_pdf_path(tmp_path):
+    b = RunBuilder(tmp_path).full_passing_run()
+    out = build_report(b.root, tmp_path / "x" / "r.pdf")
+    assert out == tmp_path / "x" / "r.pdf" and out.stat().st_size > 10_000
+
+
+def test_analyse_command_prints_the_verdict(tmp_path, capsys):
+    b = RunBuilder(tmp_path).full_passing_run()
+    assert main(["analyse", str(b.root)]) == 0
+    printed = capsys.readouterr().out
+    assert "verdict: PASS" in printed and "pass.speed: pass" in printed
+    assert (b.root / "verdict.json").exists() and (b.root / "cells.csv").exists()
+
+
+@pytest.mark.parametrize("command", ["report", "analyse"])
+def test_not_a_run_folder_is_exit_2_with_one_line(tmp_path, capsys, command):
+    assert main([command, str(tmp_path / "nope"), "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a run folder" in err[0]
