@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-from functools import cache
-
 from harness.measure.requests import RequestSpec
 from harness.plan import Cell
 from harness.prereg.schema import Study, TaskSpec
 from harness.workloads import Item, load_items
 
 
-@cache
-def _items(kind: str, source_key: str | None, subset: int | None, subset_seed: int,
-           task: TaskSpec) -> tuple[Item, ...]:
-    return tuple(load_items(kind, source=task.source, subset=subset, subset_seed=subset_seed))
+# Loaded once per process: every cell of a task sends the same items.
+_LOADED: dict[tuple, tuple[Item, ...]] = {}
 
 
 def task_items(task: TaskSpec) -> list[Item]:
     """The task's items in registered order (its seeded subset when it names one)."""
-    key = f"{task.source.dataset}@{task.source.revision}" if task.source else None
-    return list(_items(task.kind, key, task.subset, task.subset_seed, task))
+    source = task.source.model_dump_json() if task.source else None
+    key = (task.kind, source, task.subset, task.subset_seed)
+    if key not in _LOADED:
+        _LOADED[key] = tuple(
+            load_items(task.kind, source=task.source, subset=task.subset,
+                       subset_seed=task.subset_seed)
+        )
+    return list(_LOADED[key])
 
 
 def cell_items(study: Study, cell: Cell) -> list[Item]:

@@ -51,7 +51,7 @@ class RunProgress:
         self.progress.stop()
 
     def note(self, message: str) -> None:
-        self.progress.console.log(message)
+        self.progress.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {message}")
 
     def skip(self, cell: Cell) -> None:
         """A complete or skipped cell still counts toward the study's progress."""

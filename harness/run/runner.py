@@ -219,8 +219,11 @@ class Runner:
 
     def _run_one(self, engine: ArmEngine, cell: Cell, progress: RunProgress,
                  rate_rps: float | None = None, extra: dict | None = None) -> bool:
+        """Run a cell until it completes: a dead engine is restarted and the cell
+        retried; a cell the client may have distorted (lag over the limit) is
+        measured again. Every attempt stays in cell.json and requests.jsonl."""
         retries = self.study.recording.cell_retries
-        for _ in range(retries + 1):
+        for tries_left in range(retries, -1, -1):
             attempt = self.store.start_attempt(cell.id, cell.to_dict(), **(extra or {}))
             progress.start_cell(cell, attempt)
             try:
@@ -242,11 +245,15 @@ class Runner:
                 self.store.end_attempt(cell.id, attempt, "failed", f"{type(err).__name__}: {err}")
                 progress.end_cell(cell, "FAILED", str(err))
                 raise
-            self.store.mark_complete(cell.id, attempt, outcome)
             health = outcome.get("health") or {}
             detail = f"{outcome.get('n_ok', 0)} ok, {outcome.get('n_errors', 0)} errors"
             if health and not health.get("valid", True):
+                if tries_left:
+                    self.store.end_attempt(cell.id, attempt, "invalid", health.get("reason"))
+                    progress.end_cell(cell, "REMEASURE", f"invalid: {health.get('reason')}")
+                    continue
                 detail += f"; INVALID: {health.get('reason')}"
+            self.store.mark_complete(cell.id, attempt, outcome)
             progress.end_cell(cell, "done", detail)
             return True
         self.store.append_manifest(
