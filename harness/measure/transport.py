@@ -12,11 +12,19 @@ the stock backend, and chunk times fall back to the moment the task reads them.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import sys
 import time
 from collections import deque
 
 import httpcore
 import httpx
+
+# httpcore imports sniffio afresh for every lock it sets up (several per request); when
+# sniffio is not installed each attempt scans sys.path on disk, inside the event loop.
+# Cache the miss once, so the import fails at once and httpcore assumes asyncio.
+if importlib.util.find_spec("sniffio") is None:
+    sys.modules.setdefault("sniffio", None)
 
 
 class _TimedProtocol(asyncio.Protocol):
@@ -67,11 +75,11 @@ class TimedStream(httpcore.AsyncNetworkStream):
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         proto = self._protocol
         while not proto.segments and not proto.closed:
+            # No per-read timer (wait_for costs a task and a timer per chunk): the
+            # driver bounds each whole request with one asyncio.timeout.
             proto.waiter = asyncio.get_running_loop().create_future()
             try:
-                await asyncio.wait_for(proto.waiter, timeout)
-            except TimeoutError as err:
-                raise httpcore.ReadTimeout("read timed out") from err
+                await proto.waiter
             finally:
                 proto.waiter = None
         if proto.segments:
