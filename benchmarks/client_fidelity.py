@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -31,11 +32,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import itertools
-
 from harness.measure.driver import run_cell
+from harness.measure.health import ClientHealthMonitor
 from harness.measure.itl import token_itl
 from harness.measure.patterns import ClosedLoop
 from harness.measure.requests import RequestSpec
@@ -148,6 +146,14 @@ def compare(records, truth_requests, truth_chunks) -> dict:
     }
 
 
+async def idle_lag(seconds: float = 3.0):
+    """The lag probe with no load at all: what the machine alone contributes."""
+    monitor = ClientHealthMonitor(LAG_LIMIT_MS)
+    monitor.start()
+    await asyncio.sleep(seconds)
+    return await monitor.stop()
+
+
 def chunk_rate(records, outcome) -> float:
     chunks = sum(len(r.chunk_times) for r in records)
     return chunks / max(1e-9, outcome.ended_t - outcome.started_t)
@@ -201,6 +207,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         engine = EngineProcess(SPEC, Path(tmp))
         try:
+            floor = asyncio.run(idle_lag())
+            print(f"machine: load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; "
+                  f"idle client lag p50/p99 {floor.lag_p50_ms:.2f}/{floor.lag_p99_ms:.2f} ms "
+                  "(the noise floor under every figure below)")
             print(f"scripted engine: step {SPEC.step_seconds(1) * 1e3:.0f} ms memory-bound, "
                   f"k={SPEC.num_draft_tokens}, expected acceptance length "
                   f"{SPEC.expected_acceptance_length():.2f}; lag limit {LAG_LIMIT_MS} ms")
@@ -225,7 +235,7 @@ def main() -> int:
                          if r["errors"] or r["unmatched"] else ""))
             # Ramp: more streams, more chunks per second, until the lag limit trips.
             max_rate, ramp = 0.0, []
-            for streams in (64, 128, 256, 384, 512):
+            for streams in (16, 32, 64, 128, 256, 512):
                 outcome, records = asyncio.run(
                     cell(engine.base_url, streams, streams * 2, f"ramp{streams}"))
                 rate = chunk_rate(records, outcome)
