@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "harness.commands.serve",
     "harness.commands.analyse",
     "harness.commands.report",
+    "harness.commands.score",
 ]
 
 

@@ -1,0 +1,105 @@
+"""Task definitions as data: workloads/<kind>/task.yaml (lm-evaluation-harness style).
+
+A task file declares the data files, the fields a prompt may use, the chat
+messages with ``{{ field }}`` placeholders, and the scorer. Rendering replaces
+each placeholder with the field's text and interprets nothing else, so a
+question containing braces, backslashes or ``{{`` is passed through verbatim.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from harness import paths
+
+TASK_KINDS = ("chat", "gsm8k", "humaneval", "mmlu")
+_ROLES = ("system", "user", "assistant")
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+class TaskDefinitionError(ValueError):
+    """A task.yaml that does not say what the loader needs."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    kind: str
+    path: Path
+    description: str
+    files: tuple[str, ...]
+    fields: tuple[str, ...]
+    messages: tuple[tuple[str, str], ...]  # (role, template)
+    scorer: str | None
+    hub_hint: dict | None = None  # default hub dataset/config/split for this task
+
+    def render(self, fields: dict[str, str]) -> list[dict]:
+        """OpenAI chat messages for one item's fields."""
+        missing = [f for f in self.fields if f not in fields]
+        if missing:
+            raise KeyError(f"{self.kind}: item lacks field(s) {missing}")
+        out = []
+        for role, template in self.messages:
+            content = _PLACEHOLDER.sub(lambda m: str(fields[m.group(1)]), template)
+            out.append({"role": role, "content": content})
+        return out
+
+
+def task_path(kind: str) -> Path:
+    return paths.WORKLOADS_DIR / kind / "task.yaml"
+
+
+def load_task(kind: str) -> TaskSpec:
+    if kind not in TASK_KINDS:
+        raise ValueError(f"unknown task kind {kind!r}; known: {', '.join(TASK_KINDS)}")
+    path = task_path(kind)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise TaskDefinitionError(f"{path}: missing task definition") from err
+    except yaml.YAMLError as err:
+        raise TaskDefinitionError(f"{path}: not valid YAML: {err}") from err
+    if not isinstance(doc, dict):
+        raise TaskDefinitionError(f"{path}: expected a mapping")
+
+    def need(cond: bool, what: str) -> None:
+        if not cond:
+            raise TaskDefinitionError(f"{path}: {what}")
+
+    need(doc.get("task") == kind, f"'task' must be {kind!r}")
+    data = doc.get("data")
+    need(isinstance(data, dict), "'data' must be a mapping")
+    files = data.get("files")
+    need(
+        isinstance(files, list) and files and all(isinstance(f, str) for f in files),
+        "'data.files' must be a non-empty list of file names",
+    )
+    fields = doc.get("fields")
+    need(isinstance(fields, dict) and fields, "'fields' must map field names to descriptions")
+    messages = doc.get("messages")
+    need(isinstance(messages, list) and messages, "'messages' must be a non-empty list")
+    rendered: list[tuple[str, str]] = []
+    for i, msg in enumerate(messages):
+        need(isinstance(msg, dict), f"messages[{i}] must be a mapping")
+        role, content = msg.get("role"), msg.get("content")
+        need(role in _ROLES, f"messages[{i}].role must be one of {_ROLES}")
+        need(isinstance(content, str) and content, f"messages[{i}].content must be text")
+        for name in _PLACEHOLDER.findall(content):
+            need(name in fields, f"messages[{i}] uses {{{{ {name} }}}}, not declared in 'fields'")
+        rendered.append((role, content))
+    need(rendered[-1][0] == "user", "the last message must be the user's")
+    scorer = (doc.get("scorer") or {}).get("name")
+    need(scorer in (None, kind), f"'scorer.name' must be {kind!r} or null")
+    return TaskSpec(
+        kind=kind,
+        path=path,
+        description=str(doc.get("description", "")),
+        files=tuple(files),
+        fields=tuple(fields),
+        messages=tuple(rendered),
+        scorer=scorer,
+        hub_hint=data.get("hub_hint") if isinstance(data.get("hub_hint"), dict) else None,
+    )
