@@ -134,7 +134,7 @@ def stop_decision(a: Analysis) -> StopDecision:
                  for c in needed if not c.usable]
     if not_ready:
         evidence["not_judgeable"] = not_ready
-        return StopDecision(None, evidence)
+        return StopDecision(None, _clean(evidence))
     tasks: dict[str, dict] = {}
     for task, best in _best_by_task(a, stop.concurrencies, stop.statistic).items():
         rows = sel[(sel["arm"] == best.arm) & (sel["task"] == task)]
@@ -145,7 +145,7 @@ def stop_decision(a: Analysis) -> StopDecision:
     flags = [t["below_threshold_everywhere"] for t in tasks.values()]
     fired = all(flags) if stop.fires_when == "all_tasks" else any(flags)
     evidence["tasks"] = tasks
-    return StopDecision(bool(fired), evidence)
+    return StopDecision(bool(fired), _clean(evidence))
 
 
 def judge_stop(run_dir: str | Path, study: Study | None = None) -> StopDecision:

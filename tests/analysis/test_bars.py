@@ -10,7 +10,7 @@ import pytest
 
 from harness.analysis import check_bar_targets, judge_stop, write_verdict
 
-from .runfolder import BASE_SPEED, IDENTITY_ITEMS, PASSING_SPEEDUPS, RunBuilder
+from .runfolder import BASE_SPEED, IDENTITY_ITEMS, PASSING_SPEEDUPS, RunBuilder, study_dict
 
 
 def bar(verdict: dict, name: str) -> dict:
@@ -155,8 +155,6 @@ def test_stop_does_not_fire_when_one_task_is_fast(tmp_path):
 
 
 def _stop_any() -> dict:
-    from .runfolder import study_dict
-
     return study_dict(stop={"threshold": 1.3, "concurrencies": [1, 2, 4],
                             "fires_when": "any_task"})
 
@@ -265,3 +263,58 @@ def test_missing_high_level_leaves_the_knee_incomplete(tmp_path):
     v = write_verdict(b.root)
     assert bar(v, "pass.knee")["status"] == "incomplete"
     assert v["verdict"] == "INCOMPLETE"
+
+
+def test_identity_all_drafters_judges_every_drafter(tmp_path):
+    study = study_dict()
+    study["bars"]["pass"]["identity"]["arms"] = "all_drafters"
+    b = RunBuilder(tmp_path, study)
+    b.speed_cells()
+    b.identity_cells({"vllm-eagle3": {i: "different" for i in IDENTITY_ITEMS}})
+    b.accuracy_cells()
+    v = write_verdict(b.root)
+    assert v["verdict"] == "FAIL"
+    arms = bar(v, "pass.identity")["evidence"]["tasks"]["chat"]["arms"]
+    assert set(arms) == {"vllm-ngram", "vllm-eagle3", "sglang-dflash"}
+    assert arms["vllm-eagle3"]["status"] == "fail" and arms["vllm-ngram"]["status"] == "pass"
+
+
+def test_speed_statistic_ci_lower_is_stricter_than_point(tmp_path):
+    """A point speedup just above 2.0 at c=4: the point passes, the interval's lower
+    bound does not."""
+    edge = {arm: dict(by_c) for arm, by_c in PASSING_SPEEDUPS.items()}
+    edge["sglang-dflash"][4] = 2.002
+    edge["vllm-ngram"] = {c: min(s, 1.9) for c, s in edge["vllm-ngram"].items()}
+    results = {}
+    for statistic in ("point", "ci_lower"):
+        study = study_dict()
+        study["bars"]["pass"]["speed"]["statistic"] = statistic
+        b = RunBuilder(tmp_path / statistic, study)
+        b.speed_cells(edge)
+        b.identity_cells()
+        b.accuracy_cells()
+        results[statistic] = write_verdict(b.root)
+    assert bar(results["point"], "pass.speed")["status"] == "pass"
+    strict = bar(results["ci_lower"], "pass.speed")
+    assert strict["status"] == "fail"
+    fig = strict["evidence"]["tasks"]["chat"]["figures"][2]
+    assert fig["speedup"] == pytest.approx(2.002) and fig["ci_lower"] < 2.0
+    assert not fig["passes"]
+
+
+def test_require_any_task_and_pooled_best_drafter(tmp_path):
+    mixed = {arm: dict(by_c) for arm, by_c in PASSING_SPEEDUPS.items()}
+    study = study_dict()
+    study["bars"]["pass"]["speed"].update(require="any_task", best_drafter="pooled")
+    b = RunBuilder(tmp_path, study)
+    b.speed_cells(mixed, tasks=("chat",))
+    slow = {arm: {c: s * 0.7 for c, s in by_c.items()} for arm, by_c in mixed.items()}
+    b.speed_cells(slow, tasks=("gsm8k",))
+    b.identity_cells()
+    b.accuracy_cells()
+    v = write_verdict(b.root)
+    speed = bar(v, "pass.speed")
+    tasks = speed["evidence"]["tasks"]
+    assert tasks["chat"]["status"] == "pass" and tasks["gsm8k"]["status"] == "fail"
+    assert tasks["chat"]["best_drafter"] == tasks["gsm8k"]["best_drafter"] == "sglang-dflash"
+    assert speed["status"] == "pass" and v["verdict"] == "PASS"
