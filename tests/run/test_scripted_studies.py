@@ -1,0 +1,178 @@
+"""Whole studies on the scripted test engine: the bars decide as registered."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness.run.store import cell_dirname
+from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
+
+
+def bar(verdict: dict, name: str) -> dict:
+    found = [b for b in verdict["bars"] if b["name"] == name]
+    assert found, f"no bar {name!r} in {[b['name'] for b in verdict['bars']]}"
+    return found[0]
+
+
+def complete_cells(run: Path) -> dict[str, dict]:
+    out = {}
+    for cell_dir in (run / "cells").iterdir():
+        marker = cell_dir / "complete.json"
+        if marker.exists():
+            info = json.loads((cell_dir / "cell.json").read_text())
+            out[info["cell"]["id"]] = json.loads(marker.read_text())
+    return out
+
+
+def test_scripted_pass_study_passes(results, tmp_path):
+    specbench("run", "examples/scripted-pass.yaml", "--results", str(results),
+              "--reports", str(tmp_path / "reports"))
+    run = run_folder(results)
+    verdict = verdict_of(run)
+    assert verdict["verdict"] == "PASS", json.dumps(verdict, indent=1)[:3000]
+    speed = json.dumps(bar(verdict, "pass.speed")["evidence"])
+    for c in ("c001", "c002", "c004"):
+        assert f"drafter/chat/speed/{c}" in speed and f"base/chat/speed/{c}" in speed
+    assert (tmp_path / "reports" / f"{run.name}.pdf").stat().st_size > 10_000
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["stop"]["fired"] is False
+    # Open-loop cells ran at rates relative to the knee's throughput.
+    open_cells = [c for c in complete_cells(run) if "/open/" in c]
+    assert len(open_cells) == 6
+
+
+def test_scripted_stop_study_stops_and_skips_the_expensive_cells(results, tmp_path):
+    specbench("run", "examples/scripted-stop.yaml", "--results", str(results), "--no-report")
+    run = run_folder(results)
+    verdict = verdict_of(run)
+    assert verdict["verdict"] == "STOP", json.dumps(verdict, indent=1)[:3000]
+    evidence = json.dumps(bar(verdict, "stop")["evidence"])
+    assert "drafter/chat/speed/c004" in evidence
+    done = complete_cells(run)
+    assert not [c for c in done if c.endswith(("c008", "c016"))], sorted(done)
+    # Identity and accuracy still ran.
+    assert "drafter/chat/identity" in done and "drafter/gsm8k/accuracy" in done
+    skipped = json.loads((run / "manifest.json").read_text())["skipped"]
+    assert {s["cell"] for s in skipped} == {
+        f"{arm}/chat/speed/c{c:03d}" for arm in ("base", "drafter") for c in (8, 16)
+    }
+
+
+def test_scripted_check_study_reruns_the_baseline(results):
+    specbench("run", "examples/scripted-check.yaml", "--results", str(results), "--no-report")
+    run = run_folder(results)
+    verdict = verdict_of(run)
+    reruns = verdict["reruns"]
+    assert reruns, json.dumps(verdict, indent=1)[:3000]
+    rerun_cells = {r["cell"] for r in reruns}
+    assert "base/chat/speed/c001/rerun1" in rerun_cells
+    done = complete_cells(run)
+    for cell in rerun_cells:
+        assert cell in done
+        assert cell.removesuffix("/rerun1") in done  # both runs kept
+    assert bar(verdict, "check")["status"] in ("agreed", "pass", "accepted"), bar(verdict, "check")
+    assert verdict["verdict"] in ("PASS", "FAIL")
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(results, tmp_path):
+    reference_results = tmp_path / "reference"
+    reference_results.mkdir()
+    specbench("run", "examples/scripted-pass.yaml", "--results", str(reference_results),
+              "--no-report")
+    reference = verdict_of(run_folder(reference_results))
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", "examples/scripted-pass.yaml",
+         "--results", str(results), "--no-report"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        _wait_for(lambda: any(results.glob("*/cells/*/complete.json"))
+                  and len(list(results.glob("*/cells/*/complete.json"))) >= 4, 120,
+                  "four complete cells")
+        os.killpg(proc.pid, signal.SIGKILL)  # a crash: nothing gets to clean up
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    run = run_folder(results)
+    before = complete_cells(run)
+    sizes = {c: (run / "cells" / cell_dirname(c) / "requests.jsonl").stat().st_size for c in before}
+    assert len(before) >= 4
+
+    specbench("run", "examples/scripted-pass.yaml", "--results", str(results), "--resume",
+              "--no-report")
+    after = complete_cells(run)
+    for cell, marker in before.items():
+        assert after[cell] == marker, f"{cell} was run again"
+        size = (run / "cells" / cell_dirname(cell) / "requests.jsonl").stat().st_size
+        assert size == sizes[cell], f"{cell} got more records"
+    assert verdict_of(run)["verdict"] == reference["verdict"] == "PASS"
+    assert {b["name"]: b["status"] for b in verdict_of(run)["bars"]} == {
+        b["name"]: b["status"] for b in reference["bars"]
+    }
+
+
+def test_resume_under_a_changed_study_needs_allow_deviation(results, tmp_path):
+    study = tmp_path / "study.yaml"
+    text = (ROOT / "examples" / "scripted-stop.yaml").read_text()
+    study.write_text(text)
+    specbench("run", str(study), "--results", str(results), "--no-report")
+    study.write_text(text.replace("max_tokens: 32, subset: 16", "max_tokens: 24, subset: 16"))
+    refused = specbench("run", str(study), "--results", str(results), "--resume", "--no-report",
+                        check=False)
+    assert refused.returncode == 2
+    assert "--allow-deviation" in refused.stderr and "Traceback" not in refused.stderr
+    specbench("run", str(study), "--results", str(results), "--resume", "--allow-deviation",
+              "--no-report")
+    manifest = json.loads((run_folder(results) / "manifest.json").read_text())
+    assert len(manifest["deviations"]) == 1
+    assert any("max_tokens" in change for change in manifest["deviations"][0]["changes"])
+
+
+def test_engine_killed_mid_cell_is_restarted_and_the_cell_retried(results, tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", "examples/scripted-stop.yaml",
+         "--results", str(results), "--no-report"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )
+    try:
+        target = "base__chat__speed__c001"
+
+        def requests_started() -> bool:
+            path = next(iter(results.glob(f"*/cells/{target}/requests.jsonl")), None)
+            return path is not None and len(path.read_text().splitlines()) >= 3
+
+        _wait_for(requests_started, 120, "the first requests of base/chat/speed/c001")
+        run = run_folder(results)
+        engines = json.loads((run / "manifest.json").read_text())["engines"]["base"]
+        os.kill(engines[-1]["pid"], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out[-3000:]
+    info = json.loads((run / "cells" / target / "cell.json").read_text())
+    statuses = [a["status"] for a in info["attempts"]]
+    assert statuses[0] == "failed" and statuses[-1] == "complete", info["attempts"]
+    assert "exited" in info["attempts"][0]["error"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert len(manifest["engines"]["base"]) >= 2  # the restart is recorded
+    marker = json.loads((run / "cells" / target / "complete.json").read_text())
+    assert marker["attempt"] == len(statuses)
