@@ -151,7 +151,8 @@ def cell_seconds(study: Study, cell: Cell) -> float:
 
 
 def estimate(study: Study, cells: list[Cell]) -> Estimate:
-    engine_starts = len({(c.arm, c.stage) for c in cells})
+    # One engine runs at a time; it is restarted only when the next cell's arm differs.
+    engine_starts = sum(1 for i, c in enumerate(cells) if i == 0 or cells[i - 1].arm != c.arm)
     seconds = sum(cell_seconds(study, c) for c in cells)
     seconds += engine_starts * study.plan_estimate.engine_start_s
     hw, m = study.hardware, study.model
