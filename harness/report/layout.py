@@ -24,7 +24,7 @@ def new_page(title: str, subtitle: str | None = None) -> Figure:
     fig = plt.figure(figsize=PAGE)
     fig.suptitle(title, fontsize=14, fontweight="bold", x=0.03, ha="left", y=0.975)
     if subtitle:
-        fig.text(0.03, 0.93, "\n".join(textwrap.wrap(subtitle, 165)), fontsize=9,
+        fig.text(0.03, 0.93, "\n".join(textwrap.wrap(subtitle, 160, break_on_hyphens=False)), fontsize=9,
                  color="#444444", ha="left", va="top")
     return fig
 

@@ -31,9 +31,8 @@ def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
     for arm in (x for x in study.arms if x.drafter is not None):
         fig = new_page(f"Acceptance: {arm.name} ({arm.engine}, {arm.drafter.method},"
                        f" k={arm.drafter.num_draft_tokens})",
-                       "top: tokens per verification each second over each speed cell, from "
-                       "counter deltas between scrapes; bottom: share of rounds keeping at "
-                       "least i drafts (vLLM per-position counters)")
+                       "top: tokens per verification each second of each speed cell (counter "
+                       "deltas between scrapes); bottom: share of rounds keeping >= i drafts")
         axes = fig.subplots(2, max(1, len(tasks)), squeeze=False)
         fig.subplots_adjust(left=0.07, right=0.98, top=0.85, bottom=0.14, wspace=0.28,
                             hspace=0.4)
