@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import datetime as dt
 import os
+import re
 import shlex
 import subprocess
 import threading
@@ -293,14 +294,33 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+_ERROR_LINE = re.compile(r"\b\w*(Error|Exception)\b")
+
+
+def engine_error_line(lines: list[str]) -> str | None:
+    """The engine's own last error line in a log tail (with pydantic's `[type=...]`
+    detail when there is one), or None."""
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i].strip()
+        if _ERROR_LINE.search(line) and not line.startswith(("File ", "Traceback")):
+            detail = next((x.strip() for x in lines[i + 1 :] if "[type=" in x), None)
+            if detail and len(detail) > 240:
+                detail = "..." + detail[-240:]  # keep the end: [type=..., input_value=...]
+            return line + (f" | {detail}" if detail else "")
+    return None
+
+
 def _fail(engine: EngineProcess, reason: str) -> SpecbenchError:
+    tail = engine.log_tail()
+    error = engine_error_line(tail)
+    if error:
+        reason += f"; the engine says: {error}"
     lines = [
         f"arm {engine.arm.name!r} ({engine.info.kind}): {reason}",
         f"command: {shlex.join(engine.info.command)}",
         f"log: {engine.info.log_path}",
         f"last {LOG_TAIL_LINES} lines of the log:",
     ]
-    tail = engine.log_tail()
     lines += [f"  | {line}" for line in tail] if tail else ["  (the log is empty)"]
     return SpecbenchError(*lines)
 

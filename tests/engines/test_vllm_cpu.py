@@ -1,0 +1,158 @@
+"""The real vLLM CPU build, started by these tests, serving the tiny offline model.
+
+Engines are shared through the session pool in tests/conftest.py (each start is
+30-90 s and ~3 GB); tests are ordered so each arm starts once. Relations are
+asserted, never counts: exact numbers differ between machines and modes.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import tiny_study, vllm_cpu_launch
+
+from harness.engines.lifecycle import start_engine
+from harness.engines.metrics import acceptance_window, parse_metrics, scrape_metrics
+from harness.engines.process import descendants, group_members, port_in_use
+from harness.errors import SpecbenchError
+
+pytestmark = pytest.mark.vllm
+
+REPETITIVE = (
+    "Repeat this list exactly, many times: alpha beta gamma delta, alpha beta gamma delta, "
+    "alpha beta gamma delta, alpha beta gamma delta."
+)
+IDENTITY_PROMPTS = [
+    "What is the capital of France?",
+    "Write a short poem about the sea.",
+    "Explain why the sky is blue.",
+    "Count from one to twenty.",
+    "Summarise the idea of speculative decoding in two sentences.",
+    REPETITIVE,
+    "def acceptance_length(accepted, drafts):",
+    "The quick brown fox jumps over the lazy dog. Continue the story.",
+]
+IDENTITY_MAX_TOKENS = 32
+
+
+def test_nodrafter_answers_and_exports_no_speculation(vllm_nodrafter, chat) -> None:
+    engine = vllm_nodrafter
+    assert engine.info.kind == "vllm-cpu" and engine.info.version == "0.32.0"
+    assert engine.info.launched and engine.alive()
+    out = chat(engine, "Hello, who are you?", max_tokens=16, ignore_eos=True)
+    assert out["usage"]["completion_tokens"] == 16
+    assert out["choices"][0]["message"]["content"]
+    text = httpx.get(engine.metrics_url, timeout=30).text
+    assert "vllm:spec_decode" not in text
+    snap = parse_metrics(text, "vllm")
+    assert snap.drafts is None and snap.accepted_tokens is None and snap.accepted_per_position is None
+    assert snap.generation_tokens and snap.generation_tokens >= 16
+
+
+def _greedy_outputs(engine, chat) -> list[str]:
+    outs = []
+    for prompt in IDENTITY_PROMPTS:
+        r = chat(engine, prompt, max_tokens=IDENTITY_MAX_TOKENS, ignore_eos=True)
+        assert r["usage"]["completion_tokens"] == IDENTITY_MAX_TOKENS
+        outs.append(r["choices"][0]["message"]["content"])
+    return outs
+
+
+def test_greedy_outputs_ngram_vs_nodrafter(vllm_cpu_engines, chat, record_property, capsys) -> None:
+    """Identity is measured, not assumed: the test reports the share of identical
+    outputs and passes when the comparison ran on every prompt."""
+    base = _greedy_outputs(vllm_cpu_engines.get("nodrafter"), chat)
+    ngram = _greedy_outputs(vllm_cpu_engines.get("ngram"), chat)
+    assert len(base) == len(ngram) == len(IDENTITY_PROMPTS)
+    identical = sum(a == b for a, b in zip(base, ngram, strict=True))
+    first_diff = [
+        next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        for a, b in zip(base, ngram, strict=True)
+        if a != b
+    ]
+    record_property("greedy_identical", f"{identical}/{len(base)}")
+    with capsys.disabled():
+        print(
+            f"\n[vllm-cpu greedy identity] n-gram k=3 vs no drafter: {identical}/{len(base)} identical"
+            f" ({IDENTITY_MAX_TOKENS} tokens each); first differing character of mismatches: {first_diff}"
+        )
+
+
+def test_ngram_counters_move(vllm_ngram, chat) -> None:
+    engine = vllm_ngram
+    before = scrape_metrics(engine.metrics_url, "vllm", timeout_s=30)
+    assert before.ok, before.error
+    for _ in range(3):
+        chat(engine, REPETITIVE, max_tokens=64, ignore_eos=True)
+    after = scrape_metrics(engine.metrics_url, "vllm", timeout_s=30)
+    assert after.ok, after.error
+    w = acceptance_window(before.snapshot, after.snapshot)
+    assert w is not None
+    assert w.drafts > 0 and w.draft_tokens > 0 and w.accepted > 0
+    assert w.accepted <= w.draft_tokens <= 3 * w.drafts
+    assert w.generation_tokens == 3 * 64
+    assert len(w.per_position_rates) == 3
+    # keeping position i+1 requires keeping position i
+    assert w.per_position_rates[0] >= w.per_position_rates[1] >= w.per_position_rates[2]
+    assert 1.0 < w.acceptance_length <= 4.0
+    assert w.acceptance_length == pytest.approx(1 + sum(w.per_position_rates))
+
+
+def test_target_as_its_own_draft_accepts_every_draft(vllm_draft_self, chat) -> None:
+    engine = vllm_draft_self
+    before = scrape_metrics(engine.metrics_url, "vllm", timeout_s=30).snapshot
+    out = chat(engine, "Tell me about the sea.", max_tokens=48, ignore_eos=True)
+    assert out["usage"]["completion_tokens"] == 48
+    after = scrape_metrics(engine.metrics_url, "vllm", timeout_s=30).snapshot
+    w = acceptance_window(before, after)
+    assert w is not None and w.draft_tokens > 0
+    assert w.accepted == w.draft_tokens
+    assert w.per_position_rates[-1] == pytest.approx(w.per_position_rates[0])
+
+
+def test_stop_leaves_nothing_behind(vllm_cpu_engines) -> None:
+    engine = vllm_cpu_engines.get("draft-self")
+    port = int(engine.base_url.rsplit(":", 1)[1])
+    members = {p.pid for p in descendants(engine.pid) + group_members(engine.pid)} | {engine.pid}
+    assert len(members) >= 2  # the API server and its engine-core process
+    vllm_cpu_engines.stop("draft-self")  # asserts no process left and the port free
+    assert not engine.alive()
+    assert not group_members(engine.pid)
+    assert not port_in_use("127.0.0.1", port)
+
+
+def test_bad_method_fails_with_the_engines_error(vllm_cpu_python, tiny_model_dir: Path, tmp_path) -> None:
+    launch = vllm_cpu_launch(vllm_cpu_python, startup_timeout_s=600)
+    study = tiny_study(
+        tiny_model_dir,
+        [
+            {"name": "base", "engine": "vllm-cpu", "launch": launch},
+            {"name": "bad", "engine": "vllm-cpu", "launch": launch, "baseline": "base",
+             "drafter": {"method": "no_such_method", "num_draft_tokens": 3}},
+        ],
+    )
+    started = time.monotonic()
+    with pytest.raises(SpecbenchError) as caught:
+        start_engine(study.arm("bad"), study, tmp_path)
+    assert time.monotonic() - started < 600
+    message = str(caught.value)
+    assert "the engine exited with code" in message  # failed, not timed out
+    assert "the engine says: " in message and "ValidationError" in caught.value.lines[0]
+    assert "literal_error" in message and "no_such_method" in message
+    assert "vllm_cpu_launcher.py serve" in message  # the command that was run
+    assert "last 40 lines of the log:" in message
+
+
+def test_port_in_use_with_the_real_engine_kind(vllm_cpu_study, tmp_path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(SpecbenchError, match=f"port {port} on 127.0.0.1 is already in use"):
+            start_engine(vllm_cpu_study.arm("nodrafter"), vllm_cpu_study, tmp_path, port=port)
+        assert time.monotonic() - started < 5  # refused before anything was started
