@@ -1,19 +1,27 @@
 """An httpx client whose connections stamp every received segment with its arrival time.
 
-With plain httpx a chunk's time is taken when the reading task next runs, which at 64
-streams is after the tasks woken before it have parsed their chunks: a burst of chunks
-from one engine step would be stamped milliseconds apart. Here the stamp is taken in
-the transport's data_received callback, the first Python code that sees the bytes, and
-httpx reads them afterwards. httpx stays the one HTTP client; only its network backend
-(the documented httpcore extension point) is ours. Plain http only: an https URL gets
-the stock backend, and chunk times fall back to the moment the task reads them.
+With plain httpx a chunk's time is taken when the reading task next runs. At 64 streams
+an engine step sends 64 chunks at once, and the event loop only looks for new bytes
+between rounds of work, so a chunk would be stamped after the parsing of the chunks
+before it: milliseconds late. Here one reader thread waits on every connection's socket
+(epoll), stamps bytes the moment they arrive, reads them and hands (time, bytes) to the
+loop; httpx then parses them whenever the loop gets to it, and the stamp stays right.
+The thread needs the GIL to stamp, so the client process asks for a short GIL switch
+interval (0.5 ms instead of 5 ms).
+
+httpx stays the one HTTP client; only its network backend (the documented httpcore
+extension point) is ours. Plain http only: an https URL gets the stock backend, and
+chunk times fall back to the moment the task reads them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import select
+import socket
 import sys
+import threading
 import time
 from collections import deque
 
@@ -26,95 +34,142 @@ import httpx
 if importlib.util.find_spec("sniffio") is None:
     sys.modules.setdefault("sniffio", None)
 
+GIL_SWITCH_INTERVAL_S = 0.0005
 
-class _TimedProtocol(asyncio.Protocol):
+
+class _ReaderThread:
+    """Waits on every timed connection; stamps, reads and queues what arrives."""
+
+    _instance: _ReaderThread | None = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls) -> _ReaderThread:
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
     def __init__(self) -> None:
-        self.segments: deque[tuple[float, bytes]] = deque()
-        self.closed = False
-        self.error: BaseException | None = None
-        self.waiter: asyncio.Future | None = None
-        self.transport: asyncio.Transport | None = None
-        self.can_write: asyncio.Event = asyncio.Event()
-        self.can_write.set()
+        self.epoll = select.epoll()
+        self.streams: dict[int, TimedStream] = {}
+        sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
+        threading.Thread(target=self._run, name="specbench-stream-reader", daemon=True).start()
 
-    def connection_made(self, transport) -> None:
-        self.transport = transport
+    def register(self, stream: TimedStream) -> None:
+        self.streams[stream.fd] = stream
+        self.epoll.register(stream.fd, select.EPOLLIN | select.EPOLLRDHUP)
 
-    def data_received(self, data: bytes) -> None:
-        self.segments.append((time.monotonic(), data))
-        self._wake()
+    def unregister(self, stream: TimedStream) -> None:
+        if self.streams.pop(stream.fd, None) is not None:
+            try:
+                self.epoll.unregister(stream.fd)
+            except (OSError, ValueError):
+                pass
 
-    def eof_received(self) -> bool:
-        self.closed = True
-        self._wake()
-        return False
+    def _run(self) -> None:
+        while True:
+            events = self.epoll.poll(1.0)
+            t = time.monotonic()
+            woken: dict[asyncio.AbstractEventLoop, list[TimedStream]] = {}
+            for fd, _ in events:
+                stream = self.streams.get(fd)
+                if stream is not None and stream.take(t):
+                    woken.setdefault(stream.loop, []).append(stream)
+            for loop, streams in woken.items():
+                try:
+                    loop.call_soon_threadsafe(_wake_all, streams)
+                except RuntimeError:  # that loop is closed; its streams are finished
+                    for stream in streams:
+                        self.unregister(stream)
 
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self.closed, self.error = True, exc
-        self.can_write.set()
-        self._wake()
 
-    def pause_writing(self) -> None:
-        self.can_write.clear()
-
-    def resume_writing(self) -> None:
-        self.can_write.set()
-
-    def _wake(self) -> None:
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
+def _wake_all(streams: list[TimedStream]) -> None:
+    for stream in streams:
+        stream.wake()
 
 
 class TimedStream(httpcore.AsyncNetworkStream):
-    """A TCP stream that remembers when the bytes it last returned arrived."""
+    """A TCP stream whose bytes carry the time they reached this process."""
 
-    def __init__(self, transport: asyncio.Transport, protocol: _TimedProtocol) -> None:
-        self._transport, self._protocol = transport, protocol
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+        self.sock, self.loop, self.fd = sock, loop, sock.fileno()
+        self.segments: deque[tuple[float, bytes]] = deque()
+        self.closed = False
+        self.error: str | None = None
+        self.waiter: asyncio.Future | None = None
         self.last_arrival_t: float | None = None
+        self.reader = _ReaderThread.get()
+        self.reader.register(self)
+
+    # -- reader thread side ------------------------------------------------------
+    def take(self, t: float) -> bool:
+        """Drain the socket, stamping everything with t; True if there is news."""
+        news = False
+        while True:
+            try:
+                data = self.sock.recv(262144)
+            except (BlockingIOError, InterruptedError):
+                return news
+            except OSError as err:
+                self.error, self.closed = str(err), True
+                self.reader.unregister(self)
+                return True
+            if not data:
+                self.closed = True
+                self.reader.unregister(self)
+                return True
+            self.segments.append((t, data))
+            news = True
+
+    # -- event loop side -----------------------------------------------------------
+    def wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        proto = self._protocol
-        while not proto.segments and not proto.closed:
-            # No per-read timer (wait_for costs a task and a timer per chunk): the
-            # driver bounds each whole request with one asyncio.timeout.
-            proto.waiter = asyncio.get_running_loop().create_future()
+        # No per-read timer (one per chunk adds up): the driver bounds each whole
+        # request with one asyncio.timeout.
+        while not self.segments and not self.closed:
+            self.waiter = self.loop.create_future()
             try:
-                await proto.waiter
+                await self.waiter
             finally:
-                proto.waiter = None
-        if proto.segments:
-            t, data = proto.segments.popleft()
+                self.waiter = None
+        if self.segments:
+            t, data = self.segments.popleft()
             if len(data) > max_bytes:
-                proto.segments.appendleft((t, data[max_bytes:]))
+                self.segments.appendleft((t, data[max_bytes:]))
                 data = data[:max_bytes]
             self.last_arrival_t = t
             return data
-        if proto.error is not None:
-            raise httpcore.ReadError(str(proto.error))
+        if self.error is not None:
+            raise httpcore.ReadError(self.error)
         return b""
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if self._protocol.closed:
+        if self.closed:
             raise httpcore.WriteError("connection closed")
-        self._transport.write(buffer)
-        if not self._protocol.can_write.is_set():
-            try:
-                await asyncio.wait_for(self._protocol.can_write.wait(), timeout)
-            except TimeoutError as err:
-                raise httpcore.WriteTimeout("write timed out") from err
+        try:
+            await self.loop.sock_sendall(self.sock, buffer)
+        except OSError as err:
+            raise httpcore.WriteError(str(err)) from err
 
     async def aclose(self) -> None:
-        self._transport.close()
+        self.reader.unregister(self)
+        self.closed = True
+        self.sock.close()
 
     async def start_tls(self, ssl_context, server_hostname=None, timeout=None):
         raise httpcore.ConnectError("the timed backend serves plain http only")
 
     def get_extra_info(self, info: str):
         if info == "is_readable":  # httpcore asks this of idle connections: closed by peer?
-            return self._protocol.closed or bool(self._protocol.segments)
-        if info in ("socket", "client_addr", "server_addr"):
-            key = {"client_addr": "sockname", "server_addr": "peername"}.get(info, info)
-            return self._transport.get_extra_info(key)
+            return self.closed or bool(self.segments)
+        if info == "socket":
+            return self.sock
+        if info in ("client_addr", "server_addr"):
+            return self.sock.getsockname() if info == "client_addr" else self.sock.getpeername()
         return None
 
 
@@ -122,15 +177,25 @@ class TimedBackend(httpcore.AsyncNetworkBackend):
     async def connect_tcp(self, host, port, timeout=None, local_address=None,
                           socket_options=None) -> TimedStream:
         loop = asyncio.get_running_loop()
-        local = (local_address, 0) if local_address else None
         try:
-            transport, protocol = await asyncio.wait_for(
-                loop.create_connection(_TimedProtocol, host, port, local_addr=local), timeout)
-        except TimeoutError as err:
-            raise httpcore.ConnectTimeout(f"connect to {host}:{port} timed out") from err
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            family, _, proto, _, address = infos[0]
+            sock = socket.socket(family, socket.SOCK_STREAM, proto)
         except OSError as err:
             raise httpcore.ConnectError(str(err)) from err
-        return TimedStream(transport, protocol)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if local_address:
+                sock.bind((local_address, 0))
+            await asyncio.wait_for(loop.sock_connect(sock, address), timeout)
+        except TimeoutError as err:
+            sock.close()
+            raise httpcore.ConnectTimeout(f"connect to {host}:{port} timed out") from err
+        except OSError as err:
+            sock.close()
+            raise httpcore.ConnectError(str(err)) from err
+        return TimedStream(sock, loop)
 
     async def connect_unix_socket(self, path, timeout=None, socket_options=None):
         raise httpcore.ConnectError("unix sockets are not supported by the timed backend")
@@ -208,3 +273,7 @@ class ConnectionSlots:
     async def aclose(self) -> None:
         for client in self._clients:
             await client.aclose()
+
+
+__all__ = ["ConnectionSlots", "TimedBackend", "TimedStream", "arrival_time", "make_client",
+           "shared_ssl_context"]
