@@ -25,8 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="start one arm's engine, print its URL, stop it on Ctrl-C")
     p.add_argument("arm", help="the arm's name in the prereg")
     p.add_argument("--prereg", required=True, help="the study's prereg YAML")
-    p.add_argument("--port", type=int, default=None, help="port to serve on (default: the arm's, or a free one)")
-    p.add_argument("--log-dir", default=None, help="where the engine log goes (default: under the cache)")
+    p.add_argument(
+        "--port", type=int, default=None, help="port to serve on (default: the arm's, or a free one)"
+    )
+    p.add_argument("--log-dir", default=None, help="engine log folder (default: under the cache)")
     p.set_defaults(func=run)
 
 
@@ -52,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _serve(arm, study, log_dir: Path, port: int | None) -> int:
     if arm.attach is None:
-        print(f"starting arm {arm.name} ({arm.engine}); engine log: {log_dir / f'engine-{arm.name}.log'}",
-              flush=True)
+        log = log_dir / f"engine-{arm.name}.log"
+        print(f"starting arm {arm.name} ({arm.engine}); engine log: {log}", flush=True)
     try:
         engine = start_engine(arm, study, log_dir, port=port)
     except KeyboardInterrupt:
@@ -61,15 +63,21 @@ def _serve(arm, study, log_dir: Path, port: int | None) -> int:
         return 130
     info = engine.info
     if not info.launched:
-        print(f"arm {arm.name} is attached to {engine.base_url} (model {engine.served_model});"
-              " specbench neither starts nor stops it", flush=True)
+        print(
+            f"arm {arm.name} is attached to {engine.base_url} (model {engine.served_model});"
+            " specbench neither starts nor stops it",
+            flush=True,
+        )
         return 0
-    print(f"arm {arm.name} is serving at {engine.base_url}", flush=True)
-    print(f"  model {engine.served_model}; metrics {engine.metrics_url}", flush=True)
-    print(f"  {info.kind} {info.version or '(version unknown)'}, ready after {info.ready_after_s:.0f} s,"
-          f" pid {info.pid}", flush=True)
-    print("press Ctrl-C to stop it", flush=True)
-    try:
+    try:  # from here on Ctrl-C means "stop it cleanly"
+        print(f"arm {arm.name} is serving at {engine.base_url}", flush=True)
+        print(f"  model {engine.served_model}; metrics {engine.metrics_url}", flush=True)
+        print(
+            f"  {info.kind} {info.version or '(version unknown)'},"
+            f" ready after {info.ready_after_s:.0f} s, pid {info.pid}",
+            flush=True,
+        )
+        print("press Ctrl-C to stop it", flush=True)
         while engine.alive():
             time.sleep(0.5)
     except KeyboardInterrupt:
@@ -77,7 +85,7 @@ def _serve(arm, study, log_dir: Path, port: int | None) -> int:
         engine.stop()
         print("stopped: the port is free and no engine process is left", flush=True)
         return 0
-    code = engine._popen.poll() if engine._popen is not None else None
+    code = engine.exit_code
     tail = engine.log_tail()
     engine.stop()
     raise SpecbenchError(

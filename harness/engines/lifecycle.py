@@ -15,6 +15,7 @@ import datetime as dt
 import os
 import re
 import shlex
+import signal
 import subprocess
 import threading
 import time
@@ -116,6 +117,11 @@ class EngineProcess:
     def pid(self) -> int | None:
         return self._popen.pid if self._popen is not None else None
 
+    @property
+    def exit_code(self) -> int | None:
+        """The engine process's exit code once it has exited (None while running or attached)."""
+        return self._popen.poll() if self._popen is not None else None
+
     def alive(self) -> bool:
         if self._popen is not None:
             return not self._stopped and self._popen.poll() is None
@@ -168,6 +174,19 @@ def _stop_leftovers() -> None:
     for engine in list(_LIVE):
         with contextlib.suppress(Exception):
             engine.stop()
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _stop_engines_on_sigterm() -> None:
+    """Make SIGTERM unwind like Ctrl-C, so `finally`, context managers and the atexit
+    hook stop our engines (they run in their own session and would outlive us).
+    Only from the main thread, and only where nobody installed a handler."""
+    main = threading.current_thread() is threading.main_thread()
+    if main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
 
 def gpu_description() -> str | None:
@@ -251,6 +270,7 @@ def start_engine(arm: Arm, study: Study, log_dir: Path, *, port: int | None = No
         base_url=f"http://{_url_host(host)}:{port}",
         served_model=kind.served_model(study),
     )
+    _stop_engines_on_sigterm()
     try:
         popen = spawn(cmd, {**os.environ, **overrides}, log_path)
     except OSError as err:

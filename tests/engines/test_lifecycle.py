@@ -97,10 +97,8 @@ def test_exit_during_start_shows_log_tail_and_command(tmp_path: Path) -> None:
 def test_timeout_names_the_phase_and_stops_the_engine(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     study = tiny_study(tmp_path, [fake_arm(mode="hang", pids=pids, startup_timeout_s=2)])
-    started = time.monotonic()
     with pytest.raises(SpecbenchError) as caught:
         start_engine(study.arms[0], study, tmp_path)
-    assert time.monotonic() - started < 15
     assert "not ready after 2 s (waiting for the port to open)" in str(caught.value)
     assert_all_gone(read_pids(pids))
 
@@ -184,7 +182,7 @@ def test_serve_command_runs_until_ctrl_c(tmp_path: Path) -> None:
     prereg = _write_prereg(tmp_path, fake_arm(pids=pids, port=port))
     proc = _serve(prereg, "fake", tmp_path, {})
     lines = []
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         lines.append(line)
@@ -221,3 +219,34 @@ def test_serve_command_unknown_arm_is_an_input_error(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert "no arm named 'nope' (arms: fake)" in out
+
+
+HARNESS_SCRIPT = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from conftest import tiny_study
+from harness.engines.lifecycle import start_engine
+study = tiny_study({tmp!r}, [{arm!r}])
+engine = start_engine(study.arms[0], study, {tmp!r})
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_harness_interrupted_stops_a_running_engine(tmp_path: Path, sig: signal.Signals) -> None:
+    """Ctrl-C (or SIGTERM) to a harness holding a running engine takes the engine down."""
+    pids = tmp_path / "pids"
+    arm = fake_arm(pids=pids, startup_timeout_s=120)
+    script = HARNESS_SCRIPT.format(tests=str(ROOT / "tests"), tmp=str(tmp_path), arm=arm)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )
+    first = proc.stdout.readline()
+    assert first.strip() == "ready", first + proc.stdout.read()
+    assert len(read_pids(pids)) == 2
+    proc.send_signal(sig)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert_all_gone(read_pids(pids))

