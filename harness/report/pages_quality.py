@@ -39,7 +39,9 @@ def accuracy_pages(pdf: PdfPages, a: Analysis) -> int:
         mark = " (judged)" if judged and task in judged.tasks else " (reported)"
         ax.set_title(f"task: {task}{mark}", fontsize=11)
         ax.grid(alpha=0.3, axis="y")
-        ax.set_ylim(max(0, rows["ci_lower"].min() - 0.1), min(1, rows["ci_upper"].max() + 0.1))
+        ax.set_xlim(-0.5, len(rows) - 0.5)
+        ax.set_ylim(max(0, rows["ci_lower"].min() - 0.1) - 0.02,
+                    min(1, rows["ci_upper"].max() + 0.1) + 0.02)
     save(pdf, fig)
     lines = [("Paired comparisons, each drafter arm (A) against its baseline (B) on the same items;"
              " exact McNemar p over the discordant pairs."), ""]
