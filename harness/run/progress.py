@@ -74,7 +74,6 @@ class RunProgress:
             return
         self._tokens += rec.completion_tokens or 0
         self.progress.advance(self.cell_task)
-        self.progress.advance(self.study_task)
         self._refresh()
 
     def on_sample(self, sample: MetricSample) -> None:
@@ -96,6 +95,8 @@ class RunProgress:
         self.progress.update(self.cell_task, live=live)
 
     def end_cell(self, cell: Cell, status: str, detail: str = "") -> None:
+        if status == "done":  # the study bar moves by whole cells: retries do not count twice
+            self.skip(cell)
         if self.cell_task is not None:
             self.progress.remove_task(self.cell_task)
             self.cell_task = None

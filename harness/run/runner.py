@@ -320,15 +320,29 @@ class Runner:
                     stage2 = [c for c in stage2 if c.kind != "speed"]
                 self._run_cells(stage2, progress)
                 self.rerun_baselines(progress)
-                open_cells = [c for c in self.cells if c.stage == 3]
-                if open_cells:
-                    rates = analysis.open_loop_reference_rps(self.store.root, self.study)
-                    self._run_cells(open_cells, progress, rates)
+                self._run_open_loop(progress)
                 status = "complete"
             finally:
                 self.close_engine()
                 self.store.update_manifest(status=status, ended_wall=time.time())
         return analysis.write_verdict(self.store.root, self.study)
+
+    def _run_open_loop(self, progress: RunProgress) -> None:
+        open_cells = [c for c in self.cells if c.stage == 3]
+        if not open_cells:
+            return
+        try:
+            rates = _analysis().open_loop_reference_rps(self.store.root, self.study)
+        except SpecbenchError as err:
+            # Without a usable knee cell there is no rate to run at: say so and go on
+            # to the verdict, which names the missing cells.
+            reason = " ".join(err.lines)
+            progress.note(f"open loop skipped: {reason}")
+            for cell in open_cells:
+                self.store.append_manifest("skipped", {"cell": cell.id, "reason": reason})
+                progress.skip(cell)
+            return
+        self._run_cells(open_cells, progress, rates)
 
     def rerun_cells(self, targets: list[str]) -> list[Cell]:
         by_id = {c.id: c for c in self.cells}
