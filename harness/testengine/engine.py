@@ -9,6 +9,7 @@ written to the truth log, on the monotonic clock the client on this host shares.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import time
@@ -21,6 +22,20 @@ from harness.testengine.metrics_text import EngineCounters
 from harness.testengine.spec import FailureInjection, ScriptedEngineSpec
 
 _WORDS = ["the", "of", "and", "to", "in", "is", "that", "it", "for", "on", "with", "as", "was", "at", "by", "an", "be", "this", "from", "or", "are", "not", "have", "one", "all", "were", "which", "when", "there", "can", "more", "if", "will", "each", "about", "how", "up", "out", "them"]
+
+
+def _mix(key: int, position: int) -> int:
+    """A fixed 64-bit integer hash (splitmix64) of a prompt key and a position."""
+    z = (key * 0x9E3779B97F4A7C15 + position + 1) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return z ^ (z >> 31)
+
+
+def prompt_key(messages: list) -> int:
+    """A stable key for a request's messages (independent of the process's hash seed)."""
+    data = json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
 class Sink(Protocol):
@@ -56,6 +71,7 @@ class Sequence:
     accepted: int = 0
     text: list[str] = field(default_factory=list)
     done: asyncio.Future | None = None
+    prompt_key: int = 0  # the text is a function of the prompt, as greedy decoding is
 
 
 class ScriptedEngine:
@@ -201,13 +217,18 @@ class ScriptedEngine:
         self._emit(seq, n, finish)
 
     # --- output -------------------------------------------------------------
-    def _words(self, n: int) -> list[str]:
-        return [" " + self.rng.choice(_WORDS) for _ in range(n)]
+    @staticmethod
+    def _words(seq: Sequence, n: int) -> list[str]:
+        """The words at positions [generated - n, generated): a function of the prompt
+        and the position only, so like greedy decoding the text does not depend on
+        drafting, batching or which attempt it is (identity cells can compare arms)."""
+        first = seq.generated - n
+        return [" " + _WORDS[_mix(seq.prompt_key, first + i) % len(_WORDS)] for i in range(n)]
 
     def _emit(self, seq: Sequence, n: int, finish: str | None) -> None:
         """Send this step's tokens (and, when finishing, the end of the stream)."""
         spec = self.spec
-        words = self._words(n)
+        words = self._words(seq, n)
         seq.text.extend(words)
         if not seq.stream:
             if finish is not None:

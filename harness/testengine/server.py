@@ -25,7 +25,7 @@ from pathlib import Path
 from harness.errors import InputError, SpecbenchError
 from harness.testengine import __version__ as VERSION
 from harness.testengine import chunks
-from harness.testengine.engine import ScriptedEngine, Sequence
+from harness.testengine.engine import ScriptedEngine, Sequence, prompt_key
 from harness.testengine.metrics_text import metrics_text
 from harness.testengine.spec import ScriptedEngineSpec, load_spec
 
@@ -209,6 +209,7 @@ class ScriptedServer:
             continuous_usage=include_usage and spec.continuous_usage
             and bool(options.get("continuous_usage_stats")),
             sink=HttpSink(transport, stream), arrival_t=arrival_t, failure=failure,
+            prompt_key=prompt_key(messages),
         )
         if stream:
             seq.sink.start()
