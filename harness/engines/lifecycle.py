@@ -261,7 +261,7 @@ def start_engine(arm: Arm, study: Study, log_dir: Path, *, port: int | None = No
         kind=kind.name,
         metrics_dialect=kind.dialect_for(arm),
         command=cmd,
-        env_overrides=overrides,
+        env_overrides=redact_secrets(overrides),
         gpu=gpu_description(),
         started_wall=started,
         started_iso=dt.datetime.fromtimestamp(started, dt.UTC).isoformat(),
@@ -306,6 +306,14 @@ def start_engine(arm: Arm, study: Study, log_dir: Path, *, port: int | None = No
     with contextlib.suppress(OSError):
         (log_dir / f"engine-{arm.name}.json").write_text(info.model_dump_json(indent=2) + "\n")
     return engine
+
+
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|API_KEY|ACCESS_KEY|CREDENTIAL", re.IGNORECASE)
+
+
+def redact_secrets(env: dict[str, str]) -> dict[str, str]:
+    """The environment as the manifest records it: secret-looking values hidden."""
+    return {k: ("<redacted>" if _SECRET_NAME.search(k) else v) for k, v in env.items()}
 
 
 def _url_host(host: str) -> str:

@@ -55,6 +55,7 @@ def main() -> int:
     if mode == "wrong":
         name = "some-other-model"
     Handler.served = name
+    Handler.root = args.model
     Handler.speculative = args.speculative_config is not None
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     print("fake engine ready", flush=True)
@@ -64,6 +65,7 @@ def main() -> int:
 
 class Handler(BaseHTTPRequestHandler):
     served = "model"
+    root = "model"  # what it was loaded from, as vLLM reports it
     speculative = False
 
     def log_message(self, fmt: str, *args: object) -> None:
@@ -80,7 +82,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._send(200, b"")
         elif self.path == "/v1/models":
-            data = {"object": "list", "data": [{"id": self.served, "root": self.served}]}
+            data = {"object": "list", "data": [{"id": self.served, "root": self.root}]}
             self._send(200, json.dumps(data).encode())
         elif self.path == "/version":
             self._send(200, b'{"version": "0.32.0"}')

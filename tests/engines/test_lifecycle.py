@@ -250,3 +250,35 @@ def test_harness_interrupted_stops_a_running_engine(tmp_path: Path, sig: signal.
     proc.communicate(timeout=120)
     assert proc.returncode != 0
     assert_all_gone(read_pids(pids))
+
+
+def test_attach_neither_starts_nor_stops(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    owner = tiny_study(tmp_path, [fake_arm(pids=pids)])
+    with start_engine(owner.arms[0], owner, tmp_path / "logs") as server:
+        attach = {"base_url": server.base_url, "metrics": "vllm", "served_model": "tiny"}
+        study = tiny_study(tmp_path, [{"name": "remote", "engine": "vllm", "attach": attach}])
+        remote = start_engine(study.arms[0], study, tmp_path / "remote-logs")
+        info = remote.info
+        assert not info.launched and info.pid is None and info.log_path is None
+        assert info.command == [] and info.version == "0.32.0"  # from the server's /version
+        assert remote.base_url == server.base_url and remote.metrics_dialect == "vllm"
+        assert remote.request_fields["stream_options"]["continuous_usage_stats"] is True
+        assert remote.alive()
+        remote.stop()
+        assert server.alive()  # stopping an attached arm leaves the server alone
+        assert not (tmp_path / "remote-logs").exists()
+        wrong = tiny_study(tmp_path, [{"name": "remote", "engine": "vllm",
+                                       "attach": {**attach, "served_model": "other"}}])
+        with pytest.raises(SpecbenchError, match="serves \\['tiny'\\], not 'other'"):
+            start_engine(wrong.arms[0], wrong, tmp_path)
+    assert not remote.alive()  # the server is gone now
+
+
+def test_secrets_in_the_arm_environment_are_not_recorded(tmp_path: Path) -> None:
+    arm = fake_arm()
+    arm["launch"]["env"]["HF_TOKEN"] = "hf_secret"
+    study = tiny_study(tmp_path, [arm])
+    with start_engine(study.arms[0], study, tmp_path) as engine:
+        assert engine.info.env_overrides["HF_TOKEN"] == "<redacted>"
+        assert "hf_secret" not in (tmp_path / "engine-fake.json").read_text()
