@@ -80,7 +80,7 @@ def main() -> int:
 
     programs = [humaneval_program_for(it, responses[i])[1] for i, it in he.items()]
     results = run_programs(programs, parallel=args.parallel)
-    per_id = {i: r.elapsed_s * 1000 for i, r in zip(he, results)}
+    per_id = {i: r.elapsed_s * 1000 for i, r in zip(he, results, strict=True)}
     run_ms = sorted(per_id.values())
     total_ms = sorted((r.t_end - r.t_launch) * 1000 for r in results)
     q = statistics.quantiles

@@ -245,7 +245,7 @@ def _items_humaneval(spec: TaskSpec, rows: list[dict], where: str) -> list[Item]
 def _mmlu_item(spec: TaskSpec, row_id: str, subject: str, question, choices, answer) -> Item:
     if len(choices) != 4 or answer not in _LETTERS:
         raise DataIntegrityError(f"mmlu {row_id}: needs 4 choices and an answer letter A-D")
-    fields = {"question": question, **dict(zip(_LETTERS, choices))}
+    fields = {"question": question, **dict(zip(_LETTERS, choices, strict=True))}
     return Item(
         id=f"mmlu:{row_id}",
         kind="mmlu",

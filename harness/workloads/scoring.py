@@ -115,7 +115,7 @@ def score_items(
     )
     return [
         ItemScore(rid, code, r.passed, f"{r.detail} [sandbox: {r.isolation}]")
-        for rid, code, r in zip(ids, codes, results)
+        for rid, code, r in zip(ids, codes, results, strict=True)
     ]
 
 

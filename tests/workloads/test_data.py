@@ -97,7 +97,7 @@ def test_gsm8k_ids_are_line_numbers_and_gold_is_after_hashes():
     lines = (W / "gsm8k" / "test.jsonl").read_text(encoding="utf-8").splitlines()
     items = load_items("gsm8k")
     with_commas = negatives = 0
-    for i, (line, it) in enumerate(zip(lines, items)):
+    for i, (line, it) in enumerate(zip(lines, items, strict=True)):
         row = json.loads(line)
         assert it.id == f"gsm8k:{i}"
         tail = row["answer"].rsplit("####", 1)[1].strip()
@@ -113,7 +113,7 @@ def test_humaneval_items_carry_the_test_program_pieces():
         raw = [json.loads(line) for line in f]
     items = load_items("humaneval")
     assert [it.id for it in items] == [f"humaneval:HumanEval/{n}" for n in range(164)]
-    for row, it in zip(raw, items):
+    for row, it in zip(raw, items, strict=True):
         assert it.reference == {k: row[k] for k in
                                 ("task_id", "prompt", "canonical_solution", "test", "entry_point")}
         assert row["prompt"] in it.messages[0]["content"]
