@@ -136,7 +136,8 @@ def compare(records, truth_requests, truth_chunks) -> dict:
             itl += [abs(x - y) * 1e3 for x, y in zip(mine, true_itl, strict=True)]
         else:
             unmatched += 1
-    pct = lambda xs, q: float(np.percentile(xs, q)) if xs else float("nan")
+    def pct(xs, q):
+        return float(np.percentile(xs, q)) if xs else float("nan")
     return {
         "n": len(ttft), "unmatched": unmatched,
         "ttft_err_p50_ms": pct(ttft, 50), "ttft_err_p99_ms": pct(ttft, 99),
@@ -218,7 +219,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer requests per level")
     parser.add_argument("--tokenizer", help="tokenizer dir for vllm bench serve "
                         "(default: build the tiny offline model's)")
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
+                        help="first wait up to S seconds for the 1-min load average to "
+                             "drop below 1 (a shared machine distorts every figure)")
     args = parser.parse_args()
+    deadline = time.monotonic() + args.wait_quiet
+    while os.getloadavg()[0] >= 1.0 and time.monotonic() < deadline:
+        time.sleep(5)
     per_stream = 2 if args.quick else 4
     results, summaries = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
