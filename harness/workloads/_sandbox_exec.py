@@ -48,6 +48,11 @@ class RunResult:
     t_end: float = 0.0  # monotonic: everything exited or was killed
 
 
+def seccomp_supported() -> bool:
+    """Machines the launcher's socket(2) seccomp filter knows."""
+    return os.uname().machine in ("x86_64", "aarch64")
+
+
 def _python_layout() -> tuple[str, str, str]:
     """(real base prefix, executable relative to it, real executable)."""
     exe = os.path.realpath(sys.executable)
@@ -96,6 +101,7 @@ def run_in(base: str, source: str, limits, mode_name: str, tag: str, uid: int | 
     cfg = {
         "mode": mode_name,
         "tag": tag,
+        "seccomp_sockets": mode_name == "namespaces" and seccomp_supported(),
         "workdir": work,
         "pydir": pydir,
         "prefix": prefix,

@@ -1,9 +1,12 @@
 """Run untrusted Python programs (HumanEval completions) without harm to the run.
 
 Each program runs in its own process, in its own session and process group, in
-a fresh temporary directory, under a wall-clock limit (default 3 s), and is
-killed together with everything it started when the limit passes. Programs run
-in parallel up to a bound (default ``min(2, os.cpu_count())``).
+a fresh temporary directory, under a wall-clock limit (default 3 s, counted from
+the program's first instruction), and is killed together with everything it
+started when the limit passes. Programs run in parallel up to a bound (default
+``min(2, os.cpu_count())``). The program sees the standard library only
+(``python -S``) and a fixed hash seed (PYTHONHASHSEED=0), so a verdict does not
+depend on the harness's packages or on set ordering luck.
 
 Two isolation modes; the one used is named in every result's ``isolation`` and
 in the scorer's per-item detail (``[sandbox: ...]``):
@@ -11,16 +14,20 @@ in the scorer's per-item detail (``[sandbox: ...]``):
 ``namespaces`` (Linux as root; what CI and this project's machines use)
     New mount, network, PID, IPC and UTS namespaces (unshare(2)):
     * network: an empty network namespace (only a downed loopback), so every
-      connection attempt, even to 127.0.0.1, fails;
+      connection attempt, even to 127.0.0.1, fails; and on x86_64/aarch64 a
+      seccomp filter makes socket(2) itself fail, which also closes Unix
+      sockets on the host's file system;
     * files: every mount is made private and read-only; the work directory is
       a tmpfs of its own (64 MiB, 4096 inodes) owned by the sandbox uid, so the
       program can write nowhere else and nothing it writes reaches the disk;
     * processes: the program runs as a dedicated unprivileged uid (one per
-      parallel slot, 2,000,000,000 + ...; no groups, no_new_privs), so it
-      cannot signal, ptrace or write to anything of the harness, and
-      RLIMIT_NPROC (per uid) bounds its processes; PID 1 of its namespace is a
-      small reaper, and when the program ends or is killed the kernel kills
-      everything left in the namespace (fork bombs, setsid escapees).
+      parallel slot and harness process, from 2,000,000,000; no groups,
+      no_new_privs), so it cannot signal, ptrace or write to anything of the
+      harness, and RLIMIT_NPROC (per uid) bounds its processes without one
+      program's fork bomb touching its neighbour; it sees a /proc of its own
+      PID namespace only (the host's processes are invisible); PID 1 of that
+      namespace is a small reaper, and when the program ends or is killed the
+      kernel kills everything left in it (fork bombs, setsid escapees).
     The Python installation is bind-mounted read-only into the sandbox so the
     unprivileged uid can run it even when it lives under /root.
 ``hook`` (fallback: not root, or namespaces refused by the platform)
@@ -70,6 +77,7 @@ from harness.workloads._sandbox_exec import (
     RunResult,
     SandboxError,
     run_in,
+    seccomp_supported,
 )
 
 __all__ = [
@@ -167,13 +175,18 @@ def _resolve(limits: SandboxLimits) -> _Mode:
     if limits.isolation not in _ISOLATIONS:
         raise ValueError(f"isolation must be one of {_ISOLATIONS}, not {limits.isolation!r}")
     if limits.isolation == "auto":
-        return isolation_mode()
-    if limits.isolation == "hook":
-        return _Mode("hook", "requested")
-    ok, why = namespaces_available()
-    if not ok:
-        raise SandboxError(f"namespace isolation requested but {why}")
-    return _Mode("namespaces", why)
+        mode = isolation_mode()
+    elif limits.isolation == "hook":
+        mode = _Mode("hook", "requested")
+    else:
+        ok, why = namespaces_available()
+        if not ok:
+            raise SandboxError(f"namespace isolation requested but {why}")
+        mode = _Mode("namespaces", why)
+    if mode.name == "hook" and not limits.audit_hook:
+        # Without namespaces the hook is the only barrier: never run without it.
+        raise SandboxError(f"audit_hook=False needs namespace isolation ({mode.reason})")
+    return mode
 
 
 def _world_traversable(path: str) -> bool:
@@ -206,7 +219,8 @@ def _sandbox_root() -> str:
 def _tag(mode: _Mode, limits: SandboxLimits, uid: int | None) -> str:
     hook = "+audit-hook" if limits.audit_hook else ""
     if mode.name == "namespaces":
-        return f"namespaces(net,mnt,pid,ipc,uts)+own uid+rlimits{hook}"
+        seccomp = "+seccomp(no sockets)" if seccomp_supported() else ""
+        return f"namespaces(net,mnt,pid,ipc,uts)+own uid+rlimits{seccomp}{hook}"
     return f"rlimits{hook}, no namespaces ({mode.reason})"
 
 

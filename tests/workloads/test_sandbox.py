@@ -28,6 +28,7 @@ import pytest
 from harness.workloads import load_items, score_item
 from harness.workloads.sandbox import (
     UID_BASE,
+    SandboxError,
     SandboxLimits,
     namespaces_available,
     run_programs,
@@ -65,6 +66,11 @@ def test_default_limits():
     assert lim.timeout_s == 3.0 and lim.audit_hook and lim.isolation == "auto"
 
 
+def test_the_hook_mode_never_runs_without_its_hook():
+    with pytest.raises(SandboxError, match="needs namespace isolation"):
+        run_programs(["pass\n"], SandboxLimits(isolation="hook", audit_hook=False))
+
+
 def test_correct_completion_passes_in_every_mode(item):
     for name, limits in MODES.items():
         s = score_item("humaneval", item, "```python\n" + _correct_function(item) + "```",
@@ -90,7 +96,8 @@ def victims(tmp_path):
     return private / "victim.txt", shared / "victim.txt"
 
 
-def _hostile(name: str, harness_pid: int, victims, port: int, escape: Path) -> tuple[str, str]:
+def _hostile(name: str, harness_pid: int, victims, port: int, escape: Path,
+             unix_path: Path) -> tuple[str, str]:
     """(code placed before the correct function, code placed after it)."""
     private, shared = victims
     return {
@@ -110,6 +117,8 @@ def _hostile(name: str, harness_pid: int, victims, port: int, escape: Path) -> t
             f"import shutil\nshutil.rmtree({str(private.parent)!r})\n", ""),
         "network connection": (
             f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\n", ""),
+        "unix socket connection": (
+            f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({str(unix_path)!r})\n", ""),
         "kill the harness by pid": (
             f"import os, signal\nos.kill({harness_pid}, signal.SIGKILL)\n", ""),
         "kill the parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", ""),
@@ -133,7 +142,8 @@ HOSTILE = [
     "infinite loop", "fork loop", "fork bomb that sleeps", "10 GB allocation",
     "write a private file outside", "write a world-writable file outside",
     "create a file in /tmp", "write next to the work dir", "delete a file outside",
-    "delete a tree outside", "network connection", "kill the harness by pid", "kill the parent",
+    "delete a tree outside", "network connection", "unix socket connection",
+    "kill the harness by pid", "kill the parent",
     "kill every process", "kill the process group", "kill the harness found in /proc",
     "huge file", "flood the output", "sys.exit(0) before the tests",
     "os._exit(0) before the tests",
@@ -184,7 +194,17 @@ def test_hostile_completion_is_contained(case, mode, item, victims, sandbox_tmp)
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
     listener.setblocking(False)
-    before, after = _hostile(case, os.getpid(), victims, listener.getsockname()[1], escape)
+    # A Unix socket anyone may connect to (mode 0777 in a 0777 directory).
+    unix_dir = Path(tempfile.mkdtemp(prefix="specbench-unix-", dir="/tmp"))
+    unix_dir.chmod(0o777)
+    unix_path = unix_dir / "harness.sock"
+    unix_listener = socket.socket(socket.AF_UNIX)
+    unix_listener.bind(str(unix_path))
+    unix_path.chmod(0o777)
+    unix_listener.listen(1)
+    unix_listener.setblocking(False)
+    before, after = _hostile(case, os.getpid(), victims, listener.getsockname()[1], escape,
+                             unix_path)
     response = "```python\n" + before + _correct_function(item) + after + "```"
     try:
         t0 = time.monotonic()
@@ -204,6 +224,8 @@ def test_hostile_completion_is_contained(case, mode, item, victims, sandbox_tmp)
         assert not escape.exists()
         with pytest.raises(BlockingIOError):
             listener.accept()
+        with pytest.raises(BlockingIOError):
+            unix_listener.accept()
         assert not _sandbox_processes(), "sandbox processes left running"
         assert not list(sandbox_tmp.glob("specbench-sbx-*")), "sandbox directory left behind"
         # ... and it still works.
@@ -211,6 +233,8 @@ def test_hostile_completion_is_contained(case, mode, item, victims, sandbox_tmp)
         assert ok.correct, ok.detail
     finally:
         listener.close()
+        unix_listener.close()
+        shutil.rmtree(unix_dir, ignore_errors=True)
         if escape.exists():
             escape.unlink()
 
@@ -240,7 +264,8 @@ def test_a_hostile_neighbour_does_not_disturb_a_correct_program(item):
             "    except OSError:\n        break\ntime.sleep(60)\n")
     programs = [bomb, "import time\ntime.sleep(0.3)\n" + _correct_function(item)
                 + "\n" + item.reference["test"] + "\ncheck(has_close_elements)\n"]
-    limits = SandboxLimits(timeout_s=2.0, audit_hook=False)
+    # Without the hook where namespaces exist, so the kernel limits are what is shown.
+    limits = SandboxLimits(timeout_s=2.0, audit_hook=not NS_OK)
     bad, good = run_programs(programs, limits, parallel=2)
     assert bad.status == "timeout"
     assert good.passed, good.detail
