@@ -124,3 +124,6 @@ class ClientHealth(RecordModel):
     lag_limit_ms: float
     valid: bool
     reason: str | None = None
+    # The lag_* figures are the delay of the client's chunk stamps (what distorts a
+    # measurement); this is the event loop's own lag (sends, parsing), for context.
+    loop_lag_p99_ms: float | None = None

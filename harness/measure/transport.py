@@ -20,6 +20,7 @@ import asyncio
 import importlib.util
 import select
 import socket
+import struct
 import sys
 import threading
 import time
@@ -52,15 +53,15 @@ class _ReaderThread:
 
     def __init__(self) -> None:
         self.epoll = select.epoll()
-        self.streams: dict[int, TimedStream] = {}
+        self.streams: dict[int, TimedStream | StampPathProbe] = {}
         sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
         threading.Thread(target=self._run, name="specbench-stream-reader", daemon=True).start()
 
-    def register(self, stream: TimedStream) -> None:
+    def register(self, stream: TimedStream | StampPathProbe) -> None:
         self.streams[stream.fd] = stream
         self.epoll.register(stream.fd, select.EPOLLIN | select.EPOLLRDHUP)
 
-    def unregister(self, stream: TimedStream) -> None:
+    def unregister(self, stream: TimedStream | StampPathProbe) -> None:
         if self.streams.pop(stream.fd, None) is not None:
             try:
                 self.epoll.unregister(stream.fd)
@@ -82,6 +83,47 @@ class _ReaderThread:
                 except RuntimeError:  # that loop is closed; its streams are finished
                     for stream in streams:
                         self.unregister(stream)
+
+
+class StampPathProbe:
+    """Measures how late the reader thread stamps an arrival: the probe writes each
+    tick's due time into a socket pair the reader waits on like any stream, and the
+    reader's stamp minus that due time is the delay every chunk stamp could carry."""
+
+    _FORMAT = struct.Struct("d")
+
+    def __init__(self) -> None:
+        self._send, self._recv = socket.socketpair()
+        self._recv.setblocking(False)
+        self.fd = self._recv.fileno()
+        self.lags_ms: list[float] = []
+        self._pending = b""
+        self.reader = _ReaderThread.get()
+        self.reader.register(self)
+
+    def tick(self, due: float) -> None:
+        """Called by the probe thread at the due time."""
+        try:
+            self._send.send(self._FORMAT.pack(due))
+        except OSError:
+            pass
+
+    def take(self, t: float) -> bool:  # reader thread
+        try:
+            self._pending += self._recv.recv(65536)
+        except OSError:
+            return False
+        size = self._FORMAT.size
+        while len(self._pending) >= size:
+            (due,) = self._FORMAT.unpack(self._pending[:size])
+            self._pending = self._pending[size:]
+            self.lags_ms.append(max(0.0, (t - due) * 1e3))
+        return False  # nothing for the event loop to do
+
+    def close(self) -> None:
+        self.reader.unregister(self)
+        self._send.close()
+        self._recv.close()
 
 
 def _wake_all(streams: list[TimedStream]) -> None:
@@ -275,5 +317,5 @@ class ConnectionSlots:
             await client.aclose()
 
 
-__all__ = ["ConnectionSlots", "TimedBackend", "TimedStream", "arrival_time", "make_client",
-           "shared_ssl_context"]
+__all__ = ["ConnectionSlots", "StampPathProbe", "TimedBackend", "TimedStream", "arrival_time",
+           "make_client", "shared_ssl_context"]
