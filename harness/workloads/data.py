@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,7 +130,6 @@ _DATASETS_LOCK = threading.Lock()
 @contextlib.contextmanager
 def _quiet_datasets(offline: bool):
     """Import datasets; for local files force offline mode and hide progress bars."""
-    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     import datasets
     from datasets import config as ds_config
 
