@@ -146,8 +146,13 @@ def test_resume_under_a_changed_study_needs_allow_deviation(results, tmp_path):
 
 
 def test_engine_killed_mid_cell_is_restarted_and_the_cell_retried(results, tmp_path):
+    # Steps of 30 ms instead of 10: the target cell lasts ~15 s, so the kill lands mid-cell.
+    study = tmp_path / "slow-stop.yaml"
+    text = (ROOT / "examples" / "scripted-stop.yaml").read_text()
+    assert "weight_bytes: 2.0e10" in text
+    study.write_text(text.replace("weight_bytes: 2.0e10", "weight_bytes: 6.0e10"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", "examples/scripted-stop.yaml",
+        [sys.executable, "-m", "harness.cli", "run", str(study),
          "--results", str(results), "--no-report"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
@@ -157,7 +162,7 @@ def test_engine_killed_mid_cell_is_restarted_and_the_cell_retried(results, tmp_p
 
         def requests_started() -> bool:
             path = next(iter(results.glob(f"*/cells/{target}/requests.jsonl")), None)
-            return path is not None and len(path.read_text().splitlines()) >= 3
+            return path is not None and len(path.read_text().splitlines()) >= 1
 
         _wait_for(requests_started, 120, "the first requests of base/chat/speed/c001")
         run = run_folder(results)
