@@ -208,6 +208,7 @@ class HubSource(Strict):
 
     dataset: str
     revision: str
+    config: str | None = None  # the dataset's configuration (e.g. "main" for openai/gsm8k)
     split: str | None = None
 
 
