@@ -13,7 +13,7 @@ import time
 
 import httpx
 
-from harness.measure.transport import arrival_time
+from harness.measure.transport import arrival_time, request_left_time
 from harness.records import RequestRecord
 
 _SPEC_KEYS = (("metrics", "speculative_decoding"), ("sglext", "spec_tokens_details"))
@@ -49,6 +49,9 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict, rec: Requ
     try:
         async with asyncio.timeout(timeout_s):
             async with client.stream("POST", url, json=body) as resp:
+                # sent_t is when the request actually left, not when we meant to send it:
+                # the client's own delay before the write counts as its queueing.
+                rec.sent_t = request_left_time(resp) or rec.sent_t
                 if resp.status_code != 200:
                     detail = (await resp.aread())[:300].decode("utf-8", "replace")
                     raise StreamError("http", f"HTTP {resp.status_code}: {detail}")

@@ -141,6 +141,7 @@ class TimedStream(httpcore.AsyncNetworkStream):
         self.error: str | None = None
         self.waiter: asyncio.Future | None = None
         self.last_arrival_t: float | None = None
+        self.last_write_t: float | None = None  # when the last write began
         self.reader = _ReaderThread.get()
         self.reader.register(self)
 
@@ -192,10 +193,14 @@ class TimedStream(httpcore.AsyncNetworkStream):
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if self.closed:
             raise httpcore.WriteError("connection closed")
+        if not buffer:  # h11's end-of-message for a sized body: nothing leaves
+            return
+        began = time.monotonic()  # taken before the send, so never after a reply's stamp
         try:
             await self.loop.sock_sendall(self.sock, buffer)
         except OSError as err:
             raise httpcore.WriteError(str(err)) from err
+        self.last_write_t = began
 
     async def aclose(self) -> None:
         self.reader.unregister(self)
@@ -281,6 +286,12 @@ def shared_ssl_context():
     if _SSL_CONTEXT is None:
         _SSL_CONTEXT = httpx.create_ssl_context()
     return _SSL_CONTEXT
+
+
+def request_left_time(response: httpx.Response) -> float | None:
+    """When the request's last bytes were handed to the kernel (timed backend only)."""
+    stream = response.extensions.get("network_stream")
+    return getattr(stream, "last_write_t", None)
 
 
 def arrival_time(response: httpx.Response) -> float:
