@@ -225,9 +225,9 @@ class Runner:
         retries = self.study.recording.cell_retries
         for tries_left in range(retries, -1, -1):
             attempt = self.store.start_attempt(cell.id, cell.to_dict(), **(extra or {}))
-            progress.start_cell(cell, attempt)
             try:
                 process = engine.ensure()
+                progress.start_cell(cell, attempt)  # after the engine: times are the cell's
                 outcome = execute_cell(
                     store=self.store, engine=process, arm=engine.arm, study=self.study,
                     cell=cell, attempt=attempt, rate_rps=rate_rps,
