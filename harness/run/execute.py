@@ -115,7 +115,9 @@ async def _execute(
     watchdog = asyncio.create_task(_watch(engine))
     try:
         done, _ = await asyncio.wait({load, watchdog}, return_when=asyncio.FIRST_COMPLETED)
-        if load not in done:
+        # After a death the remaining requests fail fast and the cell may "finish"
+        # before the watchdog looks: an engine that is gone now died during the cell.
+        if load not in done or not engine.alive():
             raise EngineDied(f"the {arm.engine} engine of arm {arm.name!r} exited during {cell.id}")
         return load.result()
     finally:
