@@ -28,8 +28,8 @@ def run(args: argparse.Namespace) -> int:
     root = Path(args.run) if Path(args.run).is_dir() else args.results / args.run
     if not (root / "study.json").exists():
         raise InputError(f"{args.run}: not a run folder (no study.json)")
-    from harness.engines.preflight import require_preflight
     from harness.analysis import write_verdict
+    from harness.engines.preflight import require_preflight
 
     study = Study.model_validate(json.loads((root / "study.json").read_text())["study"])
     study = expand_environment(study)

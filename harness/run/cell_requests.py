@@ -7,7 +7,6 @@ from harness.plan import Cell
 from harness.prereg.schema import Study, TaskSpec
 from harness.workloads import Item, load_items
 
-
 # Loaded once per process: every cell of a task sends the same items.
 _LOADED: dict[tuple, tuple[Item, ...]] = {}
 
