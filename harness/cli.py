@@ -38,8 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    return dispatch(build_parser().parse_args(argv))
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run a parsed subcommand: user errors become their lines and exit code."""
     try:
         return int(args.func(args) or 0)
     except SpecbenchError as err:

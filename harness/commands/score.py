@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.errors import InputError, SpecbenchError
+from harness.errors import InputError
 
 
 def register(subparsers) -> None:
@@ -139,12 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.required = True
     register(sub)
     args = parser.parse_args(["score", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return int(args.func(args) or 0)
-    except SpecbenchError as err:
-        for line in err.lines:
-            print(f"specbench: {line}", file=sys.stderr)
-        return err.exit_code
+    from harness.cli import dispatch
+
+    return dispatch(args)
 
 
 if __name__ == "__main__":
