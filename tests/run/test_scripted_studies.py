@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from harness.run.store import cell_dirname
 from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
 
@@ -30,16 +32,23 @@ def complete_cells(run: Path) -> dict[str, dict]:
     return out
 
 
-def test_scripted_pass_study_passes(results, tmp_path):
-    specbench("run", "examples/scripted-pass.yaml", "--results", str(results),
-              "--reports", str(tmp_path / "reports"))
-    run = run_folder(results)
+@pytest.fixture(scope="module")
+def pass_run(tmp_path_factory) -> Path:
+    """examples/scripted-pass.yaml run once, uninterrupted (a reference for the resume test)."""
+    out = tmp_path_factory.mktemp("pass")
+    specbench("run", "examples/scripted-pass.yaml", "--results", str(out / "results"),
+              "--reports", str(out / "reports"))
+    return run_folder(out / "results")
+
+
+def test_scripted_pass_study_passes(pass_run):
+    run = pass_run
     verdict = verdict_of(run)
     assert verdict["verdict"] == "PASS", json.dumps(verdict, indent=1)[:3000]
     speed = json.dumps(bar(verdict, "pass.speed")["evidence"])
     for c in ("c001", "c002", "c004"):
         assert f"drafter/chat/speed/{c}" in speed and f"base/chat/speed/{c}" in speed
-    assert (tmp_path / "reports" / f"{run.name}.pdf").stat().st_size > 10_000
+    assert (run.parent.parent / "reports" / f"{run.name}.pdf").stat().st_size > 10_000
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["stop"]["fired"] is False
     # Open-loop cells ran at rates relative to the knee's throughput.
@@ -89,12 +98,8 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(results, tmp_path):
-    reference_results = tmp_path / "reference"
-    reference_results.mkdir()
-    specbench("run", "examples/scripted-pass.yaml", "--results", str(reference_results),
-              "--no-report")
-    reference = verdict_of(run_folder(reference_results))
+def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(results, pass_run):
+    reference = verdict_of(pass_run)
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "run", "examples/scripted-pass.yaml",
