@@ -28,7 +28,8 @@ def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
     fig.text(0.03, 0.86, verdict["verdict"], fontsize=40, fontweight="bold",
              color=VERDICT_COLOURS.get(verdict["verdict"], "black"), va="top")
     reasons = "; ".join(verdict.get("reasons") or []) or "every registered bar passes"
-    fig.text(0.30, 0.84, "\n".join(wrap_lines([reasons], 110)), fontsize=10, va="top")
+    # Below the verdict word, never beside it: a long word (INCOMPLETE) would overlap.
+    fig.text(0.03, 0.775, "\n".join(wrap_lines([reasons], 140)[:2]), fontsize=9, va="top")
     lines: list[str] = []
     for bar in verdict["bars"]:
         lines.append(f"[{bar['status'].upper():>14}]  {bar['name']}")
@@ -42,7 +43,7 @@ def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
         lines.append(f"Skipped cells: {len(verdict['skipped_cells'])}"
                      f" ({verdict['skipped_cells'][0].get('reason')}); see the environment page.")
     shown = wrap_lines(lines, 140)
-    fig.text(0.03, 0.72, "\n".join(shown[:40]), va="top", ha="left",
+    fig.text(0.03, 0.70, "\n".join(shown[:40]), va="top", ha="left",
              fontdict={"family": "monospace", "size": 7.5}, linespacing=1.35)
     save(pdf, fig)
     pages = 1
