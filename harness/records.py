@@ -28,8 +28,14 @@ class RequestRecord(RecordModel):
     item_id: str
     phase: Phase = "measure"
     user: int | None = None  # closed loop: which user sent it
-    scheduled_t: float  # when the load pattern wanted it sent
+    scheduled_t: float  # when the load pattern wanted it sent (closed loop: its user's
+    # previous request ended)
     sent_t: float  # when the HTTP request actually left
+    # Where TTFT and latency run from. Open loop: the schedule, so a request that waited
+    # in the client (for a slot, or a busy client) carries that wait. Closed loop: the
+    # send, since a user's next request has no schedule to fall behind; the client's
+    # turnaround before it is reported as send lag, and is not the engine's time.
+    latency_from: Literal["scheduled", "sent"] = "scheduled"
     first_token_t: float | None = None  # first chunk carrying >= 1 output token
     end_t: float | None = None  # stream finished (or failed)
     prompt_tokens: int | None = None
@@ -51,20 +57,25 @@ class RequestRecord(RecordModel):
 
     @property
     def queue_delay_s(self) -> float:
+        """Time between when the request was due and when it left the client."""
         return self.sent_t - self.scheduled_t
 
     @property
+    def start_t(self) -> float:
+        return self.sent_t if self.latency_from == "sent" else self.scheduled_t
+
+    @property
     def ttft_s(self) -> float | None:
-        """From the scheduled time, so client queueing is never hidden."""
+        """From the start (see latency_from): open-loop client queueing is never hidden."""
         if self.first_token_t is None:
             return None
-        return self.first_token_t - self.scheduled_t
+        return self.first_token_t - self.start_t
 
     @property
     def latency_s(self) -> float | None:
         if self.end_t is None:
             return None
-        return self.end_t - self.scheduled_t
+        return self.end_t - self.start_t
 
     @property
     def tpot_s(self) -> float | None:
@@ -127,3 +138,11 @@ class ClientHealth(RecordModel):
     # The lag_* figures are the delay of the client's chunk stamps (what distorts a
     # measurement); this is the event loop's own lag (sends, parsing), for context.
     loop_lag_p99_ms: float | None = None
+    # How late requests left against their schedule, less any wait for a free slot
+    # (closed loop: the client's turnaround from one request's end to the next send).
+    send_lag_p99_ms: float | None = None
+    # Over received output chunks, how late a stamp could be because the chunk shared
+    # its read with a later one (measure.stamp_bounds); 0 when the client kept up.
+    stamp_bound_p99_ms: float | None = None
+    # Share of received segments stamped by the kernel (the rest: by the reader thread).
+    kernel_stamped_fraction: float | None = None

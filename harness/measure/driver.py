@@ -10,14 +10,15 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.measure.health import ClientHealthMonitor
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.requests import RequestSpec
-from harness.measure.stream import chat_body, stream_chat
+from harness.measure.stamp_bounds import stamp_bounds
+from harness.measure.stream import Received, chat_body, complete_record, receive_chat
 from harness.measure.transport import ConnectionSlots
 from harness.records import ClientHealth, RequestRecord
 
@@ -99,24 +100,43 @@ async def run_cell(
         raise ValueError(f"cell {cell_id}: no requests to send")
     url = base_url.rstrip("/") + "/v1/chat/completions"
     state = _CellState(error_rate_limit, on_record, on_progress, pattern.total)
-    health = ClientHealthMonitor(lag_limit_ms)
+    health = ClientHealthMonitor(lag_limit_ms, judge_send_lag=isinstance(pattern, OpenLoop))
     warmup = pattern.warmup
 
-    async def issue(index: int, scheduled_t: float, user: int | None) -> None:
+    latency_from = "sent" if isinstance(pattern, ClosedLoop) else "scheduled"
+    # Parsing a finished stream and handing its record on wait for the next turn of the
+    # loop, so a closed-loop user sends its next request first: that work is the
+    # client's, and would otherwise sit between one request and the next.
+    unparsed: deque[tuple[RequestRecord, Received]] = deque()
+
+    def complete_one() -> None:
+        if unparsed:
+            rec, got = unparsed.popleft()
+            complete_record(rec, got)
+            if rec.phase == "measure":
+                health.chunks_received(stamp_bounds(rec))
+            state.record(rec)
+
+    async def issue(index: int, scheduled_t: float, user: int | None) -> float | None:
         spec = requests[index % len(requests)]
         rec = RequestRecord(cell_id=cell_id, attempt=attempt, index=index, item_id=spec.item_id,
                             phase="warmup" if index < warmup else "measure", user=user,
-                            scheduled_t=scheduled_t, sent_t=scheduled_t)
+                            scheduled_t=scheduled_t, sent_t=scheduled_t,
+                            latency_from=latency_from)
         task = asyncio.current_task()
         state.in_flight.add(task)
         body = chat_body(model, spec.messages, spec.max_tokens, sampling, extra_body)
         try:
+            waited = time.monotonic()
             client = await slots.acquire()
+            slot_wait = time.monotonic() - waited  # client queueing, not client lag
             try:
                 rec.sent_t = time.monotonic()
-                await stream_chat(client, url, body, rec, timeout_s)
+                got = await receive_chat(client, url, body, rec, timeout_s)
             finally:
                 slots.release(client)
+            if rec.phase == "measure":
+                health.request_sent(rec.sent_t - rec.scheduled_t - slot_wait)
         except asyncio.CancelledError:
             rec.end_t = time.monotonic()
             rec.error = f"cell aborted: {state.abort_reason or 'cancelled'}"
@@ -125,11 +145,14 @@ async def run_cell(
             state.record(rec)
             if state.abort_reason is None:
                 raise
-            return
+            return None
         state.in_flight.discard(task)
-        state.record(rec)
+        unparsed.append((rec, got))
+        asyncio.get_running_loop().call_soon(complete_one)
+        return rec.end_t
 
     slots = ConnectionSlots(base_url, pattern.connections, timeout_s)
+    await slots.connect()
     # The cyclic garbage collector holds the interpreter, and with it the stamping
     # thread, for milliseconds at a time (measured: 3-12 ms pauses at 64 streams, the
     # largest stamp errors). Pause it for the cell: reference counting still frees
@@ -142,6 +165,8 @@ async def run_cell(
     try:
         await pattern.drive(issue, state.stopped)
     finally:
+        while unparsed:  # every record is handed on, whatever ended the cell
+            complete_one()
         client_health = await health.stop()
         if gc_was_enabled:
             gc.enable()

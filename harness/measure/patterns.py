@@ -1,9 +1,10 @@
 """Load patterns as strategy objects (after GuideLLM's scheduler strategies).
 
 A pattern decides *when* request number i is due and who sends it; the driver does
-the sending and recording. `drive` calls `issue(index, scheduled_t, user)`. The driver
-holds `connections` connection slots; a request that finds none free waits in the
-client, and that wait is recorded as sent_t - scheduled_t, never hidden from latency.
+the sending and recording. `drive` calls `issue(index, scheduled_t, user)`, which returns
+when the request ended. The driver holds `connections` connection slots; a request that
+finds none free waits in the client, and that wait is recorded as sent_t - scheduled_t,
+never hidden from open-loop latency.
 """
 
 from __future__ import annotations
@@ -17,13 +18,16 @@ from typing import Literal
 
 import numpy as np
 
-Issue = Callable[[int, float, "int | None"], Awaitable[None]]
+Issue = Callable[[int, float, "int | None"], Awaitable["float | None"]]
 ShouldStop = Callable[[], bool]
 
 
 @dataclass
 class ClosedLoop:
-    """N users; each sends its next request as soon as its previous one ends."""
+    """N users; each sends its next request as soon as its previous one ends.
+
+    A request is due when its user's previous one ended (the arrival of its last bytes),
+    so sent - scheduled is the client's own turnaround: its send lag."""
 
     concurrency: int
     requests: int
@@ -48,13 +52,15 @@ class ClosedLoop:
         deadline = None if self.max_duration_s is None else time.monotonic() + self.max_duration_s
 
         async def user(u: int) -> None:
+            due = time.monotonic()
             while not should_stop():
                 if deadline is not None and time.monotonic() >= deadline:
                     return
                 i = next(counter)
                 if i >= total:
                     return
-                await issue(i, time.monotonic(), u)
+                ended = await issue(i, due, u)
+                due = ended if ended is not None else time.monotonic()
 
         await asyncio.gather(*(user(u) for u in range(self.concurrency)))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -41,10 +42,20 @@ def chat_body(model: str, messages: list[dict], max_tokens: int, sampling: dict,
     return body
 
 
-async def stream_chat(client: httpx.AsyncClient, url: str, body: dict, rec: RequestRecord,
-                      timeout_s: float) -> None:
-    """Send the request and fill `rec` in place: times, chunks, usage, text, error."""
-    events: list[tuple[float, bytes]] = []
+@dataclass
+class Received:
+    """A response as it came off the wire: stamped SSE events, and the failure if any."""
+
+    events: list[tuple[float, bytes]] = field(default_factory=list)
+    failure: tuple[str, str] | None = None  # (kind, message)
+
+
+async def receive_chat(client: httpx.AsyncClient, url: str, body: dict, rec: RequestRecord,
+                       timeout_s: float) -> Received:
+    """Send the request and collect its stamped events; sets rec.sent_t and rec.end_t.
+    Nothing is parsed here, so the caller can send its next request first."""
+    got = Received()
+    events = got.events
     last_t: float | None = None
     try:
         async with asyncio.timeout(timeout_s):
@@ -67,19 +78,39 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict, rec: Requ
                 if pending.strip():
                     events.append((last_t, pending))
         rec.end_t = last_t if last_t is not None else time.monotonic()
-        _fill_from_events(rec, events)
     except StreamError as err:
-        _fail(rec, events, err.kind, str(err))
+        got.failure = (err.kind, str(err))
     except TimeoutError:
-        _fail(rec, events, "timeout", f"no complete response within {timeout_s:g} s")
+        got.failure = ("timeout", f"no complete response within {timeout_s:g} s")
     except httpx.TimeoutException as err:
-        _fail(rec, events, "timeout", f"{type(err).__name__}: {err}")
+        got.failure = ("timeout", f"{type(err).__name__}: {err}")
     except httpx.ConnectError as err:
-        _fail(rec, events, "connect", f"cannot connect: {err}")
+        got.failure = ("connect", f"cannot connect: {err}")
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as err:
-        _fail(rec, events, "dropped", f"stream dropped: {type(err).__name__}: {err}")
+        got.failure = ("dropped", f"stream dropped: {type(err).__name__}: {err}")
     except httpx.HTTPError as err:
-        _fail(rec, events, "http", f"{type(err).__name__}: {err}")
+        got.failure = ("http", f"{type(err).__name__}: {err}")
+    if got.failure is not None and rec.end_t is None:
+        rec.end_t = time.monotonic()
+    return got
+
+
+def complete_record(rec: RequestRecord, got: Received) -> None:
+    """Parse what was received into `rec`: chunks, usage, text, and the error if any."""
+    if got.failure is None:
+        try:
+            _fill_from_events(rec, got.events)
+            return
+        except StreamError as err:
+            _fail(rec, got.events, err.kind, str(err))
+            return
+    _fail(rec, got.events, *got.failure)
+
+
+async def stream_chat(client: httpx.AsyncClient, url: str, body: dict, rec: RequestRecord,
+                      timeout_s: float) -> None:
+    """Send the request and fill `rec` in place: times, chunks, usage, text, error."""
+    complete_record(rec, await receive_chat(client, url, body, rec, timeout_s))
 
 
 def _fail(rec: RequestRecord, events: list[tuple[float, bytes]], kind: str, message: str) -> None:

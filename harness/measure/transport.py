@@ -3,11 +3,13 @@
 With plain httpx a chunk's time is taken when the reading task next runs. At 64 streams
 an engine step sends 64 chunks at once, and the event loop only looks for new bytes
 between rounds of work, so a chunk would be stamped after the parsing of the chunks
-before it: milliseconds late. Here one reader thread waits on every connection's socket
-(epoll), stamps bytes the moment they arrive, reads them and hands (time, bytes) to the
-loop; httpx then parses them whenever the loop gets to it, and the stamp stays right.
-The thread needs the GIL to stamp, so the client process asks for a short GIL switch
-interval (0.5 ms instead of 5 ms).
+before it: milliseconds late. Here the kernel stamps each segment as it arrives
+(SO_TIMESTAMPNS: on loopback, inside the engine's own send call), and one reader thread
+waits on every connection's socket (epoll), reads the bytes with their kernel stamp and
+hands (time, bytes) to the loop; httpx parses them whenever the loop gets to it, and the
+stamp stays right however busy this process is. Where the kernel gives no stamp, the
+reader thread's wake-up time is used instead (then the stamp waits for a CPU and the
+GIL; the process asks for a short GIL switch interval, 0.5 ms, to keep that small).
 
 httpx stays the one HTTP client; only its network backend (the documented httpcore
 extension point) is ours. Plain http only: an https URL gets the stock backend, and
@@ -38,6 +40,65 @@ if importlib.util.find_spec("sniffio") is None:
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
+def _uncontended_locks_do_not_yield() -> None:
+    """httpcore guards each connection with anyio locks that yield to the event loop on
+    every acquire, contended or not: several loop turns per request, each running
+    whatever else is ready, before the request's bytes leave (measured: 3.3 ms from
+    call to write at one stream, 1.6 ms without). Each slot here carries one request at
+    a time, so its locks are never contended; anyio's fast_acquire (4.5+) takes a free
+    lock at once and still queues fairly when it is held."""
+    try:
+        import anyio
+        from httpcore import _synchronization as sync
+
+        anyio.Lock(fast_acquire=True)
+    except (ImportError, TypeError, AttributeError):
+        return
+    original = sync.AsyncLock.setup
+
+    def setup(self) -> None:
+        original(self)
+        if self._backend == "asyncio":
+            self._anyio_lock = anyio.Lock(fast_acquire=True)
+
+    sync.AsyncLock.setup = setup
+
+
+_uncontended_locks_do_not_yield()
+
+# Kernel receive timestamps (Linux: SO_TIMESTAMPNS = 35, a struct timespec on the
+# realtime clock per recvmsg, the arrival of the last segment it returned).
+SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS",
+                                     35 if sys.platform.startswith("linux") else None)
+_TIMESPEC = struct.Struct("qq")
+_ANCILLARY_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
+KERNEL_STAMPS = True  # False: stamp with the reader thread's clock (tests of that path)
+_OFFSET_REFRESH_S = 0.5  # re-read realtime - monotonic this often (a stepped wall clock)
+
+
+def _realtime_minus_monotonic_ns() -> int:
+    """The realtime clock's offset from the monotonic one, from the tightest of three
+    bracketed readings (tens of ns)."""
+    best: tuple[int, int] | None = None
+    for _ in range(3):
+        a = time.monotonic_ns()
+        r = time.time_ns()
+        b = time.monotonic_ns()
+        if best is None or b - a < best[0]:
+            best = (b - a, r - (a + b) // 2)
+    return best[1]
+
+
+def enable_kernel_stamps(sock: socket.socket) -> bool:
+    if not KERNEL_STAMPS or SO_TIMESTAMPNS is None:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
 class _ReaderThread:
     """Waits on every timed connection; stamps, reads and queues what arrives."""
 
@@ -54,6 +115,10 @@ class _ReaderThread:
     def __init__(self) -> None:
         self.epoll = select.epoll()
         self.streams: dict[int, TimedStream | StampPathProbe] = {}
+        self.offset_ns = _realtime_minus_monotonic_ns()
+        self._offset_t = time.monotonic()
+        # Segments stamped by the kernel / by this thread's clock (read by client health).
+        self.kernel_stamped = self.thread_stamped = 0
         sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
         threading.Thread(target=self._run, name="specbench-stream-reader", daemon=True).start()
 
@@ -72,6 +137,8 @@ class _ReaderThread:
         while True:
             events = self.epoll.poll(1.0)
             t = time.monotonic()
+            if t - self._offset_t > _OFFSET_REFRESH_S:
+                self.offset_ns, self._offset_t = _realtime_minus_monotonic_ns(), t
             woken: dict[asyncio.AbstractEventLoop, list[TimedStream]] = {}
             for fd, _ in events:
                 stream = self.streams.get(fd)
@@ -84,17 +151,54 @@ class _ReaderThread:
                     for stream in streams:
                         self.unregister(stream)
 
+    def kernel_arrival(self, ancdata: list, woke_t: float) -> float | None:
+        """The kernel's stamp of a read, on the monotonic clock."""
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+                sec, nsec = _TIMESPEC.unpack_from(payload)
+                t = (sec * 1_000_000_000 + nsec - self.offset_ns) / 1e9
+                # Bytes may land between the wake-up and the read; a stamp after the
+                # read itself means the wall clock stepped: not a stamp to trust.
+                if t <= woke_t or t <= time.monotonic():
+                    return t
+                return None
+        return None
+
+    def recv(self, sock: socket.socket, stamped: bool, size: int,
+             woke_t: float) -> tuple[bytes, float, bool]:
+        """Read what is there: (bytes, arrival time, whether the kernel stamped it)."""
+        if stamped:
+            data, ancdata, _, _ = sock.recvmsg(size, _ANCILLARY_SIZE)
+            t = self.kernel_arrival(ancdata, woke_t) if data else None
+        else:
+            data, t = sock.recv(size), None
+        if data:
+            if t is not None:
+                self.kernel_stamped += 1
+                return data, t, True
+            self.thread_stamped += 1
+        return data, woke_t, False
+
 
 class StampPathProbe:
-    """Measures how late the reader thread stamps an arrival: the probe writes each
-    tick's due time into a socket pair the reader waits on like any stream, and the
-    reader's stamp minus that due time is the delay every chunk stamp could carry."""
+    """Measures how late an arrival is stamped: at each due time the probe writes into a
+    loopback TCP connection the reader waits on like any stream, stamped the same way,
+    and the stamp's delay is the delay every chunk stamp could carry. A kernel stamp is
+    taken inside the write, so its delay is from the write; a thread stamp's is from the
+    due time, because the probe thread itself waits for the GIL to write, exactly as the
+    stamping thread does when chunks arrive from another process."""
 
-    _FORMAT = struct.Struct("d")
+    _FORMAT = struct.Struct("dd")  # (due, written)
 
     def __init__(self) -> None:
-        self._send, self._recv = socket.socketpair()
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            self._send = socket.create_connection(listener.getsockname())
+            self._recv, _ = listener.accept()
+        self._send.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._recv.setblocking(False)
+        self.kernel_stamped = enable_kernel_stamps(self._recv)
         self.fd = self._recv.fileno()
         self.lags_ms: list[float] = []
         self._pending = b""
@@ -104,21 +208,32 @@ class StampPathProbe:
     def tick(self, due: float) -> None:
         """Called by the probe thread at the due time."""
         try:
-            self._send.send(self._FORMAT.pack(due))
+            self._send.send(self._FORMAT.pack(due, time.monotonic()))
         except OSError:
             pass
 
     def take(self, t: float) -> bool:  # reader thread
-        try:
-            self._pending += self._recv.recv(65536)
-        except OSError:
-            return False
-        size = self._FORMAT.size
-        while len(self._pending) >= size:
-            (due,) = self._FORMAT.unpack(self._pending[:size])
-            self._pending = self._pending[size:]
-            self.lags_ms.append(max(0.0, (t - due) * 1e3))
-        return False  # nothing for the event loop to do
+        while True:
+            try:
+                data, stamp, by_kernel = self.reader.recv(
+                    self._recv, self.kernel_stamped, 65536, t)
+            except OSError:
+                return False
+            if not data:
+                return False
+            self._pending += data
+            size = self._FORMAT.size
+            ticks = []
+            while len(self._pending) >= size:
+                ticks.append(self._FORMAT.unpack(self._pending[:size]))
+                self._pending = self._pending[size:]
+            if by_kernel and ticks:
+                # A kernel stamp is exact for the read's last write only; earlier ones
+                # read with it are the reader falling behind, which the stamp bounds
+                # of chunks measure (see stamp_bounds), not a delay of the stamp path.
+                ticks = ticks[-1:]
+            for due, written in ticks:
+                self.lags_ms.append(max(0.0, (stamp - (written if by_kernel else due)) * 1e3))
 
     def close(self) -> None:
         self.reader.unregister(self)
@@ -142,16 +257,17 @@ class TimedStream(httpcore.AsyncNetworkStream):
         self.waiter: asyncio.Future | None = None
         self.last_arrival_t: float | None = None
         self.last_write_t: float | None = None  # when the last write began
+        self.kernel_stamped = enable_kernel_stamps(sock)
         self.reader = _ReaderThread.get()
         self.reader.register(self)
 
     # -- reader thread side ------------------------------------------------------
     def take(self, t: float) -> bool:
-        """Drain the socket, stamping everything with t; True if there is news."""
+        """Drain the socket, stamping what it reads; True if there is news."""
         news = False
         while True:
             try:
-                data = self.sock.recv(262144)
+                data, stamp, _ = self.reader.recv(self.sock, self.kernel_stamped, 262144, t)
             except (BlockingIOError, InterruptedError):
                 return news
             except OSError as err:
@@ -162,7 +278,7 @@ class TimedStream(httpcore.AsyncNetworkStream):
                 self.closed = True
                 self.reader.unregister(self)
                 return True
-            self.segments.append((t, data))
+            self.segments.append((stamp, data))
             news = True
 
     # -- event loop side -----------------------------------------------------------
@@ -312,10 +428,23 @@ class ConnectionSlots:
 
     def __init__(self, base_url: str, n: int, timeout_s: float) -> None:
         # Made before the cell starts, so their set-up is not charged to it.
+        self._base_url = base_url.rstrip("/")
         self._clients = [make_client(base_url, 1, timeout_s) for _ in range(n)]
         self._free: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
         for client in self._clients:
             self._free.put_nowait(client)
+
+    async def connect(self, timeout_s: float = 10.0) -> None:
+        """Open every slot's connection before the cell (a GET /v1/models each), so no
+        request in it pays for a TCP connect. A slot that cannot connect now is left to
+        connect on first use, where a failure is that request's recorded error."""
+        async def one(client: httpx.AsyncClient) -> None:
+            try:
+                await client.get(self._base_url + "/v1/models", timeout=timeout_s)
+            except httpx.HTTPError:
+                pass
+
+        await asyncio.gather(*(one(c) for c in self._clients))
 
     async def acquire(self) -> httpx.AsyncClient:
         return await self._free.get()

@@ -8,6 +8,7 @@ import pytest
 
 from harness.measure.itl import tokens_per_chunk
 from harness.measure.patterns import ClosedLoop, OpenLoop
+from harness.measure.stamp_bounds import stamp_bounds
 from harness.testengine.server import serve_in_thread
 from harness.testengine.spec import FailureInjection, ScriptedEngineSpec
 
@@ -111,27 +112,96 @@ def test_open_loop_past_capacity_shows_client_queueing_in_latency() -> None:
     assert scheduled == sorted(scheduled)
 
 
-def test_a_client_holding_the_interpreter_marks_the_cell_invalid() -> None:
-    with serve_in_thread(ScriptedEngineSpec(**FAST)) as eng:
-        records = []
+def _holding_sink(records: list, hold_s: float = 0.02):
+    """A record sink stuck in long C calls: it holds the interpreter (as a long garbage
+    collection would), so no other thread of the client can run Python meanwhile."""
+    def sink(rec) -> None:
+        records.append(rec)
+        start = time.monotonic()
+        while time.monotonic() - start < hold_s:
+            sum(range(300_000))
+    return sink
 
-        def slow_writer(rec) -> None:
-            # A record sink stuck in one long C call: it holds the interpreter, so the
-            # stamping thread cannot run (as under a long garbage collection).
-            records.append(rec)
-            start = time.monotonic()
-            while time.monotonic() - start < 0.05:
-                sum(range(3_000_000))
 
-        import asyncio
+def _held_cell(tmp_path, pattern, step_s: float):
+    import asyncio
 
-        from harness.measure.driver import run_cell
+    from harness.measure.driver import run_cell
+    from harness.testengine.process import ScriptedEngineProcess
 
+    # The engine in its own process, as a real one: its chunks arrive while the client
+    # holds its interpreter, and its truth log says when each one was written.
+    spec = ScriptedEngineSpec(weight_bytes=step_s * 1e12, bandwidth_bytes_per_s=1e12)
+    with ScriptedEngineProcess(spec, tmp_path / "engine") as eng:
+        records: list = []
         outcome = asyncio.run(run_cell(
-            base_url=eng.base_url, model="scripted", requests=prompts(),
-            pattern=ClosedLoop(concurrency=1, requests=20), sampling={}, extra_body={},
-            cell_id="c", attempt=1, on_record=slow_writer, lag_limit_ms=5.0))
-    assert len(records) == 20
-    assert not outcome.health.valid
-    assert "lag p99" in outcome.health.reason and outcome.health.lag_max_ms >= 10
-    assert outcome.health.loop_lag_p99_ms >= 10
+            base_url=eng.base_url, model="scripted", requests=prompts(max_tokens=8),
+            pattern=pattern, sampling={}, extra_body={}, cell_id="c", attempt=1,
+            on_record=_holding_sink(records), lag_limit_ms=5.0))
+        truth_requests, truth_chunks = eng.truth()
+    errors_ms, bounds_ms = [], []
+    for rec in records:
+        sent = truth_chunks[rec.response_id]
+        assert len(sent) == len(rec.chunk_times)
+        errors_ms += [(mine - true["t"]) * 1e3 for mine, true in zip(rec.chunk_times, sent, strict=True)]
+        bounds_ms += [b * 1e3 for b in stamp_bounds(rec)]
+    return outcome, records, errors_ms, bounds_ms
+
+
+def test_kernel_stamps_stay_true_while_the_client_holds_its_interpreter(tmp_path) -> None:
+    # 100 ms engine steps, 20 ms holds for each of 2 users: the client is held up, but
+    # never a whole step behind.
+    outcome, records, errors_ms, bounds_ms = _held_cell(
+        tmp_path, ClosedLoop(concurrency=2, requests=8), step_s=0.1)
+    assert len(records) == 8 and all(r.ok for r in records)
+    health = outcome.health
+    assert health.loop_lag_p99_ms >= 10  # the client really was held up
+    assert health.kernel_stamped_fraction == 1.0
+    # Every chunk's stamp is its arrival, within 1 ms of the engine's own send time
+    # (the kernel stamps inside the engine's write, just before the engine's log line).
+    assert max(abs(e) for e in errors_ms) < 1.0, sorted(errors_ms)[-5:]
+    assert max(bounds_ms) == 0.0
+    assert health.valid and health.stamp_bound_p99_ms == 0.0
+
+
+def test_a_client_a_step_behind_is_bounded_and_marks_the_cell_invalid(tmp_path) -> None:
+    # 2 ms steps, 20 ms holds: chunks of a stream pile up and are read together.
+    outcome, records, errors_ms, bounds_ms = _held_cell(
+        tmp_path, ClosedLoop(concurrency=4, requests=16), step_s=0.002)
+    assert len(records) == 16 and all(r.ok for r in records)
+    assert max(errors_ms) >= 5  # stamps really were late...
+    for err, bound in zip(errors_ms, bounds_ms, strict=True):
+        assert -1.0 < err <= bound + 1.0  # ...but never by more than their stated bound
+    health = outcome.health
+    assert not health.valid and "stamp bound p99" in health.reason
+    assert health.stamp_bound_p99_ms >= 5
+
+
+def test_thread_stamps_under_a_held_interpreter_mark_the_cell_invalid(tmp_path, monkeypatch) -> None:
+    from harness.measure import transport
+
+    monkeypatch.setattr(transport, "KERNEL_STAMPS", False)
+    outcome, records, errors_ms, _ = _held_cell(
+        tmp_path, ClosedLoop(concurrency=4, requests=16), step_s=0.05)
+    assert len(records) == 16
+    health = outcome.health
+    assert health.kernel_stamped_fraction == 0.0
+    # Stamped by the reader thread, chunks that arrived during a hold carry the hold...
+    assert max(errors_ms) >= 10
+    # ...and the stamp-lag probe, which waited the same way, marks the cell invalid.
+    assert not health.valid and "stamp lag p99" in health.reason
+    assert health.lag_max_ms >= 10
+
+
+def test_an_open_loop_client_sending_late_marks_the_cell_invalid(tmp_path) -> None:
+    # 50 arrivals per second of 40 ms requests, a 20 ms hold after each: the client
+    # holds itself up longer than the schedule allows, and sends fall behind it.
+    outcome, records, _, _ = _held_cell(tmp_path, OpenLoop(rate=50, requests=40, seed=3),
+                                        step_s=0.005)
+    assert len(records) == 40 and all(r.ok for r in records)
+    health = outcome.health
+    assert health.send_lag_p99_ms >= 10
+    assert not health.valid and "send lag p99" in health.reason
+    # The late sends are inside the latency, which runs from the schedule.
+    assert all(r.latency_from == "scheduled" and r.ttft_s >= r.queue_delay_s for r in records)
+
