@@ -55,7 +55,9 @@ def _request_stats(records: list[RequestRecord]) -> dict[str, float]:
         "per_user_speed": float(np.median(speeds)) if speeds else math.nan,
         "e2e_tok_s": float(np.median(e2e)) if e2e else math.nan,
     }
-    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("latency", lat)):
+    queue = [r.queue_delay_s for r in records]
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("latency", lat),
+                         ("queue", queue)):
         for p in PERCENTILES:
             out[f"{name}_p{p}_s"] = _pct(values, p)
     span = measure_span_s(records)
@@ -92,6 +94,9 @@ def cell_row(cell: CellData) -> dict:
         health = cell.complete.outcome.health
         row["client_valid"] = health.valid if health is not None else None
         row["client_lag_p99_ms"] = health.lag_p99_ms if health is not None else None
+        row["client_stamp_bound_p99_ms"] = health.stamp_bound_p99_ms if health else None
+        row["client_send_lag_p99_ms"] = health.send_lag_p99_ms if health else None
+        row["client_kernel_stamped"] = health.kernel_stamped_fraction if health else None
     if cell.requests:
         row.update(_request_stats(cell.requests))
     acc = cell_acceptance(cell.samples)

@@ -106,7 +106,8 @@ def open_loop_table(run: RunData) -> pd.DataFrame:
     """One row per open-loop cell: offered rate, achieved throughput, the objective's figure."""
     open_loop = run.study.loads.open_loop
     cols = ["arm", "cell_id", "status", "rate_relative", "rate_rps", "reference_rps",
-            "throughput_rps", "objective_value_s", "objective_holds", "per_user_speed"]
+            "throughput_rps", "objective_value_s", "objective_holds", "per_user_speed",
+            "queue_p50_s", "queue_p99_s"]
     if open_loop is None:
         return pd.DataFrame(columns=cols)
     obj = open_loop.objective
@@ -121,9 +122,14 @@ def open_loop_table(run: RunData) -> pd.DataFrame:
         if cell.usable:
             value = _objective_value(cell, obj.metric, obj.percentile)
             speeds = cell_speeds(cell)
+            # Client queueing (scheduled to sent): an engine that cannot keep up leaves
+            # arrivals waiting for a connection slot; reported here, and inside latency.
+            queue = [r.queue_delay_s for r in cell.requests]
             row.update(throughput_rps=request_throughput(cell), objective_value_s=value,
                        objective_holds=bool(value <= obj.max_s),
-                       per_user_speed=float(np.median(speeds)) if len(speeds) else math.nan)
+                       per_user_speed=float(np.median(speeds)) if len(speeds) else math.nan,
+                       queue_p50_s=float(np.percentile(queue, 50)) if queue else math.nan,
+                       queue_p99_s=float(np.percentile(queue, 99)) if queue else math.nan)
         rows.append(row)
     return pd.DataFrame(rows, columns=cols)
 

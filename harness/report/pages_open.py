@@ -25,8 +25,10 @@ def open_loop_page(pdf: PdfPages, a: Analysis) -> int:
                    " (measured from the scheduled send, so client queueing counts; a failed"
                    " request counts as too slow)")
     groups = engine_groups(a.run)
-    axes = fig.subplots(1, max(1, len(groups)), squeeze=False)[0]
-    fig.subplots_adjust(left=0.07, right=0.98, top=0.84, bottom=0.42, wspace=0.25)
+    grid = fig.subplots(2, max(1, len(groups)), squeeze=False, sharex="col",
+                        gridspec_kw={"height_ratios": [2, 1]})
+    axes, queue_axes = grid[0], grid[1]
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.84, bottom=0.40, wspace=0.25, hspace=0.08)
     colours = arm_colours(a)
     table = a.open_loop[a.open_loop["status"] == "complete"]
     for ax, (baseline, drafters) in zip(axes, groups.items(), strict=True):
@@ -40,13 +42,20 @@ def open_loop_page(pdf: PdfPages, a: Analysis) -> int:
             plotted = True
         ax.axhline(obj.max_s, color="#c62828", ls="--", lw=1, label=f"objective ({obj.max_s:g} s)")
         ax.set_title(f"engine group: {baseline}", fontsize=11)
-        ax.set_xlabel("offered rate (requests/s)")
         ax.set_ylabel(f"{label} (s)")
         ax.grid(alpha=0.3)
         if plotted:
             ax.legend(fontsize=8, loc="upper left")
         else:
             empty_axes(ax, "no usable open-loop cells")
+    for qax, (baseline, drafters) in zip(queue_axes, groups.items(), strict=True):
+        for arm in [baseline, *drafters]:
+            rows = table[table["arm"] == arm].sort_values("rate_rps")
+            if not rows.empty:
+                qax.plot(rows["rate_rps"], rows["queue_p99_s"], "o-", color=colours[arm], ms=3)
+        qax.set_xlabel("offered rate (requests/s)")
+        qax.set_ylabel("client queueing\np99 (s)", fontsize=8)
+        qax.grid(alpha=0.3)
     fleet = a.fleet
     rows = []
     for r in fleet.itertuples():

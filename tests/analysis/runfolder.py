@@ -175,14 +175,16 @@ class RunBuilder:
         return cell_id
 
     def open_cell(self, arm: str, rate_relative: float, rate_rps: float, ttft_s: float,
-                  reference_rps: float = 1.0, n: int = 30) -> str:
+                  reference_rps: float = 1.0, n: int = 30, queue_growth_s: float = 0.0) -> str:
+        """queue_growth_s: request i waits i * that long in the client before it leaves."""
         cell_id = f"{arm}/chat/open/x{rate_relative:g}"
         recs = []
         for i in range(n):
             t = i / rate_rps
+            sent = t + i * queue_growth_s
             recs.append(RequestRecord(cell_id=cell_id, index=i, item_id=f"p{i}", scheduled_t=t,
-                                      sent_t=t, first_token_t=t + ttft_s, end_t=t + ttft_s + 2.0,
-                                      completion_tokens=TOKENS))
+                                      sent_t=sent, first_token_t=sent + ttft_s,
+                                      end_t=sent + ttft_s + 2.0, completion_tokens=TOKENS))
         self.write_cell(cell_id, {"arm": arm, "task": "chat", "kind": "open",
                                   "concurrency": None, "stage": 3,
                                   "rate_relative": rate_relative}, recs,

@@ -170,6 +170,19 @@ def test_fleet_figure(tmp_path):
     assert fleet.loc["sglang-dflash", "gpus_saved"] == 16
 
 
+def test_open_loop_reports_client_queueing_inside_the_objective(tmp_path):
+    b = RunBuilder(tmp_path, study_dict())
+    # An engine that cannot keep up: each arrival waits 100 ms longer than the one before
+    # for a connection slot; the engine's own TTFT stays 0.5 s.
+    cell = b.open_cell("vllm-base", 1.5, 3.0, ttft_s=0.5, n=30, queue_growth_s=0.1)
+    row = analyse(b.root).open_loop.set_index("cell_id").loc[cell]
+    assert row["queue_p50_s"] == pytest.approx(0.1 * 14.5)
+    assert row["queue_p99_s"] == pytest.approx(0.1 * 28.71)
+    # The objective (p99 TTFT) runs from the schedule: the queueing is inside it.
+    assert row["objective_value_s"] == pytest.approx(0.5 + 0.1 * 29)
+    assert not row["objective_holds"]
+
+
 def test_fleet_counts_failed_requests_against_the_objective(tmp_path):
     b = RunBuilder(tmp_path, study_dict())
     b.open_cells()
