@@ -10,6 +10,11 @@ no output, the usage chunk and [DONE], follow the last output chunk within the s
 engine step, microseconds apart, so sharing a read with them is not counted.) Thread
 stamps, the fallback, have this bound too, on top of the stamping thread's own delay
 that the lag probe measures.
+
+The bound is conservative: two chunks an engine wrote back to back also share a read,
+through no fault of the client. vLLM does not do that (when its API server falls
+behind, its output collector merges a request's outputs into one chunk), so with it
+a shared stamp means the client fell behind.
 """
 
 from __future__ import annotations

@@ -248,6 +248,8 @@ class Sampling(Strict):
 
 class Recording(Strict):
     scrape_interval_s: Positive = 1.0
+    # A cell is invalid when the client's stamp lag, stamp bound, or (open loop) send
+    # lag passes this at p99 (harness/measure/health.py).
     lag_limit_p99_ms: Positive = 5.0
     error_rate_limit: Annotated[float, Field(ge=0, le=1)] | None = 0.05
     request_timeout_s: Positive = 600.0
