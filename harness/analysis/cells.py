@@ -55,6 +55,8 @@ def _request_stats(records: list[RequestRecord]) -> dict[str, float]:
         "per_user_speed": float(np.median(speeds)) if speeds else math.nan,
         "e2e_tok_s": float(np.median(e2e)) if e2e else math.nan,
     }
+    # sent - scheduled: open loop, client queueing (inside TTFT and latency); closed
+    # loop, the client's turnaround from the user's previous request (outside them).
     queue = [r.queue_delay_s for r in records]
     for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("latency", lat),
                          ("queue", queue)):
