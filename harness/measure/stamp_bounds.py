@@ -12,9 +12,10 @@ stamps, the fallback, have this bound too, on top of the stamping thread's own d
 that the lag probe measures.
 
 The bound is conservative: two chunks an engine wrote back to back also share a read,
-through no fault of the client. vLLM does not do that (when its API server falls
-behind, its output collector merges a request's outputs into one chunk), so with it
-a shared stamp means the client fell behind.
+through no fault of the client. Neither engine does that: when its API server falls
+behind, vLLM's output collector merges a request's outputs into one chunk, and
+SGLang's tokenizer manager takes the latest of the outputs waiting for a request
+(`out_list[-1]`) and yields once. With them a shared stamp means the client fell behind.
 """
 
 from __future__ import annotations
