@@ -123,6 +123,9 @@ class MetricSample(RecordModel):
     ok: bool
     error: str | None = None  # a gap in the series: why
     snapshot: EngineSnapshot | None = None
+    # The scrape taken as the cell ended, off the grid, so the engine's counters cover
+    # the whole cell rather than stopping at the last whole interval.
+    final: bool = False
 
 
 class ClientHealth(RecordModel):

@@ -3,6 +3,7 @@
 Scrape k is due at start + k * interval, whatever earlier scrapes cost, so the grid
 never drifts. Each scrape is bounded by a timeout shorter than the interval: a slow or
 failed scrape becomes a recorded gap (ok=False, with why), never a stall of the grid.
+When stopped, one last scrape off the grid (final=True) closes the cell's window.
 Metric names live only in harness.engines.metrics (parse_metrics, acceptance_window).
 """
 
@@ -33,7 +34,8 @@ async def scrape_metrics(
     stop: asyncio.Event,
     timeout_s: float | None = None,
 ) -> None:
-    """Scrape until `stop` is set; every due tick yields one MetricSample."""
+    """Scrape until `stop` is set; every due tick yields one MetricSample, and the stop
+    one more (final=True)."""
     if interval_s <= 0:
         raise ValueError("interval_s must be > 0")
     timeout = min(timeout_s or interval_s * 0.8, interval_s * 0.95)
@@ -61,6 +63,9 @@ async def scrape_metrics(
             due = start + k * interval_s
             on_sample(await _scrape_once(client, metrics_url, dialect, due, cell_id, attempt))
             k += 1
+        final = await _scrape_once(client, metrics_url, dialect, time.monotonic(), cell_id,
+                                   attempt)
+        on_sample(final.model_copy(update={"final": True}))
 
 
 async def _scrape_once(client: httpx.AsyncClient, url: str, dialect: str, due: float,

@@ -31,6 +31,10 @@ async def scrape_for(url: str, seconds: float, interval: float) -> list[MetricSa
 
 
 def assert_on_grid(samples: list[MetricSample], interval: float) -> None:
+    # The last sample is the one taken at the stop, off the grid; the rest are on it.
+    assert samples[-1].final and not any(s.final for s in samples[:-1])
+    assert samples[-1].t > samples[-2].t
+    samples = samples[:-1]
     t0 = samples[0].t
     for s in samples:
         k = (s.t - t0) / interval
@@ -138,3 +142,29 @@ def test_engine_acceptance_length_agrees_with_client_tokens_per_chunk() -> None:
     series = per_second_series(samples)
     busy = series[series["drafts"] > 0]
     assert not busy.empty and busy["acceptance_length"].between(1.0, 4.0).all()
+
+
+def test_the_final_scrape_closes_the_window_at_the_end_of_the_cell() -> None:
+    """A cell shorter than one interval: without the scrape at the stop there would be
+    one sample and no window; with it, the engine's counters cover the whole cell."""
+    spec = ScriptedEngineSpec(weight_bytes=1e9, bandwidth_bytes_per_s=1e12, num_draft_tokens=2,
+                              accept_probs=[0.8, 0.5])
+
+    async def main(eng):
+        records = []
+        async with MetricsScraper(metrics_url=eng.metrics_url, dialect="vllm", interval_s=5.0,
+                                  cell_id="c") as scraper:
+            await asyncio.sleep(0.05)  # the first scrape, at the start of the grid
+            await run_cell(base_url=eng.base_url, model="scripted",
+                           requests=prompts(max_tokens=16),
+                           pattern=ClosedLoop(concurrency=2, requests=6),
+                           sampling={"temperature": 0.0}, extra_body={}, cell_id="c",
+                           attempt=1, on_record=records.append)
+        return records, scraper.samples
+
+    with serve_in_thread(spec) as eng:
+        records, samples = asyncio.run(main(eng))
+    assert [s.final for s in samples] == [False, True] and all(s.ok for s in samples)
+    first, last = samples[0].snapshot, samples[1].snapshot
+    generated = last.generation_tokens - first.generation_tokens
+    assert generated == sum(r.completion_tokens for r in records) == 6 * 16
