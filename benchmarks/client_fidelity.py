@@ -71,14 +71,13 @@ async def cell(base_url: str, concurrency: int, n_requests: int, cell_id: str):
 
 
 def compare(records, truth_requests, truth_chunks) -> dict:
-    ttft, tpot, itl, transit, unmatched = [], [], [], [], 0
+    ttft, tpot, itl, unmatched = [], [], [], 0
     for rec in records:
         truth = truth_requests.get(rec.response_id)
         if rec.phase != "measure" or not rec.ok or truth is None:
             unmatched += rec.phase == "measure"
             continue
         ttft.append(abs(rec.first_token_t - truth["first_t"]) * 1e3)
-        transit.append((truth["arrival_t"] - rec.sent_t) * 1e3)
         n = truth["completion_tokens"]
         true_tpot = (truth["end_t"] - truth["first_t"]) / (n - 1)
         tpot.append(abs(rec.tpot_s - true_tpot) / true_tpot * 100)
@@ -99,7 +98,6 @@ def compare(records, truth_requests, truth_chunks) -> dict:
         "ttft_err_max_ms": max(ttft, default=float("nan")),
         "tpot_err_p50_pct": pct(tpot, 50), "tpot_err_p99_pct": pct(tpot, 99),
         "itl_err_p50_ms": pct(itl, 50), "itl_err_p99_ms": pct(itl, 99),
-        "transit_p99_ms": pct(transit, 99),
     }
 
 

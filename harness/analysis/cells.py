@@ -38,7 +38,7 @@ def measure_span_s(records: list[RequestRecord]) -> float | None:
     return span if span > 0 else None
 
 
-def _pct(values: list[float], p: float) -> float:
+def percentile_or_nan(values: list[float], p: float) -> float:
     return float(np.percentile(values, p)) if values else math.nan
 
 
@@ -61,7 +61,7 @@ def _request_stats(records: list[RequestRecord]) -> dict[str, float]:
     for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("latency", lat),
                          ("queue", queue)):
         for p in PERCENTILES:
-            out[f"{name}_p{p}_s"] = _pct(values, p)
+            out[f"{name}_p{p}_s"] = percentile_or_nan(values, p)
     span = measure_span_s(records)
     tokens = sum(r.completion_tokens or 0 for r in ok)
     out["span_s"] = span if span is not None else math.nan

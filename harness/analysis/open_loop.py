@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.analysis.cells import cell_speeds, measure_span_s
+from harness.analysis.cells import cell_speeds, measure_span_s, percentile_or_nan
 from harness.analysis.load import CellData, RunData
 from harness.analysis.speedup import knee_table, speedup_table
 from harness.errors import SpecbenchError
@@ -128,8 +128,8 @@ def open_loop_table(run: RunData) -> pd.DataFrame:
             row.update(throughput_rps=request_throughput(cell), objective_value_s=value,
                        objective_holds=bool(value <= obj.max_s),
                        per_user_speed=float(np.median(speeds)) if len(speeds) else math.nan,
-                       queue_p50_s=float(np.percentile(queue, 50)) if queue else math.nan,
-                       queue_p99_s=float(np.percentile(queue, 99)) if queue else math.nan)
+                       queue_p50_s=percentile_or_nan(queue, 50),
+                       queue_p99_s=percentile_or_nan(queue, 99))
         rows.append(row)
     return pd.DataFrame(rows, columns=cols)
 

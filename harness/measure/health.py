@@ -15,8 +15,8 @@ Three things can put the client into what it measures, and each is measured per 
   arrival process and sits inside TTFT and latency, which run from the schedule, so it
   is judged. In a closed loop it is the client's turnaround between one request's end
   and its user's next send: reported, not judged, because closed-loop latency runs
-  from the send and the turnaround only idles a user briefly (p99 23 ms at 64 streams
-  on a 2-core VM, against requests of seconds).
+  from the send and the turnaround only idles a user briefly between requests of
+  seconds (figures in benchmarks/README.md).
 A cell where a judged p99 passes the registered limit is marked invalid, with the
 reason, so no verdict rests on it. The event loop's own wake-up lag (the probe also
 wakes it through its self-pipe) is reported beside them: it is what send lag comes from.

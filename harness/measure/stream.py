@@ -1,8 +1,8 @@
 """One streaming chat completion, timed on the monotonic clock, turned into a RequestRecord.
 
 While the stream runs the client only stamps and keeps the raw SSE events; parsing
-waits until the stream has ended, so the per-chunk work that could delay the next
-chunk's stamp (JSON, bookkeeping) never runs between chunks.
+waits until the stream has ended (receive_chat collects, complete_record parses), so
+the per-chunk work that could delay the next chunk's stamp never runs between chunks.
 """
 
 from __future__ import annotations
@@ -105,12 +105,6 @@ def complete_record(rec: RequestRecord, got: Received) -> None:
             _fail(rec, got.events, err.kind, str(err))
             return
     _fail(rec, got.events, *got.failure)
-
-
-async def stream_chat(client: httpx.AsyncClient, url: str, body: dict, rec: RequestRecord,
-                      timeout_s: float) -> None:
-    """Send the request and fill `rec` in place: times, chunks, usage, text, error."""
-    complete_record(rec, await receive_chat(client, url, body, rec, timeout_s))
 
 
 def _fail(rec: RequestRecord, events: list[tuple[float, bytes]], kind: str, message: str) -> None:

@@ -198,7 +198,7 @@ class StampPathProbe:
             self._recv, _ = listener.accept()
         self._send.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._recv.setblocking(False)
-        self.kernel_stamped = enable_kernel_stamps(self._recv)
+        self.kernel_stamps_on = enable_kernel_stamps(self._recv)
         self.fd = self._recv.fileno()
         self.lags_ms: list[float] = []
         self._pending = b""
@@ -216,7 +216,7 @@ class StampPathProbe:
         while True:
             try:
                 data, stamp, by_kernel = self.reader.recv(
-                    self._recv, self.kernel_stamped, 65536, t)
+                    self._recv, self.kernel_stamps_on, 65536, t)
             except OSError:
                 return False
             if not data:
@@ -257,7 +257,7 @@ class TimedStream(httpcore.AsyncNetworkStream):
         self.waiter: asyncio.Future | None = None
         self.last_arrival_t: float | None = None
         self.last_write_t: float | None = None  # when the last write began
-        self.kernel_stamped = enable_kernel_stamps(sock)
+        self.kernel_stamps_on = enable_kernel_stamps(sock)
         self.reader = _ReaderThread.get()
         self.reader.register(self)
 
@@ -267,7 +267,7 @@ class TimedStream(httpcore.AsyncNetworkStream):
         news = False
         while True:
             try:
-                data, stamp, _ = self.reader.recv(self.sock, self.kernel_stamped, 262144, t)
+                data, stamp, _ = self.reader.recv(self.sock, self.kernel_stamps_on, 262144, t)
             except (BlockingIOError, InterruptedError):
                 return news
             except OSError as err:
