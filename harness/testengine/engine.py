@@ -3,7 +3,9 @@
 Each step admits waiting requests (up to max_batch), lasts the roofline time of the
 tokens it processes, and then hands every running request its tokens: 1 from prefill,
 then 1 + the accepted drafts per verification step. Every chunk's true send time is
-written to the truth log, on the monotonic clock the client on this host shares.
+written to the truth log, on the monotonic clock the client on this host shares: `t`
+just after the write returned and `began` just before it, so a kernel receive stamp,
+taken inside the write on loopback, lies between the two whatever the machine's load.
 """
 
 from __future__ import annotations
@@ -245,12 +247,13 @@ class ScriptedEngine:
                 seq.rid, spec.served_model, {"content": "".join(group)},
                 finish if last else None, use)))
         sizes = [len(g) for g in groups]
+        payload_began = time.monotonic()  # with t, brackets the write: the kernel stamps inside it
         if finish is not None:
             out.append(self._closing_events(seq))
             t = seq.sink.finish(b"".join(out))
         else:
             t = seq.sink.send(b"".join(out))
-        self._log_chunks(seq, sizes, t)
+        self._log_chunks(seq, sizes, t, payload_began)
         if finish is not None:
             self._finish(seq, finish, end_t=t)
 
@@ -269,14 +272,16 @@ class ScriptedEngine:
         return chunks.spec_figures(self.spec.metrics_dialect, seq.drafts, seq.draft_tokens,
                                    seq.accepted, seq.generated)
 
-    def _log_chunks(self, seq: Sequence, sizes: list[int], t: float) -> None:
+    def _log_chunks(self, seq: Sequence, sizes: list[int], t: float,
+                    began: float | None = None) -> None:
         if seq.first_t is None and sizes:
             seq.first_t = t
         if self.truth is None:
             return
         for n in sizes:
             self.truth.write(json.dumps({"kind": "chunk", "rid": seq.rid, "i": seq.chunk_index,
-                                         "tokens": n, "t": t}) + "\n")
+                                         "tokens": n, "t": t,
+                                         "began": t if began is None else began}) + "\n")
             seq.chunk_index += 1
 
     def _fail(self, seq: Sequence, f: FailureInjection) -> None:

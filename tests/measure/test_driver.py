@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import ctypes
 import time
+from dataclasses import dataclass, field
 
 import pytest
 
 from harness.measure.itl import tokens_per_chunk
 from harness.measure.patterns import ClosedLoop, OpenLoop
+from harness.measure.requests import RequestSpec
 from harness.measure.stamp_bounds import stamp_bounds
 from harness.testengine.server import serve_in_thread
 from harness.testengine.spec import FailureInjection, ScriptedEngineSpec
 
 from .cells import FAST, prompts, run
+
+# Every test here drives a cell on the wall clock against a scripted engine.
+pytestmark = pytest.mark.timing
 
 
 def test_closed_loop_records_every_request_in_registered_order() -> None:
@@ -112,18 +118,63 @@ def test_open_loop_past_capacity_shows_client_queueing_in_latency() -> None:
     assert scheduled == sorted(scheduled)
 
 
-def _holding_sink(records: list, hold_s: float = 0.02):
-    """A record sink stuck in long C calls: it holds the interpreter (as a long garbage
-    collection would), so no other thread of the client can run Python meanwhile."""
-    def sink(rec) -> None:
-        records.append(rec)
+def hold_interpreter(seconds: float) -> None:
+    """Hold the interpreter for `seconds` of wall time, as a long C call or a garbage
+    collection would: libc's usleep through ctypes.PyDLL keeps the GIL for the whole
+    call, so no other thread of the client runs Python meanwhile, however fast or busy
+    the machine is (a loop of short C calls would hand the GIL over between them)."""
+    ctypes.PyDLL(None).usleep(int(seconds * 1e6))
+
+
+@dataclass
+class Holds:
+    """A record sink that holds the client's interpreter after chosen records, and the
+    windows it held: [start, start + hold_s] is held for certain, since the hold
+    begins after `start` is read and lasts at least hold_s."""
+
+    hold_s: float
+    delay_s: float = 0.0  # wait (the interpreter free) before holding
+    only: str | None = None  # hold only after records of items with this prefix
+    records: list = field(default_factory=list)
+    windows: list[tuple[float, float]] = field(default_factory=list)
+
+    def __call__(self, rec) -> None:
+        self.records.append(rec)
+        if self.only is not None and not rec.item_id.startswith(self.only):
+            return
+        if self.delay_s:
+            time.sleep(self.delay_s)
         start = time.monotonic()
-        while time.monotonic() - start < hold_s:
-            sum(range(300_000))
-    return sink
+        hold_interpreter(self.hold_s)
+        self.windows.append((start, start + self.hold_s))
+
+    def held(self, t: float) -> bool:
+        return any(a <= t <= b for a, b in self.windows)
 
 
-def _held_cell(tmp_path, pattern, step_s: float):
+@dataclass
+class HeldCell:
+    outcome: object
+    records: list
+    holds: Holds
+    # Per chunk, in record order: (client stamp, engine's write began, write returned, bound)
+    chunks: list[tuple[float, float, float, float]]
+
+    def errors_ms(self) -> list[float]:
+        """Client stamp minus the engine's write time, per chunk."""
+        return [(mine - wrote) * 1e3 for mine, _, wrote, _ in self.chunks]
+
+
+def short_and_long(n_short: int, long_tokens: int) -> list:
+    """One long stream (index 1, the second user's) beside short requests (the first
+    user's): whenever a short one ends, the long one is certain to be mid-stream."""
+    short = [RequestSpec(f"short-{i}", [{"role": "user", "content": f"short {i}"}], 2)
+             for i in range(n_short)]
+    long = RequestSpec("long", [{"role": "user", "content": "long"}], long_tokens)
+    return [short[0], long, *short[1:]]
+
+
+def _held_cell(tmp_path, pattern, step_s: float, holds: Holds, requests=None) -> HeldCell:
     import asyncio
 
     from harness.measure.driver import run_cell
@@ -133,46 +184,58 @@ def _held_cell(tmp_path, pattern, step_s: float):
     # holds its interpreter, and its truth log says when each one was written.
     spec = ScriptedEngineSpec(weight_bytes=step_s * 1e12, bandwidth_bytes_per_s=1e12)
     with ScriptedEngineProcess(spec, tmp_path / "engine") as eng:
-        records: list = []
         outcome = asyncio.run(run_cell(
-            base_url=eng.base_url, model="scripted", requests=prompts(max_tokens=8),
-            pattern=pattern, sampling={}, extra_body={}, cell_id="c", attempt=1,
-            on_record=_holding_sink(records), lag_limit_ms=5.0))
-        truth_requests, truth_chunks = eng.truth()
-    errors_ms, bounds_ms = [], []
-    for rec in records:
+            base_url=eng.base_url, model="scripted",
+            requests=requests or prompts(max_tokens=8), pattern=pattern, sampling={},
+            extra_body={}, cell_id="c", attempt=1, on_record=holds, lag_limit_ms=5.0))
+        _, truth_chunks = eng.truth()
+    chunks = []
+    for rec in holds.records:
         sent = truth_chunks[rec.response_id]
         assert len(sent) == len(rec.chunk_times)
-        errors_ms += [(mine - true["t"]) * 1e3 for mine, true in zip(rec.chunk_times, sent, strict=True)]
-        bounds_ms += [b * 1e3 for b in stamp_bounds(rec)]
-    return outcome, records, errors_ms, bounds_ms
+        for mine, true, bound in zip(rec.chunk_times, sent, stamp_bounds(rec), strict=True):
+            chunks.append((mine, true["began"], true["t"], bound))
+    return HeldCell(outcome, holds.records, holds, chunks)
+
+
+# How far a kernel stamp may sit outside the engine's write: the realtime-to-monotonic
+# offset is read as the tightest of three bracketed clock pairs (microseconds wide).
+CLOCK_TOLERANCE_S = 0.5e-3
 
 
 def test_kernel_stamps_stay_true_while_the_client_holds_its_interpreter(tmp_path) -> None:
-    # 100 ms engine steps, 20 ms holds for each of 2 users: the client is held up, but
-    # never a whole step behind.
-    outcome, records, errors_ms, bounds_ms = _held_cell(
-        tmp_path, ClosedLoop(concurrency=2, requests=8), step_s=0.1)
-    assert len(records) == 8 and all(r.ok for r in records)
-    health = outcome.health
-    assert health.loop_lag_p99_ms >= 10  # the client really was held up
+    # 50 ms steps; after each short request the client waits 20 ms, then holds its
+    # interpreter for 40 ms: the window [20, 60] ms after a step covers the long
+    # stream's next write (at 50 ms), and is shorter than a step, so the client is
+    # never a whole step behind on any stream.
+    holds = Holds(hold_s=0.04, delay_s=0.02, only="short")
+    cell = _held_cell(tmp_path, ClosedLoop(concurrency=2, requests=7), step_s=0.05,
+                      holds=holds, requests=short_and_long(6, long_tokens=40))
+    assert len(cell.records) == 7 and all(r.ok for r in cell.records)
+    assert len(holds.windows) == 6
+    health = cell.outcome.health
     assert health.kernel_stamped_fraction == 1.0
-    # Every chunk's stamp is its arrival, within 1 ms of the engine's own send time
-    # (the kernel stamps inside the engine's write, just before the engine's log line).
-    assert max(abs(e) for e in errors_ms) < 1.0, sorted(errors_ms)[-5:]
-    assert max(bounds_ms) == 0.0
+    # The client really was held while chunks arrived...
+    assert any(holds.held(wrote) for _, _, wrote, _ in cell.chunks)
+    # ...and every chunk's stamp is its arrival: inside the engine's own write.
+    for mine, began, wrote, _ in cell.chunks:
+        assert began - CLOCK_TOLERANCE_S <= mine <= wrote + CLOCK_TOLERANCE_S, (mine, began, wrote)
+    assert max(b for *_, b in cell.chunks) == 0.0
     assert health.valid and health.stamp_bound_p99_ms == 0.0
 
 
 def test_a_client_a_step_behind_is_bounded_and_marks_the_cell_invalid(tmp_path) -> None:
-    # 2 ms steps, 20 ms holds: chunks of a stream pile up and are read together.
-    outcome, records, errors_ms, bounds_ms = _held_cell(
-        tmp_path, ClosedLoop(concurrency=4, requests=16), step_s=0.002)
-    assert len(records) == 16 and all(r.ok for r in records)
-    assert max(errors_ms) >= 5  # stamps really were late...
-    for err, bound in zip(errors_ms, bounds_ms, strict=True):
-        assert -1.0 < err <= bound + 1.0  # ...but never by more than their stated bound
-    health = outcome.health
+    # 2 ms steps, a 40 ms hold after every request: the user's next request, sent just
+    # before the hold, streams its 8 tokens (prefill + 8 steps, ~18 ms) during it, so its
+    # chunks pile up and are read together.
+    holds = Holds(hold_s=0.04)
+    cell = _held_cell(tmp_path, ClosedLoop(concurrency=4, requests=16), step_s=0.002,
+                      holds=holds)
+    assert len(cell.records) == 16 and all(r.ok for r in cell.records)
+    assert max(cell.errors_ms()) >= 5  # stamps really were late...
+    for mine, began, wrote, bound in cell.chunks:  # ...but never by more than their bound
+        assert began - CLOCK_TOLERANCE_S <= mine <= wrote + bound + CLOCK_TOLERANCE_S
+    health = cell.outcome.health
     assert not health.valid and "stamp bound p99" in health.reason
     assert health.stamp_bound_p99_ms >= 5
 
@@ -181,27 +244,34 @@ def test_thread_stamps_under_a_held_interpreter_mark_the_cell_invalid(tmp_path, 
     from harness.measure import transport
 
     monkeypatch.setattr(transport, "KERNEL_STAMPS", False)
-    outcome, records, errors_ms, _ = _held_cell(
-        tmp_path, ClosedLoop(concurrency=4, requests=16), step_s=0.05)
-    assert len(records) == 16
-    health = outcome.health
+    # 50 ms steps; after each short request a 20 ms wait, then a 110 ms hold: the window
+    # [20, 130] ms covers the long stream's writes at 50 and 100 ms.
+    holds = Holds(hold_s=0.11, delay_s=0.02, only="short")
+    cell = _held_cell(tmp_path, ClosedLoop(concurrency=2, requests=7), step_s=0.05,
+                      holds=holds, requests=short_and_long(6, long_tokens=40))
+    assert len(cell.records) == 7 and len(holds.windows) == 6
+    health = cell.outcome.health
     assert health.kernel_stamped_fraction == 0.0
-    # Stamped by the reader thread, chunks that arrived during a hold carry the hold...
-    assert max(errors_ms) >= 10
-    # ...and the stamp-lag probe, which waited the same way, marks the cell invalid.
+    # Stamped by the reader thread, which cannot run during a hold, a chunk written
+    # inside one carries the rest of it (the write at 50 ms is stamped at 130 ms or later).
+    assert max(cell.errors_ms()) >= 50
+    # The stamp-lag probe, which waits the same way (each hold delays at least one of its
+    # 10 ms ticks by 100 ms or more; six holds are over 2 % of the cell's ticks), marks
+    # the cell invalid.
     assert not health.valid and "stamp lag p99" in health.reason
-    assert health.lag_max_ms >= 10
+    assert health.lag_max_ms >= 50
 
 
 def test_an_open_loop_client_sending_late_marks_the_cell_invalid(tmp_path) -> None:
-    # 50 arrivals per second of 40 ms requests, a 20 ms hold after each: the client
-    # holds itself up longer than the schedule allows, and sends fall behind it.
-    outcome, records, _, _ = _held_cell(tmp_path, OpenLoop(rate=50, requests=40, seed=3),
-                                        step_s=0.005)
-    assert len(records) == 40 and all(r.ok for r in records)
-    health = outcome.health
+    # 50 arrivals per second, a 40 ms hold after each request: the client can hand on
+    # at most 25 records a second, so its sends fall further behind the schedule.
+    holds = Holds(hold_s=0.04)
+    cell = _held_cell(tmp_path, OpenLoop(rate=50, requests=40, seed=3), step_s=0.005,
+                      holds=holds)
+    assert len(cell.records) == 40 and all(r.ok for r in cell.records)
+    health = cell.outcome.health
     assert health.send_lag_p99_ms >= 10
     assert not health.valid and "send lag p99" in health.reason
     # The late sends are inside the latency, which runs from the schedule.
-    assert all(r.latency_from == "scheduled" and r.ttft_s >= r.queue_delay_s for r in records)
-
+    assert all(r.latency_from == "scheduled" and r.ttft_s >= r.queue_delay_s
+               for r in cell.records)

@@ -17,6 +17,9 @@ from harness.testengine.spec import ScriptedEngineSpec
 
 from .cells import prompts
 
+# Every test here runs a scraper on the wall clock.
+pytestmark = pytest.mark.timing
+
 
 async def scrape_for(url: str, seconds: float, interval: float) -> list[MetricSample]:
     samples: list[MetricSample] = []
@@ -46,10 +49,12 @@ def assert_on_grid(samples: list[MetricSample], interval: float) -> None:
 def test_scrapes_on_the_grid_against_the_scripted_engine() -> None:
     spec = ScriptedEngineSpec(weight_bytes=1e9, bandwidth_bytes_per_s=1e12, num_draft_tokens=2,
                               accept_probs=[0.8, 0.5])
+    # Ticks 0.5 s apart give each scrape 0.4 s to answer: ample for a local engine even
+    # on a machine with every core busy, so a timed-out scrape here is a real fault.
     with serve_in_thread(spec) as eng:
-        samples = asyncio.run(scrape_for(eng.metrics_url, 1.0, 0.1))
-    assert len(samples) >= 5 and all(s.ok for s in samples)
-    assert_on_grid(samples, 0.1)
+        samples = asyncio.run(scrape_for(eng.metrics_url, 2.1, 0.5))
+    assert len(samples) >= 5 and all(s.ok for s in samples), [s.error for s in samples]
+    assert_on_grid(samples, 0.5)
     assert samples[0].snapshot.engine == "vllm" and samples[0].snapshot.drafts == 0
 
 
@@ -120,7 +125,9 @@ def test_engine_acceptance_length_agrees_with_client_tokens_per_chunk() -> None:
 
     async def main(eng):
         records = []
-        async with MetricsScraper(metrics_url=eng.metrics_url, dialect="vllm", interval_s=0.2,
+        # The first scrape (at once, 0.8 s to answer) comes before any request; the
+        # one at the stop after the last.
+        async with MetricsScraper(metrics_url=eng.metrics_url, dialect="vllm", interval_s=1.0,
                                   cell_id="c") as scraper:
             await asyncio.sleep(0.3)
             await run_cell(base_url=eng.base_url, model="scripted",
@@ -135,8 +142,9 @@ def test_engine_acceptance_length_agrees_with_client_tokens_per_chunk() -> None:
         records, samples = asyncio.run(main(eng))
     from harness.engines.metrics import acceptance_window
 
-    good = [s for s in samples if s.ok]
-    window = acceptance_window(good[0].snapshot, good[-1].snapshot)
+    first, last = samples[0], samples[-1]
+    assert first.ok and last.ok and last.final, [s.error for s in samples]
+    window = acceptance_window(first.snapshot, last.snapshot)
     client = tokens_per_chunk(records)
     assert window.acceptance_length == pytest.approx(client, rel=1e-9)
     series = per_second_series(samples)
@@ -152,7 +160,8 @@ def test_the_final_scrape_closes_the_window_at_the_end_of_the_cell() -> None:
 
     async def main(eng):
         records = []
-        async with MetricsScraper(metrics_url=eng.metrics_url, dialect="vllm", interval_s=5.0,
+        # A grid too coarse for a second tick within the cell, however slow the machine.
+        async with MetricsScraper(metrics_url=eng.metrics_url, dialect="vllm", interval_s=600.0,
                                   cell_id="c") as scraper:
             await asyncio.sleep(0.05)  # the first scrape, at the start of the grid
             await run_cell(base_url=eng.base_url, model="scripted",
