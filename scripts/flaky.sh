@@ -47,6 +47,8 @@ for i in $(seq 1 "$runs"); do
   .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$out/run$i.xml" "${args[@]}" \
     >"$out/run$i.log" 2>&1 || true
   echo "flaky: run $i/$runs: $(tail -1 "$out/run$i.log")" >&2
+  # A failure's own words, kept: the run folders go when the script ends.
+  grep -E '^(FAILED|ERROR) |^E  ' "$out/run$i.log" | head -20 | sed 's/^/flaky:   /' >&2 || true
 done
 
 .venv/bin/python - "$out" "$runs" "$busy" <<'EOF'
