@@ -81,7 +81,7 @@ def test_fail_identity_names_the_first_divergence(tmp_path):
     (m,) = arm["mismatches"]
     assert m["item_id"] == "item3"
     assert m["char_index"] == len("The answer to item3 is 4")
-    assert m["token_index"] == 5  # "43" vs "42"
+    assert m["word_index"] == 5  # "43" vs "42"
     assert "43" in m["drafter_text"] and "42" in m["baseline_text"]
 
 
