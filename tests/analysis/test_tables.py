@@ -106,15 +106,20 @@ def test_cell_table_figures(tmp_path):
     ngram = cells.loc["vllm-ngram/chat/speed/c001"]
     assert ngram["per_user_speed"] == pytest.approx(BASE_SPEED * 2.5)
     assert ngram["n_measured"] == 21 and ngram["n_errors"] == 0
-    # counters: 100 drafts/s at acceptance length 2.5, one scrape gap
-    assert ngram["acceptance_length_engine"] == pytest.approx(2.5)
+    # counters: 100 drafting rounds/s at 2.5 tokens a round, plus 50 tokens/s from steps
+    # without drafts (vLLM counts no round there): generation / drafts would say 3.0.
+    assert ngram["accept_length_per_round_engine"] == pytest.approx(2.5)
     assert ngram["accept_rate_sum"] == pytest.approx(1.5)
     assert ngram["accept_rate_pos1"] == pytest.approx(0.75)
-    assert ngram["tokens_per_verification"] == pytest.approx(2.5)
-    assert ngram["scrape_gaps"] == 1
-    assert ngram["tokens_per_chunk_client"] == pytest.approx(10.0)
+    assert "tokens_per_verification" not in cells.columns
+    assert ngram["scrape_gaps"] == 1 and ngram["counter_resets"] == 0
+    # per decode step, from the client's chunks (1 prefill token, then 10 chunks of 10)
+    assert ngram["tokens_per_step_client"] == pytest.approx(10.0)
+    columns = list(cells.columns)
+    assert columns.index("tokens_per_step_client") == \
+        columns.index("accept_length_per_round_engine") + 1
     dflash = cells.loc["sglang-dflash/chat/speed/c004"]
-    assert dflash["acceptance_length_engine"] == pytest.approx(2.5)
+    assert dflash["accept_length_per_round_engine"] == pytest.approx(2.5)
     assert math.isnan(dflash["accept_rate_sum"])  # SGLang has no per-position series
     base = cells.loc["vllm-base/chat/speed/c001"]
     assert base["tpot_p50_s"] == pytest.approx(1 / BASE_SPEED)
