@@ -80,7 +80,7 @@ def speed_bar(a: Analysis) -> BarResult:
 
 
 def _unusable(*cells: CellData) -> dict[str, str]:
-    return {x.id: f"{x.status} ({x.reason or 'no scores'})" for x in cells if not x.usable}
+    return {x.id: f"{x.status} ({x.reason})" for x in cells if not x.usable}
 
 
 @register_bar("pass.identity", "pass")

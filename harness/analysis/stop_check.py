@@ -53,7 +53,9 @@ def _task_stop(a: Analysis, task: str) -> dict:
               for arm, grp in ok.groupby("arm", sort=False)}
     unusable = [f"{r.arm}/{task} c={r.concurrency}: {r.status}" for r in sel.itertuples()
                 if r.status != "ok"]
-    entry: dict = {"figures_by_arm": by_arm, "unusable": unusable}
+    # by_arm for reading; figures (with their cells) for checking every number used.
+    entry: dict = {"by_arm": by_arm, "unusable": unusable,
+                   "figures": [{"arm": r.arm} | figure_of(r) for r in ok.itertuples()]}
     rows = list(ok.itertuples())
     reached = False
     entry["maximum"] = None

@@ -138,6 +138,8 @@ def test_stop_fires_and_skipped_cells_are_reported(tmp_path):
     # the fastest figure anywhere at c <= 4 is eagle3's 1.29 at c=4
     assert (chat["maximum"]["arm"], chat["maximum"]["concurrency"]) == ("vllm-eagle3", 4)
     assert chat["maximum"]["value"] == pytest.approx(1.29)
+    assert chat["maximum"]["figure"]["drafter_cell"] == "vllm-eagle3/chat/speed/c004"
+    assert len(chat["figures"]) == 9  # every drafter at every stop level, with its cells
     b.manifest["stop"] = {"fired": True, "judged_wall": 1.0}
     b.manifest["skipped"] = [{"cell": f"{a['name']}/{t}/speed/c{c:03d}",
                               "reason": "stop bar fired"}
@@ -177,7 +179,7 @@ def test_stop_does_not_fire_when_one_drafter_is_fast_at_one_user(tmp_path):
         assert t["below_threshold_everywhere"] is False
         assert (t["maximum"]["arm"], t["maximum"]["concurrency"]) == ("vllm-eagle3", 1)
         assert t["maximum"]["value"] == pytest.approx(3.0)
-        assert t["figures_by_arm"]["vllm-ngram"] == pytest.approx({"1": 1.2, "2": 1.2,
+        assert t["by_arm"]["vllm-ngram"] == pytest.approx({"1": 1.2, "2": 1.2,
                                                                     "4": 1.2})
 
 

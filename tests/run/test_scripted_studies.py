@@ -92,8 +92,8 @@ def test_scripted_drafters_with_different_profiles_do_not_stop(results):
     chat = stop["evidence"]["tasks"]["chat"]
     assert (chat["maximum"]["arm"], chat["maximum"]["concurrency"]) == ("fast", 1)
     assert chat["maximum"]["value"] > 2.0
-    assert max(chat["figures_by_arm"]["flat"].values()) < 1.3
-    assert chat["figures_by_arm"]["fast"]["4"] < 1.0
+    assert max(chat["by_arm"]["flat"].values()) < 1.3
+    assert chat["by_arm"]["fast"]["4"] < 1.0
     # The old rule would have judged flat, the pass bar's best drafter, and stopped.
     assert bar(verdict, "pass.speed")["evidence"]["tasks"]["chat"]["best_drafter"] == "flat"
     manifest = json.loads((run / "manifest.json").read_text())
