@@ -1,9 +1,12 @@
-"""Helpers every bar uses: which figure a statistic reads, the best drafter, JSON-safe evidence."""
+"""What every bar shares: the typed result, the registry, the best drafter per task, and one
+per-task x arm judging loop, so no bar copies another's body."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -11,6 +14,52 @@ import pandas as pd
 from harness.analysis.speedup import BestDrafter, best_drafter
 from harness.analysis.tables import Analysis
 from harness.prereg.schema import Study
+
+# pass bars: pass | fail | not_located | incomplete | not_registered | not_required;
+# stop: fired | not_fired | not_judged; check: not_fired | agreed | unresolved.
+BarStatus = Literal["pass", "fail", "not_located", "incomplete", "not_registered",
+                    "not_required", "fired", "not_fired", "not_judged", "agreed", "unresolved"]
+BarKind = Literal["pass", "stop", "check"]
+
+
+@dataclass(frozen=True)
+class BarResult:
+    name: str
+    status: BarStatus
+    summary: list[str]
+    evidence: dict
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "status": self.status, "summary": self.summary,
+                "evidence": self.evidence}
+
+
+Bar = Callable[[Analysis], BarResult]
+
+
+@dataclass(frozen=True)
+class RegisteredBar:
+    name: str
+    kind: BarKind
+    judge: Bar
+
+
+# The registry, in the order the verdict lists bars within a kind.
+BARS: dict[str, RegisteredBar] = {}
+
+
+def register_bar(name: str, kind: BarKind) -> Callable[[Bar], Bar]:
+    def wrap(fn: Bar) -> Bar:
+        BARS[name] = RegisteredBar(name, kind, fn)
+        return fn
+    return wrap
+
+
+def bars_of(kind: BarKind) -> list[RegisteredBar]:
+    return [b for b in BARS.values() if b.kind == kind]
+
+
+# --- figures ---------------------------------------------------------------------------
 
 
 def stat_column(statistic: str) -> str:
@@ -21,6 +70,10 @@ def speed_tasks(study: Study) -> list[str]:
     return [t.name for t in study.tasks if "speed" in t.uses]
 
 
+def drafter_arms(study: Study) -> list[str]:
+    return [arm.name for arm in study.arms if arm.baseline is not None]
+
+
 def figure_of(row: Any) -> dict:
     return {"concurrency": int(row.concurrency), "drafter_cell": row.drafter_cell,
             "baseline_cell": row.baseline_cell, "status": row.status,
@@ -28,34 +81,117 @@ def figure_of(row: Any) -> dict:
             "speed_drafter": row.speed_drafter, "speed_baseline": row.speed_baseline}
 
 
-def best_by_task(a: Analysis, concurrencies: list[int], statistic: str) -> dict[str, BestDrafter]:
-    """The best drafter per speed task (or one pooled choice for every task)."""
-    study = a.run.study
-    tasks = speed_tasks(study)
-    col = stat_column(statistic)
-    if study.bars.pass_.speed.best_drafter == "pooled":
-        pooled = best_drafter(a.speedups, tasks, concurrencies, col)
-        return {t: pooled for t in tasks}
-    return {t: best_drafter(a.speedups, [t], concurrencies, col) for t in tasks}
+# --- the best drafter ----------------------------------------------------------------
 
 
 def pass_best(a: Analysis) -> dict[str, BestDrafter]:
-    sp = a.run.study.bars.pass_.speed
-    return best_by_task(a, sp.concurrencies, sp.statistic)
+    """The pass bar's best drafter per speed task (one pooled choice for every task when
+    the study registers `best_drafter: pooled`)."""
+    study = a.run.study
+    sp = study.bars.pass_.speed
+    tasks = speed_tasks(study)
+    col = stat_column(sp.statistic)
+    if sp.best_drafter == "pooled":
+        pooled = best_drafter(a.speedups, tasks, sp.concurrencies, col)
+        return {t: pooled for t in tasks}
+    return {t: best_drafter(a.speedups, [t], sp.concurrencies, col) for t in tasks}
 
 
-def best_for_task(a: Analysis, task: str) -> BestDrafter:
-    """For a task without the speed use (e.g. MMLU), the pooled choice over speed tasks."""
+@dataclass(frozen=True)
+class JudgedArms:
+    """The drafters a bar judges on one task, each with why; arms None: undetermined."""
+
+    arms: dict[str, str] | None
+    rule: str
+    missing: list[str] = field(default_factory=list)
+
+
+def judged_drafters(a: Analysis, task: str, arms_rule: str) -> JudgedArms:
+    """`all_drafters`: every drafter. `best_drafter`: on a speed task, that task's best;
+    on a task without speed cells (MMLU), every drafter that is best on some speed task,
+    so no task's winner escapes this task's bar."""
+    if arms_rule == "all_drafters":
+        return JudgedArms({d: "every drafter arm is judged" for d in drafter_arms(a.run.study)},
+                          "every drafter arm")
     best = pass_best(a)
+    pooled = a.run.study.bars.pass_.speed.best_drafter == "pooled"
     if task in best:
-        return best[task]
-    sp = a.run.study.bars.pass_.speed
-    return best_drafter(a.speedups, speed_tasks(a.run.study), sp.concurrencies,
-                        stat_column(sp.statistic))
+        b = best[task]
+        if b.arm is None:
+            return JudgedArms(None, b.rule, b.missing)
+        why = "the best drafter over the speed tasks pooled" if pooled else \
+            f"the best drafter on {task}"
+        return JudgedArms({b.arm: why}, b.rule, [])
+    wins: dict[str, list[str]] = {}
+    missing: list[str] = []
+    for t, b in best.items():
+        if b.arm is None:
+            missing.extend(b.missing or [f"best drafter on {t} undetermined"])
+        else:
+            wins.setdefault(b.arm, []).append(t)
+    rule = (f"{task} has no speed cells: every drafter that is best on at least one speed"
+            f" task ({', '.join(best)}) is judged")
+    if missing or not wins:
+        return JudgedArms(None, rule, missing)
+    return JudgedArms({arm: f"best on {', '.join(ts)}" for arm, ts in wins.items()}, rule)
 
 
-def bar_dict(name: str, status: str, summary: list[str], evidence: dict) -> dict:
-    return {"name": name, "status": status, "summary": summary, "evidence": evidence}
+# --- one task x arm judging loop ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArmJudgement:
+    status: BarStatus  # pass | fail | not_located | incomplete
+    detail: dict
+    line: str  # one summary line
+
+
+# Worst first: one incomplete arm leaves its task incomplete, and so on.
+_SEVERITY: tuple[BarStatus, ...] = ("incomplete", "fail", "not_located", "pass")
+
+
+def combine(statuses: Iterable[str]) -> BarStatus:
+    present = set(statuses)
+    for s in _SEVERITY:
+        if s in present:
+            return s
+    return "pass"
+
+
+@dataclass
+class PerTask:
+    status: BarStatus
+    tasks: dict[str, dict]
+    summary: list[str]
+
+
+def judge_per_task(a: Analysis, tasks: Iterable[str], arms_rule: str,
+                   judge: Callable[[str, str], ArmJudgement]) -> PerTask:
+    """For each task, judge each drafter `judged_drafters` names; a task whose drafters
+    are undetermined (a speed cell missing) is incomplete."""
+    out: dict[str, dict] = {}
+    summary: list[str] = []
+    for task in tasks:
+        chosen = judged_drafters(a, task, arms_rule)
+        entry: dict = {"arms_rule": chosen.rule, "judged": chosen.arms, "arms": {}}
+        if chosen.arms is None:
+            entry.update(status="incomplete", missing=chosen.missing)
+            summary.append(f"{task}: incomplete (drafters to judge undetermined:"
+                           f" {'; '.join(chosen.missing[:3])})")
+            out[task] = entry
+            continue
+        states = []
+        for arm, why in chosen.arms.items():
+            j = judge(task, arm)
+            states.append(j.status)
+            entry["arms"][arm] = {"status": j.status, "why_judged": why} | j.detail
+            summary.append(f"{task}/{arm}: {j.line}")
+        entry["status"] = combine(states)
+        out[task] = entry
+    return PerTask(combine(e["status"] for e in out.values()), out, summary)
+
+
+# --- JSON ---------------------------------------------------------------------------
 
 
 def clean_json(obj: Any) -> Any:

@@ -2,8 +2,10 @@
 
 Verdict: STOP if the stop bar fired; else INCOMPLETE if a cell some bar needs is
 missing or invalid, or a fired check bar's baseline rerun is missing or disagrees;
-else PASS if every registered pass bar passes, else FAIL. Invalid cells (client
-unhealthy, or aborted at the error-rate limit) are never used, and are named.
+else PASS if every registered pass bar passes, else FAIL (a bar failed, or the knee
+was not located: a gain still present at the top registered level is a bound, not a
+location, unless the study registers `bars.pass.knee.beyond_top: pass`). Invalid cells
+(client unhealthy, or aborted at the error-rate limit) are never used, and are named.
 """
 
 from __future__ import annotations
@@ -12,22 +14,24 @@ import json
 import time
 from pathlib import Path
 
+from harness.analysis import stop_check  # noqa: F401  (registers the stop and check bars)
 from harness.analysis.accuracy import compare_accuracy
 from harness.analysis.bar_common import (
-    bar_dict,
-    best_for_task,
+    BARS,
+    ArmJudgement,
+    BarResult,
+    BarStatus,
+    bars_of,
     clean_json,
     figure_of,
+    judge_per_task,
     pass_best,
+    register_bar,
+    speed_tasks,
     stat_column,
 )
 from harness.analysis.identity import compare_identity
-from harness.analysis.load import RunData, load_run
-from harness.analysis.stop_check import (
-    check_bar,
-    rerun_states,
-    stop_bar,
-)
+from harness.analysis.load import CellData, RunData, load_run
 from harness.analysis.tables import Analysis, analyse
 from harness.prereg.schema import Study
 
@@ -37,7 +41,8 @@ MAX_MISMATCHES_IN_EVIDENCE = 50
 # --- pass: speed ----------------------------------------------------------------------
 
 
-def speed_bar(a: Analysis) -> dict:
+@register_bar("pass.speed", "pass")
+def speed_bar(a: Analysis) -> BarResult:
     sp = a.run.study.bars.pass_.speed
     col = stat_column(sp.statistic)
     per_task: dict[str, dict] = {}
@@ -59,6 +64,7 @@ def speed_bar(a: Analysis) -> dict:
                            f"{'>=' if ok else 'not all >='} {sp.threshold:g}")
         per_task[task] = entry
     statuses = [e["status"] for e in per_task.values()]
+    status: BarStatus
     if "incomplete" in statuses:
         status = "incomplete"
     elif sp.require == "every_task":
@@ -68,148 +74,151 @@ def speed_bar(a: Analysis) -> dict:
     evidence = {"threshold": sp.threshold, "statistic": sp.statistic,
                 "concurrencies": sp.concurrencies, "require": sp.require,
                 "best_drafter_mode": sp.best_drafter, "tasks": per_task}
-    return bar_dict("pass.speed", status, summary, evidence)
+    return BarResult("pass.speed", status, summary, evidence)
 
 # --- pass: identity, accuracy, knee ---------------------------------------------------
 
 
-def _judged_arms(a: Analysis, task: str, arms_rule: str) -> tuple[list[str] | None, str]:
-    drafters = [arm.name for arm in a.run.study.arms if arm.baseline is not None]
-    if arms_rule == "all_drafters":
-        return drafters, "every drafter arm"
-    best = best_for_task(a, task)
-    return ([best.arm] if best.arm else None), best.rule
+def _unusable(*cells: CellData) -> dict[str, str]:
+    return {x.id: f"{x.status} ({x.reason})" for x in cells if not x.usable}
 
 
-def identity_bar(a: Analysis) -> dict:
+@register_bar("pass.identity", "pass")
+def identity_bar(a: Analysis) -> BarResult:
     bar = a.run.study.bars.pass_.identity
     if bar is None:
-        return bar_dict("pass.identity", "not_registered", ["not registered"], {})
-    tasks: dict[str, dict] = {}
-    summary: list[str] = []
-    for task in (t.name for t in a.run.study.tasks if "identity" in t.uses):
-        arms, rule = _judged_arms(a, task, bar.arms)
-        entry: dict = {"arms_rule": rule, "arms": {}}
-        if arms is None:
-            entry["status"] = "incomplete"
-            summary.append(f"{task}: incomplete (best drafter undetermined)")
-            tasks[task] = entry
-            continue
-        states = []
-        for name in arms:
-            arm = a.run.study.arm(name)
-            d, b = a.run.find(name, task, "identity"), a.run.find(arm.baseline, task, "identity")
-            if not (d.usable and b.usable):
-                states.append("incomplete")
-                entry["arms"][name] = {"status": "incomplete", "cells": {
-                    x.id: f"{x.status} ({x.reason})" for x in (d, b) if not x.usable}}
-                summary.append(f"{task}/{name}: incomplete")
-                continue
-            res = compare_identity(d, b)
-            ok = res.share is not None and res.share >= bar.min_identical_share
-            states.append("pass" if ok else "fail")
-            mism = [m.__dict__ for m in res.mismatches[:MAX_MISMATCHES_IN_EVIDENCE]]
-            entry["arms"][name] = {"status": "pass" if ok else "fail", "drafter_cell": d.id,
-                                   "baseline_cell": b.id, "n_compared": res.n_compared,
-                                   "n_identical": res.n_identical, "share": res.share,
-                                   "mismatches": mism,
-                                   "mismatches_total": len(res.mismatches)}
-            summary.append(f"{task}/{name}: {res.n_identical}/{res.n_compared} identical"
-                           f" ({res.share:.1%}; need >= {bar.min_identical_share:.0%})")
-        entry["status"] = ("incomplete" if "incomplete" in states
-                           else "pass" if all(s == "pass" for s in states) else "fail")
-        tasks[task] = entry
-    status = _combine([t["status"] for t in tasks.values()])
+        return BarResult("pass.identity", "not_registered", ["not registered"], {})
+
+    def judge(task: str, name: str) -> ArmJudgement:
+        arm = a.run.study.arm(name)
+        d, b = a.run.find(name, task, "identity"), a.run.find(arm.baseline, task, "identity")
+        if not (d.usable and b.usable):
+            return ArmJudgement("incomplete", {"cells": _unusable(d, b)}, "incomplete")
+        res = compare_identity(d, b)
+        detail = {"drafter_cell": d.id, "baseline_cell": b.id, "n_compared": res.n_compared,
+                  "n_identical": res.n_identical, "share": res.share,
+                  "not_compared": [n.__dict__ for n in res.not_compared],
+                  "mismatches": [m.__dict__ for m in res.mismatches[:MAX_MISMATCHES_IN_EVIDENCE]],
+                  "mismatches_total": len(res.mismatches)}
+        skipped = (f"; {len(res.not_compared)} not compared (a request failed)"
+                   if res.not_compared else "")
+        if res.share is None:
+            return ArmJudgement("incomplete", detail, f"no item has an output from both arms"
+                                f"{skipped}")
+        ok = res.share >= bar.min_identical_share
+        return ArmJudgement("pass" if ok else "fail", detail,
+                            f"{res.n_identical}/{res.n_compared} identical ({res.share:.1%};"
+                            f" need >= {bar.min_identical_share:.0%}){skipped}")
+
+    tasks = [t.name for t in a.run.study.tasks if "identity" in t.uses]
+    per = judge_per_task(a, tasks, bar.arms, judge)
     ev = {"concurrency": bar.concurrency, "min_identical_share": bar.min_identical_share,
-          "arms": bar.arms, "tasks": tasks}
-    return bar_dict("pass.identity", status, summary, ev)
+          "arms": bar.arms, "tasks": per.tasks}
+    return BarResult("pass.identity", per.status, per.summary, ev)
 
 
-def accuracy_bar(a: Analysis) -> dict:
+@register_bar("pass.accuracy", "pass")
+def accuracy_bar(a: Analysis) -> BarResult:
     bar = a.run.study.bars.pass_.accuracy
     if bar is None:
-        return bar_dict("pass.accuracy", "not_registered", ["not registered"], {})
-    tasks: dict[str, dict] = {}
-    summary: list[str] = []
-    for task in bar.tasks:
-        arms, rule = _judged_arms(a, task, bar.arms)
-        entry: dict = {"arms_rule": rule, "arms": {}}
-        if arms is None:
-            entry["status"] = "incomplete"
-            summary.append(f"{task}: incomplete (best drafter undetermined)")
-            tasks[task] = entry
-            continue
-        states = []
-        for name in arms:
-            arm = a.run.study.arm(name)
-            d, b = a.run.find(name, task, "accuracy"), a.run.find(arm.baseline, task, "accuracy")
-            if not (d.usable and b.usable and d.scores is not None and b.scores is not None):
-                states.append("incomplete")
-                entry["arms"][name] = {"status": "incomplete", "cells": {
-                    x.id: f"{x.status} ({x.reason or 'no scores'})" for x in (d, b)}}
-                summary.append(f"{task}/{name}: incomplete")
-                continue
-            cmp = compare_accuracy(d, b, bar.level)
-            states.append("pass" if cmp.within else "fail")
-            entry["arms"][name] = {"status": "pass" if cmp.within else "fail",
-                                   "drafter_cell": d.id, "baseline_cell": b.id} | cmp.to_dict()
-            lo, hi = cmp.baseline_interval
-            p = cmp.paired
-            summary.append(
-                f"{task}/{name}: {cmp.accuracy:.3f} {'inside' if cmp.within else 'outside'} "
-                f"{arm.baseline} [{lo:.3f}, {hi:.3f}] (n={cmp.n}; only-drafter {p.only_a}, "
-                f"only-baseline {p.only_b}, McNemar p={p.mcnemar_p:.3g})")
-        entry["status"] = ("incomplete" if "incomplete" in states
-                           else "pass" if all(s == "pass" for s in states) else "fail")
-        tasks[task] = entry
-    status = _combine([t["status"] for t in tasks.values()])
-    ev = {"rule": bar.rule, "level": bar.level, "arms": bar.arms, "tasks": tasks}
-    return bar_dict("pass.accuracy", status, summary, ev)
+        return BarResult("pass.accuracy", "not_registered", ["not registered"], {})
+
+    def judge(task: str, name: str) -> ArmJudgement:
+        arm = a.run.study.arm(name)
+        d, b = a.run.find(name, task, "accuracy"), a.run.find(arm.baseline, task, "accuracy")
+        if not (d.usable and b.usable and d.scores is not None and b.scores is not None):
+            cells = {x.id: f"{x.status} ({x.reason or 'no scores'})" for x in (d, b)}
+            return ArmJudgement("incomplete", {"cells": cells}, "incomplete")
+        cmp = compare_accuracy(d, b, bar.level)
+        lo, hi = cmp.baseline_interval
+        p = cmp.paired
+        line = (f"{cmp.accuracy:.3f} {'inside' if cmp.within else 'outside'} {arm.baseline}"
+                f" [{lo:.3f}, {hi:.3f}] (n={cmp.n}; only-drafter {p.only_a}, only-baseline"
+                f" {p.only_b}, McNemar p={p.mcnemar_p:.3g})")
+        return ArmJudgement("pass" if cmp.within else "fail",
+                            {"drafter_cell": d.id, "baseline_cell": b.id} | cmp.to_dict(), line)
+
+    per = judge_per_task(a, bar.tasks, bar.arms, judge)
+    ev = {"rule": bar.rule, "level": bar.level, "arms": bar.arms, "tasks": per.tasks}
+    return BarResult("pass.accuracy", per.status, per.summary, ev)
 
 
-def knee_bar(a: Analysis) -> dict:
-    required = a.run.study.bars.pass_.knee.required
+KNEE_READING = ("the knee is the first level whose interval's lower bound is <= 1,"
+                " interpolated linearly in the lower bound over log2(concurrency), judged on"
+                " the pass bar's best drafter(s); a gain still present at the top registered"
+                " level is a bound (> top), not a located knee")
+
+
+@register_bar("pass.knee", "pass")
+def knee_bar(a: Analysis) -> BarResult:
+    kb = a.run.study.bars.pass_.knee
+    top = max(a.run.study.loads.closed_loop.concurrency)
     knees = a.knees.to_dict(orient="records")
-    summary = [f"{k['arm']}/{k['task']}: {k['label']}" for k in knees]
-    done = all(k["status"] in ("located", "below_first", "beyond") for k in knees)
-    status = ("pass" if done else "incomplete") if required else "not_required"
-    ev = {"required": required, "rule": "first level whose interval's lower bound <= 1,"
-          " interpolated linearly in the lower bound over log2(concurrency)", "knees": knees}
-    return bar_dict("pass.knee", status, summary, ev)
+    by_key = {(k["arm"], k["task"]): k for k in knees}
 
+    def judge(task: str, arm: str) -> ArmJudgement:
+        k = by_key.get((arm, task))
+        if k is None:
+            return ArmJudgement("incomplete", {}, "no knee row")
+        detail = {"knee": k["label"], "knee_status": k["status"], "note": k["note"]}
+        if k["status"] in ("located", "below_first"):
+            return ArmJudgement("pass", detail, f"knee {k['label']} ({k['note']})")
+        if k["status"] == "beyond" and kb.beyond_top == "pass":
+            return ArmJudgement("pass", detail, f"knee {k['label']}: a bound, accepted as"
+                                " registered (bars.pass.knee.beyond_top: pass)")
+        if k["status"] in ("beyond", "beyond_skipped"):
+            return ArmJudgement("not_located", detail, f"not located: knee {k['label']}, a bound"
+                                f" ({k['note']})")
+        return ArmJudgement("incomplete", detail, f"incomplete ({k['note']})")
 
-def _combine(statuses: list[str]) -> str:
-    if "incomplete" in statuses:
-        return "incomplete"
-    return "pass" if all(s == "pass" for s in statuses) else "fail"
+    per = judge_per_task(a, speed_tasks(a.run.study), "best_drafter", judge)
+    judged = {(arm, task) for task, e in per.tasks.items() for arm in (e["judged"] or {})}
+    others = [k for k in knees if (k["arm"], k["task"]) not in judged]
+    summary = per.summary + [f"beside (not judged): {k['arm']}/{k['task']}: {k['label']}"
+                             for k in others]
+    status: BarStatus = per.status if kb.required else "not_required"
+    if status == "not_located":
+        summary.append(f"a gain still present at c={top}, the top registered level, is a bound"
+                       f" (> {top}), not a located knee; a study that accepts the bound"
+                       " registers bars.pass.knee.beyond_top: pass")
+    ev = {"required": kb.required, "beyond_top": kb.beyond_top, "top_level": top,
+          "rule": KNEE_READING, "tasks": per.tasks, "knees": knees}
+    return BarResult("pass.knee", status, summary, ev)
 
 
 # --- the verdict -------------------------------------------------------------------------
 
+NOT_LOCATED_REASON = ("a gain still present at the top registered level is a bound, not a"
+                      " located knee (bars.pass.knee.beyond_top: pass registers otherwise)")
+
+
 def evaluate(a: Analysis) -> dict:
+    """Every registered bar, in the registry's order, and the verdict they give."""
     run = a.run
-    reruns = rerun_states(a)
-    stop = stop_bar(a)
-    check = check_bar(a, reruns)
-    passes = [speed_bar(a), identity_bar(a), accuracy_bar(a), knee_bar(a)]
-    judged = [b for b in passes if b["status"] not in ("not_registered", "not_required")]
+    passes = [b.judge(a) for b in bars_of("pass")]
+    stop = BARS["stop"].judge(a)
+    check = BARS["check"].judge(a)
+    judged = [b for b in passes if b.status not in ("not_registered", "not_required")]
     reasons: list[str] = []
-    if stop["status"] == "fired":
+    if stop.status == "fired":
         verdict = "STOP"
         reasons.append("the stop bar fired")
     else:
-        incomplete = [b["name"] for b in judged if b["status"] == "incomplete"]
-        if check["status"] == "unresolved":
+        incomplete = [b.name for b in judged if b.status == "incomplete"]
+        if check.status == "unresolved":
             incomplete.append("check (baseline rerun missing, invalid or disagreeing)")
         if incomplete:
             verdict = "INCOMPLETE"
             reasons.append("incomplete: " + ", ".join(incomplete))
-        elif all(b["status"] == "pass" for b in judged):
+        elif all(b.status == "pass" for b in judged):
             verdict = "PASS"
         else:
             verdict = "FAIL"
-            reasons.append("failed: " + ", ".join(b["name"] for b in judged
-                                                   if b["status"] == "fail"))
+            failed = [b.name for b in judged if b.status == "fail"]
+            if failed:
+                reasons.append("failed: " + ", ".join(failed))
+            if any(b.status == "not_located" for b in judged):
+                reasons.append(f"not located: pass.knee ({NOT_LOCATED_REASON})")
     excluded = [{"cell": c.id, "reason": c.reason} for c in run.cells.values()
                 if c.status == "invalid"]
     out = {
@@ -217,8 +226,8 @@ def evaluate(a: Analysis) -> dict:
         "run_id": run.run_id,
         "verdict": verdict,
         "reasons": reasons,
-        "bars": [*passes, stop, check],
-        "reruns": reruns,
+        "bars": [b.to_dict() for b in (*passes, stop, check)],
+        "reruns": check.evidence.get("reruns", []),
         "excluded_cells": excluded,
         "skipped_cells": run.manifest.get("skipped") or [],
         "generated_wall": time.time(),

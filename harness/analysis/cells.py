@@ -67,8 +67,10 @@ def _request_stats(records: list[RequestRecord]) -> dict[str, float]:
     out["span_s"] = span if span is not None else math.nan
     out["request_throughput_rps"] = len(ok) / span if span else math.nan
     out["output_throughput_tok_s"] = tokens / span if span else math.nan
+    # One streamed chunk is one decode step of that request (an engine that merges steps
+    # into one chunk makes this an upper bound); the prefill's first chunk is left out.
     tpc = tokens_per_chunk(ok)
-    out["tokens_per_chunk_client"] = tpc if tpc is not None else math.nan
+    out["tokens_per_step_client"] = tpc if tpc is not None else math.nan
     return out
 
 
@@ -102,10 +104,13 @@ def cell_row(cell: CellData) -> dict:
     if cell.requests:
         row.update(_request_stats(cell.requests))
     acc = cell_acceptance(cell.samples)
-    row["acceptance_length_engine"] = acc.acceptance_length
-    row["tokens_per_verification"] = acc.tokens_per_verification
+    # Per drafting round (vLLM counts a draft only on steps that had draft tokens), not per
+    # decode step: tokens_per_step_client is the per-step figure beside it.
+    row["accept_length_per_round_engine"] = acc.accept_length_per_round
+    row["tokens_per_step_client"] = row.pop("tokens_per_step_client", math.nan)
     row["drafts"] = acc.drafts
     row["scrape_gaps"] = acc.gaps
+    row["counter_resets"] = acc.counter_resets
     rates = acc.per_position_rates or []
     row["accept_rate_sum"] = sum(rates) if rates else None
     for i, rate in enumerate(rates, 1):

@@ -153,18 +153,21 @@ def best_drafter(speedups: pd.DataFrame, tasks: list[str], concurrencies: list[i
 
 @dataclass(frozen=True)
 class Knee:
-    status: str  # located | below_first | beyond | incomplete
+    # located | below_first | beyond (a bound: the gain is left at the top level) |
+    # beyond_skipped (a bound: the stop bar skipped the higher levels) | incomplete
+    status: str
     concurrency: float | None  # interpolated; the first level for below_first; None otherwise
     bracket: tuple[int, int] | None  # the levels it lies between
     note: str
+    bound: int | None = None  # beyond*: the knee lies above this level
 
     def label(self) -> str:
         if self.status == "located":
             return f"{self.concurrency:.2f}"
         if self.status == "below_first":
             return f"<= {self.concurrency:g}"
-        if self.status == "beyond":
-            return self.note
+        if self.status in ("beyond", "beyond_skipped"):
+            return f"> {self.bound}"
         return "incomplete"
 
 
@@ -175,13 +178,15 @@ def locate_knee(levels: list[int], lower: list[float | None],
     Linear in the lower bound, in log2(concurrency), between the last level with
     lower bound > 1 and the first with <= 1. A None lower bound (cell not usable)
     before the crossing leaves the knee incomplete, unless the stop bar skipped it
-    (`skipped_after`: the highest measured level), when the knee is beyond it.
+    (`skipped_after`: the highest measured level), when the knee is beyond it. A gain
+    left at the top level is a bound ("> top"), never a location.
     """
     for i, (c, lb) in enumerate(zip(levels, lower, strict=True)):
         if lb is None:
             if i > 0 and skipped_after is not None and c > skipped_after:
-                return Knee("beyond", None, None,
-                            f"> {levels[i - 1]} (higher levels skipped by the stop bar)")
+                return Knee("beyond_skipped", None, None,
+                            f"> {levels[i - 1]} (higher levels skipped by the stop bar)",
+                            levels[i - 1])
             return Knee("incomplete", None, None, f"no usable speedup at c={c}")
         if lb <= 1.0:
             if i == 0:
@@ -192,7 +197,9 @@ def locate_knee(levels: list[int], lower: list[float | None],
             x = x0 + (y0 - 1.0) / (y0 - lb) * (x1 - x0)
             return Knee("located", 2.0 ** x, (c0, c),
                         f"between c={c0} (lower bound {y0:.3f}) and c={c} (lower bound {lb:.3f})")
-    return Knee("beyond", None, None, f"> {levels[-1]} (beyond the highest level)")
+    return Knee("beyond", None, None,
+                f"lower bound {lower[-1]:.3f} > 1 still at c={levels[-1]}, the top level",
+                levels[-1])
 
 
 def knee_table(run: RunData, speedups: pd.DataFrame) -> pd.DataFrame:

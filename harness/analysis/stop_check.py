@@ -1,4 +1,10 @@
-"""The stop bar (judged after the low-concurrency cells) and the check bar (baseline reruns)."""
+"""The stop bar (judged after the low-concurrency cells) and the check bar (baseline reruns).
+
+Stop reads the registration's "below 1.3 times" as: on a task, *no* drafter reaches the
+threshold at *any* registered stop concurrency (the fastest drafter's best figure there
+is below it). Picking one drafter first would let a flat slow drafter stop a study whose
+other drafter doubles one user's speed. Tasks combine by `fires_when`.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +15,11 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.bar_common import (
-    bar_dict,
-    best_by_task,
+    BarResult,
     clean_json,
+    drafter_arms,
     figure_of,
+    register_bar,
     speed_tasks,
     stat_column,
 )
@@ -29,32 +36,67 @@ class StopDecision:
     evidence: dict
 
 
+def _task_stop(a: Analysis, task: str) -> dict:
+    """Every drafter's figures at the stop levels on one task, and their maximum.
+
+    below: True when every figure is usable and all are below the threshold; False as
+    soon as one usable figure reaches it (unusable cells cannot undo that); None when
+    the usable figures are all below but some are missing.
+    """
+    stop = a.run.study.bars.stop
+    col = stat_column(stop.statistic)
+    sp = a.speedups
+    sel = sp[(sp["task"] == task) & sp["concurrency"].isin(stop.concurrencies)
+             & sp["arm"].isin(drafter_arms(a.run.study))]
+    ok = sel[sel["status"] == "ok"]
+    by_arm = {arm: {int(r.concurrency): float(getattr(r, col)) for r in grp.itertuples()}
+              for arm, grp in ok.groupby("arm", sort=False)}
+    unusable = [f"{r.arm}/{task} c={r.concurrency}: {r.status}" for r in sel.itertuples()
+                if r.status != "ok"]
+    # by_arm for reading; figures (with their cells) for checking every number used.
+    entry: dict = {"by_arm": by_arm, "unusable": unusable,
+                   "figures": [{"arm": r.arm} | figure_of(r) for r in ok.itertuples()]}
+    rows = list(ok.itertuples())
+    reached = False
+    entry["maximum"] = None
+    if rows:
+        top = max(rows, key=lambda r: float(getattr(r, col)))  # the first of equals
+        value = float(getattr(top, col))
+        entry["maximum"] = {"arm": top.arm, "concurrency": int(top.concurrency),
+                            "value": value, "figure": figure_of(top)}
+        reached = value >= stop.threshold
+    if reached:
+        entry["below_threshold_everywhere"] = False
+    elif unusable or not rows:
+        entry["below_threshold_everywhere"] = None
+    else:
+        entry["below_threshold_everywhere"] = True
+    return entry
+
+
 def stop_decision(a: Analysis) -> StopDecision:
     study = a.run.study
     stop = study.bars.stop
-    col = stat_column(stop.statistic)
-    sel = a.speedups[a.speedups["concurrency"].isin(stop.concurrencies)]
     evidence: dict = {"threshold": stop.threshold, "statistic": stop.statistic,
-                      "concurrencies": stop.concurrencies, "fires_when": stop.fires_when}
-    # Every arm's cells at the stop levels, baselines included, must be usable.
+                      "concurrencies": stop.concurrencies, "fires_when": stop.fires_when,
+                      "rule": (f"a task stops when no drafter's {stop.statistic} speedup reaches"
+                               f" {stop.threshold:g} at any of c={stop.concurrencies}")}
+    # Baseline cells count too: a drafter's figure needs its baseline's.
     needed = [a.run.find(arm.name, t, "speed", c) for arm in study.arms
               for t in speed_tasks(study) for c in stop.concurrencies]
     not_ready = [{"cell": c.id, "status": c.status, "reason": c.reason}
                  for c in needed if not c.usable]
-    if not_ready:
-        evidence["not_judgeable"] = not_ready
-        return StopDecision(None, clean_json(evidence))
-    tasks: dict[str, dict] = {}
-    for task, best in best_by_task(a, stop.concurrencies, stop.statistic).items():
-        rows = sel[(sel["arm"] == best.arm) & (sel["task"] == task)]
-        figures = [figure_of(r) for r in rows.itertuples()]
-        below = bool(figures) and all(f[col] < stop.threshold for f in figures)
-        tasks[task] = {"best_drafter": best.arm, "rule": best.rule, "minima": best.minima,
-                       "figures": figures, "below_threshold_everywhere": below}
-    flags = [t["below_threshold_everywhere"] for t in tasks.values()]
-    fired = all(flags) if stop.fires_when == "all_tasks" else any(flags)
+    tasks = {t: _task_stop(a, t) for t in speed_tasks(study)}
     evidence["tasks"] = tasks
-    return StopDecision(bool(fired), clean_json(evidence))
+    flags = [t["below_threshold_everywhere"] for t in tasks.values()]
+    fired: bool | None
+    if stop.fires_when == "all_tasks":
+        fired = False if False in flags or not flags else (None if None in flags else True)
+    else:
+        fired = True if True in flags else (None if None in flags or not flags else False)
+    if not_ready:
+        evidence["not_judgeable" if fired is None else "unusable_cells"] = not_ready
+    return StopDecision(fired, clean_json(evidence))
 
 
 def judge_stop(run_dir: str | Path, study: Study | None = None) -> StopDecision:
@@ -62,24 +104,27 @@ def judge_stop(run_dir: str | Path, study: Study | None = None) -> StopDecision:
     return stop_decision(analyse(run_dir, study))
 
 
-def stop_bar(a: Analysis) -> dict:
+@register_bar("stop", "stop")
+def stop_bar(a: Analysis) -> BarResult:
     d = stop_decision(a)
     ev = d.evidence
-    if d.fired is None:
-        n = len(ev["not_judgeable"])
-        return bar_dict("stop", "not_judged", [f"not judgeable: {n} cells not usable"], ev)
     summary = []
     for task, t in ev["tasks"].items():
-        col = stat_column(ev["statistic"])
-        shown = ", ".join(f"c={f['concurrency']}: {f[col]:.2f}" for f in t["figures"])
-        summary.append(f"{task}: best {t['best_drafter']} {shown}"
-                       f" ({'all' if t['below_threshold_everywhere'] else 'not all'} "
-                       f"< {ev['threshold']:g})")
+        m = t["maximum"]
+        best = (f"fastest {m['arm']} {m['value']:.2f} at c={m['concurrency']}" if m
+                else "no usable figure")
+        state = {True: f"every drafter below {ev['threshold']:g}",
+                 False: f"reaches {ev['threshold']:g}", None: "undetermined"}
+        summary.append(f"{task}: {best} ({state[t['below_threshold_everywhere']]})")
+    if d.fired is None:
+        n = len(ev.get("not_judgeable", []))
+        summary.append(f"not judgeable: {n} cells not usable")
+        return BarResult("stop", "not_judged", summary, ev)
     if d.fired:
         skipped = [s.get("cell") for s in a.run.manifest.get("skipped") or []]
         ev["skipped_cells"] = skipped
         summary.append(f"fired: {len(skipped)} remaining speed cells skipped")
-    return bar_dict("stop", "fired" if d.fired else "not_fired", summary, ev)
+    return BarResult("stop", "fired" if d.fired else "not_fired", summary, ev)
 
 
 # --- check ------------------------------------------------------------------------------
@@ -127,12 +172,14 @@ def check_bar_targets(run_dir: str | Path, study: Study | None = None) -> list[s
     return [r["of"] for r in rerun_states(a) if r["state"] == "missing"]
 
 
-def check_bar(a: Analysis, reruns: list[dict]) -> dict:
+@register_bar("check", "check")
+def check_bar(a: Analysis) -> BarResult:
     check = a.run.study.bars.check
+    reruns = rerun_states(a)
     ev = {"threshold": check.threshold, "agree_within": check.agree_within,
           "baseline_used": "the original run; a rerun is shown beside it", "reruns": reruns}
     if not reruns:
-        return bar_dict("check", "not_fired", [f"no speedup above {check.threshold:g}"], ev)
+        return BarResult("check", "not_fired", [f"no speedup above {check.threshold:g}"], ev)
     summary = []
     for r in reruns:
         if r["state"] in ("agrees", "disagrees"):
@@ -141,4 +188,4 @@ def check_bar(a: Analysis, reruns: list[dict]) -> dict:
         else:
             summary.append(f"{r['of']}: rerun {r['state']}; behind {', '.join(r['behind'])}")
     status = "agreed" if all(r["state"] == "agrees" for r in reruns) else "unresolved"
-    return bar_dict("check", status, summary, ev)
+    return BarResult("check", status, summary, ev)

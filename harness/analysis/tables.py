@@ -42,14 +42,15 @@ def identity_table(run: RunData) -> pd.DataFrame:
             if d.usable and b.usable:
                 res = compare_identity(d, b)
                 row.update(status="ok", n_compared=res.n_compared, n_identical=res.n_identical,
-                           share=res.share, mismatches=[m.__dict__ for m in res.mismatches])
+                           share=res.share, mismatches=[m.__dict__ for m in res.mismatches],
+                           n_not_compared=len(res.not_compared))
             else:
                 row.update(status="missing" if "missing" in (d.status, b.status) else "invalid",
                            mismatches=[])
             rows.append(row)
     return pd.DataFrame(rows, columns=["arm", "baseline", "task", "drafter_cell", "baseline_cell",
                                        "status", "n_compared", "n_identical", "share",
-                                       "mismatches"])
+                                       "n_not_compared", "mismatches"])
 
 
 def accuracy_table(run: RunData) -> pd.DataFrame:

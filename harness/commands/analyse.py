@@ -30,13 +30,11 @@ def _f(v: object, spec: str = ".2f") -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.analysis.bars import write_verdict
-    from harness.analysis.tables import analyse, write_tables
+    from harness.finalize import finalize_run
 
     root = resolve_run(args.run, args.results)
-    a = analyse(root)
-    write_tables(a)
-    verdict = write_verdict(root, analysis=a)
+    done = finalize_run(root)
+    a, verdict = done.analysis, done.verdict
     console = Console(highlight=False)
     level = a.run.study.bars.intervals.level
     table = Table(title=f"speedups (median per-user speed ratio, {level:.0%} bootstrap interval)",

@@ -27,18 +27,14 @@ def resolve_run(run: str, results: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.analysis.bars import write_verdict
-    from harness.analysis.tables import analyse, write_tables
-    from harness.report.build import write_pdf
+    from harness.finalize import finalize_run
 
     root = resolve_run(args.run, args.results)
-    analysis = analyse(root)
-    tables = write_tables(analysis)
-    verdict = write_verdict(root, analysis=analysis)
-    out = args.out or REPORTS_DIR / f"{analysis.run.run_id}.pdf"
-    pages = write_pdf(analysis, verdict, out)
-    for path in tables:
+    done = finalize_run(root)
+    out = args.out or REPORTS_DIR / f"{done.analysis.run.run_id}.pdf"
+    done = done.with_report(out)
+    for path in done.tables:
         print(f"table: {path}")
-    print(f"verdict: {verdict['verdict']} ({root / 'verdict.json'})")
-    print(f"report: {out} ({pages} pages)")
+    print(f"verdict: {done.verdict['verdict']} ({root / 'verdict.json'})")
+    print(f"report: {out} ({done.pages} pages)")
     return 0

@@ -28,8 +28,8 @@ def run(args: argparse.Namespace) -> int:
     root = Path(args.run) if Path(args.run).is_dir() else args.results / args.run
     if not (root / "study.json").exists():
         raise InputError(f"{args.run}: not a run folder (no study.json)")
-    from harness.analysis import write_verdict
     from harness.engines.preflight import require_preflight
+    from harness.finalize import finalize_run
 
     study = Study.model_validate(json.loads((root / "study.json").read_text())["study"])
     study = expand_environment(study)
@@ -42,6 +42,6 @@ def run(args: argparse.Namespace) -> int:
             runner.rerun_baselines(progress)
         finally:
             runner.close_engine()
-    verdict = write_verdict(root, study)
+    verdict = finalize_run(root, study).verdict
     console.print(f"verdict: {verdict['verdict']}")
     return 0

@@ -43,14 +43,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         store = new_run(loaded, args.results, args.run_id)
         console.print(f"run {store.run_id} in {store.root}")
-    verdict = Runner(store, study, console).run()
+    Runner(store, study, console).run()
+    from harness.finalize import finalize_run
+
+    pdf = None if args.no_report else args.reports / f"{store.run_id}.pdf"
+    done = finalize_run(store.root, study, report=pdf)  # tables, verdict, report: one analysis
+    verdict = done.verdict
     console.print(f"[bold]verdict: {verdict['verdict']}[/bold]  ({store.root / 'verdict.json'})")
     for bar in verdict.get("bars", []):
         console.print(f"  {bar['name']}: {bar['status']}")
-    if not args.no_report:
-        from harness.report import build_report
-
-        pdf = build_report(store.root, args.reports / f"{store.run_id}.pdf")
-        console.print(f"report: {pdf}")
+    for path in done.tables:
+        console.print(f"table: {path}")
+    if done.report is not None:
+        console.print(f"report: {done.report}")
     print(json.dumps({"run": str(store.root), "verdict": verdict["verdict"]}))
     return 0

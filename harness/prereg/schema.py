@@ -283,7 +283,10 @@ class AccuracyBar(Strict):
 
 
 class KneeBar(Strict):
-    required: bool = True  # the pass bar needs the knee located (or shown beyond the top level)
+    required: bool = True  # the pass bar needs the knee of the best drafter(s) located
+    # A gain still present at the top registered level is a bound ("> 64"), not a
+    # location: not_located unless the study registers that a bound passes.
+    beyond_top: Literal["not_located", "pass"] = "not_located"
 
 
 class PassBar(Strict):

@@ -5,8 +5,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from harness.analysis.bars import evaluate
-from harness.analysis.tables import Analysis, analyse
+from harness.analysis.tables import Analysis
 from harness.report.layout import PdfPages
 from harness.report.pages_acceptance import acceptance_pages, consistency_page
 from harness.report.pages_open import open_loop_page
@@ -41,8 +40,9 @@ def write_pdf(a: Analysis, verdict: dict, out_pdf: Path) -> int:
 
 
 def build_report(run_dir: str | Path, out_pdf: str | Path) -> Path:
-    """Analyse the run folder and write its PDF report to out_pdf."""
-    a = analyse(run_dir)
-    out_pdf = Path(out_pdf)
-    write_pdf(a, evaluate(a), out_pdf)
-    return out_pdf
+    """finalize_run with a report: tables, verdict.json and the PDF at out_pdf."""
+    from harness.finalize import finalize_run
+
+    done = finalize_run(run_dir, report=out_pdf)
+    assert done.report is not None
+    return done.report

@@ -31,8 +31,9 @@ def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
     for arm in (x for x in study.arms if x.drafter is not None):
         fig = new_page(f"Acceptance: {arm.name} ({arm.engine}, {arm.drafter.method},"
                        f" k={arm.drafter.num_draft_tokens})",
-                       "top: tokens per verification each second of each speed cell (counter "
-                       "deltas between scrapes); bottom: share of rounds keeping >= i drafts")
+                       "top: the engine's tokens per drafting round each second of each speed"
+                       " cell (counter deltas between scrapes; a step without drafts is no round);"
+                       " bottom: share of rounds keeping >= i drafts")
         axes = fig.subplots(2, max(1, len(tasks)), squeeze=False)
         fig.subplots_adjust(left=0.07, right=0.98, top=0.85, bottom=0.14, wspace=0.28,
                             hspace=0.4)
@@ -58,7 +59,7 @@ def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
                     any_pos = True
             top.set_title(f"task: {task}", fontsize=11)
             top.set_xlabel("seconds since the cell's first scrape")
-            top.set_ylabel("tokens per verification")
+            top.set_ylabel("tokens per drafting round (engine)")
             top.grid(alpha=0.3)
             bottom.set_xlabel("draft position i")
             bottom.set_ylabel("acceptance rate at position i")
@@ -83,8 +84,9 @@ def _nan(v) -> bool:
 
 
 def consistency_page(pdf: PdfPages, a: Analysis) -> int:
-    """Measured tokens per verification beside 1 + the sum of per-position rates, and
-    the engine's acceptance length beside the client's tokens per chunk."""
+    """The engine's tokens per drafting round beside 1 + the sum of its per-position rates
+    (two counters that must agree), and beside the client's tokens per decode step (which
+    is lower when steps run without drafts: vLLM counts no round on those)."""
     colours = arm_colours(a)
     drafters = {x.name for x in a.run.study.arms if x.drafter is not None}
     cells = a.cells[(a.cells["kind"] == "speed") & a.cells["arm"].isin(drafters)
@@ -95,11 +97,12 @@ def consistency_page(pdf: PdfPages, a: Analysis) -> int:
     fig.subplots_adjust(left=0.07, right=0.98, top=0.84, bottom=0.2, wspace=0.25)
     handles = {}
     for ax, xcol, ycol, xlabel, ylabel in (
-        (left, "accept_rate_sum", "tokens_per_verification",
-         "1 + sum of per-position acceptance rates", ("measured tokens per verification\n"
-         "(generation tokens / drafts)")),
-        (right, "tokens_per_chunk_client", "acceptance_length_engine",
-         "client: output tokens per streamed chunk", "engine: acceptance length"),
+        (left, "accept_rate_sum", "accept_length_per_round_engine",
+         "1 + sum of per-position acceptance rates", ("engine: tokens per drafting round\n"
+         "(1 + accepted / drafts)")),
+        (right, "tokens_per_step_client", "accept_length_per_round_engine",
+         "client: tokens per decode step (per streamed chunk)",
+         "engine: tokens per drafting round"),
     ):
         lo, hi = math.inf, -math.inf
         for arm, grp in cells.groupby("arm", sort=False):
@@ -121,8 +124,8 @@ def consistency_page(pdf: PdfPages, a: Analysis) -> int:
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    left.set_title("engine counters", fontsize=11)
-    right.set_title("client stream vs engine", fontsize=11)
+    left.set_title("engine counters against each other", fontsize=11)
+    right.set_title("per decode step (client) vs per drafting round (engine)", fontsize=11)
     if handles:
         fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=5, fontsize=8,
                    frameon=False)

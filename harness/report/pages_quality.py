@@ -66,6 +66,15 @@ def accuracy_pages(pdf: PdfPages, a: Analysis) -> int:
     return 1 + text_pages(pdf, "Accuracy: paired comparisons", lines)
 
 
+def mismatch_where(m: dict) -> str:
+    """Where an identity mismatch diverges, and how each side finished."""
+    word = "-" if m.get("word_index") is None else m["word_index"]
+    where = (f"char {m['char_index']}, word {word}; finish drafter {m.get('drafter_finish')}"
+             f" ({m.get('drafter_tokens')} tokens), baseline {m.get('baseline_finish')}"
+             f" ({m.get('baseline_tokens')} tokens)")
+    return where + (f"; {m['note']}" if m.get("note") else "")
+
+
 def identity_pages(pdf: PdfPages, a: Analysis) -> int:
     bar = a.run.study.bars.pass_.identity
     need = f"; the bar needs >= {bar.min_identical_share:.0%} identical" if bar else ""
@@ -78,16 +87,16 @@ def identity_pages(pdf: PdfPages, a: Analysis) -> int:
             else f"{r.share:.1%}"
         rows.append([r.task, r.arm, r.baseline, r.status,
                      "-" if r.status != "ok" else f"{int(r.n_identical)}/{int(r.n_compared)}",
-                     share])
-    lines += table_lines(["task", "arm", "baseline", "status", "identical", "share"], rows)
-    lines += ["", "Mismatches (first divergent character and whitespace token; text around it):"]
+                     share, "-" if r.status != "ok" else int(r.n_not_compared)])
+    lines += table_lines(["task", "arm", "baseline", "status", "identical", "share",
+                          "not compared (request failed)"], rows)
+    lines += ["", ("Mismatches (first divergent character and whitespace-separated word, each"
+                   " side's finish reason and completion tokens; text around it):")]
     any_m = False
     for r in a.identity.itertuples():
         for m in (r.mismatches or [])[:10]:
             any_m = True
-            where = (f"char {m['char_index']}, token {m['token_index']}"
-                     if m["char_index"] is not None else m.get("note", ""))
-            lines.append(f"  {r.task}/{r.arm} item {m['item_id']}: {where}")
+            lines.append(f"  {r.task}/{r.arm} item {m['item_id']}: {mismatch_where(m)}")
             lines.append(f"      drafter : {m['drafter_text']!r}")
             lines.append(f"      baseline: {m['baseline_text']!r}")
         extra = len(r.mismatches or []) - 10

@@ -79,7 +79,7 @@ def speedup_pages(pdf: PdfPages, a: Analysis) -> int:
             if sp.empty:
                 empty_axes(ax, "no usable speed cells")
         handles["knee (interval reaches 1.0)"] = axes[0].plot([], [], "v", color="gray", ms=8)[0]
-        if (a.knees["status"] == "beyond").any():
+        if a.knees["status"].isin(["beyond", "beyond_skipped"]).any():
             handles["knee beyond the highest level"] = axes[0].plot([], [], ">", color="gray",
                                                                     ms=6)[0]
         fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=4, fontsize=8,
@@ -97,7 +97,7 @@ def _mark_knee(ax, a: Analysis, arm: str, task: str, colour: str, levels: list[i
     if k["status"] in ("located", "below_first") and not math.isnan(k["knee_concurrency"]):
         ax.axvline(k["knee_concurrency"], color=colour, ls="--", lw=0.8, alpha=0.7)
         ax.plot([k["knee_concurrency"]], [1.0], "v", color=colour, ms=8)
-    elif k["status"] == "beyond":
+    elif k["status"] in ("beyond", "beyond_skipped"):
         ax.annotate("", xy=(levels[-1] * 1.22, 1.0), xytext=(levels[-1], 1.0),
                     arrowprops={"arrowstyle": "->", "color": colour})
 

@@ -9,6 +9,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.tables import Analysis
 from harness.report.layout import new_page, save, table_lines, text_pages, wrap_lines
+from harness.report.pages_quality import mismatch_where
 
 VERDICT_COLOURS = {"PASS": "#1a7f37", "FAIL": "#c62828", "STOP": "#b26a00",
                    "INCOMPLETE": "#555555"}
@@ -84,8 +85,7 @@ def _entry_lines(entry: dict, pad: str) -> list[str]:
                 d = {k: v for k, v in detail.items() if k != "mismatches"}
                 out.append(f"{pad}{arm}: {_short(d)}")
                 for m in detail.get("mismatches", [])[:5]:
-                    out.append(f"{pad}  mismatch {m['item_id']}: char {m['char_index']}, token"
-                               f" {m['token_index']} {m.get('note') or ''}")
+                    out.append(f"{pad}  mismatch {m['item_id']}: {mismatch_where(m)}")
         else:
             out.append(f"{pad}{key}: {_short(value)}")
     return out

@@ -1,6 +1,6 @@
 """Run a whole study: stages in plan order, engines once per arm per stage, the
 stop bar after stage 1, the check bar's baseline reruns, the open loop at the
-knee, then the verdict and the report.
+knee; the caller then finishes the run (harness.finalize: tables, verdict, report).
 """
 
 from __future__ import annotations
@@ -297,7 +297,8 @@ class Runner:
 
     # --- stages --------------------------------------------------------------------
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> None:
+        """Every stage's cells; the caller finishes the run (harness.finalize)."""
         analysis = _analysis()
         total = sum((c.requests or 0) + c.warmup for c in self.cells)
         status = "interrupted"
@@ -325,7 +326,6 @@ class Runner:
             finally:
                 self.close_engine()
                 self.store.update_manifest(status=status, ended_wall=time.time())
-        return analysis.write_verdict(self.store.root, self.study)
 
     def _run_open_loop(self, progress: RunProgress) -> None:
         open_cells = [c for c in self.cells if c.stage == 3]

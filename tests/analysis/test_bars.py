@@ -10,7 +10,14 @@ import pytest
 
 from harness.analysis import check_bar_targets, judge_stop, write_verdict
 
-from .runfolder import BASE_SPEED, IDENTITY_ITEMS, PASSING_SPEEDUPS, RunBuilder, study_dict
+from .runfolder import (
+    ACCURACY_ITEMS,
+    BASE_SPEED,
+    IDENTITY_ITEMS,
+    PASSING_SPEEDUPS,
+    RunBuilder,
+    study_dict,
+)
 
 
 def bar(verdict: dict, name: str) -> dict:
@@ -81,7 +88,7 @@ def test_fail_identity_names_the_first_divergence(tmp_path):
     (m,) = arm["mismatches"]
     assert m["item_id"] == "item3"
     assert m["char_index"] == len("The answer to item3 is 4")
-    assert m["token_index"] == 5  # "43" vs "42"
+    assert m["word_index"] == 5  # "43" vs "42"
     assert "43" in m["drafter_text"] and "42" in m["baseline_text"]
 
 
@@ -115,7 +122,10 @@ def test_fail_accuracy_outside_the_baseline_interval(tmp_path):
 
 
 def stop_speedups() -> dict:
-    return {arm: {1: 1.2, 2: 1.1, 4: 1.0, 8: 0.9, 16: 0.8} for arm in PASSING_SPEEDUPS}
+    """Every drafter below 1.3 at c=1, 2, 4, each with its own profile."""
+    return {"vllm-ngram": {1: 1.25, 2: 1.1, 4: 0.8, 8: 0.7, 16: 0.6},
+            "vllm-eagle3": {1: 1.1, 2: 1.2, 4: 1.29, 8: 1.0, 16: 0.9},
+            "sglang-dflash": {1: 0.9, 2: 0.85, 4: 0.8, 8: 0.7, 16: 0.6}}
 
 
 def test_stop_fires_and_skipped_cells_are_reported(tmp_path):
@@ -123,7 +133,13 @@ def test_stop_fires_and_skipped_cells_are_reported(tmp_path):
     b.speed_cells(stop_speedups(), levels=[1, 2, 4])
     decision = judge_stop(b.root, b.study)
     assert decision.fired is True
-    assert decision.evidence["tasks"]["chat"]["below_threshold_everywhere"]
+    chat = decision.evidence["tasks"]["chat"]
+    assert chat["below_threshold_everywhere"] is True
+    # the fastest figure anywhere at c <= 4 is eagle3's 1.29 at c=4
+    assert (chat["maximum"]["arm"], chat["maximum"]["concurrency"]) == ("vllm-eagle3", 4)
+    assert chat["maximum"]["value"] == pytest.approx(1.29)
+    assert chat["maximum"]["figure"]["drafter_cell"] == "vllm-eagle3/chat/speed/c004"
+    assert len(chat["figures"]) == 9  # every drafter at every stop level, with its cells
     b.manifest["stop"] = {"fired": True, "judged_wall": 1.0}
     b.manifest["skipped"] = [{"cell": f"{a['name']}/{t}/speed/c{c:03d}",
                               "reason": "stop bar fired"}
@@ -137,9 +153,55 @@ def test_stop_fires_and_skipped_cells_are_reported(tmp_path):
     stop = bar(v, "stop")
     assert stop["status"] == "fired"
     assert len(stop["evidence"]["skipped_cells"]) == 20
+    assert any("fastest vllm-eagle3 1.29 at c=4" in line for line in stop["summary"])
     knees = {(k["arm"], k["task"]): k for k in bar(v, "pass.knee")["evidence"]["knees"]}
-    # lower bounds ~1.2, ~1.1, ~1.0: the knee lies below c=4, wherever the bootstrap puts it
-    assert knees[("vllm-ngram", "chat")]["status"] in ("located", "below_first")
+    # ngram's lower bounds ~1.23, ~1.08, ~0.79: the knee lies between c=2 and c=4
+    ngram = knees[("vllm-ngram", "chat")]
+    assert (ngram["status"], ngram["bracket_low"], ngram["bracket_high"]) == ("located", 2, 4)
+    # eagle3's gain is left at c=4, the highest level measured: a bound, the rest skipped
+    assert knees[("vllm-eagle3", "chat")]["status"] == "beyond_skipped"
+    assert knees[("vllm-eagle3", "chat")]["label"] == "> 4"
+
+
+def test_stop_does_not_fire_when_one_drafter_is_fast_at_one_user(tmp_path):
+    """The must-show: eagle3 near 3x at one user falling below 1x at four users, n-gram
+    and DFlash flat near 1.2x. The drafter with the highest minimum (n-gram) is below
+    1.3 everywhere, but eagle3 triples one user's speed: the study goes on."""
+    profiles = {"vllm-eagle3": {1: 3.0, 2: 1.8, 4: 0.9, 8: 0.7, 16: 0.5},
+                "vllm-ngram": {1: 1.2, 2: 1.2, 4: 1.2, 8: 1.1, 16: 1.0},
+                "sglang-dflash": {1: 1.15, 2: 1.15, 4: 1.15, 8: 1.1, 16: 1.0}}
+    b = RunBuilder(tmp_path)
+    b.speed_cells(profiles, levels=[1, 2, 4])
+    d = judge_stop(b.root, b.study)
+    assert d.fired is False
+    for task in ("chat", "gsm8k"):
+        t = d.evidence["tasks"][task]
+        assert t["below_threshold_everywhere"] is False
+        assert (t["maximum"]["arm"], t["maximum"]["concurrency"]) == ("vllm-eagle3", 1)
+        assert t["maximum"]["value"] == pytest.approx(3.0)
+        assert t["by_arm"]["vllm-ngram"] == pytest.approx({"1": 1.2, "2": 1.2,
+                                                                    "4": 1.2})
+
+
+def test_stop_is_decided_by_a_fast_drafter_even_with_an_unusable_cell(tmp_path):
+    """A usable figure at or above the threshold cannot be undone by a missing one; all
+    figures below with one missing leaves the stop undetermined."""
+    fast = {arm: {c: 1.2 for c in (1, 2, 4)} for arm in PASSING_SPEEDUPS}
+    fast["vllm-eagle3"][1] = 2.0
+    b = RunBuilder(tmp_path)
+    b.speed_cells(fast, levels=[1, 2, 4])
+    b.speed("sglang-dflash", "chat", 2, BASE_SPEED * 1.2, valid=False)
+    d = judge_stop(b.root, b.study)
+    assert d.fired is False
+    assert [c["cell"] for c in d.evidence["unusable_cells"]] == ["sglang-dflash/chat/speed/c002"]
+    slow = RunBuilder(tmp_path / "slow")
+    slow.speed_cells({arm: {c: 1.2 for c in (1, 2, 4)} for arm in PASSING_SPEEDUPS},
+                     levels=[1, 2, 4])
+    slow.speed("sglang-dflash", "chat", 2, BASE_SPEED * 1.2, valid=False)
+    undecided = judge_stop(slow.root, slow.study)
+    assert undecided.fired is None
+    assert undecided.evidence["tasks"]["chat"]["below_threshold_everywhere"] is None
+    assert undecided.evidence["tasks"]["gsm8k"]["below_threshold_everywhere"] is True
 
 
 def test_stop_does_not_fire_when_one_task_is_fast(tmp_path):
@@ -318,3 +380,157 @@ def test_require_any_task_and_pooled_best_drafter(tmp_path):
     assert tasks["chat"]["status"] == "pass" and tasks["gsm8k"]["status"] == "fail"
     assert tasks["chat"]["best_drafter"] == tasks["gsm8k"]["best_drafter"] == "sglang-dflash"
     assert speed["status"] == "pass" and v["verdict"] == "PASS"
+
+
+# --- accuracy on a task without speed cells ------------------------------------------
+
+
+def test_mmlu_judges_every_per_task_best_drafter_not_the_pooled_one(tmp_path):
+    """DFlash is best on chat, n-gram on GSM8K, eagle3 best pooled (highest minimum over
+    both tasks). MMLU has no speed cells: DFlash and n-gram are judged there, and
+    n-gram's MMLU accuracy, outside the baseline's interval, fails the bar."""
+    chat = {"vllm-ngram": {1: 2.1, 2: 2.1, 4: 2.1, 8: 1.5, 16: 0.8},
+            "vllm-eagle3": {1: 2.3, 2: 2.3, 4: 2.3, 8: 1.5, 16: 0.8},
+            "sglang-dflash": {1: 2.6, 2: 2.6, 4: 2.6, 8: 1.5, 16: 0.8}}
+    gsm8k = {"vllm-ngram": chat["sglang-dflash"], "vllm-eagle3": chat["vllm-eagle3"],
+             "sglang-dflash": chat["vllm-ngram"]}
+    b = RunBuilder(tmp_path)
+    b.speed_cells(chat, tasks=("chat",))
+    b.speed_cells(gsm8k, tasks=("gsm8k",))
+    b.identity_cells()
+    b.accuracy_cells()
+    b.accuracy("vllm-ngram", "mmlu", {q: i < 50 for i, q in enumerate(ACCURACY_ITEMS)})
+    v = write_verdict(b.root)
+    speed = bar(v, "pass.speed")["evidence"]["tasks"]
+    assert (speed["chat"]["best_drafter"], speed["gsm8k"]["best_drafter"]) == (
+        "sglang-dflash", "vllm-ngram")
+    acc = bar(v, "pass.accuracy")
+    mmlu = acc["evidence"]["tasks"]["mmlu"]
+    assert mmlu["judged"] == {"sglang-dflash": "best on chat", "vllm-ngram": "best on gsm8k"}
+    assert "no speed cells" in mmlu["arms_rule"]
+    assert mmlu["arms"]["sglang-dflash"]["status"] == "pass"
+    assert mmlu["arms"]["vllm-ngram"]["status"] == "fail"
+    assert list(acc["evidence"]["tasks"]["gsm8k"]["judged"]) == ["vllm-ngram"]
+    assert acc["status"] == "fail" and v["verdict"] == "FAIL"
+    assert v["reasons"] == ["failed: pass.accuracy"]
+
+
+def test_mmlu_is_incomplete_while_a_speed_tasks_best_is_undetermined(tmp_path):
+    b = RunBuilder(tmp_path).full_passing_run()
+    b.speed("vllm-ngram", "gsm8k", 2, BASE_SPEED * 2.4, valid=False)
+    mmlu = bar(write_verdict(b.root), "pass.accuracy")["evidence"]["tasks"]["mmlu"]
+    assert mmlu["status"] == "incomplete" and mmlu["judged"] is None
+    assert mmlu["missing"] == ["vllm-ngram/gsm8k c=2: invalid"]
+
+
+# --- the knee ----------------------------------------------------------------------------
+
+
+def test_knee_is_judged_on_the_best_drafter_and_others_invalid_cells_do_not_block(tmp_path):
+    b = RunBuilder(tmp_path).full_passing_run()
+    b.speed("vllm-eagle3", "chat", 16, BASE_SPEED * 0.9, valid=False)
+    v = write_verdict(b.root)
+    knee = bar(v, "pass.knee")
+    assert knee["status"] == "pass" and v["verdict"] == "PASS", v["reasons"]
+    chat = knee["evidence"]["tasks"]["chat"]
+    assert chat["judged"] == {"sglang-dflash": "the best drafter on chat"}
+    assert chat["arms"]["sglang-dflash"]["knee_status"] == "located"
+    shown = {(k["arm"], k["task"]): k["status"] for k in knee["evidence"]["knees"]}
+    assert shown[("vllm-eagle3", "chat")] == "incomplete"  # reported beside, not judged
+    assert "beside (not judged): vllm-eagle3/chat: incomplete" in knee["summary"]
+
+
+def _lasting_gain(tmp_path, **knee) -> dict:
+    lasting = {arm: dict(by_c) for arm, by_c in PASSING_SPEEDUPS.items()}
+    lasting["sglang-dflash"][16] = 1.2  # still a gain at the top level
+    study = study_dict()
+    study["bars"]["pass"]["knee"].update(knee)
+    b = RunBuilder(tmp_path, study)
+    b.speed_cells(lasting)
+    b.identity_cells()
+    b.accuracy_cells()
+    return write_verdict(b.root)
+
+
+def test_a_gain_left_at_the_top_level_is_not_a_located_knee(tmp_path):
+    v = _lasting_gain(tmp_path)
+    knee = bar(v, "pass.knee")
+    assert knee["status"] == "not_located"
+    arm = knee["evidence"]["tasks"]["chat"]["arms"]["sglang-dflash"]
+    assert (arm["status"], arm["knee"]) == ("not_located", "> 16")
+    assert v["verdict"] == "FAIL"
+    assert len(v["reasons"]) == 1 and v["reasons"][0].startswith("not located: pass.knee")
+    assert "beyond_top: pass" in v["reasons"][0]
+    assert all(bar(v, n)["status"] == "pass" for n in ("pass.speed", "pass.identity",
+                                                        "pass.accuracy"))
+
+
+def test_a_registered_beyond_top_pass_accepts_the_bound(tmp_path):
+    v = _lasting_gain(tmp_path, beyond_top="pass")
+    knee = bar(v, "pass.knee")
+    assert knee["status"] == "pass" and v["verdict"] == "PASS"
+    assert knee["evidence"]["beyond_top"] == "pass"
+    assert any("> 16: a bound, accepted as registered" in line for line in knee["summary"])
+
+
+# --- identity: what a mismatch says, and a failed request --------------------------------
+
+
+def test_identity_cell_with_one_errored_request_is_judged_on_the_rest(tmp_path):
+    b = RunBuilder(tmp_path).full_passing_run()
+    folder = b.root / "cells" / "sglang-dflash__chat__identity"
+    lines = [json.loads(x) for x in (folder / "requests.jsonl").read_text().splitlines()]
+    lines[3].update(error="HTTP 503", error_kind="http", output_text="", first_token_t=None)
+    (folder / "requests.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    v = write_verdict(b.root)
+    arm = bar(v, "pass.identity")["evidence"]["tasks"]["chat"]["arms"]["sglang-dflash"]
+    assert (arm["status"], arm["n_compared"], arm["n_identical"]) == ("pass", 7, 7)
+    assert arm["not_compared"] == [{"item_id": "item3", "why": "drafter: HTTP 503"}]
+    assert arm["mismatches"] == []
+    assert v["verdict"] == "PASS", v["reasons"]
+
+
+def test_identity_mismatch_names_a_one_sided_max_tokens_cut(tmp_path):
+    b = RunBuilder(tmp_path).full_passing_run()
+    folder = b.root / "cells" / "sglang-dflash__gsm8k__identity"
+    lines = [json.loads(x) for x in (folder / "requests.jsonl").read_text().splitlines()]
+    lines[0].update(output_text="The answer to item0 is", finish_reason="length",
+                    completion_tokens=5)
+    (folder / "requests.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    base = b.root / "cells" / "sglang-base__gsm8k__identity"
+    blines = [json.loads(x) for x in (base / "requests.jsonl").read_text().splitlines()]
+    blines[0].update(finish_reason="stop")
+    (base / "requests.jsonl").write_text("".join(json.dumps(x) + "\n" for x in blines))
+    v = write_verdict(b.root)
+    (m,) = bar(v, "pass.identity")["evidence"]["tasks"]["gsm8k"]["arms"]["sglang-dflash"][
+        "mismatches"]
+    assert (m["char_index"], m["word_index"]) == (len("The answer to item0 is"), 5)
+    assert (m["drafter_finish"], m["baseline_finish"]) == ("length", "stop")
+    assert (m["drafter_tokens"], m["baseline_tokens"]) == (5, 101)
+    assert m["note"] == ("only the drafter hit max_tokens (finish_reason length); the other"
+                         " side finished with 'stop'")
+    assert v["verdict"] == "FAIL"
+
+
+# --- degenerate bootstraps ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 21])
+def test_degenerate_bootstrap_gives_the_point_as_its_interval(tmp_path, n):
+    """One request per cell, or every request at the same speed: nothing to resample, so
+    the interval is the point itself (finite, never NaN), and the bars still judge it."""
+    b = RunBuilder(tmp_path)
+    for task in ("chat", "gsm8k"):
+        for c in (1, 2, 4):
+            for arm in ("vllm-base", "sglang-base"):
+                b.speed(arm, task, c, BASE_SPEED, n=n, spread=0.0)
+            for arm, by_c in PASSING_SPEEDUPS.items():
+                b.speed(arm, task, c, BASE_SPEED * by_c[c], n=n, spread=0.0)
+    from harness.analysis import analyse
+
+    sp = analyse(b.root).speedups
+    sp = sp[sp["concurrency"] <= 4].set_index(["arm", "task", "concurrency"])
+    row = sp.loc[("sglang-dflash", "chat", 4)]
+    assert row["status"] == "ok" and row["n_drafter"] == n
+    assert row["speedup"] == row["ci_lower"] == row["ci_upper"] == pytest.approx(2.5)
+    assert judge_stop(b.root, b.study).fired is False

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from harness.analysis import analyse, locate_knee, open_loop_reference_rps, write_tables
-from harness.analysis.identity import first_divergence, first_token_divergence
+from harness.analysis.identity import first_divergence, first_word_divergence
 from harness.analysis.speedup import bootstrap_ratio
 from harness.errors import InputError
 from harness.prereg.schema import Intervals
@@ -36,11 +36,13 @@ def test_knee_edge_cases():
     below = locate_knee([1, 2, 4], [0.9, 0.8, 0.7])
     assert below.status == "below_first" and below.concurrency == 1.0
     beyond = locate_knee([1, 2, 4], [2.0, 1.8, 1.1])
-    assert beyond.status == "beyond" and beyond.concurrency is None and "> 4" in beyond.label()
+    assert beyond.status == "beyond" and beyond.concurrency is None
+    assert beyond.label() == "> 4" and beyond.bound == 4 and "top level" in beyond.note
     gap = locate_knee([1, 2, 4], [2.0, None, 0.8])
     assert gap.status == "incomplete"
     skipped = locate_knee([1, 2, 4, 8], [2.0, 1.8, 1.5, None], skipped_after=4)
-    assert skipped.status == "beyond" and "stop bar" in skipped.note
+    assert skipped.status == "beyond_skipped" and "stop bar" in skipped.note
+    assert skipped.label() == "> 4"
 
 
 def test_knee_table_from_a_run(tmp_path):
@@ -53,7 +55,19 @@ def test_knee_table_from_a_run(tmp_path):
     lb16 = sp.loc[("vllm-ngram", "chat", 16), "ci_lower"]
     want = 2 ** (3 + (lb8 - 1) / (lb8 - lb16))
     assert rows[("vllm-ngram", "chat")].knee_concurrency == pytest.approx(want)
-    assert rows[("sglang-dflash", "chat")].status == "beyond"
+    assert rows[("sglang-dflash", "chat")].status == "located"
+    assert rows[("sglang-dflash", "chat")].bracket_low == 8
+
+
+def test_a_gain_left_at_the_top_level_is_a_bound(tmp_path):
+    lasting = dict(PASSING_SPEEDUPS)
+    lasting["sglang-dflash"] = {1: 3.0, 2: 2.8, 4: 2.5, 8: 1.6, 16: 1.2}
+    b = RunBuilder(tmp_path)
+    b.speed_cells(lasting)
+    rows = {(r.arm, r.task): r for r in analyse(b.root).knees.itertuples()}
+    k = rows[("sglang-dflash", "chat")]
+    assert (k.status, k.label) == ("beyond", "> 16")
+    assert math.isnan(k.knee_concurrency)
 
 
 # --- speedups and their intervals --------------------------------------------------------
@@ -92,15 +106,20 @@ def test_cell_table_figures(tmp_path):
     ngram = cells.loc["vllm-ngram/chat/speed/c001"]
     assert ngram["per_user_speed"] == pytest.approx(BASE_SPEED * 2.5)
     assert ngram["n_measured"] == 21 and ngram["n_errors"] == 0
-    # counters: 100 drafts/s at acceptance length 2.5, one scrape gap
-    assert ngram["acceptance_length_engine"] == pytest.approx(2.5)
+    # counters: 100 drafting rounds/s at 2.5 tokens a round, plus 50 tokens/s from steps
+    # without drafts (vLLM counts no round there): generation / drafts would say 3.0.
+    assert ngram["accept_length_per_round_engine"] == pytest.approx(2.5)
     assert ngram["accept_rate_sum"] == pytest.approx(1.5)
     assert ngram["accept_rate_pos1"] == pytest.approx(0.75)
-    assert ngram["tokens_per_verification"] == pytest.approx(2.5)
-    assert ngram["scrape_gaps"] == 1
-    assert ngram["tokens_per_chunk_client"] == pytest.approx(10.0)
+    assert "tokens_per_verification" not in cells.columns
+    assert ngram["scrape_gaps"] == 1 and ngram["counter_resets"] == 0
+    # per decode step, from the client's chunks (1 prefill token, then 10 chunks of 10)
+    assert ngram["tokens_per_step_client"] == pytest.approx(10.0)
+    columns = list(cells.columns)
+    assert columns.index("tokens_per_step_client") == \
+        columns.index("accept_length_per_round_engine") + 1
     dflash = cells.loc["sglang-dflash/chat/speed/c004"]
-    assert dflash["acceptance_length_engine"] == pytest.approx(2.5)
+    assert dflash["accept_length_per_round_engine"] == pytest.approx(2.5)
     assert math.isnan(dflash["accept_rate_sum"])  # SGLang has no per-position series
     base = cells.loc["vllm-base/chat/speed/c001"]
     assert base["tpot_p50_s"] == pytest.approx(1 / BASE_SPEED)
@@ -126,8 +145,8 @@ def test_identity_divergence_helpers():
     assert first_divergence("abc", "abc") is None
     assert first_divergence("abcd", "abXd") == 2
     assert first_divergence("ab", "abc") == 2
-    assert first_token_divergence("a b c", "a  b d") == 2
-    assert first_token_divergence("a b", "a b") is None
+    assert first_word_divergence("a b c", "a  b d") == 2
+    assert first_word_divergence("a b", "a b") is None
 
 
 # --- open loop -----------------------------------------------------------------------------
@@ -143,7 +162,7 @@ def test_open_loop_reference_is_shared_within_an_engine_group(tmp_path):
     assert refs["vllm-ngram"] == refs["vllm-eagle3"] == refs["vllm-base"]
     assert refs["vllm-base"] == pytest.approx(cells.loc["vllm-base/chat/speed/c016",
                                                         "request_throughput_rps"])
-    # SGLang group: DFlash's knee lies beyond c=16, so the highest measured level
+    # SGLang group: DFlash's knee lies between c=8 and c=16, snapped up to c=16
     assert refs["sglang-dflash"] == pytest.approx(cells.loc["sglang-base/chat/speed/c016",
                                                             "request_throughput_rps"])
 

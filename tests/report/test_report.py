@@ -11,7 +11,7 @@ import matplotlib.image as mpimg
 import numpy as np
 import pandas as pd
 import pytest
-from analysis.runfolder import PASSING_SPEEDUPS, RunBuilder
+from analysis.runfolder import PASSING_SPEEDUPS, RunBuilder, study_dict
 
 from harness.cli import main
 from harness.report import build_report
@@ -83,10 +83,13 @@ def test_report_defaults_to_the_reports_folder(tmp_path, monkeypatch):
 def test_report_of_a_stopped_run_with_missing_and_invalid_cells(tmp_path):
     """A sparse run: stop fired, high levels skipped, an invalid cell, a check rerun,
     no accuracy or open-loop cells. Every page still renders."""
-    b = RunBuilder(tmp_path)
+    # Stop fires on chat (fires_when: any_task); eagle3's 5.5 on gsm8k fires the check bar.
+    b = RunBuilder(tmp_path, study_dict(stop={"threshold": 1.3, "concurrencies": [1, 2, 4],
+                                              "fires_when": "any_task"}))
     slow = {arm: {1: 1.2, 2: 1.1, 4: 1.0} for arm in PASSING_SPEEDUPS}
-    slow["vllm-eagle3"] = {1: 5.5, 2: 0.9, 4: 0.8}  # fires the check bar too
-    b.speed_cells(slow, levels=[1, 2, 4])
+    b.speed_cells(slow, levels=[1, 2, 4], tasks=("chat",))
+    slow["vllm-eagle3"] = {1: 5.5, 2: 0.9, 4: 0.8}
+    b.speed_cells(slow, levels=[1, 2, 4], tasks=("gsm8k",))
     b.speed("vllm-base", "chat", 1, 44.0, cell_id="vllm-base/chat/speed/c001/rerun1")
     b.speed("vllm-base", "gsm8k", 1, 40.0, cell_id="vllm-base/gsm8k/speed/c001/rerun1")
     b.identity_cells({"vllm-ngram": {f"item{i}": f"other text {i}" for i in range(8)}})
@@ -104,6 +107,7 @@ def test_report_of_a_stopped_run_with_missing_and_invalid_cells(tmp_path):
     a = analyse(b.root)
     verdict = evaluate(a)
     assert verdict["verdict"] == "STOP"
+    assert [r["of"] for r in verdict["reruns"]] == ["vllm-base/gsm8k/speed/c001"]
     assert build_report(b.root, out) == out
     pages = page_count(out)
     assert pages >= MIN_PAGES
@@ -123,3 +127,18 @@ def test_not_a_run_folder_is_exit_2_with_one_line(tmp_path, capsys, command):
     assert main([command, str(tmp_path / "nope"), "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a run folder" in err[0]
+
+
+def test_finalize_run_writes_tables_verdict_and_report_from_one_analysis(tmp_path):
+    from harness.finalize import finalize_run
+
+    b = RunBuilder(tmp_path).full_passing_run()
+    done = finalize_run(b.root, report=tmp_path / "r.pdf")
+    assert sorted(p.name for p in done.tables) == ["cells.csv", "cells.parquet",
+                                                   "speedups.csv", "speedups.parquet"]
+    assert json.loads((b.root / "verdict.json").read_text()) == done.verdict
+    assert done.verdict["verdict"] == "PASS"
+    assert done.report == tmp_path / "r.pdf" and page_count(done.report) == done.pages
+    cells = pd.read_csv(b.root / "cells.csv")
+    assert {"accept_length_per_round_engine", "tokens_per_step_client",
+            "counter_resets"} <= set(cells.columns)

@@ -1,0 +1,48 @@
+"""One way to finish a run: analyse its folder once, write the tables and the verdict, and
+(when asked) the PDF report from that same analysis and verdict.
+
+`specbench run`, `analyse`, `report` and `rerun-baseline` all end here, so whatever
+finished a run, its folder holds the same files: verdict.json, cells.parquet|csv and
+speedups.parquet|csv.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.analysis.bars import write_verdict
+from harness.analysis.tables import Analysis, analyse, write_tables
+from harness.prereg.schema import Study
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    analysis: Analysis
+    verdict: dict
+    tables: list[Path]
+    report: Path | None = None
+    pages: int | None = None
+
+    @property
+    def root(self) -> Path:
+        return self.analysis.run.run_dir
+
+    def with_report(self, out_pdf: str | Path) -> FinishedRun:
+        """The PDF report of this same analysis and verdict (never judged twice)."""
+        from harness.report.build import write_pdf
+
+        out = Path(out_pdf)
+        pages = write_pdf(self.analysis, self.verdict, out)
+        return FinishedRun(self.analysis, self.verdict, self.tables, out, pages)
+
+
+def finalize_run(run_dir: str | Path, study: Study | None = None,
+                 report: str | Path | None = None) -> FinishedRun:
+    """Tables and verdict.json into the run folder; the report too when `report` names
+    the PDF. `study` overrides the folder's study.json (the runner's, as executed)."""
+    analysis = analyse(run_dir, study)
+    tables = write_tables(analysis)
+    verdict = write_verdict(analysis.run, analysis=analysis)
+    done = FinishedRun(analysis, verdict, tables)
+    return done.with_report(report) if report is not None else done
