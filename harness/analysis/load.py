@@ -2,9 +2,10 @@
 
 Only the run folder is read (never an engine), so analysis and report can be
 rebuilt from an old run. A cell counts when its complete.json exists; analysis
-uses the measured requests of the attempt complete.json names. Cells whose
-client was unhealthy or whose error rate aborted them are loaded but marked
-invalid, so every bar can exclude them and say so.
+uses the measured requests of the attempt complete.json names. Cells that
+measured nothing usable (harness.measure.usable: aborted, client unhealthy, errors
+over the limit, no per-user speed) are loaded but marked invalid, so every bar can
+exclude them and say so.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness.errors import InputError
+from harness.measure.usable import unusable_reason
 from harness.plan import Cell, plan_cells
 from harness.prereg.schema import Study
 from harness.records import ClientHealth, MetricSample, RequestRecord
@@ -176,7 +178,8 @@ def planned_cells(study: Study) -> list[Cell]:
     return plan_cells(study, sizes={t.name: 1 for t in study.tasks})
 
 
-def _load_cell(folder: Path, planned: Cell | None, cell_id: str) -> CellData:
+def _load_cell(folder: Path, planned: Cell | None, cell_id: str,
+               error_rate_limit: float | None) -> CellData:
     cell_path = folder / "cell.json"
     if planned is not None:
         base = CellData(cell_id, planned.arm, planned.task, planned.kind, planned.concurrency,
@@ -213,15 +216,11 @@ def _load_cell(folder: Path, planned: Cell | None, cell_id: str) -> CellData:
     ]
     if (folder / "scores.jsonl").exists():
         base.scores = {s.id: s.correct for s in _read_jsonl(folder / "scores.jsonl", ScoreLine)}
-    health = done.outcome.health
-    if done.outcome.aborted:
-        base.status, base.reason = "invalid", f"aborted: {done.outcome.reason or 'error rate'}"
-    elif health is not None and not health.valid:
-        base.status, base.reason = "invalid", f"client unhealthy: {health.reason or 'lag limit'}"
-    elif not base.requests:
-        base.status, base.reason = "invalid", "no measured requests"
-    else:
-        base.status = "complete"
+    reason = unusable_reason(
+        kind=base.kind, requests=base.requests, aborted=done.outcome.aborted,
+        abort_reason=done.outcome.reason, health=done.outcome.health,
+        error_rate_limit=error_rate_limit)
+    base.status, base.reason = ("invalid", reason) if reason else ("complete", None)
     return base
 
 
@@ -236,10 +235,11 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
     if study is None:
         study = load_study_json(run_dir)
     skipped = {s.get("cell"): s.get("reason") for s in manifest.get("skipped") or []}
+    limit = study.recording.error_rate_limit
     cells_root = run_dir / "cells"
     cells: dict[str, CellData] = {}
     for planned in planned_cells(study):
-        data = _load_cell(cells_root / cell_dir_name(planned.id), planned, planned.id)
+        data = _load_cell(cells_root / cell_dir_name(planned.id), planned, planned.id, limit)
         if data.status == "missing" and planned.id in skipped:
             data.status, data.reason = "skipped", skipped[planned.id] or "skipped"
         cells[planned.id] = data
@@ -252,7 +252,7 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
             original_id = by_dir[m.group("original")]
             cell_id = f"{original_id}/rerun{m.group('n')}"
             if cell_id not in cells:
-                data = _load_cell(folder, None, cell_id)
+                data = _load_cell(folder, None, cell_id, limit)
                 original = cells.get(original_id)
                 if original is not None:  # a rerun shares its original's coordinates
                     data.arm, data.task, data.kind = original.arm, original.task, original.kind
