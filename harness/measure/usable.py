@@ -48,6 +48,8 @@ def unusable_reason(
 def _no_speed_reason(measured: list[RequestRecord]) -> str:
     ok = [r for r in measured if r.ok]
     short = sum(1 for r in ok if (r.completion_tokens or 0) < 2)
-    one_read = len(ok) - short  # >= 2 tokens but end - first token <= 0
-    return (f"no request with a per-user speed: of {len(ok)} successful, {one_read} had no time"
-            f" between first token and end (every token in one read), {short} had < 2 tokens")
+    one_read = len(ok) - short  # >= 2 tokens but no time between first token and end
+    why = [f"{one_read} had every token in one read (first token and end share a stamp)"]
+    if short:
+        why.append(f"{short} had fewer than 2 tokens")
+    return f"no request with a per-user speed: of {len(ok)} successful, {', '.join(why)}"

@@ -37,6 +37,15 @@ def attempt_unusable(study: Study, cell: Cell, outcome: dict[str, Any],
         error_rate_limit=study.recording.error_rate_limit)
 
 
+def outcome_detail(outcome: dict[str, Any]) -> str:
+    """"31 ok, 1 error (http)": requests cancelled by an abort are named as such."""
+    errors = outcome.get("errors_by_kind") or {}
+    detail = f"{outcome.get('n_ok', 0)} ok, {outcome.get('n_errors', 0)} errors"
+    if errors:
+        detail += " (" + ", ".join(f"{n} {kind}" for kind, n in sorted(errors.items())) + ")"
+    return detail
+
+
 def attempt_budget(study: Study) -> int:
     return study.recording.cell_retries + 1
 
@@ -51,13 +60,14 @@ def needs_measuring(store: RunStore, study: Study, cell: Cell, progress: RunProg
     reason = attempt_unusable(study, cell, done["outcome"], store.attempt_requests(cell.id, attempt))
     if reason is None:
         return False
+    store.judge_attempt(cell.id, attempt, reason)
     measured, budget = store.measured_attempts(cell.id), attempt_budget(study)
     if measured >= budget:
-        progress.note(f"{cell.id} stays invalid: {reason} (measured {measured} times,"
-                      f" cell_retries allows {budget})")
+        progress.note(f"{cell.id} stays invalid: {reason} (all {budget} measurements"
+                      " that cell_retries allows are spent)")
         return False
     progress.note(f"remeasuring {cell.id}: attempt {attempt} is unusable: {reason}"
-                  f" (measured {measured} of at most {budget} times)")
+                  f" ({measured} of at most {budget} measurements used)")
     return True
 
 
@@ -102,16 +112,16 @@ def measure_cell(store: RunStore, study: Study, engine: ArmEngine, cell: Cell,
         # Written even when unusable: a crash now leaves a complete but unusable cell,
         # which a resume remeasures while attempts remain.
         store.mark_complete(cell.id, attempt, outcome, unusable=reason)
-        detail = f"{outcome.get('n_ok', 0)} ok, {outcome.get('n_errors', 0)} errors"
+        detail = outcome_detail(outcome)
         if reason is None:
             progress.end_cell(cell, "done", detail)
             return True
         if measured + 1 < budget:
             progress.end_cell(cell, "REMEASURE", f"{detail}; unusable: {reason}"
-                              f" (measured {measured + 1} of at most {budget} times)")
+                              f" ({measured + 1} of at most {budget} measurements used)")
             continue
         progress.end_cell(cell, "INVALID", f"{detail}; unusable: {reason}; all {budget}"
-                          " attempts spent, so no bar uses it")
+                          " measurements spent, so no bar uses it")
         return False
     if not store.is_complete(cell.id):
         store.append_manifest("failed_cells", {"cell": cell.id,

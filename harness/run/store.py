@@ -184,6 +184,14 @@ class RunStore:
             {"attempt": attempt, "finished_wall": time.time(), "outcome": outcome},
         )
 
+    def judge_attempt(self, cell_id: str, attempt: int, reason: str) -> None:
+        """Record that a finished attempt turned out unusable (found so on resume)."""
+        info = self.cell_info(cell_id)
+        for entry in info.get("attempts", []):
+            if entry["attempt"] == attempt and entry.get("status") == "complete":
+                entry.update(status="invalid", error=reason)
+                write_json_atomic(self.cell_dir(cell_id) / "cell.json", info)
+
     def measured_attempts(self, cell_id: str) -> int:
         """Attempts that measured to their end, usable or not: what cell_retries bounds
         across runs and resumes (engine deaths and interruptions are not counted)."""
