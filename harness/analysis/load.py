@@ -3,8 +3,8 @@
 Only the run folder is read (never an engine), so analysis and report can be
 rebuilt from an old run. A cell counts when its complete.json exists; analysis
 uses the measured requests of the attempt complete.json names. Cells that
-measured nothing usable (harness.measure.usable: aborted, client unhealthy, errors
-over the limit, no per-user speed) are loaded but marked invalid, so every bar can
+measured nothing usable (harness.measure.usable: aborted for errors, client
+unhealthy, nothing succeeded, no per-user speed) are loaded but marked invalid, so every bar can
 exclude them and say so.
 """
 
@@ -178,8 +178,7 @@ def planned_cells(study: Study) -> list[Cell]:
     return plan_cells(study, sizes={t.name: 1 for t in study.tasks})
 
 
-def _load_cell(folder: Path, planned: Cell | None, cell_id: str,
-               error_rate_limit: float | None) -> CellData:
+def _load_cell(folder: Path, planned: Cell | None, cell_id: str) -> CellData:
     cell_path = folder / "cell.json"
     if planned is not None:
         base = CellData(cell_id, planned.arm, planned.task, planned.kind, planned.concurrency,
@@ -218,8 +217,7 @@ def _load_cell(folder: Path, planned: Cell | None, cell_id: str,
         base.scores = {s.id: s.correct for s in _read_jsonl(folder / "scores.jsonl", ScoreLine)}
     reason = unusable_reason(
         kind=base.kind, requests=base.requests, aborted=done.outcome.aborted,
-        abort_reason=done.outcome.reason, health=done.outcome.health,
-        error_rate_limit=error_rate_limit)
+        abort_reason=done.outcome.reason, health=done.outcome.health)
     base.status, base.reason = ("invalid", reason) if reason else ("complete", None)
     return base
 
@@ -235,11 +233,10 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
     if study is None:
         study = load_study_json(run_dir)
     skipped = {s.get("cell"): s.get("reason") for s in manifest.get("skipped") or []}
-    limit = study.recording.error_rate_limit
     cells_root = run_dir / "cells"
     cells: dict[str, CellData] = {}
     for planned in planned_cells(study):
-        data = _load_cell(cells_root / cell_dir_name(planned.id), planned, planned.id, limit)
+        data = _load_cell(cells_root / cell_dir_name(planned.id), planned, planned.id)
         if data.status == "missing" and planned.id in skipped:
             data.status, data.reason = "skipped", skipped[planned.id] or "skipped"
         cells[planned.id] = data
@@ -252,7 +249,7 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
             original_id = by_dir[m.group("original")]
             cell_id = f"{original_id}/rerun{m.group('n')}"
             if cell_id not in cells:
-                data = _load_cell(folder, None, cell_id, limit)
+                data = _load_cell(folder, None, cell_id)
                 original = cells.get(original_id)
                 if original is not None:  # a rerun shares its original's coordinates
                     data.arm, data.task, data.kind = original.arm, original.task, original.kind

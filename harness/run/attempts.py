@@ -1,8 +1,8 @@
 """Attempts at one cell: measure it until it is usable or `recording.cell_retries` is spent.
 
 A dead engine is restarted and the cell tried again. A cell that measured nothing a
-bar can use (harness.measure.usable: aborted for errors, client lag, errors over the
-limit, no request with a per-user speed) is measured again while fewer than
+bar can use (harness.measure.usable: aborted for errors, client lag, nothing that
+succeeded, no request with a per-user speed) is measured again while fewer than
 cell_retries + 1 attempts have measured it. Earlier runs of the same folder count, so
 `--resume` remeasures a complete but unusable cell only while attempts remain, and
 repeating a run can never fish for a good measurement. Every attempt stays in
@@ -33,8 +33,7 @@ def attempt_unusable(study: Study, cell: Cell, outcome: dict[str, Any],
     return unusable_reason(
         kind=cell.kind, requests=requests, aborted=bool(outcome.get("aborted")),
         abort_reason=outcome.get("reason"),
-        health=ClientHealth.model_validate(health) if health else None,
-        error_rate_limit=study.recording.error_rate_limit)
+        health=ClientHealth.model_validate(health) if health else None)
 
 
 def outcome_detail(outcome: dict[str, Any]) -> str:
