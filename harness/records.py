@@ -89,6 +89,15 @@ class RequestRecord(RecordModel):
             return None
         return (self.end_t - self.first_token_t) / (self.completion_tokens - 1)
 
+    @property
+    def per_user_speed(self) -> float | None:
+        """1 / TPOT, for a successful request whose tokens arrived over time. None when
+        every token came in one read (first token and end share a stamp) or < 2 tokens."""
+        tpot = self.tpot_s
+        if not self.ok or tpot is None or tpot <= 0:
+            return None
+        return 1.0 / tpot
+
 
 class EngineSnapshot(RecordModel):
     """One scrape of an engine's /metrics, mapped to specbench's names.

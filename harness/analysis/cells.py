@@ -17,10 +17,7 @@ PERCENTILES = (50, 90, 99)
 
 def request_speed(rec: RequestRecord) -> float | None:
     """Per-user speed = (completion_tokens - 1) / (end - first token) = 1 / TPOT."""
-    tpot = rec.tpot_s
-    if not rec.ok or tpot is None or tpot <= 0:
-        return None
-    return 1.0 / tpot
+    return rec.per_user_speed
 
 
 def cell_speeds(cell: CellData) -> np.ndarray:

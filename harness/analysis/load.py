@@ -2,9 +2,10 @@
 
 Only the run folder is read (never an engine), so analysis and report can be
 rebuilt from an old run. A cell counts when its complete.json exists; analysis
-uses the measured requests of the attempt complete.json names. Cells whose
-client was unhealthy or whose error rate aborted them are loaded but marked
-invalid, so every bar can exclude them and say so.
+uses the measured requests of the attempt complete.json names. Cells that
+measured nothing usable (harness.measure.usable: aborted for errors, client
+unhealthy, nothing succeeded, no per-user speed) are loaded but marked invalid, so every bar can
+exclude them and say so.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness.errors import InputError
+from harness.measure.usable import unusable_reason
 from harness.plan import Cell, plan_cells
 from harness.prereg.schema import Study
 from harness.records import ClientHealth, MetricSample, RequestRecord
@@ -213,15 +215,10 @@ def _load_cell(folder: Path, planned: Cell | None, cell_id: str) -> CellData:
     ]
     if (folder / "scores.jsonl").exists():
         base.scores = {s.id: s.correct for s in _read_jsonl(folder / "scores.jsonl", ScoreLine)}
-    health = done.outcome.health
-    if done.outcome.aborted:
-        base.status, base.reason = "invalid", f"aborted: {done.outcome.reason or 'error rate'}"
-    elif health is not None and not health.valid:
-        base.status, base.reason = "invalid", f"client unhealthy: {health.reason or 'lag limit'}"
-    elif not base.requests:
-        base.status, base.reason = "invalid", "no measured requests"
-    else:
-        base.status = "complete"
+    reason = unusable_reason(
+        kind=base.kind, requests=base.requests, aborted=done.outcome.aborted,
+        abort_reason=done.outcome.reason, health=done.outcome.health)
+    base.status, base.reason = ("invalid", reason) if reason else ("complete", None)
     return base
 
 

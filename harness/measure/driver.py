@@ -1,8 +1,9 @@
 """Run one cell: a load pattern over streaming chat requests, every request recorded.
 
-Errors are recorded per request and counted; they end the cell only when the
-registered error-rate limit is passed. Every record reaches `on_record` as soon as its
-request ends, aborted ones included, so nothing is lost if the run stops later.
+Errors are recorded per request and counted; they end the cell early only when at
+least MIN_ERRORS_TO_ABORT measured requests (never warm-up ones) failed and their
+rate passes the registered error-rate limit. Every record reaches `on_record` as soon
+as its request ends, aborted ones included, so nothing is lost if the run stops later.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from harness.measure.stream import Received, chat_body, complete_record, receive
 from harness.measure.transport import ConnectionSlots
 from harness.records import ClientHealth, RequestRecord
 
-# The error-rate limit is judged only once this many requests have finished, so one
-# early failure cannot end a cell on a sample of one.
-MIN_REQUESTS_FOR_ERROR_RATE = 10
+# A cell is aborted early only on real evidence: this many measured requests failed
+# and the rate over the measured requests so far passes the limit. One early refusal
+# in a 32-request cell must not end it; the limit is judged again on the whole cell
+# (harness.measure.usable) once it finishes.
+MIN_ERRORS_TO_ABORT = 3
 
 
 @dataclass
@@ -47,7 +50,8 @@ class _CellState:
         self.error_rate_limit, self.on_record, self.on_progress = (
             error_rate_limit, on_record, on_progress)
         self.total = total
-        self.done = self.failed = 0
+        self.done = self.failed = 0  # every record, warm-up included (progress)
+        self.measured = self.measured_failed = 0  # what the error-rate limit judges
         self.outcome = Counter()
         self.errors_by_kind: Counter[str] = Counter()
         self.abort_reason: str | None = None
@@ -66,14 +70,18 @@ class _CellState:
             self.outcome[(phase, "error")] += 1
             if phase == "measure":
                 self.errors_by_kind[rec.error_kind or "other"] += 1
+        if phase == "measure":
+            self.measured += 1
+            self.measured_failed += not rec.ok
         self.on_record(rec)
         if self.on_progress is not None:
             self.on_progress(self.done, self.total)
         limit = self.error_rate_limit
-        if (limit is not None and not self.stopped() and self.done >= MIN_REQUESTS_FOR_ERROR_RATE
-                and self.failed / self.done > limit):
-            self.abort_reason = (f"error rate {self.failed}/{self.done} = "
-                                 f"{self.failed / self.done:.1%} passed the limit {limit:.1%}")
+        failed, measured = self.measured_failed, self.measured
+        if (limit is not None and not self.stopped() and failed >= MIN_ERRORS_TO_ABORT
+                and failed / measured > limit):
+            self.abort_reason = (f"error rate {failed}/{measured} measured requests = "
+                                 f"{failed / measured:.1%} passed the limit {limit:.1%}")
             current = asyncio.current_task()
             for task in self.in_flight:
                 if task is not current:

@@ -67,6 +67,59 @@ class _LineMap:
         return None
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class DuplicateKeyError(InputError):
+    """A mapping key written twice; its lines already name the file they are in."""
+
+
+def _key_value(loader: yaml.SafeLoader, key: yaml.Node) -> Any:
+    """The key as YAML means it (`1` and `"1"` differ), hashable for comparison."""
+    try:
+        value = loader.construct_object(key, deep=True)
+        hash(value)
+        return value
+    except (yaml.YAMLError, TypeError):
+        return (key.tag, repr(key.value))
+
+
+def duplicate_keys(root: yaml.Node, path: Path, prefix: Loc) -> list[str]:
+    """One line per mapping key written twice at the same place, at any depth.
+
+    PyYAML keeps the last value without a word, so an appended block would silently
+    replace a registered one. A merge key (`<<: *anchor`) is not a duplicate: the
+    keys written beside it override the merged ones, as YAML specifies."""
+    loader = yaml.SafeLoader("")
+    problems: list[tuple[int, str]] = []
+    seen: set[int] = set()  # an aliased node is one node: walk it once
+    stack: list[tuple[yaml.Node, Loc]] = [(root, prefix)]
+    while stack:
+        node, loc = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((item, loc + (i,)) for i, item in enumerate(node.value))
+        if not isinstance(node, yaml.MappingNode):
+            continue
+        first_line: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
+            key = _key_value(loader, key_node)
+            line = key_node.start_mark.line + 1
+            if key in first_line:
+                problems.append((line, (
+                    f"{path}:{line}: {format_loc(loc + (str(key),))}: duplicate key {key!r}"
+                    f" (first at line {first_line[key]}); YAML would silently keep only"
+                    " the later one")))
+            else:
+                first_line[key] = line
+            stack.append((value_node, loc + (str(key),)))
+    return [message for _, message in sorted(problems)]
+
+
 def _read_yaml(path: Path, lines: _LineMap, prefix: Loc) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
@@ -84,6 +137,9 @@ def _read_yaml(path: Path, lines: _LineMap, prefix: Loc) -> Any:
     except yaml.YAMLError as err:
         raise InputError(f"{path}: YAML syntax error: {err}") from None
     if node is not None:
+        duplicates = duplicate_keys(node, path, prefix)
+        if duplicates:
+            raise DuplicateKeyError(*duplicates)
         lines.add(node, path, prefix)
     return data
 
@@ -109,6 +165,9 @@ def _resolve_arm_files(
         arm_path = (study_path.parent / entry["file"]).resolve()
         try:
             arm_data = _read_yaml(arm_path, lines, ("arms", i))
+        except DuplicateKeyError as err:
+            problems.extend(err.lines)
+            continue
         except InputError as err:
             problems.append(f"{where.file}:{where.line}: arms[{i}].file: {err.lines[0]}")
             continue

@@ -253,7 +253,9 @@ class Recording(Strict):
     lag_limit_p99_ms: Positive = 5.0
     error_rate_limit: Annotated[float, Field(ge=0, le=1)] | None = 0.05
     request_timeout_s: Positive = 600.0
-    cell_retries: Annotated[int, Field(ge=0)] = 2  # extra attempts when an engine dies mid-cell
+    # Extra attempts at a cell whose engine died or that measured nothing usable
+    # (harness/measure/usable.py); a resume counts the attempts already made.
+    cell_retries: Annotated[int, Field(ge=0)] = 2
     accuracy_concurrency: PositiveInt = 16
     per_request_spec_metrics: bool = True
 

@@ -95,7 +95,8 @@ class RunProgress:
         self.progress.update(self.cell_task, live=live)
 
     def end_cell(self, cell: Cell, status: str, detail: str = "") -> None:
-        if status == "done":  # the study bar moves by whole cells: retries do not count twice
+        # The study bar moves by whole cells: remeasures and retries do not count twice.
+        if status in ("done", "INVALID"):
             self.skip(cell)
         if self.cell_task is not None:
             self.progress.remove_task(self.cell_task)

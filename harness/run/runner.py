@@ -23,7 +23,7 @@ from harness.errors import InputError, SpecbenchError
 from harness.plan import Cell, plan_cells
 from harness.prereg import LoadedStudy, resolved_study, seal_of
 from harness.prereg.schema import Arm, Study
-from harness.run.execute import EngineDied, execute_cell
+from harness.run.attempts import measure_cell, needs_measuring
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore, host_facts, specbench_commit, write_json_atomic
 
@@ -219,47 +219,7 @@ class Runner:
 
     def _run_one(self, engine: ArmEngine, cell: Cell, progress: RunProgress,
                  rate_rps: float | None = None, extra: dict | None = None) -> bool:
-        """Run a cell until it completes: a dead engine is restarted and the cell
-        retried; a cell the client may have distorted (lag over the limit) is
-        measured again. Every attempt stays in cell.json and requests.jsonl."""
-        retries = self.study.recording.cell_retries
-        for tries_left in range(retries, -1, -1):
-            attempt = self.store.start_attempt(cell.id, cell.to_dict(), **(extra or {}))
-            try:
-                process = engine.ensure()
-                progress.start_cell(cell, attempt)  # after the engine: times are the cell's
-                outcome = execute_cell(
-                    store=self.store, engine=process, arm=engine.arm, study=self.study,
-                    cell=cell, attempt=attempt, rate_rps=rate_rps,
-                    on_record=progress.on_record, on_sample=progress.on_sample,
-                )
-            except EngineDied as err:
-                self.store.end_attempt(cell.id, attempt, "failed", str(err))
-                progress.end_cell(cell, "RETRY", str(err))
-                continue
-            except KeyboardInterrupt:
-                self.store.end_attempt(cell.id, attempt, "interrupted")
-                progress.end_cell(cell, "STOPPED", "interrupted")
-                raise
-            except BaseException as err:
-                self.store.end_attempt(cell.id, attempt, "failed", f"{type(err).__name__}: {err}")
-                progress.end_cell(cell, "FAILED", str(err))
-                raise
-            health = outcome.get("health") or {}
-            detail = f"{outcome.get('n_ok', 0)} ok, {outcome.get('n_errors', 0)} errors"
-            if health and not health.get("valid", True):
-                if tries_left:
-                    self.store.end_attempt(cell.id, attempt, "invalid", health.get("reason"))
-                    progress.end_cell(cell, "REMEASURE", f"invalid: {health.get('reason')}")
-                    continue
-                detail += f"; INVALID: {health.get('reason')}"
-            self.store.mark_complete(cell.id, attempt, outcome)
-            progress.end_cell(cell, "done", detail)
-            return True
-        self.store.append_manifest(
-            "failed_cells", {"cell": cell.id, "reason": f"failed {retries + 1} attempts"}
-        )
-        return False
+        return measure_cell(self.store, self.study, engine, cell, progress, rate_rps, extra)
 
     def _run_cells(self, cells: Iterable[Cell], progress: RunProgress,
                    rates: dict[str, float] | None = None) -> None:
@@ -267,7 +227,7 @@ class Runner:
         for cell in cells:
             by_arm.setdefault(cell.arm, []).append(cell)
         for arm_name, arm_cells in by_arm.items():
-            pending = [c for c in arm_cells if not self.store.is_complete(c.id)]
+            pending = [c for c in arm_cells if needs_measuring(self.store, self.study, c, progress)]
             for cell in arm_cells:
                 if cell not in pending:
                     progress.skip(cell)

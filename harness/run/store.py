@@ -19,6 +19,7 @@ from typing import IO, Any
 from pydantic import BaseModel
 
 from harness.paths import PROJECT_ROOT
+from harness.records import RequestRecord
 
 MANIFEST = "manifest.json"
 COMPLETE = "complete.json"
@@ -172,13 +173,44 @@ class RunStore:
                 entry.update(ended_wall=time.time(), status=status, error=error)
         write_json_atomic(self.cell_dir(cell_id) / "cell.json", info)
 
-    def mark_complete(self, cell_id: str, attempt: int, outcome: dict[str, Any]) -> None:
-        """The last thing written for a cell: its presence means complete."""
-        self.end_attempt(cell_id, attempt, "complete")
+    def mark_complete(self, cell_id: str, attempt: int, outcome: dict[str, Any],
+                      unusable: str | None = None) -> None:
+        """The last thing written for an attempt that measured to its end: complete.json
+        names the cell's latest such attempt. An unusable one ends "invalid" with its
+        reason, and a later attempt (now or on resume) may replace it."""
+        self.end_attempt(cell_id, attempt, "invalid" if unusable else "complete", unusable)
         write_json_atomic(
             self.cell_dir(cell_id) / COMPLETE,
             {"attempt": attempt, "finished_wall": time.time(), "outcome": outcome},
         )
+
+    def judge_attempt(self, cell_id: str, attempt: int, reason: str) -> None:
+        """Record that a finished attempt turned out unusable (found so on resume)."""
+        info = self.cell_info(cell_id)
+        for entry in info.get("attempts", []):
+            if entry["attempt"] == attempt and entry.get("status") == "complete":
+                entry.update(status="invalid", error=reason)
+                write_json_atomic(self.cell_dir(cell_id) / "cell.json", info)
+
+    def measured_attempts(self, cell_id: str) -> int:
+        """Attempts that measured to their end, usable or not: what cell_retries bounds
+        across runs and resumes (engine deaths and interruptions are not counted)."""
+        attempts = self.cell_info(cell_id).get("attempts", [])
+        return sum(1 for a in attempts if a.get("status") in ("complete", "invalid"))
+
+    def attempt_requests(self, cell_id: str, attempt: int) -> list[RequestRecord]:
+        """The measured requests of one attempt, as requests.jsonl holds them."""
+        path = self.root / "cells" / cell_dirname(cell_id) / "requests.jsonl"
+        if not path.exists():
+            return []
+        out = []
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    rec = RequestRecord.model_validate_json(line)
+                    if rec.attempt == attempt and rec.phase == "measure":
+                        out.append(rec)
+        return out
 
     def writer(self, cell_id: str, name: str) -> JsonlWriter:
         return JsonlWriter(self.cell_dir(cell_id) / name)

@@ -236,9 +236,16 @@ class ScriptedEngine:
             if finish is not None:
                 self._finish(seq, finish)
             return
-        groups = [words] if spec.chunking == "per_step" else [[w] for w in words]
-        out: list[bytes] = []
         done_so_far = seq.generated - n
+        if spec.chunking == "per_request":
+            if finish is None:
+                return  # held back: the whole output leaves in one write at the end
+            groups, done_so_far = [list(seq.text)], 0
+        elif spec.chunking == "per_step":
+            groups = [words]
+        else:
+            groups = [[w] for w in words]
+        out: list[bytes] = []
         for gi, group in enumerate(groups):
             done_so_far += len(group)
             last = gi == len(groups) - 1

@@ -59,8 +59,10 @@ class ScriptedEngineSpec(StrictModel):
     max_batch: int = Field(default=256, ge=1)
     kv_capacity_tokens: int = Field(default=1_000_000, ge=1)
     # per_step: one chunk per step with all its tokens (what vLLM sends);
-    # per_token: one chunk per token, all sent at the step's end.
-    chunking: Literal["per_step", "per_token"] = "per_step"
+    # per_token: one chunk per token, all sent at the step's end;
+    # per_request: the whole output in one chunk as the request ends, so first token
+    # and end share a stamp (what a client that falls a whole request behind sees).
+    chunking: Literal["per_step", "per_token", "per_request"] = "per_step"
     # Honour `stream_options.continuous_usage_stats` (cumulative usage on every chunk).
     continuous_usage: bool = True
     # Per-request speculation figures on the final chunk (vLLM `metrics.speculative_decoding`,

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from harness.measure.driver import MIN_ERRORS_TO_ABORT
 from harness.measure.itl import tokens_per_chunk
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.requests import RequestSpec
 from harness.measure.stamp_bounds import stamp_bounds
+from harness.measure.usable import unusable_reason
 from harness.testengine.server import serve_in_thread
 from harness.testengine.spec import FailureInjection, ScriptedEngineSpec
 
@@ -93,8 +95,81 @@ def test_error_rate_limit_aborts_the_cell_and_keeps_every_record() -> None:
         outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=100),
                                error_rate_limit=0.5)
     assert outcome.aborted and "error rate" in outcome.reason
-    assert outcome.records == len(records) and 10 <= len(records) < 100
+    assert outcome.records == len(records) and MIN_ERRORS_TO_ABORT <= len(records) < 100
     assert all(not r.ok for r in records)
+
+
+def _refusing(arrivals: list[int]):
+    spec = ScriptedEngineSpec(failures=[FailureInjection(mode="refuse", requests=arrivals)],
+                              **FAST)
+    return serve_in_thread(spec)
+
+
+def test_one_early_error_does_not_abort_a_32_request_cell() -> None:
+    # One refusal at the second request: 1/2 so far, 1/32 over the cell, against
+    # prereg.yaml's registered limit of 2 %.
+    with _refusing([2]) as eng:
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=32),
+                               error_rate_limit=0.02)
+    assert not outcome.aborted and outcome.reason is None
+    assert (outcome.n_ok, outcome.n_errors, len(records)) == (31, 1, 32)
+    assert unusable_reason(kind="identity", requests=records) is None
+
+
+def test_warm_up_errors_never_count_toward_the_error_rate() -> None:
+    # Every warm-up request refused, every measured one fine.
+    with _refusing([1, 2, 3, 4]) as eng:
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=8, warmup=4),
+                               error_rate_limit=0.05)
+    assert not outcome.aborted
+    assert (outcome.warmup_errors, outcome.n_errors, outcome.n_ok) == (4, 0, 8)
+    assert unusable_reason(kind="speed", requests=records) is None
+
+
+def test_the_abort_needs_three_measured_errors() -> None:
+    # Two refusals at the start (2/2 so far, 2/32 = 6 % over the cell, limit 5 %) are
+    # not evidence enough: the cell runs to its end and is usable.
+    with _refusing([1, 2]) as eng:
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=32),
+                               error_rate_limit=0.05)
+    assert not outcome.aborted and outcome.n_errors == 2 and len(records) == 32
+    assert unusable_reason(kind="speed", requests=records) is None
+    # Three at the start are: the cell ends at once, judged on the measured requests.
+    with _refusing([1, 2, 3]) as eng:
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=32),
+                               error_rate_limit=0.05)
+    assert outcome.aborted and "error rate 3/3 measured requests" in outcome.reason
+    # The user had sent its next request before the third refusal was counted: that
+    # one is cancelled, and recorded as aborted.
+    kinds = [r.error_kind for r in sorted(records, key=lambda r: r.index)]
+    assert kinds[:3] == ["http"] * 3 and set(kinds[3:]) <= {"aborted"} and len(kinds) <= 4
+    assert unusable_reason(kind="speed", requests=records, aborted=True,
+                           abort_reason=outcome.reason).startswith("aborted: error rate 3/3")
+
+
+def test_a_cell_where_nothing_succeeded_is_unusable_without_an_abort() -> None:
+    # Two requests, both refused: under the three errors an abort needs, yet unusable.
+    with _refusing([1, 2]) as eng:
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=2),
+                               error_rate_limit=0.05)
+    assert not outcome.aborted and outcome.n_errors == 2
+    assert unusable_reason(kind="identity", requests=records) == (
+        "none of its 2 measured requests succeeded")
+
+
+def test_a_cell_whose_tokens_all_arrive_in_one_read_has_no_per_user_speed() -> None:
+    # The engine holds each output back and sends it in one write as the request ends:
+    # first token and end share a stamp, so no request has a TPOT.
+    with serve_in_thread(ScriptedEngineSpec(chunking="per_request", **FAST)) as eng:
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=8))
+    assert outcome.n_ok == 8 and not outcome.aborted
+    assert all(r.completion_tokens == 16 and len(r.chunk_times) == 1 for r in records)
+    assert all(r.first_token_t == r.end_t and r.per_user_speed is None for r in records)
+    reason = unusable_reason(kind="speed", requests=records)
+    assert reason is not None and reason.startswith("no request with a per-user speed")
+    assert "of 8 successful, 8 had every token in one read" in reason
+    # Identity and accuracy cells are judged on outputs, which these requests have.
+    assert unusable_reason(kind="identity", requests=records) is None
 
 
 def test_open_loop_past_capacity_shows_client_queueing_in_latency() -> None:

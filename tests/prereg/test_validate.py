@@ -249,3 +249,87 @@ def test_malformed_study_in_a_real_process_prints_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "arms[1].drafter.num_draft_tokens" in proc.stderr
+
+
+# --- duplicate keys: a second block must not silently replace the first ----------------
+
+DUPLICATE_LOADS = """
+loads:
+  closed_loop:
+    concurrency: [1, 2, 4, 64]
+"""
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def _line_of(path: Path, text: str, occurrence: int = 1) -> int:
+    """The 1-based line of the `occurrence`-th line of `path` that starts with `text`."""
+    hits = [n for n, ln in enumerate(path.read_text().splitlines(), 1) if ln.startswith(text)]
+    return hits[occurrence - 1]
+
+
+def test_a_duplicated_top_level_block_is_an_error(tmp_path, capsys):
+    study = write(tmp_path, BASE)
+    study.write_text(study.read_text() + DUPLICATE_LOADS)
+    first, second = _line_of(study, "loads:", 1), _line_of(study, "loads:", 2)
+    code, out, err = run_cli(capsys, "validate", str(study))
+    assert code == 2 and "seal" not in out
+    line = _one_error_line(err)
+    assert line.startswith(f"specbench: {study}:{second}: loads: duplicate key 'loads'"), line
+    assert f"first at line {first}" in line
+
+
+def test_a_duplicated_nested_key_is_an_error(tmp_path, capsys):
+    study = write(tmp_path, BASE)
+    text = study.read_text()
+    # A second `concurrency:` inside the same closed_loop mapping.
+    assert "    concurrency:\n" in text
+    study.write_text(text.replace("    concurrency:\n", "    concurrency: [64]\n    concurrency:\n"))
+    first = _line_of(study, "    concurrency: [64]")
+    second = first + 1
+    code, _, err = run_cli(capsys, "validate", str(study))
+    assert code == 2
+    line = _one_error_line(err)
+    assert f"{study}:{second}: loads.closed_loop.concurrency: duplicate key 'concurrency'" in line
+    assert f"first at line {first}" in line
+
+
+def test_a_duplicated_key_in_an_arm_file_names_that_file(tmp_path, capsys):
+    data = copy.deepcopy(BASE)
+    arm_file = tmp_path / "arm.yaml"
+    arm_file.write_text(
+        "name: v-ngram\nengine: vllm\nlaunch: {python: /x/python}\n"
+        "drafter:\n  method: ngram\n  num_draft_tokens: 3\n  num_draft_tokens: 5\n"
+        "baseline: v-base\n")
+    data["arms"][1] = {"file": "arm.yaml"}
+    code, _, err = run_cli(capsys, "validate", str(write(tmp_path, data)))
+    assert code == 2
+    line = _one_error_line(err)
+    assert line.startswith(f"specbench: {arm_file}:7: arms[1].drafter.num_draft_tokens: "
+                           "duplicate key 'num_draft_tokens'"), line
+    assert "first at line 6" in line
+
+
+def test_merge_keys_and_aliases_are_not_duplicates(tmp_path, capsys):
+    # `<<: *anchor` with an overriding key beside it, as the scripted examples write it.
+    for example in ("scripted-pass.yaml", "cpu.yaml"):
+        code, _, err = run_cli(capsys, "validate", str(ROOT / "examples" / example))
+        assert code == 0, err
+    text = (ROOT / "examples" / "scripted-pass.yaml").read_text()
+    assert "<<: *engine" in text and "num_draft_tokens: 4" in text
+
+
+def test_duplicate_keys_in_a_real_process_print_one_line(tmp_path):
+    study = write(tmp_path, BASE)
+    study.write_text(study.read_text() + DUPLICATE_LOADS)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "validate", str(study)],
+        capture_output=True, text=True, cwd=ROOT,
+    )
+    assert proc.returncode == 2
+    assert _one_error_line(proc.stderr).count("duplicate key 'loads'") == 1

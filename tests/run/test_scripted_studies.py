@@ -34,6 +34,12 @@ def complete_cells(run: Path) -> dict[str, dict]:
     return out
 
 
+def usable_attempt(run: Path, cell: str, marker: dict) -> bool:
+    info = json.loads((run / "cells" / cell_dirname(cell) / "cell.json").read_text())
+    return any(a["attempt"] == marker["attempt"] and a["status"] == "complete"
+               for a in info["attempts"])
+
+
 @pytest.fixture(scope="module")
 def pass_run(tmp_path_factory) -> Path:
     """examples/scripted-pass.yaml run once, uninterrupted (a reference for the resume test)."""
@@ -158,9 +164,11 @@ def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(resul
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     run = run_folder(results)
-    before = complete_cells(run)
+    # A cell whose latest attempt is unusable (client lag) has a complete.json too, and
+    # the resume rightly measures it again: only usable cells must be left alone.
+    before = {c: m for c, m in complete_cells(run).items() if usable_attempt(run, c, m)}
     sizes = {c: (run / "cells" / cell_dirname(c) / "requests.jsonl").stat().st_size for c in before}
-    assert len(before) >= 4
+    assert len(before) >= 3
 
     specbench("run", "examples/scripted-pass.yaml", "--results", str(results), "--resume",
               "--no-report")

@@ -1,0 +1,54 @@
+"""Whether a finished cell measured something a bar can use, and if not, why.
+
+One rule for both sides: the runner measures an unusable cell again (within
+`recording.cell_retries`, every attempt kept), and analysis marks a cell that stayed
+unusable invalid with this reason, so no bar uses it and the verdict names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from harness.records import ClientHealth, RequestRecord
+
+# Cells whose figure is the per-user speed; identity, accuracy and open-loop cells are
+# judged on outputs, scores and latency, which a request without a TPOT still has.
+NEEDS_PER_USER_SPEED = ("speed",)
+
+
+def unusable_reason(
+    *,
+    kind: str,
+    requests: Sequence[RequestRecord],
+    aborted: bool = False,
+    abort_reason: str | None = None,
+    health: ClientHealth | None = None,
+) -> str | None:
+    """None for a usable cell; else one line saying why not. `requests` are the
+    attempt's records (warm-up ones are ignored here)."""
+    measured = [r for r in requests if r.phase == "measure"]
+    if aborted:
+        return f"aborted: {abort_reason or 'error rate'}"
+    if health is not None and not health.valid:
+        return f"client unhealthy: {health.reason or 'lag limit'}"
+    if not measured:
+        return "no measured requests"
+    # The error-rate limit is the driver's abort, which needs MIN_ERRORS_TO_ABORT
+    # failures: one or two errors (a 32-request identity cell at a 2 % limit) keep the
+    # cell, and cost only their own requests. A cell with nothing that succeeded is
+    # unusable whatever its size.
+    if not any(r.ok for r in measured):
+        return f"none of its {len(measured)} measured requests succeeded"
+    if kind in NEEDS_PER_USER_SPEED and not any(r.per_user_speed for r in measured):
+        return _no_speed_reason(measured)
+    return None
+
+
+def _no_speed_reason(measured: list[RequestRecord]) -> str:
+    ok = [r for r in measured if r.ok]
+    short = sum(1 for r in ok if (r.completion_tokens or 0) < 2)
+    one_read = len(ok) - short  # >= 2 tokens but no time between first token and end
+    why = [f"{one_read} had every token in one read (first token and end share a stamp)"]
+    if short:
+        why.append(f"{short} had fewer than 2 tokens")
+    return f"no request with a per-user speed: of {len(ok)} successful, {', '.join(why)}"

@@ -1,0 +1,128 @@
+"""Attempts at one cell: measure it until it is usable or `recording.cell_retries` is spent.
+
+A dead engine is restarted and the cell tried again. A cell that measured nothing a
+bar can use (harness.measure.usable: aborted for errors, client lag, nothing that
+succeeded, no request with a per-user speed) is measured again while fewer than
+cell_retries + 1 attempts have measured it. Earlier runs of the same folder count, so
+`--resume` remeasures a complete but unusable cell only while attempts remain, and
+repeating a run can never fish for a good measurement. Every attempt stays in
+cell.json and requests.jsonl; complete.json names the latest attempt that measured to
+its end, and a cell that stayed unusable keeps its reason for analysis to report.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from harness.measure.usable import unusable_reason
+from harness.plan import Cell
+from harness.prereg.schema import Study
+from harness.records import ClientHealth, RequestRecord
+from harness.run.execute import EngineDied, execute_cell
+from harness.run.progress import RunProgress
+from harness.run.store import RunStore
+
+if TYPE_CHECKING:
+    from harness.run.runner import ArmEngine
+
+
+def attempt_unusable(study: Study, cell: Cell, outcome: dict[str, Any],
+                     requests: list[RequestRecord]) -> str | None:
+    """Why one attempt measured nothing a bar can use (None: usable)."""
+    health = outcome.get("health")
+    return unusable_reason(
+        kind=cell.kind, requests=requests, aborted=bool(outcome.get("aborted")),
+        abort_reason=outcome.get("reason"),
+        health=ClientHealth.model_validate(health) if health else None)
+
+
+def outcome_detail(outcome: dict[str, Any]) -> str:
+    """"31 ok, 1 error (http)": requests cancelled by an abort are named as such."""
+    errors = outcome.get("errors_by_kind") or {}
+    detail = f"{outcome.get('n_ok', 0)} ok, {outcome.get('n_errors', 0)} errors"
+    if errors:
+        detail += " (" + ", ".join(f"{n} {kind}" for kind, n in sorted(errors.items())) + ")"
+    return detail
+
+
+def attempt_budget(study: Study) -> int:
+    return study.recording.cell_retries + 1
+
+
+def needs_measuring(store: RunStore, study: Study, cell: Cell, progress: RunProgress) -> bool:
+    """Not complete, or complete but unusable with attempts left (an interrupted
+    remeasure, or a folder written before such cells were measured again)."""
+    done = store.completion(cell.id)
+    if done is None:
+        return True
+    attempt = done["attempt"]
+    reason = attempt_unusable(study, cell, done["outcome"], store.attempt_requests(cell.id, attempt))
+    if reason is None:
+        return False
+    store.judge_attempt(cell.id, attempt, reason)
+    measured, budget = store.measured_attempts(cell.id), attempt_budget(study)
+    if measured >= budget:
+        progress.note(f"{cell.id} stays invalid: {reason} (all {budget} measurements"
+                      " that cell_retries allows are spent)")
+        return False
+    progress.note(f"remeasuring {cell.id}: attempt {attempt} is unusable: {reason}"
+                  f" ({measured} of at most {budget} measurements used)")
+    return True
+
+
+def measure_cell(store: RunStore, study: Study, engine: ArmEngine, cell: Cell,
+                 progress: RunProgress, rate_rps: float | None = None,
+                 extra: dict | None = None) -> bool:
+    """Attempt the cell until it is usable or its attempts are spent; True if usable."""
+    budget = attempt_budget(study)
+    records: list[RequestRecord] = []  # this attempt's, for the usability check
+
+    def on_record(rec: RequestRecord) -> None:
+        records.append(rec)
+        progress.on_record(rec)
+
+    for _ in range(budget):  # within one invocation engine deaths count as well
+        measured = store.measured_attempts(cell.id)
+        if measured >= budget:
+            break
+        records.clear()
+        attempt = store.start_attempt(cell.id, cell.to_dict(), **(extra or {}))
+        try:
+            process = engine.ensure()
+            progress.start_cell(cell, attempt)  # after the engine: times are the cell's
+            outcome = execute_cell(
+                store=store, engine=process, arm=engine.arm, study=study, cell=cell,
+                attempt=attempt, rate_rps=rate_rps, on_record=on_record,
+                on_sample=progress.on_sample,
+            )
+        except EngineDied as err:
+            store.end_attempt(cell.id, attempt, "failed", str(err))
+            progress.end_cell(cell, "RETRY", str(err))
+            continue
+        except KeyboardInterrupt:
+            store.end_attempt(cell.id, attempt, "interrupted")
+            progress.end_cell(cell, "STOPPED", "interrupted")
+            raise
+        except BaseException as err:
+            store.end_attempt(cell.id, attempt, "failed", f"{type(err).__name__}: {err}")
+            progress.end_cell(cell, "FAILED", str(err))
+            raise
+        reason = attempt_unusable(study, cell, outcome, records)
+        # Written even when unusable: a crash now leaves a complete but unusable cell,
+        # which a resume remeasures while attempts remain.
+        store.mark_complete(cell.id, attempt, outcome, unusable=reason)
+        detail = outcome_detail(outcome)
+        if reason is None:
+            progress.end_cell(cell, "done", detail)
+            return True
+        if measured + 1 < budget:
+            progress.end_cell(cell, "REMEASURE", f"{detail}; unusable: {reason}"
+                              f" ({measured + 1} of at most {budget} measurements used)")
+            continue
+        progress.end_cell(cell, "INVALID", f"{detail}; unusable: {reason}; all {budget}"
+                          " measurements spent, so no bar uses it")
+        return False
+    if not store.is_complete(cell.id):
+        store.append_manifest("failed_cells", {"cell": cell.id,
+                                               "reason": f"failed {budget} attempts"})
+    return False
