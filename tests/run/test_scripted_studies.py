@@ -164,6 +164,14 @@ def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(resul
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     run = run_folder(results)
+    # A SIGKILLed runner leaves its engine running today (issue 11 asks that engines die
+    # with their harness); stop it here so no test leaves a server behind.
+    for starts in json.loads((run / "manifest.json").read_text())["engines"].values():
+        for engine in starts:
+            try:
+                os.killpg(engine["pid"], signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
     # A cell whose latest attempt is unusable (client lag) has a complete.json too, and
     # the resume rightly measures it again: only usable cells must be left alone.
     before = {c: m for c, m in complete_cells(run).items() if usable_attempt(run, c, m)}
