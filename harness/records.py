@@ -158,3 +158,14 @@ class ClientHealth(RecordModel):
     stamp_bound_p99_ms: float | None = None
     # Share of received segments stamped by the kernel (the rest: by the reader thread).
     kernel_stamped_fraction: float | None = None
+    # Closed loop: the load delivered (measure.delivered). Requests in flight,
+    # time-averaged from the first measured send until the first user ran out of
+    # requests, against the registered users; and each user's turnaround from a
+    # request's end to its next send.
+    registered_concurrency: int | None = None
+    delivered_concurrency: float | None = None
+    delivered_share: float | None = None  # delivered / registered
+    min_delivered_share: float | None = None  # the registered floor it was judged against
+    turnaround_p50_ms: float | None = None
+    turnaround_p99_ms: float | None = None
+    turnaround_max_ms: float | None = None

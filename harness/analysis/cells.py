@@ -98,6 +98,10 @@ def cell_row(cell: CellData) -> dict:
         row["client_stamp_bound_p99_ms"] = health.stamp_bound_p99_ms if health else None
         row["client_send_lag_p99_ms"] = health.send_lag_p99_ms if health else None
         row["client_kernel_stamped"] = health.kernel_stamped_fraction if health else None
+        # Closed loop: the load the users delivered, beside the registered concurrency.
+        for name in ("delivered_concurrency", "delivered_share", "turnaround_p50_ms",
+                     "turnaround_p99_ms", "turnaround_max_ms"):
+            row[name] = getattr(health, name) if health else None
     if cell.requests:
         row.update(_request_stats(cell.requests))
     acc = cell_acceptance(cell.samples)

@@ -15,6 +15,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness.measure.delivered import Span
 from harness.measure.health import ClientHealthMonitor
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.requests import RequestSpec
@@ -102,16 +103,24 @@ async def run_cell(
     timeout_s: float = 600,
     error_rate_limit: float | None = None,
     lag_limit_ms: float = 5.0,
+    min_delivered_share: float = 0.97,
     on_progress: Callable[[int, int | None], None] | None = None,
 ) -> CellOutcome:
     if not requests:
         raise ValueError(f"cell {cell_id}: no requests to send")
     url = base_url.rstrip("/") + "/v1/chat/completions"
     state = _CellState(error_rate_limit, on_record, on_progress, pattern.total)
-    health = ClientHealthMonitor(lag_limit_ms, judge_send_lag=isinstance(pattern, OpenLoop))
+    closed = isinstance(pattern, ClosedLoop)
+    # Open loop: late sends shift the arrival process (judged). Closed loop: the users'
+    # turnaround and the concurrency they delivered are judged instead.
+    # A cell of fewer requests than users (a small accuracy cell) can keep only that many
+    # in flight: it is judged against what it could deliver.
+    users = min(pattern.concurrency, pattern.total or pattern.concurrency) if closed else None
+    health = ClientHealthMonitor(lag_limit_ms, judge_send_lag=not closed, concurrency=users,
+                                 min_delivered_share=min_delivered_share)
     warmup = pattern.warmup
 
-    latency_from = "sent" if isinstance(pattern, ClosedLoop) else "scheduled"
+    latency_from = "sent" if closed else "scheduled"
     # Parsing a finished stream and handing its record on wait for the next turn of the
     # loop, so a closed-loop user sends its next request first: that work is the
     # client's, and would otherwise sit between one request and the next.
@@ -145,6 +154,7 @@ async def run_cell(
                 slots.release(client)
             if rec.phase == "measure":
                 health.request_sent(rec.sent_t - rec.scheduled_t - slot_wait)
+            health.request_done(Span(rec.sent_t, rec.end_t, user, rec.phase == "measure"))
         except asyncio.CancelledError:
             rec.end_t = time.monotonic()
             rec.error = f"cell aborted: {state.abort_reason or 'cancelled'}"

@@ -15,10 +15,14 @@ Three things can put the client into what it measures, and each is measured per 
   arrival process and sits inside TTFT and latency, which run from the schedule, so it
   is judged. In a closed loop it is the client's turnaround between one request's end
   and its user's next send: reported, not judged, because closed-loop latency runs
-  from the send and the turnaround only idles a user briefly between requests of
-  seconds (figures in benchmarks/README.md).
-A cell where a judged p99 passes the registered limit is marked invalid, with the
-reason, so no verdict rests on it. The event loop's own wake-up lag (the probe also
+  from the send; what a closed loop's turnaround distorts is the load itself, below;
+- the **delivered load** (closed loop): the time-averaged requests in flight over the
+  measured window against the registered users, and the user turnaround (a request's
+  end to its user's next send) p50/p99/max (`delivered.py`). A user that idles between
+  requests leaves the engine with fewer than N: per-user speed flatters, TTFT rises.
+A cell where a judged p99 passes the registered limit, or whose delivered concurrency
+falls below the registered share of its users, is marked invalid, with the reason, so
+no verdict rests on it. The event loop's own wake-up lag (the probe also
 wakes it through its self-pipe) is reported beside them: it is what send lag comes from.
 """
 
@@ -31,15 +35,20 @@ import time
 import numpy as np
 import psutil
 
+from harness.measure.delivered import Span, delivered_load
 from harness.measure.transport import StampPathProbe
 from harness.records import ClientHealth
 
 
 class ClientHealthMonitor:
     def __init__(self, lag_limit_ms: float = 5.0, tick_s: float = 0.01,
-                 judge_send_lag: bool = True) -> None:
+                 judge_send_lag: bool = True, concurrency: int | None = None,
+                 min_delivered_share: float = 0.97) -> None:
         self.lag_limit_ms, self.tick_s = lag_limit_ms, tick_s
         self.judge_send_lag = judge_send_lag
+        # Closed loop: the registered users, whose delivered load is judged.
+        self.concurrency, self.min_delivered_share = concurrency, min_delivered_share
+        self.spans: list[Span] = []
         self.loop_lags_ms: list[float] = []
         self.send_lags_ms: list[float] = []
         self.stamp_bounds_ms: list[float] = []
@@ -83,6 +92,10 @@ class ClientHealthMonitor:
         """A request left late_s after it was due, not counting a wait for a slot."""
         self.send_lags_ms.append(max(0.0, late_s * 1e3))
 
+    def request_done(self, span: Span) -> None:
+        """A request ended (warm-ups too: they are load while they run)."""
+        self.spans.append(span)
+
     def chunks_received(self, bounds_s: list[float]) -> None:
         """A measured request's chunks: how late each one's stamp could be."""
         self.stamp_bounds_ms.extend(b * 1e3 for b in bounds_s)
@@ -120,12 +133,32 @@ class ClientHealthMonitor:
             problems.append(f"chunks read together, stamp bound p99 {bound_p99:.2f} ms")
         if self.judge_send_lag and send_p99 is not None and send_p99 > self.lag_limit_ms:
             problems.append(f"client send lag p99 {send_p99:.2f} ms")
-        valid = not problems
+        load = delivered_load(self.spans) if self.concurrency is not None else None
+        if load is not None and (load.turnaround_p99_ms or 0.0) > self.lag_limit_ms:
+            problems.append(f"user turnaround p99 {load.turnaround_p99_ms:.2f} ms")
+        parts = [f"{' and '.join(problems)} exceeds the limit {self.lag_limit_ms:g} ms"
+                 ] if problems else []
+        share = None
+        if load is not None and load.concurrency is not None and self.concurrency:
+            share = load.concurrency / self.concurrency
+            if share < self.min_delivered_share:
+                parts.append(f"delivered concurrency {load.concurrency:.2f} of "
+                             f"{self.concurrency} users ({share:.1%}) is below the registered "
+                             f"{self.min_delivered_share:.0%}")
+        valid = not parts
         reason = None if valid else (
-            f"{' and '.join(problems)} exceeds the limit {self.lag_limit_ms:g} ms "
-            f"(client CPU {cpu_percent:.0f}%): the load generator may have distorted timings")
+            f"{'; '.join(parts)} (client CPU {cpu_percent:.0f}%): the load generator may have"
+            " distorted timings")
         return ClientHealth(lag_p50_ms=p50, lag_p99_ms=p99, lag_max_ms=worst,
                             cpu_percent=cpu_percent, lag_limit_ms=self.lag_limit_ms,
                             valid=valid, reason=reason, loop_lag_p99_ms=loop_p99,
                             send_lag_p99_ms=send_p99, stamp_bound_p99_ms=bound_p99,
-                            kernel_stamped_fraction=kernel_fraction)
+                            kernel_stamped_fraction=kernel_fraction,
+                            registered_concurrency=self.concurrency,
+                            delivered_concurrency=load.concurrency if load else None,
+                            delivered_share=share,
+                            min_delivered_share=(self.min_delivered_share
+                                                 if self.concurrency is not None else None),
+                            turnaround_p50_ms=load.turnaround_p50_ms if load else None,
+                            turnaround_p99_ms=load.turnaround_p99_ms if load else None,
+                            turnaround_max_ms=load.turnaround_max_ms if load else None)

@@ -251,6 +251,10 @@ class Recording(Strict):
     # A cell is invalid when the client's stamp lag, stamp bound, or (open loop) send
     # lag passes this at p99 (harness/measure/health.py).
     lag_limit_p99_ms: Positive = 5.0
+    # A closed-loop cell is also invalid when its users' turnaround p99 passes the lag
+    # limit, or the requests it kept in flight (time-averaged over the measured window)
+    # fall below this share of its registered users (harness/measure/delivered.py).
+    min_delivered_share: Annotated[float, Field(gt=0, le=1)] = 0.97
     error_rate_limit: Annotated[float, Field(ge=0, le=1)] | None = 0.05
     request_timeout_s: Positive = 600.0
     # Extra attempts at a cell whose engine died or that measured nothing usable

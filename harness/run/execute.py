@@ -110,6 +110,7 @@ async def _execute(
             timeout_s=study.recording.request_timeout_s,
             error_rate_limit=study.recording.error_rate_limit,
             lag_limit_ms=study.recording.lag_limit_p99_ms,
+            min_delivered_share=study.recording.min_delivered_share,
         )
     )
     watchdog = asyncio.create_task(_watch(engine))

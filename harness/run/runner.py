@@ -20,6 +20,7 @@ from rich.console import Console
 from harness.engines.lifecycle import EngineProcess, start_engine
 from harness.engines.preflight import require_preflight
 from harness.errors import InputError, SpecbenchError
+from harness.measure.placement import place_client
 from harness.plan import Cell, plan_cells
 from harness.prereg import LoadedStudy, resolved_study, seal_of
 from harness.prereg.schema import Arm, Study
@@ -187,6 +188,8 @@ class ArmEngine:
         self.process = start_engine(self.arm, self.study, log_dir)
         info = self.process.info
         data = info.model_dump(mode="json") if hasattr(info, "model_dump") else dict(info)
+        # Off the engine's pinned cores where there are others (recorded with the start).
+        data["client_placement"] = place_client(self.process.pid).to_dict()
         manifest = self.store.manifest()
         manifest.setdefault("engines", {}).setdefault(self.arm.name, []).append(data)
         write_json_atomic(self.store.manifest_path, manifest)

@@ -130,6 +130,12 @@ class RunBuilder:
             health = ClientHealth(lag_p50_ms=0.1, lag_p99_ms=1.0, lag_max_ms=2.0, cpu_percent=10,
                                   lag_limit_ms=5.0, valid=valid,
                                   reason=None if valid else "event-loop lag p99 9 ms > 5 ms")
+            if cell.get("concurrency") and cell.get("kind") != "open":
+                c = cell["concurrency"]
+                health = health.model_copy(update={
+                    "registered_concurrency": c, "delivered_concurrency": 0.99 * c,
+                    "delivered_share": 0.99, "min_delivered_share": 0.97,
+                    "turnaround_p50_ms": 1.0, "turnaround_p99_ms": 2.0, "turnaround_max_ms": 3.0})
             outcome = {"n_ok": len(requests), "n_errors": 0, "errors_by_kind": {},
                        "aborted": aborted, "reason": "error rate 9% > 2%" if aborted else None,
                        "started_t": 0.0, "ended_t": 100.0, "health": health.model_dump()}

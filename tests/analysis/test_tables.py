@@ -236,3 +236,14 @@ def test_not_a_run_folder(tmp_path):
     (tmp_path / "run" / "manifest.json").write_text("{not json")
     with pytest.raises(InputError, match=r"manifest.json: line 1"):
         analyse(tmp_path / "run")
+
+
+def test_cells_csv_shows_the_delivered_load_beside_the_registered_users(tmp_path):
+    a = analyse(RunBuilder(tmp_path).full_passing_run().root)
+    write_tables(a)
+    cells = pd.read_csv(tmp_path / "synthetic-run" / "cells.csv")
+    closed = cells[cells["kind"] == "speed"]
+    assert not closed.empty
+    assert (closed["delivered_concurrency"] == 0.99 * closed["concurrency"]).all()
+    assert (closed["delivered_share"] == 0.99).all() and (closed["turnaround_p99_ms"] == 2.0).all()
+    assert cells[cells["kind"] == "open"]["delivered_concurrency"].isna().all()
