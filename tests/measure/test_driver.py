@@ -299,7 +299,10 @@ def test_kernel_stamps_stay_true_while_the_client_holds_its_interpreter(tmp_path
             f"stamp {(mine - wrote) * 1e3:.1f} ms after the write (bound {bound * 1e3:.1f} ms); "
             f"client health: {health}")
     assert max(b for *_, b in cell.chunks) == 0.0
-    assert health.valid and health.stamp_bound_p99_ms == 0.0
+    # Nothing about the stamps invalidates the cell. (Its users' turnaround is judged too,
+    # and is not this test's business: the holds are the client's own doing.)
+    assert health.stamp_bound_p99_ms == 0.0 and health.lag_p99_ms <= health.lag_limit_ms
+    assert "stamp" not in (health.reason or ""), health.reason
 
 
 def test_a_client_a_step_behind_is_bounded_and_marks_the_cell_invalid(tmp_path) -> None:
