@@ -92,7 +92,13 @@ def test_one_early_refusal_in_a_32_request_cell_neither_aborts_it_nor_leaves_a_b
     assert outcome["errors_by_kind"] == {"http": 1}
     identity = next(b for b in verdict["bars"] if b["name"] == "pass.identity")
     arm = identity["evidence"]["tasks"]["chat"]["arms"]["drafter"]
-    assert arm["drafter_cell"] == cell and arm["n_compared"] == 32
+    # The refused item is not compared (a failed request has no text to compare); the
+    # other 31 are, and are identical.
+    assert arm["drafter_cell"] == cell and (arm["n_compared"], arm["n_identical"]) == (31, 31)
+    records = [json.loads(line) for line in
+               (run / "cells" / cell_dirname(cell) / "requests.jsonl").read_text().splitlines()]
+    refused = [r["item_id"] for r in records if r["phase"] == "measure" and r["error"]]
+    assert [n["item_id"] for n in arm["not_compared"]] == refused and len(refused) == 1
 
 
 def test_an_aborted_cell_is_measured_again_and_the_new_attempt_is_used(results, tmp_path):
