@@ -149,3 +149,8 @@ class ClientHealth(RecordModel):
     stamp_bound_p99_ms: float | None = None
     # Share of received segments stamped by the kernel (the rest: by the reader thread).
     kernel_stamped_fraction: float | None = None
+    # Share of measured requests most of whose tokens shared one arrival stamp
+    # (measure.bursts), and the registered share above which the cell is invalid
+    # (None: not judged, as for cells that give no per-user speed).
+    burst_share: float | None = None
+    burst_limit: float | None = None

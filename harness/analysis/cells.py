@@ -9,6 +9,7 @@ import pandas as pd
 
 from harness.analysis.acceptance import cell_acceptance
 from harness.analysis.load import CellData, RunData
+from harness.measure.bursts import burst_share, is_burst
 from harness.measure.itl import chunk_itl, tokens_per_chunk
 from harness.records import RequestRecord
 
@@ -16,9 +17,11 @@ PERCENTILES = (50, 90, 99)
 
 
 def request_speed(rec: RequestRecord) -> float | None:
-    """Per-user speed = (completion_tokens - 1) / (end - first token) = 1 / TPOT."""
+    """Per-user speed = (completion_tokens - 1) / (end - first token) = 1 / TPOT.
+
+    None for a burst (most tokens under one stamp): its span is not the engine's steps."""
     tpot = rec.tpot_s
-    if not rec.ok or tpot is None or tpot <= 0:
+    if not rec.ok or tpot is None or tpot <= 0 or is_burst(rec):
         return None
     return 1.0 / tpot
 
@@ -90,6 +93,7 @@ def cell_row(cell: CellData) -> dict:
         "n_ok": sum(1 for r in cell.requests if r.ok),
         "n_errors": sum(1 for r in cell.requests if not r.ok),
         "n_invalid_tpot": sum(1 for r in cell.requests if r.ok and r.tpot_s is None),
+        "burst_share": burst_share(cell.requests),
     }
     if cell.complete is not None:
         row["aborted"] = cell.complete.outcome.aborted

@@ -14,6 +14,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness.measure.bursts import is_burst
 from harness.measure.health import ClientHealthMonitor
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.requests import RequestSpec
@@ -95,12 +96,16 @@ async def run_cell(
     error_rate_limit: float | None = None,
     lag_limit_ms: float = 5.0,
     on_progress: Callable[[int, int | None], None] | None = None,
+    burst_limit: float | None = None,
 ) -> CellOutcome:
+    """burst_limit: the share of measured requests that may arrive in bursts before the
+    cell is invalid (None: counted, not judged)."""
     if not requests:
         raise ValueError(f"cell {cell_id}: no requests to send")
     url = base_url.rstrip("/") + "/v1/chat/completions"
     state = _CellState(error_rate_limit, on_record, on_progress, pattern.total)
-    health = ClientHealthMonitor(lag_limit_ms, judge_send_lag=isinstance(pattern, OpenLoop))
+    health = ClientHealthMonitor(lag_limit_ms, judge_send_lag=isinstance(pattern, OpenLoop),
+                                 burst_limit=burst_limit)
     warmup = pattern.warmup
 
     latency_from = "sent" if isinstance(pattern, ClosedLoop) else "scheduled"
@@ -115,6 +120,8 @@ async def run_cell(
             complete_record(rec, got)
             if rec.phase == "measure":
                 health.chunks_received(stamp_bounds(rec))
+                if rec.ok:
+                    health.request_received(is_burst(rec))
             state.record(rec)
 
     async def issue(index: int, scheduled_t: float, user: int | None) -> float | None:

@@ -20,6 +20,9 @@ Three things can put the client into what it measures, and each is measured per 
 A cell where a judged p99 passes the registered limit is marked invalid, with the
 reason, so no verdict rests on it. The event loop's own wake-up lag (the probe also
 wakes it through its self-pipe) is reported beside them: it is what send lag comes from.
+A speed cell is also invalid when more than the registered share of its measured
+requests arrived in bursts (`bursts`: most of a request's tokens under one stamp),
+since those requests have no per-user speed.
 """
 
 from __future__ import annotations
@@ -37,9 +40,11 @@ from harness.records import ClientHealth
 
 class ClientHealthMonitor:
     def __init__(self, lag_limit_ms: float = 5.0, tick_s: float = 0.01,
-                 judge_send_lag: bool = True) -> None:
+                 judge_send_lag: bool = True, burst_limit: float | None = None) -> None:
         self.lag_limit_ms, self.tick_s = lag_limit_ms, tick_s
         self.judge_send_lag = judge_send_lag
+        self.burst_limit = burst_limit  # None: bursts are counted, not judged
+        self.requests_seen = self.requests_burst = 0
         self.loop_lags_ms: list[float] = []
         self.send_lags_ms: list[float] = []
         self.stamp_bounds_ms: list[float] = []
@@ -87,6 +92,22 @@ class ClientHealthMonitor:
         """A measured request's chunks: how late each one's stamp could be."""
         self.stamp_bounds_ms.extend(b * 1e3 for b in bounds_s)
 
+    def request_received(self, burst: bool) -> None:
+        """A measured, successful request; burst: most of its tokens shared one stamp."""
+        self.requests_seen += 1
+        self.requests_burst += burst
+
+    def _bursts(self) -> tuple[float | None, str | None]:
+        """The burst share and, when it passes the registered limit, why the cell is invalid."""
+        if not self.requests_seen:
+            return None, None
+        share = self.requests_burst / self.requests_seen
+        if self.burst_limit is None or share <= self.burst_limit:
+            return share, None
+        return share, (f"{self.requests_burst}/{self.requests_seen} requests arrived in bursts"
+                       f" (most tokens under one stamp): share {share:.2f} passes the limit"
+                       f" {self.burst_limit:g}, so the cell has too few per-user speeds")
+
     @property
     def lags_ms(self) -> list[float]:
         return self._stamp_probe.lags_ms if self._stamp_probe is not None else []
@@ -124,8 +145,12 @@ class ClientHealthMonitor:
         reason = None if valid else (
             f"{' and '.join(problems)} exceeds the limit {self.lag_limit_ms:g} ms "
             f"(client CPU {cpu_percent:.0f}%): the load generator may have distorted timings")
+        bursts, burst_reason = self._bursts()
+        if burst_reason:
+            valid, reason = False, "; ".join(r for r in (reason, burst_reason) if r)
         return ClientHealth(lag_p50_ms=p50, lag_p99_ms=p99, lag_max_ms=worst,
                             cpu_percent=cpu_percent, lag_limit_ms=self.lag_limit_ms,
                             valid=valid, reason=reason, loop_lag_p99_ms=loop_p99,
                             send_lag_p99_ms=send_p99, stamp_bound_p99_ms=bound_p99,
-                            kernel_stamped_fraction=kernel_fraction)
+                            kernel_stamped_fraction=kernel_fraction, burst_share=bursts,
+                            burst_limit=self.burst_limit)

@@ -251,6 +251,9 @@ class Recording(Strict):
     # A cell is invalid when the client's stamp lag, stamp bound, or (open loop) send
     # lag passes this at p99 (harness/measure/health.py).
     lag_limit_p99_ms: Positive = 5.0
+    # A closed-loop speed cell is invalid when more than this share of its measured
+    # requests arrived in bursts: most tokens under one stamp (harness/measure/bursts.py).
+    max_burst_share: Annotated[float, Field(ge=0, le=1)] = 0.10
     error_rate_limit: Annotated[float, Field(ge=0, le=1)] | None = 0.05
     request_timeout_s: Positive = 600.0
     cell_retries: Annotated[int, Field(ge=0)] = 2  # extra attempts when an engine dies mid-cell

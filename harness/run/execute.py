@@ -110,6 +110,8 @@ async def _execute(
             timeout_s=study.recording.request_timeout_s,
             error_rate_limit=study.recording.error_rate_limit,
             lag_limit_ms=study.recording.lag_limit_p99_ms,
+            # Only speed cells give per-user speeds; elsewhere bursts are reported.
+            burst_limit=study.recording.max_burst_share if cell.kind == "speed" else None,
         )
     )
     watchdog = asyncio.create_task(_watch(engine))

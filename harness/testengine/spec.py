@@ -61,6 +61,9 @@ class ScriptedEngineSpec(StrictModel):
     # per_step: one chunk per step with all its tokens (what vLLM sends);
     # per_token: one chunk per token, all sent at the step's end.
     chunking: Literal["per_step", "per_token"] = "per_step"
+    # Hold a stream's chunks and write them together every N steps (and at its end):
+    # a server that flushes several steps at once, so they arrive under one stamp.
+    flush_every_steps: int = Field(default=1, ge=1)
     # Honour `stream_options.continuous_usage_stats` (cumulative usage on every chunk).
     continuous_usage: bool = True
     # Per-request speculation figures on the final chunk (vLLM `metrics.speculative_decoding`,
