@@ -154,3 +154,6 @@ class ClientHealth(RecordModel):
     # (None: not judged, as for cells that give no per-user speed).
     burst_share: float | None = None
     burst_limit: float | None = None
+    # False for cells whose figures are texts or scores (identity, accuracy): their
+    # timings are reported but do not make them invalid.
+    timing_judged: bool = True

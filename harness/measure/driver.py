@@ -97,15 +97,17 @@ async def run_cell(
     lag_limit_ms: float = 5.0,
     on_progress: Callable[[int, int | None], None] | None = None,
     burst_limit: float | None = None,
+    judge_timing: bool = True,
 ) -> CellOutcome:
     """burst_limit: the share of measured requests that may arrive in bursts before the
-    cell is invalid (None: counted, not judged)."""
+    cell is invalid (None: counted, not judged). judge_timing=False: a cell read for its
+    texts or scores, whose client lag is reported but never makes it invalid."""
     if not requests:
         raise ValueError(f"cell {cell_id}: no requests to send")
     url = base_url.rstrip("/") + "/v1/chat/completions"
     state = _CellState(error_rate_limit, on_record, on_progress, pattern.total)
     health = ClientHealthMonitor(lag_limit_ms, judge_send_lag=isinstance(pattern, OpenLoop),
-                                 burst_limit=burst_limit)
+                                 burst_limit=burst_limit, judge_timing=judge_timing)
     warmup = pattern.warmup
 
     latency_from = "sent" if isinstance(pattern, ClosedLoop) else "scheduled"

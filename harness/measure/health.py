@@ -40,10 +40,14 @@ from harness.records import ClientHealth
 
 class ClientHealthMonitor:
     def __init__(self, lag_limit_ms: float = 5.0, tick_s: float = 0.01,
-                 judge_send_lag: bool = True, burst_limit: float | None = None) -> None:
+                 judge_send_lag: bool = True, burst_limit: float | None = None,
+                 judge_timing: bool = True) -> None:
         self.lag_limit_ms, self.tick_s = lag_limit_ms, tick_s
         self.judge_send_lag = judge_send_lag
         self.burst_limit = burst_limit  # None: bursts are counted, not judged
+        # False for cells read for their texts or scores (identity, accuracy): a late
+        # stamp changes no figure of theirs, so it is reported, never a reason to redo them.
+        self.judge_timing = judge_timing
         self.requests_seen = self.requests_burst = 0
         self.loop_lags_ms: list[float] = []
         self.send_lags_ms: list[float] = []
@@ -141,6 +145,8 @@ class ClientHealthMonitor:
             problems.append(f"chunks read together, stamp bound p99 {bound_p99:.2f} ms")
         if self.judge_send_lag and send_p99 is not None and send_p99 > self.lag_limit_ms:
             problems.append(f"client send lag p99 {send_p99:.2f} ms")
+        if not self.judge_timing:
+            problems = []
         valid = not problems
         reason = None if valid else (
             f"{' and '.join(problems)} exceeds the limit {self.lag_limit_ms:g} ms "
@@ -153,4 +159,4 @@ class ClientHealthMonitor:
                             valid=valid, reason=reason, loop_lag_p99_ms=loop_p99,
                             send_lag_p99_ms=send_p99, stamp_bound_p99_ms=bound_p99,
                             kernel_stamped_fraction=kernel_fraction, burst_share=bursts,
-                            burst_limit=self.burst_limit)
+                            burst_limit=self.burst_limit, timing_judged=self.judge_timing)

@@ -112,6 +112,7 @@ async def _execute(
             lag_limit_ms=study.recording.lag_limit_p99_ms,
             # Only speed cells give per-user speeds; elsewhere bursts are reported.
             burst_limit=study.recording.max_burst_share if cell.kind == "speed" else None,
+            judge_timing=cell.kind in ("speed", "open"),  # identity/accuracy: texts, scores
         )
     )
     watchdog = asyncio.create_task(_watch(engine))

@@ -67,3 +67,19 @@ def test_one_token_chunks_a_step_apart_are_valid() -> None:
     assert all(r.ok and r.chunk_tokens == [1] * 12 for r in measured)
     assert not any(is_burst(r) for r in measured)
     assert outcome.health.valid and outcome.health.burst_share == 0.0
+
+
+@pytest.mark.timing
+def test_cells_read_for_texts_report_late_stamps_but_stay_valid() -> None:
+    # The same flushing engine: every chunk but the last is read late (a bound well over
+    # 5 ms). A speed cell is invalid for it; an identity or accuracy cell, whose figures
+    # are texts and scores, keeps it as a report.
+    spec = ScriptedEngineSpec(weight_bytes=2e9, bandwidth_bytes_per_s=1e12, flush_every_steps=1000)
+    with serve_in_thread(spec) as eng:
+        judged, _ = run(eng.base_url, ClosedLoop(concurrency=1, requests=2), lag_limit_ms=5)
+        texts, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=2), lag_limit_ms=5,
+                             judge_timing=False)
+    assert not judged.health.valid and "stamp bound p99" in judged.health.reason
+    assert texts.health.valid and not texts.health.timing_judged
+    assert texts.health.stamp_bound_p99_ms > 5 and texts.health.burst_share == 1.0
+    assert all(r.ok and r.output_text for r in records)
