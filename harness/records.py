@@ -169,3 +169,11 @@ class ClientHealth(RecordModel):
     turnaround_p50_ms: float | None = None
     turnaround_p99_ms: float | None = None
     turnaround_max_ms: float | None = None
+    # Share of measured requests most of whose tokens shared one arrival stamp
+    # (measure.bursts), and the registered share above which the cell is invalid
+    # (None: not judged, as for cells that give no per-user speed).
+    burst_share: float | None = None
+    burst_limit: float | None = None
+    # False for cells whose figures are texts or scores (identity, accuracy): their
+    # timings are reported but do not make them invalid.
+    timing_judged: bool = True

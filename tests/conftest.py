@@ -21,6 +21,7 @@ import pytest
 from harness.engines.lifecycle import EngineProcess, start_engine
 from harness.engines.process import descendants, group_members, port_in_use
 from harness.engines.tiny_model import build_tiny_model
+from harness.engines.tiny_pair import build_tiny_pair
 from harness.engines.vllm_engine import default_vllm_cpu_python
 from harness.prereg.schema import Study
 
@@ -101,6 +102,14 @@ def vllm_cpu_arms(python: str, model_dir: Path | str) -> list[dict[str, Any]]:
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny random-weight Llama model (seed 0), built once per session."""
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_pair_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's draft and target pair (seed 0): DIR/draft and DIR/target."""
+    out = tmp_path_factory.mktemp("tiny-pair")
+    build_tiny_pair(out, seed=0)
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import pandas as pd
 
 from harness.analysis.acceptance import cell_acceptance
 from harness.analysis.load import CellData, RunData
+from harness.measure.bursts import burst_share, is_burst
 from harness.measure.itl import chunk_itl, tokens_per_chunk
 from harness.records import RequestRecord
 
@@ -16,8 +17,11 @@ PERCENTILES = (50, 90, 99)
 
 
 def request_speed(rec: RequestRecord) -> float | None:
-    """Per-user speed = (completion_tokens - 1) / (end - first token) = 1 / TPOT."""
-    return rec.per_user_speed
+    """Per-user speed = (completion_tokens - 1) / (end - first token) = 1 / TPOT.
+
+    None for a burst (most tokens under one stamp): its span is not the engine's steps."""
+    speed = rec.per_user_speed
+    return None if speed is None or is_burst(rec) else speed
 
 
 def cell_speeds(cell: CellData) -> np.ndarray:
@@ -89,6 +93,7 @@ def cell_row(cell: CellData) -> dict:
         "n_ok": sum(1 for r in cell.requests if r.ok),
         "n_errors": sum(1 for r in cell.requests if not r.ok),
         "n_invalid_tpot": sum(1 for r in cell.requests if r.ok and r.tpot_s is None),
+        "burst_share": burst_share(cell.requests),
     }
     if cell.complete is not None:
         row["aborted"] = cell.complete.outcome.aborted

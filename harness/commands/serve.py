@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.engines.base import expand_study
 from harness.engines.lifecycle import start_engine
 from harness.engines.preflight import require_preflight
 from harness.errors import InputError, SpecbenchError
@@ -37,7 +38,9 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    study = load_study(args.prereg)
+    # Expanded exactly as `run` expands it: the model id too (vLLM was handed
+    # "${SPECBENCH_TINY_PAIR}/target" before).
+    study = expand_study(load_study(args.prereg))
     names = [a.name for a in study.arms]
     if args.arm not in names:
         raise InputError(f"{args.prereg}: no arm named {args.arm!r} (arms: {', '.join(names)})")

@@ -15,6 +15,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from harness.errors import InputError
+
 if TYPE_CHECKING:
     from harness.prereg.schema import Arm, Study
 
@@ -162,3 +164,28 @@ def expand_arm(arm: Arm, environ: dict[str, str] | None = None) -> tuple[Arm, li
         model = _expand(arm.drafter.model, env, missing)
         update["drafter"] = arm.drafter.model_copy(update={"model": model})
     return arm.model_copy(update=update), sorted(missing)
+
+
+def expand_study(study: Study, environ: dict[str, str] | None = None) -> Study:
+    """The study as executed on this machine: `${VAR}` replaced in the model id and in
+    every arm (expand_arm). The one expander: `run`, `serve` and `rerun-baseline` use it,
+    after the seal is taken over the text as written. Raises InputError naming the first
+    unset variable and where it is used."""
+    env = os.environ if environ is None else environ
+    missing: set[str] = set()
+    model_id = _expand(study.model.id, env, missing)
+    if missing:
+        raise _unset("model.id", sorted(missing)[0])
+    arms = []
+    for arm in study.arms:
+        expanded, unset = expand_arm(arm, env)
+        if unset:
+            raise _unset(f"arm {arm.name!r}", unset[0])
+        arms.append(expanded)
+    model = study.model.model_copy(update={"id": model_id})
+    return study.model_copy(update={"arms": arms, "model": model})
+
+
+def _unset(where: str, name: str) -> InputError:
+    return InputError(f"{where}: environment variable {name} is not set (it names a path on"
+                      " this machine; set it before running)")

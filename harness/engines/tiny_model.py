@@ -1,9 +1,13 @@
-"""A tiny random-weight Llama model that engines can serve, built offline in seconds.
+"""Tiny random-weight Llama models that engines can serve, built offline in seconds.
 
-Tests and the laptop demo serve it because nothing can be downloaded. Without
+Tests and the laptop demo serve them because nothing can be downloaded. Without
 torch: a byte-level BPE tokenizer trained with `tokenizers` on a corpus shipped
 beside this file, weights drawn with numpy and written with safetensors, and a
 ChatML chat template. The same seed gives byte-identical files.
+
+`build_tiny_model` is the 2-layer test model (steps of ~1.5 ms). `build_tiny_pair`
+(tiny_pair.py) is the demo's draft and target, sized so a target step is
+memory-bound and lasts milliseconds, like GPU decode.
 """
 
 from __future__ import annotations
@@ -61,18 +65,19 @@ def train_tokenizer(text: str, vocab_size: int = TARGET_VOCAB) -> Tokenizer:
     return tokenizer
 
 
-def random_weights(vocab: int, seed: int) -> dict[str, np.ndarray]:
+def random_weights(vocab: int, seed: int, shape: dict | None = None) -> dict[str, np.ndarray]:
     """Llama parameter names and shapes, N(0, 0.02) matrices and unit norms."""
+    shape = SHAPE if shape is None else shape
     rng = np.random.default_rng(seed)
-    h, inter = SHAPE["hidden_size"], SHAPE["intermediate_size"]
-    q_out = SHAPE["num_attention_heads"] * SHAPE["head_dim"]
-    kv_out = SHAPE["num_key_value_heads"] * SHAPE["head_dim"]
+    h, inter = shape["hidden_size"], shape["intermediate_size"]
+    q_out = shape["num_attention_heads"] * shape["head_dim"]
+    kv_out = shape["num_key_value_heads"] * shape["head_dim"]
 
-    def normal(*shape: int) -> np.ndarray:
-        return rng.normal(0.0, 0.02, size=shape).astype(np.float32)
+    def normal(*dims: int) -> np.ndarray:
+        return rng.normal(0.0, 0.02, size=dims).astype(np.float32)
 
     weights = {"model.embed_tokens.weight": normal(vocab, h)}
-    for i in range(SHAPE["num_hidden_layers"]):
+    for i in range(shape["num_hidden_layers"]):
         p = f"model.layers.{i}."
         weights[p + "self_attn.q_proj.weight"] = normal(q_out, h)
         weights[p + "self_attn.k_proj.weight"] = normal(kv_out, h)
@@ -95,6 +100,14 @@ def _write_json(path: Path, obj: dict) -> None:
 def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
     """Write a servable model folder; returns its path. Overwrites the model files."""
     out = Path(out_dir)
+    vocab = write_model_files(out, SHAPE, "float32")
+    save_file(random_weights(vocab, seed), str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+def write_model_files(out: Path, shape: dict, dtype: str) -> int:
+    """Everything but the weights: config, tokenizer, chat template. Returns the
+    vocabulary size the weights must have."""
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer(CORPUS.read_text(encoding="utf-8"))
     ids = {t: tokenizer.token_to_id(t) for t in SPECIAL_TOKENS}
@@ -108,7 +121,7 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
             "architectures": ["LlamaForCausalLM"],
             "model_type": "llama",
             "vocab_size": vocab,
-            **SHAPE,
+            **shape,
             "hidden_act": "silu",
             "rms_norm_eps": 1e-6,
             "rope_theta": 10000.0,
@@ -116,7 +129,7 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
             "mlp_bias": False,
             "tie_word_embeddings": False,
             "initializer_range": 0.02,
-            "torch_dtype": "float32",
+            "torch_dtype": dtype,
             "bos_token_id": pad,
             "eos_token_id": eos,
             "pad_token_id": pad,
@@ -138,7 +151,7 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
             "add_bos_token": False,
             "add_eos_token": False,
             "clean_up_tokenization_spaces": False,
-            "model_max_length": SHAPE["max_position_embeddings"],
+            "model_max_length": shape["max_position_embeddings"],
             "added_tokens_decoder": {
                 str(i): {
                     "content": t,
@@ -156,5 +169,4 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
         out / "special_tokens_map.json",
         {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
     )
-    save_file(random_weights(vocab, seed), str(out / "model.safetensors"), metadata={"format": "pt"})
-    return out
+    return vocab

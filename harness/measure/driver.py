@@ -15,6 +15,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness.measure.bursts import is_burst
 from harness.measure.delivered import Span
 from harness.measure.health import ClientHealthMonitor
 from harness.measure.patterns import ClosedLoop, OpenLoop
@@ -105,7 +106,12 @@ async def run_cell(
     lag_limit_ms: float = 5.0,
     min_delivered_share: float = 0.97,
     on_progress: Callable[[int, int | None], None] | None = None,
+    burst_limit: float | None = None,
+    judge_timing: bool = True,
 ) -> CellOutcome:
+    """burst_limit: the share of measured requests that may arrive in bursts before the
+    cell is invalid (None: counted, not judged). judge_timing=False: a cell read for its
+    texts or scores, whose client lag is reported but never makes it invalid."""
     if not requests:
         raise ValueError(f"cell {cell_id}: no requests to send")
     url = base_url.rstrip("/") + "/v1/chat/completions"
@@ -117,7 +123,8 @@ async def run_cell(
     # in flight: it is judged against what it could deliver.
     users = min(pattern.concurrency, pattern.total or pattern.concurrency) if closed else None
     health = ClientHealthMonitor(lag_limit_ms, judge_send_lag=not closed, concurrency=users,
-                                 min_delivered_share=min_delivered_share)
+                                 min_delivered_share=min_delivered_share,
+                                 burst_limit=burst_limit, judge_timing=judge_timing)
     warmup = pattern.warmup
 
     latency_from = "sent" if closed else "scheduled"
@@ -132,6 +139,8 @@ async def run_cell(
             complete_record(rec, got)
             if rec.phase == "measure":
                 health.chunks_received(stamp_bounds(rec))
+                if rec.ok:
+                    health.request_received(is_burst(rec))
             state.record(rec)
 
     async def issue(index: int, scheduled_t: float, user: int | None) -> float | None:

@@ -24,6 +24,9 @@ A cell where a judged p99 passes the registered limit, or whose delivered concur
 falls below the registered share of its users, is marked invalid, with the reason, so
 no verdict rests on it. The event loop's own wake-up lag (the probe also
 wakes it through its self-pipe) is reported beside them: it is what send lag comes from.
+A speed cell is also invalid when more than the registered share of its measured
+requests arrived in bursts (`bursts`: most of a request's tokens under one stamp),
+since those requests have no per-user speed.
 """
 
 from __future__ import annotations
@@ -43,12 +46,18 @@ from harness.records import ClientHealth
 class ClientHealthMonitor:
     def __init__(self, lag_limit_ms: float = 5.0, tick_s: float = 0.01,
                  judge_send_lag: bool = True, concurrency: int | None = None,
-                 min_delivered_share: float = 0.97) -> None:
+                 min_delivered_share: float = 0.97, burst_limit: float | None = None,
+                 judge_timing: bool = True) -> None:
         self.lag_limit_ms, self.tick_s = lag_limit_ms, tick_s
         self.judge_send_lag = judge_send_lag
         # Closed loop: the registered users, whose delivered load is judged.
         self.concurrency, self.min_delivered_share = concurrency, min_delivered_share
         self.spans: list[Span] = []
+        self.burst_limit = burst_limit  # None: bursts are counted, not judged
+        # False for cells read for their texts or scores (identity, accuracy): a late
+        # stamp changes no figure of theirs, so it is reported, never a reason to redo them.
+        self.judge_timing = judge_timing
+        self.requests_seen = self.requests_burst = 0
         self.loop_lags_ms: list[float] = []
         self.send_lags_ms: list[float] = []
         self.stamp_bounds_ms: list[float] = []
@@ -100,6 +109,22 @@ class ClientHealthMonitor:
         """A measured request's chunks: how late each one's stamp could be."""
         self.stamp_bounds_ms.extend(b * 1e3 for b in bounds_s)
 
+    def request_received(self, burst: bool) -> None:
+        """A measured, successful request; burst: most of its tokens shared one stamp."""
+        self.requests_seen += 1
+        self.requests_burst += burst
+
+    def _bursts(self) -> tuple[float | None, str | None]:
+        """The burst share and, when it passes the registered limit, why the cell is invalid."""
+        if not self.requests_seen:
+            return None, None
+        share = self.requests_burst / self.requests_seen
+        if self.burst_limit is None or share <= self.burst_limit:
+            return share, None
+        return share, (f"{self.requests_burst}/{self.requests_seen} requests arrived in bursts"
+                       f" (most tokens under one stamp): share {share:.2f} passes the limit"
+                       f" {self.burst_limit:g}, so the cell has too few per-user speeds")
+
     @property
     def lags_ms(self) -> list[float]:
         return self._stamp_probe.lags_ms if self._stamp_probe is not None else []
@@ -145,10 +170,15 @@ class ClientHealthMonitor:
                 parts.append(f"delivered concurrency {load.concurrency:.2f} of "
                              f"{self.concurrency} users ({share:.1%}) is below the registered "
                              f"{self.min_delivered_share:.0%}")
+        if not self.judge_timing:
+            parts = []
         valid = not parts
         reason = None if valid else (
             f"{'; '.join(parts)} (client CPU {cpu_percent:.0f}%): the load generator may have"
             " distorted timings")
+        bursts, burst_reason = self._bursts()
+        if burst_reason:
+            valid, reason = False, "; ".join(r for r in (reason, burst_reason) if r)
         return ClientHealth(lag_p50_ms=p50, lag_p99_ms=p99, lag_max_ms=worst,
                             cpu_percent=cpu_percent, lag_limit_ms=self.lag_limit_ms,
                             valid=valid, reason=reason, loop_lag_p99_ms=loop_p99,
@@ -161,4 +191,6 @@ class ClientHealthMonitor:
                                                  if self.concurrency is not None else None),
                             turnaround_p50_ms=load.turnaround_p50_ms if load else None,
                             turnaround_p99_ms=load.turnaround_p99_ms if load else None,
-                            turnaround_max_ms=load.turnaround_max_ms if load else None)
+                            turnaround_max_ms=load.turnaround_max_ms if load else None,
+                            burst_share=bursts, burst_limit=self.burst_limit,
+                            timing_judged=self.judge_timing)

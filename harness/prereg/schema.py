@@ -255,6 +255,9 @@ class Recording(Strict):
     # limit, or the requests it kept in flight (time-averaged over the measured window)
     # fall below this share of its registered users (harness/measure/delivered.py).
     min_delivered_share: Annotated[float, Field(gt=0, le=1)] = 0.97
+    # A closed-loop speed cell is invalid when more than this share of its measured
+    # requests arrived in bursts: most tokens under one stamp (harness/measure/bursts.py).
+    max_burst_share: Annotated[float, Field(ge=0, le=1)] = 0.10
     error_rate_limit: Annotated[float, Field(ge=0, le=1)] | None = 0.05
     request_timeout_s: Positive = 600.0
     # Extra attempts at a cell whose engine died or that measured nothing usable

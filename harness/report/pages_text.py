@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 
+import pandas as pd
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.tables import Analysis
@@ -155,4 +156,22 @@ def environment_pages(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
     lines += table_lines(["cell", "status", "reason"],
                          [[r.cell_id, r.status, r.reason] for r in bad.itertuples()]) \
         if len(bad) else []
+    lines += _burst_lines(a)
     return text_pages(pdf, "Environment, seal and deviations", lines)
+
+
+def _burst_lines(a: Analysis) -> list[str]:
+    """Per speed cell, the share of requests that arrived in bursts (no per-user speed)."""
+    if "burst_share" not in a.cells:
+        return []
+    speed = a.cells[(a.cells["kind"] == "speed") & a.cells["burst_share"].notna()]
+    if speed.empty:
+        return []
+    limit = a.run.study.recording.max_burst_share
+    bound = speed.get("client_stamp_bound_p99_ms")
+    rows = [[r.cell_id, r.status, f"{r.burst_share:.2f}",
+             "" if bound is None or pd.isna(bound[i]) else f"{bound[i]:.1f}"]
+            for i, r in zip(speed.index, speed.itertuples(), strict=True)]
+    return ["", f"bursts: share of a speed cell's requests with most tokens under one stamp"
+                f" (invalid above {limit:g}):",
+            *table_lines(["cell", "status", "burst share", "stamp bound p99 ms"], rows)]

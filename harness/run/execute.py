@@ -111,6 +111,9 @@ async def _execute(
             error_rate_limit=study.recording.error_rate_limit,
             lag_limit_ms=study.recording.lag_limit_p99_ms,
             min_delivered_share=study.recording.min_delivered_share,
+            # Only speed cells give per-user speeds; elsewhere bursts are reported.
+            burst_limit=study.recording.max_burst_share if cell.kind == "speed" else None,
+            judge_timing=cell.kind in ("speed", "open"),  # identity/accuracy: texts, scores
         )
     )
     watchdog = asyncio.create_task(_watch(engine))

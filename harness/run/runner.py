@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import re
 import shutil
 import time
 from collections.abc import Iterable
@@ -17,6 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
+from harness.engines.base import expand_study
 from harness.engines.lifecycle import EngineProcess, start_engine
 from harness.engines.preflight import require_preflight
 from harness.errors import InputError, SpecbenchError
@@ -32,38 +31,10 @@ RERUN_SUFFIX = "/rerun1"
 
 
 def expand_environment(study: Study) -> Study:
-    """${VAR} in an arm's interpreter or command, the model path and a draft path is
-    the machine's business, not the study's: expanded for execution only, after the
-    seal is taken over the text as written."""
-    arms = []
-    for arm in study.arms:
-        update: dict[str, Any] = {}
-        launch = arm.launch
-        if launch is not None and (launch.python or launch.command):
-            changes: dict[str, Any] = {}
-            if launch.python:
-                changes["python"] = _expand(launch.python, arm.name, "launch.python")
-            if launch.command:
-                changes["command"] = [_expand(c, arm.name, "launch.command") for c in launch.command]
-            update["launch"] = launch.model_copy(update=changes)
-        if arm.drafter is not None and arm.drafter.model:
-            model = _expand(arm.drafter.model, arm.name, "drafter.model")
-            update["drafter"] = arm.drafter.model_copy(update={"model": model})
-        arms.append(arm.model_copy(update=update))
-    model = study.model.model_copy(update={"id": _expand(study.model.id, None, "model.id")})
-    return study.model_copy(update={"arms": arms, "model": model})
-
-
-def _expand(value: str, arm: str | None, field: str) -> str:
-    out = os.path.expandvars(value)
-    missing = re.findall(r"\$\{?(\w+)\}?", out)
-    if missing:
-        where = f"arm {arm!r} {field}" if arm else field
-        raise InputError(
-            f"{where}: environment variable {missing[0]} is not set (it names a path on"
-            " this machine; set it before running)"
-        )
-    return out
+    """${VAR} in the model id and the arms is the machine's business, not the study's:
+    expanded for execution only, after the seal is taken over the text as written
+    (the one expander, shared with `serve`)."""
+    return expand_study(study)
 
 
 def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:

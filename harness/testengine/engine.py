@@ -74,6 +74,7 @@ class Sequence:
     text: list[str] = field(default_factory=list)
     done: asyncio.Future | None = None
     prompt_key: int = 0  # the text is a function of the prompt, as greedy decoding is
+    held: list[tuple[bytes, list[int]]] = field(default_factory=list)  # flush_every_steps
 
 
 class ScriptedEngine:
@@ -254,6 +255,13 @@ class ScriptedEngine:
                 seq.rid, spec.served_model, {"content": "".join(group)},
                 finish if last else None, use)))
         sizes = [len(g) for g in groups]
+        if spec.flush_every_steps > 1:  # held until N steps are waiting or the stream ends
+            seq.held.append((b"".join(out), sizes))
+            if finish is None and len(seq.held) < spec.flush_every_steps:
+                return
+            out = [b"".join(data for data, _ in seq.held)]
+            sizes = [n for _, step_sizes in seq.held for n in step_sizes]
+            seq.held.clear()
         payload_began = time.monotonic()  # with t, brackets the write: the kernel stamps inside it
         if finish is not None:
             out.append(self._closing_events(seq))

@@ -63,6 +63,9 @@ class ScriptedEngineSpec(StrictModel):
     # per_request: the whole output in one chunk as the request ends, so first token
     # and end share a stamp (what a client that falls a whole request behind sees).
     chunking: Literal["per_step", "per_token", "per_request"] = "per_step"
+    # Hold a stream's chunks and write them together every N steps (and at its end):
+    # a server that flushes several steps at once, so they arrive under one stamp.
+    flush_every_steps: int = Field(default=1, ge=1)
     # Honour `stream_options.continuous_usage_stats` (cumulative usage on every chunk).
     continuous_usage: bool = True
     # Per-request speculation figures on the final chunk (vLLM `metrics.speculative_decoding`,

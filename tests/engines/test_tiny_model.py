@@ -69,3 +69,34 @@ def test_cli_writes_the_model(tmp_path: Path) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )
     assert bad.returncode == 2 and "exists and is not a folder" in bad.stderr
+
+
+def _bf16_tensors(path: Path) -> dict[str, bytes]:
+    """Raw bytes per tensor of a safetensors file (numpy cannot load bfloat16)."""
+    import struct
+
+    data = path.read_bytes()
+    (size,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + size])
+    body = data[8 + size:]
+    return {name: body[meta["data_offsets"][0]:meta["data_offsets"][1]]
+            for name, meta in header.items() if name != "__metadata__"}
+
+
+def test_pair_target_is_the_draft_plus_layers_that_add_nothing(tmp_path: Path) -> None:
+    from harness.engines.tiny_pair import DRAFT_LAYERS, build_tiny_pair
+
+    target, draft = build_tiny_pair(tmp_path / "a", seed=3, extra_layers=1)
+    again, _ = build_tiny_pair(tmp_path / "b", seed=3, extra_layers=1)
+    for name in FILES:
+        assert (target / name).read_bytes() == (again / name).read_bytes(), name
+    t, d = _bf16_tensors(target / "model.safetensors"), _bf16_tensors(draft / "model.safetensors")
+    assert all(t[name] == d[name] for name in d)  # every draft tensor, bit for bit
+    extra = f"model.layers.{DRAFT_LAYERS}."
+    for name in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):
+        assert set(t[extra + name]) == {0}  # the residual stream is left as it was
+    assert len(set(t[extra + "mlp.up_proj.weight"])) > 2  # ...but the layer has real weights
+    configs = [json.loads((m / "config.json").read_text()) for m in (target, draft)]
+    assert [c["num_hidden_layers"] for c in configs] == [DRAFT_LAYERS + 1, DRAFT_LAYERS]
+    assert configs[0]["torch_dtype"] == "bfloat16"
+    assert (target / "tokenizer.json").read_bytes() == (draft / "tokenizer.json").read_bytes()

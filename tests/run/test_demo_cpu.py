@@ -36,6 +36,9 @@ def test_demo_study_runs_on_the_cpu_engine_and_reports(
     assert {b["name"] for b in verdict["bars"]} >= {"pass.speed", "stop", "check"}
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete"
+    # A finished run leaves its tables beside the verdict (finalize_run).
+    for table in ("cells.csv", "speedups.csv", "cells.parquet", "speedups.parquet"):
+        assert (run / table).stat().st_size > 0, table
     for arm in ("cpu-base", "cpu-ngram", "cpu-draft"):
         assert manifest["engines"][arm][0]["version"].startswith("0.32")
 

@@ -1,0 +1,85 @@
+"""A speed is only taken from steps the client saw: bursts have none, and void a cell."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.analysis.cells import request_speed
+from harness.measure.bursts import burst_share, is_burst, largest_stamp_share
+from harness.measure.patterns import ClosedLoop
+from harness.records import RequestRecord
+from harness.testengine.server import serve_in_thread
+from harness.testengine.spec import ScriptedEngineSpec
+
+from .cells import prompts, run
+
+
+def record(times: list[float], tokens: list[int]) -> RequestRecord:
+    return RequestRecord(cell_id="c", index=0, item_id="i", scheduled_t=0.0, sent_t=0.0,
+                         first_token_t=times[0], end_t=times[-1], chunk_times=times,
+                         chunk_tokens=tokens, completion_tokens=sum(tokens))
+
+
+def test_most_tokens_under_one_stamp_is_a_burst_with_no_speed() -> None:
+    flushed = record([0.1] + [0.9] * 47, [1] * 48)  # first token, then 47 read together
+    assert is_burst(flushed) and largest_stamp_share(flushed) == pytest.approx(47 / 48)
+    assert request_speed(flushed) is None
+    merged = record([0.1, 0.9], [1, 47])  # the server merged 47 steps into one chunk
+    assert is_burst(merged) and request_speed(merged) is None
+
+
+def test_steps_a_step_apart_and_drafted_chunks_are_not_bursts() -> None:
+    steady = record([0.1 + 0.02 * i for i in range(48)], [1] * 48)
+    assert not is_burst(steady) and request_speed(steady) == pytest.approx(50.0)
+    drafted = record([0.1 + 0.03 * i for i in range(13)], [1] + [4] * 11 + [3])  # k = 3
+    assert not is_burst(drafted) and request_speed(drafted) is not None
+    half = record([0.1, 0.2, 0.2, 0.2], [1, 1, 1, 1])  # 3 of 4 under one stamp
+    assert is_burst(half)
+    assert burst_share([steady, drafted, half]) == pytest.approx(1 / 3)
+
+
+@pytest.mark.timing
+def test_a_server_flushing_many_steps_at_once_makes_the_cell_invalid() -> None:
+    # Every request's tokens are written in one write at its end: one segment, one
+    # stamp, however fast or slow the client is.
+    spec = ScriptedEngineSpec(weight_bytes=2e9, bandwidth_bytes_per_s=1e12, flush_every_steps=1000)
+    with serve_in_thread(spec) as eng:
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=6),
+                               lag_limit_ms=1000, burst_limit=0.10)
+    measured = [r for r in records if r.phase == "measure"]
+    assert len(measured) == 6 and all(r.ok and is_burst(r) for r in measured)
+    health = outcome.health
+    assert not health.valid and health.burst_share == 1.0 and health.burst_limit == 0.10
+    assert "6/6 requests arrived in bursts" in health.reason
+
+
+@pytest.mark.timing
+def test_one_token_chunks_a_step_apart_are_valid() -> None:
+    # 30 ms steps, 12 tokens: a request is a burst only if the client stops reading for
+    # more than six steps (180 ms); the lag limit is set out of the way so only bursts
+    # are judged here.
+    spec = ScriptedEngineSpec(weight_bytes=3e10, bandwidth_bytes_per_s=1e12)
+    with serve_in_thread(spec) as eng:
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=4),
+                               requests=prompts(max_tokens=12), lag_limit_ms=1000,
+                               burst_limit=0.10)
+    measured = [r for r in records if r.phase == "measure"]
+    assert all(r.ok and r.chunk_tokens == [1] * 12 for r in measured)
+    assert not any(is_burst(r) for r in measured)
+    assert outcome.health.valid and outcome.health.burst_share == 0.0
+
+
+@pytest.mark.timing
+def test_cells_read_for_texts_report_late_stamps_but_stay_valid() -> None:
+    # The same flushing engine: every chunk but the last is read late (a bound well over
+    # 5 ms). A speed cell is invalid for it; an identity or accuracy cell, whose figures
+    # are texts and scores, keeps it as a report.
+    spec = ScriptedEngineSpec(weight_bytes=2e9, bandwidth_bytes_per_s=1e12, flush_every_steps=1000)
+    with serve_in_thread(spec) as eng:
+        judged, _ = run(eng.base_url, ClosedLoop(concurrency=1, requests=2), lag_limit_ms=5)
+        texts, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=2), lag_limit_ms=5,
+                             judge_timing=False)
+    assert not judged.health.valid and "stamp bound p99" in judged.health.reason
+    assert texts.health.valid and not texts.health.timing_judged
+    assert texts.health.stamp_bound_p99_ms > 5 and texts.health.burst_share == 1.0
+    assert all(r.ok and r.output_text for r in records)
