@@ -32,7 +32,13 @@ def test_demo_study_runs_on_the_cpu_engine_and_reports(
               env=env, timeout=1800)
     run = run_folder(results)
     verdict = verdict_of(run)
-    assert verdict["verdict"] in {"PASS", "FAIL", "STOP", "INCOMPLETE"}
+    # On a 2-core CPU drafting does not double the tiny model's per-user speed
+    # (measured, quiet machine: the best drafter 1.0-2.2x at one to four users), so the
+    # demo registers the study's 2x bar and fails it; everything else it can judge holds.
+    assert verdict["verdict"] == "FAIL", json.dumps(verdict, indent=1)[:3000]
+    assert verdict["reasons"] == ["failed: pass.speed"], verdict["reasons"]
+    status = {b["name"]: b["status"] for b in verdict["bars"]}
+    assert status["stop"] == "not_fired" and status["pass.identity"] == "pass", status
     assert {b["name"] for b in verdict["bars"]} >= {"pass.speed", "stop", "check"}
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete"
