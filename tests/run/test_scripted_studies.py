@@ -155,6 +155,7 @@ def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(resul
          "--results", str(results), "--no-report"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
+    engines: list[psutil.Process] = []
     try:
         _wait_for(lambda: any(results.glob("*/cells/*/complete.json"))
                   and len(list(results.glob("*/cells/*/complete.json"))) >= 4, 120,
