@@ -187,6 +187,12 @@ def show(label: str, runs: list[Run], users: int | None, keys: list[str]) -> dic
         mean[tool] = {k: (float(np.mean([f[k] for f in mine])) if all(
             f[k] is not None for f in mine) else None) for k in keys}
         print(f"{'mean ' + tool:<22}" + "".join(f"{cell(mean[tool][k]):>14}" for k in keys))
+    for tool in ("specbench", "vllm bench"):
+        mine = [f for r, f in zip(runs, figs, strict=True) if r.tool == tool]
+        if len(mine) > 1:
+            print(f"{'spread ' + tool:<22}" + "".join(
+                f"{cell(_relative_spread([f[k] for f in mine])):>14}" for k in keys)
+                + "   (std / mean over runs)")
     ratios = {k: (mean["specbench"][k] / mean["vllm bench"][k]
                   if mean["specbench"][k] and mean["vllm bench"][k] else None) for k in keys}
     print(f"{'ratio specbench/peer':<22}" + "".join(f"{cell(ratios[k]):>14}" for k in keys))
@@ -197,6 +203,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--prompts", type=int, default=32, help="MT-Bench first turns")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="closed loop: repeat specbench, peer, peer, specbench this often")
     parser.add_argument("--rate", type=float, help="open-loop arrivals per s (default: half"
                         " the closed loop's request rate, so the server keeps up)")
     parser.add_argument("--arrivals", type=int, default=200, help="open-loop requests")
@@ -243,7 +251,14 @@ def main() -> int:
                 return vllm_bench(python, engine, model, dataset, len(prompts),
                                   tmp / f"closed{i}.json", concurrency=c)
 
-            runs = [ours(), peer(0), peer(1), ours()]  # both orders
+            # The first load on a fresh server pays its warm-up (caches, allocator, the
+            # first batches): a discarded pass, so neither tool's first run carries it.
+            peer(-1)
+            # Both orders, repeated: this VM's engine speed drifts by ~5-10% from one run
+            # to the next whichever tool drives it, so one pair cannot show a 5% gap.
+            runs = []
+            for r in range(args.rounds):
+                runs += [ours(), peer(2 * r), peer(2 * r + 1), ours()]
             keys = ["delivered", "share", "tok_s", "tpot_ms", "ttft_ms", "accept", "turn_p99_ms",
                     "req_s"]
             closed = show(f"closed loop, {c} users, {len(prompts)} MT-Bench first turns, "
@@ -268,6 +283,12 @@ def main() -> int:
     print(f"parity concurrency_ratio={r['delivered']:.3f} tok_s_ratio={r['tok_s']:.3f} "
           f"tpot_ratio={r['tpot_ms']:.3f} delivered_share={share:.3f}")
     return 0
+
+
+def _relative_spread(values: list[float | None]) -> float | None:
+    if any(v is None for v in values) or not np.mean(values):
+        return None
+    return float(np.std(values) / abs(np.mean(values)))
 
 
 def _autogroup(pid: int | None) -> str:

@@ -77,8 +77,12 @@ def parse_metrics(text: str, dialect: str) -> EngineSnapshot:
     if dialect not in _COUNTERS:
         raise ValueError(f"unknown metrics dialect {dialect!r} (expected vllm or sglang)")
     samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+    # The full page takes ~10 ms to parse (52 KB from vLLM 0.32): inside a cell that is
+    # the client's event loop held once a second. Parse only the series read here; a
+    # page with none of them is parsed whole, so text that is not Prometheus still fails.
+    wanted = _wanted_lines(text, dialect)
     try:
-        for family in text_string_to_metric_families(text):
+        for family in text_string_to_metric_families(wanted or text):
             for sample in family.samples:
                 samples[sample.name].append((sample.labels, float(sample.value)))
     except Exception as err:  # the parser raises ValueError, TypeError, IndexError...
@@ -100,6 +104,42 @@ def parse_metrics(text: str, dialect: str) -> EngineSnapshot:
     if dialect == "vllm":
         fields["accepted_per_position"] = _per_position(samples.get(_VLLM_PER_POSITION, []))
     return EngineSnapshot(**fields)
+
+
+def _sample_names(dialect: str) -> frozenset[str]:
+    names = set(_COUNTERS[dialect].values()) | set(_GAUGES[dialect].values())
+    if dialect == "vllm":
+        names.add(_VLLM_PER_POSITION)
+    return frozenset(names)
+
+
+_WANTED = {dialect: _sample_names(dialect) for dialect in _COUNTERS}
+# A family's name in its "# TYPE" line drops a counter's "_total".
+_WANTED_FAMILIES = {dialect: frozenset(n.removesuffix("_total") for n in names) | names
+                    for dialect, names in _WANTED.items()}
+
+
+def _wanted_lines(text: str, dialect: str) -> str:
+    """The lines of `text` that carry (or declare) a series parse_metrics reads; "" when
+    no sample line does."""
+    names, families = _WANTED[dialect], _WANTED_FAMILIES[dialect]
+    kept: list[str] = []
+    any_sample = False
+    for line in text.splitlines():
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") and parts[2] in families:
+                kept.append(line)
+            continue
+        end = len(line)
+        for stop in ("{", " "):
+            at = line.find(stop)
+            if at != -1:
+                end = min(end, at)
+        if line[:end] in names:
+            kept.append(line)
+            any_sample = True
+    return "\n".join(kept) + "\n" if any_sample else ""
 
 
 def _per_position(rows: list[tuple[dict[str, str], float]]) -> list[float] | None:

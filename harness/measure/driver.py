@@ -22,7 +22,12 @@ from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.requests import RequestSpec
 from harness.measure.stamp_bounds import stamp_bounds
 from harness.measure.stream import Received, chat_body, complete_record, receive_chat
-from harness.measure.transport import ConnectionSlots
+from harness.measure.transport import (
+    SEND_NOT_BEFORE,
+    ConnectionSlots,
+    holds_first_write,
+    wait_until,
+)
 from harness.records import ClientHealth, RequestRecord
 
 # A cell is aborted early only on real evidence: this many measured requests failed
@@ -153,16 +158,22 @@ async def run_cell(
         state.in_flight.add(task)
         body = chat_body(model, spec.messages, spec.max_tokens, sampling, extra_body)
         try:
-            waited = time.monotonic()
+            asked = time.monotonic()
             client = await slots.acquire()
-            slot_wait = time.monotonic() - waited  # client queueing, not client lag
+            # Waiting for a free slot past the due time is client queueing, not client lag.
+            queued = max(0.0, time.monotonic() - max(asked, scheduled_t))
             try:
-                rec.sent_t = time.monotonic()
+                if scheduled_t > time.monotonic():  # readied early (open loop): leave on time
+                    if timed_sends:
+                        SEND_NOT_BEFORE.set(scheduled_t)
+                    else:
+                        await wait_until(scheduled_t)
+                rec.sent_t = max(time.monotonic(), scheduled_t)
                 got = await receive_chat(client, url, body, rec, timeout_s)
             finally:
                 slots.release(client)
             if rec.phase == "measure":
-                health.request_sent(rec.sent_t - rec.scheduled_t - slot_wait)
+                health.request_sent(rec.sent_t - rec.scheduled_t - queued)
             health.request_done(Span(rec.sent_t, rec.end_t, user, rec.phase == "measure"))
         except asyncio.CancelledError:
             rec.end_t = time.monotonic()
@@ -178,6 +189,7 @@ async def run_cell(
         asyncio.get_running_loop().call_soon(complete_one)
         return rec.end_t
 
+    timed_sends = holds_first_write(base_url)
     slots = ConnectionSlots(base_url, pattern.connections, timeout_s)
     await slots.connect()
     # The cyclic garbage collector holds the interpreter, and with it the stamping

@@ -19,6 +19,7 @@ chunk times fall back to the moment the task reads them.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib.util
 import select
 import socket
@@ -241,6 +242,30 @@ class StampPathProbe:
         self._recv.close()
 
 
+# When a request's first bytes may leave (monotonic s). An open loop readies each request
+# ahead of its scheduled instant (body, slot, connection, httpx's own work) and the timed
+# stream holds the first write until then: on this VM the code that builds a request,
+# run after an idle gap, took 2-5 ms, and a sleep woke 1-5 ms late (benchmarks/README.md).
+SEND_NOT_BEFORE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "specbench_send_not_before", default=None)
+SPIN_S = 0.005  # the last stretch of a wait is polled, not slept
+
+
+async def wait_until(t: float, spin_s: float = SPIN_S) -> None:
+    """Return at monotonic time `t`: sleep, then poll the event loop for the last spin_s
+    (other tasks still run: each poll is a turn of the loop)."""
+    remaining = t - time.monotonic()
+    if remaining > spin_s:
+        await asyncio.sleep(remaining - spin_s)
+    while time.monotonic() < t:
+        await asyncio.sleep(0)
+
+
+def holds_first_write(base_url: str) -> bool:
+    """Whether make_client's connections honour SEND_NOT_BEFORE (the timed backend)."""
+    return base_url.startswith("http://")
+
+
 def _wake_all(streams: list[TimedStream]) -> None:
     for stream in streams:
         stream.wake()
@@ -311,6 +336,10 @@ class TimedStream(httpcore.AsyncNetworkStream):
             raise httpcore.WriteError("connection closed")
         if not buffer:  # h11's end-of-message for a sized body: nothing leaves
             return
+        not_before = SEND_NOT_BEFORE.get()
+        if not_before is not None:  # only a request's first write waits
+            SEND_NOT_BEFORE.set(None)
+            await wait_until(not_before)
         began = time.monotonic()  # taken before the send, so never after a reply's stamp
         try:
             await self.loop.sock_sendall(self.sock, buffer)
@@ -430,7 +459,11 @@ class ConnectionSlots:
         # Made before the cell starts, so their set-up is not charged to it.
         self._base_url = base_url.rstrip("/")
         self._clients = [make_client(base_url, 1, timeout_s) for _ in range(n)]
-        self._free: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
+        # Last in, first out: the slot released last is lent next, so a slow open loop
+        # keeps sending on a few warm connections. First in, first out walked all n, each
+        # idle longer than the server's keep-alive (uvicorn: 5 s), and nearly every send
+        # first paid for a reconnect (measured: send lag p50 4.5 ms, p99 18 ms at 5/s).
+        self._free: asyncio.LifoQueue[httpx.AsyncClient] = asyncio.LifoQueue()
         for client in self._clients:
             self._free.put_nowait(client)
 
@@ -457,5 +490,6 @@ class ConnectionSlots:
             await client.aclose()
 
 
-__all__ = ["ConnectionSlots", "StampPathProbe", "TimedBackend", "TimedStream", "arrival_time",
-           "make_client", "shared_ssl_context"]
+__all__ = ["SEND_NOT_BEFORE", "ConnectionSlots", "StampPathProbe", "TimedBackend", "TimedStream",
+           "arrival_time", "holds_first_write", "make_client", "shared_ssl_context",
+           "wait_until"]

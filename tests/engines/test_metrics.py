@@ -180,3 +180,28 @@ def test_scrape_ok_and_gaps(metrics_server) -> None:
     assert not gap.ok and "not Prometheus text" in gap.error
     unreachable = scrape_metrics(f"http://127.0.0.1:{free_port()}/metrics", "vllm", timeout_s=2)
     assert not unreachable.ok and "ConnectError" in unreachable.error
+
+
+@pytest.mark.parametrize("name", sorted(
+    str(p.relative_to(FIXTURES)) for p in FIXTURES.glob("*/*.metrics.txt")))
+def test_parsing_only_the_read_series_gives_the_full_parse(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scraper parses the lines of the series it reads (a tenth of the time, inside
+    the client's event loop); every field must be what parsing the whole page gives."""
+    import harness.engines.metrics as metrics
+
+    dialect = name.split("/")[0]
+    text = fixture(name)
+    assert metrics._wanted_lines(text, dialect)  # the fast path is the one taken
+    fast = parse_metrics(text, dialect)
+    monkeypatch.setattr(metrics, "_wanted_lines", lambda text, dialect: "")
+    assert fast == parse_metrics(text, dialect)
+
+
+def test_a_page_with_none_of_the_read_series_is_parsed_whole() -> None:
+    """HTML (a wrong port) still fails as not Prometheus; a valid page of other series is
+    an empty snapshot."""
+    with pytest.raises(MetricsParseError):
+        parse_metrics("<html><body>vllm:generation_tokens_total</body></html>\n", "vllm")
+    empty = parse_metrics("# TYPE other_total counter\nother_total 3\n", "vllm")
+    assert empty.generation_tokens is None and empty.drafts is None

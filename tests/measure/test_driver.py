@@ -356,3 +356,44 @@ def test_an_open_loop_client_sending_late_marks_the_cell_invalid(tmp_path) -> No
     # The late sends are inside the latency, which runs from the schedule.
     assert all(r.latency_from == "scheduled" and r.ttft_s >= r.queue_delay_s
                for r in cell.records)
+
+
+def test_an_open_loop_request_is_readied_early_and_leaves_at_its_instant(
+        tmp_path, monkeypatch) -> None:
+    """The driver gets each open-loop request READY_AHEAD_S before it is due and builds
+    it then (here each build holds the interpreter 10 ms, as a cold client's did); the
+    first write is held until the scheduled instant, so no request reaches the engine
+    before it is due, and what is recorded as its send is never before it either."""
+    import asyncio
+
+    import harness.measure.driver as driver
+    from harness.measure.patterns import READY_AHEAD_S
+    from harness.testengine.process import ScriptedEngineProcess
+
+    built: dict[str, float] = {}
+    real_body = driver.chat_body
+
+    def slow_body(model, messages, *args, **kwargs):
+        built[messages[0]["content"]] = time.monotonic()
+        hold_interpreter(0.01)
+        return real_body(model, messages, *args, **kwargs)
+
+    monkeypatch.setattr(driver, "chat_body", slow_body)
+    records: list = []
+    spec = ScriptedEngineSpec(weight_bytes=0.005 * 1e12, bandwidth_bytes_per_s=1e12)
+    requests = [RequestSpec(f"p{i}", [{"role": "user", "content": f"prompt {i}"}], 4)
+                for i in range(30)]
+    with ScriptedEngineProcess(spec, tmp_path / "engine") as eng:
+        asyncio.run(driver.run_cell(
+            base_url=eng.base_url, model="scripted", requests=requests,
+            pattern=OpenLoop(rate=20, requests=30, seed=5), sampling={}, extra_body={},
+            cell_id="c", attempt=1, on_record=records.append, lag_limit_ms=5.0))
+        truth, _ = eng.truth()
+    assert len(records) == 30 and all(r.ok for r in records)
+    for rec in records:
+        arrived = truth[rec.response_id]["arrival_t"]
+        assert arrived >= rec.scheduled_t, f"request {rec.index} reached the engine early"
+        assert rec.sent_t >= rec.scheduled_t
+        # Built before it was due: the ready-ahead is what keeps the build out of the lag.
+        assert built[f"prompt {rec.index}"] >= rec.scheduled_t - READY_AHEAD_S - 1e-3
+    assert any(built[f"prompt {r.index}"] < r.scheduled_t for r in records)
