@@ -31,7 +31,6 @@ SGLANG_ALGORITHMS = {
     "dspark": "DSPARK",
 }
 EAGLE_FAMILY = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"}
-BLOCK_DRAFTERS = {"DFLASH", "DSPARK"}
 # What SGLang sets max_running_requests to for any speculative algorithm unless passed.
 SPECULATIVE_RUNNING_CAP = 48
 
@@ -42,9 +41,11 @@ def speculative_args(arm: Arm) -> list[str]:
     For chain drafters specbench's num_draft_tokens is k, the tokens drafted per
     round (vLLM's num_speculative_tokens), while SGLang's --speculative-num-draft-tokens
     counts the verify window, the k drafts plus the token they extend: k + 1. EAGLE
-    chains also take --speculative-num-steps k with top-k 1. For block drafters
-    (DFLASH, DSPARK) num_draft_tokens is the block size, which is SGLang's own unit
-    (a b16 DFlash draft: 16). Each drafter option `key: value` becomes
+    chains also take --speculative-num-steps k with top-k 1. DFLASH's unit is its
+    block, which is the verify window (a b16 DFlash draft: 16), passed as is. DSPARK
+    takes gamma, the tokens it drafts, as --speculative-dspark-block-size k and sets
+    the verify window to k + 1 itself (SGLang 0.5.23 arg_groups/fields/spec.py:78,
+    arg_groups/speculative_hook.py:807-838). Each drafter option `key: value` becomes
     `--speculative-key value` and wins over these defaults (e.g. `eagle_topk: 4`,
     `num_draft_tokens: 10`, `ngram_max_trie_depth: 18`).
     """
@@ -56,8 +57,10 @@ def speculative_args(arm: Arm) -> list[str]:
     if algorithm in EAGLE_FAMILY:
         flags["num_steps"] = d.num_draft_tokens
         flags["eagle_topk"] = 1
-    if algorithm in BLOCK_DRAFTERS:
+    if algorithm == "DFLASH":
         flags["num_draft_tokens"] = d.num_draft_tokens
+    elif algorithm == "DSPARK":
+        flags["dspark_block_size"] = d.num_draft_tokens
     else:
         flags["num_draft_tokens"] = d.num_draft_tokens + 1
     flags.update(d.options)

@@ -228,3 +228,23 @@ def test_expand_arm_variables(tmp_path: Path) -> None:
     assert expanded.drafter.model == "/d/small"
     assert expanded.launch.extra_args == ["--download-dir", "${DL}"]
     assert study.arm("d").launch.python == "${PY}"  # the registered arm is untouched
+
+
+def test_sglang_dspark_takes_gamma_and_sets_its_verify_window_itself() -> None:
+    """SGLang 0.5.23 (arg_groups/speculative_hook.py:807-838): DSPARK's
+    --speculative-dspark-block-size is gamma, the tokens drafted; the verify window
+    --speculative-num-draft-tokens must be gamma + 1, which SGLang sets from it. The
+    adapter used to pass gamma as the verify window, one short (SGLang refuses a window
+    other than gamma + 1 when the checkpoint gives gamma)."""
+    study = study_with(arm("dspark", "sglang", {"method": "dspark", "model": "o/d",
+                                                "num_draft_tokens": 7}))
+    assert speculative_args(study.arm("dspark")) == [
+        "--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", "o/d",
+        "--speculative-dspark-block-size", "7",
+    ]
+    # DFLASH's block is its verify window, passed as is.
+    study = study_with(arm("dflash", "sglang", {"method": "dflash", "model": "o/d",
+                                                "num_draft_tokens": 16}))
+    flags = speculative_args(study.arm("dflash"))
+    assert option_value(flags, "--speculative-num-draft-tokens") == "16"
+    assert "--speculative-dspark-block-size" not in flags
