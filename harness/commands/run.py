@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from harness.engines.preflight import settings_lines
 from harness.paths import REPORTS_DIR, RESULTS_DIR
 from harness.prereg import load_study_file
 from harness.run.runner import Runner, find_run, new_run, prepare, reopen_run
@@ -36,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
 
         raise InputError("give --resume or --run-id, not both")
     study = prepare(loaded)  # pre-flight: every arm checked before any engine starts
+    for line in settings_lines(study):  # what each arm resolves to (drafter precision, ...)
+        console.print(line)
     if args.resume is not None:
         store = find_run(args.results, loaded, args.resume or None)
         reopen_run(store, loaded, args.allow_deviation)

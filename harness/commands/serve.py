@@ -16,7 +16,7 @@ from pathlib import Path
 
 from harness.engines.base import expand_study
 from harness.engines.lifecycle import start_engine
-from harness.engines.preflight import require_preflight
+from harness.engines.preflight import require_preflight, settings_lines
 from harness.errors import InputError, SpecbenchError
 from harness.paths import CACHE_DIR
 from harness.prereg import load_study
@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{args.prereg}: no arm named {args.arm!r} (arms: {', '.join(names)})")
     arm = study.arm(args.arm)
     require_preflight(study, [arm.name])
+    for line in settings_lines(study, [arm.name]):
+        print(line, flush=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     log_dir = Path(args.log_dir) if args.log_dir else CACHE_DIR / "serve" / f"{arm.name}-{stamp}"
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)

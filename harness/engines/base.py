@@ -53,6 +53,19 @@ class EngineKind(ABC):
             fields["chat_template_kwargs"] = dict(study.model.chat_template_kwargs)
         return fields
 
+    def resolved_settings(self, arm: Arm, study: Study) -> dict[str, str]:
+        """Settings that change what an arm measures and that the engine would otherwise
+        decide by itself, as this kind resolves them, in words: shown by pre-flight, kept
+        in the manifest (EngineInfo.settings) and in the report."""
+        return {"drafter_precision": self.drafter_precision(arm, study)} if arm.drafter else {}
+
+    def drafter_precision(self, arm: Arm, study: Study) -> str:
+        """The draft weights' precision as this engine will load them."""
+        d = arm.drafter
+        if d is None:
+            return "none (no drafter)"
+        return "checkpoint's own" if d.quantization == "checkpoint" else d.quantization
+
     def dialect_for(self, arm: Arm) -> Literal["vllm", "sglang"]:
         """The /metrics dialect this arm's engine speaks (a kind may decide per arm)."""
         return self.metrics_dialect

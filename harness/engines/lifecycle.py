@@ -57,6 +57,8 @@ class EngineInfo(BaseModel):
     version: str | None = None
     command: list[str] = []
     env_overrides: dict[str, str] = {}
+    # EngineKind.resolved_settings: the drafter's precision, SGLang's admission delay.
+    settings: dict[str, str] = {}
     gpu: str | None = None
     started_wall: float  # time.time() when started (or attached)
     started_iso: str
@@ -262,6 +264,7 @@ def start_engine(arm: Arm, study: Study, log_dir: Path, *, port: int | None = No
         metrics_dialect=kind.dialect_for(arm),
         command=cmd,
         env_overrides=redact_secrets(overrides),
+        settings=kind.resolved_settings(arm, study),
         gpu=gpu_description(),
         started_wall=started,
         started_iso=dt.datetime.fromtimestamp(started, dt.UTC).isoformat(),

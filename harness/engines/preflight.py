@@ -5,8 +5,14 @@ interpreter (or command) exists and imports the engine at the expected version;
 the model and draft model are given (and exist, when they are local paths); its
 effective running-request cap covers the highest registered concurrency (SGLang
 silently caps it at 48 for any speculative algorithm unless it is passed); its
-baseline is a no-drafter arm on the same engine; a fixed port is free. Attached
-endpoints must answer and serve the registered model.
+baseline is a no-drafter arm on the same engine; a fixed port is free; a drafter
+without weights registers no precision; an SGLang drafter arm admits requests like its
+baseline (SGLang turns its admission delay on by itself for DFLASH and DSPARK).
+Attached endpoints must answer and serve the registered model.
+
+`settings_lines` shows what each arm resolves to that the engine would otherwise pick
+by itself (the drafter's precision, SGLang's admission delay); `run` and `serve`
+print it before any engine starts.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from harness.engines import ENGINE_KINDS
 from harness.engines.base import EngineKind, expand_arm, looks_like_local_path
 from harness.engines.lifecycle import attach_problem, probe_version
 from harness.engines.process import port_in_use
-from harness.engines.sglang_engine import SPECULATIVE_RUNNING_CAP
+from harness.engines.sglang_engine import SPECULATIVE_RUNNING_CAP, SglangKind
 from harness.errors import SpecbenchError
 
 if TYPE_CHECKING:
@@ -29,6 +35,8 @@ if TYPE_CHECKING:
 
 # Methods that draft without weights of their own (vLLM and SGLang spellings).
 MODEL_FREE_METHODS = {"ngram", "ngram_gpu", "suffix", "mtp", "nextn"}
+# ... and of those, the ones with no draft weights at all (an MTP head has the target's).
+WEIGHTLESS_METHODS = {"ngram", "ngram_gpu", "suffix"}
 
 
 def preflight(study: Study, arms: list[str] | None = None) -> list[str]:
@@ -55,6 +63,7 @@ def preflight(study: Study, arms: list[str] | None = None) -> list[str]:
         out += _model_problems(arm, study)
         out += _baseline_problems(arm, by_name)
         out += _cap_problems(arm, kind, highest)
+        out += _admission_problems(arm, kind, by_name)
         if arm.attach is not None:
             attached.append(arm)
         elif not missing:
@@ -123,7 +132,44 @@ def _model_problems(arm: Arm, study: Study) -> list[str]:
             out.append(f"drafter method {d.method!r} needs a draft model (drafter.model)")
         elif d.model is not None and arm.attach is None and _local_missing(d.model):
             out.append(f"draft model path {d.model} does not exist")
+        if d.method.lower() in WEIGHTLESS_METHODS and d.quantization != "checkpoint":
+            out.append(f"drafter.quantization {d.quantization!r} has no effect: {d.method}"
+                       " has no draft weights (leave it at checkpoint)")
     return out
+
+
+def _admission_problems(arm: Arm, kind: EngineKind, by_name: dict[str, Arm]) -> list[str]:
+    """An SGLang drafter arm must hold new requests back exactly as its baseline does."""
+    base = by_name.get(arm.baseline or "")
+    if not isinstance(kind, SglangKind) or arm.attach is not None or base is None:
+        return []
+    if base.engine != arm.engine or base.attach is not None:
+        return []
+    here, there = kind.admission_threshold(arm), kind.admission_threshold(expand_arm(base)[0])
+    if here == there:
+        return []
+    def said(t: int | None) -> str:
+        return "off" if t is None else f"{t} free slots"
+    return [
+        f"SGLang's admission delay (min_free_slots_delay) is {said(here)} here and"
+        f" {said(there)} on baseline {base.name!r}: new requests would queue differently"
+        " (SGLang turns it on by itself for DFLASH and DSPARK); register the same"
+        " min_free_slots_delay on both arms"
+    ]
+
+
+def settings_lines(study: Study, arms: list[str] | None = None) -> list[str]:
+    """One line per arm and setting: what each arm resolves to (EngineKind.resolved_settings)."""
+    lines = []
+    for arm in study.arms:
+        if arms and arm.name not in arms:
+            continue
+        kind = ENGINE_KINDS.get(arm.engine)
+        if kind is None or arm.attach is not None:
+            continue
+        for key, value in kind.resolved_settings(expand_arm(arm)[0], study).items():
+            lines.append(f"arm {arm.name!r}: {key.replace('_', ' ')}: {value}")
+    return lines
 
 
 def _baseline_problems(arm: Arm, by_name: dict[str, Arm]) -> list[str]:

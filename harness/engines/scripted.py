@@ -32,6 +32,9 @@ class ScriptedKind(EngineKind):
             spec = spec.model_copy(update={"max_batch": arm.max_running_requests})
         return spec
 
+    def drafter_precision(self, arm: Arm, study: Study) -> str:
+        return "none (declared by the scripted spec; no weights)"
+
     def dialect_for(self, arm: Arm) -> Literal["vllm", "sglang"]:
         """The /metrics dialect this arm's scripted engine speaks."""
         return self.spec(arm).metrics_dialect

@@ -4,14 +4,27 @@ Flags checked against sgl-project/sglang: python/sglang/srt/server_args.py (the
 argument parser) and python/sglang/srt/arg_groups/speculative_hook.py (what each
 speculative algorithm does to the server args; every one of them -- EAGLE family,
 NGRAM, DFLASH, Frozen-KV MTP -- sets max_running_requests to 48 when it is not
-passed).
+passed). The drafter's precision and the admission delay were read in the 0.5.23
+wheel (python/sglang/srt/...):
+- arg_groups/fields/spec.py:216 `--speculative-draft-model-quantization`, choices
+  QUANTIZATION_CHOICES (arg_groups/choices.py:32, `unquant` at :65);
+  arg_groups/serving_hook.py:676-709: unset, the draft takes the target's
+  --quantization; `unquant` resolves to None, so the draft's ModelConfig reads the
+  checkpoint's own quantization_config (configs/model_config.py:2000-).
+- arg_groups/fields/schedule.py:273 `--min-free-slots-delay N`;
+  managers/min_free_slots_delayer.py:4-22 resolves it and managers/scheduler.py:1225-1236
+  applies it: unset, DFLASH and DSPARK (is_dflash_family) with max_running_requests >= 8
+  hold new prefills until min(4, max(2, (max_running_requests + 5) // 6)) slots are free.
+- arg_groups/fields/spec.py:78 and speculative_hook.py:807-838: DSPARK takes
+  `--speculative-dspark-block-size` gamma (tokens drafted) and sets
+  --speculative-num-draft-tokens to the verify window gamma + 1 (a different one fails).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from harness.engines.base import EngineKind, int_option
+from harness.engines.base import EngineKind, int_option, option_value
 
 if TYPE_CHECKING:
     from harness.prereg.schema import Arm, Study
@@ -31,8 +44,19 @@ SGLANG_ALGORITHMS = {
     "dspark": "DSPARK",
 }
 EAGLE_FAMILY = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"}
+# Algorithms SGLang turns the admission delay on for by itself (is_dflash_family).
+DFLASH_FAMILY = {"DFLASH", "DSPARK"}
+# Drafters without weights of their own: no draft quantization to set.
+WEIGHTLESS = {"NGRAM"}
 # What SGLang sets max_running_requests to for any speculative algorithm unless passed.
 SPECULATIVE_RUNNING_CAP = 48
+# drafter.quantization `checkpoint` in SGLang's spelling: no override, the checkpoint's own.
+UNQUANT = "unquant"
+
+
+def sglang_algorithm(arm: Arm) -> str | None:
+    d = arm.drafter
+    return None if d is None else SGLANG_ALGORITHMS.get(d.method.lower(), d.method.upper())
 
 
 def speculative_args(arm: Arm) -> list[str]:
@@ -44,15 +68,16 @@ def speculative_args(arm: Arm) -> list[str]:
     chains also take --speculative-num-steps k with top-k 1. DFLASH's unit is its
     block, which is the verify window (a b16 DFlash draft: 16), passed as is. DSPARK
     takes gamma, the tokens it drafts, as --speculative-dspark-block-size k and sets
-    the verify window to k + 1 itself (SGLang 0.5.23 arg_groups/fields/spec.py:78,
-    arg_groups/speculative_hook.py:807-838). Each drafter option `key: value` becomes
+    the verify window to k + 1 itself. Each drafter option `key: value` becomes
     `--speculative-key value` and wins over these defaults (e.g. `eagle_topk: 4`,
-    `num_draft_tokens: 10`, `ngram_max_trie_depth: 18`).
+    `num_draft_tokens: 10`, `ngram_max_trie_depth: 18`). A drafter with weights gets
+    --speculative-draft-model-quantization: `unquant` for `checkpoint` (without the
+    flag SGLang would quantize it like the target).
     """
     d = arm.drafter
-    if d is None:
+    algorithm = sglang_algorithm(arm)
+    if d is None or algorithm is None:
         return []
-    algorithm = SGLANG_ALGORITHMS.get(d.method.lower(), d.method.upper())
     flags: dict[str, Any] = {}
     if algorithm in EAGLE_FAMILY:
         flags["num_steps"] = d.num_draft_tokens
@@ -63,6 +88,9 @@ def speculative_args(arm: Arm) -> list[str]:
         flags["dspark_block_size"] = d.num_draft_tokens
     else:
         flags["num_draft_tokens"] = d.num_draft_tokens + 1
+    quantization = draft_quantization_flag(arm)
+    if quantization is not None:
+        flags["draft_model_quantization"] = quantization
     flags.update(d.options)
     args = ["--speculative-algorithm", algorithm]
     if d.model is not None:
@@ -78,6 +106,26 @@ def speculative_args(arm: Arm) -> list[str]:
         else:
             args += [flag, str(value)]
     return args
+
+
+def draft_quantization_flag(arm: Arm) -> str | None:
+    """--speculative-draft-model-quantization's value (None: not passed, no draft weights)."""
+    d = arm.drafter
+    if d is None or sglang_algorithm(arm) in WEIGHTLESS:
+        return None
+    return UNQUANT if d.quantization == "checkpoint" else d.quantization
+
+
+def min_free_slots(algorithm: str | None, explicit: int | None, max_running: int | None) -> int | None:
+    """The free-slot threshold SGLang 0.5.23 holds new prefills for (None: off), as
+    managers/min_free_slots_delayer.py resolves it; `max_running` is the engine's
+    running-request cap (None: unknown, sized from memory)."""
+    if explicit is not None:
+        threshold = explicit if max_running is None else min(explicit, max_running)
+        return threshold if threshold > 1 else None
+    if algorithm in DFLASH_FAMILY and max_running is not None and max_running >= 8:
+        return min(4, max(2, (max_running + 5) // 6))
+    return None
 
 
 class SglangKind(EngineKind):
@@ -108,9 +156,7 @@ class SglangKind(EngineKind):
         cmd += ["--random-seed", str(study.sampling.seed)]
         if arm.max_running_requests is not None:
             cmd += ["--max-running-requests", str(arm.max_running_requests)]
-        cmd += speculative_args(arm)
-        cmd += list(arm.launch.extra_args) if arm.launch is not None else []
-        return cmd
+        return cmd + self.own_args(arm)
 
     def request_fields(self, arm: Arm, study: Study) -> dict[str, Any]:
         fields = super().request_fields(arm, study)
@@ -119,6 +165,53 @@ class SglangKind(EngineKind):
             # sglext.spec_tokens_details on the final chunk.
             fields["return_spec_tokens_details"] = True
         return fields
+
+    def drafter_precision(self, arm: Arm, study: Study) -> str:
+        if arm.drafter is None or sglang_algorithm(arm) in WEIGHTLESS:
+            return "none (no draft weights)"
+        # Read back from the flags as passed: an option or extra arg may override ours.
+        flag = option_value(self.own_args(arm), "--speculative-draft-model-quantization")
+        if flag is None:
+            return (f"the target's ({study.model.quantization or 'none'}):"
+                    " --speculative-draft-model-quantization is not passed")
+        if flag == UNQUANT:
+            return ("checkpoint's own (--speculative-draft-model-quantization unquant; unset,"
+                    " SGLang gives the draft the target's"
+                    f" --quantization {study.model.quantization or '(none)'})")
+        return f"{flag} (--speculative-draft-model-quantization {flag})"
+
+    def resolved_settings(self, arm: Arm, study: Study) -> dict[str, str]:
+        settings = super().resolved_settings(arm, study)
+        settings["min_free_slots_delay"] = self.admission_delay(arm)
+        return settings
+
+    def admission_threshold(self, arm: Arm) -> int | None:
+        """Free slots SGLang waits for before admitting new requests (None: off)."""
+        explicit = int_option(self.own_args(arm), "--min-free-slots-delay")
+        return min_free_slots(sglang_algorithm(arm), explicit, self.effective_max_running(arm))
+
+    def admission_delay(self, arm: Arm) -> str:
+        """The admission delay in words, and where its value comes from."""
+        explicit = option_value(self.own_args(arm), "--min-free-slots-delay")
+        cap = self.effective_max_running(arm)
+        threshold = self.admission_threshold(arm)
+        state = "off" if threshold is None else f"{threshold} free slots"
+        if explicit is not None:
+            return f"{state} (--min-free-slots-delay {explicit})"
+        if sglang_algorithm(arm) in DFLASH_FAMILY:
+            if cap is None:
+                return ("on: SGLang's DFLASH/DSPARK default, from max_running_requests"
+                        " (not passed; the cap is sized from memory)")
+            return f"{state} (not passed: SGLang's own DFLASH/DSPARK default at {cap} running)"
+        return f"{state} (not passed: SGLang's default)"
+
+    def own_args(self, arm: Arm) -> list[str]:
+        """The flags this arm adds after the model's (the arm's extra args last, winning)."""
+        args = []
+        if arm.min_free_slots_delay is not None:
+            args += ["--min-free-slots-delay", str(arm.min_free_slots_delay)]
+        args += speculative_args(arm)
+        return args + (list(arm.launch.extra_args) if arm.launch is not None else [])
 
     def effective_max_running(self, arm: Arm) -> int | None:
         extra = arm.launch.extra_args if arm.launch is not None else []

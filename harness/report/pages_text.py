@@ -124,6 +124,8 @@ def environment_pages(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
             keys = ("kind", "version", "gpu", "started_wall", "command")
             shown = {k: info.get(k) for k in keys if k in info}
             lines.append(f"  {arm}: {_short(shown, 300)}")
+    lines += ["", "arm settings the engine would otherwise pick (as each engine started):"]
+    lines += _settings_lines(a) or ["  none"]
     lines += ["", "deviations from the registered study:"]
     devs = m.get("deviations") or []
     lines += [f"  {d.get('when')}: {d.get('what')} (seal {str(d.get('old_seal'))[:12]} ->"
@@ -158,6 +160,24 @@ def environment_pages(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
         if len(bad) else []
     lines += _burst_lines(a)
     return text_pages(pdf, "Environment, seal and deviations", lines)
+
+
+def _settings_lines(a: Analysis) -> list[str]:
+    """Each arm's resolved settings (drafter precision, SGLang's admission delay): from
+    its last engine start in the manifest, else resolved from the study (never started)."""
+    from harness.engines import ENGINE_KINDS
+
+    engines = a.run.manifest.get("engines") or {}
+    lines = []
+    for arm in a.run.study.arms:
+        started = [i for i in engines.get(arm.name, []) if "settings" in i]
+        settings, where = (started[-1]["settings"] if started else {}), ""
+        kind = ENGINE_KINDS.get(arm.engine)
+        if not started and kind is not None and arm.attach is None:
+            settings, where = kind.resolved_settings(arm, a.run.study), " (no start recorded)"
+        lines += [f"  {arm.name}: {key.replace('_', ' ')}: {value}{where}"
+                  for key, value in settings.items()]
+    return lines
 
 
 def _burst_lines(a: Analysis) -> list[str]:

@@ -10,7 +10,7 @@ from conftest import tiny_study
 
 from harness.engines import ENGINE_KINDS, get_engine_kind
 from harness.engines.base import EngineKind, expand_arm, option_value, parse_version_output
-from harness.engines.sglang_engine import SglangKind, speculative_args
+from harness.engines.sglang_engine import SglangKind, min_free_slots, speculative_args
 from harness.engines.vllm_engine import VLLM_CPU_LAUNCHER, VllmCpuKind, VllmKind
 from harness.errors import SpecbenchError
 
@@ -159,6 +159,8 @@ def test_sglang_command_dflash() -> None:
     assert option_value(cmd, "--speculative-draft-model-path") == "z-lab/Qwen3-8B-DFlash-b16"
     assert option_value(cmd, "--speculative-draft-model-revision") == "r2"
     assert option_value(cmd, "--speculative-num-draft-tokens") == "16"  # the block size
+    # The BF16 drafter keeps its precision: unset, SGLang would give it the target's fp8.
+    assert option_value(cmd, "--speculative-draft-model-quantization") == "unquant"
 
 
 def test_sglang_speculative_flags_per_algorithm() -> None:
@@ -178,7 +180,7 @@ def test_sglang_speculative_flags_per_algorithm() -> None:
     assert flags("eagle3") == [
         "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "o/h",
         "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", "4",
+        "--speculative-num-draft-tokens", "4", "--speculative-draft-model-quantization", "unquant",
     ]
     assert flags("ngram") == [
         "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5",
@@ -240,7 +242,7 @@ def test_sglang_dspark_takes_gamma_and_sets_its_verify_window_itself() -> None:
                                                 "num_draft_tokens": 7}))
     assert speculative_args(study.arm("dspark")) == [
         "--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", "o/d",
-        "--speculative-dspark-block-size", "7",
+        "--speculative-dspark-block-size", "7", "--speculative-draft-model-quantization", "unquant",
     ]
     # DFLASH's block is its verify window, passed as is.
     study = study_with(arm("dflash", "sglang", {"method": "dflash", "model": "o/d",
@@ -248,3 +250,102 @@ def test_sglang_dspark_takes_gamma_and_sets_its_verify_window_itself() -> None:
     flags = speculative_args(study.arm("dflash"))
     assert option_value(flags, "--speculative-num-draft-tokens") == "16"
     assert "--speculative-dspark-block-size" not in flags
+
+
+def test_sglang_drafter_precision_flag_and_words() -> None:
+    study = study_with(
+        arm("own", "sglang", {"method": "dflash", "model": "o/d", "num_draft_tokens": 16}),
+        arm("fp8", "sglang", {"method": "eagle3", "model": "o/h", "num_draft_tokens": 3,
+                              "quantization": "fp8"}),
+        arm("ngram", "sglang", {"method": "ngram", "num_draft_tokens": 3}),
+        arm("opt", "sglang", {"method": "dflash", "model": "o/d", "num_draft_tokens": 16,
+                              "options": {"draft_model_quantization": "w8a8_fp8"}}),
+        quantization="fp8",
+    )
+    kind = get_engine_kind("sglang")
+
+    def flag(name: str) -> str | None:
+        cmd = kind.command(study.arm(name), study, "h", 1)
+        return option_value(cmd, "--speculative-draft-model-quantization")
+
+    assert flag("own") == "unquant" and flag("fp8") == "fp8"
+    assert flag("ngram") is None and flag("base") is None  # no draft weights, no drafter
+    assert flag("opt") == "w8a8_fp8"  # an option overrides, and the words follow the flag
+    words = {name: kind.drafter_precision(study.arm(name), study)
+             for name in ("own", "fp8", "ngram", "opt")}
+    assert words["own"].startswith("checkpoint's own (--speculative-draft-model-quantization unquant")
+    assert "target's --quantization fp8" in words["own"]
+    assert words["fp8"] == "fp8 (--speculative-draft-model-quantization fp8)"
+    assert words["ngram"] == "none (no draft weights)"
+    assert words["opt"] == "w8a8_fp8 (--speculative-draft-model-quantization w8a8_fp8)"
+    assert "drafter_precision" not in kind.resolved_settings(study.arm("base"), study)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "explicit", "cap", "threshold"),
+    [
+        # SGLang 0.5.23 managers/min_free_slots_delayer.py: unset, only the DFLASH family
+        # with a cap of 8 or more, at min(4, max(2, (cap + 5) // 6)).
+        ("DFLASH", None, 64, 4), ("DSPARK", None, 64, 4), ("DFLASH", None, 13, 3),
+        ("DFLASH", None, 8, 2), ("DFLASH", None, 7, None), ("DFLASH", None, None, None),
+        ("EAGLE3", None, 64, None), (None, None, 64, None),
+        # An explicit value wins, capped by the running cap; 0 or 1 turns it off.
+        ("DFLASH", 1, 64, None), ("DFLASH", 0, 64, None), (None, 6, 64, 6), (None, 6, 4, 4),
+        ("NGRAM", 3, None, 3),
+    ],
+)
+def test_sglang_min_free_slots_resolves_as_sglang_does(algorithm, explicit, cap, threshold) -> None:
+    assert min_free_slots(algorithm, explicit, cap) == threshold
+
+
+def test_sglang_admission_delay_flag_and_words() -> None:
+    study = study_with(
+        arm("dflash", "sglang", {"method": "dflash", "model": "o/d", "num_draft_tokens": 16},
+            max_running_requests=64),
+        arm("off", "sglang", {"method": "dflash", "model": "o/d", "num_draft_tokens": 16},
+            max_running_requests=64, min_free_slots_delay=1),
+    )
+    kind = get_engine_kind("sglang")
+    assert option_value(kind.command(study.arm("off"), study, "h", 1), "--min-free-slots-delay") == "1"
+    assert "--min-free-slots-delay" not in kind.command(study.arm("dflash"), study, "h", 1)
+    settings = {n: kind.resolved_settings(study.arm(n), study)["min_free_slots_delay"]
+                for n in ("dflash", "off", "base")}
+    assert settings == {
+        "dflash": "4 free slots (not passed: SGLang's own DFLASH/DSPARK default at 64 running)",
+        "off": "off (--min-free-slots-delay 1)",
+        "base": "off (not passed: SGLang's default)",
+    }
+    flagged = arm("flagged", "sglang", min_free_slots_delay=1)
+    flagged["launch"]["extra_args"] = ["--min-free-slots-delay", "3", "--max-running-requests", "64"]
+    study = study_with(flagged)
+    assert kind.admission_threshold(study.arm("flagged")) == 3  # the arm's own flags win
+    with pytest.raises(ValueError, match="min_free_slots_delay is an SGLang setting"):
+        study_with(arm("v", "vllm", min_free_slots_delay=1))
+
+
+def test_vllm_drafter_precision_goes_in_the_speculative_config() -> None:
+    """vLLM 0.32: SpeculativeConfig.quantization (config/speculative.py:415) left unset
+    loads the draft as its checkpoint says (config/model.py:1441), never the target's;
+    only an mtp draft without a model of its own takes the target's (:1160-1163)."""
+    study = study_with(
+        arm("eagle", "vllm", {"method": "eagle3", "model": "o/h", "num_draft_tokens": 3}),
+        arm("fp8", "vllm", {"method": "eagle3", "model": "o/h", "num_draft_tokens": 3,
+                            "quantization": "fp8"}),
+        arm("mtp", "vllm", {"method": "mtp", "num_draft_tokens": 1}),
+        arm("ngram", "vllm", {"method": "ngram", "num_draft_tokens": 3}),
+        quantization="fp8",
+    )
+    kind = get_engine_kind("vllm")
+
+    def spec(name: str) -> dict:
+        return json.loads(option_value(kind.command(study.arm(name), study, "h", 1), "--speculative-config"))
+
+    assert "quantization" not in spec("eagle") and spec("fp8")["quantization"] == "fp8"
+    words = {n: kind.drafter_precision(study.arm(n), study) for n in ("eagle", "fp8", "mtp", "ngram")}
+    assert words["eagle"].startswith("checkpoint's own (--speculative-config quantization unset")
+    assert "never the target's --quantization fp8" in words["eagle"]
+    assert words["fp8"] == "fp8 (--speculative-config quantization)"
+    assert words["mtp"].startswith("the target's (fp8)")
+    assert words["ngram"] == "none (no draft weights)"
+    assert kind.resolved_settings(study.arm("eagle"), study) == {"drafter_precision": words["eagle"]}
+    assert kind.resolved_settings(study.arm("base"), study) == {}

@@ -81,6 +81,20 @@ def test_start_records_and_stop_takes_the_whole_group(tmp_path: Path) -> None:
     engine.stop()  # idempotent
 
 
+def test_start_records_the_resolved_settings(tmp_path: Path) -> None:
+    """The manifest's engine entry (EngineInfo, also engine-<arm>.json) keeps what the
+    arm resolves to: here an EAGLE-3 head registered at fp8."""
+    head = {**fake_arm("head"), "baseline": "fake",
+            "drafter": {"method": "eagle3", "model": "org/head", "num_draft_tokens": 3,
+                        "quantization": "fp8"}}
+    study = tiny_study(tmp_path, [fake_arm(), head])
+    with start_engine(study.arm("head"), study, tmp_path / "logs") as engine:
+        assert engine.info.settings == {"drafter_precision": "fp8 (--speculative-config quantization)"}
+        assert '"quantization":"fp8"' in " ".join(engine.info.command)
+        recorded = json.loads((tmp_path / "logs" / "engine-head.json").read_text())
+        assert recorded["settings"] == engine.info.settings
+
+
 def test_exit_during_start_shows_log_tail_and_command(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     study = tiny_study(tmp_path, [fake_arm(mode="exit", pids=pids)])

@@ -14,7 +14,7 @@ from typing import ClassVar
 import pytest
 from conftest import tiny_study
 
-from harness.engines.preflight import preflight, require_preflight
+from harness.engines.preflight import preflight, require_preflight, settings_lines
 from harness.engines.process import free_port
 from harness.errors import SpecbenchError
 
@@ -97,6 +97,9 @@ def test_all_problems_are_listed_together(tmp_path: Path, monkeypatch: pytest.Mo
         f"arm 'missing-draft': vllm 0.31.0 at {old_vllm}",
         "arm 'unset': environment variable SPECBENCH_UNSET_FOR_TEST is used in the arm but not set",
         "arm 'sg-dflash': SGLang caps running requests at 48 for any speculative algorithm",
+        # Unregistered, SGLang holds new DFLASH requests until 4 of its 48 slots are free.
+        "arm 'sg-dflash': SGLang's admission delay (min_free_slots_delay) is 4 free slots"
+        " here and off on baseline 'sg-base'",
         "arm 'remote': attached endpoint http://127.0.0.1:",
     ]
     for line in expected:
@@ -105,11 +108,58 @@ def test_all_problems_are_listed_together(tmp_path: Path, monkeypatch: pytest.Mo
             continue
         assert line in text, f"missing: {line}\n--- got:\n{text}"
     assert not any(p.startswith("arm 'sg-base'") for p in problems)  # no drafter: no 48 cap
-    assert len(problems) == 10, text
+    assert len(problems) == 11, text
     with pytest.raises(SpecbenchError) as caught:
         require_preflight(study)
-    assert caught.value.lines[0] == "pre-flight found 10 problem(s); no engine was started:"
-    assert len(caught.value.lines) == 11
+    assert caught.value.lines[0] == "pre-flight found 11 problem(s); no engine was started:"
+    assert len(caught.value.lines) == 12
+
+
+def test_sglang_arms_admit_alike_and_show_their_settings(tmp_path: Path) -> None:
+    sglang = fake_python(tmp_path, "sglang-python", "specbench-engine-version 0.5.23")
+    model = tmp_path / "model"
+    model.mkdir()
+    dflash = {"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash-b16", "num_draft_tokens": 16}
+
+    def arms(base_delay: int | None, dflash_delay: int | None) -> list[dict]:
+        delays = [{} if d is None else {"min_free_slots_delay": d} for d in (base_delay, dflash_delay)]
+        return [
+            {"name": "sg-base", "engine": "sglang", "launch": {"python": sglang},
+             "max_running_requests": 64, **delays[0]},
+            {"name": "sg-dflash", "engine": "sglang", "launch": {"python": sglang},
+             "max_running_requests": 64, "baseline": "sg-base", "drafter": dflash, **delays[1]},
+        ]
+
+    assert preflight(study_64(model, arms(1, 1))) == []  # both off: as prereg.yaml registers
+    assert preflight(study_64(model, arms(4, None))) == []  # both 4: SGLang's DFLASH default
+    assert preflight(study_64(model, arms(None, 4))) == [
+        "arm 'sg-dflash': SGLang's admission delay (min_free_slots_delay) is 4 free slots here"
+        " and off on baseline 'sg-base': new requests would queue differently (SGLang turns it"
+        " on by itself for DFLASH and DSPARK); register the same min_free_slots_delay on both arms"
+    ]
+    assert settings_lines(study_64(model, arms(1, 1))) == [
+        "arm 'sg-base': min free slots delay: off (--min-free-slots-delay 1)",
+        "arm 'sg-dflash': drafter precision: checkpoint's own (--speculative-draft-model-quantization"
+        " unquant; unset, SGLang gives the draft the target's --quantization (none))",
+        "arm 'sg-dflash': min free slots delay: off (--min-free-slots-delay 1)",
+    ]
+    assert settings_lines(study_64(model, arms(1, 1)), ["sg-base"]) == [
+        "arm 'sg-base': min free slots delay: off (--min-free-slots-delay 1)"]
+
+
+def test_a_weightless_drafter_registers_no_precision(tmp_path: Path) -> None:
+    vllm = fake_python(tmp_path, "vllm-python", "specbench-engine-version 0.32.0")
+    model = tmp_path / "model"
+    model.mkdir()
+    arms = [
+        {"name": "base", "engine": "vllm", "launch": {"python": vllm}, "max_running_requests": 64},
+        {"name": "ngram", "engine": "vllm", "launch": {"python": vllm}, "max_running_requests": 64,
+         "baseline": "base", "drafter": {"method": "ngram", "num_draft_tokens": 3, "quantization": "fp8"}},
+    ]
+    assert preflight(study_64(model, arms)) == [
+        "arm 'ngram': drafter.quantization 'fp8' has no effect: ngram has no draft weights"
+        " (leave it at checkpoint)"
+    ]
 
 
 def test_clean_study_passes_and_selects_arms(tmp_path: Path, endpoint: str) -> None:

@@ -90,6 +90,9 @@ def test_seal_ignores_key_order_comments_and_file_split(tmp_path):
         (("bars", "stop", "threshold"), 1.25),
         (("tasks", 0, "max_tokens"), 511),
         (("model", "revision"), "abc123"),
+        # The drafter's precision and SGLang's admission delay are registered settings.
+        (("arms", 1, "drafter", "quantization"), "fp8"),
+        (("arms", 2, "min_free_slots_delay"), 1),
     ],
 )
 def test_changing_any_value_changes_the_seal(tmp_path, path, value):
@@ -106,6 +109,7 @@ def test_a_default_written_out_keeps_the_seal(tmp_path):
     data = copy.deepcopy(BASE)
     before = seal_of(load_study(write(tmp_path, data)))
     data["sampling"] = {"temperature": 0.0}
+    data["arms"][1]["drafter"]["quantization"] = "checkpoint"
     assert seal_of(load_study(write(tmp_path, data, "explicit.yaml"))) == before
 
 
@@ -170,6 +174,12 @@ MALFORMED = [
     ("open-loop-unknown-task", ("loads", "open_loop"),
      {"task": "nope", "rates_relative_to_knee": [1.0], "requests": 10},
      "loads.open_loop.task", "no task named"),
+    ("admission-delay-off-sglang", ("arms", 0, "min_free_slots_delay"), 1, "arms[0]",
+     "SGLang setting"),
+    ("admission-delay-negative", ("arms", 2, "min_free_slots_delay"), -1,
+     "arms[2].min_free_slots_delay", "greater than or equal to 0"),
+    ("empty-drafter-quantization", ("arms", 1, "drafter", "quantization"), "",
+     "arms[1].drafter.quantization", "at least 1 character"),
     ("open-loop-unbounded", ("loads", "open_loop"),
      {"task": "chat", "rates_relative_to_knee": [1.0]}, "loads.open_loop", "duration_s or requests"),
 ]

@@ -142,3 +142,37 @@ def test_finalize_run_writes_tables_verdict_and_report_from_one_analysis(tmp_pat
     cells = pd.read_csv(b.root / "cells.csv")
     assert {"accept_length_per_round_engine", "tokens_per_step_client",
             "counter_resets"} <= set(cells.columns)
+
+
+def test_environment_page_shows_each_arms_resolved_settings(tmp_path):
+    """The drafter's precision and SGLang's admission delay as each engine started
+    (the manifest), else as the study resolves them for an arm never started."""
+    from matplotlib.backends.backend_pdf import PdfPages
+
+    from harness.analysis import analyse, evaluate
+    from harness.report.pages_text import environment_pages
+
+    data = study_dict()
+    for arm in data["arms"]:
+        if arm["engine"] == "sglang":  # launched, so the harness resolves their settings
+            arm.pop("attach")
+            arm.update(launch={"python": "/envs/sglang/bin/python"}, max_running_requests=64)
+    data["arms"][4]["drafter"]["model"] = "z-lab/Qwen3-8B-DFlash-b16"
+    b = RunBuilder(tmp_path, data).full_passing_run()
+    b.manifest["engines"]["sglang-dflash"] = [{"kind": "sglang", "settings": {
+        "drafter_precision": "checkpoint's own (--speculative-draft-model-quantization unquant)",
+        "min_free_slots_delay": "off (--min-free-slots-delay 1)"}}]
+    b.write_manifest()
+    a = analyse(b.root)
+    out = tmp_path / "env.pdf"
+    with PdfPages(out) as pdf:
+        assert environment_pages(pdf, a, evaluate(a)) >= 1
+    text = subprocess.run([_tool("pdftotext"), "-layout", str(out), "-"], capture_output=True,
+                          text=True, check=True).stdout
+    assert "arm settings the engine would otherwise pick" in text
+    assert ("sglang-dflash: drafter precision: checkpoint's own"
+            " (--speculative-draft-model-quantization unquant)") in text
+    assert "sglang-dflash: min free slots delay: off (--min-free-slots-delay 1)" in text
+    # Never started: resolved from the study, and said so.
+    assert ("sglang-base: min free slots delay: off (not passed: SGLang's default)"
+            " (no start recorded)") in text
