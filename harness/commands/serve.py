@@ -2,7 +2,9 @@
 
 For a user checking an arm: pre-flight for that arm, start the engine exactly as a
 run would, print its URL, and on Ctrl-C (or SIGTERM) stop it and check that the
-port is free and no process is left.
+port is free and no process is left. With `--print-command` it starts nothing: it
+prints the arm's resolved settings and the engine's command line with the variables
+the harness sets, as one line to paste, also where the engine is not installed.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ import sys
 import time
 from pathlib import Path
 
-from harness.engines.base import expand_study
+from harness.engines.base import expand_study, expand_study_leaving_unset
+from harness.engines.command_line import invocation
 from harness.engines.lifecycle import start_engine
 from harness.engines.preflight import require_preflight, settings_lines
+from harness.engines.process import free_port
 from harness.errors import InputError, SpecbenchError
 from harness.paths import CACHE_DIR
 from harness.prereg import load_study
+from harness.prereg.schema import Study
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--port", type=int, default=None, help="port to serve on (default: the arm's, or a free one)"
     )
     p.add_argument("--log-dir", default=None, help="engine log folder (default: under the cache)")
+    p.add_argument(
+        "--print-command", action="store_true",
+        help="print the engine's command line and environment as one shell line; start nothing",
+    )
     p.set_defaults(func=run)
 
 
@@ -38,12 +47,15 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Expanded exactly as `run` expands it: the model id too (vLLM was handed
-    # "${SPECBENCH_TINY_PAIR}/target" before).
-    study = expand_study(load_study(args.prereg))
-    names = [a.name for a in study.arms]
+    registered = load_study(args.prereg)
+    names = [a.name for a in registered.arms]
     if args.arm not in names:
         raise InputError(f"{args.prereg}: no arm named {args.arm!r} (arms: {', '.join(names)})")
+    if getattr(args, "print_command", False):
+        return print_command(registered, args.arm, args.port)
+    # Expanded exactly as `run` expands it: the model id too (vLLM was handed
+    # "${SPECBENCH_TINY_PAIR}/target" before).
+    study = expand_study(registered)
     arm = study.arm(args.arm)
     require_preflight(study, [arm.name])
     for line in settings_lines(study, [arm.name]):
@@ -55,6 +67,28 @@ def run(args: argparse.Namespace) -> int:
         return _serve(arm, study, log_dir, args.port)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def print_command(registered: Study, name: str, port: int | None) -> int:
+    """Print the arm's engine invocation (comments, then the line); start nothing."""
+    study, unset = expand_study_leaving_unset(registered)
+    arm = study.arm(name)
+    if arm.launch is None:
+        print(f"# arm {name} attaches to {arm.attach.base_url}: specbench starts no engine for it")
+        return 0
+    chosen = port or arm.launch.port
+    shown = invocation(arm, study, chosen or free_port(arm.launch.host), unset)
+    print(f"# arm {name} ({arm.engine}): the engine `specbench run` would start; nothing was"
+          " started")
+    for note in shown.notes:
+        print(f"# {note}")
+    if chosen is None:
+        print("# the port was free just now; a run picks a free one when the engine starts")
+    if shown.env:
+        print("# the harness adds the variables at the start of the line; the rest of the"
+              " environment is inherited")
+    print(shown.line())
+    return 0
 
 
 def _serve(arm, study, log_dir: Path, port: int | None) -> int:

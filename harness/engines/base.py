@@ -55,8 +55,8 @@ class EngineKind(ABC):
 
     def resolved_settings(self, arm: Arm, study: Study) -> dict[str, str]:
         """Settings that change what an arm measures and that the engine would otherwise
-        decide by itself, as this kind resolves them, in words: shown by pre-flight, kept
-        in the manifest (EngineInfo.settings) and in the report."""
+        decide by itself, as this kind resolves them, in words: shown by pre-flight and
+        `serve --print-command`, kept in the manifest (EngineInfo.settings), in the report."""
         return {"drafter_precision": self.drafter_precision(arm, study)} if arm.drafter else {}
 
     def drafter_precision(self, arm: Arm, study: Study) -> str:
@@ -197,6 +197,23 @@ def expand_study(study: Study, environ: dict[str, str] | None = None) -> Study:
         arms.append(expanded)
     model = study.model.model_copy(update={"id": model_id})
     return study.model_copy(update={"arms": arms, "model": model})
+
+
+def expand_study_leaving_unset(
+    study: Study, environ: dict[str, str] | None = None
+) -> tuple[Study, list[str]]:
+    """expand_study for showing a command: unset `${VAR}`s are left as written and
+    named, not raised (`serve --print-command` on a machine without the engines)."""
+    env = os.environ if environ is None else environ
+    missing: set[str] = set()
+    model_id = _expand(study.model.id, env, missing)
+    arms = []
+    for arm in study.arms:
+        expanded, unset = expand_arm(arm, env)
+        missing.update(unset)
+        arms.append(expanded)
+    model = study.model.model_copy(update={"id": model_id})
+    return study.model_copy(update={"arms": arms, "model": model}), sorted(missing)
 
 
 def _unset(where: str, name: str) -> InputError:

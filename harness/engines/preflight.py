@@ -67,7 +67,7 @@ def preflight(study: Study, arms: list[str] | None = None) -> list[str]:
         if arm.attach is not None:
             attached.append(arm)
         elif not missing:
-            launcher = _launcher_problem(arm, kind)
+            launcher = launcher_problem(arm, kind)
             if launcher:
                 out.append(launcher)
             else:
@@ -214,7 +214,7 @@ def _cap_problems(arm: Arm, kind: EngineKind, highest: int) -> list[str]:
     ]
 
 
-def _launcher_problem(arm: Arm, kind: EngineKind) -> str | None:
+def launcher_problem(arm: Arm, kind: EngineKind) -> str | None:
     launch = arm.launch
     if launch.command:
         exe = launch.command[0]
