@@ -16,6 +16,7 @@ from harness.prereg.pins import gate
 from harness.prereg.schema import Study
 from harness.run.runner import Runner, find_run, new_run, prepare, reopen_run
 from harness.run.store import RunStore
+from harness.weights.record import checkpoint_records
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,8 +73,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def record_pins(store: RunStore, study: Study, unpinned: dict[str, Any] | None) -> None:
-    """The deviation --allow-unpinned let through (once per distinct deviation across
-    resumes)."""
+    """The manifest's checkpoints (commit and weight sha256 of each), and the deviation
+    --allow-unpinned let through (once per distinct deviation across resumes)."""
+    records = checkpoint_records(study)
+    manifest = store.manifest()
+    before = manifest.get("checkpoints")
+    if before is not None and before != records:
+        store.append_manifest("deviations", {
+            "when": time.time(), "what": "resumed with different checkpoints",
+            "old_checkpoints": before, "new_checkpoints": records})
+    store.update_manifest(checkpoints=records)
     if unpinned is None:
         return
     same = [d for d in store.manifest().get("deviations", [])

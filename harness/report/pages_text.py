@@ -79,6 +79,18 @@ def deviation_lines(manifest: dict) -> list[str]:
     return lines
 
 
+def _checkpoint_lines(manifest: dict) -> list[str]:
+    lines = []
+    for c in manifest.get("checkpoints") or []:
+        name = c.get("repo") or c.get("path")
+        at = f"@{c.get('revision')} commit {c.get('commit')}" if c.get("source") == "hub" else ""
+        lines.append(f"  {', '.join(c.get('roles') or [])}: {name}{at}")
+        lines.extend(f"    sha256 {w['sha256']}  {w['file']}" for w in c.get("weights") or [])
+        if c.get("note"):
+            lines.append(f"    {c['note']}")
+    return lines or ["  none recorded"]
+
+
 def _evidence_lines(verdict: dict) -> list[str]:
     lines: list[str] = []
     for bar in verdict["bars"]:
@@ -147,6 +159,7 @@ def environment_pages(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
             keys = ("kind", "version", "gpu", "started_wall", "command")
             shown = {k: info.get(k) for k in keys if k in info}
             lines.append(f"  {arm}: {_short(shown, 300)}")
+    lines += ["", "checkpoints (commit and weight sha256):", *_checkpoint_lines(m)]
     lines += ["", "deviations from the registered study:"]
     lines += deviation_lines(m) or ["  none"]
     stop = m.get("stop")

@@ -60,6 +60,7 @@ def endpoint():
 
 def test_all_problems_are_listed_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPECBENCH_UNSET_FOR_TEST", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # empty: nothing fetched
     old_vllm = fake_python(tmp_path, "old-vllm", "specbench-engine-version 0.31.0")
     sglang = fake_python(tmp_path, "sglang-python", "specbench-engine-version 0.5.23")
     model = tmp_path / "model"
@@ -97,6 +98,9 @@ def test_all_problems_are_listed_together(tmp_path: Path, monkeypatch: pytest.Mo
         f"arm 'missing-draft': vllm 0.31.0 at {old_vllm}",
         "arm 'unset': environment variable SPECBENCH_UNSET_FOR_TEST is used in the arm but not set",
         "arm 'sg-dflash': SGLang caps running requests at 48 for any speculative algorithm",
+        # A hub drafter the engine would load offline, never fetched.
+        (f"arm 'sg-dflash': drafter of arm sg-dflash z-lab/Qwen3-8B-DFlash-b16@(none): not in the"
+         f" hub cache {tmp_path / 'hub'}"),
         "arm 'remote': attached endpoint http://127.0.0.1:",
     ]
     for line in expected:
@@ -105,11 +109,11 @@ def test_all_problems_are_listed_together(tmp_path: Path, monkeypatch: pytest.Mo
             continue
         assert line in text, f"missing: {line}\n--- got:\n{text}"
     assert not any(p.startswith("arm 'sg-base'") for p in problems)  # no drafter: no 48 cap
-    assert len(problems) == 10, text
+    assert len(problems) == 11, text
     with pytest.raises(SpecbenchError) as caught:
         require_preflight(study)
-    assert caught.value.lines[0] == "pre-flight found 10 problem(s); no engine was started:"
-    assert len(caught.value.lines) == 11
+    assert caught.value.lines[0] == "pre-flight found 11 problem(s); no engine was started:"
+    assert len(caught.value.lines) == 12
 
 
 def test_clean_study_passes_and_selects_arms(tmp_path: Path, endpoint: str) -> None:
