@@ -13,6 +13,7 @@ from harness.errors import SpecbenchError
 # `func(args) -> int` as the default.
 COMMAND_MODULES = [
     "harness.commands.validate",
+    "harness.commands.fetch",
     "harness.commands.plan",
     "harness.commands.run",
     "harness.commands.rerun_baseline",

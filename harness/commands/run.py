@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from harness.engines.preflight import settings_lines
 from harness.paths import REPORTS_DIR, RESULTS_DIR
 from harness.prereg import load_study_file
+from harness.prereg.pins import gate
+from harness.prereg.schema import Study
 from harness.run.runner import Runner, find_run, new_run, prepare, reopen_run
+from harness.run.store import RunStore
+from harness.weights.record import checkpoint_records
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         " skipping complete cells")
     p.add_argument("--allow-deviation", action="store_true",
                    help="resume even though the study's seal changed; the deviation is recorded")
+    p.add_argument("--allow-unpinned", action="store_true",
+                   help="run a GPU study with unpinned revisions or open TO FIX BEFORE THE RUN"
+                        " markers; each is recorded as a deviation")
     p.add_argument("--run-id", help="name of a new run folder (default: <study>-<time>)")
     p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders go")
     p.add_argument("--reports", type=Path, default=REPORTS_DIR, help="where PDF reports go")
@@ -36,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
         from harness.errors import InputError
 
         raise InputError("give --resume or --run-id, not both")
+    # Pins first: a GPU study that is not pinned is refused before anything is probed.
+    unpinned = gate(loaded, args.allow_unpinned)
     study = prepare(loaded)  # pre-flight: every arm checked before any engine starts
     for line in settings_lines(study):  # what each arm resolves to (drafter precision, ...)
         console.print(line)
@@ -46,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         store = new_run(loaded, args.results, args.run_id)
         console.print(f"run {store.run_id} in {store.root}")
+    record_pins(store, study, unpinned)
     Runner(store, study, console).run()
     from harness.finalize import finalize_run
 
@@ -61,3 +73,22 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"report: {done.report}")
     print(json.dumps({"run": str(store.root), "verdict": verdict["verdict"]}))
     return 0
+
+
+def record_pins(store: RunStore, study: Study, unpinned: dict[str, Any] | None) -> None:
+    """The manifest's checkpoints (commit and weight sha256 of each), and the deviation
+    --allow-unpinned let through (once per distinct deviation across resumes)."""
+    records = checkpoint_records(study)
+    manifest = store.manifest()
+    before = manifest.get("checkpoints")
+    if before is not None and before != records:
+        store.append_manifest("deviations", {
+            "when": time.time(), "what": "resumed with different checkpoints",
+            "old_checkpoints": before, "new_checkpoints": records})
+    store.update_manifest(checkpoints=records)
+    if unpinned is None:
+        return
+    same = [d for d in store.manifest().get("deviations", [])
+            if {k: v for k, v in d.items() if k != "when"} == unpinned]
+    if not same:
+        store.append_manifest("deviations", {"when": time.time(), **unpinned})

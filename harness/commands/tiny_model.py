@@ -1,5 +1,6 @@
-"""`specbench tiny-model DIR [--seed S] [--pair]`: write the tiny offline test model,
-or (--pair) the demo's draft and target in DIR/draft and DIR/target."""
+"""`specbench tiny-model DIR [--seed S] [--pair] [--hub-repo ORG/NAME]`: write the tiny
+offline test model, or (--pair) the demo's draft and target in DIR/draft and DIR/target;
+--hub-repo also lays the model out in the hub cache as that repository, offline."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 from harness.engines.tiny_model import FILES, build_tiny_model
 from harness.engines.tiny_pair import TARGET_EXTRA_LAYERS, build_tiny_pair
 from harness.errors import InputError
+from harness.weights.hub import hub_cache_dir
+from harness.weights.local_hub import add_to_hub_cache
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +29,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--extra-layers", type=int, default=TARGET_EXTRA_LAYERS,
                    help="with --pair: the target's layers beyond the draft's")
+    p.add_argument("--hub-repo", metavar="ORG/NAME",
+                   help="also copy the model into the hub cache (HF_HUB_CACHE, or --hub-cache)"
+                        " as this repository, refs/main at a commit named by its contents, so"
+                        " `specbench fetch` can be tried offline")
+    p.add_argument("--hub-cache", type=Path, default=None,
+                   help="with --hub-repo: the hub cache folder (default: huggingface_hub's)")
     p.set_defaults(func=run)
 
 
@@ -33,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.dir)
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: exists and is not a folder")
+    if args.hub_repo is not None and (args.pair or not _repo_id(args.hub_repo)):
+        raise InputError(f"--hub-repo {args.hub_repo}: expected ORG/NAME, and no --pair")
     if args.extra_layers < 1:
         raise InputError("--extra-layers: expected at least 1")
     try:
@@ -51,4 +62,16 @@ def run(args: argparse.Namespace) -> int:
             f" {config['hidden_size']}, vocab {config['vocab_size']}, {size / 1e6:.1f} MB"
         )
     print(f"  files: {', '.join(FILES)}")
+    if args.hub_repo is not None:
+        cache = args.hub_cache or hub_cache_dir()
+        try:
+            commit = add_to_hub_cache(folders[0], cache, args.hub_repo)
+        except OSError as err:
+            raise InputError(f"{cache}: cannot write the hub cache: {err}") from None
+        print(f"hub cache {cache}: {args.hub_repo} at commit {commit} (refs/main)")
     return 0
+
+
+def _repo_id(text: str) -> bool:
+    parts = text.split("/")
+    return len(parts) == 2 and all(p and not p.startswith(".") for p in parts)

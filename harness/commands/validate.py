@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import functools
 
 from rich.console import Console
 from rich.table import Table
 
-from harness.prereg import load_study_file, seal_of
+from harness.prereg import LoadedStudy, load_study_file, seal_of
+from harness.prereg.pins import MARKER, pin_report
 from harness.prereg.schema import Study
 
 
@@ -75,5 +77,29 @@ def run(args: argparse.Namespace) -> int:
     )
     if loaded.arm_files:
         console.print("arm files: " + ", ".join(str(p) for p in loaded.arm_files.values()))
+    print_pins(console, loaded)
     print(f"seal: {seal}")
     return 0
+
+
+def print_pins(console: Console, loaded: LoadedStudy) -> None:
+    """Every unpinned revision and open marker, with file and line, and what `run` does."""
+    report = pin_report(loaded)
+    out = functools.partial(console.print, soft_wrap=True)  # one line each, never wrapped
+    pinned = [c for c in report.checkpoints if c.pinned]
+    out(f"checkpoints: {len(report.checkpoints)} on the hub, {len(pinned)} pinned"
+                  + "".join(f"; {', '.join(c.roles)} {c.label}" for c in pinned))
+    out(f"unpinned revisions: {len(report.unpinned)}")
+    for c in report.unpinned:
+        out(f"  {c.where}: {', '.join(c.roles)} {c.repo}: {c.why_unpinned()}")
+    out(f"open {MARKER!r} markers: {len(report.markers)}")
+    for m in report.markers:
+        out(f"  {m.file}:{m.line}: {m.text}")
+    if not report.open:
+        return
+    if report.gpu:
+        out(f"[bold]`specbench run` refuses this study[/bold] (it runs on"
+                      f" {', '.join(report.gpu_engines)}: a GPU study) until these are fixed,"
+                      " unless --allow-unpinned, which records the deviation")
+    else:
+        out("no arm runs on a GPU engine (vllm, sglang): `specbench run` runs it as is")

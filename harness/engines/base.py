@@ -33,6 +33,9 @@ class EngineKind(ABC):
     name: ClassVar[str]
     metrics_dialect: ClassVar[Literal["vllm", "sglang"]]
     readiness_path: ClassVar[str] = "/health"
+    # Serves on a GPU: a study with such an arm must have its revisions pinned
+    # (harness/prereg/pins.py) before `specbench run` spends GPU time on it.
+    gpu: ClassVar[bool] = False
     # The importable module and the version the flags were checked against; a
     # version matches when it equals this or starts with it followed by a dot.
     engine_module: ClassVar[str]

@@ -38,6 +38,7 @@ from harness.engines.process import (
     wait_port_free,
 )
 from harness.errors import SpecbenchError
+from harness.weights.record import hub_environment
 
 if TYPE_CHECKING:
     from harness.prereg.schema import Arm, Study
@@ -254,7 +255,8 @@ def start_engine(arm: Arm, study: Study, log_dir: Path, *, port: int | None = No
             " or set launch.port to a free port (leave it unset to pick one)"
         )
     cmd = kind.command(arm, study, host, port)
-    overrides = kind.environment(arm)
+    # Hub checkpoints load offline from the fetched cache; the arm's own env still wins.
+    overrides = {**hub_environment(study, arm), **kind.environment(arm)}
     log_dir = Path(log_dir)
     log_path = log_dir / f"engine-{arm.name}.log"
     started = time.time()

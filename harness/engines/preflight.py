@@ -2,7 +2,8 @@
 
 For each arm: the engine kind exists; `${VAR}`s in its launch fields are set; its
 interpreter (or command) exists and imports the engine at the expected version;
-the model and draft model are given (and exist, when they are local paths); its
+the model and draft model are given (and exist, when they are local paths, or are
+in the hub cache, when the engine starts offline from it); its
 effective running-request cap covers the highest registered concurrency (SGLang
 silently caps it at 48 for any speculative algorithm unless it is passed); its
 baseline is a no-drafter arm on the same engine; a fixed port is free; a drafter
@@ -29,6 +30,7 @@ from harness.engines.lifecycle import attach_problem, probe_version
 from harness.engines.process import port_in_use
 from harness.engines.sglang_engine import SPECULATIVE_RUNNING_CAP, SglangKind
 from harness.errors import SpecbenchError
+from harness.weights.record import weights_problems
 
 if TYPE_CHECKING:
     from harness.prereg.schema import Arm, Study
@@ -61,6 +63,8 @@ def preflight(study: Study, arms: list[str] | None = None) -> list[str]:
         for name in missing:
             out.append(f"environment variable {name} is used in the arm but not set")
         out += _model_problems(arm, study)
+        if not missing:
+            out += weights_problems(study, arm)  # hub checkpoints fetched (engines start offline)
         out += _baseline_problems(arm, by_name)
         out += _cap_problems(arm, kind, highest)
         out += _admission_problems(arm, kind, by_name)

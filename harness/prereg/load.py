@@ -28,6 +28,12 @@ class LoadedStudy:
     study: Study
     path: Path
     arm_files: dict[str, Path]  # arm name -> file it was read from (inline arms absent)
+    lines: _LineMap | None = None  # field path -> file and line it is written at
+
+    def where(self, loc: Loc) -> Where:
+        """The file and line a field is written at (its nearest written parent's)."""
+        found = self.lines.lookup(loc) if self.lines is not None else None
+        return found or Where(self.path, 1)
 
 
 def format_loc(loc: Loc) -> str:
@@ -265,7 +271,7 @@ def load_study_file(path: str | Path) -> LoadedStudy:
             problems.append(f"{where.file}:{where.line}: {format_loc(loc)}: {_message(err, loc)}")
         raise InputError(*problems) from None
     arm_files = {study.arms[i].name: p for i, p in sources.items()}
-    return LoadedStudy(study=study, path=study_path, arm_files=arm_files)
+    return LoadedStudy(study=study, path=study_path, arm_files=arm_files, lines=lines)
 
 
 def load_study(path: str | Path) -> Study:

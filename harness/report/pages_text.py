@@ -16,9 +16,11 @@ VERDICT_COLOURS = {"PASS": "#1a7f37", "FAIL": "#c62828", "STOP": "#b26a00",
                    "INCOMPLETE": "#555555"}
 
 
-def _wall(t: float | None) -> str:
+def _wall(t: float | str | None) -> str:
     if t is None:
         return "-"
+    if not isinstance(t, int | float):
+        return str(t)  # already a date as text
     return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
@@ -40,6 +42,11 @@ def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
         lines.append("")
         lines.append("Excluded (invalid) cells, never used by a bar:")
         lines.extend(f"  {e['cell']}: {e['reason']}" for e in verdict["excluded_cells"])
+    deviations = deviation_lines(a.run.manifest)
+    if deviations:
+        lines.append("")
+        lines.append("Deviations from the registered study (manifest.json):")
+        lines.extend(deviations)
     if verdict.get("skipped_cells"):
         lines.append("")
         lines.append(f"Skipped cells: {len(verdict['skipped_cells'])}"
@@ -54,6 +61,34 @@ def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
     pages += text_pages(pdf, "Bar evidence", _evidence_lines(verdict),
                         "every figure each bar used, as written to verdict.json")
     return pages
+
+
+def deviation_lines(manifest: dict) -> list[str]:
+    """One line per recorded deviation, then what it let through (unpinned revisions,
+    open markers), for the verdict page: a reader must not miss them."""
+    lines: list[str] = []
+    for d in manifest.get("deviations") or []:
+        seal = (f" (seal {str(d['old_seal'])[:12]} -> {str(d.get('new_seal'))[:12]})"
+                if d.get("old_seal") else "")
+        lines.append(f"  {_wall(d.get('when'))}: {d.get('what')}{seal}")
+        for u in d.get("unpinned") or []:
+            lines.append(f"    unpinned: {', '.join(u.get('roles') or [])} {u.get('checkpoint')}"
+                         f" at revision {u.get('revision') or '(none)'} ({u.get('where')})")
+        for m in d.get("open_markers") or []:
+            lines.append(f"    open marker: {m}")
+    return lines
+
+
+def _checkpoint_lines(manifest: dict) -> list[str]:
+    lines = []
+    for c in manifest.get("checkpoints") or []:
+        name = c.get("repo") or c.get("path")
+        at = f"@{c.get('revision')} commit {c.get('commit')}" if c.get("source") == "hub" else ""
+        lines.append(f"  {', '.join(c.get('roles') or [])}: {name}{at}")
+        lines.extend(f"    sha256 {w['sha256']}  {w['file']}" for w in c.get("weights") or [])
+        if c.get("note"):
+            lines.append(f"    {c['note']}")
+    return lines or ["  none recorded"]
 
 
 def _evidence_lines(verdict: dict) -> list[str]:
@@ -126,10 +161,9 @@ def environment_pages(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
             lines.append(f"  {arm}: {_short(shown, 300)}")
     lines += ["", "arm settings the engine would otherwise pick (as each engine started):"]
     lines += _settings_lines(a) or ["  none"]
+    lines += ["", "checkpoints (commit and weight sha256):", *_checkpoint_lines(m)]
     lines += ["", "deviations from the registered study:"]
-    devs = m.get("deviations") or []
-    lines += [f"  {d.get('when')}: {d.get('what')} (seal {str(d.get('old_seal'))[:12]} ->"
-              f" {str(d.get('new_seal'))[:12]})" for d in devs] or ["  none"]
+    lines += deviation_lines(m) or ["  none"]
     stop = m.get("stop")
     lines += ["", (f"stop bar at the end of stage 1: {_short(stop.get('fired')) if stop else '-'}"
               f" (judged {_wall(stop.get('judged_wall')) if stop else '-'})")]

@@ -42,6 +42,8 @@ def main() -> int:
         with open(pid_file, "a") as fh:
             fh.write(f"{os.getpid()}\n{child.pid}\n")
     print(f"fake engine starting: {' '.join(sys.argv[1:])}", flush=True)
+    hub = {k: os.environ[k] for k in ("HF_HUB_OFFLINE", "HF_HUB_CACHE") if k in os.environ}
+    print(f"fake engine hub environment: {json.dumps(hub, sort_keys=True)}", flush=True)
     if mode == "exit":
         time.sleep(0.3)
         print("ValueError: fake engine refuses this configuration", flush=True)

@@ -60,6 +60,7 @@ def endpoint():
 
 def test_all_problems_are_listed_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPECBENCH_UNSET_FOR_TEST", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))  # empty: nothing fetched
     old_vllm = fake_python(tmp_path, "old-vllm", "specbench-engine-version 0.31.0")
     sglang = fake_python(tmp_path, "sglang-python", "specbench-engine-version 0.5.23")
     model = tmp_path / "model"
@@ -100,6 +101,9 @@ def test_all_problems_are_listed_together(tmp_path: Path, monkeypatch: pytest.Mo
         # Unregistered, SGLang holds new DFLASH requests until 4 of its 48 slots are free.
         "arm 'sg-dflash': SGLang's admission delay (min_free_slots_delay) is 4 free slots"
         " here and off on baseline 'sg-base'",
+        # A hub drafter the engine would load offline, never fetched.
+        (f"arm 'sg-dflash': drafter of arm sg-dflash z-lab/Qwen3-8B-DFlash-b16@(none): not in the"
+         f" hub cache {tmp_path / 'hub'}"),
         "arm 'remote': attached endpoint http://127.0.0.1:",
     ]
     for line in expected:
@@ -108,18 +112,19 @@ def test_all_problems_are_listed_together(tmp_path: Path, monkeypatch: pytest.Mo
             continue
         assert line in text, f"missing: {line}\n--- got:\n{text}"
     assert not any(p.startswith("arm 'sg-base'") for p in problems)  # no drafter: no 48 cap
-    assert len(problems) == 11, text
+    assert len(problems) == 12, text
     with pytest.raises(SpecbenchError) as caught:
         require_preflight(study)
-    assert caught.value.lines[0] == "pre-flight found 11 problem(s); no engine was started:"
-    assert len(caught.value.lines) == 12
+    assert caught.value.lines[0] == "pre-flight found 12 problem(s); no engine was started:"
+    assert len(caught.value.lines) == 13
 
 
 def test_sglang_arms_admit_alike_and_show_their_settings(tmp_path: Path) -> None:
     sglang = fake_python(tmp_path, "sglang-python", "specbench-engine-version 0.5.23")
     model = tmp_path / "model"
     model.mkdir()
-    dflash = {"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash-b16", "num_draft_tokens": 16}
+    (tmp_path / "dflash").mkdir()  # a local drafter: nothing to fetch from the hub
+    dflash = {"method": "dflash", "model": str(tmp_path / "dflash"), "num_draft_tokens": 16}
 
     def arms(base_delay: int | None, dflash_delay: int | None) -> list[dict]:
         delays = [{} if d is None else {"min_free_slots_delay": d} for d in (base_delay, dflash_delay)]

@@ -1,0 +1,1 @@
+"""Checkpoints: fetching them before a run, their hashes, and offline engine starts."""

@@ -1,0 +1,139 @@
+"""Hub checkpoints on this machine: where huggingface_hub keeps them, finding one
+offline, and downloading one at its registered revision.
+
+Read at call time, not at import (huggingface_hub reads its environment once, when
+imported), so `fetch`, pre-flight and the engines' environment agree on one cache.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.errors import InputError
+from harness.prereg.pins import Checkpoint, is_commit_sha
+
+_TRUE = {"1", "ON", "YES", "TRUE"}
+
+
+def hub_cache_dir() -> Path:
+    """huggingface_hub's cache folder, by its own rule (constants.py: HF_HUB_CACHE, else
+    the legacy HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub)."""
+    env = os.environ
+    raw = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if not raw:
+        home = env.get("HF_HOME") or os.path.join(
+            env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface")
+        raw = os.path.join(home, "hub")
+    return Path(os.path.expandvars(os.path.expanduser(raw))).resolve()
+
+
+def offline() -> bool:
+    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) as huggingface_hub reads it."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE")
+    return value is not None and value.upper() in _TRUE
+
+
+def repo_folder(cache: Path, repo: str) -> Path:
+    """models--org--name, as huggingface_hub lays a model repository out in its cache."""
+    return cache / "--".join(["models", *repo.split("/")])
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    repo: str
+    revision: str | None  # as registered
+    commit: str  # the commit the snapshot is of
+    path: Path  # cache/models--org--name/snapshots/<commit>
+
+
+class NotFetched(InputError):
+    """A checkpoint that is not on this machine, or cannot be downloaded."""
+
+
+def locate(ckpt: Checkpoint, cache: Path | None = None) -> Snapshot:
+    """The cached snapshot of a checkpoint, without any network access. Raises NotFetched."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    cache = cache or hub_cache_dir()
+    try:
+        path = snapshot_download(ckpt.repo, revision=ckpt.revision, cache_dir=cache,
+                                 local_files_only=True)
+    except LocalEntryNotFoundError as err:
+        # Its subclass IncompleteSnapshotError: the snapshot folder exists, but the tree
+        # listing cached by an earlier download names files it lacks.
+        if type(err).__name__ == "IncompleteSnapshotError":
+            raise NotFetched(f"{ckpt.label}: the cached snapshot in {cache} is incomplete;"
+                             " run `specbench fetch` with network access") from None
+        raise NotFetched(f"{ckpt.label}: not in the hub cache {cache}") from None
+    except ValueError as err:  # not a valid repository id or revision
+        raise NotFetched(f"{ckpt.label}: not in the hub cache {cache} ({err})") from None
+    return Snapshot(ckpt.repo, ckpt.revision, Path(path).name, Path(path))
+
+
+def fetch(ckpt: Checkpoint, console: Console, cache: Path | None = None) -> Snapshot:
+    """Download a checkpoint at its revision into the hub cache (offline: find it there).
+
+    huggingface_hub skips the files already in the cache, so an interrupted fetch
+    goes on where it stopped, file by file; within one fetch a dropped connection
+    resumes its file with a Range request (file_download.py, http_get). A file cut off
+    by a killed process starts over: huggingface_hub 2.x downloads each file to a
+    process-unique temporary file and deletes it on failure (_download_to_tmp_and_move).
+    """
+    cache = cache or hub_cache_dir()
+    if offline():
+        return locate(ckpt, cache)
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    from harness.weights.progress import RichTqdm, rich_progress
+
+    try:
+        info = HfApi().model_info(ckpt.repo, revision=ckpt.revision, files_metadata=True)
+        files = [s for s in info.siblings or [] if s.size is not None]
+        total = sum(s.size for s in files)
+        console.print(f"  on the hub: commit {info.sha}, {len(files)} files, {size_text(total)}")
+        with rich_progress(console):
+            path = snapshot_download(ckpt.repo, revision=ckpt.revision, cache_dir=cache,
+                                     tqdm_class=RichTqdm)
+    except GatedRepoError:
+        raise NotFetched(f"{ckpt.label}: the repository is gated: accept its terms on the hub"
+                         " and log in (`hf auth login`)") from None
+    except RepositoryNotFoundError:
+        raise NotFetched(f"{ckpt.label}: no such repository on the hub (or it is private:"
+                         " log in with `hf auth login`)") from None
+    except RevisionNotFoundError:
+        raise NotFetched(f"{ckpt.label}: the repository has no revision"
+                         f" {ckpt.revision!r}") from None
+    except LocalEntryNotFoundError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise NotFetched(f"{ckpt.label}: cannot reach the hub and it is not cached"
+                         f" ({first})") from None
+    except (HfHubHTTPError, OSError) as err:
+        raise NotFetched(f"{ckpt.label}: download failed: {type(err).__name__}:"
+                         f" {str(err).splitlines()[0] if str(err) else ''}") from None
+    return Snapshot(ckpt.repo, ckpt.revision, Path(path).name, Path(path))
+
+
+def size_text(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def pinned_text(ckpt: Checkpoint, snap: Snapshot) -> str | None:
+    """What to register for an unpinned checkpoint (None when it is pinned)."""
+    if is_commit_sha(ckpt.revision):
+        return None
+    return f"revision: {snap.commit}"
