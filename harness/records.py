@@ -19,6 +19,26 @@ class RecordModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class RequestSpeculation(RecordModel):
+    """One request's speculation as the engine itself reported it in the response, in
+    specbench's names (harness.engines.request_spec reads each engine's own fields).
+
+    vLLM (`--per-request-spec-decode-metrics`, `metrics.speculative_decoding`):
+    rounds = num_spec_steps, draft_tokens = num_draft_tokens, accepted =
+    num_accepted_draft_tokens, histogram = acceptance_histogram. SGLang
+    (`return_spec_tokens_details`, `sglext.spec_tokens_details`): rounds =
+    spec_verify_ct, draft_tokens = spec_num_proposed_drafts, accepted =
+    spec_num_correct_drafts, histogram = spec_correct_drafts_histogram.
+    histogram[j] is the number of rounds that kept exactly j drafts.
+    """
+
+    engine: Literal["vllm", "sglang"]
+    rounds: int = Field(ge=0)
+    draft_tokens: int = Field(ge=0)
+    accepted: int = Field(ge=0)
+    histogram: list[int] = Field(default_factory=list)
+
+
 class RequestRecord(RecordModel):
     """One request as the client saw it."""
 
@@ -46,7 +66,8 @@ class RequestRecord(RecordModel):
     chunk_tokens: list[int | None] = Field(default_factory=list)
     finish_reason: str | None = None
     output_text: str = ""
-    spec: dict | None = None  # the engine's per-request speculation figures, if any
+    spec: dict | None = None  # the engine's per-request speculation figures, as sent
+    speculation: RequestSpeculation | None = None  # the same, parsed (None: none sent)
     response_id: str | None = None  # the engine's id for the response (matches its logs)
     error: str | None = None
     error_kind: str | None = None  # http, timeout, dropped, malformed, connect

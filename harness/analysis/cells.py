@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pandas as pd
 
 from harness.analysis.acceptance import cell_acceptance
+from harness.analysis.acceptance_requests import acceptance_disagreement, request_acceptance
 from harness.analysis.load import CellData, RunData
 from harness.measure.bursts import burst_share, is_burst
 from harness.measure.itl import chunk_itl, tokens_per_chunk
@@ -110,10 +112,25 @@ def cell_row(cell: CellData) -> dict:
     if cell.requests:
         row.update(_request_stats(cell.requests))
     acc = cell_acceptance(cell.samples)
-    # Per drafting round (vLLM counts a draft only on steps that had draft tokens), not per
-    # decode step: tokens_per_step_client is the per-step figure beside it.
+    per_request = request_acceptance(cell.requests)
+    # Three figures side by side: per drafting round from the counters and from the
+    # engine's per-request figures (vLLM counts a draft only on steps that had draft
+    # tokens), and per decode step from the client's chunks.
     row["accept_length_per_round_engine"] = acc.accept_length_per_round
+    row["accept_length_per_round_requests"] = (
+        per_request.accept_length_per_round if per_request else None)
     row["tokens_per_step_client"] = row.pop("tokens_per_step_client", math.nan)
+    in_window = request_acceptance(cell.warmup + cell.requests, ("warmup", "measure"))
+    agree, why = acceptance_disagreement(
+        acc.accept_length_per_round, row["accept_length_per_round_requests"],
+        row["tokens_per_step_client"],
+        window=in_window.accept_length_per_round if in_window else None)
+    row["acceptance_agree"] = agree
+    row["acceptance_disagreement"] = why
+    row["spec_requests"] = per_request.requests if per_request else 0
+    row["accept_rate_requests"] = per_request.acceptance_rate if per_request else None
+    row["accept_histogram_requests"] = (
+        json.dumps(per_request.histogram) if per_request and per_request.histogram else None)
     row["drafts"] = acc.drafts
     row["scrape_gaps"] = acc.gaps
     row["counter_resets"] = acc.counter_resets

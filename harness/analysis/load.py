@@ -86,6 +86,9 @@ class CellData:
     complete: CompleteFile | None = None
     open_loop: OpenLoopInfo | None = None
     requests: list[RequestRecord] = field(default_factory=list)  # measured, completed attempt
+    # The completed attempt's warm-up requests: not the cell's figures, but inside the
+    # engine counters' window (acceptance_requests checks the counters against them too).
+    warmup: list[RequestRecord] = field(default_factory=list)
     samples: list[MetricSample] = field(default_factory=list)  # completed attempt
     scores: dict[str, bool] | None = None
 
@@ -206,10 +209,10 @@ def _load_cell(folder: Path, planned: Cell | None, cell_id: str) -> CellData:
         return base
     done: CompleteFile = _validate(CompleteFile, _read_json(complete_path), str(complete_path))
     base.complete = done
-    base.requests = [
-        r for r in _read_jsonl(folder / "requests.jsonl", RequestRecord)
-        if r.attempt == done.attempt and r.phase == "measure"
-    ]
+    attempt = [r for r in _read_jsonl(folder / "requests.jsonl", RequestRecord)
+               if r.attempt == done.attempt]
+    base.requests = [r for r in attempt if r.phase == "measure"]
+    base.warmup = [r for r in attempt if r.phase == "warmup"]
     base.samples = [
         s for s in _read_jsonl(folder / "metrics.jsonl", MetricSample) if s.attempt == done.attempt
     ]

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
@@ -27,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from harness.engines import get_engine_kind
 from harness.engines.base import EngineKind, expand_arm, parse_version_output
-from harness.engines.metrics import scrape_metrics
+from harness.engines.metrics import scrape_metrics, speculation_counter
 from harness.engines.process import (
     descendants,
     free_port,
@@ -45,6 +46,14 @@ if TYPE_CHECKING:
 
 LOG_TAIL_LINES = 40
 WARMUP_PROMPT = "Say hello."
+# SGLang counts a request's verify calls as it finishes, which can be a moment after its
+# last chunk left: a drafter arm's counter gets this long to appear after the warm-up.
+SPEC_COUNTER_GRACE_S = 5.0
+# Why a drafter arm's engine may lack its speculation counter, by metrics dialect.
+_MISSING_COUNTER_HINTS = {
+    "vllm": "vLLM exports it whenever a --speculative-config takes effect",
+    "sglang": "SGLang added it in PR 25689, May 2026: releases before it lack it",
+}
 
 
 class EngineInfo(BaseModel):
@@ -299,15 +308,19 @@ def start_engine(arm: Arm, study: Study, log_dir: Path, *, port: int | None = No
         target=lambda: version.update(v=probe_version(kind, arm)[0]), daemon=True
     )
     prober.start()
+
+    def engine_version() -> str | None:
+        prober.join(timeout=120)
+        return version.get("v")
+
     try:
-        _wait_ready(engine, launch.startup_timeout_s, started)
+        _wait_ready(engine, launch.startup_timeout_s, started, engine_version)
     except BaseException:  # a failed start, a timeout, or Ctrl-C: take the engine down
         with contextlib.suppress(SpecbenchError):
             engine.stop()
         raise
     info.ready_after_s = round(time.time() - started, 3)
-    prober.join(timeout=120)
-    info.version = version.get("v")
+    info.version = engine_version()
     with contextlib.suppress(OSError):
         (log_dir / f"engine-{arm.name}.json").write_text(info.model_dump_json(indent=2) + "\n")
     return engine
@@ -358,7 +371,8 @@ def _fail(engine: EngineProcess, reason: str) -> SpecbenchError:
     return SpecbenchError(*lines)
 
 
-def _wait_ready(engine: EngineProcess, timeout_s: float, started: float) -> None:
+def _wait_ready(engine: EngineProcess, timeout_s: float, started: float,
+                version: Callable[[], str | None]) -> None:
     kind = engine.kind
     assert kind is not None and engine._popen is not None
     deadline = started + timeout_s
@@ -382,7 +396,7 @@ def _wait_ready(engine: EngineProcess, timeout_s: float, started: float) -> None
         remaining = max(deadline - time.time(), 5.0)
         _check_served_model(engine, client)
         _warm_up(engine, client, remaining)
-        _check_speculation_series(engine, client)
+        _check_speculation_series(engine, client, version)
 
 
 def _check_served_model(engine: EngineProcess, client: httpx.Client) -> None:
@@ -396,12 +410,14 @@ def _check_served_model(engine: EngineProcess, client: httpx.Client) -> None:
 
 
 def _warm_up(engine: EngineProcess, client: httpx.Client, timeout_s: float) -> None:
-    """One streamed greedy generation with the same engine fields the load driver sends."""
+    """One streamed greedy generation with the same engine fields the load driver sends;
+    all four tokens are generated (no early EOS), so a drafter arm verifies drafts."""
     body = {
         "model": engine.served_model,
         "messages": [{"role": "user", "content": WARMUP_PROMPT}],
         "max_tokens": 4,
         "temperature": 0.0,
+        "ignore_eos": True,
         "stream": True,
         **engine.request_fields,
     }
@@ -424,19 +440,32 @@ def _warm_up(engine: EngineProcess, client: httpx.Client, timeout_s: float) -> N
         raise _fail(engine, f"warm-up stream ended early ({chunks} chunks, [DONE] seen: {done})")
 
 
-def _check_speculation_series(engine: EngineProcess, client: httpx.Client) -> None:
-    """A vLLM arm with a drafter must export speculation counters, one without must not:
-    otherwise the engine is not running the arm that was registered."""
-    if engine.info.kind not in ("vllm", "vllm-cpu"):
-        return  # SGLang creates its counters lazily, on the first finished request
-    result = scrape_metrics(engine.metrics_url, "vllm", client=client)
-    if not result.ok:
-        raise _fail(engine, f"/metrics is unusable: {result.error}")
-    has_spec = result.snapshot.drafts is not None
-    if engine.arm.drafter is not None and not has_spec:
-        raise _fail(engine, "the arm has a drafter but the engine exports no vllm:spec_decode_* series")
-    if engine.arm.drafter is None and has_spec:
-        raise _fail(engine, "the arm has no drafter but the engine exports vllm:spec_decode_* series")
+def _check_speculation_series(engine: EngineProcess, client: httpx.Client,
+                              version: Callable[[], str | None]) -> None:
+    """After the warm-up, a drafter arm must export its speculation counter and an arm
+    without a drafter must not: otherwise the engine is not running the registered arm,
+    or every cell of hours of them would end with no acceptance figure."""
+    dialect = engine.metrics_dialect
+    metric = speculation_counter(dialect)
+    drafter = engine.arm.drafter is not None
+    deadline = time.monotonic() + (SPEC_COUNTER_GRACE_S if drafter else 0.0)
+    while True:
+        result = scrape_metrics(engine.metrics_url, dialect, client=client)
+        if not result.ok:
+            raise _fail(engine, f"/metrics is unusable: {result.error}")
+        has_counter = result.snapshot.drafts is not None
+        if has_counter or not drafter or time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)
+    if drafter and not has_counter:
+        # One line: the metric, the engine and its version say what to fix.
+        raise SpecbenchError(
+            f"arm {engine.arm.name!r}: {engine.info.kind} {version() or '(version unknown)'}"
+            f" exports no {metric} after its warm-up, so this drafter arm's acceptance"
+            f" cannot be measured ({_MISSING_COUNTER_HINTS[dialect]}); its engine was"
+            f" stopped (log: {engine.info.log_path})")
+    if not drafter and has_counter:
+        raise _fail(engine, f"the arm has no drafter but the engine exports {metric}")
 
 
 def _attach(arm: Arm, study: Study) -> EngineProcess:

@@ -68,6 +68,12 @@ _MEAN_GAUGES = {"kv_cache_usage", "engine_accept_length"}
 _VLLM_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
 
+def speculation_counter(dialect: str) -> str:
+    """The counter of drafting rounds a drafter arm's engine must export (the snapshot's
+    `drafts`): vllm:spec_decode_num_drafts_total, sglang:spec_verify_calls_total."""
+    return _COUNTERS[dialect]["drafts"]
+
+
 def parse_metrics(text: str, dialect: str) -> EngineSnapshot:
     """Map one /metrics text to an EngineSnapshot; absent series stay None.
 

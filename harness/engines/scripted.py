@@ -47,16 +47,21 @@ class ScriptedKind(EngineKind):
         launch = arm.launch
         prefix = list(launch.command) if launch is not None and launch.command else [
             self.interpreter(arm), "-m", "harness.testengine"]
+        spec = self.spec(arm)
+        if not study.recording.per_request_spec_metrics and spec.metrics_dialect == "vllm":
+            # As vLLM without --per-request-spec-decode-metrics: no per-request figures.
+            spec = spec.model_copy(update={"per_request_spec_metrics": False})
         cmd = [*prefix, "--host", host, "--port", str(port),
-               "--spec-json", self.spec(arm).model_dump_json(),
+               "--spec-json", spec.model_dump_json(),
                "--served-model-name", self.served_model(study)]
         return cmd + (list(launch.extra_args) if launch is not None else [])
 
     def request_fields(self, arm: Arm, study: Study) -> dict[str, Any]:
         fields = super().request_fields(arm, study)
         fields["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
-        if self.dialect_for(arm) == "sglang":
-            fields["return_spec_tokens_details"] = True
+        if (self.dialect_for(arm) == "sglang" and arm.drafter is not None
+                and study.recording.per_request_spec_metrics):
+            fields["return_spec_tokens_details"] = True  # as SglangKind asks
         return fields
 
     def effective_max_running(self, arm: Arm) -> int | None:

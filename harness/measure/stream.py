@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from harness.engines.request_spec import request_speculation
 from harness.measure.transport import arrival_time, request_left_time
 from harness.records import RequestRecord
-
-_SPEC_KEYS = (("metrics", "speculative_decoding"), ("sglext", "spec_tokens_details"))
 
 
 class StreamError(Exception):
@@ -163,10 +162,9 @@ def _fill_from_events(rec: RequestRecord, events: list[tuple[float, bytes]],
                 rec.first_token_t = t
             rec.chunk_times.append(t)
             rec.chunk_tokens.append(tokens)
-        for outer, inner in _SPEC_KEYS:
-            figures = (obj.get(outer) or {}).get(inner) if isinstance(obj.get(outer), dict) else None
-            if figures:
-                rec.spec = figures
+        found = request_speculation(obj)
+        if found is not None:
+            rec.spec, rec.speculation = found
     rec.output_text = "".join(text)
     if malformed:
         raise StreamError("malformed", malformed)

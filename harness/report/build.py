@@ -7,7 +7,11 @@ from pathlib import Path
 
 from harness.analysis.tables import Analysis
 from harness.report.layout import PdfPages
-from harness.report.pages_acceptance import acceptance_pages, consistency_page
+from harness.report.pages_acceptance import (
+    acceptance_pages,
+    consistency_page,
+    three_figures_pages,
+)
 from harness.report.pages_load import delivered_load_page
 from harness.report.pages_open import open_loop_page
 from harness.report.pages_quality import accuracy_pages, identity_pages
@@ -29,6 +33,7 @@ def write_pdf(a: Analysis, verdict: dict, out_pdf: Path) -> int:
             pages += speed_curve_pages(pdf, a)
             pages += acceptance_pages(pdf, a)
             pages += consistency_page(pdf, a)
+            pages += three_figures_pages(pdf, a)
             pages += accuracy_pages(pdf, a)
             pages += identity_pages(pdf, a)
             pages += open_loop_page(pdf, a)

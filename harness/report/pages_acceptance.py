@@ -9,8 +9,9 @@ import numpy as np
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.acceptance import per_second_acceptance
+from harness.analysis.acceptance_requests import AGREE_WITHIN
 from harness.analysis.tables import Analysis
-from harness.report.layout import empty_axes, new_page, save
+from harness.report.layout import empty_axes, new_page, save, table_lines, text_pages
 from harness.report.pages_speed import arm_colours
 
 MAX_TASKS = 3
@@ -131,3 +132,45 @@ def consistency_page(pdf: PdfPages, a: Analysis) -> int:
                    frameon=False)
     save(pdf, fig)
     return 1
+
+
+def _shown(v) -> str:
+    return "-" if _nan(v) else f"{float(v):.3f}"
+
+
+def three_figures_pages(pdf: PdfPages, a: Analysis) -> int:
+    """Per drafter cell, the engine's tokens per drafting round from its counters and
+    from its per-request figures, and the client's tokens per decode step, side by side;
+    cells where they disagree beyond AGREE_WITHIN are flagged."""
+    drafters = {x.name for x in a.run.study.arms if x.drafter is not None}
+    cells = a.cells[a.cells["arm"].isin(drafters) & a.cells["kind"].isin(["speed", "open"])
+                    & (a.cells["status"] == "complete")]
+    rows, flagged = [], []
+    for r in cells.itertuples():
+        agree = r.acceptance_agree
+        mark = "-" if agree is None or _nan(agree) else ("yes" if agree else "NO")
+        rows.append([r.cell_id, _shown(r.accept_length_per_round_engine),
+                     _shown(r.accept_length_per_round_requests), _shown(r.tokens_per_step_client),
+                     int(r.spec_requests), mark])
+        if mark == "NO":
+            flagged.append(f"  {r.cell_id}: {r.acceptance_disagreement}")
+    lines = [
+        "engine counters: tokens per drafting round from /metrics over the cell's window"
+        " (it holds the cell's warm-up requests too)",
+        "per-request: the same count summed over the measured requests' own figures (vLLM"
+        " metrics.speculative_decoding, SGLang sglext.spec_tokens_details)",
+        "client: tokens per decode step from the streamed chunks (lower where steps ran"
+        " without drafts, and for SGLang, whose count includes the prefill token)",
+        f"agree: counters within {AGREE_WITHIN:.0%} of the per-request figures of the same"
+        " requests (the warm-up ones too), and client not above per-request by more than"
+        f" {AGREE_WITHIN:.0%}; '-': a figure is missing",
+        "",
+    ]
+    if rows:
+        lines += table_lines(["cell", "engine counters", "per-request", "client",
+                              "requests with figures", "agree"], rows)
+    else:
+        lines.append("no complete drafter speed or open-loop cell")
+    lines += ["", f"disagreements beyond {AGREE_WITHIN:.0%} ({len(flagged)}):"]
+    lines += flagged or ["  none"]
+    return text_pages(pdf, "Acceptance: three figures side by side", lines)

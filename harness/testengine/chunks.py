@@ -42,7 +42,7 @@ def stream_chunk(
     return body
 
 
-def usage_chunk(rid: str, model: str, usage_now: dict, extra: dict | None = None) -> dict:
+def usage_chunk(rid: str, model: str, usage_now: dict | None, extra: dict | None = None) -> dict:
     body = {
         "id": rid,
         "object": "chat.completion.chunk",
@@ -77,16 +77,20 @@ def completion(rid: str, model: str, text: str, finish_reason: str, usage_now: d
 
 
 def spec_figures(dialect: str, drafts: int, draft_tokens: int, accepted: int,
-                 completion_tokens: int) -> dict:
-    """The engine's per-request speculation figures, in each engine's own field names."""
+                 histogram: list[int], completion_tokens: int, k: int) -> dict:
+    """The engine's per-request speculation figures, in each engine's own field names and
+    place (harness.engines.request_spec names the sources): vLLM's
+    `metrics.speculative_decoding`, SGLang's `sglext.spec_tokens_details`."""
     if dialect == "sglang":
         return {
             "sglext": {
                 "spec_tokens_details": {
+                    "spec_accept_rate": accepted / draft_tokens if draft_tokens else 0.0,
                     "spec_accept_length": completion_tokens / drafts if drafts else 0.0,
-                    "spec_verify_ct": drafts,
                     "spec_num_correct_drafts": accepted,
                     "spec_num_proposed_drafts": draft_tokens,
+                    "spec_verify_ct": drafts,
+                    "spec_correct_drafts_histogram": list(histogram),
                 }
             }
         }
@@ -94,9 +98,12 @@ def spec_figures(dialect: str, drafts: int, draft_tokens: int, accepted: int,
         "metrics": {
             "speculative_decoding": {
                 "mean_acceptance_length": 1.0 + accepted / drafts if drafts else 1.0,
-                "num_drafts": drafts,
+                "draft_acceptance_rate": accepted / draft_tokens if draft_tokens else 0.0,
+                "acceptance_histogram": list(histogram),
+                "num_spec_steps": drafts,
+                "num_accepted_draft_tokens": accepted,
                 "num_draft_tokens": draft_tokens,
-                "num_accepted_tokens": accepted,
+                "num_spec_tokens": k,
             }
         }
     }

@@ -71,6 +71,10 @@ class Sequence:
     drafts: int = 0
     draft_tokens: int = 0
     accepted: int = 0
+    histogram: list[int] = field(default_factory=list)  # rounds by drafts kept
+    # SGLang sends its per-request figures only when the request asks
+    # (`return_spec_tokens_details`); vLLM whenever its serve flag is on.
+    spec_details: bool = False
     text: list[str] = field(default_factory=list)
     done: asyncio.Future | None = None
     prompt_key: int = 0  # the text is a function of the prompt, as greedy decoding is
@@ -201,6 +205,9 @@ class ScriptedEngine:
             seq.drafts += 1
             seq.draft_tokens += k
             seq.accepted += n - 1
+            if not seq.histogram:
+                seq.histogram = [0] * (k + 1)
+            seq.histogram[n - 1] += 1
             self._recent_lengths.append(n)
         f = seq.failure
         if f is not None and f.mode != "refuse" and seq.generated + n >= f.after_tokens:
@@ -273,19 +280,27 @@ class ScriptedEngine:
             self._finish(seq, finish, end_t=t)
 
     def _closing_events(self, seq: Sequence) -> bytes:
+        """Where each engine puts its per-request figures: vLLM on the final usage chunk
+        (sent only when usage was asked for), SGLang in a chunk of its own before it."""
         extra = self._spec_extra(seq)
-        out = b""
+        model, out = self.spec.served_model, b""
+        if extra is not None and self.spec.metrics_dialect == "sglang":
+            out += chunks.sse(chunks.usage_chunk(seq.rid, model, None, extra))
+            extra = None
         if seq.include_usage:
             out += chunks.sse(chunks.usage_chunk(
-                seq.rid, self.spec.served_model,
-                chunks.usage(seq.prompt_tokens, seq.generated), extra))
+                seq.rid, model, chunks.usage(seq.prompt_tokens, seq.generated), extra))
         return out + chunks.DONE
 
     def _spec_extra(self, seq: Sequence) -> dict | None:
-        if not (self.spec.per_request_spec_metrics and self.spec.num_draft_tokens):
+        spec = self.spec
+        if not (spec.per_request_spec_metrics and spec.num_draft_tokens):
             return None
-        return chunks.spec_figures(self.spec.metrics_dialect, seq.drafts, seq.draft_tokens,
-                                   seq.accepted, seq.generated)
+        if spec.metrics_dialect == "sglang" and not seq.spec_details:
+            return None
+        return chunks.spec_figures(spec.metrics_dialect, seq.drafts, seq.draft_tokens,
+                                   seq.accepted, seq.histogram or [0] * (spec.num_draft_tokens + 1),
+                                   seq.generated, spec.num_draft_tokens)
 
     def _log_chunks(self, seq: Sequence, sizes: list[int], t: float,
                     began: float | None = None) -> None:

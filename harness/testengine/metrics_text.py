@@ -33,11 +33,15 @@ class EngineCounters:
 
 class _Collector:
     def __init__(self, counters: EngineCounters, dialect: str, model: str, k: int,
-                 created: float) -> None:
+                 created: float, omit: frozenset[str] = frozenset()) -> None:
         self.c, self.dialect, self.model, self.k, self.created = counters, dialect, model, k, created
+        self.omit = omit
 
     def collect(self):
-        return self._vllm() if self.dialect == "vllm" else self._sglang()
+        families = self._vllm() if self.dialect == "vllm" else self._sglang()
+        # A counter family is named without its samples' "_total".
+        return (f for f in families if f.name not in self.omit
+                and f.name + "_total" not in self.omit)
 
     def _counter(self, name, doc, value, labels=(), extra=()):
         fam = CounterMetricFamily(name, doc, labels=["engine", "model_name", *labels])
@@ -109,7 +113,15 @@ class _Collector:
 
 
 def metrics_text(counters: EngineCounters, dialect: str, model: str, k: int,
-                 created: float) -> bytes:
+                 created: float, omit: list[str] | tuple[str, ...] = ()) -> bytes:
+    """The /metrics page; `omit` names series to leave out (an engine release without them)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(counters, dialect, model, k, created))
+    registry.register(_Collector(counters, dialect, model, k, created, frozenset(omit)))
     return generate_latest(registry)
+
+
+def exported_series(dialect: str) -> list[str]:
+    """The series names (counters with their `_total`) a drafting engine of this
+    dialect exports: what ScriptedEngineSpec.omit_series may name."""
+    families = _Collector(EngineCounters(accepted_per_position=[0]), dialect, "m", 1, 0.0).collect()
+    return [f.name + "_total" if f.type == "counter" else f.name for f in families]

@@ -164,7 +164,8 @@ class ScriptedServer:
             transport.write(_response(200, b""))
         elif path == "/metrics":
             text = metrics_text(self.engine.counters, spec.metrics_dialect, spec.served_model,
-                                spec.num_draft_tokens, self.engine.created_wall)
+                                spec.num_draft_tokens, self.engine.created_wall,
+                                spec.omit_series)
             transport.write(_response(200, text, "text/plain; version=0.0.4; charset=utf-8"))
         elif path == "/version":
             transport.write(_response(200, json.dumps({"version": VERSION}).encode()))
@@ -210,6 +211,7 @@ class ScriptedServer:
             and bool(options.get("continuous_usage_stats")),
             sink=HttpSink(transport, stream), arrival_t=arrival_t, failure=failure,
             prompt_key=prompt_key(messages),
+            spec_details=bool(req.get("return_spec_tokens_details", False)),
         )
         if stream:
             seq.sink.start()

@@ -71,6 +71,9 @@ class ScriptedEngineSpec(StrictModel):
     # Per-request speculation figures on the final chunk (vLLM `metrics.speculative_decoding`,
     # SGLang `sglext.spec_tokens_details` when the request asks).
     per_request_spec_metrics: bool = True
+    # Series /metrics leaves out, by name (e.g. "sglang:spec_verify_calls_total", which
+    # SGLang releases before PR 25689 lack): an engine release without them.
+    omit_series: list[str] = Field(default_factory=list)
     # Chance, per generated token, that it is EOS (ignored when the request sets ignore_eos).
     eos_probability: float = Field(default=0.0, ge=0.0, lt=1.0)
     seed: int = 0
@@ -88,6 +91,14 @@ class ScriptedEngineSpec(StrictModel):
             raise ValueError("accept_probs given but num_draft_tokens is 0")
         if any(not 0.0 <= p <= 1.0 for p in probs):
             raise ValueError("accept_probs entries must lie in [0, 1]")
+        from harness.testengine.metrics_text import exported_series
+
+        known = exported_series(self.metrics_dialect)
+        for name in self.omit_series:
+            if name not in known:
+                raise ValueError(f"omit_series: {name!r} is not a series the scripted engine"
+                                 f" exports in the {self.metrics_dialect} dialect (one of:"
+                                 f" {', '.join(known)})")
         return self
 
     def step_seconds(self, tokens_in_step: int) -> float:

@@ -11,7 +11,13 @@ import json
 from pathlib import Path
 
 from harness.prereg.schema import Study
-from harness.records import ClientHealth, EngineSnapshot, MetricSample, RequestRecord
+from harness.records import (
+    ClientHealth,
+    EngineSnapshot,
+    MetricSample,
+    RequestRecord,
+    RequestSpeculation,
+)
 
 LEVELS = [1, 2, 4, 8, 16]
 TOKENS = 101  # completion tokens per request: 100 intervals after the first token
@@ -146,12 +152,22 @@ class RunBuilder:
     # --- kinds of cell ----------------------------------------------------------------
 
     def speed(self, arm: str, task: str, c: int, speed: float, n: int = 21, spread: float = 0.02,
-              cell_id: str | None = None, accept_length: float = 2.5, **kw) -> str:
+              cell_id: str | None = None, accept_length: float = 2.5,
+              speculation: RequestSpeculation | None = None, **kw) -> str:
+        """speculation: the engine's per-request figures on every measured request."""
         cell_id = cell_id or f"{arm}/{task}/speed/c{c:03d}"
         recs = speed_requests(cell_id, speed, n, spread, concurrency=c)
-        # Warm-up and an earlier attempt must be ignored: make them absurdly fast.
+        for r in recs:
+            r.speculation = speculation
+        # Warm-up and an earlier attempt must be ignored: make them absurdly fast (and the
+        # other attempt's per-request figures absurd; the warm-up's lie in the counters'
+        # window, so they are the measured ones').
+        absurd = RequestSpeculation(engine="vllm", rounds=1, draft_tokens=3, accepted=300)
         recs.insert(0, speed_requests(cell_id, 1e6, 1, 0, phase="warmup")[0])
+        recs[0].speculation = speculation
         recs.extend(speed_requests(cell_id, 1e6, 3, 0, attempt=kw.get("attempt", 1) + 1))
+        for r in recs[-3:]:
+            r.speculation = absurd if speculation is not None else None
         drafter = self.study.arm(arm).drafter is not None
         engine = self.study.arm(arm).engine
         samples = counter_samples(cell_id, engine, accept_length if drafter else None)

@@ -14,6 +14,7 @@ from harness.analysis.identity import first_divergence, first_word_divergence
 from harness.analysis.speedup import bootstrap_ratio
 from harness.errors import InputError
 from harness.prereg.schema import Intervals
+from harness.records import RequestSpeculation
 
 from .runfolder import BASE_SPEED, PASSING_SPEEDUPS, RunBuilder, study_dict
 
@@ -116,8 +117,13 @@ def test_cell_table_figures(tmp_path):
     # per decode step, from the client's chunks (1 prefill token, then 10 chunks of 10)
     assert ngram["tokens_per_step_client"] == pytest.approx(10.0)
     columns = list(cells.columns)
-    assert columns.index("tokens_per_step_client") == \
-        columns.index("accept_length_per_round_engine") + 1
+    # The three acceptance figures side by side: counters, per-request, client.
+    engine_at = columns.index("accept_length_per_round_engine")
+    assert columns[engine_at:engine_at + 4] == [
+        "accept_length_per_round_engine", "accept_length_per_round_requests",
+        "tokens_per_step_client", "acceptance_agree"]
+    assert ngram["spec_requests"] == 0 and pd.isna(ngram["accept_length_per_round_requests"])
+    assert pd.isna(ngram["acceptance_agree"])  # no per-request figures: nothing to judge
     dflash = cells.loc["sglang-dflash/chat/speed/c004"]
     assert dflash["accept_length_per_round_engine"] == pytest.approx(2.5)
     assert math.isnan(dflash["accept_rate_sum"])  # SGLang has no per-position series
@@ -247,3 +253,37 @@ def test_cells_csv_shows_the_delivered_load_beside_the_registered_users(tmp_path
     assert (closed["delivered_concurrency"] == 0.99 * closed["concurrency"]).all()
     assert (closed["delivered_share"] == 0.99).all() and (closed["turnaround_p99_ms"] == 2.0).all()
     assert cells[cells["kind"] == "open"]["delivered_concurrency"].isna().all()
+
+
+def test_cell_table_sums_per_request_figures_and_flags_disagreement(tmp_path):
+    b = RunBuilder(tmp_path)
+    # 10 rounds keeping 15 drafts a request: 1 + 15/10 = 2.5, the counters' figure.
+    agreeing = RequestSpeculation(engine="vllm", rounds=10, draft_tokens=30, accepted=15,
+                                  histogram=[2, 3, 3, 2])
+    b.speed("vllm-ngram", "chat", 1, BASE_SPEED * 2, speculation=agreeing)
+    # 12 kept of 10 rounds: 2.2, 12% below the counters' 2.5.
+    low = RequestSpeculation(engine="vllm", rounds=10, draft_tokens=30, accepted=12)
+    b.speed("vllm-eagle3", "chat", 1, BASE_SPEED * 2, speculation=low)
+    # SGLang: completion tokens (101) per verify call (40), as its counters count.
+    sg = RequestSpeculation(engine="sglang", rounds=40, draft_tokens=320, accepted=60)
+    b.speed("sglang-dflash", "chat", 1, BASE_SPEED * 2, speculation=sg, accept_length=2.5)
+    b.speed("vllm-base", "chat", 1, BASE_SPEED)
+    cells = analyse(b.root).cells.set_index("cell_id")
+    ngram = cells.loc["vllm-ngram/chat/speed/c001"]
+    assert ngram["spec_requests"] == 21  # the measured ones: warm-up and attempt 2 left out
+    assert ngram["accept_length_per_round_requests"] == pytest.approx(2.5)
+    assert ngram["accept_rate_requests"] == pytest.approx(0.5)
+    assert json.loads(ngram["accept_histogram_requests"]) == [42, 63, 63, 42]
+    # Counters agree; the hand-made chunks carry 10 tokens each, which no engine's
+    # rounds explain: the client's figure is flagged.
+    assert not ngram["acceptance_agree"]
+    assert ngram["acceptance_disagreement"] == "client 10.000 above per-request 2.500 (+300.0%)"
+    eagle = cells.loc["vllm-eagle3/chat/speed/c001"]
+    assert eagle["accept_length_per_round_requests"] == pytest.approx(2.2)
+    assert ("engine counters 2.500 vs per-request 2.200 over the same requests (warm-up"
+            " included) (+13.6%)") in eagle["acceptance_disagreement"]
+    dflash = cells.loc["sglang-dflash/chat/speed/c001"]
+    assert dflash["accept_length_per_round_requests"] == pytest.approx(101 / 40)
+    assert "engine counters" not in dflash["acceptance_disagreement"]  # 2.5 vs 2.525: 1%
+    base = cells.loc["vllm-base/chat/speed/c001"]
+    assert base["spec_requests"] == 0 and pd.isna(base["acceptance_agree"])

@@ -139,6 +139,35 @@ def test_request_fields() -> None:
     assert "return_spec_tokens_details" not in kind.request_fields(sg.arm("base"), sg)
 
 
+def test_per_request_spec_metrics_off_asks_no_engine_for_them() -> None:
+    """recording.per_request_spec_metrics: vLLM's serve flag, SGLang's request field, and
+    the scripted engine playing either."""
+    drafting = {"method": "ngram", "num_draft_tokens": 2}
+    scripted = {"num_draft_tokens": 2, "accept_probs": [0.5, 0.5]}
+
+    def study(engine: str, on: bool, **extra):
+        built = tiny_study("/models/tiny", [arm("base", engine, **extra),
+                                            arm("ngram", engine, drafting, **extra)])
+        return built.model_copy(update={"recording": built.recording.model_copy(
+            update={"per_request_spec_metrics": on})})
+
+    for on in (True, False):
+        vllm = study("vllm", on)
+        cmd = get_engine_kind("vllm").command(vllm.arm("ngram"), vllm, "127.0.0.1", 1)
+        assert ("--per-request-spec-decode-metrics" in cmd) is on
+        sg = study("sglang", on)
+        fields = get_engine_kind("sglang").request_fields(sg.arm("ngram"), sg)
+        assert ("return_spec_tokens_details" in fields) is on
+        kind = get_engine_kind("scripted")
+        for dialect in ("vllm", "sglang"):
+            sc = study("scripted", on, scripted={**scripted, "metrics_dialect": dialect})
+            spec = json.loads(option_value(kind.command(sc.arm("ngram"), sc, "h", 1),
+                                           "--spec-json"))
+            asked = "return_spec_tokens_details" in kind.request_fields(sc.arm("ngram"), sc)
+            assert (spec["per_request_spec_metrics"] if dialect == "vllm" else asked) is on
+            assert "return_spec_tokens_details" not in kind.request_fields(sc.arm("base"), sc)
+
+
 def test_sglang_command_dflash() -> None:
     study = study_with(
         arm("dflash", "sglang", {"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash-b16",

@@ -7,6 +7,7 @@ asserted, never counts: exact numbers differ between machines and modes.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
 
@@ -14,10 +15,15 @@ import httpx
 import pytest
 from conftest import tiny_study, vllm_cpu_launch
 
+from harness.analysis.acceptance_requests import request_acceptance
 from harness.engines.lifecycle import start_engine
 from harness.engines.metrics import acceptance_window, parse_metrics, scrape_metrics
 from harness.engines.process import descendants, group_members, port_in_use
 from harness.errors import SpecbenchError
+from harness.measure.driver import run_cell
+from harness.measure.itl import tokens_per_chunk
+from harness.measure.patterns import ClosedLoop
+from harness.measure.requests import RequestSpec
 
 pytestmark = pytest.mark.vllm
 
@@ -99,6 +105,41 @@ def test_ngram_counters_move(vllm_ngram, chat) -> None:
     assert w.per_position_rates[0] >= w.per_position_rates[1] >= w.per_position_rates[2]
     assert 1.0 < w.acceptance_length <= 4.0
     assert w.acceptance_length == pytest.approx(1 + sum(w.per_position_rates))
+
+
+def test_ngram_requests_carry_their_own_acceptance_which_sums_to_the_counters(
+        vllm_ngram) -> None:
+    """`--per-request-spec-decode-metrics summary` (vLLM 0.32): each streamed request's
+    final usage chunk carries metrics.speculative_decoding; over the requests, their
+    figures sum to exactly what the counters moved by."""
+    engine = vllm_ngram
+    cmd = engine.info.command
+    assert cmd[cmd.index("--per-request-spec-decode-metrics") + 1] == "summary"
+    before = scrape_metrics(engine.metrics_url, "vllm", timeout_s=30)
+    records = []
+    outcome = asyncio.run(run_cell(
+        base_url=engine.base_url, model=engine.served_model,
+        requests=[RequestSpec("repetitive", [{"role": "user", "content": REPETITIVE}], 48)],
+        pattern=ClosedLoop(concurrency=2, requests=4),
+        sampling={"temperature": 0.0, "seed": 0, "ignore_eos": True},
+        extra_body=engine.request_fields, cell_id="spec", attempt=1,
+        on_record=records.append, timeout_s=300, lag_limit_ms=1e6))
+    after = scrape_metrics(engine.metrics_url, "vllm", timeout_s=30)
+    assert outcome.n_ok == 4 and before.ok and after.ok
+    window = acceptance_window(before.snapshot, after.snapshot)
+    for rec in records:
+        s = rec.speculation
+        assert s is not None and s.engine == "vllm", rec.spec
+        assert len(s.histogram) == 3 + 1 and sum(s.histogram) == s.rounds > 0
+        assert sum(j * n for j, n in enumerate(s.histogram)) == s.accepted <= s.draft_tokens
+        assert rec.spec["mean_acceptance_length"] == pytest.approx(1 + s.accepted / s.rounds)
+    summed = request_acceptance(records)
+    assert summed.requests == 4
+    assert (summed.rounds, summed.draft_tokens, summed.accepted) == (
+        window.drafts, window.draft_tokens, window.accepted)
+    assert summed.accept_length_per_round == pytest.approx(window.acceptance_length)
+    # n-gram drafts on some steps only: per streamed chunk the client sees fewer tokens.
+    assert tokens_per_chunk(records) <= summed.accept_length_per_round
 
 
 def test_target_as_its_own_draft_accepts_every_draft(vllm_draft_self, chat) -> None:

@@ -39,7 +39,9 @@ def test_closed_loop_records_every_request_in_registered_order() -> None:
         assert r.ok and r.completion_tokens == 16 and sum(r.chunk_tokens) == 16
         assert r.scheduled_t <= r.sent_t <= r.first_token_t <= r.end_t
         assert r.chunk_times == sorted(r.chunk_times) and r.chunk_times[0] == r.first_token_t
-        assert r.spec["num_drafts"] >= 1 and r.response_id.startswith("chatcmpl-")
+        assert r.speculation.engine == "vllm" and r.speculation.rounds >= 1
+        assert r.spec["num_spec_steps"] == r.speculation.rounds
+        assert r.response_id.startswith("chatcmpl-")
         assert r.tpot_s is not None and r.tpot_s > 0
     assert 1.0 <= tokens_per_chunk(records) <= 4.0
     health = outcome.health

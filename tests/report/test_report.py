@@ -16,9 +16,9 @@ from analysis.runfolder import PASSING_SPEEDUPS, RunBuilder, study_dict
 from harness.cli import main
 from harness.report import build_report
 
-# verdict, evidence, speedup, speed curves, 3 x acceptance, consistency, accuracy x 2,
-# identity, open loop, environment: at least one page each
-MIN_PAGES = 13
+# verdict, evidence, speedup, speed curves, 3 x acceptance, consistency, the three
+# acceptance figures, accuracy x 2, identity, open loop, environment: at least one page each
+MIN_PAGES = 14
 
 
 def _tool(name: str) -> str:
@@ -140,8 +140,9 @@ def test_finalize_run_writes_tables_verdict_and_report_from_one_analysis(tmp_pat
     assert done.verdict["verdict"] == "PASS"
     assert done.report == tmp_path / "r.pdf" and page_count(done.report) == done.pages
     cells = pd.read_csv(b.root / "cells.csv")
-    assert {"accept_length_per_round_engine", "tokens_per_step_client",
-            "counter_resets"} <= set(cells.columns)
+    assert {"accept_length_per_round_engine", "accept_length_per_round_requests",
+            "tokens_per_step_client", "acceptance_agree", "acceptance_disagreement",
+            "spec_requests", "counter_resets"} <= set(cells.columns)
 
 
 def test_environment_page_shows_each_arms_resolved_settings(tmp_path):
@@ -176,3 +177,25 @@ def test_environment_page_shows_each_arms_resolved_settings(tmp_path):
     # Never started: resolved from the study, and said so.
     assert ("sglang-base: min free slots delay: off (not passed: SGLang's default)"
             " (no start recorded)") in text
+
+
+def test_report_shows_the_three_acceptance_figures_and_flags_disagreement(tmp_path):
+    from harness.records import RequestSpeculation
+
+    b = RunBuilder(tmp_path)
+    agreeing = RequestSpeculation(engine="vllm", rounds=10, draft_tokens=30, accepted=15)
+    b.speed("vllm-ngram", "chat", 1, 100.0, speculation=agreeing)  # 2.5, as the counters
+    low = RequestSpeculation(engine="vllm", rounds=10, draft_tokens=30, accepted=12)
+    b.speed("vllm-eagle3", "chat", 1, 100.0, speculation=low)  # 2.2 against 2.5
+    out = build_report(b.root, tmp_path / "three.pdf")
+    text = subprocess.run([_tool("pdftotext"), "-layout", str(out), "-"], capture_output=True,
+                          text=True, check=True).stdout
+    page = text[text.index("Acceptance: three figures side by side"):]
+    page = page[:page.index("\f")]
+    rows = {line.split()[0]: line.split() for line in page.splitlines()
+            if line.startswith(("vllm-ngram/", "vllm-eagle3/"))}
+    assert rows["vllm-ngram/chat/speed/c001"][1:3] == ["2.500", "2.500"]
+    assert rows["vllm-eagle3/chat/speed/c001"][1:3] == ["2.500", "2.200"]
+    assert rows["vllm-eagle3/chat/speed/c001"][-1] == "NO"
+    assert "disagreements beyond 5% (2):" in page  # both: the hand-made chunks hold 10 tokens
+    assert "vllm-eagle3/chat/speed/c001: engine counters 2.500 vs per-request 2.200" in page

@@ -45,7 +45,8 @@ def test_scripted_arm_starts_serves_and_stops_like_any_engine(tmp_path) -> None:
         outcome, records = cell(engine.base_url, engine.served_model, 6,
                                 kind.request_fields(arm, study))
         assert outcome.n_ok == 6
-        assert all(r.spec and r.spec["num_drafts"] > 0 for r in records)
+        assert all(r.speculation is not None and r.speculation.rounds > 0 for r in records)
+        assert all(r.spec["num_spec_steps"] == r.speculation.rounds for r in records)
         assert httpx.get(engine.metrics_url).status_code == 200
     finally:
         engine.stop()

@@ -39,7 +39,9 @@ def test_stream_has_vllm_shape_and_usage_on_every_chunk(tmp_path) -> None:
     assert events[-1] == "[DONE]"
     final = events[-2]
     assert final["choices"] == [] and final["usage"]["completion_tokens"] == 40
-    assert final["metrics"]["speculative_decoding"]["num_drafts"] > 0
+    figures = final["metrics"]["speculative_decoding"]
+    assert figures["num_spec_steps"] > 0 and sum(figures["acceptance_histogram"]) == \
+        figures["num_spec_steps"]
     token_chunks = [e for e in events[1:-2]]
     counts = [e["usage"]["completion_tokens"] for e in token_chunks]
     added = [b - a for a, b in zip([0, *counts], counts, strict=False)]
@@ -90,14 +92,17 @@ def test_metrics_read_by_the_project_parser_match_what_was_served(dialect) -> No
         for _ in range(4):
             events = sse_objects(httpx.post(eng.base_url + "/v1/chat/completions", json=body,
                                             timeout=10).text)
-            finals.append(events[-2])
+            # vLLM: on the final usage chunk; SGLang: in a chunk of its own before it.
+            finals.append(next(e for e in events if isinstance(e, dict)
+                               and ("metrics" in e or "sglext" in e)))
         after = parse_metrics(httpx.get(eng.metrics_url).text, dialect)
     window = acceptance_window(before, after)
     assert window is not None and after.running == 0 and after.waiting == 0
     if dialect == "vllm":
         figures = [f["metrics"]["speculative_decoding"] for f in finals]
-        assert window.drafts == sum(f["num_drafts"] for f in figures)
-        assert window.accepted == sum(f["num_accepted_tokens"] for f in figures)
+        assert window.drafts == sum(f["num_spec_steps"] for f in figures)
+        assert window.accepted == sum(f["num_accepted_draft_tokens"] for f in figures)
+        assert window.draft_tokens == sum(f["num_draft_tokens"] for f in figures)
         assert len(window.per_position_rates) == 3
         assert window.per_position_rates == sorted(window.per_position_rates, reverse=True)
     else:
@@ -105,6 +110,49 @@ def test_metrics_read_by_the_project_parser_match_what_was_served(dialect) -> No
         assert window.drafts == sum(f["spec_verify_ct"] for f in figures)
         assert window.generation_tokens == 4 * 40
         assert after.engine_accept_length is not None
+        # SGLang's own definitions: completion tokens per verify call, kept / proposed.
+        for f in figures:
+            assert f["spec_accept_length"] == pytest.approx(40 / f["spec_verify_ct"])
+            assert sum(f["spec_correct_drafts_histogram"]) == f["spec_verify_ct"]
+            assert sum(j * n for j, n in enumerate(f["spec_correct_drafts_histogram"])) == \
+                f["spec_num_correct_drafts"]
+            assert f["spec_num_proposed_drafts"] == 3 * f["spec_verify_ct"]
+
+
+def test_sglang_sends_its_figures_in_their_own_chunk_only_when_asked() -> None:
+    spec = ScriptedEngineSpec(metrics_dialect="sglang", num_draft_tokens=2,
+                              accept_probs=[0.9, 0.5], **FAST)
+    with serve_in_thread(spec) as eng:
+        plain = sse_objects(httpx.post(eng.base_url + "/v1/chat/completions", json=BODY,
+                                       timeout=10).text)
+        asked = sse_objects(httpx.post(eng.base_url + "/v1/chat/completions", timeout=10,
+                                       json={**BODY, "return_spec_tokens_details": True}).text)
+    assert not any("sglext" in e for e in plain if isinstance(e, dict))
+    ext, usage, done = asked[-3:]
+    assert done == "[DONE]" and usage["usage"]["completion_tokens"] == 40 and "sglext" not in usage
+    assert ext["choices"] == [] and ext["usage"] is None
+    assert ext["sglext"]["spec_tokens_details"]["spec_verify_ct"] > 0
+    assert asked[-4]["choices"][0]["finish_reason"] == "length"  # after the finish chunk
+
+
+@pytest.mark.parametrize(("dialect", "series"), [
+    ("vllm", "vllm:spec_decode_num_drafts_total"),
+    ("sglang", "sglang:spec_verify_calls_total"),
+])
+def test_omit_series_leaves_a_counter_out_of_metrics(dialect, series) -> None:
+    spec = ScriptedEngineSpec(metrics_dialect=dialect, num_draft_tokens=2,
+                              accept_probs=[0.9, 0.5], omit_series=[series], **FAST)
+    with serve_in_thread(spec) as eng:
+        httpx.post(eng.base_url + "/v1/chat/completions", json=BODY, timeout=10)
+        text = httpx.get(eng.metrics_url).text
+    assert series.removesuffix("_total") not in text
+    assert f"{dialect}:generation_tokens_total" in text  # only that one is gone
+    assert parse_metrics(text, dialect).drafts is None
+
+
+def test_omit_series_must_name_a_series_the_engine_exports() -> None:
+    with pytest.raises(ValueError, match="'sglang:spec_verify_calls_total' is not a series"):
+        ScriptedEngineSpec(omit_series=["sglang:spec_verify_calls_total"])  # a vLLM engine
 
 
 def test_runs_as_a_module_with_a_spec_file(tmp_path) -> None:

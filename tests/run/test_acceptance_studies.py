@@ -1,0 +1,107 @@
+"""Whole scripted studies, as a user runs them: the three acceptance figures of a cell
+agree, and a drafter arm whose engine lacks its speculation counter stops the run at its
+start with one line (issue 11, items 2 and 3)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+import yaml
+
+from harness.analysis.acceptance_requests import request_acceptance
+from harness.analysis.load import load_run
+from harness.run.store import cell_dirname
+from harness.testengine import __version__ as SCRIPTED_VERSION
+from tests.run.conftest import ROOT, run_folder, specbench
+
+COUNTER = {"vllm": "vllm:spec_decode_num_drafts_total",
+           "sglang": "sglang:spec_verify_calls_total"}
+
+
+def speed_study(tmp_path: Path, dialect: str, omit: list[str] | None = None) -> Path:
+    """scripted-pass.yaml's two arms in the given dialect, speed cells at 1, 2 and 4 only."""
+    data = yaml.safe_load((ROOT / "examples" / "scripted-pass.yaml").read_text())
+    for arm in data["arms"]:
+        arm["scripted"] = {**arm["scripted"], "metrics_dialect": dialect}
+    if omit:
+        data["arms"][1]["scripted"]["omit_series"] = omit
+    data["loads"]["closed_loop"]["concurrency"] = [1, 2, 4]
+    del data["loads"]["open_loop"]
+    data["tasks"] = [{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32,
+                      "subset": 16}]
+    data["bars"] = {"pass": {"speed": {"concurrencies": [1, 2, 4]}, "identity": None},
+                    "stop": {"concurrencies": [1, 2, 4]},
+                    "intervals": {"bootstrap_resamples": 200}}
+    path = tmp_path / f"accept-{dialect}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_the_three_acceptance_figures_agree_on_a_scripted_study(tmp_path, results, dialect):
+    specbench("run", str(speed_study(tmp_path, dialect)), "--results", str(results),
+              "--no-report")
+    run = run_folder(results)
+    cells = pd.read_csv(run / "cells.csv")
+    loaded = load_run(run)
+    drafter = cells[(cells["arm"] == "drafter") & (cells["status"] == "complete")]
+    assert len(drafter) >= 2, cells[["cell_id", "status", "reason"]]
+    for row in drafter.itertuples():
+        engine = row.accept_length_per_round_engine
+        requests = row.accept_length_per_round_requests
+        client = row.tokens_per_step_client
+        assert row.spec_requests == row.n_ok > 0  # every measured request carried figures
+        assert row.acceptance_agree, (row.cell_id, row.acceptance_disagreement)
+        assert pd.isna(row.acceptance_disagreement)
+        # The counters counted the warm-up requests too: over those same requests the
+        # engine's per-request figures sum to what its counters say.
+        cell = loaded.cells[row.cell_id]
+        window = request_acceptance(cell.warmup + cell.requests, ("warmup", "measure"))
+        assert len(cell.warmup) >= 1 and window.requests == len(cell.warmup) + row.n_ok
+        assert engine == pytest.approx(window.accept_length_per_round, rel=0.01)
+        assert 2.5 < requests < 4.5  # the declared acceptance: 1 + 0.9 + ... ~ 3.7
+        if dialect == "vllm":
+            # One chunk per verification step: the client counts exactly the rounds.
+            assert client == pytest.approx(requests, rel=1e-9)
+        else:
+            # SGLang's count holds each request's prefill token; the client's does not.
+            assert requests - 0.5 < client < requests
+    base = cells[cells["arm"] == "base"]
+    assert (base["spec_requests"] == 0).all() and base["acceptance_agree"].isna().all()
+
+
+def _engines_of(results: Path) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "harness.testengine" in cmd and any('"omit_series":["' in a for a in cmd):
+            found.append(p)
+    return found
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_a_run_stops_at_a_drafter_arm_without_its_counter(tmp_path, results, dialect):
+    metric = COUNTER[dialect]
+    study = speed_study(tmp_path, dialect, omit=[metric])
+    proc = specbench("run", str(study), "--results", str(results), "--no-report", check=False)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("specbench: ")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert f"arm 'drafter': scripted {SCRIPTED_VERSION} exports no {metric} after its" \
+           " warm-up" in errors[0]
+    assert "Traceback" not in proc.stderr
+    run = run_folder(results)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    assert "drafter" not in manifest["engines"]  # it never counted as started
+    # The baseline's cells ran first; the drafter's first cell records the failed start.
+    assert (run / "cells" / cell_dirname("base/chat/speed/c001") / "complete.json").exists()
+    first = json.loads((run / "cells" / cell_dirname("drafter/chat/speed/c001")
+                        / "cell.json").read_text())
+    assert [a["status"] for a in first["attempts"]] == ["failed"]
+    assert metric in first["attempts"][0]["error"]
+    assert not _engines_of(results)  # no engine outlives the failed start
