@@ -9,6 +9,7 @@ throttled is fixed by the plan order, not by timing.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -18,9 +19,14 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+from rich.console import Console
 
-from harness.records import GpuSample
-from harness.run.store import cell_dirname
+from harness.plan import plan_cells
+from harness.prereg import load_study
+from harness.records import GpuReading, GpuSample, RequestRecord
+from harness.run.attempts import needs_measuring
+from harness.run.progress import RunProgress
+from harness.run.store import JsonlWriter, RunStore, cell_dirname
 from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
 
 FAKE_DIR = ROOT / "tests" / "fake_nvml"
@@ -198,3 +204,34 @@ def test_the_policy_is_registered_flag_or_remeasure(tmp_path):
 def _line_of(path: Path, key: str) -> int:
     return next(n for n, line in enumerate(path.read_text().splitlines(), 1)
                 if line.strip().startswith(f"{key}:"))
+
+
+def test_resume_remeasures_a_complete_cell_that_throttled_only_under_remeasure(tmp_path):
+    """A cell finished under `flag` (or before its judgement) and resumed under `remeasure`:
+    the attempt on disk is judged from its gpu.jsonl, marked invalid, measured again."""
+    for policy, again in (("flag", False), ("remeasure", True)):
+        registered = load_study(study(tmp_path, policy))
+        cell = plan_cells(registered)[0]
+        assert cell.id == FIRST
+        store = RunStore(tmp_path / policy)
+        store.root.mkdir()
+        attempt = store.start_attempt(cell.id, cell.to_dict())
+        with JsonlWriter(store.cell_dir(cell.id) / "requests.jsonl") as out:
+            out.write(RequestRecord(cell_id=cell.id, attempt=attempt, index=0, item_id="a",
+                                    scheduled_t=0.0, sent_t=0.0, first_token_t=1.0, end_t=2.0,
+                                    completion_tokens=10))
+        with JsonlWriter(store.cell_dir(cell.id) / "gpu.jsonl") as out:
+            for t, events in ((0.0, ["gpu_idle"]), (1.0, ["hw_slowdown"])):
+                out.write(GpuSample(cell_id=cell.id, attempt=attempt, t=t, wall_time=t, ok=True,
+                                    gpus=[GpuReading(index=0, clock_events=events)]))
+        store.mark_complete(cell.id, attempt, {"n_ok": 1, "n_errors": 0, "aborted": False})
+        console = Console(file=io.StringIO(), width=200)
+        assert needs_measuring(store, registered, cell, RunProgress(console, 0)) is again
+        status = store.cell_info(cell.id)["attempts"][0]
+        if again:
+            assert (status["status"], status["error"]) == (
+                "invalid", "GPU throttled: hw_slowdown in 1 of 2 samples (GPU 0)")
+            assert "remeasuring base/chat/speed/c001: attempt 1 is unusable: GPU throttled" \
+                in console.file.getvalue()
+        else:
+            assert status["status"] == "complete"
