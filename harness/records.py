@@ -198,3 +198,43 @@ class ClientHealth(RecordModel):
     # False for cells whose figures are texts or scores (identity, accuracy): their
     # timings are reported but do not make them invalid.
     timing_judged: bool = True
+
+
+class GpuReading(RecordModel):
+    """One GPU at one tick, as NVML reported it (harness.measure.gpu).
+
+    A figure NVML does not support on this GPU is None. A reading that failed (the GPU
+    fell off the bus, NVML errored) has ok=False and says why: a gap, never a crash.
+    """
+
+    index: int  # NVML's index (PCI bus order)
+    uuid: str | None = None
+    ok: bool = True
+    error: str | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None  # the enforced limit
+    temperature_c: float | None = None
+    gpu_util_pct: float | None = None
+    mem_util_pct: float | None = None
+    memory_used_mib: float | None = None
+    # The clock-event (throttle) reasons bitmask, and the name of every bit set in it,
+    # idle and clock settings included; which of them count as throttling is
+    # harness.measure.throttle's business.
+    clock_event_bits: int | None = None
+    clock_events: list[str] = Field(default_factory=list)
+
+
+class GpuSample(RecordModel):
+    """One line of gpu.jsonl: one tick of the GPU sampler, over the arm's GPUs."""
+
+    cell_id: str
+    attempt: int = 1
+    t: float  # monotonic time the tick was due (the client's clock, as for metrics)
+    wall_time: float
+    took_s: float | None = None  # how long this tick's NVML calls took
+    ok: bool
+    error: str | None = None  # a gap: why (a missed tick; a reading's own error is in gpus)
+    gpus: list[GpuReading] = Field(default_factory=list)
+    final: bool = False  # taken as the cell ended, off the grid

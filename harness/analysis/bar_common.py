@@ -75,10 +75,13 @@ def drafter_arms(study: Study) -> list[str]:
 
 
 def figure_of(row: Any) -> dict:
+    throttled = getattr(row, "gpu_throttled_cells", None)
     return {"concurrency": int(row.concurrency), "drafter_cell": row.drafter_cell,
             "baseline_cell": row.baseline_cell, "status": row.status,
             "speedup": row.speedup, "ci_lower": row.ci_lower, "ci_upper": row.ci_upper,
-            "speed_drafter": row.speed_drafter, "speed_baseline": row.speed_baseline}
+            "speed_drafter": row.speed_drafter, "speed_baseline": row.speed_baseline,
+            # The pair's cells measured while the GPU throttled (recording.gpu_throttle).
+            "gpu_throttled": throttled.split("; ") if isinstance(throttled, str) else []}
 
 
 # --- the best drafter ----------------------------------------------------------------

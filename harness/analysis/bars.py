@@ -30,6 +30,7 @@ from harness.analysis.bar_common import (
     speed_tasks,
     stat_column,
 )
+from harness.analysis.gpu import throttled_cells
 from harness.analysis.identity import compare_identity
 from harness.analysis.load import CellData, RunData, load_run
 from harness.analysis.tables import Analysis, analyse
@@ -62,6 +63,9 @@ def speed_bar(a: Analysis) -> BarResult:
             shown = ", ".join(f"c={f['concurrency']}: {f[col]:.2f}" for f in figures)
             summary.append(f"{task}: best {best.arm} {sp.statistic} {shown} "
                            f"{'>=' if ok else 'not all >='} {sp.threshold:g}")
+            flagged = sorted({c for f in figures for c in f["gpu_throttled"]})
+            if flagged:
+                summary.append(f"{task}: measured while the GPU throttled: {', '.join(flagged)}")
         per_task[task] = entry
     statuses = [e["status"] for e in per_task.values()]
     status: BarStatus
@@ -229,6 +233,10 @@ def evaluate(a: Analysis) -> dict:
         "bars": [b.to_dict() for b in (*passes, stop, check)],
         "reruns": check.evidence.get("reruns", []),
         "excluded_cells": excluded,
+        # Cells measured while the GPU throttled: flagged, and used by the bars unless
+        # recording.gpu_throttle: remeasure made them invalid.
+        "gpu_throttle_policy": run.study.recording.gpu_throttle,
+        "gpu_throttled_cells": throttled_cells(run),
         "skipped_cells": run.manifest.get("skipped") or [],
         "generated_wall": time.time(),
     }

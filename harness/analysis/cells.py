@@ -10,6 +10,7 @@ import pandas as pd
 
 from harness.analysis.acceptance import cell_acceptance
 from harness.analysis.acceptance_requests import acceptance_disagreement, request_acceptance
+from harness.analysis.gpu import gpu_columns
 from harness.analysis.load import CellData, RunData
 from harness.measure.bursts import burst_share, is_burst
 from harness.measure.itl import chunk_itl, tokens_per_chunk
@@ -138,6 +139,9 @@ def cell_row(cell: CellData) -> dict:
     row["accept_rate_sum"] = sum(rates) if rates else None
     for i, rate in enumerate(rates, 1):
         row[f"accept_rate_pos{i}"] = rate
+    # GPU telemetry: throttled for power, heat or a hardware slowdown, and the figures
+    # beside it (all empty on a host without NVML).
+    row.update(gpu_columns(cell))
     if cell.scores is not None:
         row["n_scored"] = len(cell.scores)
         row["accuracy"] = (sum(cell.scores.values()) / len(cell.scores)) if cell.scores else None

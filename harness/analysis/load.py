@@ -4,8 +4,10 @@ Only the run folder is read (never an engine), so analysis and report can be
 rebuilt from an old run. A cell counts when its complete.json exists; analysis
 uses the measured requests of the attempt complete.json names. Cells that
 measured nothing usable (harness.measure.usable: aborted for errors, client
-unhealthy, nothing succeeded, no per-user speed) are loaded but marked invalid, so every bar can
-exclude them and say so.
+unhealthy, nothing succeeded, no per-user speed, and under `recording.gpu_throttle:
+remeasure` a GPU that throttled during a timed cell) are loaded but marked invalid, so
+every bar can exclude them and say so. gpu.jsonl is read when it exists (a host without
+NVML writes none).
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness.errors import InputError
+from harness.measure.throttle import gpu_throttle
 from harness.measure.usable import unusable_reason
 from harness.plan import Cell, plan_cells
 from harness.prereg.schema import Study
-from harness.records import ClientHealth, MetricSample, RequestRecord
+from harness.records import ClientHealth, GpuSample, MetricSample, RequestRecord
 
 CellStatus = Literal["complete", "invalid", "missing", "skipped"]
 RERUN = re.compile(r"^(?P<original>.+)/rerun(?P<n>\d+)$")
@@ -90,6 +93,7 @@ class CellData:
     # engine counters' window (acceptance_requests checks the counters against them too).
     warmup: list[RequestRecord] = field(default_factory=list)
     samples: list[MetricSample] = field(default_factory=list)  # completed attempt
+    gpu_samples: list[GpuSample] = field(default_factory=list)  # completed attempt
     scores: dict[str, bool] | None = None
 
     @property
@@ -181,7 +185,8 @@ def planned_cells(study: Study) -> list[Cell]:
     return plan_cells(study, sizes={t.name: 1 for t in study.tasks})
 
 
-def _load_cell(folder: Path, planned: Cell | None, cell_id: str) -> CellData:
+def _load_cell(folder: Path, planned: Cell | None, cell_id: str,
+               gpu_throttle_policy: str = "flag") -> CellData:
     cell_path = folder / "cell.json"
     if planned is not None:
         base = CellData(cell_id, planned.arm, planned.task, planned.kind, planned.concurrency,
@@ -216,11 +221,15 @@ def _load_cell(folder: Path, planned: Cell | None, cell_id: str) -> CellData:
     base.samples = [
         s for s in _read_jsonl(folder / "metrics.jsonl", MetricSample) if s.attempt == done.attempt
     ]
+    base.gpu_samples = [
+        s for s in _read_jsonl(folder / "gpu.jsonl", GpuSample) if s.attempt == done.attempt
+    ]
     if (folder / "scores.jsonl").exists():
         base.scores = {s.id: s.correct for s in _read_jsonl(folder / "scores.jsonl", ScoreLine)}
     reason = unusable_reason(
         kind=base.kind, requests=base.requests, aborted=done.outcome.aborted,
-        abort_reason=done.outcome.reason, health=done.outcome.health)
+        abort_reason=done.outcome.reason, health=done.outcome.health,
+        gpu_throttle=gpu_throttle(base.gpu_samples), gpu_throttle_policy=gpu_throttle_policy)
     base.status, base.reason = ("invalid", reason) if reason else ("complete", None)
     return base
 
@@ -236,10 +245,11 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
     if study is None:
         study = load_study_json(run_dir)
     skipped = {s.get("cell"): s.get("reason") for s in manifest.get("skipped") or []}
+    policy = study.recording.gpu_throttle
     cells_root = run_dir / "cells"
     cells: dict[str, CellData] = {}
     for planned in planned_cells(study):
-        data = _load_cell(cells_root / cell_dir_name(planned.id), planned, planned.id)
+        data = _load_cell(cells_root / cell_dir_name(planned.id), planned, planned.id, policy)
         if data.status == "missing" and planned.id in skipped:
             data.status, data.reason = "skipped", skipped[planned.id] or "skipped"
         cells[planned.id] = data
@@ -252,7 +262,7 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
             original_id = by_dir[m.group("original")]
             cell_id = f"{original_id}/rerun{m.group('n')}"
             if cell_id not in cells:
-                data = _load_cell(folder, None, cell_id)
+                data = _load_cell(folder, None, cell_id, policy)
                 original = cells.get(original_id)
                 if original is not None:  # a rerun shares its original's coordinates
                     data.arm, data.task, data.kind = original.arm, original.task, original.kind

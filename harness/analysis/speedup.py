@@ -18,6 +18,7 @@ import pandas as pd
 
 from harness.analysis.cells import cell_speeds
 from harness.analysis.load import CellData, RunData
+from harness.measure.throttle import gpu_throttle
 from harness.prereg.schema import Intervals
 
 
@@ -53,13 +54,19 @@ SPEEDUP_COLUMNS = [
     "arm", "baseline", "task", "concurrency", "drafter_cell", "baseline_cell", "status", "reason",
     "speed_drafter", "speed_baseline", "n_drafter", "n_baseline", "speedup", "ci_lower",
     "ci_upper", "baseline_rerun_cell", "baseline_rerun_status", "baseline_rerun_speed",
-    "baseline_rerun_ratio",
+    "baseline_rerun_ratio", "gpu_throttled_cells",
 ]
 
 
 def _latest_rerun(run: RunData, cell_id: str) -> CellData | None:
     reruns = [c for c in run.cells.values() if c.rerun_of == cell_id]
     return max(reruns, key=lambda c: c.id) if reruns else None
+
+
+def _throttled(*cells: CellData) -> str | None:
+    """The cells of a pair during which the GPU throttled, "; "-joined (None: neither)."""
+    hit = [c.id for c in cells if (t := gpu_throttle(c.gpu_samples)) is not None and t.throttled]
+    return "; ".join(hit) or None
 
 
 def speedup_table(run: RunData) -> pd.DataFrame:
@@ -96,6 +103,9 @@ def speedup_table(run: RunData) -> pd.DataFrame:
                     else:
                         row.update(status="ok", speedup=ratio.point, ci_lower=ratio.ci_lower,
                                    ci_upper=ratio.ci_upper)
+                # Flagged, not judged here: recording.gpu_throttle decides whether such a
+                # cell was measured again (harness.measure.usable).
+                row["gpu_throttled_cells"] = _throttled(dc, bc)
                 rerun = _latest_rerun(run, bc.id)
                 if rerun is not None:
                     row["baseline_rerun_cell"] = rerun.id

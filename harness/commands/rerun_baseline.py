@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             runner.rerun_baselines(progress)
         finally:
-            runner.close_engine()
+            runner.close()
     verdict = finalize_run(root, study).verdict
     console.print(f"verdict: {verdict['verdict']}")
     return 0

@@ -3,17 +3,23 @@
 One rule for both sides: the runner measures an unusable cell again (within
 `recording.cell_retries`, every attempt kept), and analysis marks a cell that stayed
 unusable invalid with this reason, so no bar uses it and the verdict names it.
+Under `recording.gpu_throttle: remeasure`, a timed cell (speed, open loop) during which
+the GPU throttled is unusable too; under `flag` (the default) it is only flagged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from harness.measure.throttle import GpuThrottle
 from harness.records import ClientHealth, RequestRecord
 
 # Cells whose figure is the per-user speed; identity, accuracy and open-loop cells are
 # judged on outputs, scores and latency, which a request without a TPOT still has.
 NEEDS_PER_USER_SPEED = ("speed",)
+# Cells whose figures are timings: a throttled GPU moves them. Identity and accuracy
+# cells are texts and scores, which a slower clock does not change.
+TIMED = ("speed", "open")
 
 
 def unusable_reason(
@@ -23,9 +29,12 @@ def unusable_reason(
     aborted: bool = False,
     abort_reason: str | None = None,
     health: ClientHealth | None = None,
+    gpu_throttle: GpuThrottle | None = None,
+    gpu_throttle_policy: str = "flag",
 ) -> str | None:
     """None for a usable cell; else one line saying why not. `requests` are the
-    attempt's records (warm-up ones are ignored here)."""
+    attempt's records (warm-up ones are ignored here); `gpu_throttle` is the attempt's
+    (None: no GPU telemetry)."""
     measured = [r for r in requests if r.phase == "measure"]
     if aborted:
         return f"aborted: {abort_reason or 'error rate'}"
@@ -41,6 +50,9 @@ def unusable_reason(
         return f"none of its {len(measured)} measured requests succeeded"
     if kind in NEEDS_PER_USER_SPEED and not any(r.per_user_speed for r in measured):
         return _no_speed_reason(measured)
+    if (gpu_throttle_policy == "remeasure" and kind in TIMED and gpu_throttle is not None
+            and gpu_throttle.throttled):
+        return f"GPU throttled: {gpu_throttle.describe()}"
     return None
 
 

@@ -275,6 +275,11 @@ class Recording(Strict):
     # Extra attempts at a cell whose engine died or that measured nothing usable
     # (harness/measure/usable.py); a resume counts the attempts already made.
     cell_retries: Annotated[int, Field(ge=0)] = 2
+    # A cell during which the GPU throttled for power, heat or a hardware slowdown
+    # (NVML, sampled with the metrics: harness/measure/throttle.py) is flagged in the
+    # cell table, the bar evidence and the report; `remeasure` also measures a timed
+    # (speed, open-loop) cell again within cell_retries, like any unusable cell.
+    gpu_throttle: Literal["flag", "remeasure"] = "flag"
     accuracy_concurrency: PositiveInt = 16
     per_request_spec_metrics: bool = True
 

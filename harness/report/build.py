@@ -12,6 +12,7 @@ from harness.report.pages_acceptance import (
     consistency_page,
     three_figures_pages,
 )
+from harness.report.pages_gpu import gpu_pages
 from harness.report.pages_load import delivered_load_page
 from harness.report.pages_open import open_loop_page
 from harness.report.pages_quality import accuracy_pages, identity_pages
@@ -38,6 +39,7 @@ def write_pdf(a: Analysis, verdict: dict, out_pdf: Path) -> int:
             pages += identity_pages(pdf, a)
             pages += open_loop_page(pdf, a)
             pages += delivered_load_page(pdf, a)
+            pages += gpu_pages(pdf, a)
             pages += environment_pages(pdf, a, verdict)
             info = pdf.infodict()
             info["Title"] = f"specbench report: {a.run.run_id}"

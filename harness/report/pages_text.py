@@ -47,6 +47,13 @@ def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
         lines.append("")
         lines.append("Deviations from the registered study (manifest.json):")
         lines.extend(deviations)
+    if verdict.get("gpu_throttled_cells"):
+        lines.append("")
+        used = ("remeasure: timed cells measured again, invalid if still throttled"
+                if verdict.get("gpu_throttle_policy") == "remeasure" else "flag: flagged only")
+        lines.append(f"Cells measured while the GPU throttled (recording.gpu_throttle: {used}):")
+        lines.extend(f"  {e['cell']} ({e['status']}): {e['summary']}"
+                     for e in verdict["gpu_throttled_cells"])
     if verdict.get("skipped_cells"):
         lines.append("")
         lines.append(f"Skipped cells: {len(verdict['skipped_cells'])}"
@@ -115,7 +122,9 @@ def _entry_lines(entry: dict, pad: str) -> list[str]:
                 out.append(f"{pad}  c={f['concurrency']}: speedup {_num(f['speedup'])} "
                            f"[{_num(f['ci_lower'])}, {_num(f['ci_upper'])}]  "
                            f"{f['drafter_cell']} vs {f['baseline_cell']}"
-                           + (f"  passes={f['passes']}" if "passes" in f else ""))
+                           + (f"  passes={f['passes']}" if "passes" in f else "")
+                           + (f"  GPU THROTTLED: {', '.join(f['gpu_throttled'])}"
+                              if f.get("gpu_throttled") else ""))
         elif key == "arms" and isinstance(value, dict):
             for arm, detail in value.items():
                 d = {k: v for k, v in detail.items() if k != "mismatches"}
@@ -153,6 +162,7 @@ def environment_pages(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
         "host:",
     ]
     lines += [f"  {k}: {_short(v, 200)}" for k, v in (m.get("host") or {}).items()]
+    lines += ["", f"GPU telemetry: {_telemetry_line(m.get('gpu_telemetry'))}"]
     lines += ["", "engines (per arm, each start):"]
     for arm, infos in (m.get("engines") or {}).items():
         for info in infos:
@@ -212,6 +222,16 @@ def _settings_lines(a: Analysis) -> list[str]:
         lines += [f"  {arm.name}: {key.replace('_', ' ')}: {value}{where}"
                   for key, value in settings.items()]
     return lines
+
+
+def _telemetry_line(entry: dict | None) -> str:
+    if not entry:
+        return "not recorded (no engine started, or a run from before telemetry)"
+    if not entry.get("recorded"):
+        return entry.get("reason") or "no GPU telemetry"
+    gpus = ", ".join(f"GPU {g.get('index')} {g.get('name')} ({g.get('uuid')})"
+                     for g in entry.get("gpus") or [])
+    return f"recorded through NVML (driver {entry.get('driver_version')}; {gpus})"
 
 
 def _burst_lines(a: Analysis) -> list[str]:

@@ -2,7 +2,8 @@
 
 A dead engine is restarted and the cell tried again. A cell that measured nothing a
 bar can use (harness.measure.usable: aborted for errors, client lag, nothing that
-succeeded, no request with a per-user speed) is measured again while fewer than
+succeeded, no request with a per-user speed, and under `recording.gpu_throttle:
+remeasure` a GPU that throttled during a timed cell) is measured again while fewer than
 cell_retries + 1 attempts have measured it. Earlier runs of the same folder count, so
 `--resume` remeasures a complete but unusable cell only while attempts remain, and
 repeating a run can never fish for a good measurement. Every attempt stays in
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from harness.measure.throttle import gpu_throttle
 from harness.measure.usable import unusable_reason
 from harness.plan import Cell
 from harness.prereg.schema import Study
-from harness.records import ClientHealth, RequestRecord
+from harness.records import ClientHealth, GpuSample, RequestRecord
 from harness.run.execute import EngineDied, execute_cell
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
@@ -27,13 +29,16 @@ if TYPE_CHECKING:
 
 
 def attempt_unusable(study: Study, cell: Cell, outcome: dict[str, Any],
-                     requests: list[RequestRecord]) -> str | None:
+                     requests: list[RequestRecord],
+                     gpu_samples: list[GpuSample] | None = None) -> str | None:
     """Why one attempt measured nothing a bar can use (None: usable)."""
     health = outcome.get("health")
     return unusable_reason(
         kind=cell.kind, requests=requests, aborted=bool(outcome.get("aborted")),
         abort_reason=outcome.get("reason"),
-        health=ClientHealth.model_validate(health) if health else None)
+        health=ClientHealth.model_validate(health) if health else None,
+        gpu_throttle=gpu_throttle(gpu_samples or []),
+        gpu_throttle_policy=study.recording.gpu_throttle)
 
 
 def outcome_detail(outcome: dict[str, Any]) -> str:
@@ -56,7 +61,8 @@ def needs_measuring(store: RunStore, study: Study, cell: Cell, progress: RunProg
     if done is None:
         return True
     attempt = done["attempt"]
-    reason = attempt_unusable(study, cell, done["outcome"], store.attempt_requests(cell.id, attempt))
+    reason = attempt_unusable(study, cell, done["outcome"], store.attempt_requests(cell.id, attempt),
+                              store.attempt_gpu_samples(cell.id, attempt))
     if reason is None:
         return False
     store.judge_attempt(cell.id, attempt, reason)
@@ -76,6 +82,7 @@ def measure_cell(store: RunStore, study: Study, engine: ArmEngine, cell: Cell,
     """Attempt the cell until it is usable or its attempts are spent; True if usable."""
     budget = attempt_budget(study)
     records: list[RequestRecord] = []  # this attempt's, for the usability check
+    gpu_samples: list[GpuSample] = []
 
     def on_record(rec: RequestRecord) -> None:
         records.append(rec)
@@ -86,6 +93,7 @@ def measure_cell(store: RunStore, study: Study, engine: ArmEngine, cell: Cell,
         if measured >= budget:
             break
         records.clear()
+        gpu_samples.clear()
         attempt = store.start_attempt(cell.id, cell.to_dict(), **(extra or {}))
         try:
             process = engine.ensure()
@@ -93,7 +101,7 @@ def measure_cell(store: RunStore, study: Study, engine: ArmEngine, cell: Cell,
             outcome = execute_cell(
                 store=store, engine=process, arm=engine.arm, study=study, cell=cell,
                 attempt=attempt, rate_rps=rate_rps, on_record=on_record,
-                on_sample=progress.on_sample,
+                on_sample=progress.on_sample, gpus=engine.gpus, on_gpu_sample=gpu_samples.append,
             )
         except EngineDied as err:
             store.end_attempt(cell.id, attempt, "failed", str(err))
@@ -107,7 +115,7 @@ def measure_cell(store: RunStore, study: Study, engine: ArmEngine, cell: Cell,
             store.end_attempt(cell.id, attempt, "failed", f"{type(err).__name__}: {err}")
             progress.end_cell(cell, "FAILED", str(err))
             raise
-        reason = attempt_unusable(study, cell, outcome, records)
+        reason = attempt_unusable(study, cell, outcome, records, gpu_samples)
         # Written even when unusable: a crash now leaves a complete but unusable cell,
         # which a resume remeasures while attempts remain.
         store.mark_complete(cell.id, attempt, outcome, unusable=reason)

@@ -1,7 +1,8 @@
-"""Execute one cell against a running engine: load, 1 Hz scrape, engine watchdog.
+"""Execute one cell against a running engine: load, 1 Hz scrape, 1 Hz GPU telemetry
+(when the host has NVML), engine watchdog.
 
-Every request record and metric sample is appended to the cell's files the
-moment it exists. The cell's completion marker is written by the caller only
+Every request record, metric sample and GPU sample is appended to the cell's files
+(requests.jsonl, metrics.jsonl, gpu.jsonl) the moment it exists. The cell's completion marker is written by the caller only
 after this returns normally.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
@@ -19,8 +20,9 @@ from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.scrape import scrape_metrics
 from harness.plan import Cell
 from harness.prereg.schema import Arm, Study
-from harness.records import MetricSample, RequestRecord
+from harness.records import GpuSample, MetricSample, RequestRecord
 from harness.run.cell_requests import cell_items, cell_request_specs
+from harness.run.gpu_telemetry import ArmGpus
 from harness.run.store import JsonlWriter, RunStore
 
 
@@ -80,6 +82,8 @@ async def _execute(
     metrics_out: JsonlWriter,
     on_record: Callable[[RequestRecord], None] | None,
     on_sample: Callable[[MetricSample], None] | None,
+    gpus: ArmGpus | None = None,
+    on_gpu_sample: Callable[[GpuSample], None] | None = None,
 ) -> Any:
     kind = get_engine_kind(arm.engine)
 
@@ -94,6 +98,10 @@ async def _execute(
             on_sample(s)
 
     stop = asyncio.Event()
+    # Its own thread: NVML calls block, and must not hold the client's event loop.
+    sampler = None if gpus is None or on_gpu_sample is None else gpus.sampler(
+        cell_id=cell.id, attempt=attempt, interval_s=study.recording.scrape_interval_s,
+        on_sample=on_gpu_sample)
     scraper = asyncio.create_task(
         scrape_metrics(
             metrics_url=engine.metrics_url, dialect=engine.metrics_dialect,
@@ -117,6 +125,8 @@ async def _execute(
         )
     )
     watchdog = asyncio.create_task(_watch(engine))
+    if sampler is not None:  # with the tasks above, which first run at the wait below
+        sampler.start()
     try:
         done, _ = await asyncio.wait({load, watchdog}, return_when=asyncio.FIRST_COMPLETED)
         # After a death the remaining requests fail fast and the cell may "finish"
@@ -128,6 +138,10 @@ async def _execute(
         for task in (load, watchdog):
             task.cancel()
         stop.set()
+        if sampler is not None:  # joined off the loop, while the scraper takes its last scrape
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.to_thread(sampler.stop)
+            sampler.stop(timeout_s=0)  # closed for good before gpu.jsonl is, even if cancelled
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(scraper, timeout=study.recording.scrape_interval_s * 5 + 5)
         scraper.cancel()
@@ -146,22 +160,43 @@ def execute_cell(
     rate_rps: float | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
     on_sample: Callable[[MetricSample], None] | None = None,
+    gpus: ArmGpus | None = None,
+    on_gpu_sample: Callable[[GpuSample], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the cell once; returns its outcome as a dict. Raises EngineDied."""
+    """Run the cell once; returns its outcome as a dict. Raises EngineDied. With `gpus`,
+    the GPU samples go to gpu.jsonl and `on_gpu_sample` (from the sampler's thread)."""
     pattern = cell_pattern(study, cell, rate_rps)
     with store.writer(cell.id, "requests.jsonl") as req_w, store.writer(
         cell.id, "metrics.jsonl"
-    ) as met_w:
+    ) as met_w, _gpu_writer(store, cell, gpus) as gpu_w:
+
+        def gpu_sample(s: GpuSample) -> None:
+            assert gpu_w is not None
+            gpu_w.write(s)
+            if on_gpu_sample is not None:
+                on_gpu_sample(s)
+
         outcome = asyncio.run(
             _execute(
                 engine=engine, arm=arm, study=study, cell=cell, attempt=attempt,
                 pattern=pattern, requests_out=req_w, metrics_out=met_w,
-                on_record=on_record, on_sample=on_sample,
+                on_record=on_record, on_sample=on_sample, gpus=gpus,
+                on_gpu_sample=gpu_sample if gpu_w is not None else None,
             )
         )
     if cell.kind == "accuracy":
         score_cell(store, study, cell, attempt)
     return outcome_dict(outcome)
+
+
+@contextlib.contextmanager
+def _gpu_writer(store: RunStore, cell: Cell, gpus: ArmGpus | None) -> Iterator[JsonlWriter | None]:
+    """gpu.jsonl only where there is telemetry: a host without NVML writes no such file."""
+    if gpus is None:
+        yield None
+        return
+    with store.writer(cell.id, "gpu.jsonl") as writer:
+        yield writer
 
 
 def score_cell(store: RunStore, study: Study, cell: Cell, attempt: int) -> None:

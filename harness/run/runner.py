@@ -24,6 +24,7 @@ from harness.plan import Cell, plan_cells
 from harness.prereg import LoadedStudy, resolved_study, seal_of
 from harness.prereg.schema import Arm, Study
 from harness.run.attempts import measure_cell, needs_measuring
+from harness.run.gpu_telemetry import ArmGpus, RunTelemetry
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore, host_facts, specbench_commit, write_json_atomic
 
@@ -143,9 +144,12 @@ def reopen_run(store: RunStore, loaded: LoadedStudy, allow_deviation: bool) -> N
 class ArmEngine:
     """One arm's engine for one stage: started on first use, restarted if it died."""
 
-    def __init__(self, store: RunStore, arm: Arm, study: Study, progress: RunProgress) -> None:
+    def __init__(self, store: RunStore, arm: Arm, study: Study, progress: RunProgress,
+                 telemetry: RunTelemetry | None = None) -> None:
         self.store, self.arm, self.study, self.progress = store, arm, study, progress
+        self.telemetry = telemetry
         self.process: EngineProcess | None = None
+        self.gpus: ArmGpus | None = None  # what each cell's GPU sampler reads
 
     def ensure(self) -> EngineProcess:
         if self.process is not None and self.process.alive():
@@ -161,6 +165,9 @@ class ArmEngine:
         data = info.model_dump(mode="json") if hasattr(info, "model_dump") else dict(info)
         # Off the engine's pinned cores where there are others (recorded with the start).
         data["client_placement"] = place_client(self.process.pid).to_dict()
+        if self.telemetry is not None:
+            self.gpus, data["gpu_telemetry"] = self.telemetry.for_arm(self.arm,
+                                                                      self.progress.note)
         manifest = self.store.manifest()
         manifest.setdefault("engines", {}).setdefault(self.arm.name, []).append(data)
         write_json_atomic(self.store.manifest_path, manifest)
@@ -188,6 +195,7 @@ class Runner:
         self.console = console
         self.cells = plan_cells(study)
         self._engine: ArmEngine | None = None
+        self.telemetry = RunTelemetry(store)
 
     # --- cells -----------------------------------------------------------------
 
@@ -221,13 +229,21 @@ class Runner:
         if self._engine is not None and self._engine.arm.name == arm_name:
             return self._engine
         self.close_engine()
-        self._engine = ArmEngine(self.store, self.study.arm(arm_name), self.study, progress)
+        self._engine = ArmEngine(self.store, self.study.arm(arm_name), self.study, progress,
+                                 self.telemetry)
         return self._engine
 
     def close_engine(self) -> None:
         if self._engine is not None:
             self._engine.close()
             self._engine = None
+
+    def close(self) -> None:
+        """The engine, then NVML."""
+        try:
+            self.close_engine()
+        finally:
+            self.telemetry.close()
 
     # --- stages --------------------------------------------------------------------
 
@@ -258,7 +274,7 @@ class Runner:
                 self._run_open_loop(progress)
                 status = "complete"
             finally:
-                self.close_engine()
+                self.close()
                 self.store.update_manifest(status=status, ended_wall=time.time())
 
     def _run_open_loop(self, progress: RunProgress) -> None:

@@ -19,7 +19,7 @@ from typing import IO, Any
 from pydantic import BaseModel
 
 from harness.paths import PROJECT_ROOT
-from harness.records import RequestRecord
+from harness.records import GpuSample, RequestRecord
 
 MANIFEST = "manifest.json"
 COMPLETE = "complete.json"
@@ -211,6 +211,15 @@ class RunStore:
                     if rec.attempt == attempt and rec.phase == "measure":
                         out.append(rec)
         return out
+
+    def attempt_gpu_samples(self, cell_id: str, attempt: int) -> list[GpuSample]:
+        """One attempt's GPU samples, as gpu.jsonl holds them (none without telemetry)."""
+        path = self.root / "cells" / cell_dirname(cell_id) / "gpu.jsonl"
+        if not path.exists():
+            return []
+        with open(path, encoding="utf-8") as fh:
+            samples = [GpuSample.model_validate_json(line) for line in fh if line.strip()]
+        return [s for s in samples if s.attempt == attempt]
 
     def writer(self, cell_id: str, name: str) -> JsonlWriter:
         return JsonlWriter(self.cell_dir(cell_id) / name)
