@@ -10,6 +10,7 @@ from rich.console import Console
 
 from harness.paths import REPORTS_DIR, RESULTS_DIR
 from harness.prereg import load_study_file
+from harness.run.leftovers import clear_leftovers, record_runner
 from harness.run.runner import Runner, find_run, new_run, prepare, reopen_run
 
 
@@ -38,11 +39,13 @@ def run(args: argparse.Namespace) -> int:
     study = prepare(loaded)  # pre-flight: every arm checked before any engine starts
     if args.resume is not None:
         store = find_run(args.results, loaded, args.resume or None)
+        clear_leftovers(store, console)  # an earlier attempt's runner or engines
         reopen_run(store, loaded, args.allow_deviation)
         console.print(f"resuming run {store.run_id} in {store.root}")
     else:
         store = new_run(loaded, args.results, args.run_id)
         console.print(f"run {store.run_id} in {store.root}")
+    record_runner(store)
     Runner(store, study, console).run()
     from harness.finalize import finalize_run
 
