@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "harness.commands.analyse",
     "harness.commands.report",
     "harness.commands.score",
+    "harness.commands.engines",
 ]
 
 

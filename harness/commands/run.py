@@ -10,6 +10,7 @@ from rich.console import Console
 
 from harness.paths import REPORTS_DIR, RESULTS_DIR
 from harness.prereg import load_study_file
+from harness.run.environments import record_environments
 from harness.run.leftovers import clear_leftovers, record_runner
 from harness.run.runner import Runner, find_run, new_run, prepare, reopen_run
 
@@ -46,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         store = new_run(loaded, args.results, args.run_id)
         console.print(f"run {store.run_id} in {store.root}")
     record_runner(store)
+    for change in record_environments(store, study):  # every engine venv's packages
+        console.print(f"[yellow]deviation recorded:[/yellow] {change}")
     Runner(store, study, console).run()
     from harness.finalize import finalize_run
 

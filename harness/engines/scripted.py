@@ -22,6 +22,7 @@ class ScriptedKind(EngineKind):
     metrics_dialect: ClassVar[Literal["vllm", "sglang"]] = "vllm"
     engine_module: ClassVar[str] = "harness.testengine"
     expected_version: ClassVar[str | None] = None
+    needs_gpu: ClassVar[bool] = False
 
     @staticmethod
     def spec(arm: Arm) -> ScriptedEngineSpec:

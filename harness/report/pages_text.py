@@ -124,10 +124,20 @@ def environment_pages(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
             keys = ("kind", "version", "gpu", "started_wall", "command")
             shown = {k: info.get(k) for k in keys if k in info}
             lines.append(f"  {arm}: {_short(shown, 300)}")
+    lines += ["", "engine environments (full package lists in manifest.json):"]
+    for python, env in (m.get("engine_environments") or {}).items():
+        held = (f"{len(env['packages'])} packages" if "packages" in env
+                else f"not listed: {env.get('error')}")
+        lines.append(f"  {python}: {env.get('pin') or 'not a pinned venv'}; {held};"
+                     f" arms {', '.join(env.get('arms') or [])}")
+    for s in m.get("stale_engines") or []:
+        lines.append(f"  stale engine of {s.get('arm')} (pid {s.get('pid')}, port {s.get('port')})"
+                     f" from an earlier attempt: {s.get('action')}")
     lines += ["", "deviations from the registered study:"]
     devs = m.get("deviations") or []
-    lines += [f"  {d.get('when')}: {d.get('what')} (seal {str(d.get('old_seal'))[:12]} ->"
-              f" {str(d.get('new_seal'))[:12]})" for d in devs] or ["  none"]
+    lines += [f"  {d.get('when')}: {d.get('what')}"
+              + (f" (seal {str(d.get('old_seal'))[:12]} -> {str(d.get('new_seal'))[:12]})"
+                 if d.get("old_seal") else "") for d in devs] or ["  none"]
     stop = m.get("stop")
     lines += ["", (f"stop bar at the end of stage 1: {_short(stop.get('fired')) if stop else '-'}"
               f" (judged {_wall(stop.get('judged_wall')) if stop else '-'})")]

@@ -64,6 +64,10 @@ def test_scripted_pass_study_passes(pass_run):
         assert (run / name).stat().st_size > 0, name
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["stop"]["fired"] is False
+    # Each engine environment's full package list (the scripted engine's is the harness's).
+    env = manifest["engine_environments"][sys.executable]
+    assert env["arms"] == ["base", "drafter"]
+    assert {"pydantic", "httpx"} <= {p["name"].lower() for p in env["packages"]}
     # Open-loop cells ran at rates relative to the knee's throughput.
     open_cells = [c for c in complete_cells(run) if "/open/" in c]
     assert len(open_cells) == 6
