@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "harness.commands.report",
     "harness.commands.score",
     "harness.commands.engines",
+    "harness.commands.doctor",
 ]
 
 
