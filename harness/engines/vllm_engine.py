@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from harness.engines.base import EngineKind, compact_json, int_option, option_value
-from harness.paths import CACHE_DIR
+from harness.engines.pins import interpreter_for
 
 if TYPE_CHECKING:
     from harness.prereg.schema import Arm, Study
@@ -38,11 +37,9 @@ VLLM_CPU_LAUNCHER = Path(__file__).with_name("vllm_cpu_launcher.py")
 
 
 def default_vllm_cpu_python() -> str:
-    """The engine venv scripts/setup.sh builds, unless SPECBENCH_VLLM_CPU_PYTHON names another."""
-    env = os.environ.get("SPECBENCH_VLLM_CPU_PYTHON")
-    if env:
-        return env
-    return str(CACHE_DIR / "engines" / f"vllm-cpu-{VLLM_CPU_VERSION}" / "bin" / "python")
+    """The engine venv engines.lock.toml pins (scripts/setup.sh builds it), unless
+    SPECBENCH_VLLM_CPU_PYTHON names another."""
+    return interpreter_for("vllm-cpu")
 
 
 def speculative_config(arm: Arm) -> dict[str, Any] | None:

@@ -172,6 +172,15 @@ def environment_pages(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
     lines += ["", "arm settings the engine would otherwise pick (as each engine started):"]
     lines += _settings_lines(a) or ["  none"]
     lines += ["", "checkpoints (commit and weight sha256):", *_checkpoint_lines(m)]
+    lines += ["", "engine environments (full package lists in manifest.json):"]
+    for python, env in (m.get("engine_environments") or {}).items():
+        held = (f"{len(env['packages'])} packages" if "packages" in env
+                else f"not listed: {env.get('error')}")
+        lines.append(f"  {python}: {env.get('pin') or 'not a pinned venv'}; {held};"
+                     f" arms {', '.join(env.get('arms') or [])}")
+    for s in m.get("stale_engines") or []:
+        lines.append(f"  stale engine of {s.get('arm')} (pid {s.get('pid')}, port {s.get('port')})"
+                     f" from an earlier attempt: {s.get('action')}")
     lines += ["", "deviations from the registered study:"]
     lines += deviation_lines(m) or ["  none"]
     stop = m.get("stop")

@@ -150,6 +150,7 @@ class ArmEngine:
         self.telemetry = telemetry
         self.process: EngineProcess | None = None
         self.gpus: ArmGpus | None = None  # what each cell's GPU sampler reads
+        self._slot: int | None = None  # this start's entry in manifest["engines"][arm]
 
     def ensure(self) -> EngineProcess:
         if self.process is not None and self.process.alive():
@@ -160,18 +161,42 @@ class ArmEngine:
         log_dir = self.store.root / "engines" / self.arm.name
         log_dir.mkdir(parents=True, exist_ok=True)
         self.progress.note(f"starting {self.arm.engine} engine for arm {self.arm.name}")
-        self.process = start_engine(self.arm, self.study, log_dir)
+        self._slot = None
+        try:
+            self.process = start_engine(self.arm, self.study, log_dir, on_spawn=self._record_spawn)
+        except BaseException:
+            self._record({"state": "failed to start"})
+            raise
         info = self.process.info
         data = info.model_dump(mode="json") if hasattr(info, "model_dump") else dict(info)
+        data["state"] = "ready"
         # Off the engine's pinned cores where there are others (recorded with the start).
         data["client_placement"] = place_client(self.process.pid).to_dict()
         if self.telemetry is not None:
             self.gpus, data["gpu_telemetry"] = self.telemetry.for_arm(self.arm,
                                                                       self.progress.note)
-        manifest = self.store.manifest()
-        manifest.setdefault("engines", {}).setdefault(self.arm.name, []).append(data)
-        write_json_atomic(self.store.manifest_path, manifest)
+        self._record(data)
         return self.process
+
+    def _record_spawn(self, info: Any) -> None:
+        """The engine's pid, group and port go in the manifest the moment it exists, so a
+        harness killed while it loads leaves a record the next attempt finds it by."""
+        manifest = self.store.manifest()
+        records = manifest.setdefault("engines", {}).setdefault(self.arm.name, [])
+        records.append({**info.model_dump(mode="json"), "state": "starting"})
+        self._slot = len(records) - 1
+        write_json_atomic(self.store.manifest_path, manifest)
+
+    def _record(self, changes: dict[str, Any]) -> None:
+        manifest = self.store.manifest()
+        records = manifest.setdefault("engines", {}).setdefault(self.arm.name, [])
+        if self._slot is None or self._slot >= len(records):
+            if "started_wall" not in changes:
+                return  # failed before the process existed: nothing to record
+            records.append(changes)
+        else:
+            records[self._slot] = {**records[self._slot], **changes}
+        write_json_atomic(self.store.manifest_path, manifest)
 
     def close(self) -> None:
         if self.process is not None:

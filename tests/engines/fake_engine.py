@@ -7,8 +7,9 @@ Run as `python fake_engine.py serve MODEL --host H --port P --served-model-name 
   hang    never open the port
   slow    open the port only after FAKE_ENGINE_DELAY_S seconds
   wrong   serve, but under another model name
-Either way it starts a child process (a long sleep) in its process group, so a
-test can check that stopping takes the whole group down. FAKE_ENGINE_PIDS names
+Either way it starts a child process (a long sleep) in its process group (in a
+session of its own with FAKE_ENGINE_CHILD_SESSION=1), so a test can check that
+stopping takes the whole group down. FAKE_ENGINE_PIDS names
 a file the pids are appended to.
 """
 
@@ -36,7 +37,10 @@ def main() -> int:
     parser.add_argument("--speculative-config", default=None)
     args, _ = parser.parse_known_args()
     mode = os.environ.get("FAKE_ENGINE_MODE", "ok")
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    # FAKE_ENGINE_CHILD_SESSION=1: the child leaves the group, as a process that calls
+    # setsid would (the engine guard must still stop it).
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
+                             start_new_session=os.environ.get("FAKE_ENGINE_CHILD_SESSION") == "1")
     pid_file = os.environ.get("FAKE_ENGINE_PIDS")
     if pid_file:
         with open(pid_file, "a") as fh:

@@ -193,3 +193,28 @@ def test_port_in_use_with_the_real_engine_kind(vllm_cpu_study, tmp_path) -> None
         with pytest.raises(SpecbenchError, match=f"port {port} on 127.0.0.1 is already in use"):
             start_engine(vllm_cpu_study.arm("nodrafter"), vllm_cpu_study, tmp_path, port=port)
     assert not list(tmp_path.iterdir())  # refused before anything was started or logged
+
+
+def test_sigkilled_harness_takes_the_engine_and_its_engine_core_down(
+    vllm_cpu_python: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The real engine: a harness SIGKILLed while vLLM serves leaves neither the API
+    server nor the EngineCore process it spawned (which the parent-death signal of
+    the API server alone would orphan)."""
+    from tests.engines.test_engine_lifetime import Harness, wait_gone
+
+    arm = {"name": "lifetime", "engine": "vllm-cpu", "max_running_requests": 4,
+           "launch": vllm_cpu_launch(vllm_cpu_python)}
+    harness = Harness(tmp_path, arm, model_dir=tiny_model_dir)
+    pid = harness.info["pid"]
+    children = descendants(pid)
+    pids = [pid, harness.info["guard_pid"], *(c.pid for c in children)]
+    try:
+        titles = [" ".join(c.cmdline()) for c in children]
+        assert any("EngineCore" in t for t in titles), titles
+        harness.kill()
+        assert wait_gone(pids, timeout_s=90) == [], [
+            " ".join(p.cmdline()) for p in descendants(pid)]
+        assert not port_in_use("127.0.0.1", harness.info["port"])
+    finally:
+        harness.cleanup(pids)

@@ -15,6 +15,7 @@ import psutil
 import pytest
 import yaml
 
+from harness.engines.process import free_port, port_in_use
 from harness.run.store import cell_dirname
 from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
 
@@ -63,6 +64,10 @@ def test_scripted_pass_study_passes(pass_run):
         assert (run / name).stat().st_size > 0, name
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["stop"]["fired"] is False
+    # Each engine environment's full package list (the scripted engine's is the harness's).
+    env = manifest["engine_environments"][sys.executable]
+    assert env["arms"] == ["base", "drafter"]
+    assert {"pydantic", "httpx"} <= {p["name"].lower() for p in env["packages"]}
     # Open-loop cells ran at rates relative to the knee's throughput.
     open_cells = [c for c in complete_cells(run) if "/open/" in c]
     assert len(open_cells) == 6
@@ -147,7 +152,31 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def _group_members(pgid: int) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except OSError:
+            continue
+    return out
+
+
 def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(results, pass_run):
+    """SIGKILL `specbench run` mid-cell (a crash: nothing of it gets to clean up): no
+    engine process survives it, and `--resume` finishes the study without rerunning cells."""
     reference = verdict_of(pass_run)
 
     proc = subprocess.Popen(
@@ -155,26 +184,45 @@ def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(resul
          "--results", str(results), "--no-report"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
-    engines: list[psutil.Process] = []
+    children: list[psutil.Process] = []
     try:
-        _wait_for(lambda: any(results.glob("*/cells/*/complete.json"))
-                  and len(list(results.glob("*/cells/*/complete.json"))) >= 4, 120,
-                  "four complete cells")
-        # The engine runs in a session of its own, so the kill below misses it: a
-        # SIGKILLed runner leaves its engine running today (issue 11 asks that engines
-        # die with their harness). Note the runner's children (the engine among them,
-        # even one still starting) to stop them after, so no test leaves a server behind.
-        engines = psutil.Process(proc.pid).children(recursive=True)
-        os.killpg(proc.pid, signal.SIGKILL)  # a crash: nothing gets to clean up
+        def mid_cell() -> bool:
+            if len(list(results.glob("*/cells/*/complete.json"))) < 4:
+                return False
+            # The newest engine serving, and a cell measuring on it (requests, no marker).
+            manifest = json.loads(next(results.glob("*/manifest.json")).read_text())
+            newest = max((e for es in manifest["engines"].values() for e in es),
+                         key=lambda e: e["started_wall"])
+            measuring = [c for c in results.glob("*/cells/*")
+                         if (c / "requests.jsonl").exists() and not (c / "complete.json").exists()
+                         and (c / "requests.jsonl").stat().st_size > 0]
+            return newest["state"] == "ready" and psutil.pid_exists(newest["pid"]) and bool(measuring)
+
+        _wait_for(mid_cell, 120, "four complete cells and a cell in progress")
+        # The engine and its guard each run in a session of their own: the kill of the
+        # runner's group below misses them, as a crash of the runner would.
+        children = psutil.Process(proc.pid).children(recursive=True)
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    for engine in engines:
-        try:
-            engine.kill()
-        except psutil.Error:
-            pass
+    run = run_folder(results)
+    manifest = json.loads((run / "manifest.json").read_text())
+    records = [e for es in manifest["engines"].values() for e in es]
+    assert records and all(e["pgid"] and e["port"] and e["pid"] for e in records), records
+    serving = max(records, key=lambda e: e["started_wall"])
+    assert serving["state"] == "ready" and serving["pid"] in {c.pid for c in children}
+    # Nothing stops them but what the harness set up before it died.
+    deadline = time.monotonic() + 30
+    while (_alive(children) or any(_group_members(e["pgid"]) for e in records)) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    survivors = [(p.pid, p.cmdline()) for p in _alive(children)]
+    assert not survivors, f"processes outlived the SIGKILLed runner: {survivors}"
+    assert not [e["pgid"] for e in records if _group_members(e["pgid"])]
+    for e in records:
+        assert not port_in_use("127.0.0.1", e["port"]), e
     run = run_folder(results)
     # A cell whose latest attempt is unusable (client lag) has a complete.json too, and
     # the resume rightly measures it again: only usable cells must be left alone.
@@ -270,3 +318,57 @@ def test_engine_killed_mid_cell_is_restarted_and_the_cell_retried(results, tmp_p
     for engine in manifest["engines"]["base"]:
         with pytest.raises(ProcessLookupError):
             os.kill(engine["pid"], 0)
+
+
+def test_resume_stops_a_stale_engine_and_refuses_a_live_runner(results, tmp_path):
+    """An engine an earlier attempt left running (recorded in the manifest, still
+    serving its port) is stopped by `--resume`, named, and recorded; a run whose
+    recorded runner is still alive is refused."""
+    study = small_study(tmp_path)
+    specbench("run", str(study), "--results", str(results), "--no-report")
+    run = run_folder(results)
+    manifest_path = run / "manifest.json"
+    port = free_port()
+    command = [sys.executable, "-m", "harness.testengine", "--host", "127.0.0.1", "--port",
+               str(port), "--spec-json", "{}", "--served-model-name", "scripted"]
+    started = time.time()
+    stale = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    sleeper = None
+    try:
+        _wait_for(lambda: port_in_use("127.0.0.1", port), 30, "the stale engine's port")
+        manifest = json.loads(manifest_path.read_text())
+        manifest["engines"]["base"].append({
+            "arm": "base", "kind": "scripted", "launched": True, "pid": stale.pid,
+            "pgid": stale.pid, "host": "127.0.0.1", "port": port, "command": command,
+            "started_wall": started, "state": "ready"})
+        manifest_path.write_text(json.dumps(manifest))
+
+        # A runner still alive (its recorded pid and start time) keeps the run its own.
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        saved = json.loads(manifest_path.read_text())
+        saved["runner"] = {"pid": sleeper.pid, "cmdline": ["specbench"],
+                           "started_wall": psutil.Process(sleeper.pid).create_time()}
+        manifest_path.write_text(json.dumps(saved))
+        refused = specbench("run", str(study), "--results", str(results), "--resume",
+                            "--no-report", check=False)
+        assert refused.returncode == 1, refused.stderr
+        assert f"still being run by process {sleeper.pid}" in refused.stderr
+        assert stale.poll() is None  # refused before touching anything
+
+        sleeper.kill()
+        sleeper.wait()
+        out = specbench("run", str(study), "--results", str(results), "--resume", "--no-report")
+        assert f"stopping a stale engine of arm 'base' from run {run.name}: pid {stale.pid}" \
+            in out.stdout, out.stdout
+        assert f"port {port} (held)" in out.stdout
+        assert stale.wait(timeout=10) is not None
+        assert not port_in_use("127.0.0.1", port)
+        after = json.loads(manifest_path.read_text())
+        assert [(s["pid"], s["action"]) for s in after["stale_engines"]] == [
+            (stale.pid, "stopped on resume")]
+        assert after["status"] == "complete" and after["runner"]["pid"] != sleeper.pid
+    finally:
+        for proc in (stale, sleeper):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
