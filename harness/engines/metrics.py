@@ -68,6 +68,12 @@ _MEAN_GAUGES = {"kv_cache_usage", "engine_accept_length"}
 _VLLM_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
 
+def counter_name(dialect: str, field: str) -> str:
+    """The engine's own name of a snapshot counter (for messages: the smoke stage names
+    `vllm:spec_decode_num_drafts_total` or `sglang:spec_verify_calls_total`)."""
+    return _COUNTERS[dialect][field]
+
+
 def parse_metrics(text: str, dialect: str) -> EngineSnapshot:
     """Map one /metrics text to an EngineSnapshot; absent series stay None.
 
