@@ -366,7 +366,7 @@ def smoke_line(rec: SmokeArmCheck | SmokeIdentityCheck) -> str:
     if rec.status == "failed":
         return f"smoke FAILED ({rec.failed_check}): {rec.reason}"
     tokens = sum(a.completion_tokens or 0 for a in rec.answers)
-    line = (f"smoke: {rec.arm} {rec.engine}, answered {len(rec.answers)} prompts"
+    line = (f"smoke: {rec.arm} {rec.engine} and answered {len(rec.answers)} prompts"
             f" ({tokens} tokens) in {rec.ended_wall - rec.started_wall:.0f} s")
     if rec.counter is not None:
         line += f"; {rec.counter.name} {_num(rec.counter.before)} -> {_num(rec.counter.after)}"

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from harness.cli import main
 from harness.engines.lifecycle import relevant_log_line
-from harness.errors import SpecbenchError
+from harness.errors import InputError, SpecbenchError
 from harness.plan import estimate, plan_cells
 from harness.prereg import load_study, load_study_file
 from harness.records import SmokeAnswer, SmokeArmCheck, SmokeIdentityCheck
@@ -86,6 +86,17 @@ def test_a_key_changes_with_its_arm_and_a_drafters_with_its_baseline(tmp_path):
     again = {a.name: smoke_key(changed_drafter, a.name, requests) for a in changed_drafter.arms}
     assert again["base"] == keys["base"] and again["drafter"] != keys["drafter"]
     assert smoke_key(study, "base", requests[:1]) != keys["base"]  # other prompts
+
+
+def test_a_damaged_smoke_record_is_one_line_naming_file_line_and_field(tmp_path):
+    folder = tmp_path / "smoke"
+    folder.mkdir()
+    good = _check("base", "k1", "passed").model_dump_json()
+    (folder / "arms.jsonl").write_text(good + "\n" + good.replace('"passed"', '"maybe"') + "\n")
+    with pytest.raises(InputError) as err:
+        smoke_records(tmp_path)
+    assert err.value.exit_code == 2 and len(err.value.lines) == 1
+    assert err.value.lines[0].startswith(f"{folder / 'arms.jsonl'}: line 2: field arm.status: ")
 
 
 def _check(arm: str, key: str, status: str) -> SmokeArmCheck:
