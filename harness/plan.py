@@ -8,7 +8,8 @@ Order (engines are started once per arm per stage):
            accuracy cells;
   stage 3  per arm: open-loop cells at rates relative to the knee.
 Stage 2 takes the arms in reverse order, so the arm that ends one stage begins
-the next and its engine is not restarted in between.
+the next and its engine is not restarted in between. Before stage 1 the runner's
+smoke stage (harness.run.smoke) starts every arm once, ending on the first cell's arm.
 """
 
 from __future__ import annotations
@@ -153,6 +154,9 @@ def cell_seconds(study: Study, cell: Cell) -> float:
 def estimate(study: Study, cells: list[Cell]) -> Estimate:
     # One engine runs at a time; it is restarted only when the next cell's arm differs.
     engine_starts = sum(1 for i, c in enumerate(cells) if i == 0 or cells[i - 1].arm != c.arm)
+    # The smoke starts every arm once; the last one's engine serves the first cell.
+    smoke_starts = len(study.arms) - 1 if study.recording.smoke and cells else 0
+    engine_starts += smoke_starts
     seconds = sum(cell_seconds(study, c) for c in cells)
     seconds += engine_starts * study.plan_estimate.engine_start_s
     hw, m = study.hardware, study.model
@@ -168,7 +172,9 @@ def estimate(study: Study, cells: list[Cell]) -> Estimate:
             " drafter cost and scheduling overheads are ignored",
             f"drafters accept {study.plan_estimate.assumed_acceptance_length:g} tokens per"
             " verification unless the arm states its own assumed_acceptance_length",
-            f"{engine_starts} engine starts x {study.plan_estimate.engine_start_s:g} s",
+            f"{engine_starts} engine starts x {study.plan_estimate.engine_start_s:g} s"
+            + (f" ({smoke_starts} of them for the smoke stage; its prompts are not costed)"
+               if smoke_starts else ""),
             "open-loop cells are costed at their duration (or as one-user cells)",
         ],
     )

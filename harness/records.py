@@ -7,9 +7,12 @@ the client's monotonic clock unless a name says `wall`.
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from harness.errors import InputError
 
 Phase = Literal["warmup", "measure"]
 
@@ -238,3 +241,93 @@ class GpuSample(RecordModel):
     error: str | None = None  # a gap: why (a missed tick; a reading's own error is in gpus)
     gpus: list[GpuReading] = Field(default_factory=list)
     final: bool = False  # taken as the cell ended, off the grid
+
+
+# --- the smoke stage (harness/run/smoke.py): smoke/arms.jsonl ---------------------------
+
+
+SmokeStatus = Literal["passed", "failed"]
+
+
+class SmokeAnswer(RecordModel):
+    """One smoke prompt as an arm answered it (its full record is in smoke/requests.jsonl)."""
+
+    item_id: str
+    ok: bool
+    error: str | None = None
+    output_text: str = ""
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
+
+
+class SmokeCounter(RecordModel):
+    """A drafter arm's speculation counter around its smoke prompts."""
+
+    name: str  # the engine's series: vllm:spec_decode_num_drafts_total, sglang:spec_verify_calls_total
+    before: float | None  # None: absent (SGLang creates it on the first finished request)
+    after: float | None
+    moved: bool
+
+
+class SmokeArmCheck(RecordModel):
+    """One arm's own smoke check: it started, answered, and (drafters) drafted."""
+
+    kind: Literal["arm"] = "arm"
+    arm: str
+    # sha256 over what the check depends on (the arm, its baseline, the model, sampling,
+    # the prompts): a resume does not redo a passed check whose key is unchanged.
+    key: str
+    attempt: int  # this arm's smoke checks so far in this run folder, 1-based
+    started_wall: float
+    ended_wall: float
+    engine: Literal["started", "reused", "attached", "not started"]
+    status: SmokeStatus
+    failed_check: Literal["start", "answer", "counter"] | None = None
+    reason: str | None = None  # one line naming the arm
+    log_line: str | None = None  # the engine log's last relevant line
+    log_path: str | None = None
+    answers: list[SmokeAnswer] = Field(default_factory=list)
+    counter: SmokeCounter | None = None  # drafter arms
+
+
+class SmokeIdentityCheck(RecordModel):
+    """A drafter arm's smoke answers against its baseline's, made once both exist."""
+
+    kind: Literal["identity"] = "identity"
+    arm: str  # the drafter
+    baseline: str
+    key: str  # the drafter's check key (it covers the baseline's definition)
+    wall: float
+    status: SmokeStatus
+    compared: int
+    item_id: str | None = None  # the first item that differs
+    char_index: int | None = None
+    drafter_text: str | None = None  # around the divergence
+    baseline_text: str | None = None
+    reason: str | None = None
+    log_line: str | None = None  # the drafter's engine log
+    log_path: str | None = None
+
+
+# One line of smoke/arms.jsonl, either kind.
+SmokeRecord = Annotated[SmokeArmCheck | SmokeIdentityCheck, Field(discriminator="kind")]
+SMOKE_RECORD: TypeAdapter[SmokeArmCheck | SmokeIdentityCheck] = TypeAdapter(SmokeRecord)
+
+
+def read_smoke_records(path: Path) -> list[SmokeArmCheck | SmokeIdentityCheck]:
+    """smoke/arms.jsonl in the order written (empty when there is none); a bad line is
+    an InputError naming the file, line and field."""
+    if not path.exists():
+        return []
+    out = []
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(SMOKE_RECORD.validate_json(line))
+            except ValidationError as err:
+                first = err.errors()[0]
+                loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+                raise InputError(f"{path}: line {n}: field {loc}: {first['msg']}") from None
+    return out

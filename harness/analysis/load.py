@@ -25,7 +25,15 @@ from harness.measure.throttle import gpu_throttle
 from harness.measure.usable import unusable_reason
 from harness.plan import Cell, plan_cells
 from harness.prereg.schema import Study
-from harness.records import ClientHealth, GpuSample, MetricSample, RequestRecord
+from harness.records import (
+    ClientHealth,
+    GpuSample,
+    MetricSample,
+    RequestRecord,
+    SmokeArmCheck,
+    SmokeIdentityCheck,
+    read_smoke_records,
+)
 
 CellStatus = Literal["complete", "invalid", "missing", "skipped"]
 RERUN = re.compile(r"^(?P<original>.+)/rerun(?P<n>\d+)$")
@@ -113,6 +121,8 @@ class RunData:
     manifest: dict[str, Any]
     study: Study
     cells: dict[str, CellData]  # planned cells (possibly missing) and reruns found on disk
+    # smoke/arms.jsonl in the order written: each arm's smoke check and comparison
+    smoke: list[SmokeArmCheck | SmokeIdentityCheck] = field(default_factory=list)
 
     def cell(self, cell_id: str) -> CellData:
         return self.cells.get(cell_id) or _missing(cell_id, "not in the plan")
@@ -269,4 +279,5 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
                     data.concurrency, data.stage = original.concurrency, original.stage
                 cells[cell_id] = data
     run_id = str(manifest.get("run_id") or run_dir.name)
-    return RunData(run_dir, run_id, manifest, study, cells)
+    return RunData(run_dir, run_id, manifest, study, cells,
+                   read_smoke_records(run_dir / "smoke" / "arms.jsonl"))

@@ -43,6 +43,14 @@ def run(args: argparse.Namespace) -> int:
         + ", ".join(f"{n} {k}" for k, n in kinds.items())
         + f"; {total_requests} requests (open-loop cells sized at run time not counted)"
     )
+    if study.recording.smoke and cells:
+        console.print(
+            f"before stage 1 the smoke stage starts each of the {len(study.arms)} arms once"
+            " (two greedy prompts; drafters must move their speculation counters and match"
+            f" their baselines), ending on {cells[0].arm}, whose engine serves the first cell."
+        )
+    else:
+        console.print("no smoke stage (the study registers recording.smoke: false)")
     console.print(
         "stage 1 runs every arm's identity cells and speed cells at concurrency "
         f"{study.bars.stop.concurrencies} first; the stop bar is judged before stage 2."

@@ -392,6 +392,27 @@ def engine_error_line(lines: list[str]) -> str | None:
     return None
 
 
+_LEVEL_LINE = re.compile(r"\b(WARNING|WARN|ERROR|CRITICAL|FATAL)\b")
+_ACCESS_LINE = re.compile(r'"(GET|POST|PUT|DELETE|HEAD|OPTIONS) /')
+
+
+def relevant_log_line(lines: list[str]) -> str | None:
+    """The line of a log tail that best says what the engine did last: its own last
+    error line, else its last warning, else its last line that is not an HTTP access
+    line (those only say a request came); None for an empty log."""
+    error = engine_error_line(lines)
+    if error:
+        return error
+    kept = [line.strip() for line in lines if line.strip()]
+    for line in reversed(kept):
+        if _LEVEL_LINE.search(line):
+            return line
+    for line in reversed(kept):
+        if not _ACCESS_LINE.search(line):
+            return line
+    return None
+
+
 def _fail(engine: EngineProcess, reason: str) -> SpecbenchError:
     tail = engine.log_tail()
     error = engine_error_line(tail)
@@ -581,4 +602,5 @@ def attach_problem(arm: Arm, study: Study, timeout_s: float = 10.0) -> str | Non
     return None
 
 
-__all__ = ["EngineInfo", "EngineProcess", "attach_problem", "descendants", "start_engine"]
+__all__ = ["EngineInfo", "EngineProcess", "attach_problem", "descendants", "relevant_log_line",
+           "start_engine"]

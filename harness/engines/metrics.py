@@ -74,6 +74,12 @@ def speculation_counter(dialect: str) -> str:
     return _COUNTERS[dialect]["drafts"]
 
 
+def counter_name(dialect: str, field: str) -> str:
+    """The engine's own name of a snapshot counter (for messages: the smoke stage names
+    `vllm:spec_decode_num_drafts_total` or `sglang:spec_verify_calls_total`)."""
+    return _COUNTERS[dialect][field]
+
+
 def parse_metrics(text: str, dialect: str) -> EngineSnapshot:
     """Map one /metrics text to an EngineSnapshot; absent series stay None.
 

@@ -282,6 +282,11 @@ class Recording(Strict):
     gpu_throttle: Literal["flag", "remeasure"] = "flag"
     accuracy_concurrency: PositiveInt = 16
     per_request_spec_metrics: bool = True
+    # Before the first registered cell every arm starts, answers two prompts greedily,
+    # moves its speculation counter (drafter arms) and matches its baseline's text
+    # (harness/run/smoke.py): a broken arm stops the run in minutes, not hours in.
+    # Off only when a study says so.
+    smoke: bool = True
 
 
 # --- bars --------------------------------------------------------------------------

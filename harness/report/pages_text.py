@@ -8,9 +8,12 @@ import json
 import pandas as pd
 from matplotlib.backends.backend_pdf import PdfPages
 
+from harness.analysis.load import RunData
 from harness.analysis.tables import Analysis
+from harness.records import SmokeArmCheck, SmokeIdentityCheck
 from harness.report.layout import new_page, save, table_lines, text_pages, wrap_lines
 from harness.report.pages_quality import mismatch_where
+from harness.run.smoke import smoke_line
 
 VERDICT_COLOURS = {"PASS": "#1a7f37", "FAIL": "#c62828", "STOP": "#b26a00",
                    "INCOMPLETE": "#555555"}
@@ -38,6 +41,8 @@ def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
     for bar in verdict["bars"]:
         lines.append(f"[{bar['status'].upper():>14}]  {bar['name']}")
         lines.extend(f"{'':18}{s}" for s in bar["summary"])
+    lines.append("")
+    lines.extend(smoke_summary(a.run))
     if verdict.get("excluded_cells"):
         lines.append("")
         lines.append("Excluded (invalid) cells, never used by a bar:")
@@ -96,6 +101,47 @@ def _checkpoint_lines(manifest: dict) -> list[str]:
         if c.get("note"):
             lines.append(f"    {c['note']}")
     return lines or ["  none recorded"]
+
+
+def smoke_summary(run: RunData) -> list[str]:
+    """The smoke stage in a few lines: off, passed for which arms, or where it stopped."""
+    state = (run.manifest.get("smoke") or {}).get("status")
+    if state == "off":
+        return ["Smoke stage: off (the study registers recording.smoke: false)"]
+    if not run.smoke:
+        return ["Smoke stage: none recorded (a run folder from before the smoke stage)"]
+    own: dict[str, SmokeArmCheck] = {}
+    compared: dict[str, SmokeIdentityCheck] = {}
+    for rec in run.smoke:  # the latest of each arm's checks decides
+        if isinstance(rec, SmokeArmCheck):
+            own[rec.arm] = rec
+        else:
+            compared[rec.arm] = rec
+    failed = [r for r in [*own.values(), *compared.values()] if r.status == "failed"]
+    if failed:
+        worst = failed[-1]
+        return [f"Smoke stage: FAILED at arm {worst.arm}: {worst.reason}",
+                f"  engine log: {worst.log_line or '(nothing logged)'}"]
+    arms = [a.name for a in run.study.arms]
+    missing = [n for n in arms if n not in own or (
+        not run.study.arm(n).is_baseline and n not in compared)]
+    if missing:
+        return [f"Smoke stage: incomplete, not checked: {', '.join(missing)}"]
+    drafters = [n for n in arms if not run.study.arm(n).is_baseline]
+    return [f"Smoke stage: passed for all {len(arms)} arms before the first cell: each started"
+            " and answered 2 greedy prompts"
+            + (f"; {', '.join(drafters)} moved their speculation counters and matched their"
+               " baselines' text" if drafters else "")]
+
+
+def _smoke_detail(run: RunData) -> list[str]:
+    if not run.smoke:
+        return smoke_summary(run)
+    lines = smoke_summary(run) + ["  every check, in the order made (smoke/arms.jsonl):"]
+    for rec in run.smoke:
+        stamp = _wall(rec.started_wall if isinstance(rec, SmokeArmCheck) else rec.wall)
+        lines.append(f"  {stamp}  {smoke_line(rec)}")
+    return lines
 
 
 def _evidence_lines(verdict: dict) -> list[str]:
@@ -166,7 +212,7 @@ def environment_pages(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
     lines += ["", "engines (per arm, each start):"]
     for arm, infos in (m.get("engines") or {}).items():
         for info in infos:
-            keys = ("kind", "version", "gpu", "started_wall", "command")
+            keys = ("kind", "version", "gpu", "started_wall", "started_for", "command")
             shown = {k: info.get(k) for k in keys if k in info}
             lines.append(f"  {arm}: {_short(shown, 300)}")
     lines += ["", "arm settings the engine would otherwise pick (as each engine started):"]
@@ -181,6 +227,7 @@ def environment_pages(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
     for s in m.get("stale_engines") or []:
         lines.append(f"  stale engine of {s.get('arm')} (pid {s.get('pid')}, port {s.get('port')})"
                      f" from an earlier attempt: {s.get('action')}")
+    lines += ["", *_smoke_detail(a.run)]
     lines += ["", "deviations from the registered study:"]
     lines += deviation_lines(m) or ["  none"]
     stop = m.get("stop")

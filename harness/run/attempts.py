@@ -96,7 +96,7 @@ def measure_cell(store: RunStore, study: Study, engine: ArmEngine, cell: Cell,
         gpu_samples.clear()
         attempt = store.start_attempt(cell.id, cell.to_dict(), **(extra or {}))
         try:
-            process = engine.ensure()
+            process = engine.ensure(cell.id)
             progress.start_cell(cell, attempt)  # after the engine: times are the cell's
             outcome = execute_cell(
                 store=store, engine=process, arm=engine.arm, study=study, cell=cell,

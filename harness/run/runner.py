@@ -1,6 +1,11 @@
-"""Run a whole study: stages in plan order, engines once per arm per stage, the
-stop bar after stage 1, the check bar's baseline reruns, the open loop at the
-knee; the caller then finishes the run (harness.finalize: tables, verdict, report).
+"""Run a whole study: the smoke stage, then stages in plan order, the stop bar after
+stage 1, the check bar's baseline reruns, the open loop at the knee; the caller then
+finishes the run (harness.finalize: tables, verdict, report).
+
+One engine is up at a time, and it is kept across a stage boundary: the smoke ends on
+the arm of the first cell to run, each stage begins with the arm whose engine is
+running when that arm has cells there, so an arm's cells on both sides of a boundary
+share one engine start (minutes on a GPU).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from harness.prereg.schema import Arm, Study
 from harness.run.attempts import measure_cell, needs_measuring
 from harness.run.gpu_telemetry import ArmGpus, RunTelemetry
 from harness.run.progress import RunProgress
+from harness.run.smoke import SmokeFailed, SmokeStage
 from harness.run.store import RunStore, host_facts, specbench_commit, write_json_atomic
 
 RERUN_SUFFIX = "/rerun1"
@@ -142,7 +148,8 @@ def reopen_run(store: RunStore, loaded: LoadedStudy, allow_deviation: bool) -> N
 
 
 class ArmEngine:
-    """One arm's engine for one stage: started on first use, restarted if it died."""
+    """One arm's engine: started on first use, restarted if it died, kept while the
+    next cells are the same arm's (across stages too)."""
 
     def __init__(self, store: RunStore, arm: Arm, study: Study, progress: RunProgress,
                  telemetry: RunTelemetry | None = None) -> None:
@@ -151,14 +158,20 @@ class ArmEngine:
         self.process: EngineProcess | None = None
         self.gpus: ArmGpus | None = None  # what each cell's GPU sampler reads
         self._slot: int | None = None  # this start's entry in manifest["engines"][arm]
+        self.stage: str | None = None  # the stage that last used it
 
-    def ensure(self) -> EngineProcess:
+    def running(self) -> bool:
+        return self.process is not None and self.process.alive()
+
+    def ensure(self, started_for: str = "") -> EngineProcess:
+        """The running engine, started (or restarted) if need be; `started_for` (the
+        smoke or a cell id) is recorded with a start."""
         if self.process is not None and self.process.alive():
             return self.process
         if self.process is not None:
             self.progress.note(f"engine of {self.arm.name} is down; restarting")
             self.close()
-        log_dir = self.store.root / "engines" / self.arm.name
+        log_dir = self.store.engine_dir(self.arm.name)
         log_dir.mkdir(parents=True, exist_ok=True)
         self.progress.note(f"starting {self.arm.engine} engine for arm {self.arm.name}")
         self._slot = None
@@ -170,6 +183,7 @@ class ArmEngine:
         info = self.process.info
         data = info.model_dump(mode="json") if hasattr(info, "model_dump") else dict(info)
         data["state"] = "ready"
+        data["started_for"] = started_for or None
         # Off the engine's pinned cores where there are others (recorded with the start).
         data["client_placement"] = place_client(self.process.pid).to_dict()
         if self.telemetry is not None:
@@ -229,18 +243,24 @@ class Runner:
         return measure_cell(self.store, self.study, engine, cell, progress, rate_rps, extra)
 
     def _run_cells(self, cells: Iterable[Cell], progress: RunProgress,
-                   rates: dict[str, float] | None = None) -> None:
+                   rates: dict[str, float] | None = None, stage: str = "") -> None:
         by_arm: dict[str, list[Cell]] = {}
         for cell in cells:
             by_arm.setdefault(cell.arm, []).append(cell)
-        for arm_name, arm_cells in by_arm.items():
+        order = list(by_arm)
+        if self._engine is not None and self._engine.arm.name in by_arm:
+            # Its engine is up: its cells first, so the boundary costs no restart.
+            order.remove(self._engine.arm.name)
+            order.insert(0, self._engine.arm.name)
+        for arm_name in order:
+            arm_cells = by_arm[arm_name]
             pending = [c for c in arm_cells if needs_measuring(self.store, self.study, c, progress)]
             for cell in arm_cells:
                 if cell not in pending:
                     progress.skip(cell)
             if not pending:
                 continue
-            engine = self._engine_for(arm_name, progress)
+            engine = self._engine_for(arm_name, progress, stage)
             for cell in pending:
                 rate = extra = None
                 if cell.kind == "open":
@@ -249,13 +269,19 @@ class Runner:
                     extra = {"open_loop": {"reference_rps": rates[arm_name], "rate_rps": rate}}
                 self._run_one(engine, cell, progress, rate, extra)
 
-    def _engine_for(self, arm_name: str, progress: RunProgress) -> ArmEngine:
+    def _engine_for(self, arm_name: str, progress: RunProgress, stage: str = "") -> ArmEngine:
         """Keep one engine up at a time; reuse it when the next cells are its arm's."""
-        if self._engine is not None and self._engine.arm.name == arm_name:
-            return self._engine
+        engine = self._engine
+        if engine is not None and engine.arm.name == arm_name:
+            if stage and engine.stage and engine.stage != stage and engine.running():
+                progress.note(f"keeping the engine of arm {arm_name} from {engine.stage}"
+                              f" for {stage} (no restart)")
+            engine.stage = stage or engine.stage
+            return engine
         self.close_engine()
         self._engine = ArmEngine(self.store, self.study.arm(arm_name), self.study, progress,
                                  self.telemetry)
+        self._engine.stage = stage or None
         return self._engine
 
     def close_engine(self) -> None:
@@ -279,7 +305,9 @@ class Runner:
         status = "interrupted"
         with RunProgress(self.console, total) as progress:
             try:
-                self._run_cells([c for c in self.cells if c.stage == 1], progress)
+                self._smoke(progress)
+                self._run_cells([c for c in self.cells if c.stage == 1], progress,
+                                stage="stage 1")
                 stop = analysis.judge_stop(self.store.root, self.study)
                 decision = {"fired": stop.fired, "judged_wall": time.time(),
                             "evidence": stop.evidence}
@@ -294,13 +322,32 @@ class Runner:
                     for c in skipped:
                         progress.skip(c)
                     stage2 = [c for c in stage2 if c.kind != "speed"]
-                self._run_cells(stage2, progress)
+                self._run_cells(stage2, progress, stage="stage 2")
                 self.rerun_baselines(progress)
                 self._run_open_loop(progress)
                 status = "complete"
+            except SmokeFailed:
+                status = "smoke_failed"
+                raise
             finally:
                 self.close()
                 self.store.update_manifest(status=status, ended_wall=time.time())
+
+    def _smoke(self, progress: RunProgress) -> None:
+        """Every arm shown working before the first registered cell (harness.run.smoke);
+        the engine of the first cell's arm is left up for it."""
+        if not self.study.recording.smoke:
+            progress.note("smoke stage off (the study registers recording.smoke: false)")
+            self.store.update_manifest(smoke={"status": "off"})
+            return
+        skipped = {s.get("cell") for s in self.store.manifest().get("skipped") or []}
+        pending = [c for c in self.cells
+                   if not self.store.is_complete(c.id) and c.id not in skipped]
+        if not pending:
+            return  # every cell is measured: nothing left for a smoke to protect
+        first = pending[0].arm
+        SmokeStage(self.store, self.study, progress,
+                   lambda arm: self._engine_for(arm, progress, "the smoke stage")).run(first)
 
     def _run_open_loop(self, progress: RunProgress) -> None:
         open_cells = [c for c in self.cells if c.stage == 3]
@@ -317,7 +364,7 @@ class Runner:
                 self.store.append_manifest("skipped", {"cell": cell.id, "reason": reason})
                 progress.skip(cell)
             return
-        self._run_cells(open_cells, progress, rates)
+        self._run_cells(open_cells, progress, rates, stage="stage 3")
 
     def rerun_cells(self, targets: list[str]) -> list[Cell]:
         by_id = {c.id: c for c in self.cells}
@@ -341,7 +388,7 @@ class Runner:
                     "reruns", {"cell": cell.id, "of": cell.id[: -len(RERUN_SUFFIX)],
                                "reason": "check bar fired", "when": time.time()}
                 )
-        self._run_cells(reruns, progress)
+        self._run_cells(reruns, progress, stage="the check-bar reruns")
 
 
 def prepare(loaded: LoadedStudy) -> Study:

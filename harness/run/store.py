@@ -136,6 +136,15 @@ class RunStore:
         data.setdefault(key, []).append(item)
         write_json_atomic(self.manifest_path, data)
 
+    # --- engines ---------------------------------------------------------------------
+
+    def engine_dir(self, arm: str) -> Path:
+        """Where an arm's engine logs (harness.engines.lifecycle names the file in it)."""
+        return self.root / "engines" / arm
+
+    def engine_log(self, arm: str) -> Path:
+        return self.engine_dir(arm) / f"engine-{arm}.log"
+
     # --- cells ---------------------------------------------------------------------
 
     def cell_dir(self, cell_id: str) -> Path:

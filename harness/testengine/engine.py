@@ -100,6 +100,7 @@ class ScriptedEngine:
         # vLLM counts speculation and output every step; SGLang's tokenizer-side counters
         # move only when a request finishes (so its short windows are lumpy).
         self._per_step_counters = spec.metrics_dialect == "vllm"
+        self._count_spec = not spec.frozen_spec_counters
 
     # --- admission -------------------------------------------------------------
     def next_number(self) -> int:
@@ -195,7 +196,7 @@ class ScriptedEngine:
         if was_prefilled and self.spec.num_draft_tokens:
             # A verification step: count what was kept of this step's drafts.
             k = self.spec.num_draft_tokens
-            if self._per_step_counters:
+            if self._per_step_counters and self._count_spec:
                 c = self.counters
                 c.drafts += 1
                 c.draft_tokens += k
@@ -227,13 +228,14 @@ class ScriptedEngine:
         self._emit(seq, n, finish)
 
     # --- output -------------------------------------------------------------
-    @staticmethod
-    def _words(seq: Sequence, n: int) -> list[str]:
+    def _words(self, seq: Sequence, n: int) -> list[str]:
         """The words at positions [generated - n, generated): a function of the prompt
-        and the position only, so like greedy decoding the text does not depend on
-        drafting, batching or which attempt it is (identity cells can compare arms)."""
+        (and the spec's output_salt) and the position only, so like greedy decoding the
+        text does not depend on drafting, batching or which attempt it is (identity
+        cells can compare arms)."""
         first = seq.generated - n
-        return [" " + _WORDS[_mix(seq.prompt_key, first + i) % len(_WORDS)] for i in range(n)]
+        key = seq.prompt_key ^ self.spec.output_salt  # salt 0: the prompt's own words
+        return [" " + _WORDS[_mix(key, first + i) % len(_WORDS)] for i in range(n)]
 
     def _emit(self, seq: Sequence, n: int, finish: str | None) -> None:
         """Send this step's tokens (and, when finishing, the end of the stream)."""
@@ -340,7 +342,8 @@ class ScriptedEngine:
             seq.first_t = end_t
         if not self._per_step_counters:
             self.counters.generation_tokens += seq.generated
-            self.counters.drafts += seq.drafts
+            if self._count_spec:
+                self.counters.drafts += seq.drafts
         bucket = reason if error is None else ("abort" if reason == "abort" else "error")
         self.counters.requests_finished[bucket] = self.counters.requests_finished.get(bucket, 0) + 1
         if self.truth is not None:

@@ -285,11 +285,24 @@ def _spec_from_args(args: argparse.Namespace) -> ScriptedEngineSpec:
     return spec
 
 
+def _declared_faults(spec: ScriptedEngineSpec) -> list[str]:
+    faults = []
+    if spec.frozen_spec_counters and spec.num_draft_tokens:
+        faults.append("speculation counters frozen (frozen_spec_counters): they never move")
+    if spec.output_salt:
+        faults.append(f"output salted (output_salt {spec.output_salt}): greedy text differs"
+                      " from an unsalted engine's")
+    return faults
+
+
 async def _serve(args: argparse.Namespace) -> None:
     server = ScriptedServer(_spec_from_args(args), args.host, args.port, args.truth_log,
                             exit_on_die=True)
     await server.start()
     print(f"scripted engine listening on http://{args.host}:{server.port}", flush=True)
+    for fault in _declared_faults(server.spec):
+        # As a real engine logs its configuration: the log says what this one will do.
+        print(f"WARNING scripted engine: {fault}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

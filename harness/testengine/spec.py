@@ -78,6 +78,12 @@ class ScriptedEngineSpec(StrictModel):
     eos_probability: float = Field(default=0.0, ge=0.0, lt=1.0)
     seed: int = 0
     failures: list[FailureInjection] = Field(default_factory=list)
+    # Faults of a whole arm, for the smoke stage's tests. frozen_spec_counters: the
+    # speculation series are exported but never move (an engine that drafts nothing);
+    # output_salt: mixed into every prompt's text, so an arm whose salt differs from its
+    # baseline's answers other words (a drafter that changes greedy output).
+    frozen_spec_counters: bool = False
+    output_salt: int = 0
 
     @model_validator(mode="after")
     def _drafts_match_probs(self) -> ScriptedEngineSpec:

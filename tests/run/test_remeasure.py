@@ -33,8 +33,11 @@ def study_file(tmp_path: Path, *, base: dict | None = None, drafter: dict | None
         data["bars"]["pass"]["identity"] = identity
     if accuracy:
         data["bars"]["pass"]["accuracy"].update(accuracy)
-    # No cell is remeasured for client lag here, whatever the machine's load.
-    data["recording"] = {**data["recording"], "lag_limit_p99_ms": 10_000, **(recording or {})}
+    # No cell is remeasured for client lag here, whatever the machine's load. The smoke
+    # stage is off: its prompts would take arrivals 2 and 3 of the first arm's engine,
+    # which it keeps for the first cell, and the refusals below count arrivals from there.
+    data["recording"] = {**data["recording"], "lag_limit_p99_ms": 10_000, "smoke": False,
+                         **(recording or {})}
     arms = {a["name"]: a for a in data["arms"]}
     arms["base"]["scripted"].update(base or {})
     arms["drafter"]["scripted"].update(drafter or {})

@@ -229,10 +229,15 @@ def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(resul
     before = {c: m for c, m in complete_cells(run).items() if usable_attempt(run, c, m)}
     sizes = {c: (run / "cells" / cell_dirname(c) / "requests.jsonl").stat().st_size for c in before}
     assert len(before) >= 3
+    smoked = (run / "smoke" / "arms.jsonl").read_text()
+    assert smoked.count('"status":"passed"') == 3  # base, drafter, drafter against base
 
     specbench("run", "examples/scripted-pass.yaml", "--results", str(results), "--resume",
               "--no-report")
     after = complete_cells(run)
+    # The smoke passed before the kill and the arms are unchanged: not redone.
+    assert (run / "smoke" / "arms.jsonl").read_text() == smoked
+    assert json.loads((run / "manifest.json").read_text())["smoke"]["smoked_now"] == []
     for cell, marker in before.items():
         assert after[cell] == marker, f"{cell} was run again"
         size = (run / "cells" / cell_dirname(cell) / "requests.jsonl").stat().st_size

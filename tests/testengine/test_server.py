@@ -191,3 +191,54 @@ def test_bad_spec_file_exits_2_with_one_line(tmp_path) -> None:
                           capture_output=True, text=True, timeout=30, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "accept_probs" in proc.stderr
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_frozen_spec_counters_are_exported_but_never_move(dialect) -> None:
+    """A drafter arm whose engine drafts nothing, for the smoke stage's tests."""
+    spec = ScriptedEngineSpec(metrics_dialect=dialect, num_draft_tokens=2, accept_probs=[0.9, 0.9],
+                              frozen_spec_counters=True, **FAST)
+    with serve_in_thread(spec) as eng:
+        before = parse_metrics(httpx.get(eng.metrics_url).text, dialect)
+        reply = httpx.post(eng.base_url + "/v1/chat/completions", json=BODY, timeout=10)
+        assert reply.status_code == 200
+        after = parse_metrics(httpx.get(eng.metrics_url).text, dialect)
+    assert before.drafts == after.drafts == 0  # exported, still
+    assert after.generation_tokens == before.generation_tokens + 40  # it did generate
+
+
+def test_output_salt_changes_the_text_and_only_the_text() -> None:
+    body = {**BODY, "stream": False}
+    texts = {}
+    for salt in (0, 0, 7):
+        spec = ScriptedEngineSpec(output_salt=salt, **FAST)
+        with serve_in_thread(spec) as eng:
+            done = httpx.post(eng.base_url + "/v1/chat/completions", json=body, timeout=10).json()
+        texts.setdefault(salt, []).append(done["choices"][0]["message"]["content"])
+        assert done["usage"]["completion_tokens"] == 40
+    assert texts[0][0] == texts[0][1]  # a function of the prompt: the same on every engine
+    assert texts[7][0] != texts[0][0] and len(texts[7][0].split()) == 40
+
+
+def test_the_engine_log_names_its_declared_faults(tmp_path) -> None:
+    import socket
+
+    spec = ScriptedEngineSpec(num_draft_tokens=1, accept_probs=[0.5], frozen_spec_counters=True,
+                              output_salt=3, **FAST)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "harness.testengine", "--spec-json",
+                             spec.model_dump_json(), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = [proc.stdout.readline().strip() for _ in range(3)]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert lines[0].startswith("scripted engine listening on")
+    assert lines[1:] == [
+        "WARNING scripted engine: speculation counters frozen (frozen_spec_counters): they"
+        " never move",
+        "WARNING scripted engine: output salted (output_salt 3): greedy text differs from an"
+        " unsalted engine's"]

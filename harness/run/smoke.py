@@ -1,0 +1,373 @@
+"""The smoke stage: minutes before the hours, every arm shown to be the arm registered.
+
+Before the first registered cell, each arm starts, answers two greedy prompts (the
+first two items of the identity task, at its max_tokens, through the client the cells
+use), moves its speculation counter (drafter arms: vLLM
+`vllm:spec_decode_num_drafts_total`, SGLang `sglang:spec_verify_calls_total`), and
+gives its baseline's text on both prompts. A failure stops the run with one line
+naming the arm and the engine log's last relevant line.
+
+Everything is appended to the run folder as it is made: `smoke/requests.jsonl` (each
+request's record) and `smoke/arms.jsonl` (each arm's check, and each drafter-baseline
+comparison once both sides have answered). A resume skips an arm whose checks passed
+under the same key (a hash of the arm, its baseline, the model, sampling and prompts),
+so a smoke is redone only for arms that changed.
+
+Order: baselines, then drafters, and last the arm of the first registered cell to run,
+whose engine the runner keeps for that cell (one engine start fewer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness.engines import get_engine_kind
+from harness.engines.lifecycle import EngineProcess, relevant_log_line
+from harness.engines.metrics import counter_name, scrape_metrics
+from harness.engines.process import tail_lines
+from harness.errors import SpecbenchError
+from harness.measure.driver import run_cell
+from harness.measure.patterns import ClosedLoop
+from harness.measure.requests import RequestSpec
+from harness.prereg.schema import Study, TaskSpec
+from harness.records import (
+    RequestRecord,
+    SmokeAnswer,
+    SmokeArmCheck,
+    SmokeCounter,
+    SmokeIdentityCheck,
+    read_smoke_records,
+)
+from harness.run.cell_requests import task_items
+from harness.run.execute import sampling_fields
+from harness.run.progress import RunProgress
+from harness.run.store import JsonlWriter, RunStore
+
+if TYPE_CHECKING:
+    from harness.run.runner import ArmEngine
+
+SMOKE_DIR = "smoke"
+SMOKE_PROMPTS = 2
+# SGLang counts a request's verify calls when it finishes, so the series can trail the
+# stream's end a little: the after-scrape is retried this long before "did not move".
+COUNTER_WAIT_S = 10.0
+LOG_TAIL = 200
+CONTEXT_CHARS = 30
+
+
+class SmokeFailed(SpecbenchError):
+    """The smoke stage found a broken arm: the run stops before its first cell."""
+
+
+def smoke_task(study: Study) -> TaskSpec:
+    """The identity task (the prompts the identity bar compares), else the first speed task."""
+    for task in study.tasks:
+        if "identity" in task.uses:
+            return task
+    return next(t for t in study.tasks if "speed" in t.uses)
+
+
+def smoke_requests(study: Study) -> list[RequestSpec]:
+    task = smoke_task(study)
+    return [RequestSpec(item_id=item.id, messages=item.messages, max_tokens=task.max_tokens)
+            for item in task_items(task)[:SMOKE_PROMPTS]]
+
+
+def smoke_key(study: Study, arm_name: str, requests: list[RequestSpec]) -> str:
+    arm = study.arm(arm_name)
+    baseline = study.arm(arm.baseline) if arm.baseline else None
+    data = {"arm": arm.model_dump(mode="json"),
+            "baseline": baseline.model_dump(mode="json") if baseline else None,
+            "model": study.model.model_dump(mode="json"),
+            "sampling": study.sampling.model_dump(mode="json"),
+            "requests": [asdict(r) for r in requests]}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def smoke_order(study: Study, arms: list[str], last: str | None) -> list[str]:
+    """Baselines first (a drafter is compared as soon as it answers), then drafters, and
+    `last` (the first registered cell's arm) at the end, so its engine stays up."""
+    baselines = [a.name for a in study.arms if a.name in arms and a.is_baseline]
+    drafters = [a.name for a in study.arms if a.name in arms and not a.is_baseline]
+    order = [n for n in baselines + drafters if n != last]
+    return order + [last] if last in arms else order
+
+
+def smoke_records(root: Path) -> list[SmokeArmCheck | SmokeIdentityCheck]:
+    """smoke/arms.jsonl as written (empty when the run has no smoke yet)."""
+    return read_smoke_records(root / SMOKE_DIR / "arms.jsonl")
+
+
+def passed_checks(records: list, keys: dict[str, str]) -> tuple[dict[str, SmokeArmCheck], set[str]]:
+    """The latest passed own check of each arm under its current key, and the drafters
+    whose latest comparison under their current key passed."""
+    own: dict[str, SmokeArmCheck] = {}
+    identity: dict[str, bool] = {}
+    for rec in records:
+        if keys.get(rec.arm) != rec.key:
+            continue
+        if isinstance(rec, SmokeArmCheck):
+            if rec.status == "passed":
+                own[rec.arm] = rec
+            else:
+                own.pop(rec.arm, None)
+        else:
+            identity[rec.arm] = rec.status == "passed"
+    return own, {arm for arm, ok in identity.items() if ok}
+
+
+def _around(text: str, i: int) -> str:
+    lo = max(0, i - CONTEXT_CHARS)
+    return (("..." if lo else "") + text[lo:i + CONTEXT_CHARS]
+            + ("..." if i + CONTEXT_CHARS < len(text) else ""))
+
+
+def compare_answers(drafter: str, baseline: str, key: str, mine: list[SmokeAnswer],
+                    theirs: list[SmokeAnswer]) -> SmokeIdentityCheck:
+    by_item = {a.item_id: a for a in theirs}
+    compared = 0
+    for answer in mine:
+        other = by_item.get(answer.item_id)
+        if other is None or not (answer.ok and other.ok):
+            continue  # the answer check already failed the side that did not answer
+        compared += 1
+        if answer.output_text != other.output_text:
+            i = len(os.path.commonprefix([answer.output_text, other.output_text]))
+            return SmokeIdentityCheck(
+                arm=drafter, baseline=baseline, key=key, wall=time.time(), status="failed",
+                compared=compared, item_id=answer.item_id, char_index=i,
+                drafter_text=_around(answer.output_text, i),
+                baseline_text=_around(other.output_text, i),
+                reason=(f"arm {drafter!r}: its greedy output differs from its baseline"
+                        f" {baseline!r} on item {answer.item_id} at character {i}:"
+                        f" {_around(answer.output_text, i)!r} vs {_around(other.output_text, i)!r}"))
+    return SmokeIdentityCheck(arm=drafter, baseline=baseline, key=key, wall=time.time(),
+                              status="passed", compared=compared)
+
+
+class SmokeStage:
+    """Runs the smoke over the arms that need it; raises SmokeFailed at the first broken one.
+
+    `engine_for(arm)` hands out the runner's engine for an arm (one engine up at a time),
+    so the last arm's engine is still running for the first cell when this returns."""
+
+    def __init__(self, store: RunStore, study: Study, progress: RunProgress,
+                 engine_for: Callable[[str], ArmEngine]) -> None:
+        self.store, self.study, self.progress = store, study, progress
+        self.engine_for = engine_for
+        self.requests = smoke_requests(study)
+        self.keys = {a.name: smoke_key(study, a.name, self.requests) for a in study.arms}
+        self.folder = store.root / SMOKE_DIR
+        self.answers: dict[str, list[SmokeAnswer]] = {}
+
+    def run(self, last: str | None) -> list[str]:
+        """Smoke every arm not already passed; returns the arms smoked now."""
+        records = smoke_records(self.store.root)
+        own, compared = passed_checks(records, self.keys)
+        for arm, rec in own.items():
+            self.answers[arm] = rec.answers
+        todo = [a.name for a in self.study.arms
+                if a.name not in own or (not a.is_baseline and a.name not in compared)]
+        attempts = {a.name: sum(1 for r in records if isinstance(r, SmokeArmCheck)
+                                and r.arm == a.name) for a in self.study.arms}
+        started = time.time()
+        if not todo:
+            self.progress.note(f"smoke: every arm passed it earlier in this run folder"
+                               f" ({len(self.study.arms)} arms, keys unchanged); not redone")
+            self.store.update_manifest(smoke={"status": "passed", "smoked_now": [],
+                                              "started_wall": started, "ended_wall": started})
+            return []
+        order = smoke_order(self.study, todo, last)
+        self.progress.note(f"smoke stage: {', '.join(order)} (two greedy prompts of task"
+                           f" {smoke_task(self.study).name} each)")
+        self.store.update_manifest(smoke={"status": "running", "order": order,
+                                          "started_wall": started, "ended_wall": None})
+        self.folder.mkdir(exist_ok=True)
+        with JsonlWriter(self.folder / "arms.jsonl") as out, \
+                JsonlWriter(self.folder / "requests.jsonl") as requests_out:
+            for name in order:
+                check = self._check_arm(name, attempts[name] + 1, requests_out)
+                out.write(check)
+                self._say(check)
+                if check.status == "failed":
+                    self._stop(check, started, order)
+                self.answers[name] = check.answers
+                for identity in self._comparisons(name):
+                    out.write(identity)
+                    self._say(identity)
+                    if identity.status == "failed":
+                        self._stop(identity, started, order)
+        self.store.update_manifest(smoke={"status": "passed", "order": order,
+                                          "smoked_now": order, "started_wall": started,
+                                          "ended_wall": time.time()})
+        self.progress.note(f"smoke passed: {len(order)} arms in {time.time() - started:.0f} s")
+        return order
+
+    # --- one arm -------------------------------------------------------------------
+
+    def _check_arm(self, name: str, attempt: int, requests_out: JsonlWriter) -> SmokeArmCheck:
+        arm = self.study.arm(name)
+        engine = self.engine_for(name)
+        started = time.time()
+        fields = {"arm": name, "key": self.keys[name], "attempt": attempt,
+                  "started_wall": started, "log_path": str(self.log_path(name))}
+        was_up = engine.running()
+        try:
+            process = engine.ensure("smoke")
+        except SpecbenchError as err:
+            return SmokeArmCheck(**fields, ended_wall=time.time(), engine="not started",
+                                 status="failed", failed_check="start",
+                                 reason=f"arm {name!r}: did not start: {err.lines[0]}",
+                                 log_line=self._log_line(self.log_path(name)))
+        how = "attached" if arm.attach is not None else ("reused" if was_up else "started")
+        fields["engine"] = how
+        dialect = process.metrics_dialect
+        before = self._drafts(process) if arm.drafter is not None else None
+        answers = self._answer(process, name, attempt, requests_out)
+        failed = [a for a in answers if not a.ok or not (a.completion_tokens or a.output_text)]
+        if failed:
+            what = failed[0].error or "no output tokens"
+            return SmokeArmCheck(
+                **fields, ended_wall=time.time(), status="failed", failed_check="answer",
+                reason=(f"arm {name!r}: {len(answers) - len(failed)} of {len(answers)} smoke"
+                        f" prompts answered; item {failed[0].item_id}: {what}"),
+                log_line=self._log_line(self.log_path(name)), answers=answers)
+        counter = None
+        if arm.drafter is not None:
+            counter = self._counter(process, dialect, before)
+            if not counter.moved:
+                return SmokeArmCheck(
+                    **fields, ended_wall=time.time(), status="failed", failed_check="counter",
+                    reason=(f"arm {name!r}: its speculation counter {counter.name} did not move"
+                            f" over {len(answers)} greedy requests ({_num(counter.before)} ->"
+                            f" {_num(counter.after)}): the engine is not drafting"),
+                    log_line=self._log_line(self.log_path(name)), answers=answers, counter=counter)
+        return SmokeArmCheck(**fields, ended_wall=time.time(), status="passed", answers=answers,
+                             counter=counter)
+
+    def _answer(self, process: EngineProcess, name: str, attempt: int,
+                requests_out: JsonlWriter) -> list[SmokeAnswer]:
+        """The smoke prompts one at a time, through the cells' client, every record kept."""
+        arm, study = self.study.arm(name), self.study
+        records: list[RequestRecord] = []
+
+        def record(rec: RequestRecord) -> None:
+            requests_out.write(rec)
+            records.append(rec)
+
+        asyncio.run(run_cell(
+            base_url=process.base_url, model=process.served_model, requests=self.requests,
+            pattern=ClosedLoop(concurrency=1, requests=len(self.requests), warmup=0),
+            sampling=sampling_fields(study),
+            extra_body=get_engine_kind(arm.engine).request_fields(arm, study),
+            cell_id=f"{SMOKE_DIR}/{name}", attempt=attempt, on_record=record,
+            timeout_s=study.recording.request_timeout_s, error_rate_limit=None,
+            lag_limit_ms=study.recording.lag_limit_p99_ms, judge_timing=False))
+        by_item = {r.item_id: r for r in records if r.phase == "measure"}
+        return [SmokeAnswer(item_id=spec.item_id, ok=r is not None and r.ok,
+                            error=("not sent" if r is None else r.error),
+                            output_text=r.output_text if r else "",
+                            finish_reason=r.finish_reason if r else None,
+                            completion_tokens=r.completion_tokens if r else None)
+                for spec in self.requests for r in [by_item.get(spec.item_id)]]
+
+    @staticmethod
+    def _drafts(process: EngineProcess) -> tuple[float | None, str | None]:
+        """The drafts counter now (None: the series is absent), or why /metrics failed."""
+        result = scrape_metrics(process.metrics_url, process.metrics_dialect)
+        if not result.ok:
+            return None, f"/metrics failed: {result.error}"
+        return result.snapshot.drafts, None
+
+    def _counter(self, process: EngineProcess, dialect: str,
+                 before: tuple[float | None, str | None]) -> SmokeCounter:
+        name = counter_name(dialect, "drafts")
+        value, error = before
+        if error is not None:
+            return SmokeCounter(name=f"{name} ({error})", before=None, after=None, moved=False)
+        # SGLang creates the series on the first finished request that verified drafts;
+        # vLLM exports it from the start with a speculative config.
+        floor = 0.0 if value is None and dialect == "sglang" else value
+        deadline = time.monotonic() + COUNTER_WAIT_S
+        while True:
+            after, error = self._drafts(process)
+            if floor is not None and after is not None and after > floor:
+                return SmokeCounter(name=name, before=value, after=after, moved=True)
+            if time.monotonic() >= deadline:
+                label = name + (f" ({error})" if error else "")
+                return SmokeCounter(name=label, before=value, after=after, moved=False)
+            time.sleep(0.5)
+
+    # --- drafter against baseline ---------------------------------------------------
+
+    def _comparisons(self, name: str) -> list[SmokeIdentityCheck]:
+        """Each drafter-baseline pair `name` belongs to whose other side has answered
+        (now, or in a passed check under its current key)."""
+        arm = self.study.arm(name)
+        if arm.baseline is not None:
+            pairs = [(name, arm.baseline)]
+        else:
+            pairs = [(a.name, name) for a in self.study.arms if a.baseline == name]
+        out = []
+        for drafter, baseline in pairs:
+            if drafter not in self.answers or baseline not in self.answers:
+                continue  # compared when the other side answers
+            check = compare_answers(drafter, baseline, self.keys[drafter],
+                                    self.answers[drafter], self.answers[baseline])
+            if check.status == "failed":
+                log = self.log_path(drafter)
+                check = check.model_copy(update={"log_line": self._log_line(log),
+                                                 "log_path": str(log)})
+            out.append(check)
+        return out
+
+    def log_path(self, name: str) -> Path:
+        return self.store.engine_log(name)
+
+    # --- reporting ------------------------------------------------------------------
+
+    @staticmethod
+    def _log_line(path: Path | None) -> str | None:
+        return relevant_log_line(tail_lines(path, LOG_TAIL)) if path is not None else None
+
+    def _say(self, rec: SmokeArmCheck | SmokeIdentityCheck) -> None:
+        self.progress.note(smoke_line(rec))
+
+    def _stop(self, rec: SmokeArmCheck | SmokeIdentityCheck, started: float,
+              order: list[str]) -> None:
+        self.store.update_manifest(smoke={
+            "status": "failed", "order": order, "arm": rec.arm, "reason": rec.reason,
+            "log_line": rec.log_line, "started_wall": started, "ended_wall": time.time()})
+        raise SmokeFailed(
+            f"smoke: {rec.reason} | engine log: {rec.log_line or '(nothing logged)'}",
+            f"the run stopped before its first registered cell; log file {rec.log_path},"
+            f" smoke records {self.folder / 'arms.jsonl'}")
+
+
+def _num(v: float | None) -> str:
+    return "absent" if v is None else f"{v:g}"
+
+
+def smoke_line(rec: SmokeArmCheck | SmokeIdentityCheck) -> str:
+    """One line per check, as progress shows it and the report lists it."""
+    if isinstance(rec, SmokeIdentityCheck):
+        if rec.status == "passed":
+            return (f"smoke: {rec.arm} gives {rec.baseline}'s greedy text on"
+                    f" {rec.compared} prompts")
+        return f"smoke FAILED: {rec.reason}"
+    if rec.status == "failed":
+        return f"smoke FAILED ({rec.failed_check}): {rec.reason}"
+    tokens = sum(a.completion_tokens or 0 for a in rec.answers)
+    line = (f"smoke: {rec.arm} {rec.engine} and answered {len(rec.answers)} prompts"
+            f" ({tokens} tokens) in {rec.ended_wall - rec.started_wall:.0f} s")
+    if rec.counter is not None:
+        line += f"; {rec.counter.name} {_num(rec.counter.before)} -> {_num(rec.counter.after)}"
+    return line

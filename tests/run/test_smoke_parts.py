@@ -1,0 +1,240 @@
+"""The smoke stage's parts: its order, its keys, the checks on both engines' counter
+names, the engine log's relevant line, and what the plan counts for it."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from harness.cli import main
+from harness.engines.lifecycle import relevant_log_line
+from harness.errors import InputError, SpecbenchError
+from harness.plan import estimate, plan_cells
+from harness.prereg import load_study, load_study_file
+from harness.records import SmokeAnswer, SmokeArmCheck, SmokeIdentityCheck
+from harness.run import smoke
+from harness.run.progress import RunProgress
+from harness.run.runner import new_run
+from harness.run.smoke import (
+    SmokeFailed,
+    SmokeStage,
+    compare_answers,
+    passed_checks,
+    smoke_key,
+    smoke_order,
+    smoke_records,
+    smoke_requests,
+)
+from harness.testengine.server import serve_in_thread
+from tests.run.test_remeasure import study_file
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST = {"weight_bytes": 1e9, "bandwidth_bytes_per_s": 1e12}
+
+
+# --- the engine log's line -----------------------------------------------------------
+
+
+def test_the_relevant_log_line_is_the_error_then_a_warning_then_the_last_that_is_not_access():
+    error = ["INFO starting", "Traceback (most recent call last):", '  File "x.py", line 1',
+             "ValueError: Unknown speculative algorithm name: FOO", "INFO shutting down"]
+    assert relevant_log_line(error) == "ValueError: Unknown speculative algorithm name: FOO"
+    warned = ["INFO a", "WARNING 12-02 [loggers.py:1] spec decode is off", "INFO b",
+              'INFO:     127.0.0.1:5555 - "POST /v1/chat/completions HTTP/1.1" 200 OK']
+    assert relevant_log_line(warned) == "WARNING 12-02 [loggers.py:1] spec decode is off"
+    access = ["INFO Engine 000: Avg generation throughput: 10.0 tokens/s",
+              'INFO:     127.0.0.1:5555 - "GET /metrics HTTP/1.1" 200 OK', ""]
+    assert relevant_log_line(access) == "INFO Engine 000: Avg generation throughput: 10.0 tokens/s"
+    assert relevant_log_line([]) is None and relevant_log_line(["", "  "]) is None
+
+
+# --- order and keys --------------------------------------------------------------------
+
+
+def test_baselines_first_then_drafters_and_the_first_cells_arm_last():
+    study = load_study(ROOT / "prereg.yaml")
+    names = [a.name for a in study.arms]
+    assert names == ["vllm-base", "sglang-dflash", "sglang-base", "vllm-eagle3", "vllm-ngram"]
+    first = plan_cells(study)[0].arm
+    assert first == "vllm-base"
+    assert smoke_order(study, names, first) == [
+        "sglang-base", "sglang-dflash", "vllm-eagle3", "vllm-ngram", "vllm-base"]
+    # A resume smokes only what it must; the first cell's arm is last only if it is one.
+    assert smoke_order(study, ["vllm-ngram", "sglang-base"], "vllm-base") == [
+        "sglang-base", "vllm-ngram"]
+    assert smoke_order(study, ["vllm-ngram", "vllm-base"], "vllm-ngram") == [
+        "vllm-base", "vllm-ngram"]
+
+
+def test_a_key_changes_with_its_arm_and_a_drafters_with_its_baseline(tmp_path):
+    study = load_study_file(study_file(tmp_path, recording={"smoke": True})).study
+    requests = smoke_requests(study)
+    assert len(requests) == 2 and all(r.max_tokens == study.task("chat").max_tokens
+                                      for r in requests)
+    keys = {a.name: smoke_key(study, a.name, requests) for a in study.arms}
+    changed_base = load_study_file(
+        study_file(tmp_path, base={"seed": 99}, recording={"smoke": True})).study
+    again = {a.name: smoke_key(changed_base, a.name, requests) for a in changed_base.arms}
+    assert again["base"] != keys["base"] and again["drafter"] != keys["drafter"]
+    changed_drafter = load_study_file(
+        study_file(tmp_path, drafter={"seed": 99}, recording={"smoke": True})).study
+    again = {a.name: smoke_key(changed_drafter, a.name, requests) for a in changed_drafter.arms}
+    assert again["base"] == keys["base"] and again["drafter"] != keys["drafter"]
+    assert smoke_key(study, "base", requests[:1]) != keys["base"]  # other prompts
+
+
+def test_a_damaged_smoke_record_is_one_line_naming_file_line_and_field(tmp_path):
+    folder = tmp_path / "smoke"
+    folder.mkdir()
+    good = _check("base", "k1", "passed").model_dump_json()
+    (folder / "arms.jsonl").write_text(good + "\n" + good.replace('"passed"', '"maybe"') + "\n")
+    with pytest.raises(InputError) as err:
+        smoke_records(tmp_path)
+    assert err.value.exit_code == 2 and len(err.value.lines) == 1
+    assert err.value.lines[0].startswith(f"{folder / 'arms.jsonl'}: line 2: field arm.status: ")
+
+
+def _check(arm: str, key: str, status: str) -> SmokeArmCheck:
+    return SmokeArmCheck(arm=arm, key=key, attempt=1, started_wall=0, ended_wall=1,
+                         engine="started", status=status)
+
+
+def test_only_the_latest_check_under_the_current_key_counts():
+    records = [_check("base", "k1", "passed"), _check("drafter", "k2", "passed"),
+               SmokeIdentityCheck(arm="drafter", baseline="base", key="k2", wall=1,
+                                  status="passed", compared=2),
+               _check("base", "k1", "failed")]
+    own, compared = passed_checks(records, {"base": "k1", "drafter": "k2"})
+    assert set(own) == {"drafter"} and compared == {"drafter"}  # base failed last
+    own, compared = passed_checks(records, {"base": "k1", "drafter": "changed"})
+    assert own == {} and compared == set()
+
+
+def test_compare_answers_names_the_first_difference_and_skips_unanswered_items():
+    same = [SmokeAnswer(item_id="a", ok=True, output_text=" x y z"),
+            SmokeAnswer(item_id="b", ok=False, error="HTTP 503")]
+    check = compare_answers("d", "b0", "k", same, [
+        SmokeAnswer(item_id="a", ok=True, output_text=" x y z"),
+        SmokeAnswer(item_id="b", ok=True, output_text=" q")])
+    assert (check.status, check.compared) == ("passed", 1)
+    check = compare_answers("d", "b0", "k", [SmokeAnswer(item_id="a", ok=True, output_text=" x y w")],
+                            [SmokeAnswer(item_id="a", ok=True, output_text=" x y z")])
+    assert (check.status, check.item_id, check.char_index) == ("failed", "a", 5)
+    assert check.reason == ("arm 'd': its greedy output differs from its baseline 'b0' on item a"
+                            " at character 5: ' x y w' vs ' x y z'")
+
+
+# --- the checks, against scripted engines in this process ------------------------------
+
+
+class StubArmEngine:
+    """What the smoke needs of the runner's ArmEngine, around an in-thread scripted engine."""
+
+    def __init__(self, url: str | None, dialect: str, fail: str | None = None) -> None:
+        self.url, self.dialect, self.fail = url, dialect, fail
+
+    def running(self) -> bool:
+        return False
+
+    def ensure(self, started_for: str = ""):
+        assert started_for == "smoke"
+        if self.fail:
+            raise SpecbenchError(self.fail, "command: ...", "last 40 lines of the log:")
+        return SimpleNamespace(base_url=self.url, metrics_url=self.url + "/metrics",
+                               served_model="scripted", metrics_dialect=self.dialect)
+
+
+def run_smoke(tmp_path: Path, dialect: str, drafter: dict, fail: str | None = None):
+    spec_changes = {"metrics_dialect": dialect, **FAST}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = study_file(tmp_path, base=spec_changes, drafter={**spec_changes, **drafter},
+                      recording={"smoke": True})
+    loaded = load_study_file(path)
+    store = new_run(loaded, tmp_path / "results")
+    specs = {a.name: a.scripted for a in loaded.study.arms}
+    console = Console(file=io.StringIO(), width=300)
+    with serve_in_thread(specs["base"]) as base, serve_in_thread(specs["drafter"]) as draft, \
+            RunProgress(console, 0) as progress:
+        engines = {"base": StubArmEngine(base.base_url, dialect),
+                   "drafter": StubArmEngine(draft.base_url, dialect, fail)}
+        stage = SmokeStage(store, loaded.study, progress, engines.__getitem__)
+        try:
+            stage.run("base")
+            error = None
+        except SmokeFailed as err:
+            error = err
+    return store, error, console.file.getvalue()
+
+
+@pytest.mark.parametrize("dialect,counter", [
+    ("vllm", "vllm:spec_decode_num_drafts_total"), ("sglang", "sglang:spec_verify_calls_total")])
+def test_a_drafter_passes_when_its_counter_moves_and_fails_naming_it_when_not(
+        tmp_path, monkeypatch, dialect, counter):
+    monkeypatch.setattr(smoke, "COUNTER_WAIT_S", 1.0)  # a frozen counter is waited on this long
+    store, error, said = run_smoke(tmp_path / "ok", dialect, {})
+    assert error is None, error
+    records = smoke_records(store.root)
+    drafter = next(r for r in records if r.kind == "arm" and r.arm == "drafter")
+    assert drafter.counter.name == counter and drafter.counter.moved
+    assert drafter.counter.after > (drafter.counter.before or 0)
+    assert f"{counter} " in said and "smoke passed: 2 arms" in said
+
+    store, error, _ = run_smoke(tmp_path / "frozen", dialect, {"frozen_spec_counters": True})
+    assert error is not None and error.lines[0].startswith(
+        f"smoke: arm 'drafter': its speculation counter {counter} did not move over 2 greedy"
+        " requests (0 -> 0): the engine is not drafting | engine log: ")
+    assert store.manifest()["smoke"]["status"] == "failed"
+
+
+def test_an_absent_counter_is_zero_for_sglang_and_no_counter_for_vllm(monkeypatch):
+    # SGLang creates sglang:spec_verify_calls_total on the first finished request that
+    # verified drafts; vLLM exports its counters from the start with a speculative config.
+    monkeypatch.setattr(smoke, "COUNTER_WAIT_S", 0.6)
+    scrapes = iter([(None, None), (3.0, None)])
+    monkeypatch.setattr(SmokeStage, "_drafts", staticmethod(lambda process: next(scrapes)))
+    stage = SmokeStage.__new__(SmokeStage)
+    counter = stage._counter(None, "sglang", (None, None))
+    assert (counter.before, counter.after, counter.moved) == (None, 3.0, True)
+    scrapes = iter([(None, None)] * 5)
+    counter = stage._counter(None, "vllm", (None, None))
+    assert not counter.moved and counter.name == "vllm:spec_decode_num_drafts_total"
+    scrapes = iter([(None, "/metrics failed: HTTP 500")] * 5)
+    counter = stage._counter(None, "vllm", (2.0, None))
+    assert not counter.moved and counter.name.endswith("(/metrics failed: HTTP 500)")
+
+
+def test_an_arm_that_does_not_start_fails_the_smoke_with_the_engines_own_line(tmp_path):
+    store, error, _ = run_smoke(
+        tmp_path, "vllm", {}, fail="arm 'drafter' (scripted): the engine exited with code 1 while"
+                                   " starting; the engine says: ValueError: bad method")
+    assert error.lines[0].startswith(
+        "smoke: arm 'drafter': did not start: arm 'drafter' (scripted): the engine exited with"
+        " code 1 while starting; the engine says: ValueError: bad method")
+    (check,) = [r for r in smoke_records(store.root) if r.arm == "drafter"]
+    assert (check.status, check.failed_check, check.engine) == ("failed", "start", "not started")
+
+
+# --- the plan ---------------------------------------------------------------------------
+
+
+def test_the_plan_counts_the_smokes_engine_starts_and_says_so(tmp_path, capsys):
+    study = load_study(ROOT / "prereg.yaml")
+    cells = plan_cells(study)
+    on = estimate(study, cells)
+    off_study = study.model_copy(update={
+        "recording": study.recording.model_copy(update={"smoke": False})})
+    off = estimate(off_study, cells)
+    n_on = int(re.search(r"(\d+) engine starts", " ".join(on.assumptions)).group(1))
+    n_off = int(re.search(r"(\d+) engine starts", " ".join(off.assumptions)).group(1))
+    assert n_on - n_off == len(study.arms) - 1  # the last smoked engine serves the first cell
+    assert on.seconds - off.seconds == pytest.approx(4 * study.plan_estimate.engine_start_s)
+    assert main(["plan", str(ROOT / "prereg.yaml")]) == 0
+    out = re.sub(r"\s+", " ", capsys.readouterr().out)
+    assert ("before stage 1 the smoke stage starts each of the 5 arms once (two greedy prompts;"
+            " drafters must move their speculation counters and match their baselines), ending"
+            " on vllm-base, whose engine serves the first cell.") in out
