@@ -44,8 +44,12 @@ def test_demo_study_runs_on_the_cpu_engine_and_reports(
     assert status["stop"] == "not_fired", status
     for excluded in verdict["excluded_cells"]:
         assert excluded["reason"].startswith("client unhealthy"), excluded
-    assert (verdict["verdict"] == "INCOMPLETE") == any(
-        s == "incomplete" for s in status.values()), status
+    # INCOMPLETE exactly when a bar is, or a fired check bar's baseline rerun disagreed
+    # (seen with the machine loaded: the baseline's 8-user cells ran 5x slower than the
+    # drafters', the check fired, and the rerun did not agree with the first run).
+    assert (verdict["verdict"] == "INCOMPLETE") == (
+        any(s == "incomplete" for s in status.values()) or status["check"] == "unresolved"
+    ), status
 
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete"
