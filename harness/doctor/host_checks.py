@@ -142,7 +142,8 @@ def weight_checks(study: Study) -> list[Check]:
             continue
         found = find_checkpoint(model, revision, cache)
         at = f"{model}@{revision or 'main (none registered)'}"
-        get = f"hf download {model} --revision {found.commit or revision or 'main'}"
+        get = (f"specbench fetch on this registration (it downloads {model} at"
+               f" {found.commit or revision or 'main'} with the other checkpoints)")
         if found.present:
             pinned = is_commit(revision)
             out.append(Check(name, "ok" if pinned else "warn",
