@@ -90,18 +90,22 @@ def test_a_run_stops_at_a_drafter_arm_without_its_counter(tmp_path, results, dia
     proc = specbench("run", str(study), "--results", str(results), "--no-report", check=False)
     assert proc.returncode == 1, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("specbench: ")]
-    assert len(errors) == 1, proc.stderr[-3000:]
+    # The smoke stage starts every arm before the first registered cell: the drafter's
+    # start fails there, with the start's own line, and no registered cell is measured.
+    assert len(errors) == 2, proc.stderr[-3000:]
+    assert errors[0].startswith("specbench: smoke: arm 'drafter': did not start: ")
     assert f"arm 'drafter': scripted {SCRIPTED_VERSION} exports no {metric} after its" \
            " warm-up" in errors[0]
+    assert errors[1].startswith("specbench: the run stopped before its first registered cell")
     assert "Traceback" not in proc.stderr
     run = run_folder(results)
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["status"] == "interrupted"
-    assert "drafter" not in manifest["engines"]  # it never counted as started
-    # The baseline's cells ran first; the drafter's first cell records the failed start.
-    assert (run / "cells" / cell_dirname("base/chat/speed/c001") / "complete.json").exists()
-    first = json.loads((run / "cells" / cell_dirname("drafter/chat/speed/c001")
-                        / "cell.json").read_text())
-    assert [a["status"] for a in first["attempts"]] == ["failed"]
-    assert metric in first["attempts"][0]["error"]
+    assert manifest["status"] == "smoke_failed"
+    # Recorded from its spawn, then as a failed start; never as ready.
+    assert [e["state"] for e in manifest["engines"].get("drafter", [])] in ([], ["failed to start"])
+    assert not list((run / "cells").glob("*/complete.json"))
+    smoke = [json.loads(line) for line in (run / "smoke" / "arms.jsonl").read_text().splitlines()]
+    failed = [r for r in smoke if r["status"] == "failed"]
+    assert [(r["arm"], r["failed_check"]) for r in failed] == [("drafter", "start")]
+    assert metric in failed[0]["reason"]
     assert not _engines_of(results)  # no engine outlives the failed start
