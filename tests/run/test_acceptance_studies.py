@@ -14,7 +14,6 @@ import yaml
 
 from harness.analysis.acceptance_requests import request_acceptance
 from harness.analysis.load import load_run
-from harness.run.store import cell_dirname
 from harness.testengine import __version__ as SCRIPTED_VERSION
 from tests.run.conftest import ROOT, run_folder, specbench
 
