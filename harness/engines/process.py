@@ -155,13 +155,14 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of `procs` still running (zombies and vanished processes left out)."""
     out = []
     for p in procs:
         try:
             if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
                 out.append(p)
-        except psutil.NoSuchProcess:
+        except psutil.Error:
             continue
     return out
 
@@ -170,7 +171,7 @@ def _signal_all(pgid: int, known: list[psutil.Process], sig: signal.Signals) -> 
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
     # Children that left the group (setsid) are still ours to stop.
-    for p in _alive(known):
+    for p in alive(known):
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             p.send_signal(sig)
 
@@ -182,11 +183,11 @@ def stop_group(proc: subprocess.Popen, grace_s: float) -> list[psutil.Process]:
     """
     pgid = proc.pid  # leader of its own session, so pgid == pid
     known = descendants(proc.pid) + group_members(pgid)
-    if proc.poll() is None or _alive(known):
+    if proc.poll() is None or alive(known):
         _signal_all(pgid, known, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
-            if proc.poll() is not None and not _alive(known) and not group_members(pgid):
+            if proc.poll() is not None and not alive(known) and not group_members(pgid):
                 break
             time.sleep(0.1)
         else:
@@ -195,13 +196,13 @@ def stop_group(proc: subprocess.Popen, grace_s: float) -> list[psutil.Process]:
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
     deadline = time.monotonic() + 10
-    left = _alive(known + group_members(pgid))
+    left = alive(known + group_members(pgid))
     while left and time.monotonic() < deadline:
         for p in left:
             with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                 p.kill()
         time.sleep(0.2)
-        left = _alive(known + group_members(pgid))
+        left = alive(known + group_members(pgid))
     return left
 
 

@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 import pandas as pd
-import psutil
 import pytest
 import yaml
 
 from harness.analysis.acceptance_requests import request_acceptance
 from harness.analysis.load import load_run
 from harness.testengine import __version__ as SCRIPTED_VERSION
+from tests.engines.test_spec_counter import scripted_engines
 from tests.run.conftest import ROOT, run_folder, specbench
 
 COUNTER = {"vllm": "vllm:spec_decode_num_drafts_total",
@@ -73,15 +73,6 @@ def test_the_three_acceptance_figures_agree_on_a_scripted_study(tmp_path, result
     assert (base["spec_requests"] == 0).all() and base["acceptance_agree"].isna().all()
 
 
-def _engines_of(results: Path) -> list[psutil.Process]:
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if "harness.testengine" in cmd and any('"omit_series":["' in a for a in cmd):
-            found.append(p)
-    return found
-
-
 @pytest.mark.parametrize("dialect", ["vllm", "sglang"])
 def test_a_run_stops_at_a_drafter_arm_without_its_counter(tmp_path, results, dialect):
     metric = COUNTER[dialect]
@@ -107,4 +98,4 @@ def test_a_run_stops_at_a_drafter_arm_without_its_counter(tmp_path, results, dia
     failed = [r for r in smoke if r["status"] == "failed"]
     assert [(r["arm"], r["failed_check"]) for r in failed] == [("drafter", "start")]
     assert metric in failed[0]["reason"]
-    assert not _engines_of(results)  # no engine outlives the failed start
+    assert not scripted_engines()  # no engine outlives the failed start

@@ -15,7 +15,7 @@ import psutil
 import pytest
 import yaml
 
-from harness.engines.process import free_port, port_in_use
+from harness.engines.process import alive, free_port, group_members, port_in_use
 from harness.run.store import cell_dirname
 from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
 
@@ -152,28 +152,6 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
-
-
-def _group_members(pgid: int) -> list[int]:
-    out = []
-    for p in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                out.append(p.pid)
-        except OSError:
-            continue
-    return out
-
-
 def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(results, pass_run):
     """SIGKILL `specbench run` mid-cell (a crash: nothing of it gets to clean up): no
     engine process survives it, and `--resume` finishes the study without rerunning cells."""
@@ -215,12 +193,12 @@ def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(resul
     assert serving["state"] == "ready" and serving["pid"] in {c.pid for c in children}
     # Nothing stops them but what the harness set up before it died.
     deadline = time.monotonic() + 30
-    while (_alive(children) or any(_group_members(e["pgid"]) for e in records)) \
+    while (alive(children) or any(group_members(e["pgid"]) for e in records)) \
             and time.monotonic() < deadline:
         time.sleep(0.2)
-    survivors = [(p.pid, p.cmdline()) for p in _alive(children)]
+    survivors = [(p.pid, p.cmdline()) for p in alive(children)]
     assert not survivors, f"processes outlived the SIGKILLed runner: {survivors}"
-    assert not [e["pgid"] for e in records if _group_members(e["pgid"])]
+    assert not [e["pgid"] for e in records if group_members(e["pgid"])]
     for e in records:
         assert not port_in_use("127.0.0.1", e["port"]), e
     run = run_folder(results)
