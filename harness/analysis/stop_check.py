@@ -82,8 +82,9 @@ def stop_decision(a: Analysis) -> StopDecision:
                       "rule": (f"a task stops when no drafter's {stop.statistic} speedup reaches"
                                f" {stop.threshold:g} at any of c={stop.concurrencies}")}
     # Baseline cells count too: a drafter's figure needs its baseline's.
-    needed = [a.run.find(arm.name, t, "speed", c) for arm in study.arms
-              for t in speed_tasks(study) for c in stop.concurrencies]
+    # Every repeated session of them too: the stop bar is judged on the sessions' figure.
+    needed = [s for arm in study.arms for t in speed_tasks(study) for c in stop.concurrencies
+              for s in a.run.sessions_of(a.run.find(arm.name, t, "speed", c))]
     not_ready = [{"cell": c.id, "status": c.status, "reason": c.reason}
                  for c in needed if not c.usable]
     tasks = {t: _task_stop(a, t) for t in speed_tasks(study)}

@@ -25,7 +25,7 @@ from harness.engines.lifecycle import EngineProcess, start_engine
 from harness.engines.preflight import require_preflight
 from harness.errors import InputError, SpecbenchError
 from harness.measure.placement import place_client
-from harness.plan import Cell, plan_cells
+from harness.plan import Cell, engine_blocks, plan_cells
 from harness.prereg import LoadedStudy, resolved_study, seal_of
 from harness.prereg.schema import Arm, Study
 from harness.run.attempts import measure_cell, needs_measuring
@@ -159,6 +159,9 @@ class ArmEngine:
         self.gpus: ArmGpus | None = None  # what each cell's GPU sampler reads
         self._slot: int | None = None  # this start's entry in manifest["engines"][arm]
         self.stage: str | None = None  # the stage that last used it
+        # The repeated session (plan stage, session) this engine was started for; None
+        # outside sessions. Each session is a fresh start.
+        self.session: tuple[int, int] | None = None
 
     def running(self) -> bool:
         return self.process is not None and self.process.alive()
@@ -176,7 +179,8 @@ class ArmEngine:
         self.progress.note(f"starting {self.arm.engine} engine for arm {self.arm.name}")
         self._slot = None
         try:
-            self.process = start_engine(self.arm, self.study, log_dir, on_spawn=self._record_spawn)
+            self.process = start_engine(self.arm, self.study, log_dir, on_spawn=self._record_spawn,
+                                        session=self.session[1] if self.session else None)
         except BaseException:
             self._record({"state": "failed to start"})
             raise
@@ -184,6 +188,8 @@ class ArmEngine:
         data = info.model_dump(mode="json") if hasattr(info, "model_dump") else dict(info)
         data["state"] = "ready"
         data["started_for"] = started_for or None
+        if self.session is not None:
+            data["session"] = {"stage": self.session[0], "session": self.session[1]}
         # Off the engine's pinned cores where there are others (recorded with the start).
         data["client_placement"] = place_client(self.process.pid).to_dict()
         if self.telemetry is not None:
@@ -244,6 +250,10 @@ class Runner:
 
     def _run_cells(self, cells: Iterable[Cell], progress: RunProgress,
                    rates: dict[str, float] | None = None, stage: str = "") -> None:
+        cells = list(cells)
+        if any(c.session is not None for c in cells):
+            self._run_sessions(cells, progress, stage)
+            return
         by_arm: dict[str, list[Cell]] = {}
         for cell in cells:
             by_arm.setdefault(cell.arm, []).append(cell)
@@ -269,20 +279,60 @@ class Runner:
                     extra = {"open_loop": {"reference_rps": rates[arm_name], "rate_rps": rate}}
                 self._run_one(engine, cell, progress, rate, extra)
 
-    def _engine_for(self, arm_name: str, progress: RunProgress, stage: str = "") -> ArmEngine:
-        """Keep one engine up at a time; reuse it when the next cells are its arm's."""
+    def _run_sessions(self, cells: list[Cell], progress: RunProgress, stage: str) -> None:
+        """Repeated sessions in plan order, never reordered: the interleaving (baseline,
+        drafter, drafter, baseline, ...) is the design. Each block of one arm's cells of
+        one session gets its own engine start; a block already measured (resume) starts
+        nothing."""
+        for block in engine_blocks(cells):
+            pending = [c for c in block if needs_measuring(self.store, self.study, c, progress)]
+            for cell in block:
+                if cell not in pending:
+                    progress.skip(cell)
+            if not pending:
+                continue
+            arm_name = block[0].arm
+            number = next((c.session for c in block if c.session is not None), None)
+            session = (block[0].stage, number) if number is not None else None
+            engine = self._engine_for(arm_name, progress, stage, session)
+            if session is not None:
+                self.store.append_manifest("sessions", {
+                    "stage": session[0], "session": session[1], "arm": arm_name,
+                    "cells": [c.id for c in pending], "started_wall": time.time()})
+            for cell in pending:
+                self._run_one(engine, cell, progress)
+
+    def _engine_for(self, arm_name: str, progress: RunProgress, stage: str = "",
+                    session: tuple[int, int] | None = None) -> ArmEngine:
+        """Keep one engine up at a time; reuse it when the next cells are its arm's, except
+        across repeated sessions: a session is a fresh start (the smoke's engine excepted,
+        which has measured nothing yet)."""
         engine = self._engine
         if engine is not None and engine.arm.name == arm_name:
-            if stage and engine.stage and engine.stage != stage and engine.running():
-                progress.note(f"keeping the engine of arm {arm_name} from {engine.stage}"
-                              f" for {stage} (no restart)")
-            engine.stage = stage or engine.stage
-            return engine
+            fresh_from_smoke = engine.session is None and engine.stage == "the smoke stage"
+            if session is None or engine.session == session or fresh_from_smoke:
+                if stage and engine.stage and engine.stage != stage and engine.running():
+                    progress.note(f"keeping the engine of arm {arm_name} from {engine.stage}"
+                                  f" for {stage} (no restart)")
+                engine.stage = stage or engine.stage
+                if session is not None and engine.session != session:
+                    engine.session = session
+                    self._record_session(engine)
+                return engine
+            progress.note(f"session {session[1]} of arm {arm_name}: a fresh engine start")
         self.close_engine()
         self._engine = ArmEngine(self.store, self.study.arm(arm_name), self.study, progress,
                                  self.telemetry)
         self._engine.stage = stage or None
+        self._engine.session = session
         return self._engine
+
+    @staticmethod
+    def _record_session(engine: ArmEngine) -> None:
+        """The smoke's engine, adopted for a session, says so in its manifest entry."""
+        if engine.session is not None and engine.running():
+            engine._record({"session": {"stage": engine.session[0],
+                                        "session": engine.session[1], "adopted_from": "smoke"}})
 
     def close_engine(self) -> None:
         if self._engine is not None:
@@ -372,7 +422,9 @@ class Runner:
         for target in targets:
             if target not in by_id:
                 raise SpecbenchError(f"check bar named {target}, which is not a cell of this plan")
-            reruns.append(dataclasses.replace(by_id[target], id=target + RERUN_SUFFIX))
+            # A rerun is one more measurement of the cell, outside the sessions.
+            reruns.append(dataclasses.replace(by_id[target], id=target + RERUN_SUFFIX,
+                                              session=None))
         return reruns
 
     def rerun_baselines(self, progress: RunProgress) -> None:
