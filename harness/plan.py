@@ -155,12 +155,15 @@ def _accuracy_cells(arm: Arm, study: Study, sizes: dict[str, int]) -> list[Cell]
 def engine_blocks(cells: list[Cell]) -> list[list[Cell]]:
     """The cells in runs that share one engine start: a new start when the arm changes,
     or when a cell belongs to another session than the one its arm's engine serves (a
-    session is a fresh start, even of the arm that ended the session before)."""
+    session is a fresh start, even of the arm that ended the session before). Cells
+    measured once share the engine of the session next to them (identity cells open
+    session 1)."""
     blocks: list[list[Cell]] = []
     session: tuple[int, int] | None = None
     for cell in cells:
         key = (cell.stage, cell.session) if cell.session is not None else None
-        if not blocks or blocks[-1][0].arm != cell.arm or (key is not None and key != session):
+        if (not blocks or blocks[-1][0].arm != cell.arm
+                or (key is not None and session is not None and key != session)):
             blocks.append([cell])
             session = key
         else:
