@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from harness.analysis.intervals import (
@@ -133,3 +134,41 @@ def test_spread_and_caveats():
                                           " (drafter 19, baseline 30)")
     assert interval_caveat(1, 8, 8) == ("one session; fewer than 20 measured requests"
                                         " (drafter 8, baseline 8)")
+
+
+def test_stop_bar_waits_for_every_session_and_the_table_pairs_them(tmp_path):
+    """A synthetic folder registering 2 sessions: with only the first measured the stop
+    bar is not judgeable; with the second (slower drafter sessions) the figure pools both."""
+    from harness.analysis import judge_stop
+    from harness.analysis.load import load_run
+    from harness.analysis.speedup import speedup_table
+
+    from .runfolder import BASE_SPEED, PASSING_SPEEDUPS, RunBuilder, study_dict
+
+    study = study_dict()
+    study["recording"] = {"sessions": 2}
+    b = RunBuilder(tmp_path, study)
+    b.speed_cells()
+    waiting = judge_stop(b.root)
+    assert waiting.fired is None
+    missing = {c["cell"] for c in waiting.evidence["not_judgeable"]}
+    assert "vllm-base/chat/speed/c001/s2" in missing and "sglang-dflash/gsm8k/speed/c004/s2" in missing
+    assert not any(c.endswith("c008/s2") for c in missing)  # c = 8 is measured once
+    for task in ("chat", "gsm8k"):
+        for c in (1, 2, 4):
+            for arm in ("vllm-base", "sglang-base"):
+                b.speed(arm, task, c, BASE_SPEED, cell_id=f"{arm}/{task}/speed/c{c:03d}/s2")
+            for arm, by_c in PASSING_SPEEDUPS.items():
+                # The drafters' second sessions run 20 % slower.
+                b.speed(arm, task, c, BASE_SPEED * by_c[c] * 0.8,
+                        cell_id=f"{arm}/{task}/speed/c{c:03d}/s2")
+    assert judge_stop(b.root).fired is False
+    sp = speedup_table(load_run(b.root)).set_index(["arm", "task", "concurrency"])
+    row = sp.loc[("sglang-dflash", "chat", 1)]
+    assert row["sessions"] == 2 and row["speedup"] == pytest.approx(3.0 * 0.9, rel=1e-3)
+    assert pd.isna(row["interval_caveat"]) and row["n_drafter"] == 42
+    assert row["session_spread_drafter"] == pytest.approx(0.2 / 0.9, rel=1e-3)
+    assert row["ci_lower"] < row["ci_lower_within"]
+    once = sp.loc[("sglang-dflash", "chat", 8)]
+    assert once["sessions"] == 1 and once["interval_caveat"] == "one session"
+    assert once["ci_lower"] == once["ci_lower_within"]
