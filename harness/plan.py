@@ -152,6 +152,12 @@ def _accuracy_cells(arm: Arm, study: Study, sizes: dict[str, int]) -> list[Cell]
             for task in study.tasks if "accuracy" in task.uses]
 
 
+def block_session(block: list[Cell]) -> tuple[int, int] | None:
+    """The (stage, session) an engine block's start serves; None outside sessions."""
+    number = next((c.session for c in block if c.session is not None), None)
+    return (block[0].stage, number) if number is not None else None
+
+
 def engine_blocks(cells: list[Cell]) -> list[list[Cell]]:
     """The cells in runs that share one engine start: a new start when the arm changes,
     or when a cell belongs to another session than the one its arm's engine serves (a

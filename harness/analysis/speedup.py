@@ -52,13 +52,6 @@ def bootstrap_ratio(drafter: np.ndarray, baseline: np.ndarray, intervals: Interv
     return Ratio(point, float(lo), float(hi))
 
 
-def speedup_of(drafter: CellData, baseline: CellData, intervals: Intervals) -> Ratio | None:
-    d, b = cell_speeds(drafter), cell_speeds(baseline)
-    if len(d) == 0 or len(b) == 0:
-        return None
-    return bootstrap_ratio(d, b, intervals, key=f"{drafter.id}|{baseline.id}")
-
-
 SPEEDUP_COLUMNS = [
     "arm", "baseline", "task", "concurrency", "drafter_cell", "baseline_cell", "status", "reason",
     "speed_drafter", "speed_baseline", "n_drafter", "n_baseline", "speedup", "ci_lower",

@@ -25,7 +25,7 @@ from harness.engines.lifecycle import EngineProcess, start_engine
 from harness.engines.preflight import require_preflight
 from harness.errors import InputError, SpecbenchError
 from harness.measure.placement import place_client
-from harness.plan import Cell, engine_blocks, plan_cells
+from harness.plan import Cell, block_session, engine_blocks, plan_cells
 from harness.prereg import LoadedStudy, resolved_study, seal_of
 from harness.prereg.schema import Arm, Study
 from harness.run.attempts import measure_cell, needs_measuring
@@ -292,8 +292,7 @@ class Runner:
             if not pending:
                 continue
             arm_name = block[0].arm
-            number = next((c.session for c in block if c.session is not None), None)
-            session = (block[0].stage, number) if number is not None else None
+            session = block_session(block)
             engine = self._engine_for(arm_name, progress, stage, session)
             if session is not None:
                 self.store.append_manifest("sessions", {
@@ -305,19 +304,14 @@ class Runner:
     def _engine_for(self, arm_name: str, progress: RunProgress, stage: str = "",
                     session: tuple[int, int] | None = None) -> ArmEngine:
         """Keep one engine up at a time; reuse it when the next cells are its arm's, except
-        across repeated sessions: a session is a fresh start (the smoke's engine excepted,
-        which has measured nothing yet)."""
+        across repeated sessions: each session is a fresh start."""
         engine = self._engine
         if engine is not None and engine.arm.name == arm_name:
-            fresh_from_smoke = engine.session is None and engine.stage == "the smoke stage"
-            if session is None or engine.session == session or fresh_from_smoke:
+            if session is None or engine.session == session:
                 if stage and engine.stage and engine.stage != stage and engine.running():
                     progress.note(f"keeping the engine of arm {arm_name} from {engine.stage}"
                                   f" for {stage} (no restart)")
                 engine.stage = stage or engine.stage
-                if session is not None and engine.session != session:
-                    engine.session = session
-                    self._record_session(engine)
                 return engine
             progress.note(f"session {session[1]} of arm {arm_name}: a fresh engine start")
         self.close_engine()
@@ -326,13 +320,6 @@ class Runner:
         self._engine.stage = stage or None
         self._engine.session = session
         return self._engine
-
-    @staticmethod
-    def _record_session(engine: ArmEngine) -> None:
-        """The smoke's engine, adopted for a session, says so in its manifest entry."""
-        if engine.session is not None and engine.running():
-            engine._record({"session": {"stage": engine.session[0],
-                                        "session": engine.session[1], "adopted_from": "smoke"}})
 
     def close_engine(self) -> None:
         if self._engine is not None:
@@ -396,8 +383,11 @@ class Runner:
         if not pending:
             return  # every cell is measured: nothing left for a smoke to protect
         first = pending[0].arm
+        # The engine left up for the first cell starts as that cell's session, if it has one.
+        session = block_session(engine_blocks(pending)[0])
         SmokeStage(self.store, self.study, progress,
-                   lambda arm: self._engine_for(arm, progress, "the smoke stage")).run(first)
+                   lambda arm: self._engine_for(arm, progress, "the smoke stage",
+                                                session if arm == first else None)).run(first)
 
     def _run_open_loop(self, progress: RunProgress) -> None:
         open_cells = [c for c in self.cells if c.stage == 3]

@@ -57,6 +57,9 @@ def test_sessions_run_interleaved_each_on_a_fresh_engine(sessions_run):
             done = json.loads((sessions_run / "cells" / name / "complete.json").read_text())
             finished.append(done["finished_wall"])
     assert finished == sorted(finished)
+    cells = pd.read_csv(sessions_run / "cells.csv")
+    assert sorted(zip(cells["arm"], cells["concurrency"], cells["session"], strict=True)) == [
+        (arm, c, s) for arm in ("base", "drafter") for c in (1, 2) for s in (1, 2, 3)]
     # The scripted engine said which speed each session declared.
     spec = ScriptedEngineSpec(session_speed_spread=0.3, session_speed_seed=6)
     log = (sessions_run / "engines" / "base" / "engine-base.log").read_text()
