@@ -1,6 +1,6 @@
 """Repeated paired sessions on the scripted engine (examples/scripted-sessions.yaml): one
 small study, run once, whose engine starts each declare their own speed. Two arms, one
-task, c = 1 and 2, 3 sessions: 12 cells and 6 engine starts (about 30 s)."""
+task, c = 1 and 2, 3 sessions: 12 cells, and 7 engine starts with the smoke's (about 35 s)."""
 
 from __future__ import annotations
 
@@ -41,12 +41,15 @@ def test_sessions_run_interleaved_each_on_a_fresh_engine(sessions_run):
     walls = [s["started_wall"] for s in sessions]
     assert walls == sorted(walls)
     # One engine start per arm per session (drafter twice in a row included), each told
-    # its session, in the same order.
-    starts = sorted(((e["started_wall"], arm, e["session"]["session"],
-                      e["env_overrides"]["SPECBENCH_ENGINE_SESSION"])
+    # its session, in the same order. The smoke starts the drafter without a session, and
+    # ends on base, whose engine it starts as session 1 for the first cell.
+    starts = sorted(((e["started_wall"], arm, (e.get("session") or {}).get("session"),
+                      e["env_overrides"].get("SPECBENCH_ENGINE_SESSION"), e["started_for"])
                      for arm, entries in manifest["engines"].items() for e in entries))
-    assert [(arm, s, env) for _, arm, s, env in starts] == [
+    assert [(arm, s, env) for _, arm, s, env, _ in starts] == [("drafter", None, None)] + [
         (arm, s, str(s)) for arm, s in INTERLEAVED]
+    assert [why for *_, why in starts[:3]] == ["smoke", "smoke", "drafter/chat/speed/c001"]
+    assert manifest["smoke"]["status"] == "passed"
     # Every session kept: its own folder, its cell.json naming its session, finished in order.
     finished = []
     for arm, s in INTERLEAVED:
@@ -113,7 +116,7 @@ def test_resume_measures_only_the_missing_session(sessions_run, tmp_path):
     manifest = json.loads((run / "manifest.json").read_text())
     assert [(s["arm"], s["session"], s["cells"]) for s in manifest["sessions"][6:]] == [
         ("drafter", 2, ["drafter/chat/speed/c002/s2"])]
-    assert len(manifest["engines"]["drafter"]) == 4 and len(manifest["engines"]["base"]) == 3
+    assert len(manifest["engines"]["drafter"]) == 5 and len(manifest["engines"]["base"]) == 3
     assert manifest["engines"]["drafter"][-1]["session"]["session"] == 2
     for name in ("base__chat__speed__c001__s2", "drafter__chat__speed__c001__s2"):
         info = json.loads((run / "cells" / name / "cell.json").read_text())
