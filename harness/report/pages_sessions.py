@@ -38,19 +38,22 @@ def interval_lines(a: Analysis) -> list[str]:
     lines = [
         f"Registered: recording.sessions {rec.sessions} (sessions_for {rec.sessions_for});"
         f" {iv.level:.0%} percentile bootstrap, {iv.bootstrap_resamples} resamples.",
-        "interval: sessions resampled first (paired), then users (closed loop) or time blocks"
-        " within each; within: the sessions held fixed, only their units resampled.",
+        "interval: sessions resampled first (paired), then users (closed loop) or time",
+        "blocks within each; within: the sessions held fixed, only their units resampled.",
         "spread: (max - min) / mean of an arm's session medians (tok/s per user).", "",
     ]
+    # Two tables, so a row fits the page: the intervals, then each arm's sessions.
     rows = [[r.arm, r.task, int(r.concurrency), int(r.sessions), f"{r.speedup:.3f}",
              _interval(r.ci_lower, r.ci_upper), _interval(r.ci_lower_within, r.ci_upper_within),
-             _speeds(r.session_speeds_drafter), _speeds(r.session_speeds_baseline),
-             _spread(r.session_spread_drafter), _spread(r.session_spread_baseline),
-             r.resample_unit or "-", r.interval_caveat or ""]
-            for r in sp.itertuples()]
+             r.interval_caveat or ""] for r in sp.itertuples()]
     lines += table_lines(["arm", "task", "c", "sessions", "speedup", "interval", "within",
-                          "drafter by session", "baseline by session", "spread d",
-                          "spread b", "unit", "caveat"], rows)
+                          "caveat"], rows)
+    rows = [[r.arm, r.task, int(r.concurrency), _speeds(r.session_speeds_drafter),
+             _spread(r.session_spread_drafter), _speeds(r.session_speeds_baseline),
+             _spread(r.session_spread_baseline), r.resample_unit or "-"]
+            for r in sp.itertuples()]
+    lines += ["", *table_lines(["arm", "task", "c", "drafter by session", "spread d",
+                                "baseline by session", "spread b", "unit"], rows)]
     marked = sum(1 for r in sp.itertuples() if r.interval_caveat)
     lines += ["", f"{marked} of {len(sp)} intervals are marked: built on one session, or on"
               f" fewer than {MIN_REQUESTS} measured requests of an arm."]

@@ -33,6 +33,11 @@ def _speedups(run: Path) -> pd.DataFrame:
     return pd.read_csv(run / "speedups.csv").set_index("concurrency")
 
 
+def sp_within(run: Path, c: int) -> tuple[float, float]:
+    row = _speedups(run).loc[c]
+    return float(row["ci_lower_within"]), float(row["ci_upper_within"])
+
+
 def test_sessions_run_interleaved_each_on_a_fresh_engine(sessions_run):
     manifest = json.loads((sessions_run / "manifest.json").read_text())
     sessions = manifest["sessions"]
@@ -101,8 +106,13 @@ def test_the_verdict_does_not_claim_the_gain_the_sessions_do_not_support(session
     lines = interval_lines(analyse(sessions_run))
     text = "\n".join(lines)
     assert "recording.sessions 3" in text and "0 of 2 intervals are marked" in text
-    header = next(line for line in lines if line.startswith("arm "))
-    assert all(col in header for col in ("interval", "within", "spread d", "spread b"))
+    headers = " ".join(line for line in lines if line.startswith("arm "))
+    assert all(col in headers for col in ("interval", "within", "spread d", "spread b"))
+    row = next(line for line in lines if line.startswith("drafter  chat  1  3 "))
+    assert row.split()[5:9] == [f"[{figures[0]['ci_lower']:.3f},",
+                                f"{figures[0]['ci_upper']:.3f}]",
+                                f"[{sp_within(sessions_run, 1)[0]:.3f},",
+                                f"{sp_within(sessions_run, 1)[1]:.3f}]"]
 
 
 def test_resume_measures_only_the_missing_session(sessions_run, tmp_path):
