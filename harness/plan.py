@@ -10,6 +10,13 @@ Order (engines are started once per arm per stage):
 Stage 2 takes the arms in reverse order, so the arm that ends one stage begins
 the next and its engine is not restarted in between. Before stage 1 the runner's
 smoke stage (harness.run.smoke) starts every arm once, ending on the first cell's arm.
+
+Repeated sessions (`recording.sessions: N > 1`): each repeating cell (the pass bar's
+speed cells, or every speed cell: `recording.sessions_for`) is measured N times, each
+time in a session of its own: one fresh engine start of its arm that measures that
+arm's cells of the session. Sessions alternate the arms' direction, baseline, drafter,
+drafter, baseline, ..., so a slow drift of the host falls on both sides of a pair.
+Session 1 keeps the cell's plain id; session s > 1 is `<id>/s<s>` (folder `<dir>__s<s>`).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ class Cell:
     requests: int | None  # measured requests; None when set by duration at run time
     warmup: int
     rate_relative: float | None = None  # open loop: multiple of the knee's throughput
+    session: int | None = None  # repeated sessions: 1..N (None: the cell is measured once)
 
     @property
     def load_label(self) -> str:
@@ -53,10 +61,16 @@ def task_size(task: TaskSpec) -> int:
     return len(load_items(task.kind, source=task.source))
 
 
-def _speed_cell(study: Study, arm: Arm, task: TaskSpec, c: int, stage: int) -> Cell:
+def session_id(cell_id: str, session: int | None) -> str:
+    """Session 1 (or a cell measured once) keeps the plain id; session s is `<id>/s<s>`."""
+    return cell_id if session is None or session == 1 else f"{cell_id}/s{session}"
+
+
+def _speed_cell(study: Study, arm: Arm, task: TaskSpec, c: int, stage: int,
+                session: int | None = None) -> Cell:
     closed = study.loads.closed_loop
     return Cell(
-        id=f"{arm.name}/{task.name}/speed/c{c:03d}",
+        id=session_id(f"{arm.name}/{task.name}/speed/c{c:03d}", session),
         stage=stage,
         arm=arm.name,
         task=task.name,
@@ -64,38 +78,56 @@ def _speed_cell(study: Study, arm: Arm, task: TaskSpec, c: int, stage: int) -> C
         concurrency=c,
         requests=closed.requests.for_concurrency(c),
         warmup=closed.warmup_per_user * c,
+        session=session,
     )
+
+
+def repeats(study: Study, concurrency: int) -> bool:
+    """Whether speed cells at this level are measured in repeated sessions."""
+    rec = study.recording
+    if rec.sessions <= 1:
+        return False
+    return rec.sessions_for == "speed_cells" or concurrency in study.bars.pass_.speed.concurrencies
+
+
+def _stage_speed_cells(study: Study, arm: Arm, levels: list[int], stage: int,
+                       session: int | None) -> list[Cell]:
+    """One arm's speed cells of a stage within one session: the repeating ones as that
+    session's, the others only in the first (session None: no sessions at all)."""
+    speed_tasks = [t for t in study.tasks if "speed" in t.uses]
+    out = []
+    for c in levels:
+        if session is not None and repeats(study, c):
+            out.extend(_speed_cell(study, arm, t, c, stage, session) for t in speed_tasks)
+        elif session in (None, 1):
+            out.extend(_speed_cell(study, arm, t, c, stage) for t in speed_tasks)
+    return out
 
 
 def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
     """All cells in run order. `sizes` (task name -> item count) avoids loading data."""
     if sizes is None:
         sizes = {t.name: task_size(t) for t in study.tasks}
-    speed_tasks = [t for t in study.tasks if "speed" in t.uses]
     early = set(study.bars.stop.concurrencies)
     levels = study.loads.closed_loop.concurrency
     identity = study.bars.pass_.identity
     identity_c = identity.concurrency if identity else 1
+    n = study.recording.sessions
+    stage_levels = {1: [c for c in levels if c in early], 2: [c for c in levels if c not in early]}
     cells: list[Cell] = []
-    for arm in study.arms:
-        for task in study.tasks:
-            if "identity" in task.uses:
-                n = min(task.identity_items, sizes[task.name])
-                cells.append(
-                    Cell(f"{arm.name}/{task.name}/identity", 1, arm.name, task.name,
-                         "identity", identity_c, n, 0)
-                )
-        for c in (lv for lv in levels if lv in early):
-            cells.extend(_speed_cell(study, arm, t, c, 1) for t in speed_tasks)
-    for arm in reversed(study.arms):
-        for c in (lv for lv in levels if lv not in early):
-            cells.extend(_speed_cell(study, arm, t, c, 2) for t in speed_tasks)
-        for task in study.tasks:
-            if "accuracy" in task.uses:
-                cells.append(
-                    Cell(f"{arm.name}/{task.name}/accuracy", 2, arm.name, task.name, "accuracy",
-                         study.recording.accuracy_concurrency, sizes[task.name], 0)
-                )
+    forward = False  # flipped before each session: stage 1's first runs the arms forward
+    for stage in (1, 2):
+        repeating = any(repeats(study, c) for c in stage_levels[stage])
+        sessions: list[int | None] = list(range(1, n + 1)) if repeating else [None]
+        for session in sessions:
+            forward = not forward
+            for arm in (study.arms if forward else list(reversed(study.arms))):
+                first = session in (None, 1)
+                if stage == 1 and first:
+                    cells.extend(_identity_cells(arm, study, sizes, identity_c))
+                cells.extend(_stage_speed_cells(study, arm, stage_levels[stage], stage, session))
+                if stage == 2 and first:
+                    cells.extend(_accuracy_cells(arm, study, sizes))
     open_loop = study.loads.open_loop
     if open_loop is not None:
         for arm in study.arms:
@@ -106,6 +138,44 @@ def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
                          rate_relative=rate)
                 )
     return cells
+
+
+def _identity_cells(arm: Arm, study: Study, sizes: dict[str, int], concurrency: int) -> list[Cell]:
+    return [Cell(f"{arm.name}/{task.name}/identity", 1, arm.name, task.name, "identity",
+                 concurrency, min(task.identity_items, sizes[task.name]), 0)
+            for task in study.tasks if "identity" in task.uses]
+
+
+def _accuracy_cells(arm: Arm, study: Study, sizes: dict[str, int]) -> list[Cell]:
+    return [Cell(f"{arm.name}/{task.name}/accuracy", 2, arm.name, task.name, "accuracy",
+                 study.recording.accuracy_concurrency, sizes[task.name], 0)
+            for task in study.tasks if "accuracy" in task.uses]
+
+
+def block_session(block: list[Cell]) -> tuple[int, int] | None:
+    """The (stage, session) an engine block's start serves; None outside sessions."""
+    number = next((c.session for c in block if c.session is not None), None)
+    return (block[0].stage, number) if number is not None else None
+
+
+def engine_blocks(cells: list[Cell]) -> list[list[Cell]]:
+    """The cells in runs that share one engine start: a new start when the arm changes,
+    or when a cell belongs to another session than the one its arm's engine serves (a
+    session is a fresh start, even of the arm that ended the session before). Cells
+    measured once share the engine of the session next to them (identity cells open
+    session 1)."""
+    blocks: list[list[Cell]] = []
+    session: tuple[int, int] | None = None
+    for cell in cells:
+        key = (cell.stage, cell.session) if cell.session is not None else None
+        if (not blocks or blocks[-1][0].arm != cell.arm
+                or (key is not None and session is not None and key != session)):
+            blocks.append([cell])
+            session = key
+        else:
+            blocks[-1].append(cell)
+            session = key or session
+    return blocks
 
 
 # --- the GPU-time estimate -----------------------------------------------------------
@@ -152,8 +222,9 @@ def cell_seconds(study: Study, cell: Cell) -> float:
 
 
 def estimate(study: Study, cells: list[Cell]) -> Estimate:
-    # One engine runs at a time; it is restarted only when the next cell's arm differs.
-    engine_starts = sum(1 for i, c in enumerate(cells) if i == 0 or cells[i - 1].arm != c.arm)
+    # One engine runs at a time; it is restarted when the next cell's arm differs, and
+    # for every repeated session.
+    engine_starts = len(engine_blocks(cells))
     # The smoke starts every arm once; the last one's engine serves the first cell.
     smoke_starts = len(study.arms) - 1 if study.recording.smoke and cells else 0
     engine_starts += smoke_starts
@@ -176,5 +247,9 @@ def estimate(study: Study, cells: list[Cell]) -> Estimate:
             + (f" ({smoke_starts} of them for the smoke stage; its prompts are not costed)"
                if smoke_starts else ""),
             "open-loop cells are costed at their duration (or as one-user cells)",
+            *([f"{sessions} sessions of each repeating cell ({study.recording.sessions_for}):"
+               f" {repeated} cells, each session a fresh engine start"]
+              if (sessions := study.recording.sessions) > 1
+              and (repeated := sum(1 for c in cells if c.session is not None)) else []),
         ],
     )

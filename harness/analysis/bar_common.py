@@ -80,6 +80,9 @@ def figure_of(row: Any) -> dict:
             "baseline_cell": row.baseline_cell, "status": row.status,
             "speedup": row.speedup, "ci_lower": row.ci_lower, "ci_upper": row.ci_upper,
             "speed_drafter": row.speed_drafter, "speed_baseline": row.speed_baseline,
+            # What the interval rests on (harness.analysis.intervals).
+            "sessions": getattr(row, "sessions", None),
+            "interval_caveat": getattr(row, "interval_caveat", None),
             # The pair's cells measured while the GPU throttled (recording.gpu_throttle).
             "gpu_throttled": throttled.split("; ") if isinstance(throttled, str) else []}
 

@@ -88,6 +88,7 @@ def cell_row(cell: CellData) -> dict:
         "rate_relative": cell.rate_relative,
         "rate_rps": cell.open_loop.rate_rps if cell.open_loop else None,
         "stage": cell.stage,
+        "session": cell.session,  # repeated sessions: 1..N (None: measured once)
         "rerun_of": cell.rerun_of,
         "status": cell.status,
         "reason": cell.reason,
@@ -151,6 +152,6 @@ def cell_row(cell: CellData) -> dict:
 def cell_table(run: RunData) -> pd.DataFrame:
     """Every planned cell (missing and skipped ones too) and every rerun, in plan order."""
     df = pd.DataFrame([cell_row(c) for c in run.cells.values()])
-    for col in ("concurrency", "stage", "attempt"):
+    for col in ("concurrency", "stage", "session", "attempt"):
         df[col] = df[col].astype("Int64")
     return df

@@ -103,6 +103,7 @@ class CellData:
     samples: list[MetricSample] = field(default_factory=list)  # completed attempt
     gpu_samples: list[GpuSample] = field(default_factory=list)  # completed attempt
     scores: dict[str, bool] | None = None
+    session: int | None = None  # repeated sessions: 1..N (None: measured once)
 
     @property
     def usable(self) -> bool:
@@ -128,9 +129,18 @@ class RunData:
         return self.cells.get(cell_id) or _missing(cell_id, "not in the plan")
 
     def find(self, arm: str, task: str, kind: str, concurrency: int | None = None) -> CellData:
+        """The cell (for repeated sessions: its first session)."""
         if kind == "speed":
             return self.cell(f"{arm}/{task}/speed/c{concurrency:03d}")
         return self.cell(f"{arm}/{task}/{kind}")
+
+    def sessions_of(self, cell: CellData) -> list[CellData]:
+        """Every session of a planned cell in session order; [cell] for one measured once."""
+        if cell.session is None:
+            return [cell]
+        found = [c for c in self.cells.values() if c.rerun_of is None and c.session is not None
+                 and (c.id == cell.id or c.id.startswith(cell.id + "/s"))]
+        return sorted(found, key=lambda c: c.session or 0)
 
     @property
     def stop_fired(self) -> bool:
@@ -200,7 +210,8 @@ def _load_cell(folder: Path, planned: Cell | None, cell_id: str,
     cell_path = folder / "cell.json"
     if planned is not None:
         base = CellData(cell_id, planned.arm, planned.task, planned.kind, planned.concurrency,
-                        planned.rate_relative, planned.stage, "missing", folder=folder)
+                        planned.rate_relative, planned.stage, "missing", folder=folder,
+                        session=planned.session)
     else:
         base = _missing(cell_id, "")
         base.folder = folder

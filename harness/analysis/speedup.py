@@ -1,14 +1,17 @@
 """Speedups of each drafter arm over its same-engine baseline, with bootstrap intervals.
 
 Speedup = median per-user speed of the drafter cell / that of its baseline's cell
-at the same task and concurrency. The interval resamples each arm's requests
-independently and takes the ratio of medians; the generator is seeded by the
-study's interval seed and the pair's cell ids, so a figure never depends on the
-order cells are analysed in.
+at the same task and concurrency; over repeated sessions, the mean of the session
+medians of each. The interval (harness.analysis.intervals) resamples users (closed
+loop) or time blocks within a session, and sessions first where there are several; the
+generator is seeded by the study's interval seed and the pair's cell ids, so a figure
+never depends on the order cells are analysed in. `bootstrap_ratio` (independent
+requests) is kept for callers that have bare speeds and no records.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import zlib
 from dataclasses import dataclass
@@ -17,6 +20,12 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.cells import cell_speeds
+from harness.analysis.intervals import (
+    interval_caveat,
+    session_ratio,
+    session_spread,
+    session_units,
+)
 from harness.analysis.load import CellData, RunData
 from harness.measure.throttle import gpu_throttle
 from harness.prereg.schema import Intervals
@@ -43,18 +52,16 @@ def bootstrap_ratio(drafter: np.ndarray, baseline: np.ndarray, intervals: Interv
     return Ratio(point, float(lo), float(hi))
 
 
-def speedup_of(drafter: CellData, baseline: CellData, intervals: Intervals) -> Ratio | None:
-    d, b = cell_speeds(drafter), cell_speeds(baseline)
-    if len(d) == 0 or len(b) == 0:
-        return None
-    return bootstrap_ratio(d, b, intervals, key=f"{drafter.id}|{baseline.id}")
-
-
 SPEEDUP_COLUMNS = [
     "arm", "baseline", "task", "concurrency", "drafter_cell", "baseline_cell", "status", "reason",
     "speed_drafter", "speed_baseline", "n_drafter", "n_baseline", "speedup", "ci_lower",
     "ci_upper", "baseline_rerun_cell", "baseline_rerun_status", "baseline_rerun_speed",
     "baseline_rerun_ratio", "gpu_throttled_cells",
+    # Repeated sessions and what the interval rests on (harness.analysis.intervals):
+    # ci_lower/ci_upper resample sessions first; the *_within pair holds them fixed.
+    "sessions", "ci_lower_within", "ci_upper_within", "session_speeds_drafter",
+    "session_speeds_baseline", "session_spread_drafter", "session_spread_baseline",
+    "resample_unit", "interval_caveat",
 ]
 
 
@@ -67,6 +74,31 @@ def _throttled(*cells: CellData) -> str | None:
     """The cells of a pair during which the GPU throttled, "; "-joined (None: neither)."""
     hit = [c.id for c in cells if (t := gpu_throttle(c.gpu_samples)) is not None and t.throttled]
     return "; ".join(hit) or None
+
+
+def _session_figures(drafter: list[CellData], baseline: list[CellData], intervals,
+                     key: str) -> dict:
+    """A pair's speeds, speedup and intervals over its sessions (one: the cells)."""
+    d_units = [session_units(c) for c in drafter]
+    b_units = [session_units(c) for c in baseline]
+    n_d, n_b = sum(u.n for u in d_units), sum(u.n for u in b_units)
+    row: dict = {"n_drafter": n_d, "n_baseline": n_b,
+                 "interval_caveat": interval_caveat(len(drafter), n_d, n_b)}
+    ratio = session_ratio(d_units, b_units, intervals, key)
+    if ratio is None:
+        return row | {"status": "invalid", "reason": "a session with no request with a"
+                      " per-user speed", "speed_drafter": math.nan, "speed_baseline": math.nan}
+    return row | {
+        "status": "ok", "speedup": ratio.point, "ci_lower": ratio.ci_lower,
+        "ci_upper": ratio.ci_upper, "ci_lower_within": ratio.within_lower,
+        "ci_upper_within": ratio.within_upper,
+        "speed_drafter": float(np.mean(ratio.speeds_drafter)),
+        "speed_baseline": float(np.mean(ratio.speeds_baseline)),
+        "session_speeds_drafter": json.dumps([round(v, 4) for v in ratio.speeds_drafter]),
+        "session_speeds_baseline": json.dumps([round(v, 4) for v in ratio.speeds_baseline]),
+        "session_spread_drafter": session_spread(ratio.speeds_drafter),
+        "session_spread_baseline": session_spread(ratio.speeds_baseline),
+        "resample_unit": ratio.unit}
 
 
 def speedup_table(run: RunData) -> pd.DataFrame:
@@ -87,25 +119,20 @@ def speedup_table(run: RunData) -> pd.DataFrame:
                 bc = run.find(arm.baseline, task.name, "speed", c)
                 row: dict = {"arm": arm.name, "baseline": arm.baseline, "task": task.name,
                              "concurrency": c, "drafter_cell": dc.id, "baseline_cell": bc.id}
-                bad = [x for x in (dc, bc) if not x.usable]
-                if bad:
-                    worst = bad[0]
-                    row["status"] = worst.status
-                    row["reason"] = "; ".join(f"{x.id}: {x.status} ({x.reason})" for x in bad)
+                d_sessions, b_sessions = run.sessions_of(dc), run.sessions_of(bc)
+                row["sessions"] = len(d_sessions)
+                bad = [x for x in (*d_sessions, *b_sessions) if not x.usable]
+                if bad or len(d_sessions) != len(b_sessions):
+                    worst = bad[0] if bad else dc
+                    row["status"] = worst.status if bad else "invalid"
+                    row["reason"] = ("; ".join(f"{x.id}: {x.status} ({x.reason})" for x in bad)
+                                     or "the arms measured different numbers of sessions")
                 else:
-                    ratio = speedup_of(dc, bc, intervals)
-                    ds, bs = cell_speeds(dc), cell_speeds(bc)
-                    row.update(speed_drafter=float(np.median(ds)) if len(ds) else math.nan,
-                               speed_baseline=float(np.median(bs)) if len(bs) else math.nan,
-                               n_drafter=len(ds), n_baseline=len(bs))
-                    if ratio is None:
-                        row["status"], row["reason"] = "invalid", "no request with a per-user speed"
-                    else:
-                        row.update(status="ok", speedup=ratio.point, ci_lower=ratio.ci_lower,
-                                   ci_upper=ratio.ci_upper)
+                    row.update(_session_figures(d_sessions, b_sessions, intervals,
+                                                f"{dc.id}|{bc.id}"))
                 # Flagged, not judged here: recording.gpu_throttle decides whether such a
                 # cell was measured again (harness.measure.usable).
-                row["gpu_throttled_cells"] = _throttled(dc, bc)
+                row["gpu_throttled_cells"] = _throttled(*d_sessions, *b_sessions)
                 rerun = _latest_rerun(run, bc.id)
                 if rerun is not None:
                     row["baseline_rerun_cell"] = rerun.id

@@ -82,8 +82,9 @@ def stop_decision(a: Analysis) -> StopDecision:
                       "rule": (f"a task stops when no drafter's {stop.statistic} speedup reaches"
                                f" {stop.threshold:g} at any of c={stop.concurrencies}")}
     # Baseline cells count too: a drafter's figure needs its baseline's.
-    needed = [a.run.find(arm.name, t, "speed", c) for arm in study.arms
-              for t in speed_tasks(study) for c in stop.concurrencies]
+    # Every repeated session of them too: the stop bar is judged on the sessions' figure.
+    needed = [s for arm in study.arms for t in speed_tasks(study) for c in stop.concurrencies
+              for s in a.run.sessions_of(a.run.find(arm.name, t, "speed", c))]
     not_ready = [{"cell": c.id, "status": c.status, "reason": c.reason}
                  for c in needed if not c.usable]
     tasks = {t: _task_stop(a, t) for t in speed_tasks(study)}
@@ -150,7 +151,10 @@ def rerun_states(a: Analysis) -> list[dict]:
         entry: dict = {"cell": rerun.id if rerun else f"{baseline_id}/rerun1", "of": baseline_id,
                        "behind": [f"{r.drafter_cell}: {r.speedup:.2f}x"
                                   for r in figures.itertuples() if r.baseline_cell == baseline_id]}
-        entry["original_speed"] = float(np.median(cell_speeds(original)))
+        # The speedups' baseline figure: over repeated sessions, the mean of their medians.
+        behind = figures[figures["baseline_cell"] == baseline_id]
+        entry["original_speed"] = (float(behind["speed_baseline"].iloc[0]) if len(behind)
+                                   else float(np.median(cell_speeds(original))))
         if rerun is None or rerun.status == "missing":
             entry.update(state="missing")
         elif not rerun.usable:

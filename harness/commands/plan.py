@@ -8,7 +8,7 @@ from collections import Counter
 from rich.console import Console
 from rich.table import Table
 
-from harness.plan import estimate, plan_cells
+from harness.plan import engine_blocks, estimate, plan_cells
 from harness.prereg import load_study_file
 
 
@@ -27,13 +27,17 @@ def run(args: argparse.Namespace) -> int:
     cells = plan_cells(study)
     console = Console(highlight=False)
     table = Table(show_edge=False)
-    for col in ("#", "stage", "arm", "task", "cell", "load", "requests"):
-        table.add_column(col, justify="right" if col in ("#", "stage", "requests") else "left")
+    sessions = study.recording.sessions
+    columns = ["#", "stage", *(["session"] if sessions > 1 else []), "arm", "task", "cell",
+               "load", "requests"]
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("arm", "task", "cell", "load") else "right")
     for i, cell in enumerate(cells, 1):
         requests = str(cell.requests) if cell.requests is not None else "by duration"
         if cell.warmup:
             requests += f" (+{cell.warmup} warm-up)"
-        table.add_row(str(i), str(cell.stage), cell.arm, cell.task, cell.kind,
+        session = [str(cell.session or "")] if sessions > 1 else []
+        table.add_row(str(i), str(cell.stage), *session, cell.arm, cell.task, cell.kind,
                       cell.load_label, requests)
     console.print(table)
     kinds = Counter(c.kind for c in cells)
@@ -55,6 +59,13 @@ def run(args: argparse.Namespace) -> int:
         "stage 1 runs every arm's identity cells and speed cells at concurrency "
         f"{study.bars.stop.concurrencies} first; the stop bar is judged before stage 2."
     )
+    if sessions > 1:
+        repeated = [c for c in cells if c.session is not None]
+        console.print(
+            f"{len(repeated) // sessions} cells ({study.recording.sessions_for}) are measured in"
+            f" {sessions} sessions each, every session a fresh engine start, arms interleaved"
+            " (baseline, drafter, drafter, baseline, ...): "
+            f"{len(engine_blocks(cells))} engine starts for the cells.")
     est = estimate(study, cells)
     console.print(f"[bold]estimated GPU time: {_hours(est.seconds)}[/bold] (an estimate, not a"
                   " measurement; roofline assumptions:)")

@@ -40,6 +40,7 @@ from harness.engines.process import (
     wait_port_free,
 )
 from harness.errors import SpecbenchError
+from harness.testengine.spec import ENGINE_SESSION_VARIABLE
 from harness.weights.record import hub_environment
 
 if TYPE_CHECKING:
@@ -265,8 +266,13 @@ def start_engine(
     *,
     port: int | None = None,
     on_spawn: Callable[[EngineInfo], None] | None = None,
+    session: int | None = None,
 ) -> EngineProcess:
     """Start (or attach to) one arm's engine and return it once it serves.
+
+    `session` (a repeated session's number) is handed to the engine as
+    SPECBENCH_ENGINE_SESSION: real engines ignore it; the scripted engine takes its
+    declared per-session speed factor from it.
 
     `on_spawn(info)` is called as soon as the process exists (pid, group, port), before
     the minutes a GPU engine takes to load: a run records it there, so an engine still
@@ -291,6 +297,8 @@ def start_engine(
     cmd = kind.command(arm, study, host, port)
     # Hub checkpoints load offline from the fetched cache; the arm's own env still wins.
     overrides = {**hub_environment(study, arm), **kind.environment(arm)}
+    if session is not None:
+        overrides[ENGINE_SESSION_VARIABLE] = str(session)
     log_dir = Path(log_dir)
     log_path = log_dir / f"engine-{arm.name}.log"
     started = time.time()

@@ -287,6 +287,14 @@ class Recording(Strict):
     # (harness/run/smoke.py): a broken arm stops the run in minutes, not hours in.
     # Off only when a study says so.
     smoke: bool = True
+    # Repeated paired sessions (harness/plan.py): each repeating cell is measured in this
+    # many engine sessions, a fresh engine start each, in interleaved arm order (baseline,
+    # drafter, drafter, baseline, ...); intervals then resample sessions first
+    # (harness/analysis/intervals.py). The lab saw session-to-session variation as large
+    # as the effects. Which cells repeat: the speed cells at the pass bar's concurrencies
+    # (pass_cells), or every closed-loop speed cell (speed_cells).
+    sessions: PositiveInt = 1
+    sessions_for: Literal["pass_cells", "speed_cells"] = "pass_cells"
 
 
 # --- bars --------------------------------------------------------------------------

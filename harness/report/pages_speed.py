@@ -34,6 +34,12 @@ def speedup_pages(pdf: PdfPages, a: Analysis) -> int:
     note = (f"median per-user speed ratio vs the same-engine baseline; band = "
             f"{bars.intervals.level:.0%} bootstrap interval ({bars.intervals.bootstrap_resamples}"
             f" resamples); knee = where the band's lower edge reaches 1.0")
+    if study.recording.sessions > 1:
+        note += f"; over {study.recording.sessions} sessions, sessions resampled first"
+    marked = a.speedups["interval_caveat"].notna() & (a.speedups["status"] == "ok")
+    if marked.any():
+        note += (f"; {int(marked.sum())} intervals marked (one session or < 20 requests:"
+                 " next page)")
     if a.run.stop_fired:
         note += "; STOP fired: higher levels skipped"
     pages = 0

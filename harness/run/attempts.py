@@ -25,7 +25,7 @@ from harness.run.progress import RunProgress
 from harness.run.store import RunStore
 
 if TYPE_CHECKING:
-    from harness.run.runner import ArmEngine
+    from harness.run.arm_engine import ArmEngine
 
 
 def attempt_unusable(study: Study, cell: Cell, outcome: dict[str, Any],

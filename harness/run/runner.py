@@ -21,15 +21,14 @@ from typing import Any
 from rich.console import Console
 
 from harness.engines.base import expand_study
-from harness.engines.lifecycle import EngineProcess, start_engine
 from harness.engines.preflight import require_preflight
 from harness.errors import InputError, SpecbenchError
-from harness.measure.placement import place_client
-from harness.plan import Cell, plan_cells
+from harness.plan import Cell, block_session, engine_blocks, plan_cells
 from harness.prereg import LoadedStudy, resolved_study, seal_of
-from harness.prereg.schema import Arm, Study
+from harness.prereg.schema import Study
+from harness.run.arm_engine import ArmEngine
 from harness.run.attempts import measure_cell, needs_measuring
-from harness.run.gpu_telemetry import ArmGpus, RunTelemetry
+from harness.run.gpu_telemetry import RunTelemetry
 from harness.run.progress import RunProgress
 from harness.run.smoke import SmokeFailed, SmokeStage
 from harness.run.store import RunStore, host_facts, specbench_commit, write_json_atomic
@@ -147,79 +146,6 @@ def reopen_run(store: RunStore, loaded: LoadedStudy, allow_deviation: bool) -> N
     store.update_manifest(status="running", ended_wall=None)
 
 
-class ArmEngine:
-    """One arm's engine: started on first use, restarted if it died, kept while the
-    next cells are the same arm's (across stages too)."""
-
-    def __init__(self, store: RunStore, arm: Arm, study: Study, progress: RunProgress,
-                 telemetry: RunTelemetry | None = None) -> None:
-        self.store, self.arm, self.study, self.progress = store, arm, study, progress
-        self.telemetry = telemetry
-        self.process: EngineProcess | None = None
-        self.gpus: ArmGpus | None = None  # what each cell's GPU sampler reads
-        self._slot: int | None = None  # this start's entry in manifest["engines"][arm]
-        self.stage: str | None = None  # the stage that last used it
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.alive()
-
-    def ensure(self, started_for: str = "") -> EngineProcess:
-        """The running engine, started (or restarted) if need be; `started_for` (the
-        smoke or a cell id) is recorded with a start."""
-        if self.process is not None and self.process.alive():
-            return self.process
-        if self.process is not None:
-            self.progress.note(f"engine of {self.arm.name} is down; restarting")
-            self.close()
-        log_dir = self.store.engine_dir(self.arm.name)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.progress.note(f"starting {self.arm.engine} engine for arm {self.arm.name}")
-        self._slot = None
-        try:
-            self.process = start_engine(self.arm, self.study, log_dir, on_spawn=self._record_spawn)
-        except BaseException:
-            self._record({"state": "failed to start"})
-            raise
-        info = self.process.info
-        data = info.model_dump(mode="json") if hasattr(info, "model_dump") else dict(info)
-        data["state"] = "ready"
-        data["started_for"] = started_for or None
-        # Off the engine's pinned cores where there are others (recorded with the start).
-        data["client_placement"] = place_client(self.process.pid).to_dict()
-        if self.telemetry is not None:
-            self.gpus, data["gpu_telemetry"] = self.telemetry.for_arm(self.arm,
-                                                                      self.progress.note)
-        self._record(data)
-        return self.process
-
-    def _record_spawn(self, info: Any) -> None:
-        """The engine's pid, group and port go in the manifest the moment it exists, so a
-        harness killed while it loads leaves a record the next attempt finds it by."""
-        manifest = self.store.manifest()
-        records = manifest.setdefault("engines", {}).setdefault(self.arm.name, [])
-        records.append({**info.model_dump(mode="json"), "state": "starting"})
-        self._slot = len(records) - 1
-        write_json_atomic(self.store.manifest_path, manifest)
-
-    def _record(self, changes: dict[str, Any]) -> None:
-        manifest = self.store.manifest()
-        records = manifest.setdefault("engines", {}).setdefault(self.arm.name, [])
-        if self._slot is None or self._slot >= len(records):
-            if "started_wall" not in changes:
-                return  # failed before the process existed: nothing to record
-            records.append(changes)
-        else:
-            records[self._slot] = {**records[self._slot], **changes}
-        write_json_atomic(self.store.manifest_path, manifest)
-
-    def close(self) -> None:
-        if self.process is not None:
-            try:
-                self.process.stop()
-            finally:
-                self.process = None
-
-
 def _analysis():
     # The analysis stage is imported late: the runner hands it only the folder.
     from harness import analysis
@@ -244,6 +170,10 @@ class Runner:
 
     def _run_cells(self, cells: Iterable[Cell], progress: RunProgress,
                    rates: dict[str, float] | None = None, stage: str = "") -> None:
+        cells = list(cells)
+        if any(c.session is not None for c in cells):
+            self._run_sessions(cells, progress, stage)
+            return
         by_arm: dict[str, list[Cell]] = {}
         for cell in cells:
             by_arm.setdefault(cell.arm, []).append(cell)
@@ -269,19 +199,46 @@ class Runner:
                     extra = {"open_loop": {"reference_rps": rates[arm_name], "rate_rps": rate}}
                 self._run_one(engine, cell, progress, rate, extra)
 
-    def _engine_for(self, arm_name: str, progress: RunProgress, stage: str = "") -> ArmEngine:
-        """Keep one engine up at a time; reuse it when the next cells are its arm's."""
+    def _run_sessions(self, cells: list[Cell], progress: RunProgress, stage: str) -> None:
+        """Repeated sessions in plan order, never reordered: the interleaving (baseline,
+        drafter, drafter, baseline, ...) is the design. Each block of one arm's cells of
+        one session gets its own engine start; a block already measured (resume) starts
+        nothing."""
+        for block in engine_blocks(cells):
+            pending = [c for c in block if needs_measuring(self.store, self.study, c, progress)]
+            for cell in block:
+                if cell not in pending:
+                    progress.skip(cell)
+            if not pending:
+                continue
+            arm_name = block[0].arm
+            session = block_session(block)
+            engine = self._engine_for(arm_name, progress, stage, session)
+            if session is not None:
+                self.store.append_manifest("sessions", {
+                    "stage": session[0], "session": session[1], "arm": arm_name,
+                    "cells": [c.id for c in pending], "started_wall": time.time()})
+            for cell in pending:
+                self._run_one(engine, cell, progress)
+
+    def _engine_for(self, arm_name: str, progress: RunProgress, stage: str = "",
+                    session: tuple[int, int] | None = None) -> ArmEngine:
+        """Keep one engine up at a time; reuse it when the next cells are its arm's, except
+        across repeated sessions: each session is a fresh start."""
         engine = self._engine
         if engine is not None and engine.arm.name == arm_name:
-            if stage and engine.stage and engine.stage != stage and engine.running():
-                progress.note(f"keeping the engine of arm {arm_name} from {engine.stage}"
-                              f" for {stage} (no restart)")
-            engine.stage = stage or engine.stage
-            return engine
+            if session is None or engine.session == session:
+                if stage and engine.stage and engine.stage != stage and engine.running():
+                    progress.note(f"keeping the engine of arm {arm_name} from {engine.stage}"
+                                  f" for {stage} (no restart)")
+                engine.stage = stage or engine.stage
+                return engine
+            progress.note(f"session {session[1]} of arm {arm_name}: a fresh engine start")
         self.close_engine()
         self._engine = ArmEngine(self.store, self.study.arm(arm_name), self.study, progress,
                                  self.telemetry)
         self._engine.stage = stage or None
+        self._engine.session = session
         return self._engine
 
     def close_engine(self) -> None:
@@ -346,8 +303,11 @@ class Runner:
         if not pending:
             return  # every cell is measured: nothing left for a smoke to protect
         first = pending[0].arm
+        # The engine left up for the first cell starts as that cell's session, if it has one.
+        session = block_session(engine_blocks(pending)[0])
         SmokeStage(self.store, self.study, progress,
-                   lambda arm: self._engine_for(arm, progress, "the smoke stage")).run(first)
+                   lambda arm: self._engine_for(arm, progress, "the smoke stage",
+                                                session if arm == first else None)).run(first)
 
     def _run_open_loop(self, progress: RunProgress) -> None:
         open_cells = [c for c in self.cells if c.stage == 3]
@@ -372,7 +332,9 @@ class Runner:
         for target in targets:
             if target not in by_id:
                 raise SpecbenchError(f"check bar named {target}, which is not a cell of this plan")
-            reruns.append(dataclasses.replace(by_id[target], id=target + RERUN_SUFFIX))
+            # A rerun is one more measurement of the cell, outside the sessions.
+            reruns.append(dataclasses.replace(by_id[target], id=target + RERUN_SUFFIX,
+                                              session=None))
         return reruns
 
     def rerun_baselines(self, progress: RunProgress) -> None:

@@ -52,7 +52,7 @@ from harness.run.progress import RunProgress
 from harness.run.store import JsonlWriter, RunStore
 
 if TYPE_CHECKING:
-    from harness.run.runner import ArmEngine
+    from harness.run.arm_engine import ArmEngine
 
 SMOKE_DIR = "smoke"
 SMOKE_PROMPTS = 2

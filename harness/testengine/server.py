@@ -27,7 +27,7 @@ from harness.testengine import __version__ as VERSION
 from harness.testengine import chunks
 from harness.testengine.engine import ScriptedEngine, Sequence, prompt_key
 from harness.testengine.metrics_text import metrics_text
-from harness.testengine.spec import ScriptedEngineSpec, load_spec
+from harness.testengine.spec import ENGINE_SESSION_VARIABLE, ScriptedEngineSpec, load_spec
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             500: "Internal Server Error", 503: "Service Unavailable"}
@@ -282,11 +282,17 @@ def _spec_from_args(args: argparse.Namespace) -> ScriptedEngineSpec:
         raise InputError("give --spec FILE or --spec-json TEXT")
     if args.served_model_name:
         spec = spec.model_copy(update={"served_model": args.served_model_name})
+    if args.session is not None:
+        spec = spec.for_session(args.session)
     return spec
 
 
-def _declared_faults(spec: ScriptedEngineSpec) -> list[str]:
+def _declared_faults(spec: ScriptedEngineSpec, session: int | None = None) -> list[str]:
     faults = []
+    if spec.session_speed_spread and session is not None:
+        faults.append(f"session {session}: speed factor {spec.speed_factor:.4f}"
+                      f" (session_speed_spread {spec.session_speed_spread:g},"
+                      f" seed {spec.session_speed_seed})")
     if spec.frozen_spec_counters and spec.num_draft_tokens:
         faults.append("speculation counters frozen (frozen_spec_counters): they never move")
     if spec.output_salt:
@@ -300,7 +306,7 @@ async def _serve(args: argparse.Namespace) -> None:
                             exit_on_die=True)
     await server.start()
     print(f"scripted engine listening on http://{args.host}:{server.port}", flush=True)
-    for fault in _declared_faults(server.spec):
+    for fault in _declared_faults(server.spec, args.session):
         # As a real engine logs its configuration: the log says what this one will do.
         print(f"WARNING scripted engine: {fault}", flush=True)
     stop = asyncio.Event()
@@ -309,6 +315,17 @@ async def _serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await server.close()
+
+
+def _session_from_environment() -> int | None:
+    value = os.environ.get(ENGINE_SESSION_VARIABLE)
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise InputError(f"${ENGINE_SESSION_VARIABLE}={value!r}: expected a session number"
+                         ) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -320,8 +337,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--truth-log", default=None, help="JSONL: every chunk's send time")
+    parser.add_argument("--session", type=int, default=None,
+                        help=f"engine session number for session_speed_spread (default:"
+                             f" ${ENGINE_SESSION_VARIABLE}, else none)")
     args = parser.parse_args(argv)
     try:
+        if args.session is None:
+            args.session = _session_from_environment()
         asyncio.run(_serve(args))
     except SpecbenchError as err:
         for line in err.lines:

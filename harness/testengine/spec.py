@@ -7,12 +7,17 @@ uses it as ground truth. Everything is explicit so a run is reproducible from th
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness.errors import InputError
+
+# The repeated session an engine start belongs to (harness.engines.lifecycle sets it):
+# the scripted engine's per-session speed factor is drawn for that number.
+ENGINE_SESSION_VARIABLE = "SPECBENCH_ENGINE_SESSION"
 
 
 class StrictModel(BaseModel):
@@ -84,6 +89,14 @@ class ScriptedEngineSpec(StrictModel):
     # baseline's answers other words (a drafter that changes greedy output).
     frozen_spec_counters: bool = False
     output_salt: int = 0
+    # Speed: every step takes step_s / speed_factor. Per engine session (a fresh start in
+    # a run's repeated sessions) the factor is further multiplied by one drawn uniformly
+    # from [1 - session_speed_spread, 1 + session_speed_spread], seeded by
+    # session_speed_seed and the session's number: the bench's day-to-day variation,
+    # declared and reproducible. 0 (the default): every session alike.
+    speed_factor: float = Field(default=1.0, gt=0)
+    session_speed_spread: float = Field(default=0.0, ge=0.0, lt=1.0)
+    session_speed_seed: int = 0
 
     @model_validator(mode="after")
     def _drafts_match_probs(self) -> ScriptedEngineSpec:
@@ -110,7 +123,19 @@ class ScriptedEngineSpec(StrictModel):
     def step_seconds(self, tokens_in_step: int) -> float:
         memory_s = self.weight_bytes / self.bandwidth_bytes_per_s
         compute_s = self.flops_per_token * tokens_in_step / self.flops_per_s
-        return self.step_overhead_s + max(memory_s, compute_s)
+        return (self.step_overhead_s + max(memory_s, compute_s)) / self.speed_factor
+
+    def session_speed_factor(self, session: int) -> float:
+        """The declared speed factor of engine session `session` (1-based)."""
+        if self.session_speed_spread == 0:
+            return 1.0
+        draw = random.Random(f"{self.session_speed_seed}/{session}").uniform(-1.0, 1.0)
+        return 1.0 + self.session_speed_spread * draw
+
+    def for_session(self, session: int) -> ScriptedEngineSpec:
+        """This spec as engine session `session` runs it (its factor applied)."""
+        factor = self.session_speed_factor(session)
+        return self.model_copy(update={"speed_factor": self.speed_factor * factor})
 
     def position_rates(self) -> list[float]:
         """Unconditional chance of keeping at least i+1 drafts (vLLM's per-position rate)."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from harness.cli import main
-from harness.plan import estimate, plan_cells
+from harness.plan import cell_seconds, estimate, plan_cells
 from harness.prereg import load_study
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_registered_plan_has_every_cell_low_concurrency_first():
     study = load_study(ROOT / "prereg.yaml")
     cells = plan_cells(study)
-    speed = [c for c in cells if c.kind == "speed"]
+    speed = [c for c in cells if c.kind == "speed" and c.session in (None, 1)]
     arms = {a.name for a in study.arms}
     speed_tasks = {t.name for t in study.tasks if "speed" in t.uses}
     assert len(arms) == 5 and speed_tasks == {"chat", "gsm8k", "humaneval"}
@@ -44,6 +46,10 @@ def test_registered_plan_has_every_cell_low_concurrency_first():
     c64 = next(c for c in speed if c.concurrency == 64)
     assert c64.requests == 512 and c64.warmup == 64
     assert len({c.id for c in cells}) == len(cells)
+    # The pass-bar cells (c = 1, 2, 4) are measured in 3 sessions each (the registration).
+    again = [c for c in cells if c.session is not None]
+    assert {(c.arm, c.task, c.concurrency, c.session) for c in again} == {
+        (a, t, c, s) for a in arms for t in speed_tasks for c in (1, 2, 4) for s in (1, 2, 3)}
 
 
 def test_estimate_follows_the_roofline():
@@ -65,6 +71,57 @@ def test_estimate_follows_the_roofline():
 def test_plan_command_prints_cells_and_estimate(capsys):
     assert main(["plan", str(ROOT / "prereg.yaml")]) == 0
     out = capsys.readouterr().out
-    assert "160 cells" in out and "105 speed" in out
+    # 105 speed cells, and the 45 at the pass bar's levels twice more (3 sessions each).
+    assert "250 cells" in out and "195 speed" in out
     assert re.search(r"estimated GPU time: [\d.]+ h", out)
+    assert ("45 cells (pass_cells) are measured in 3 sessions each" in " ".join(out.split()))
     assert "an estimate, not a measurement" in out
+
+
+def _study(**recording):
+    import yaml
+
+    from harness.prereg.schema import Study
+
+    data = yaml.safe_load((ROOT / "examples" / "scripted-sessions.yaml").read_text())
+    data["arms"].append({**data["arms"][1], "name": "drafter2"})  # two drafters on one base
+    data["recording"].update(recording)
+    return Study.model_validate(data)
+
+
+def test_sessions_interleave_the_arms_and_each_is_a_fresh_engine_start():
+    from harness.plan import engine_blocks
+
+    cells = plan_cells(_study(sessions=3), sizes={"chat": 8})
+    order = [(c.arm, c.session) for c in cells if c.concurrency == 1]
+    assert order == [("base", 1), ("drafter", 1), ("drafter2", 1),
+                     ("drafter2", 2), ("drafter", 2), ("base", 2),
+                     ("base", 3), ("drafter", 3), ("drafter2", 3)]
+    assert [c.id for c in cells if c.arm == "base" and c.concurrency == 1] == [
+        "base/chat/speed/c001", "base/chat/speed/c001/s2", "base/chat/speed/c001/s3"]
+    # One start per arm per session, drafter2 twice in a row included: 9, not 7.
+    blocks = engine_blocks(cells)
+    assert [(b[0].arm, b[0].session) for b in blocks] == [
+        (a, s) for a, s in order]
+    study = _study(sessions=3, smoke=False)
+    once = _study(sessions=1, smoke=False)
+    extra = estimate(study, plan_cells(study, {"chat": 8})).seconds - estimate(
+        once, plan_cells(once, {"chat": 8})).seconds
+    # 6 more engine starts at 180 s, and twice more every cell (12 cells of ~0.2 s each).
+    per_cell = sum(cell_seconds(once, c) for c in plan_cells(once, {"chat": 8}))
+    assert extra == pytest.approx(6 * 180 + 2 * per_cell)
+
+
+def test_sessions_for_speed_cells_repeats_the_stage_2_levels_too():
+    data = _study(sessions=2, sessions_for="speed_cells").model_dump(by_alias=True)
+    data["loads"]["closed_loop"]["concurrency"] = [1, 2, 4]
+    data["bars"]["stop"]["concurrencies"] = [1, 2]
+    from harness.prereg.schema import Study
+
+    cells = plan_cells(Study.model_validate(data), sizes={"chat": 8})
+    c4 = [(c.stage, c.arm, c.session) for c in cells if c.concurrency == 4]
+    # Stage 1 ended on base (session 2 ran the arms backwards); stage 2 begins with it.
+    assert c4 == [(2, "base", 1), (2, "drafter", 1), (2, "drafter2", 1),
+                  (2, "drafter2", 2), (2, "drafter", 2), (2, "base", 2)]
+    pass_only = plan_cells(_study(sessions=2), sizes={"chat": 8})
+    assert all(c.session is not None for c in pass_only)  # c = 1, 2 are the pass levels

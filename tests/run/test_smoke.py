@@ -17,9 +17,11 @@ from rich.console import Console
 from harness.analysis.load import load_run
 from harness.prereg import load_study_file
 from harness.report.pages_text import smoke_summary
+from harness.run import arm_engine as arm_engine_module
 from harness.run import runner as runner_module
+from harness.run.arm_engine import ArmEngine
 from harness.run.progress import RunProgress
-from harness.run.runner import ArmEngine, Runner, new_run, prepare
+from harness.run.runner import Runner, new_run, prepare
 from tests.run.conftest import run_folder, specbench, verdict_of
 from tests.run.test_remeasure import study_file
 
@@ -191,7 +193,8 @@ def test_the_smoke_is_off_only_when_the_study_says_so(tmp_path, monkeypatch):
     store = new_run(loaded, tmp_path / "results")
     runner = Runner(store, prepare(loaded), Console(file=io.StringIO()))
     started: list[str] = []
-    monkeypatch.setattr(runner_module, "start_engine", lambda arm, *a, **k: started.append(arm))
+    monkeypatch.setattr(arm_engine_module, "start_engine",
+                        lambda arm, *a, **k: started.append(arm))
     with RunProgress(Console(file=io.StringIO()), 0) as progress:
         runner._smoke(progress)
     assert started == [] and not (store.root / "smoke").exists()

@@ -1,0 +1,65 @@
+"""Speedup intervals and what they rest on: each arm's session-to-session spread beside
+the within-session interval, and every interval built on one session or on fewer than
+20 measured requests marked (harness.analysis.intervals)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from matplotlib.backends.backend_pdf import PdfPages
+
+from harness.analysis.intervals import MIN_REQUESTS
+from harness.analysis.tables import Analysis
+from harness.report.layout import table_lines, text_pages
+
+
+def _interval(lo, hi) -> str:
+    if lo is None or hi is None or (isinstance(lo, float) and math.isnan(lo)):
+        return "-"
+    return f"[{float(lo):.3f}, {float(hi):.3f}]"
+
+
+def _speeds(text) -> str:
+    if not isinstance(text, str):
+        return "-"
+    return " ".join(f"{v:.1f}" for v in json.loads(text))
+
+
+def _spread(v) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{float(v):.1%}"
+
+
+def interval_lines(a: Analysis) -> list[str]:
+    """The page's text: one row per usable speedup, then what the marks mean."""
+    study = a.run.study
+    rec, iv = study.recording, study.bars.intervals
+    sp = a.speedups[a.speedups["status"] == "ok"]
+    lines = [
+        f"Registered: recording.sessions {rec.sessions} (sessions_for {rec.sessions_for});"
+        f" {iv.level:.0%} percentile bootstrap, {iv.bootstrap_resamples} resamples.",
+        "interval: sessions resampled first (paired), then users (closed loop) or time",
+        "blocks within each; within: the sessions held fixed, only their units resampled.",
+        "spread: (max - min) / mean of an arm's session medians (tok/s per user).", "",
+    ]
+    # Two tables, so a row fits the page: the intervals, then each arm's sessions.
+    rows = [[r.arm, r.task, int(r.concurrency), int(r.sessions), f"{r.speedup:.3f}",
+             _interval(r.ci_lower, r.ci_upper), _interval(r.ci_lower_within, r.ci_upper_within),
+             r.interval_caveat or ""] for r in sp.itertuples()]
+    lines += table_lines(["arm", "task", "c", "sessions", "speedup", "interval", "within",
+                          "caveat"], rows)
+    rows = [[r.arm, r.task, int(r.concurrency), _speeds(r.session_speeds_drafter),
+             _spread(r.session_spread_drafter), _speeds(r.session_speeds_baseline),
+             _spread(r.session_spread_baseline), r.resample_unit or "-"]
+            for r in sp.itertuples()]
+    lines += ["", *table_lines(["arm", "task", "c", "drafter by session", "spread d",
+                                "baseline by session", "spread b", "unit"], rows)]
+    marked = sum(1 for r in sp.itertuples() if r.interval_caveat)
+    lines += ["", f"{marked} of {len(sp)} intervals are marked: built on one session, or on"
+              f" fewer than {MIN_REQUESTS} measured requests of an arm."]
+    return lines
+
+
+def interval_pages(pdf: PdfPages, a: Analysis) -> int:
+    return text_pages(pdf, "Speedup intervals: sessions and what they rest on",
+                      interval_lines(a))
