@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.cells import cell_speeds
+from harness.analysis.decompose import DECOMPOSITION_COLUMNS, decompose
 from harness.analysis.load import CellData, RunData
 from harness.measure.throttle import gpu_throttle
 from harness.prereg.schema import Intervals
@@ -29,32 +30,45 @@ class Ratio:
     ci_upper: float
 
 
+def bootstrap_draws(n_drafter: int, n_baseline: int, intervals: Intervals,
+                    key: str = "") -> tuple[np.ndarray, np.ndarray]:
+    """The resamples' request indices into each arm's requests, one row a resample:
+    the speedup and its decomposition (decompose.py) are drawn from the same ones."""
+    rng = np.random.default_rng([intervals.seed, zlib.crc32(key.encode())])
+    b = intervals.bootstrap_resamples
+    return (rng.integers(0, n_drafter, size=(b, n_drafter)),
+            rng.integers(0, n_baseline, size=(b, n_baseline)))
+
+
 def bootstrap_ratio(drafter: np.ndarray, baseline: np.ndarray, intervals: Intervals,
                     key: str = "") -> Ratio:
     """Ratio of medians with a percentile bootstrap interval at intervals.level."""
     point = float(np.median(drafter) / np.median(baseline))
-    rng = np.random.default_rng([intervals.seed, zlib.crc32(key.encode())])
-    b = intervals.bootstrap_resamples
-    d = np.median(drafter[rng.integers(0, len(drafter), size=(b, len(drafter)))], axis=1)
-    s = np.median(baseline[rng.integers(0, len(baseline), size=(b, len(baseline)))], axis=1)
+    d_idx, s_idx = bootstrap_draws(len(drafter), len(baseline), intervals, key)
+    d = np.median(drafter[d_idx], axis=1)
+    s = np.median(baseline[s_idx], axis=1)
     ratios = d / s
     tail = (1.0 - intervals.level) / 2.0 * 100.0
     lo, hi = np.percentile(ratios, [tail, 100.0 - tail])
     return Ratio(point, float(lo), float(hi))
 
 
+def pair_key(drafter: CellData, baseline: CellData) -> str:
+    return f"{drafter.id}|{baseline.id}"
+
+
 def speedup_of(drafter: CellData, baseline: CellData, intervals: Intervals) -> Ratio | None:
     d, b = cell_speeds(drafter), cell_speeds(baseline)
     if len(d) == 0 or len(b) == 0:
         return None
-    return bootstrap_ratio(d, b, intervals, key=f"{drafter.id}|{baseline.id}")
+    return bootstrap_ratio(d, b, intervals, key=pair_key(drafter, baseline))
 
 
 SPEEDUP_COLUMNS = [
     "arm", "baseline", "task", "concurrency", "drafter_cell", "baseline_cell", "status", "reason",
     "speed_drafter", "speed_baseline", "n_drafter", "n_baseline", "speedup", "ci_lower",
     "ci_upper", "baseline_rerun_cell", "baseline_rerun_status", "baseline_rerun_speed",
-    "baseline_rerun_ratio", "gpu_throttled_cells",
+    "baseline_rerun_ratio", "gpu_throttled_cells", *DECOMPOSITION_COLUMNS,
 ]
 
 
@@ -103,6 +117,9 @@ def speedup_table(run: RunData) -> pd.DataFrame:
                     else:
                         row.update(status="ok", speedup=ratio.point, ci_lower=ratio.ci_lower,
                                    ci_upper=ratio.ci_upper)
+                        draws = bootstrap_draws(len(ds), len(bs), intervals, pair_key(dc, bc))
+                        row.update(decompose(dc, bc, intervals, ratio.point, draws,
+                                             study.bars.decomposition.tolerance))
                 # Flagged, not judged here: recording.gpu_throttle decides whether such a
                 # cell was measured again (harness.measure.usable).
                 row["gpu_throttled_cells"] = _throttled(dc, bc)

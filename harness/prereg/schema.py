@@ -351,11 +351,18 @@ class Intervals(Strict):
     seed: int = 0
 
 
+class Decomposition(Strict):
+    # A speedup whose two factors (tokens per round, round cost: analysis/decompose.py)
+    # explain it to worse than this share is flagged, and the report says which moved.
+    tolerance: Annotated[float, Field(gt=0, lt=1)] = 0.05
+
+
 class Bars(Strict):
     pass_: PassBar = Field(default_factory=PassBar, alias="pass")
     stop: StopBar = Field(default_factory=StopBar)
     check: CheckBar = Field(default_factory=CheckBar)
     intervals: Intervals = Field(default_factory=Intervals)
+    decomposition: Decomposition = Field(default_factory=Decomposition)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
