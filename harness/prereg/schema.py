@@ -93,6 +93,12 @@ class Attach(Strict):
         return v.rstrip("/")
 
 
+class DrafterExpect(Strict):
+    # Tokens per round at one user, from the client's chunks over the smoke prompts: a
+    # drafter below it (a head left stale by a changed target) stops the run there.
+    acceptance_length_min: Annotated[float, Field(ge=1)] | None = None
+
+
 class Drafter(Strict):
     # specbench spelling, lowercase (ngram, eagle3, eagle, draft_model, dflash, mtp,
     # standalone, suffix, ...). Free text on purpose: the engine is the authority on
@@ -109,6 +115,12 @@ class Drafter(Strict):
     options: dict[str, Any] = Field(default_factory=dict)  # engine-specific extras
     # Only for the plan's GPU-time estimate, never for a verdict.
     assumed_acceptance_length: Positive | None = None
+    # What this drafter must at least reach, checked in the smoke stage (run/smoke.py).
+    expect: DrafterExpect | None = None
+    # The base model this checkpoint was trained against, when it is not the study's
+    # target on purpose: `validate` then accepts a checkpoint config naming it
+    # (prereg/drafter_base.py), and the verdict page shows it.
+    trained_against: str | None = None
 
 
 class Arm(Strict):

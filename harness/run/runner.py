@@ -228,8 +228,10 @@ def _analysis():
 
 
 class Runner:
-    def __init__(self, store: RunStore, study: Study, console: Console) -> None:
+    def __init__(self, store: RunStore, study: Study, console: Console,
+                 allow_deviation: bool = False) -> None:
         self.store = store
+        self.allow_deviation = allow_deviation  # a smoke check below a registered floor
         self.study = study  # environment-expanded, for execution
         self.console = console
         self.cells = plan_cells(study)
@@ -347,7 +349,8 @@ class Runner:
             return  # every cell is measured: nothing left for a smoke to protect
         first = pending[0].arm
         SmokeStage(self.store, self.study, progress,
-                   lambda arm: self._engine_for(arm, progress, "the smoke stage")).run(first)
+                   lambda arm: self._engine_for(arm, progress, "the smoke stage"),
+                   allow_deviation=self.allow_deviation).run(first)
 
     def _run_open_loop(self, progress: RunProgress) -> None:
         open_cells = [c for c in self.cells if c.stage == 3]
