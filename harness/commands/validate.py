@@ -8,7 +8,9 @@ import functools
 from rich.console import Console
 from rich.table import Table
 
+from harness.errors import InputError
 from harness.prereg import LoadedStudy, load_study_file, seal_of
+from harness.prereg.drafter_base import base_line, check_drafter_bases
 from harness.prereg.pins import MARKER, pin_report
 from harness.prereg.schema import Study
 
@@ -78,6 +80,14 @@ def run(args: argparse.Namespace) -> int:
     if loaded.arm_files:
         console.print("arm files: " + ", ".join(str(p) for p in loaded.arm_files.values()))
     print_pins(console, loaded)
+    checks = check_drafter_bases(loaded)
+    if checks:
+        console.print("drafter bases (what each checkpoint was trained against):", soft_wrap=True)
+        for check in checks:
+            console.print(base_line(check), soft_wrap=True, markup=False)
+    problems = [c.problem for c in checks if c.problem]
+    if problems:
+        raise InputError(*problems)
     print(f"seal: {seal}")
     return 0
 
