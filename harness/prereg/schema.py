@@ -115,6 +115,11 @@ class Drafter(Strict):
     options: dict[str, Any] = Field(default_factory=dict)  # engine-specific extras
     # Only for the plan's GPU-time estimate, never for a verdict.
     assumed_acceptance_length: Positive | None = None
+    # The roofline prediction beside each measured speedup (analysis/predict.py): the
+    # draft model's size (None: no draft weights, e.g. n-gram lookup, costed at 0) and
+    # its forward passes per round (None: one per draft token; a block drafter: 1).
+    params_billion: Positive | None = None
+    draft_steps: PositiveInt | None = None
     # What this drafter must at least reach, checked in the smoke stage (run/smoke.py).
     expect: DrafterExpect | None = None
     # The base model this checkpoint was trained against, when it is not the study's

@@ -103,3 +103,24 @@ def test_which_factor_moved_the_speedup_between_levels():
     assert tok == pytest.approx(math.log(2.0 / 2.5) / total) and tok + cost == pytest.approx(1)
     assert factor_shift(2.5, 1.25, 2.5, 1.25) is None  # nothing moved
     assert np.isfinite(tok)
+
+
+def test_the_formula_predicts_from_the_roofline_and_the_engine_counters():
+    from harness.analysis.predict import predicted
+    from harness.prereg.schema import Study
+    from tests.analysis.runfolder import study_dict
+
+    data = study_dict()
+    # 1e9 params x 2 B over 1000 GB/s: 2 ms a target pass while memory-bound; compute
+    # 2e9 FLOP a token over 100 TFLOP/s = 0.02 ms a token, so it binds from 100 tokens.
+    eagle = next(a for a in data["arms"] if a["name"] == "vllm-eagle3")
+    eagle["drafter"].update(params_billion=0.1, draft_steps=3)
+    study = Study.model_validate(data)
+    speed, cost = predicted(study, "vllm-eagle3", 1, 2.8)
+    # Three 0.2 ms draft passes + one 2 ms verification over a 2 ms step: 1.3.
+    assert cost == pytest.approx(1.3) and speed == pytest.approx(2.8 / 1.3)
+    # At 64 users verifying 4 positions each is compute-bound: 256 x 0.02 ms = 5.12 ms.
+    speed, cost = predicted(study, "vllm-eagle3", 64, 2.8)
+    assert cost == pytest.approx((3 * 0.2 + 5.12) / 2.0)
+    # n-gram has no draft weights: the round costs the verification alone.
+    assert predicted(study, "vllm-ngram", 1, 2.0) == pytest.approx((2.0, 1.0))

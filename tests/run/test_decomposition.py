@@ -39,6 +39,12 @@ def test_the_speedup_splits_into_2_5_tokens_a_round_at_1_25_times_the_step(decom
         # Each factor has the interval the speedup has, around its point.
         for name in ("tokens_per_round", "round_cost_ratio", "explained_speedup"):
             assert r[f"{name}_ci_lower"] <= r[name] <= r[f"{name}_ci_upper"], (c, name)
+        # The formula, from the roofline (8 ms target pass, 2 ms draft pass) and the
+        # engine's per-position counters (1 + 1.0 + 0.5): 2.5 / 1.25 = 2.0.
+        assert r["engine_tokens_per_round"] == pytest.approx(2.5, rel=0.01), c
+        assert r["predicted_round_cost_ratio"] == pytest.approx(1.25), c
+        assert r["predicted_speedup"] == pytest.approx(2.0, rel=0.01), c
+        assert abs(r["prediction_gap"]) < 0.02 and pd.isna(r["tokens_per_round_note"]), c
     # The parquet carries the same columns.
     pq = pd.read_parquet(decompose_run / "speedups.parquet")
     assert "explained_speedup_ci_upper" in pq.columns and len(pq) == len(df)
