@@ -167,17 +167,17 @@ def _which_factor(drafter: CellData, baseline: CellData, row: dict, gap: float,
             f"all rounds pooled (requests unlike each other)")
 
 
-def factor_shift(tpr_lo: float, cost_lo: float, tpr: float,
-                 cost: float) -> tuple[float, float] | None:
+def factor_shift(tpr_lo: float, cost_lo: float, tpr: float, cost: float,
+                 min_change: float = 0.005) -> tuple[float, float] | None:
     """How much of the explained speedup's change from the lowest level to this one
     each factor made, as shares of the change in log(explained speedup): (tokens per
     round over the baseline's, round cost ratio). Positive shares moved it the way it
-    went. None when nothing moved (< 0.5 %)."""
+    went. None when the explained speedup moved less than `min_change` (log)."""
     if not all(x and x > 0 for x in (tpr_lo, cost_lo, tpr, cost)):
         return None
     from_tokens = math.log(tpr / tpr_lo)
     from_cost = -math.log(cost / cost_lo)
     total = from_tokens + from_cost
-    if abs(total) < 0.005:
+    if abs(total) < min_change:
         return None
     return from_tokens / total, from_cost / total
