@@ -72,7 +72,9 @@ def _task_page(pdf: PdfPages, a: Analysis, task: str) -> None:
         ax.set_xlabel("concurrent users", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0)
+        top = max((max(line.get_ydata(), default=0) for line in ax.get_lines()
+                   if len(line.get_ydata())), default=1.0)
+        ax.set_ylim(0, float(top) * 1.15 if top and top == top else 1.0)
         if sp.empty:
             empty_axes(ax, "no usable speed cells")
         elif ax.get_legend_handles_labels()[0]:
@@ -114,9 +116,11 @@ def _table(a: Analysis, sp, tol: float) -> list[str]:
                          "what moved it since the lowest level", f"> {tol:.0%}"], rows)
     if gaps:
         mean = sum(gaps) / len(gaps)
+        verdict = (" (the roofline flatters speculation by this much)" if mean < -tol else
+                   f" (within {tol:.0%} of the formula)" if mean <= tol else
+                   " (faster than the roofline predicts: check its hardware figures)")
         lines.append(f"measured against predicted: mean {mean:+.1%}, range {min(gaps):+.1%} to"
-                     f" {max(gaps):+.1%}" + (" (the roofline flatters speculation by this much)"
-                                             if mean < 0 else ""))
+                     f" {max(gaps):+.1%}{verdict}")
     return lines + notes
 
 

@@ -4,12 +4,14 @@ drafter whose first draft agrees 7 % of the time. Several assertions share one r
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.run.conftest import run_folder, specbench
+from tests.run.conftest import run_folder, specbench, verdict_of
 
 LEVELS = [1, 2, 4]
 
@@ -70,3 +72,29 @@ def test_a_stale_drafter_shows_its_7_percent_first_position_not_the_bonus_token(
     # Speculation never pays for it: 1.07 tokens a round at 1.25 times the step.
     sp = pd.read_csv(decompose_run / "speedups.csv")
     assert (sp[sp["arm"] == "stale"]["ci_upper"] < 1.0).all()
+
+
+def test_the_report_leads_with_the_headline_figure_and_explains_each_task(decompose_run):
+    pdf = decompose_run.parent.parent / "reports" / f"{decompose_run.name}.pdf"
+    text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True,
+                          text=True, check=True).stdout
+    pages = text.split("\f")
+    # Page one: the verdict, the speedup against users with its bars, and the two
+    # factors beneath it.
+    first = pages[0]
+    verdict = verdict_of(decompose_run)["verdict"]  # 2.0 sits on the 2x bar: either side
+    for said in (f"Verdict: {verdict}", "task: chat", "pass bar (2x)", "stop bar (1.3x)",
+                 "why: speedup = tokens factor / cost factor",
+                 "tokens per round / baseline's (lower panel)"):
+        assert said in first, said
+    # A decomposition page for every speed task, with the formula beside the measurement.
+    (why,) = [p for p in pages if "Why this speedup: task chat" in p]
+    assert "measured against predicted: mean" in why
+    assert re.search(r"drafter\s+1\s+1\.9\d|drafter\s+1\s+2(\.0\d)?\s", why), why
+    # Where speculation stops paying, in verdict.json and on the bars page.
+    pays = {r["arm"]: r for r in verdict_of(decompose_run)["speculation_pays"]}
+    assert (pays["drafter"]["status"], pays["drafter"]["pays_up_to"]) == (
+        "pays_at_every_level", 4)
+    assert (pays["stale"]["status"], pays["stale"]["pays_up_to"]) == ("never", None)
+    bars_page = next(p for p in pages if "Where speculation stops paying" in p)
+    assert "stale / chat: never pays: at 1 users the interval already reaches 1.0" in bars_page
