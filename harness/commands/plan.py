@@ -6,8 +6,8 @@ import argparse
 from collections import Counter
 
 from rich.console import Console
-from rich.table import Table
 
+from harness.commands.output import add_format_option, write_json, write_table
 from harness.plan import estimate, plan_cells
 from harness.prereg import load_study_file
 
@@ -15,6 +15,7 @@ from harness.prereg import load_study_file
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="list the cells of a study in run order, with an estimate")
     p.add_argument("file", help="the study's prereg YAML")
+    add_format_option(p)
     p.set_defaults(func=run)
 
 
@@ -25,17 +26,23 @@ def _hours(seconds: float) -> str:
 def run(args: argparse.Namespace) -> int:
     study = load_study_file(args.file).study
     cells = plan_cells(study)
-    console = Console(highlight=False)
-    table = Table(show_edge=False)
-    for col in ("#", "stage", "arm", "task", "cell", "load", "requests"):
-        table.add_column(col, justify="right" if col in ("#", "stage", "requests") else "left")
-    for i, cell in enumerate(cells, 1):
-        requests = str(cell.requests) if cell.requests is not None else "by duration"
-        if cell.warmup:
-            requests += f" (+{cell.warmup} warm-up)"
-        table.add_row(str(i), str(cell.stage), cell.arm, cell.task, cell.kind,
-                      cell.load_label, requests)
-    console.print(table)
+    headers = ["#", "stage", "arm", "task", "cell", "load", "requests", "warmup"]
+    rows = [[i, cell.stage, cell.arm, cell.task, cell.kind, cell.load_label,
+             cell.requests if cell.requests is not None else "by duration", cell.warmup]
+            for i, cell in enumerate(cells, 1)]
+    fmt = getattr(args, "format", "table")
+    if fmt == "csv":
+        write_table(headers, rows, fmt)
+        return 0
+    est = estimate(study, cells)
+    if fmt == "json":
+        write_json({"cells": [dict(zip(headers, r, strict=True)) for r in rows],
+                    "estimated_gpu_seconds": est.seconds, "assumptions": est.assumptions,
+                    "smoke": bool(study.recording.smoke and cells)})
+        return 0
+    # soft_wrap: lines are never broken at the terminal's (or a pipe's 80) columns.
+    console = Console(highlight=False, soft_wrap=True)
+    write_table(headers, rows, fmt, right=("#", "stage", "requests", "warmup"))
     kinds = Counter(c.kind for c in cells)
     total_requests = sum((c.requests or 0) + c.warmup for c in cells)
     console.print(
@@ -55,7 +62,6 @@ def run(args: argparse.Namespace) -> int:
         "stage 1 runs every arm's identity cells and speed cells at concurrency "
         f"{study.bars.stop.concurrencies} first; the stop bar is judged before stage 2."
     )
-    est = estimate(study, cells)
     console.print(f"[bold]estimated GPU time: {_hours(est.seconds)}[/bold] (an estimate, not a"
                   " measurement; roofline assumptions:)")
     for line in est.assumptions:
