@@ -26,6 +26,7 @@ time a multiple of the step; bursts are already out of the speed (bursts.py).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,14 +98,12 @@ def _pooled(cell: CellData) -> tuple[float, float]:
 
 
 def _median(a: np.ndarray, axis: int | None = None) -> np.ndarray | float:
-    with np.errstate(all="ignore"):
-        if a.size == 0 or np.all(np.isnan(a)):
-            return math.nan if axis is None else np.full(a.shape[0], np.nan)
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN resample row
-            return np.nanmedian(a, axis=axis)
+    """Median over requests, NaN (no chunk after the first) left out."""
+    if a.size == 0 or np.all(np.isnan(a)):
+        return math.nan if axis is None else np.full(a.shape[0], np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN resample row
+        return np.nanmedian(a, axis=axis)
 
 
 def decompose(drafter: CellData, baseline: CellData, intervals: Intervals, speedup: float,

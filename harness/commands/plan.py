@@ -56,6 +56,11 @@ def run(args: argparse.Namespace) -> int:
             " (two greedy prompts; drafters must move their speculation counters and match"
             f" their baselines), ending on {cells[0].arm}, whose engine serves the first cell."
         )
+        floors = [f"{a.name} >= {a.drafter.expect.acceptance_length_min:g}" for a in study.arms
+                  if a.drafter and a.drafter.expect and a.drafter.expect.acceptance_length_min]
+        if floors:
+            console.print("acceptance floors checked there (tokens per round at one user): "
+                          + ", ".join(floors))
     else:
         console.print("no smoke stage (the study registers recording.smoke: false)")
     console.print(
