@@ -32,7 +32,9 @@ from harness.prereg.schema import Study
 
 PREDICTION_COLUMNS = ["engine_tokens_per_round", "engine_tokens_source", "predicted_speedup",
                       "predicted_round_cost_ratio", "prediction_gap", "round_cost_gap",
-                      "tokens_per_round_note"]
+                      "prediction_note", "tokens_per_round_note"]
+# Methods whose drafts cost no forward pass of a model of their own.
+MODEL_FREE = ("ngram", "suffix")
 AGREE_WITHIN = 0.05
 
 
@@ -72,6 +74,10 @@ def add_predictions(study: Study, speedups: pd.DataFrame, cells: pd.DataFrame) -
             speed, cost = predicted(study, r["arm"], int(r["concurrency"]), e)
             out.update(engine_tokens_per_round=e, engine_tokens_source=source,
                        predicted_speedup=speed, predicted_round_cost_ratio=cost)
+            drafter = study.arm(r["arm"]).drafter
+            if drafter.params_billion is None and drafter.method not in MODEL_FREE:
+                out["prediction_note"] = ("draft cost counted as 0: register the draft model's"
+                                          " size as drafter.params_billion")
             if not _nan(r.get("speedup")):
                 out["prediction_gap"] = float(r["speedup"]) / speed - 1.0
             if not _nan(r.get("round_cost_ratio")):

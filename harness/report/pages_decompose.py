@@ -108,6 +108,8 @@ def _table(a: Analysis, sp, tol: float) -> list[str]:
                          "FLAG" if r.decomposition_flag is True else ""])
             if r.decomposition_flag is True and r.decomposition_note:
                 notes.append(f"  {arm} c={r.concurrency}: {r.decomposition_note}")
+            if isinstance(r.prediction_note, str) and r.concurrency == lo["concurrency"]:
+                notes.append(f"  {arm}: predicted: {r.prediction_note}")
             if isinstance(r.tokens_per_round_note, str):
                 notes.append(f"  {arm} c={r.concurrency}: {r.tokens_per_round_note}")
     gaps = [float(g) for g in sp["prediction_gap"].dropna()]
