@@ -78,11 +78,15 @@ def _task_page(pdf: PdfPages, a: Analysis, task: str) -> None:
         if sp.empty:
             empty_axes(ax, "no usable speed cells")
         elif ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6, frameon=False, loc="lower left")
+            ax.legend(fontsize=6, frameon=False, loc="best")
     axes[0].axhline(1.0, color="black", lw=0.7)
     text = fig.add_subplot(grid[1, :])
     text.axis("off")
-    text.text(0, 1, "\n".join(_table(a, sp, tol)[:ROWS_ON_PAGE + 8]), va="top", ha="left",
+    lines = _table(a, sp, tol)
+    if len(lines) > ROWS_ON_PAGE + 8:  # the rest is in speedups.csv, never cut silently
+        lines = lines[:ROWS_ON_PAGE + 7] + [f"... {len(lines) - ROWS_ON_PAGE - 7} more lines:"
+                                            " speedups.csv has every row and note"]
+    text.text(0, 1, "\n".join(lines), va="top", ha="left",
               fontdict={**MONO, "size": 7}, transform=text.transAxes, linespacing=1.3)
     save(pdf, fig)
 
@@ -90,6 +94,7 @@ def _task_page(pdf: PdfPages, a: Analysis, task: str) -> None:
 def _table(a: Analysis, sp, tol: float) -> list[str]:
     rows = []
     notes: list[str] = []
+    tokens_notes: dict[str, list[tuple[int, str]]] = {}  # one line per drafter, not per level
     for arm, grp in sp.groupby("arm", sort=False):
         g = grp.sort_values("concurrency")
         lo = g.iloc[0]
@@ -111,7 +116,7 @@ def _table(a: Analysis, sp, tol: float) -> list[str]:
             if isinstance(r.prediction_note, str) and r.concurrency == lo["concurrency"]:
                 notes.append(f"  {arm}: predicted: {r.prediction_note}")
             if isinstance(r.tokens_per_round_note, str):
-                notes.append(f"  {arm} c={r.concurrency}: {r.tokens_per_round_note}")
+                tokens_notes.setdefault(arm, []).append((r.concurrency, r.tokens_per_round_note))
     gaps = [float(g) for g in sp["prediction_gap"].dropna()]
     lines = table_lines(["drafter", "users", "speedup", "explained", "gap", "predicted",
                          "meas/pred", "tok/round", "engine", "cost", "cost pred",
@@ -123,6 +128,10 @@ def _table(a: Analysis, sp, tol: float) -> list[str]:
                    " (faster than the roofline predicts: check its hardware figures)")
         lines.append(f"measured against predicted: mean {mean:+.1%}, range {min(gaps):+.1%} to"
                      f" {max(gaps):+.1%}{verdict}")
+    for arm, found in tokens_notes.items():
+        (c, note), rest = found[0], found[1:]
+        notes.append(f"  {arm} c={c}: {note}" + (
+            f"; likewise at c={', '.join(str(x) for x, _ in rest)}" if rest else ""))
     return lines + notes
 
 
