@@ -14,6 +14,9 @@ import pytest
 from tests.run.conftest import run_folder, specbench, verdict_of
 
 LEVELS = [1, 2, 4]
+# Round and step times are the scripted engine's wall-clock steps (kept on their declared
+# grid, so a loaded host moves them little): scripts/flaky.sh runs this file too.
+pytestmark = pytest.mark.timing
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +67,15 @@ def test_a_stale_drafter_shows_its_7_percent_first_position_not_the_bonus_token(
     # The good drafter's first position is kept every round, its second every other one.
     good = cells.loc["drafter/chat/speed/c001"]
     assert (good["accept_rate_pos1"], good["accept_rate_pos2"]) == (1.0, 0.5)
-    # Tokens per round from the client sit on 1 + p1 + p2 from the counters.
+    # Tokens per round from the client's chunks are the engine's own per-request count
+    # over the same requests (1 + kept / rounds); the counters' window also holds the
+    # warm-up requests, so 1 + p1 + p2 is near it, not equal.
     for c in LEVELS:
         row = cells.loc[f"stale/chat/speed/c{c:03d}"]
         assert row["tokens_per_step_client"] == pytest.approx(
-            1 + row["accept_rate_pos1"] + row["accept_rate_pos2"], rel=0.02)
+            row["accept_length_per_round_requests"], rel=1e-9), c
+        assert row["tokens_per_step_client"] == pytest.approx(
+            1 + row["accept_rate_pos1"] + row["accept_rate_pos2"], abs=0.1), c
     # Speculation never pays for it: 1.07 tokens a round at 1.25 times the step.
     sp = pd.read_csv(decompose_run / "speedups.csv")
     assert (sp[sp["arm"] == "stale"]["ci_upper"] < 1.0).all()
