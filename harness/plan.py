@@ -129,7 +129,6 @@ def roofline_step_s(study: Study, batch_tokens: int, params_billion: float | Non
     return max(memory_s, compute_s)
 
 
-_step_seconds = roofline_step_s
 
 
 def cell_seconds(study: Study, cell: Cell) -> float:
@@ -153,7 +152,7 @@ def cell_seconds(study: Study, cell: Cell) -> float:
         accept = arm.drafter.assumed_acceptance_length or est.assumed_acceptance_length
         per_step_tokens, emitted = c * (k + 1), c * min(accept, k + 1)
     steps = requests * out_tokens / emitted
-    return steps * _step_seconds(study, per_step_tokens)
+    return steps * roofline_step_s(study, per_step_tokens)
 
 
 def estimate(study: Study, cells: list[Cell]) -> Estimate:
@@ -165,7 +164,7 @@ def estimate(study: Study, cells: list[Cell]) -> Estimate:
     seconds = sum(cell_seconds(study, c) for c in cells)
     seconds += engine_starts * study.plan_estimate.engine_start_s
     hw, m = study.hardware, study.model
-    step_ms = _step_seconds(study, 1) * 1e3
+    step_ms = roofline_step_s(study, 1) * 1e3
     return Estimate(
         seconds=seconds,
         assumptions=[
