@@ -129,8 +129,6 @@ def roofline_step_s(study: Study, batch_tokens: int, params_billion: float | Non
     return max(memory_s, compute_s)
 
 
-
-
 def cell_seconds(study: Study, cell: Cell) -> float:
     arm = study.arm(cell.arm)
     task = study.task(cell.task)

@@ -20,7 +20,11 @@ VERDICT_COLOURS = {"PASS": "#1a7f37", "FAIL": "#c62828", "STOP": "#b26a00",
                    "INCOMPLETE": "#555555"}
 
 
-def headline_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
+NOTICE_LINES = 6  # deviations shown on page one (all of them on the bars page)
+
+
+def headline_page(pdf: PdfPages, a: Analysis, verdict: dict, notice: list[str] = ()) -> int:
+    """`notice`: lines a reader of the verdict must not miss (recorded deviations)."""
     study = a.run.study
     fig = new_page(f"Verdict: {verdict['verdict']}", f"{study.title}  |  run {a.run.run_id}"
                    f"  |  seal {str(verdict.get('seal'))[:16]}...")
@@ -31,10 +35,19 @@ def headline_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
     # Below the verdict word, never beside it: a long word (INCOMPLETE) would overlap.
     fig.text(0.03, 0.845, "\n".join(wrap_lines([reasons], 150)[:2] + [statuses]), fontsize=8.5,
              va="top", linespacing=1.4)
+    top = 0.74
+    if notice:
+        shown = wrap_lines(list(notice), 170)
+        if len(shown) > NOTICE_LINES:
+            shown = shown[:NOTICE_LINES - 1] + [f"  ... {len(shown) - NOTICE_LINES + 1} more"
+                                                " lines on the next page"]
+        fig.text(0.03, 0.775, "\n".join(shown), va="top", ha="left", color="#b26a00",
+                 fontdict={"family": "monospace", "size": 7}, linespacing=1.3)
+        top -= 0.022 * len(shown)
     tasks = speed_tasks(a)[:HEADLINE_TASKS] or [""]
     colours = arm_colours(a)
     n = len(tasks)
-    grid = fig.add_gridspec(2, n, height_ratios=[2.6, 1.0], left=0.06, right=0.98, top=0.74,
+    grid = fig.add_gridspec(2, n, height_ratios=[2.6, 1.0], left=0.06, right=0.98, top=top,
                             bottom=0.13, hspace=0.42, wspace=0.25)
     handles: dict = {}
     first = None

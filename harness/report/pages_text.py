@@ -28,7 +28,9 @@ def _wall(t: float | str | None) -> str:
 def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
     """Page one: the verdict and the headline figure (pages_headline.py); then each bar's
     status and summary, the smoke, deviations; evidence detail follows on text pages."""
-    pages = headline_page(pdf, a, verdict)
+    deviations = deviation_lines(a.run.manifest)
+    notice = ["Deviations from the registered study (manifest.json):", *deviations] if deviations else []
+    pages = headline_page(pdf, a, verdict, notice)
     lines: list[str] = []
     for bar in verdict["bars"]:
         lines.append(f"[{bar['status'].upper():>14}]  {bar['name']}")
@@ -42,7 +44,6 @@ def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
         lines.append("")
         lines.append("Excluded (invalid) cells, never used by a bar:")
         lines.extend(f"  {e['cell']}: {e['reason']}" for e in verdict["excluded_cells"])
-    deviations = deviation_lines(a.run.manifest)
     if deviations:
         lines.append("")
         lines.append("Deviations from the registered study (manifest.json):")

@@ -272,8 +272,8 @@ class SmokeStage:
                     counter=counter, acceptance=acceptance)
             acceptance = acceptance.model_copy(update={"allowed": True})
             self.store.append_manifest("deviations", {
-                "when": time.time(), "what": "drafter below its acceptance floor (--allow-deviation)",
-                "arm": name, "reason": reason})
+                "when": time.time(), "arm": name, "reason": reason,
+                "what": f"run below its acceptance floor (--allow-deviation): {reason}"})
             self.progress.note(f"[yellow]deviation recorded:[/yellow] {reason}; run anyway"
                                " (--allow-deviation)")
         return SmokeArmCheck(**fields, ended_wall=time.time(), status="passed", answers=answers,
