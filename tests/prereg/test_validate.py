@@ -380,3 +380,28 @@ def test_a_drafter_trained_against_another_base_fails_validate_naming_both(tmp_p
     # A head trained against the registered target passes as it is.
     code, out, _ = run_cli(capsys, "validate", str(eagle_study(tmp_path, "Qwen/Qwen3-8B-FP8")))
     assert code == 0 and "matches model.id 'Qwen/Qwen3-8B-FP8'" in out
+
+
+def test_a_fetched_drafter_is_checked_in_the_hub_cache(tmp_path, capsys, monkeypatch):
+    cache = tmp_path / "hub"
+    commit = "b" * 40
+    repo = cache / "models--org--eagle3-head"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").write_text(json.dumps(
+        {"speculators_config": {"verifier": {"name_or_path": "Qwen/Qwen3-8B"}}}))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    path = eagle_study(tmp_path, "unused")
+    data = yaml.safe_load(path.read_text())
+    data["arms"][3]["drafter"]["model"] = "org/eagle3-head"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    code, _, err = run_cli(capsys, "validate", str(path))
+    assert code == 2
+    assert "trained against 'Qwen/Qwen3-8B'" in err and "'Qwen/Qwen3-8B-FP8'" in err
+    # Not fetched: said, not refused.
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    code, out, _ = run_cli(capsys, "validate", str(path))
+    assert code == 0
+    assert ("v-eagle3: drafter checkpoint not on disk here: its base is checked after"
+            " `specbench fetch`") in out
