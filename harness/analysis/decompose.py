@@ -4,8 +4,10 @@ A streamed chunk is one engine step of its request: vLLM 0.32 sends one output p
 engine step unless `--stream-interval` (SchedulerConfig.stream_interval, default 1,
 vllm/config/scheduler.py:213) holds tokens back (vllm/v1/engine/output_processor.py:324,
 which sends only once `stream_interval` tokens are pending, the first token, or the
-end); SGLang streams one chunk per `--stream-interval` decode steps (default 1). So
-with the defaults, per request:
+end). SGLang's scheduler sends a request's output when `decode_forward_ct %
+stream_interval == 0` (one per decode forward pass at `--stream-interval 1`, the
+default), besides its first token and its end: read in an older SGLang tree's scheduler,
+not yet checked in 0.5.23's. So with the defaults, per request:
 
     tokens per round = tokens after the first chunk / chunks after the first
     round time       = (end - first token) / chunks after the first
