@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from harness import __version__
@@ -55,6 +56,11 @@ def dispatch(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("specbench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader left (`| head`): what it wanted was printed. Point stdout at
+        # /dev/null so the interpreter's own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -187,13 +187,15 @@ class Estimate:
     assumptions: list[str]
 
 
-def _step_seconds(study: Study, batch_tokens: int) -> float:
-    """Roofline for one decode step: the larger of reading the weights once and
-    the matmul FLOPs for the tokens in the step (2 FLOPs per parameter per token)."""
+def roofline_step_s(study: Study, batch_tokens: int, params_billion: float | None = None) -> float:
+    """Roofline for one forward pass: the larger of reading the weights once and the
+    matmul FLOPs for the tokens in it (2 FLOPs per parameter per token). The target's
+    by default; `params_billion` for a draft model at the model's bytes per parameter."""
     m, hw = study.model, study.hardware
-    weight_bytes = m.params_billion * 1e9 * m.weight_bytes_per_param
+    params = m.params_billion if params_billion is None else params_billion
+    weight_bytes = params * 1e9 * m.weight_bytes_per_param
     memory_s = weight_bytes / (hw.memory_bandwidth_gb_s * 1e9)
-    compute_s = 2 * m.params_billion * 1e9 * batch_tokens / (hw.dense_tflops * 1e12)
+    compute_s = 2 * params * 1e9 * batch_tokens / (hw.dense_tflops * 1e12)
     return max(memory_s, compute_s)
 
 
@@ -218,7 +220,7 @@ def cell_seconds(study: Study, cell: Cell) -> float:
         accept = arm.drafter.assumed_acceptance_length or est.assumed_acceptance_length
         per_step_tokens, emitted = c * (k + 1), c * min(accept, k + 1)
     steps = requests * out_tokens / emitted
-    return steps * _step_seconds(study, per_step_tokens)
+    return steps * roofline_step_s(study, per_step_tokens)
 
 
 def estimate(study: Study, cells: list[Cell]) -> Estimate:
@@ -231,7 +233,7 @@ def estimate(study: Study, cells: list[Cell]) -> Estimate:
     seconds = sum(cell_seconds(study, c) for c in cells)
     seconds += engine_starts * study.plan_estimate.engine_start_s
     hw, m = study.hardware, study.model
-    step_ms = _step_seconds(study, 1) * 1e3
+    step_ms = roofline_step_s(study, 1) * 1e3
     return Estimate(
         seconds=seconds,
         assumptions=[

@@ -269,6 +269,15 @@ class SmokeCounter(RecordModel):
     moved: bool
 
 
+class SmokeAcceptance(RecordModel):
+    """A drafter's tokens per round over its smoke prompts against its registered floor."""
+
+    tokens_per_round: float | None  # the client's: tokens after the first chunk / chunks
+    floor: float  # drafter.expect.acceptance_length_min
+    below: bool
+    allowed: bool = False  # below, and run anyway under --allow-deviation
+
+
 class SmokeArmCheck(RecordModel):
     """One arm's own smoke check: it started, answered, and (drafters) drafted."""
 
@@ -282,12 +291,13 @@ class SmokeArmCheck(RecordModel):
     ended_wall: float
     engine: Literal["started", "reused", "attached", "not started"]
     status: SmokeStatus
-    failed_check: Literal["start", "answer", "counter"] | None = None
+    failed_check: Literal["start", "answer", "counter", "acceptance"] | None = None
     reason: str | None = None  # one line naming the arm
     log_line: str | None = None  # the engine log's last relevant line
     log_path: str | None = None
     answers: list[SmokeAnswer] = Field(default_factory=list)
     counter: SmokeCounter | None = None  # drafter arms
+    acceptance: SmokeAcceptance | None = None  # drafter arms with drafter.expect
 
 
 class SmokeIdentityCheck(RecordModel):

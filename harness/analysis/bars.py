@@ -33,6 +33,7 @@ from harness.analysis.bar_common import (
 from harness.analysis.gpu import throttled_cells
 from harness.analysis.identity import compare_identity
 from harness.analysis.load import CellData, RunData, load_run
+from harness.analysis.pays import speculation_pays
 from harness.analysis.tables import Analysis, analyse
 from harness.prereg.schema import Study
 
@@ -238,6 +239,9 @@ def evaluate(a: Analysis) -> dict:
         "gpu_throttle_policy": run.study.recording.gpu_throttle,
         "gpu_throttled_cells": throttled_cells(run),
         "skipped_cells": run.manifest.get("skipped") or [],
+        # Per drafter and task: the highest level whose speedup interval stays above 1.0,
+        # and the engine setting that would gate speculation there (analysis/pays.py).
+        "speculation_pays": speculation_pays(run.study, a.speedups),
         "generated_wall": time.time(),
     }
     return clean_json(out)

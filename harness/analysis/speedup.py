@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.cells import cell_speeds
+from harness.analysis.decompose import DECOMPOSITION_COLUMNS, decompose
 from harness.analysis.intervals import (
     interval_caveat,
     session_ratio,
@@ -38,18 +39,31 @@ class Ratio:
     ci_upper: float
 
 
+def bootstrap_draws(n_drafter: int, n_baseline: int, intervals: Intervals,
+                    key: str = "") -> tuple[np.ndarray, np.ndarray]:
+    """The resamples' request indices into each arm's requests, one row a resample:
+    the speedup and its decomposition (decompose.py) are drawn from the same ones."""
+    rng = np.random.default_rng([intervals.seed, zlib.crc32(key.encode())])
+    b = intervals.bootstrap_resamples
+    return (rng.integers(0, n_drafter, size=(b, n_drafter)),
+            rng.integers(0, n_baseline, size=(b, n_baseline)))
+
+
 def bootstrap_ratio(drafter: np.ndarray, baseline: np.ndarray, intervals: Intervals,
                     key: str = "") -> Ratio:
     """Ratio of medians with a percentile bootstrap interval at intervals.level."""
     point = float(np.median(drafter) / np.median(baseline))
-    rng = np.random.default_rng([intervals.seed, zlib.crc32(key.encode())])
-    b = intervals.bootstrap_resamples
-    d = np.median(drafter[rng.integers(0, len(drafter), size=(b, len(drafter)))], axis=1)
-    s = np.median(baseline[rng.integers(0, len(baseline), size=(b, len(baseline)))], axis=1)
+    d_idx, s_idx = bootstrap_draws(len(drafter), len(baseline), intervals, key)
+    d = np.median(drafter[d_idx], axis=1)
+    s = np.median(baseline[s_idx], axis=1)
     ratios = d / s
     tail = (1.0 - intervals.level) / 2.0 * 100.0
     lo, hi = np.percentile(ratios, [tail, 100.0 - tail])
     return Ratio(point, float(lo), float(hi))
+
+
+def pair_key(drafter: CellData, baseline: CellData) -> str:
+    return f"{drafter.id}|{baseline.id}"
 
 
 SPEEDUP_COLUMNS = [
@@ -61,7 +75,7 @@ SPEEDUP_COLUMNS = [
     # ci_lower/ci_upper resample sessions first; the *_within pair holds them fixed.
     "sessions", "ci_lower_within", "ci_upper_within", "session_speeds_drafter",
     "session_speeds_baseline", "session_spread_drafter", "session_spread_baseline",
-    "resample_unit", "interval_caveat",
+    "resample_unit", "interval_caveat", *DECOMPOSITION_COLUMNS,
 ]
 
 
@@ -130,6 +144,15 @@ def speedup_table(run: RunData) -> pd.DataFrame:
                 else:
                     row.update(_session_figures(d_sessions, b_sessions, intervals,
                                                 f"{dc.id}|{bc.id}"))
+                    if row.get("status") == "ok":
+                        # The split is of session 1's cells (the only one unless sessions
+                        # repeat), against their own ratio of medians, with intervals from
+                        # request resamples of those cells.
+                        ds, bs = cell_speeds(dc), cell_speeds(bc)
+                        draws = bootstrap_draws(len(ds), len(bs), intervals, pair_key(dc, bc))
+                        row.update(decompose(dc, bc, intervals,
+                                             float(np.median(ds) / np.median(bs)), draws,
+                                             study.bars.decomposition.tolerance))
                 # Flagged, not judged here: recording.gpu_throttle decides whether such a
                 # cell was measured again (harness.measure.usable).
                 row["gpu_throttled_cells"] = _throttled(*d_sessions, *b_sessions)

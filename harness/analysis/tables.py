@@ -12,6 +12,7 @@ from harness.analysis.cells import cell_table
 from harness.analysis.identity import compare_identity
 from harness.analysis.load import RunData, load_run
 from harness.analysis.open_loop import fleet_table, open_loop_table
+from harness.analysis.predict import add_predictions
 from harness.analysis.speedup import knee_table, speedup_table
 from harness.prereg.schema import Study
 
@@ -75,9 +76,11 @@ def accuracy_table(run: RunData) -> pd.DataFrame:
 
 def analyse(run_dir: str | Path | RunData, study: Study | None = None) -> Analysis:
     run = run_dir if isinstance(run_dir, RunData) else load_run(run_dir, study)
-    speedups = speedup_table(run)
+    cells = cell_table(run)
+    # Beside each measured speedup, the roofline formula's (analysis/predict.py).
+    speedups = add_predictions(run.study, speedup_table(run), cells)
     open_table = open_loop_table(run)
-    return Analysis(run, cell_table(run), speedups, knee_table(run, speedups), identity_table(run),
+    return Analysis(run, cells, speedups, knee_table(run, speedups), identity_table(run),
                     accuracy_table(run), open_table, fleet_table(run, open_table))
 
 

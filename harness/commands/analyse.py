@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
+from harness.commands.output import add_format_option, write_json, write_table
 from harness.commands.report import resolve_run
 from harness.paths import RESULTS_DIR
 
@@ -18,6 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        " tables and verdict.json into the run folder)")
     p.add_argument("run", help="run id (under --results) or run folder")
     p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders are")
+    add_format_option(p)
     p.set_defaults(func=run)
 
 
@@ -35,24 +36,35 @@ def run(args: argparse.Namespace) -> int:
     root = resolve_run(args.run, args.results)
     done = finalize_run(root)
     a, verdict = done.analysis, done.verdict
-    console = Console(highlight=False)
+    fmt = getattr(args, "format", "table")
+    if fmt == "csv":  # the whole speedups table, decomposition and prediction included
+        sp = a.speedups
+        write_table(list(sp.columns), sp.itertuples(index=False, name=None), fmt)
+        return 0
+    if fmt == "json":
+        write_json({"speedups": a.speedups.to_dict(orient="records"),
+                    "knees": a.knees.to_dict(orient="records"), "verdict": verdict})
+        return 0
+    console = Console(highlight=False, soft_wrap=True)
     level = a.run.study.bars.intervals.level
-    table = Table(title=f"speedups (median per-user speed ratio, {level:.0%} bootstrap interval)",
-                  show_edge=False)
-    for col in ("task", "arm", "c", "speedup", "interval", "drafter tok/s", "baseline tok/s",
-                "status"):
-        table.add_column(col, justify="right" if col in ("c", "speedup") else "left")
-    for r in a.speedups.itertuples():
-        table.add_row(r.task, r.arm, str(r.concurrency), _f(r.speedup),
-                      f"[{_f(r.ci_lower)}, {_f(r.ci_upper)}]" if r.status == "ok" else "-",
-                      _f(r.speed_drafter, ".1f"), _f(r.speed_baseline, ".1f"), r.status)
-    console.print(table)
-    knees = Table(title="knee (interval's lower bound reaches 1.0)", show_edge=False)
-    for col in ("task", "arm", "knee", "note"):
-        knees.add_column(col)
-    for k in a.knees.itertuples():
-        knees.add_row(k.task, k.arm, k.label, k.note)
-    console.print(knees)
+    headers = ["task", "arm", "c", "speedup", "interval", "tok/round", "cost", "explained",
+               "predicted", "drafter tok/s", "baseline tok/s", "status"]
+    rows = [[r.task, r.arm, r.concurrency, _f(r.speedup),
+             f"[{_f(r.ci_lower)}, {_f(r.ci_upper)}]" if r.status == "ok" else "-",
+             _f(r.tokens_per_round), _f(r.round_cost_ratio), _f(r.explained_speedup)
+             + (" FLAG" if r.decomposition_flag is True else ""), _f(r.predicted_speedup),
+             _f(r.speed_drafter, ".1f"), _f(r.speed_baseline, ".1f"), r.status]
+            for r in a.speedups.itertuples()]
+    write_table(headers, rows, fmt, right=("c", "speedup"),
+                title=f"speedups (median per-user speed ratio, {level:.0%} bootstrap interval;"
+                      " speedup = tok/round over the baseline's / cost):")
+    print()
+    write_table(["task", "arm", "knee", "note"],
+                [[k.task, k.arm, k.label, k.note] for k in a.knees.itertuples()], fmt,
+                title="knee (interval's lower bound reaches 1.0):")
+    for p in verdict.get("speculation_pays") or []:
+        console.print(f"speculation pays: {p['arm']} / {p['task']}: {p['label']}"
+                      + (f"; gate: {p['gate']}" if p.get("gate") else ""), markup=False)
     console.print(f"[bold]verdict: {verdict['verdict']}[/bold]  ({root / 'verdict.json'})")
     for bar in verdict["bars"]:
         console.print(f"  {bar['name']}: {bar['status']}")

@@ -6,8 +6,8 @@ import argparse
 from collections import Counter
 
 from rich.console import Console
-from rich.table import Table
 
+from harness.commands.output import add_format_option, write_json, write_table
 from harness.plan import engine_blocks, estimate, plan_cells
 from harness.prereg import load_study_file
 
@@ -15,6 +15,7 @@ from harness.prereg import load_study_file
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="list the cells of a study in run order, with an estimate")
     p.add_argument("file", help="the study's prereg YAML")
+    add_format_option(p)
     p.set_defaults(func=run)
 
 
@@ -25,21 +26,26 @@ def _hours(seconds: float) -> str:
 def run(args: argparse.Namespace) -> int:
     study = load_study_file(args.file).study
     cells = plan_cells(study)
-    console = Console(highlight=False)
-    table = Table(show_edge=False)
     sessions = study.recording.sessions
-    columns = ["#", "stage", *(["session"] if sessions > 1 else []), "arm", "task", "cell",
-               "load", "requests"]
-    for col in columns:
-        table.add_column(col, justify="left" if col in ("arm", "task", "cell", "load") else "right")
-    for i, cell in enumerate(cells, 1):
-        requests = str(cell.requests) if cell.requests is not None else "by duration"
-        if cell.warmup:
-            requests += f" (+{cell.warmup} warm-up)"
-        session = [str(cell.session or "")] if sessions > 1 else []
-        table.add_row(str(i), str(cell.stage), *session, cell.arm, cell.task, cell.kind,
-                      cell.load_label, requests)
-    console.print(table)
+    headers = ["#", "stage", *(["session"] if sessions > 1 else []), "arm", "task", "cell",
+               "load", "requests", "warmup"]
+    rows = [[i, cell.stage, *([cell.session or ""] if sessions > 1 else []), cell.arm,
+             cell.task, cell.kind, cell.load_label,
+             cell.requests if cell.requests is not None else "by duration", cell.warmup]
+            for i, cell in enumerate(cells, 1)]
+    fmt = getattr(args, "format", "table")
+    if fmt == "csv":
+        write_table(headers, rows, fmt)
+        return 0
+    est = estimate(study, cells)
+    if fmt == "json":
+        write_json({"cells": [dict(zip(headers, r, strict=True)) for r in rows],
+                    "estimated_gpu_seconds": est.seconds, "assumptions": est.assumptions,
+                    "smoke": bool(study.recording.smoke and cells)})
+        return 0
+    # soft_wrap: lines are never broken at the terminal's (or a pipe's 80) columns.
+    console = Console(highlight=False, soft_wrap=True)
+    write_table(headers, rows, fmt, right=("#", "stage", "requests", "warmup"))
     kinds = Counter(c.kind for c in cells)
     total_requests = sum((c.requests or 0) + c.warmup for c in cells)
     console.print(
@@ -53,6 +59,11 @@ def run(args: argparse.Namespace) -> int:
             " (two greedy prompts; drafters must move their speculation counters and match"
             f" their baselines), ending on {cells[0].arm}, whose engine serves the first cell."
         )
+        floors = [f"{a.name} >= {a.drafter.expect.acceptance_length_min:g}" for a in study.arms
+                  if a.drafter and a.drafter.expect and a.drafter.expect.acceptance_length_min]
+        if floors:
+            console.print("acceptance floors checked there (tokens per round at one user): "
+                          + ", ".join(floors))
     else:
         console.print("no smoke stage (the study registers recording.smoke: false)")
     console.print(
@@ -66,7 +77,6 @@ def run(args: argparse.Namespace) -> int:
             f" {sessions} sessions each, every session a fresh engine start, arms interleaved"
             " (baseline, drafter, drafter, baseline, ...): "
             f"{len(engine_blocks(cells))} engine starts for the cells.")
-    est = estimate(study, cells)
     console.print(f"[bold]estimated GPU time: {_hours(est.seconds)}[/bold] (an estimate, not a"
                   " measurement; roofline assumptions:)")
     for line in est.assumptions:

@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="continue a run (its id or folder; default: the newest run of FILE),"
                         " skipping complete cells")
     p.add_argument("--allow-deviation", action="store_true",
-                   help="resume even though the study's seal changed; the deviation is recorded")
+                   help="resume even though the study's seal changed, or run a drafter below its"
+                        " drafter.expect floor in the smoke; the deviation is recorded")
     p.add_argument("--allow-unpinned", action="store_true",
                    help="run a GPU study with unpinned revisions or open TO FIX BEFORE THE RUN"
                         " markers; each is recorded as a deviation")
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     record_runner(store)
     for change in record_environments(store, study):  # every engine venv's packages
         console.print(f"[yellow]deviation recorded:[/yellow] {change}")
-    Runner(store, study, console).run()
+    Runner(store, study, console, allow_deviation=args.allow_deviation).run()
     from harness.finalize import finalize_run
 
     pdf = None if args.no_report else args.reports / f"{store.run_id}.pdf"

@@ -6,9 +6,11 @@ import argparse
 import functools
 
 from rich.console import Console
-from rich.table import Table
 
+from harness.commands.output import add_format_option, write_json, write_table
+from harness.errors import InputError
 from harness.prereg import LoadedStudy, load_study_file, seal_of
+from harness.prereg.drafter_base import base_line, check_drafter_bases
 from harness.prereg.pins import MARKER, pin_report
 from harness.prereg.schema import Study
 
@@ -16,38 +18,51 @@ from harness.prereg.schema import Study
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check a prereg file and print its summary and seal")
     p.add_argument("file", help="the study's prereg YAML")
+    add_format_option(p)
     p.set_defaults(func=run)
 
 
-def arm_summary(study: Study) -> Table:
-    table = Table(title="arms", title_justify="left", show_edge=False)
-    for col in ("arm", "engine", "drafter", "k", "baseline", "start"):
-        table.add_column(col)
+ARM_COLUMNS = ["arm", "engine", "drafter", "k", "baseline", "start"]
+
+
+def arm_rows(study: Study) -> list[list[object]]:
+    rows: list[list[object]] = []
     for arm in study.arms:
         d = arm.drafter
         start = "attach " + arm.attach.base_url if arm.attach else "launch"
-        table.add_row(
-            arm.name,
-            arm.engine,
-            f"{d.method} {d.model or ''}".strip() if d else "none",
-            str(d.num_draft_tokens) if d else "-",
-            arm.baseline or "(baseline)",
-            start,
-        )
-    return table
+        rows.append([arm.name, arm.engine, f"{d.method} {d.model or ''}".strip() if d else "none",
+                     d.num_draft_tokens if d else "-", arm.baseline or "(baseline)", start])
+    return rows
 
 
 def run(args: argparse.Namespace) -> int:
     loaded = load_study_file(args.file)
     study = loaded.study
     seal = seal_of(study)
-    console = Console(highlight=False)
+    fmt = getattr(args, "format", "table")
+    if fmt != "table":
+        checks = check_drafter_bases(loaded)
+        problems = [c.problem for c in checks if c.problem]
+        if problems:
+            raise InputError(*problems)
+        if fmt == "csv":
+            write_table(ARM_COLUMNS, arm_rows(study), fmt)
+        else:
+            report = pin_report(loaded)
+            write_json({"title": study.title, "seal": seal,
+                        "arms": [dict(zip(ARM_COLUMNS, r, strict=True)) for r in arm_rows(study)],
+                        "unpinned": [f"{c.where}: {c.repo}" for c in report.unpinned],
+                        "open_markers": [f"{m.file}:{m.line}: {m.text}" for m in report.markers],
+                        "drafter_bases": [base_line(c).strip() for c in checks]})
+        return 0
+    # soft_wrap: lines are never broken at the terminal's (or a pipe's 80) columns.
+    console = Console(highlight=False, soft_wrap=True)
     console.print(f"[bold]{study.title}[/bold]  (registered {study.registered})")
     console.print(
         f"model {study.model.id}@{study.model.revision or '-'}"
         f"  on {study.hardware.count} x {study.hardware.gpu}"
     )
-    console.print(arm_summary(study))
+    write_table(ARM_COLUMNS, arm_rows(study), fmt, right=("k",), title="arms")
     closed = study.loads.closed_loop
     console.print(
         f"closed loop: concurrency {closed.concurrency}; requests per cell"
@@ -78,6 +93,14 @@ def run(args: argparse.Namespace) -> int:
     if loaded.arm_files:
         console.print("arm files: " + ", ".join(str(p) for p in loaded.arm_files.values()))
     print_pins(console, loaded)
+    checks = check_drafter_bases(loaded)
+    if checks:
+        console.print("drafter bases (what each checkpoint was trained against):", soft_wrap=True)
+        for check in checks:
+            console.print(base_line(check), soft_wrap=True, markup=False)
+    problems = [c.problem for c in checks if c.problem]
+    if problems:
+        raise InputError(*problems)
     print(f"seal: {seal}")
     return 0
 

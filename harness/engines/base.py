@@ -70,6 +70,11 @@ class EngineKind(ABC):
             return "none (no drafter)"
         return "checkpoint's own" if d.quantization == "checkpoint" else d.quantization
 
+    def speculation_gate(self, arm: Arm, up_to: int | None) -> str:
+        """The engine setting that would switch this drafter off above `up_to` users
+        (None: it never paid) in a deployment, or why there is none."""
+        return f"{self.name}: no batch-size gate for speculation known to specbench"
+
     def dialect_for(self, arm: Arm) -> Literal["vllm", "sglang"]:
         """The /metrics dialect this arm's engine speaks (a kind may decide per arm)."""
         return self.metrics_dialect

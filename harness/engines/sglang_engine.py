@@ -130,6 +130,15 @@ def min_free_slots(algorithm: str | None, explicit: int | None, max_running: int
 
 class SglangKind(EngineKind):
     name: ClassVar[str] = "sglang"
+
+    def speculation_gate(self, arm: Arm, up_to: int | None) -> str:
+        # Not found for 0.5.23: the PRs that added a batch-size fallback to plain decode
+        # (sgl-project/sglang 13376, 13804) were closed unmerged; 24055 (merged) adapts
+        # speculative_num_steps to the batch, it does not switch drafting off.
+        return ("SGLang 0.5.23: no batch-size switch-off for speculation; serve loads above"
+                f" {up_to} users from a no-drafter deployment" if up_to is not None else
+                "SGLang 0.5.23: speculation never paid here; serve this load without the"
+                " drafter")
     metrics_dialect: ClassVar[Literal["vllm", "sglang"]] = "sglang"
     engine_module: ClassVar[str] = "sglang"
     gpu: ClassVar[bool] = True

@@ -66,6 +66,9 @@ def speculative_config(arm: Arm) -> dict[str, Any] | None:
 
 class VllmKind(EngineKind):
     name: ClassVar[str] = "vllm"
+
+    def speculation_gate(self, arm: Arm, up_to: int | None) -> str:
+        return _vllm_gate(arm, up_to)
     metrics_dialect: ClassVar[Literal["vllm", "sglang"]] = "vllm"
     engine_module: ClassVar[str] = "vllm"
     expected_version: ClassVar[str | None] = "0.32"
@@ -151,6 +154,20 @@ class VllmKind(EngineKind):
             # `vllm --version` prints the bare version; tag it so the parser finds it.
             return [*launch.command, "--version"]
         return super().version_command(arm)
+
+
+def _vllm_gate(arm: Arm, up_to: int | None) -> str:
+    # vLLM 0.32 has no disable_by_batch_size (V0's, gone); its gate is the dynamic
+    # schedule num_speculative_tokens_per_batch_size (vllm/config/speculative.py:491),
+    # inclusive (start, end, k) ranges from batch 1 where k = 0 drafts nothing
+    # (vllm/v1/spec_decode/dynamic/utils.py:52 allows >= 0); vllm/config/vllm.py:1058
+    # drops it under data parallelism.
+    k = arm.drafter.num_draft_tokens if arm.drafter else 0
+    if up_to is None:
+        return "vLLM 0.32: speculation never paid here; serve this load without the drafter"
+    return ("vLLM 0.32 --speculative-config: \"num_speculative_tokens_per_batch_size\":"
+            f" [[1, {up_to}, {k}], [{up_to + 1}, <max_num_seqs>, 0]] (no drafts above"
+            f" {up_to} running requests; ignored with data parallelism)")
 
 
 class VllmCpuKind(VllmKind):

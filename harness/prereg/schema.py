@@ -93,6 +93,12 @@ class Attach(Strict):
         return v.rstrip("/")
 
 
+class DrafterExpect(Strict):
+    # Tokens per round at one user, from the client's chunks over the smoke prompts: a
+    # drafter below it (a head left stale by a changed target) stops the run there.
+    acceptance_length_min: Annotated[float, Field(ge=1)] | None = None
+
+
 class Drafter(Strict):
     # specbench spelling, lowercase (ngram, eagle3, eagle, draft_model, dflash, mtp,
     # standalone, suffix, ...). Free text on purpose: the engine is the authority on
@@ -109,6 +115,17 @@ class Drafter(Strict):
     options: dict[str, Any] = Field(default_factory=dict)  # engine-specific extras
     # Only for the plan's GPU-time estimate, never for a verdict.
     assumed_acceptance_length: Positive | None = None
+    # The roofline prediction beside each measured speedup (analysis/predict.py): the
+    # draft model's size (None: no draft weights, e.g. n-gram lookup, costed at 0) and
+    # its forward passes per round (None: one per draft token; a block drafter: 1).
+    params_billion: Positive | None = None
+    draft_steps: PositiveInt | None = None
+    # What this drafter must at least reach, checked in the smoke stage (run/smoke.py).
+    expect: DrafterExpect | None = None
+    # The base model this checkpoint was trained against, when it is not the study's
+    # target on purpose: `validate` then accepts a checkpoint config naming it
+    # (prereg/drafter_base.py), and the verdict page shows it.
+    trained_against: str | None = None
 
 
 class Arm(Strict):
@@ -359,11 +376,18 @@ class Intervals(Strict):
     seed: int = 0
 
 
+class Decomposition(Strict):
+    # A speedup whose two factors (tokens per round, round cost: analysis/decompose.py)
+    # explain it to worse than this share is flagged, and the report says which moved.
+    tolerance: Annotated[float, Field(gt=0, lt=1)] = 0.05
+
+
 class Bars(Strict):
     pass_: PassBar = Field(default_factory=PassBar, alias="pass")
     stop: StopBar = Field(default_factory=StopBar)
     check: CheckBar = Field(default_factory=CheckBar)
     intervals: Intervals = Field(default_factory=Intervals)
+    decomposition: Decomposition = Field(default_factory=Decomposition)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

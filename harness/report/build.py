@@ -12,6 +12,7 @@ from harness.report.pages_acceptance import (
     consistency_page,
     three_figures_pages,
 )
+from harness.report.pages_decompose import decomposition_pages
 from harness.report.pages_gpu import gpu_pages
 from harness.report.pages_load import delivered_load_page
 from harness.report.pages_open import open_loop_page
@@ -33,6 +34,7 @@ def write_pdf(a: Analysis, verdict: dict, out_pdf: Path) -> int:
             pages += verdict_page(pdf, a, verdict)
             pages += speedup_pages(pdf, a)
             pages += interval_pages(pdf, a)
+            pages += decomposition_pages(pdf, a)
             pages += speed_curve_pages(pdf, a)
             pages += acceptance_pages(pdf, a)
             pages += consistency_page(pdf, a)

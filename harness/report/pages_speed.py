@@ -18,7 +18,7 @@ def arm_colours(a: Analysis) -> dict[str, str]:
     return {arm.name: palette[i % len(palette)] for i, arm in enumerate(a.run.study.arms)}
 
 
-def _speed_tasks(a: Analysis) -> list[str]:
+def speed_tasks(a: Analysis) -> list[str]:
     return [t.name for t in a.run.study.tasks if "speed" in t.uses]
 
 
@@ -28,7 +28,6 @@ def _chunks(items: list[str], n: int) -> list[list[str]]:
 
 def speedup_pages(pdf: PdfPages, a: Analysis) -> int:
     study = a.run.study
-    levels = study.loads.closed_loop.concurrency
     colours = arm_colours(a)
     bars = study.bars
     note = (f"median per-user speed ratio vs the same-engine baseline; band = "
@@ -43,56 +42,67 @@ def speedup_pages(pdf: PdfPages, a: Analysis) -> int:
     if a.run.stop_fired:
         note += "; STOP fired: higher levels skipped"
     pages = 0
-    for tasks in _chunks(_speed_tasks(a), TASKS_PER_PAGE):
+    for tasks in _chunks(speed_tasks(a), TASKS_PER_PAGE):
         fig = new_page("Speedup vs concurrency", note)
         axes = fig.subplots(1, max(1, len(tasks)), squeeze=False)[0]
         fig.subplots_adjust(left=0.06, right=0.98, top=0.83, bottom=0.2, wspace=0.25)
-        handles = {}
+        handles: dict = {}
         for ax, task in zip(axes, tasks, strict=False):
-            sp = a.speedups[(a.speedups["task"] == task) & (a.speedups["status"] == "ok")]
-            top = 1.5
-            for arm, grp in sp.groupby("arm", sort=False):
-                grp = grp.sort_values("concurrency")
-                c = colours[arm]
-                (line,) = ax.plot(grp["concurrency"], grp["speedup"], "o-", color=c, label=arm,
-                                  lw=1.6, ms=4)
-                ax.fill_between(grp["concurrency"].astype(float), grp["ci_lower"].astype(float),
-                                grp["ci_upper"].astype(float), color=c, alpha=0.18, lw=0)
-                handles[arm] = line
-                rerun = grp[grp["baseline_rerun_speed"].notna()]
-                if len(rerun):  # the check bar's rerun, shown beside the original
-                    ratio = rerun["speed_drafter"].astype(float) / rerun[
-                        "baseline_rerun_speed"].astype(float)
-                    handles["against the baseline rerun"] = ax.plot(
-                        rerun["concurrency"], ratio, "x", color=c, ms=9, mew=2)[0]
-                top = max(top, float(grp["ci_upper"].max()))
-                _mark_knee(ax, a, arm, task, c, levels)
-            h1 = ax.axhline(1.0, color="black", lw=0.8)
-            h2 = ax.axhline(bars.pass_.speed.threshold, color="#1a7f37", ls="--", lw=1)
-            h3 = ax.axhline(bars.stop.threshold, color="#b26a00", ls=":", lw=1.2)
-            handles["no gain (1.0x)"] = h1
-            handles[f"pass bar ({bars.pass_.speed.threshold:g}x)"] = h2
-            handles[f"stop bar ({bars.stop.threshold:g}x)"] = h3
-            if top > bars.check.threshold * 0.9:
-                handles[f"check bar ({bars.check.threshold:g}x)"] = ax.axhline(
-                    bars.check.threshold, color="#c62828", ls="-.", lw=1)
-            log2_axis(ax, levels)
-            ax.set_ylim(0, top * 1.1)
-            ax.set_title(f"task: {task}", fontsize=11)
-            ax.set_xlabel("concurrent users (closed loop)")
-            ax.set_ylabel("speedup (x, per-user speed ratio)")
-            ax.grid(alpha=0.3)
-            if sp.empty:
-                empty_axes(ax, "no usable speed cells")
-        handles["knee (interval reaches 1.0)"] = axes[0].plot([], [], "v", color="gray", ms=8)[0]
-        if a.knees["status"].isin(["beyond", "beyond_skipped"]).any():
-            handles["knee beyond the highest level"] = axes[0].plot([], [], ">", color="gray",
-                                                                    ms=6)[0]
-        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=4, fontsize=8,
-                   frameon=False)
+            speedup_axes(ax, a, task, handles, colours)
+        speedup_legend(fig, axes[0], a, handles)
         save(pdf, fig)
         pages += 1
     return pages
+
+
+def speedup_axes(ax, a: Analysis, task: str, handles: dict, colours: dict[str, str]) -> None:
+    """One task's speedup against users: every drafter with its interval band, the 1.0,
+    pass and stop lines (the check line when in reach), each knee marked."""
+    study = a.run.study
+    levels = study.loads.closed_loop.concurrency
+    bars = study.bars
+    sp = a.speedups[(a.speedups["task"] == task) & (a.speedups["status"] == "ok")]
+    top = 1.5
+    for arm, grp in sp.groupby("arm", sort=False):
+        grp = grp.sort_values("concurrency")
+        c = colours[arm]
+        (line,) = ax.plot(grp["concurrency"], grp["speedup"], "o-", color=c, label=arm,
+                          lw=1.6, ms=4)
+        ax.fill_between(grp["concurrency"].astype(float), grp["ci_lower"].astype(float),
+                        grp["ci_upper"].astype(float), color=c, alpha=0.18, lw=0)
+        handles[arm] = line
+        rerun = grp[grp["baseline_rerun_speed"].notna()]
+        if len(rerun):  # the check bar's rerun, shown beside the original
+            ratio = rerun["speed_drafter"].astype(float) / rerun[
+                "baseline_rerun_speed"].astype(float)
+            handles["against the baseline rerun"] = ax.plot(
+                rerun["concurrency"], ratio, "x", color=c, ms=9, mew=2)[0]
+        top = max(top, float(grp["ci_upper"].max()))
+        _mark_knee(ax, a, arm, task, c, levels)
+    handles["no gain (1.0x)"] = ax.axhline(1.0, color="black", lw=0.8)
+    handles[f"pass bar ({bars.pass_.speed.threshold:g}x)"] = ax.axhline(
+        bars.pass_.speed.threshold, color="#1a7f37", ls="--", lw=1)
+    handles[f"stop bar ({bars.stop.threshold:g}x)"] = ax.axhline(
+        bars.stop.threshold, color="#b26a00", ls=":", lw=1.2)
+    if top > bars.check.threshold * 0.9:
+        handles[f"check bar ({bars.check.threshold:g}x)"] = ax.axhline(
+            bars.check.threshold, color="#c62828", ls="-.", lw=1)
+    log2_axis(ax, levels)
+    ax.set_ylim(0, max(top, bars.pass_.speed.threshold) * 1.1)
+    ax.set_title(f"task: {task}", fontsize=11)
+    ax.set_xlabel("concurrent users (closed loop)")
+    ax.set_ylabel("speedup (x, per-user speed ratio)")
+    ax.grid(alpha=0.3)
+    if sp.empty:
+        empty_axes(ax, "no usable speed cells")
+
+
+def speedup_legend(fig, ax, a: Analysis, handles: dict, bottom: float = 0.0) -> None:
+    handles["knee (interval reaches 1.0)"] = ax.plot([], [], "v", color="gray", ms=8)[0]
+    if a.knees["status"].isin(["beyond", "beyond_skipped"]).any():
+        handles["knee beyond the highest level"] = ax.plot([], [], ">", color="gray", ms=6)[0]
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=4, fontsize=8,
+               frameon=False, bbox_to_anchor=(0.5, bottom))
 
 
 def _mark_knee(ax, a: Analysis, arm: str, task: str, colour: str, levels: list[int]) -> None:
@@ -115,7 +125,7 @@ def speed_curve_pages(pdf: PdfPages, a: Analysis) -> int:
     cells = a.cells[(a.cells["kind"] == "speed") & (a.cells["status"] == "complete")
                     & a.cells["rerun_of"].isna()]
     pages = 0
-    for tasks in _chunks(_speed_tasks(a), TASKS_PER_PAGE):
+    for tasks in _chunks(speed_tasks(a), TASKS_PER_PAGE):
         fig = new_page("Per-user speed and throughput vs concurrency",
                        "per-user speed = median over requests of (tokens - 1) / (end - first "
                        "token); throughput = output tokens / measured wall time")

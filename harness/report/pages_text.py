@@ -11,12 +11,10 @@ from matplotlib.backends.backend_pdf import PdfPages
 from harness.analysis.load import RunData
 from harness.analysis.tables import Analysis
 from harness.records import SmokeArmCheck, SmokeIdentityCheck
-from harness.report.layout import new_page, save, table_lines, text_pages, wrap_lines
+from harness.report.layout import table_lines, text_pages, wrap_lines
+from harness.report.pages_headline import headline_page
 from harness.report.pages_quality import mismatch_where
 from harness.run.smoke import smoke_line
-
-VERDICT_COLOURS = {"PASS": "#1a7f37", "FAIL": "#c62828", "STOP": "#b26a00",
-                   "INCOMPLETE": "#555555"}
 
 
 def _wall(t: float | str | None) -> str:
@@ -28,26 +26,24 @@ def _wall(t: float | str | None) -> str:
 
 
 def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
-    """The verdict, each bar's status and summary; evidence detail follows on text pages."""
-    study = a.run.study
-    fig = new_page(f"Verdict: {verdict['verdict']}", f"{study.title}  |  run {a.run.run_id}"
-                   f"  |  seal {str(verdict.get('seal'))[:16]}...")
-    fig.text(0.03, 0.86, verdict["verdict"], fontsize=40, fontweight="bold",
-             color=VERDICT_COLOURS.get(verdict["verdict"], "black"), va="top")
-    reasons = "; ".join(verdict.get("reasons") or []) or "every registered bar passes"
-    # Below the verdict word, never beside it: a long word (INCOMPLETE) would overlap.
-    fig.text(0.03, 0.775, "\n".join(wrap_lines([reasons], 140)[:2]), fontsize=9, va="top")
+    """Page one: the verdict and the headline figure (pages_headline.py); then each bar's
+    status and summary, the smoke, deviations; evidence detail follows on text pages."""
+    deviations = deviation_lines(a.run.manifest)
+    notice = ["Deviations from the registered study (manifest.json):", *deviations] if deviations else []
+    pages = headline_page(pdf, a, verdict, notice)
     lines: list[str] = []
     for bar in verdict["bars"]:
         lines.append(f"[{bar['status'].upper():>14}]  {bar['name']}")
         lines.extend(f"{'':18}{s}" for s in bar["summary"])
     lines.append("")
     lines.extend(smoke_summary(a.run))
+    lines.extend(trained_against_lines(a))
+    lines.extend(stops_paying_lines(verdict))
+    lines.extend(decomposition_flag_lines(a))
     if verdict.get("excluded_cells"):
         lines.append("")
         lines.append("Excluded (invalid) cells, never used by a bar:")
         lines.extend(f"  {e['cell']}: {e['reason']}" for e in verdict["excluded_cells"])
-    deviations = deviation_lines(a.run.manifest)
     if deviations:
         lines.append("")
         lines.append("Deviations from the registered study (manifest.json):")
@@ -63,16 +59,47 @@ def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
         lines.append("")
         lines.append(f"Skipped cells: {len(verdict['skipped_cells'])}"
                      f" ({verdict['skipped_cells'][0].get('reason')}); see the environment page.")
-    shown = wrap_lines(lines, 140)
-    fig.text(0.03, 0.70, "\n".join(shown[:40]), va="top", ha="left",
-             fontdict={"family": "monospace", "size": 7.5}, linespacing=1.35)
-    save(pdf, fig)
-    pages = 1
-    if len(shown) > 40:
-        pages += text_pages(pdf, "Verdict (continued)", shown[40:])
+    pages += text_pages(pdf, f"Verdict: {verdict['verdict']}: the bars", wrap_lines(lines, 140),
+                        "each registered bar, the smoke stage, deviations")
     pages += text_pages(pdf, "Bar evidence", _evidence_lines(verdict),
                         "every figure each bar used, as written to verdict.json")
     return pages
+
+
+def trained_against_lines(a: Analysis) -> list[str]:
+    """Drafters registered as trained against another base than the target."""
+    named = [(arm.name, arm.drafter.trained_against) for arm in a.run.study.arms
+             if arm.drafter is not None and arm.drafter.trained_against]
+    if not named:
+        return []
+    return ["", f"Drafters trained against another base than the target {a.run.study.model.id}"
+                " (drafter.trained_against):"] + [f"  {arm}: {base}" for arm, base in named]
+
+
+def stops_paying_lines(verdict: dict) -> list[str]:
+    rows = verdict.get("speculation_pays") or []
+    if not rows:
+        return []
+    out = ["", "Where speculation stops paying (highest level whose speedup interval stays"
+               " above 1.0), and the engine setting that gates it there:"]
+    for r in rows:
+        out.append(f"  {r['arm']} / {r['task']}: {r['label']}")
+        if r.get("gate"):
+            out.append(f"    {r['gate']}")
+    return out
+
+
+def decomposition_flag_lines(a: Analysis) -> list[str]:
+    sp = a.speedups
+    flagged = sp[sp["decomposition_flag"].astype("boolean").fillna(False)]
+    if flagged.empty:
+        return []
+    tol = a.run.study.bars.decomposition.tolerance
+    out = ["", f"Speedups their two factors explain to worse than {tol:.0%}"
+               " (bars.decomposition.tolerance):"]
+    out.extend(f"  {r.arm}/{r.task} c={r.concurrency}: {r.decomposition_note}"
+               for r in flagged.itertuples())
+    return out
 
 
 def deviation_lines(manifest: dict) -> list[str]:

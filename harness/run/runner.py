@@ -154,8 +154,10 @@ def _analysis():
 
 
 class Runner:
-    def __init__(self, store: RunStore, study: Study, console: Console) -> None:
+    def __init__(self, store: RunStore, study: Study, console: Console,
+                 allow_deviation: bool = False) -> None:
         self.store = store
+        self.allow_deviation = allow_deviation  # a smoke check below a registered floor
         self.study = study  # environment-expanded, for execution
         self.console = console
         self.cells = plan_cells(study)
@@ -307,7 +309,8 @@ class Runner:
         session = block_session(engine_blocks(pending)[0])
         SmokeStage(self.store, self.study, progress,
                    lambda arm: self._engine_for(arm, progress, "the smoke stage",
-                                                session if arm == first else None)).run(first)
+                                                session if arm == first else None),
+                   allow_deviation=self.allow_deviation).run(first)
 
     def _run_open_loop(self, progress: RunProgress) -> None:
         open_cells = [c for c in self.cells if c.stage == 3]

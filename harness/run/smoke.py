@@ -4,8 +4,11 @@ Before the first registered cell, each arm starts, answers two greedy prompts (t
 first two items of the identity task, at its max_tokens, through the client the cells
 use), moves its speculation counter (drafter arms: vLLM
 `vllm:spec_decode_num_drafts_total`, SGLang `sglang:spec_verify_calls_total`), and
-gives its baseline's text on both prompts. A failure stops the run with one line
-naming the arm and the engine log's last relevant line.
+gives its baseline's text on both prompts, and (a drafter registering
+`drafter.expect.acceptance_length_min`) reaches that many tokens per round at one user,
+from the client's chunks. A failure stops the run with one line naming the arm and the
+engine log's last relevant line; `--allow-deviation` runs a drafter below its floor
+anyway and records the deviation.
 
 Everything is appended to the run folder as it is made: `smoke/requests.jsonl` (each
 request's record) and `smoke/arms.jsonl` (each arm's check, and each drafter-baseline
@@ -35,11 +38,13 @@ from harness.engines.metrics import counter_name, scrape_metrics
 from harness.engines.process import tail_lines
 from harness.errors import SpecbenchError
 from harness.measure.driver import run_cell
+from harness.measure.itl import tokens_per_chunk
 from harness.measure.patterns import ClosedLoop
 from harness.measure.requests import RequestSpec
 from harness.prereg.schema import Study, TaskSpec
 from harness.records import (
     RequestRecord,
+    SmokeAcceptance,
     SmokeAnswer,
     SmokeArmCheck,
     SmokeCounter,
@@ -160,13 +165,16 @@ class SmokeStage:
     so the last arm's engine is still running for the first cell when this returns."""
 
     def __init__(self, store: RunStore, study: Study, progress: RunProgress,
-                 engine_for: Callable[[str], ArmEngine]) -> None:
+                 engine_for: Callable[[str], ArmEngine], allow_deviation: bool = False) -> None:
         self.store, self.study, self.progress = store, study, progress
         self.engine_for = engine_for
+        # --allow-deviation: a drafter below its acceptance floor runs, recorded as such.
+        self.allow_deviation = allow_deviation
         self.requests = smoke_requests(study)
         self.keys = {a.name: smoke_key(study, a.name, self.requests) for a in study.arms}
         self.folder = store.root / SMOKE_DIR
         self.answers: dict[str, list[SmokeAnswer]] = {}
+        self._records: dict[str, list[RequestRecord]] = {}  # this stage's, per arm
 
     def run(self, last: str | None) -> list[str]:
         """Smoke every arm not already passed; returns the arms smoked now."""
@@ -250,8 +258,36 @@ class SmokeStage:
                             f" over {len(answers)} greedy requests ({_num(counter.before)} ->"
                             f" {_num(counter.after)}): the engine is not drafting"),
                     log_line=self._log_line(self.log_path(name)), answers=answers, counter=counter)
+        acceptance = self._acceptance(name)
+        if acceptance is not None and acceptance.below:
+            measured = ("no chunk after the first" if acceptance.tokens_per_round is None
+                        else f"{acceptance.tokens_per_round:.2f} tokens per round")
+            reason = (f"arm {name!r}: {measured} over {len(answers)} greedy prompts at one user,"
+                      f" below its drafter.expect.acceptance_length_min {acceptance.floor:g}"
+                      " (a drafter stale against its target?)")
+            if not self.allow_deviation:
+                return SmokeArmCheck(
+                    **fields, ended_wall=time.time(), status="failed", failed_check="acceptance",
+                    reason=reason, log_line=self._log_line(self.log_path(name)), answers=answers,
+                    counter=counter, acceptance=acceptance)
+            acceptance = acceptance.model_copy(update={"allowed": True})
+            self.store.append_manifest("deviations", {
+                "when": time.time(), "arm": name, "reason": reason,
+                "what": f"run below its acceptance floor (--allow-deviation): {reason}"})
+            self.progress.note(f"[yellow]deviation recorded:[/yellow] {reason}; run anyway"
+                               " (--allow-deviation)")
         return SmokeArmCheck(**fields, ended_wall=time.time(), status="passed", answers=answers,
-                             counter=counter)
+                             counter=counter, acceptance=acceptance)
+
+    def _acceptance(self, name: str) -> SmokeAcceptance | None:
+        """The drafter's tokens per round over its smoke prompts against its floor (None:
+        no floor registered). The client's chunks, so attached arms are measured alike."""
+        drafter = self.study.arm(name).drafter
+        floor = drafter.expect.acceptance_length_min if drafter and drafter.expect else None
+        if floor is None:
+            return None
+        tpr = tokens_per_chunk(self._records.get(name, []))
+        return SmokeAcceptance(tokens_per_round=tpr, floor=floor, below=tpr is None or tpr < floor)
 
     def _answer(self, process: EngineProcess, name: str, attempt: int,
                 requests_out: JsonlWriter) -> list[SmokeAnswer]:
@@ -272,6 +308,7 @@ class SmokeStage:
             timeout_s=study.recording.request_timeout_s, error_rate_limit=None,
             lag_limit_ms=study.recording.lag_limit_p99_ms, judge_timing=False))
         by_item = {r.item_id: r for r in records if r.phase == "measure"}
+        self._records[name] = list(by_item.values())
         return [SmokeAnswer(item_id=spec.item_id, ok=r is not None and r.ok,
                             error=("not sent" if r is None else r.error),
                             output_text=r.output_text if r else "",
@@ -370,4 +407,7 @@ def smoke_line(rec: SmokeArmCheck | SmokeIdentityCheck) -> str:
             f" ({tokens} tokens) in {rec.ended_wall - rec.started_wall:.0f} s")
     if rec.counter is not None:
         line += f"; {rec.counter.name} {_num(rec.counter.before)} -> {_num(rec.counter.after)}"
+    if rec.acceptance is not None and rec.acceptance.tokens_per_round is not None:
+        line += (f"; {rec.acceptance.tokens_per_round:.2f} tokens per round (floor"
+                 f" {rec.acceptance.floor:g}{', BELOW: allowed' if rec.acceptance.allowed else ''})")
     return line

@@ -72,6 +72,8 @@ class Sequence:
     draft_tokens: int = 0
     accepted: int = 0
     histogram: list[int] = field(default_factory=list)  # rounds by drafts kept
+    # accept_draws: even, each position's running share of rounds owed (error diffusion)
+    owed: list[float] = field(default_factory=list)
     # SGLang sends its per-request figures only when the request asks
     # (`return_spec_tokens_details`); vLLM whenever its serve flag is on.
     spec_details: bool = False
@@ -137,12 +139,17 @@ class ScriptedEngine:
     # --- the step loop ------------------------------------------------------------
     async def _loop(self) -> None:
         spec, k = self.spec, self.spec.num_draft_tokens
+        deadline: float | None = None  # when the previous step was due to end
         while True:
             if not self.running and not self.waiting:
                 self._wake.clear()
                 self._update_gauges()
                 await self._wake.wait()
-            start = time.monotonic()
+                deadline = None
+            # Back to back, a step starts when the last one was due to end, not when its
+            # handing-out finished or the sleep overshot: steps keep their declared length
+            # on a loaded host (a declared 10 ms round over an 8 ms step stays 1.25).
+            start = time.monotonic() if deadline is None else deadline
             prefill = 0
             while self.waiting and len(self.running) < spec.max_batch:
                 seq = self.waiting.popleft()
@@ -150,9 +157,12 @@ class ScriptedEngine:
                 prefill += seq.prompt_tokens
             decode = sum(k + 1 if k else 1 for s in self.running if s.prefilled)
             self._update_gauges()
-            delay = start + spec.step_seconds(prefill + decode) - time.monotonic()
+            deadline = start + spec.step_seconds(prefill + decode)
+            delay = deadline - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+            else:
+                deadline = time.monotonic()  # fell a whole step behind: no catching up
             for seq in list(self.running):
                 self._advance(seq)
             self._update_gauges()
@@ -174,12 +184,30 @@ class ScriptedEngine:
         k = self.spec.num_draft_tokens
         if not k:
             return 1
+        if self.spec.accept_draws == "even":
+            return 1 + self._even_accepts(seq)
         accepted = 0
         for p in self.spec.accept_probs or []:
             if self.rng.random() >= p:
                 break
             accepted += 1
         return 1 + accepted
+
+    def _even_accepts(self, seq: Sequence) -> int:
+        """Drafts kept this round when position i is kept in exactly rate_i of rounds:
+        each position accrues its unconditional rate every round and is kept when a whole
+        round is owed (positions are nested, so a later one is only kept after the ones
+        before it)."""
+        rates = self.spec.position_rates()
+        if not seq.owed:
+            seq.owed = [0.0] * len(rates)
+        accepted = 0
+        for i, rate in enumerate(rates):
+            seq.owed[i] += rate
+            if accepted == i and seq.owed[i] >= 1.0 - 1e-9:
+                seq.owed[i] -= 1.0
+                accepted += 1
+        return accepted
 
     def _advance(self, seq: Sequence) -> None:
         if seq.sink.gone:  # the client went away: the engine aborts the request

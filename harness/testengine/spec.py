@@ -61,6 +61,10 @@ class ScriptedEngineSpec(StrictModel):
     # given every earlier position was (so vLLM's per-position rate is their product).
     num_draft_tokens: int = Field(default=0, ge=0)
     accept_probs: list[float] | None = None
+    # random: each round draws its accepts (seeded). even: each request keeps position i
+    # in exactly its declared share of rounds, spread evenly (error diffusion), so a
+    # declared 2.5 tokens a round is 2.5 over every whole cycle of rounds (tests pin it).
+    accept_draws: Literal["random", "even"] = "random"
     max_batch: int = Field(default=256, ge=1)
     kv_capacity_tokens: int = Field(default=1_000_000, ge=1)
     # per_step: one chunk per step with all its tokens (what vLLM sends);

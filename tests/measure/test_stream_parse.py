@@ -69,3 +69,22 @@ def test_tokens_per_chunk_skips_prefill_chunk_and_failed_requests() -> None:
     failed.chunk_times, failed.chunk_tokens, failed.error = [1.0, 2.0], [1, 4], "boom"
     assert tokens_per_chunk([ok, failed]) == pytest.approx(3.0)
     assert tokens_per_chunk([ok], skip_first=False) == pytest.approx(7 / 3)
+
+
+def test_a_real_vllm_stream_splits_into_rounds_with_or_without_per_chunk_counts() -> None:
+    """A vLLM 0.32 CPU n-gram stream (the fixture), one chunk a step: the decomposition
+    (analysis/decompose.py) reads its rounds, and from the usage alone without counts."""
+    from harness.analysis.decompose import request_rounds
+
+    rec = blank()
+    _fill_from_events(rec, fixture_events("vllm-0.32-cpu-ngram-stream-continuous-usage.sse"))
+    rec.end_t = rec.chunk_times[-1]
+    rounds = request_rounds(rec)
+    assert rounds.tokens == 96 - rec.chunk_tokens[0]
+    assert rounds.rounds == len(rec.chunk_times) - 1
+    assert rounds.tokens_per_round == pytest.approx(tokens_per_chunk([rec]))
+    assert rounds.round_time_s == pytest.approx(0.01)  # the fixture's 10 ms a chunk
+    bare = blank()
+    _fill_from_events(bare, fixture_events("vllm-0.32-cpu-ngram-stream-final-usage.sse"))
+    bare.end_t = bare.chunk_times[-1]
+    assert request_rounds(bare).tokens == 95  # completion_tokens less the first chunk's one

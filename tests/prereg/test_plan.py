@@ -125,3 +125,38 @@ def test_sessions_for_speed_cells_repeats_the_stage_2_levels_too():
                   (2, "drafter2", 2), (2, "drafter", 2), (2, "base", 2)]
     pass_only = plan_cells(_study(sessions=2), sizes={"chat": 8})
     assert all(c.session is not None for c in pass_only)  # c = 1, 2 are the pass levels
+
+
+def test_tables_stay_whole_in_a_narrow_pipe_and_come_as_csv_or_json(capsys, monkeypatch):
+    import csv
+    import io
+    import json
+
+    monkeypatch.setenv("COLUMNS", "40")  # a narrow terminal; capsys is a pipe, not a tty
+    assert main(["validate", str(ROOT / "prereg.yaml")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    # Each arm is one line with every cell whole, however narrow the terminal.
+    row = next(line for line in out if line.startswith("vllm-eagle3 "))
+    assert row.split() == ["vllm-eagle3", "vllm", "eagle3", "RedHatAI/Qwen3-8B-speculator.eagle3",
+                           "3", "vllm-base", "launch"]
+    assert any(line.startswith("bars: pass speedup >= 2 at c in [1, 2, 4]") and
+               line.endswith("(agree within 10%)") for line in out)
+    assert main(["plan", str(ROOT / "prereg.yaml")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    first = next(line for line in out if line.split()[:1] == ["1"])
+    assert first.split() == ["1", "1", "vllm-base", "chat", "identity", "closed", "c=1", "32",
+                             "0"]  # an identity cell repeats in no session: its column is empty
+    # For scripts: CSV with one row per cell, JSON with the estimate beside the cells.
+    assert main(["plan", str(ROOT / "prereg.yaml"), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == 250 and rows[0] == {
+        "#": "1", "stage": "1", "session": "", "arm": "vllm-base", "task": "chat",
+        "cell": "identity", "load": "closed c=1", "requests": "32", "warmup": "0"}
+    assert main(["plan", str(ROOT / "prereg.yaml"), "--format", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert len(plan["cells"]) == 250 and plan["estimated_gpu_seconds"] > 3600
+    assert main(["validate", str(ROOT / "prereg.yaml"), "--format", "json"]) == 0
+    study = json.loads(capsys.readouterr().out)
+    assert [a["arm"] for a in study["arms"]] == [
+        "vllm-base", "sglang-dflash", "sglang-base", "vllm-eagle3", "vllm-ngram"]
+    assert re.fullmatch(r"[0-9a-f]{64}", study["seal"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 import subprocess
 import sys
@@ -343,3 +344,64 @@ def test_duplicate_keys_in_a_real_process_print_one_line(tmp_path):
     )
     assert proc.returncode == 2
     assert _one_error_line(proc.stderr).count("duplicate key 'loads'") == 1
+
+
+def eagle_study(tmp_path: Path, verifier: str, **drafter) -> Path:
+    """BASE with an EAGLE-3 arm whose local checkpoint's config names `verifier`."""
+    head = tmp_path / "head"
+    head.mkdir(exist_ok=True)
+    (head / "config.json").write_text(json.dumps({
+        "speculators_model_type": "eagle3",
+        "speculators_config": {"verifier": {"name_or_path": verifier}}}))
+    data = copy.deepcopy(BASE)
+    data["model"] = {"id": "Qwen/Qwen3-8B-FP8", "revision": "a" * 40, "params_billion": 8}
+    data["arms"].append({"name": "v-eagle3", "engine": "vllm", "launch": {"python": "/x/python"},
+                         "baseline": "v-base", "drafter": {
+                             "method": "eagle3", "model": str(head), "num_draft_tokens": 3,
+                             **drafter}})
+    return write(tmp_path, data)
+
+
+def test_a_drafter_trained_against_another_base_fails_validate_naming_both(tmp_path, capsys):
+    code, out, err = run_cli(capsys, "validate", str(eagle_study(tmp_path, "Qwen/Qwen3-8B")))
+    assert code == 2
+    (line,) = [x for x in err.splitlines() if x.startswith("specbench: ")]
+    assert re.match(r"specbench: \S+study\.yaml:\d+: arms\[3\]\.drafter\.model: arm 'v-eagle3':"
+                    r" its checkpoint was trained against 'Qwen/Qwen3-8B' \(config\.json"
+                    r" speculators_config\.verifier\.name_or_path\), but model\.id is"
+                    r" 'Qwen/Qwen3-8B-FP8'", line), line
+    assert "seal:" not in out
+    # Registered on purpose: validate accepts it and says what it was checked against.
+    code, out, _ = run_cli(capsys, "validate", str(eagle_study(
+        tmp_path, "Qwen/Qwen3-8B", trained_against="Qwen/Qwen3-8B")))
+    assert code == 0
+    assert ("v-eagle3: trained against 'Qwen/Qwen3-8B' (speculators_config.verifier.name_or_path):"
+            " matches drafter.trained_against 'Qwen/Qwen3-8B'") in out
+    # A head trained against the registered target passes as it is.
+    code, out, _ = run_cli(capsys, "validate", str(eagle_study(tmp_path, "Qwen/Qwen3-8B-FP8")))
+    assert code == 0 and "matches model.id 'Qwen/Qwen3-8B-FP8'" in out
+
+
+def test_a_fetched_drafter_is_checked_in_the_hub_cache(tmp_path, capsys, monkeypatch):
+    cache = tmp_path / "hub"
+    commit = "b" * 40
+    repo = cache / "models--org--eagle3-head"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").write_text(json.dumps(
+        {"speculators_config": {"verifier": {"name_or_path": "Qwen/Qwen3-8B"}}}))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    path = eagle_study(tmp_path, "unused")
+    data = yaml.safe_load(path.read_text())
+    data["arms"][3]["drafter"]["model"] = "org/eagle3-head"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    code, _, err = run_cli(capsys, "validate", str(path))
+    assert code == 2
+    assert "trained against 'Qwen/Qwen3-8B'" in err and "'Qwen/Qwen3-8B-FP8'" in err
+    # Not fetched: said, not refused.
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    code, out, _ = run_cli(capsys, "validate", str(path))
+    assert code == 0
+    assert ("v-eagle3: drafter checkpoint not on disk here: its base is checked after"
+            " `specbench fetch`") in out

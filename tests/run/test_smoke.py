@@ -89,6 +89,32 @@ def test_a_drafter_whose_counter_does_not_move_stops_the_run_before_any_cell(res
                                  " speculation counter")
 
 
+def test_a_drafter_below_its_acceptance_floor_stops_the_run_in_the_smoke(results, tmp_path):
+    # A stale head: its first draft agrees 7 % of the time, so about 1.1 tokens a round
+    # against a registered floor of 2.
+    study = study_file(tmp_path, drafter={"accept_probs": [0.07, 0.5, 0.5, 0.5]},
+                       recording=SMOKE_ON)
+    data = yaml.safe_load(study.read_text())
+    arm = next(a for a in data["arms"] if a["name"] == "drafter")
+    arm["drafter"]["expect"] = {"acceptance_length_min": 2.0}
+    study.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = specbench("run", str(study), "--results", str(results), "--no-report", check=False)
+    assert proc.returncode == 1, said(proc)[-3000:]
+    first = specbench_errors(proc)[0]
+    assert re.match(r"specbench: smoke: arm 'drafter': 1\.\d\d tokens per round over 2 greedy"
+                    r" prompts at one user, below its drafter\.expect\.acceptance_length_min 2 ",
+                    first), first
+    run = run_folder(results)
+    assert not (run / "cells").exists()  # no registered cell was measured
+    (check,) = smoke_lines(run)
+    assert (check["arm"], check["status"], check["failed_check"]) == (
+        "drafter", "failed", "acceptance")
+    assert check["acceptance"]["floor"] == 2.0 and check["acceptance"]["below"] is True
+    assert 1.0 <= check["acceptance"]["tokens_per_round"] < 1.5
+    assert json.loads((run / "manifest.json").read_text())["status"] == "smoke_failed"
+    no_engine_left(run)
+
+
 def test_a_drafter_whose_text_differs_stops_the_run_and_a_fixed_arm_alone_is_smoked_again(
         results, tmp_path):
     study = study_file(tmp_path, drafter={"output_salt": 7}, recording=SMOKE_ON)

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from rich.console import Console
 
 from harness.cli import main
@@ -149,11 +150,17 @@ class StubArmEngine:
                                served_model="scripted", metrics_dialect=self.dialect)
 
 
-def run_smoke(tmp_path: Path, dialect: str, drafter: dict, fail: str | None = None):
+def run_smoke(tmp_path: Path, dialect: str, drafter: dict, fail: str | None = None,
+              registration: dict | None = None, allow_deviation: bool = False):
+    """registration: fields over the drafter arm's `drafter` entry."""
     spec_changes = {"metrics_dialect": dialect, **FAST}
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = study_file(tmp_path, base=spec_changes, drafter={**spec_changes, **drafter},
                       recording={"smoke": True})
+    if registration:
+        data = yaml.safe_load(path.read_text())
+        next(a for a in data["arms"] if a["name"] == "drafter")["drafter"].update(registration)
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
     loaded = load_study_file(path)
     store = new_run(loaded, tmp_path / "results")
     specs = {a.name: a.scripted for a in loaded.study.arms}
@@ -162,7 +169,8 @@ def run_smoke(tmp_path: Path, dialect: str, drafter: dict, fail: str | None = No
             RunProgress(console, 0) as progress:
         engines = {"base": StubArmEngine(base.base_url, dialect),
                    "drafter": StubArmEngine(draft.base_url, dialect, fail)}
-        stage = SmokeStage(store, loaded.study, progress, engines.__getitem__)
+        stage = SmokeStage(store, loaded.study, progress, engines.__getitem__,
+                           allow_deviation=allow_deviation)
         try:
             stage.run("base")
             error = None
@@ -189,6 +197,29 @@ def test_a_drafter_passes_when_its_counter_moves_and_fails_naming_it_when_not(
         f"smoke: arm 'drafter': its speculation counter {counter} did not move over 2 greedy"
         " requests (0 -> 0): the engine is not drafting | engine log: ")
     assert store.manifest()["smoke"]["status"] == "failed"
+
+
+def test_a_drafter_below_its_floor_runs_under_allow_deviation_and_the_deviation_is_kept(
+        tmp_path):
+    stale = {"accept_probs": [0.07, 0.5, 0.5, 0.5]}
+    floor = {"expect": {"acceptance_length_min": 2.0}}
+    store, error, said = run_smoke(tmp_path / "allowed", "sglang", stale, registration=floor,
+                                   allow_deviation=True)
+    assert error is None, error
+    drafter = next(r for r in smoke_records(store.root) if r.kind == "arm" and r.arm == "drafter")
+    assert drafter.status == "passed"
+    assert drafter.acceptance.below and drafter.acceptance.allowed
+    assert drafter.acceptance.floor == 2.0 and drafter.acceptance.tokens_per_round < 1.5
+    (deviation,) = store.manifest()["deviations"]
+    assert deviation["arm"] == "drafter" and "below its drafter.expect" in deviation["reason"]
+    assert "deviation recorded" in said
+    # A drafter above its floor passes with its figure recorded, no deviation.
+    store, error, _ = run_smoke(tmp_path / "fine", "vllm", {},
+                                registration={"expect": {"acceptance_length_min": 2.0}})
+    assert error is None, error
+    drafter = next(r for r in smoke_records(store.root) if r.kind == "arm" and r.arm == "drafter")
+    assert not drafter.acceptance.below and drafter.acceptance.tokens_per_round > 2.0
+    assert store.manifest()["deviations"] == []
 
 
 def test_an_absent_counter_is_zero_for_sglang_and_no_counter_for_vllm(monkeypatch):

@@ -1,0 +1,110 @@
+"""Each measured speedup held against the planning formula (Leviathan et al.; Chen et al.):
+
+    speedup = E[tokens] x t_target(B, 1) / (s x t_draft(B) + t_target(B, k + 1))
+
+with E[tokens] = 1 + p_1 + ... + p_k from the engine's per-position counters of the
+drafter cell (vLLM's `num_accepted_tokens_per_pos` over its drafts: draft positions
+only), s the drafter's forward passes per round (`drafter.draft_steps`, default k),
+and the step times from the plan's roofline (plan.roofline_step_s: `hardware`,
+`model`, `drafter.params_billion`). B is the registered concurrency. The predicted round
+cost is the denominator over t_target(B, 1).
+
+The roofline flatters speculation (launches, sampling, ragged accepts are not in it):
+`prediction_gap` = measured / predicted - 1 shows by how much. Where the engine has no
+per-position counters (SGLang), E[tokens] falls back to its tokens per drafting round,
+and the source column says so.
+
+The client's tokens per round and the engine's 1 + sum(p_i) count different things
+where some steps carry no draft (n-gram finds no match; vLLM counts a draft only on
+steps that had draft tokens, so the engine's figure is per drafting round, the
+client's per step), so `tokens_per_round` may sit below `engine_tokens_per_round`;
+`tokens_per_round_note` says why when they part by more than 5 %.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from harness.plan import roofline_step_s
+from harness.prereg.schema import Study
+
+PREDICTION_COLUMNS = ["engine_tokens_per_round", "engine_tokens_source", "predicted_speedup",
+                      "predicted_round_cost_ratio", "prediction_gap", "round_cost_gap",
+                      "prediction_note", "tokens_per_round_note"]
+# Methods whose drafts cost no forward pass of a model of their own.
+MODEL_FREE = ("ngram", "suffix")
+AGREE_WITHIN = 0.05
+
+
+def predicted(study: Study, arm_name: str, concurrency: int, e_tokens: float) -> tuple[float, float]:
+    """(predicted speedup, predicted round cost ratio) at concurrency B."""
+    d = study.arm(arm_name).drafter
+    assert d is not None
+    k = d.num_draft_tokens
+    steps = d.draft_steps or k
+    plain = roofline_step_s(study, concurrency)
+    draft = steps * roofline_step_s(study, concurrency, d.params_billion) if d.params_billion else 0.0
+    cost = (draft + roofline_step_s(study, concurrency * (k + 1))) / plain
+    return e_tokens / cost, cost
+
+
+def engine_tokens(cell: pd.Series) -> tuple[float | None, str | None]:
+    """E[tokens] of a drafter cell from the engine: 1 + sum of per-position rates, else
+    its tokens per drafting round."""
+    s = cell.get("accept_rate_sum")
+    if s is not None and not _nan(s):
+        return 1.0 + float(s), "1 + sum(p_i), per-position counters"
+    per_round = cell.get("accept_length_per_round_engine")
+    if per_round is not None and not _nan(per_round):
+        return float(per_round), "engine tokens per drafting round (no per-position counters)"
+    return None, None
+
+
+def add_predictions(study: Study, speedups: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """speedups with the prediction columns, from the cell table's engine figures."""
+    by_id = cells.set_index("cell_id") if len(cells) else cells
+    rows = []
+    for r in speedups.to_dict("records"):
+        out = dict.fromkeys(PREDICTION_COLUMNS)
+        cell = by_id.loc[r["drafter_cell"]] if r["drafter_cell"] in by_id.index else None
+        e, source = engine_tokens(cell) if cell is not None else (None, None)
+        if e is not None and r.get("status") == "ok":
+            speed, cost = predicted(study, r["arm"], int(r["concurrency"]), e)
+            out.update(engine_tokens_per_round=e, engine_tokens_source=source,
+                       predicted_speedup=speed, predicted_round_cost_ratio=cost)
+            drafter = study.arm(r["arm"]).drafter
+            if drafter.params_billion is None and drafter.method not in MODEL_FREE:
+                out["prediction_note"] = ("draft cost counted as 0: register the draft model's"
+                                          " size as drafter.params_billion")
+            if not _nan(r.get("speedup")):
+                out["prediction_gap"] = float(r["speedup"]) / speed - 1.0
+            if not _nan(r.get("round_cost_ratio")):
+                out["round_cost_gap"] = float(r["round_cost_ratio"]) / cost - 1.0
+            out["tokens_per_round_note"] = _tokens_note(r.get("tokens_per_round"), e,
+                                                        study.arm(r["arm"]).drafter.method)
+        rows.append(out)
+    extra = pd.DataFrame(rows, columns=PREDICTION_COLUMNS, index=speedups.index)
+    return pd.concat([speedups, extra], axis=1)
+
+
+def _tokens_note(client: float | None, engine: float, method: str) -> str | None:
+    if client is None or _nan(client):
+        return None
+    gap = client / engine - 1.0
+    if abs(gap) <= AGREE_WITHIN:
+        return None
+    if gap < 0:
+        why = ("steps without a draft (no n-gram match) count in the client's figure, not the"
+               " engine's per-drafting-round one" if method == "ngram" else
+               "the engine counts per drafting round, the client per step: steps that ran"
+               " without drafts lower the client's figure")
+    else:
+        why = ("chunks carrying several steps (stream_interval > 1, or a late flush) raise"
+               " the client's figure")
+    return f"client {client:.2f} vs engine {engine:.2f} ({gap:+.0%}): {why}"
+
+
+def _nan(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))

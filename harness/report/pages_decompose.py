@@ -1,0 +1,150 @@
+"""Why each speedup is what it is: one page per speed task.
+
+Four panels against users: measured speedup with the two factors' explanation and the
+roofline formula's prediction; tokens per round from the client and from the engine's
+counters (1 + sum p_i); round time and the baseline's plain step in ms; measured and
+predicted round cost. Beneath, a table per drafter and level, and which factor moved
+the speedup from the lowest level to each higher one.
+"""
+
+from __future__ import annotations
+
+import math
+
+from matplotlib.backends.backend_pdf import PdfPages
+
+from harness.analysis.decompose import factor_shift
+from harness.analysis.tables import Analysis
+from harness.report.layout import MONO, empty_axes, log2_axis, new_page, save, table_lines
+from harness.report.pages_speed import arm_colours, speed_tasks
+
+ROWS_ON_PAGE = 14
+
+
+def decomposition_pages(pdf: PdfPages, a: Analysis) -> int:
+    pages = 0
+    for task in speed_tasks(a):
+        _task_page(pdf, a, task)
+        pages += 1
+    return pages
+
+
+def _task_page(pdf: PdfPages, a: Analysis, task: str) -> None:
+    study = a.run.study
+    levels = study.loads.closed_loop.concurrency
+    colours = arm_colours(a)
+    tol = study.bars.decomposition.tolerance
+    fig = new_page(f"Why this speedup: task {task}",
+                   "speedup = (tokens per round / baseline's) / (round time / plain step), from the"
+                   " client's chunks (one chunk = one engine step); predicted = E[tokens] x"
+                   " t_target(B,1) / (s x t_draft(B) + t_target(B,k+1)) on the plan's roofline,"
+                   " E[tokens] = 1 + sum(p_i) from the engine's counters")
+    sp = a.speedups[(a.speedups["task"] == task) & (a.speedups["status"] == "ok")]
+    grid = fig.add_gridspec(2, 4, height_ratios=[1.35, 1.0], left=0.05, right=0.98, top=0.84,
+                            bottom=0.05, wspace=0.32, hspace=0.32)
+    axes = [fig.add_subplot(grid[0, j]) for j in range(4)]
+    titles = ("speedup: measured, explained, predicted", "tokens per round",
+              "round time vs plain step (ms)", "round cost (x plain step)")
+    for arm, grp in sp.groupby("arm", sort=False):
+        g = grp.sort_values("concurrency")
+        c, x = colours[arm], g["concurrency"]
+        axes[0].plot(x, g["speedup"], "o-", color=c, ms=4, label=f"{arm} measured")
+        axes[0].fill_between(x.astype(float), g["ci_lower"].astype(float),
+                             g["ci_upper"].astype(float), color=c, alpha=0.15, lw=0)
+        axes[0].plot(x, g["explained_speedup"], "x", color=c, ms=7, label=f"{arm} explained")
+        axes[0].plot(x, g["predicted_speedup"], ":", color=c, lw=1.4, label=f"{arm} predicted")
+        axes[1].plot(x, g["tokens_per_round"], "o-", color=c, ms=4, label=f"{arm} client")
+        axes[1].plot(x, g["engine_tokens_per_round"], "d:", color=c, ms=4,
+                     label=f"{arm} engine 1+sum(p)")
+        axes[2].plot(x, g["round_time_s"].astype(float) * 1e3, "o-", color=c, ms=4,
+                     label=f"{arm} round")
+        axes[2].plot(x, g["baseline_step_time_s"].astype(float) * 1e3, "s--", color="black",
+                     ms=3, lw=0.9, label="baseline step" if arm == sp["arm"].iloc[0] else None)
+        axes[3].plot(x, g["round_cost_ratio"], "o-", color=c, ms=4, label=f"{arm} measured")
+        axes[3].fill_between(x.astype(float), g["round_cost_ratio_ci_lower"].astype(float),
+                             g["round_cost_ratio_ci_upper"].astype(float), color=c, alpha=0.15,
+                             lw=0)
+        axes[3].plot(x, g["predicted_round_cost_ratio"], ":", color=c, lw=1.4,
+                     label=f"{arm} roofline")
+    for ax, title in zip(axes, titles, strict=True):
+        log2_axis(ax, levels)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("concurrent users", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        top = max((max(line.get_ydata(), default=0) for line in ax.get_lines()
+                   if len(line.get_ydata())), default=1.0)
+        ax.set_ylim(0, float(top) * 1.15 if top and top == top else 1.0)
+        if sp.empty:
+            empty_axes(ax, "no usable speed cells")
+        elif ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6, frameon=False, loc="best")
+    axes[0].axhline(1.0, color="black", lw=0.7)
+    text = fig.add_subplot(grid[1, :])
+    text.axis("off")
+    lines = _table(a, sp, tol)
+    if len(lines) > ROWS_ON_PAGE + 8:  # the rest is in speedups.csv, never cut silently
+        lines = lines[:ROWS_ON_PAGE + 7] + [f"... {len(lines) - ROWS_ON_PAGE - 7} more lines:"
+                                            " speedups.csv has every row and note"]
+    text.text(0, 1, "\n".join(lines), va="top", ha="left",
+              fontdict={**MONO, "size": 7}, transform=text.transAxes, linespacing=1.3)
+    save(pdf, fig)
+
+
+def _table(a: Analysis, sp, tol: float) -> list[str]:
+    rows = []
+    notes: list[str] = []
+    tokens_notes: dict[str, list[tuple[int, str]]] = {}  # one line per drafter, not per level
+    for arm, grp in sp.groupby("arm", sort=False):
+        g = grp.sort_values("concurrency")
+        lo = g.iloc[0]
+        for r in g.itertuples():
+            moved = "-"
+            if r.concurrency != lo["concurrency"]:
+                shift = factor_shift(_ratio(lo), lo["round_cost_ratio"], _ratio(r._asdict()),
+                                     r.round_cost_ratio, min_change=tol)
+                moved = f"steady (within {tol:.0%})" if shift is None else (
+                    f"{'tokens per round' if abs(shift[0]) >= abs(shift[1]) else 'round cost'}"
+                    f" ({max(abs(shift[0]), abs(shift[1])):.0%} of it)")
+            rows.append([arm, r.concurrency, r.speedup, r.explained_speedup,
+                         _pct(r.explained_gap), r.predicted_speedup, _pct(r.prediction_gap),
+                         r.tokens_per_round, r.engine_tokens_per_round, r.round_cost_ratio,
+                         r.predicted_round_cost_ratio, moved,
+                         "FLAG" if r.decomposition_flag is True else ""])
+            if r.decomposition_flag is True and r.decomposition_note:
+                notes.append(f"  {arm} c={r.concurrency}: {r.decomposition_note}")
+            if isinstance(r.prediction_note, str) and r.concurrency == lo["concurrency"]:
+                notes.append(f"  {arm}: predicted: {r.prediction_note}")
+            if isinstance(r.tokens_per_round_note, str):
+                tokens_notes.setdefault(arm, []).append((r.concurrency, r.tokens_per_round_note))
+    gaps = [float(g) for g in sp["prediction_gap"].dropna()]
+    lines = table_lines(["drafter", "users", "speedup", "explained", "gap", "predicted",
+                         "meas/pred", "tok/round", "engine", "cost", "cost pred",
+                         "what moved it since the lowest level", f"> {tol:.0%}"], rows)
+    if gaps:
+        mean = sum(gaps) / len(gaps)
+        verdict = (" (the roofline flatters speculation by this much)" if mean < -tol else
+                   f" (within {tol:.0%} of the formula)" if mean <= tol else
+                   " (faster than the roofline predicts: check its hardware figures)")
+        lines.append(f"measured against predicted: mean {mean:+.1%}, range {min(gaps):+.1%} to"
+                     f" {max(gaps):+.1%}{verdict}")
+    for arm, found in tokens_notes.items():
+        (c, note), rest = found[0], found[1:]
+        notes.append(f"  {arm} c={c}: {note}" + (
+            f"; likewise at c={', '.join(str(x) for x, _ in rest)}" if rest else ""))
+    return lines + notes
+
+
+def _ratio(r) -> float | None:
+    t, b = r["tokens_per_round"], r["baseline_tokens_per_round"]
+    if t is None or b is None or _nan(t) or _nan(b) or not b:
+        return None
+    return float(t) / float(b)
+
+
+def _pct(v) -> str:
+    return "-" if v is None or _nan(v) else f"{float(v):+.1%}"
+
+
+def _nan(v) -> bool:
+    return isinstance(v, float) and math.isnan(v)

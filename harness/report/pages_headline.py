@@ -1,0 +1,96 @@
+"""The report's first page: the verdict, and the answer and its reason in one figure.
+
+Speedup against users per speed task and drafter (interval band, the registered pass
+and stop lines, the knee), and beneath it the decomposition's two factors (tokens per
+round over the baseline's, and the round's cost over a plain step: analysis/decompose.py),
+so a reader sees on page one whether a gain fell with fewer accepted drafts or with a
+dearer round.
+"""
+
+from __future__ import annotations
+
+from matplotlib.backends.backend_pdf import PdfPages
+
+from harness.analysis.tables import Analysis
+from harness.report.layout import empty_axes, log2_axis, new_page, save, wrap_lines
+from harness.report.pages_speed import arm_colours, speed_tasks, speedup_axes, speedup_legend
+
+HEADLINE_TASKS = 3  # columns on page one; further tasks are on the speedup pages
+VERDICT_COLOURS = {"PASS": "#1a7f37", "FAIL": "#c62828", "STOP": "#b26a00",
+                   "INCOMPLETE": "#555555"}
+
+
+NOTICE_LINES = 6  # deviations shown on page one (all of them on the bars page)
+
+
+def headline_page(pdf: PdfPages, a: Analysis, verdict: dict, notice: list[str] = ()) -> int:
+    """`notice`: lines a reader of the verdict must not miss (recorded deviations)."""
+    study = a.run.study
+    fig = new_page(f"Verdict: {verdict['verdict']}", f"{study.title}  |  run {a.run.run_id}"
+                   f"  |  seal {str(verdict.get('seal'))[:16]}...")
+    fig.text(0.03, 0.905, verdict["verdict"], fontsize=26, fontweight="bold",
+             color=VERDICT_COLOURS.get(verdict["verdict"], "black"), va="top")
+    reasons = "; ".join(verdict.get("reasons") or []) or "every registered bar passes"
+    statuses = "   ".join(f"{b['name']}: {b['status']}" for b in verdict.get("bars", []))
+    # Below the verdict word, never beside it: a long word (INCOMPLETE) would overlap.
+    fig.text(0.03, 0.845, "\n".join(wrap_lines([reasons], 150)[:2] + [statuses]), fontsize=8.5,
+             va="top", linespacing=1.4)
+    top = 0.74
+    if notice:
+        shown = wrap_lines(list(notice), 170)
+        if len(shown) > NOTICE_LINES:
+            shown = shown[:NOTICE_LINES - 1] + [f"  ... {len(shown) - NOTICE_LINES + 1} more"
+                                                " lines on the next page"]
+        fig.text(0.03, 0.775, "\n".join(shown), va="top", ha="left", color="#b26a00",
+                 fontdict={"family": "monospace", "size": 7}, linespacing=1.3)
+        top -= 0.022 * len(shown)
+    tasks = speed_tasks(a)[:HEADLINE_TASKS] or [""]
+    colours = arm_colours(a)
+    n = len(tasks)
+    grid = fig.add_gridspec(2, n, height_ratios=[2.6, 1.0], left=0.06, right=0.98, top=top,
+                            bottom=0.13, hspace=0.42, wspace=0.25)
+    handles: dict = {}
+    first = None
+    for j, task in enumerate(tasks):
+        ax = fig.add_subplot(grid[0, j])
+        first = first or ax
+        if not task:
+            empty_axes(ax, "no speed task")
+            continue
+        speedup_axes(ax, a, task, handles, colours)
+        ax.set_xlabel("")
+        factors_axes(fig.add_subplot(grid[1, j], sharex=ax), a, task, colours, handles)
+    speedup_legend(fig, first, a, handles, bottom=0.0)
+    save(pdf, fig)
+    return 1
+
+
+def factors_axes(ax, a: Analysis, task: str, colours: dict[str, str], handles: dict) -> None:
+    """The two factors against users: tokens per round over the baseline's (solid) and
+    the round cost ratio (dashed); their quotient is the explained speedup."""
+    levels = a.run.study.loads.closed_loop.concurrency
+    sp = a.speedups[(a.speedups["task"] == task) & (a.speedups["status"] == "ok")
+                    & a.speedups["explained_speedup"].notna()]
+    top = 1.5
+    for arm, grp in sp.groupby("arm", sort=False):
+        grp = grp.sort_values("concurrency")
+        tokens = grp["tokens_per_round"].astype(float) / grp["baseline_tokens_per_round"].astype(
+            float)
+        cost = grp["round_cost_ratio"].astype(float)
+        ax.plot(grp["concurrency"], tokens, "o-", color=colours[arm], ms=3, lw=1.3)
+        ax.plot(grp["concurrency"], cost, "s--", color=colours[arm], ms=3, lw=1.1)
+        top = max(top, float(tokens.max()), float(cost.max()))
+    handles["tokens per round / baseline's (lower panel)"] = ax.plot(
+        [], [], "o-", color="gray", ms=3)[0]
+    handles["round cost / plain step (lower panel)"] = ax.plot([], [], "s--", color="gray",
+                                                               ms=3)[0]
+    ax.axhline(1.0, color="black", lw=0.6)
+    log2_axis(ax, levels)
+    ax.set_ylim(0, top * 1.15)
+    ax.set_ylabel("factor (x)", fontsize=8)
+    ax.set_xlabel("concurrent users (closed loop)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.set_title("why: speedup = tokens factor / cost factor", fontsize=8, loc="left")
+    if sp.empty:
+        empty_axes(ax, "no decomposition (no chunk stamps)")

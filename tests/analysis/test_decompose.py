@@ -1,0 +1,126 @@
+"""The speedup split into tokens per round and round cost, from the client's chunks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from harness.analysis.decompose import decompose, factor_shift, request_rounds
+from harness.analysis.load import CellData
+from harness.analysis.speedup import bootstrap_draws
+from harness.prereg.schema import Intervals
+from harness.records import RequestRecord
+
+INTERVALS = Intervals(level=0.95, bootstrap_resamples=200, seed=1)
+
+
+def request(cell: str, i: int, tokens_per_round: int, round_s: float, rounds: int = 10
+            ) -> RequestRecord:
+    """One request: the prefill's token, then `rounds` chunks of tokens_per_round."""
+    first = 100.0 * i + 0.5
+    times = [first + round_s * j for j in range(rounds + 1)]
+    counts = [1] + [tokens_per_round] * rounds
+    return RequestRecord(cell_id=cell, index=i, item_id=f"q{i}", scheduled_t=100.0 * i,
+                         sent_t=100.0 * i, first_token_t=first, end_t=times[-1],
+                         completion_tokens=sum(counts), chunk_times=times, chunk_tokens=counts)
+
+
+def cell(cell_id: str, shapes: list[tuple[int, float]]) -> CellData:
+    return CellData(cell_id, cell_id.split("/")[0], "chat", "speed", 1, None, 1, "complete",
+                    requests=[request(cell_id, i, tpr, rt) for i, (tpr, rt) in enumerate(shapes)])
+
+
+def split(d: CellData, b: CellData, speedup: float, tolerance: float = 0.05) -> dict:
+    draws = bootstrap_draws(len(d.requests), len(b.requests), INTERVALS, "k")
+    return decompose(d, b, INTERVALS, speedup, draws, tolerance)
+
+
+def test_a_request_is_split_into_tokens_per_round_and_round_time():
+    rec = RequestRecord(cell_id="c", index=0, item_id="q", scheduled_t=0.0, sent_t=0.0,
+                        first_token_t=1.0, end_t=1.3, completion_tokens=9,
+                        chunk_times=[1.0, 1.1, 1.2, 1.3], chunk_tokens=[1, 3, 2, 3])
+    r = request_rounds(rec)
+    assert (r.tokens, r.rounds) == (8.0, 3)
+    assert r.tokens_per_round == pytest.approx(8 / 3)
+    assert r.round_time_s == pytest.approx(0.1)
+    # Without per-chunk counts the tokens after the first chunk come from the usage.
+    bare = rec.model_copy(update={"chunk_tokens": [None] * 4})
+    assert request_rounds(bare).tokens == 8.0
+
+
+def test_alike_requests_explain_the_speedup_exactly_with_its_intervals():
+    d = cell("drafter/chat/speed/c001", [(3, 0.012)] * 6)
+    b = cell("base/chat/speed/c001", [(1, 0.010)] * 6)
+    row = split(d, b, speedup=2.5)
+    assert row["tokens_per_round"] == 3.0 and row["baseline_tokens_per_round"] == 1.0
+    assert row["round_time_s"] == pytest.approx(0.012)
+    assert row["baseline_step_time_s"] == pytest.approx(0.010)
+    assert row["round_cost_ratio"] == pytest.approx(1.2)
+    assert row["explained_speedup"] == pytest.approx(2.5)
+    assert row["round_cost_ratio_ci_lower"] == pytest.approx(1.2)
+    assert row["round_cost_ratio_ci_upper"] == pytest.approx(1.2)
+    assert row["explained_gap"] == pytest.approx(0.0, abs=1e-12)
+    assert row["decomposition_flag"] is False and row["decomposition_note"] is None
+
+
+def test_unlike_requests_part_the_medians_and_the_cell_is_flagged_naming_a_factor():
+    # Speeds 300, 500, 200 tok/s: median 300, over a baseline of 100: 3.0x measured.
+    # Medians of the factors: 2 tokens a round, 5 ms a round: 4.0x explained.
+    d = cell("drafter/chat/speed/c001", [(3, 0.010), (2, 0.004), (1, 0.005)])
+    b = cell("base/chat/speed/c001", [(1, 0.010)] * 3)
+    row = split(d, b, speedup=3.0)
+    assert row["explained_speedup"] == pytest.approx(4.0)
+    assert row["explained_gap"] == pytest.approx(1 / 3)
+    assert row["decomposition_flag"] is True
+    assert row["decomposition_note"].startswith(
+        "explained 4.000x vs measured 3.000x (+33.3%, tolerance 5%): ")
+    assert "moved most" in row["decomposition_note"]
+    # Inside a looser registered tolerance it is not flagged.
+    assert split(d, b, speedup=3.0, tolerance=0.4)["decomposition_flag"] is False
+
+
+def test_requests_without_chunks_leave_the_split_empty_not_wrong():
+    d = cell("drafter/chat/speed/c001", [(3, 0.012)] * 3)
+    for r in d.requests:
+        r.chunk_times, r.chunk_tokens = [], []
+    b = cell("base/chat/speed/c001", [(1, 0.010)] * 3)
+    row = split(d, b, speedup=2.5)
+    assert row["explained_speedup"] is None and row["decomposition_flag"] is None
+    assert row["tokens_per_round_ci_lower"] is None
+
+
+def test_which_factor_moved_the_speedup_between_levels():
+    # From 2.5/1.0 tokens at cost 1.25 (2.0x) to the same tokens at cost 2.5 (1.0x):
+    # all of the fall is the round's cost.
+    assert factor_shift(2.5, 1.25, 2.5, 2.5) == pytest.approx((0.0, 1.0))
+    # Tokens per round halved, cost unchanged: all of it is the tokens.
+    assert factor_shift(2.5, 1.25, 1.25, 1.25) == pytest.approx((1.0, 0.0))
+    # Both: log shares.
+    tok, cost = factor_shift(2.5, 1.25, 2.0, 1.5)
+    total = math.log(2.0 / 2.5) - math.log(1.5 / 1.25)
+    assert tok == pytest.approx(math.log(2.0 / 2.5) / total) and tok + cost == pytest.approx(1)
+    assert factor_shift(2.5, 1.25, 2.5, 1.25) is None  # nothing moved
+    assert np.isfinite(tok)
+
+
+def test_the_formula_predicts_from_the_roofline_and_the_engine_counters():
+    from harness.analysis.predict import predicted
+    from harness.prereg.schema import Study
+    from tests.analysis.runfolder import study_dict
+
+    data = study_dict()
+    # 1e9 params x 2 B over 1000 GB/s: 2 ms a target pass while memory-bound; compute
+    # 2e9 FLOP a token over 100 TFLOP/s = 0.02 ms a token, so it binds from 100 tokens.
+    eagle = next(a for a in data["arms"] if a["name"] == "vllm-eagle3")
+    eagle["drafter"].update(params_billion=0.1, draft_steps=3)
+    study = Study.model_validate(data)
+    speed, cost = predicted(study, "vllm-eagle3", 1, 2.8)
+    # Three 0.2 ms draft passes + one 2 ms verification over a 2 ms step: 1.3.
+    assert cost == pytest.approx(1.3) and speed == pytest.approx(2.8 / 1.3)
+    # At 64 users verifying 4 positions each is compute-bound: 256 x 0.02 ms = 5.12 ms.
+    speed, cost = predicted(study, "vllm-eagle3", 64, 2.8)
+    assert cost == pytest.approx((3 * 0.2 + 5.12) / 2.0)
+    # n-gram has no draft weights: the round costs the verification alone.
+    assert predicted(study, "vllm-ngram", 1, 2.0) == pytest.approx((2.0, 1.0))
