@@ -47,6 +47,10 @@ if TYPE_CHECKING:
 
 LOG_TAIL_LINES = 40
 WARMUP_PROMPT = "Say hello."
+# How often a starting engine's port and readiness path are tried: a refused connection
+# costs microseconds, and a run starts engines many times (the scripted one is ready
+# in under a second, so a 0.5 s poll was a third of its start).
+READY_POLL_S = 0.1
 # SGLang counts a request's verify calls as it finishes, which can be a moment after its
 # last chunk left: a drafter arm's counter gets this long to appear after the warm-up.
 SPEC_COUNTER_GRACE_S = 5.0
@@ -444,12 +448,12 @@ def _wait_ready(engine: EngineProcess, timeout_s: float, started: float,
             try:
                 response = client.get(engine.base_url + kind.readiness_path)
             except httpx.TransportError:
-                time.sleep(0.5)
+                time.sleep(READY_POLL_S)
                 continue
             phase = f"{kind.readiness_path} to answer 200"
             if response.status_code == 200:
                 break
-            time.sleep(0.5)
+            time.sleep(READY_POLL_S)
         remaining = max(deadline - time.time(), 5.0)
         _check_served_model(engine, client)
         _warm_up(engine, client, remaining)
