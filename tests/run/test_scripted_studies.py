@@ -73,9 +73,43 @@ def test_scripted_pass_study_passes(pass_run):
     assert len(open_cells) == 6
 
 
-def test_scripted_stop_study_stops_and_skips_the_expensive_cells(results, tmp_path):
-    specbench("run", "examples/scripted-stop.yaml", "--results", str(results), "--no-report")
-    run = run_folder(results)
+def stop_study(folder: Path) -> Path:
+    """examples/scripted-stop.yaml without its open loop (which runs after the stop bar,
+    ~25 s, and no test here reads it)."""
+    data = yaml.safe_load((ROOT / "examples" / "scripted-stop.yaml").read_text())
+    del data["loads"]["open_loop"]
+    path = folder / "stop.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def stop_run(tmp_path_factory) -> Path:
+    """One finished run of stop_study (levels 1-16, the stop fired at 4), in a folder
+    holding stop.yaml and results/: read by the stop test, and copied by each test that
+    resumes a finished run (copy_of_stop_run)."""
+    folder = tmp_path_factory.mktemp("stop")
+    specbench("run", str(stop_study(folder)), "--results", str(folder / "results"),
+              "--no-report")
+    return folder
+
+
+def copy_of_stop_run(stop_run: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of stop_run's study and run folder under tmp_path, the manifest naming the
+    copied study file, so `--resume` finds the copy as the newest run of that file."""
+    folder = tmp_path / "stop"
+    shutil.copytree(stop_run, folder)
+    study, results = folder / "stop.yaml", folder / "results"
+    manifest_path = run_folder(results) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["study_file"] == str((stop_run / "stop.yaml").resolve())
+    manifest["study_file"] = str(study.resolve())
+    manifest_path.write_text(json.dumps(manifest))
+    return study, results
+
+
+def test_scripted_stop_study_stops_and_skips_the_expensive_cells(stop_run):
+    run = run_folder(stop_run / "results")
     verdict = verdict_of(run)
     assert verdict["verdict"] == "STOP", json.dumps(verdict, indent=1)[:3000]
     evidence = json.dumps(bar(verdict, "stop")["evidence"])
@@ -226,21 +260,8 @@ def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(resul
     }
 
 
-def small_study(tmp_path: Path, **changes) -> Path:
-    """scripted-stop.yaml cut down to levels 1-4, no open loop: a quick whole study."""
-    data = yaml.safe_load((ROOT / "examples" / "scripted-stop.yaml").read_text())
-    data["loads"]["closed_loop"]["concurrency"] = [1, 2, 4]
-    del data["loads"]["open_loop"]
-    for key, value in changes.items():
-        data[key] = value
-    path = tmp_path / "small.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def test_resume_under_a_changed_study_needs_allow_deviation(results, tmp_path):
-    study = small_study(tmp_path)
-    specbench("run", str(study), "--results", str(results), "--no-report")
+def test_resume_under_a_changed_study_needs_allow_deviation(stop_run, tmp_path):
+    study, results = copy_of_stop_run(stop_run, tmp_path)
     data = yaml.safe_load(study.read_text())
     data["tasks"][0]["max_tokens"] = 24
     study.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -303,12 +324,11 @@ def test_engine_killed_mid_cell_is_restarted_and_the_cell_retried(results, tmp_p
             os.kill(engine["pid"], 0)
 
 
-def test_resume_stops_a_stale_engine_and_refuses_a_live_runner(results, tmp_path):
+def test_resume_stops_a_stale_engine_and_refuses_a_live_runner(stop_run, tmp_path):
     """An engine an earlier attempt left running (recorded in the manifest, still
     serving its port) is stopped by `--resume`, named, and recorded; a run whose
     recorded runner is still alive is refused."""
-    study = small_study(tmp_path)
-    specbench("run", str(study), "--results", str(results), "--no-report")
+    study, results = copy_of_stop_run(stop_run, tmp_path)
     run = run_folder(results)
     manifest_path = run / "manifest.json"
     port = free_port()
