@@ -17,7 +17,7 @@ import yaml
 
 from harness.engines.process import alive, free_port, group_members, port_in_use
 from harness.run.store import cell_dirname
-from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
+from tests.run.conftest import ROOT, copy_of_run, run_folder, specbench, verdict_of
 
 
 def bar(verdict: dict, name: str) -> dict:
@@ -87,25 +87,11 @@ def stop_study(folder: Path) -> Path:
 def stop_run(tmp_path_factory) -> Path:
     """One finished run of stop_study (levels 1-16, the stop fired at 4), in a folder
     holding stop.yaml and results/: read by the stop test, and copied by each test that
-    resumes a finished run (copy_of_stop_run)."""
+    resumes a finished run (copy_of_run)."""
     folder = tmp_path_factory.mktemp("stop")
     specbench("run", str(stop_study(folder)), "--results", str(folder / "results"),
               "--no-report")
     return folder
-
-
-def copy_of_stop_run(stop_run: Path, tmp_path: Path) -> tuple[Path, Path]:
-    """A copy of stop_run's study and run folder under tmp_path, the manifest naming the
-    copied study file, so `--resume` finds the copy as the newest run of that file."""
-    folder = tmp_path / "stop"
-    shutil.copytree(stop_run, folder)
-    study, results = folder / "stop.yaml", folder / "results"
-    manifest_path = run_folder(results) / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    assert manifest["study_file"] == str((stop_run / "stop.yaml").resolve())
-    manifest["study_file"] = str(study.resolve())
-    manifest_path.write_text(json.dumps(manifest))
-    return study, results
 
 
 def test_scripted_stop_study_stops_and_skips_the_expensive_cells(stop_run):
@@ -261,7 +247,7 @@ def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(resul
 
 
 def test_resume_under_a_changed_study_needs_allow_deviation(stop_run, tmp_path):
-    study, results = copy_of_stop_run(stop_run, tmp_path)
+    study, results = copy_of_run(stop_run, "stop.yaml", tmp_path)
     data = yaml.safe_load(study.read_text())
     data["tasks"][0]["max_tokens"] = 24
     study.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -328,7 +314,7 @@ def test_resume_stops_a_stale_engine_and_refuses_a_live_runner(stop_run, tmp_pat
     """An engine an earlier attempt left running (recorded in the manifest, still
     serving its port) is stopped by `--resume`, named, and recorded; a run whose
     recorded runner is still alive is refused."""
-    study, results = copy_of_stop_run(stop_run, tmp_path)
+    study, results = copy_of_run(stop_run, "stop.yaml", tmp_path)
     run = run_folder(results)
     manifest_path = run / "manifest.json"
     port = free_port()
