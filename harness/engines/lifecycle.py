@@ -40,6 +40,7 @@ from harness.engines.process import (
     wait_port_free,
 )
 from harness.errors import SpecbenchError
+from harness.measure.transport import shared_ssl_context
 from harness.weights.record import hub_environment
 
 if TYPE_CHECKING:
@@ -438,7 +439,8 @@ def _wait_ready(engine: EngineProcess, timeout_s: float, started: float,
     assert kind is not None and engine._popen is not None
     deadline = started + timeout_s
     phase = "the port to open"
-    with httpx.Client(timeout=10) as client:
+    # The shared TLS context: httpx builds a CA store per client otherwise (~0.1 s a start).
+    with httpx.Client(timeout=10, verify=shared_ssl_context()) as client:
         while True:
             code = engine._popen.poll()
             if code is not None:
