@@ -273,7 +273,13 @@ def test_engine_killed_mid_cell_is_restarted_and_the_cell_retried(results, tmp_p
     study = tmp_path / "slow-stop.yaml"
     text = (ROOT / "examples" / "scripted-stop.yaml").read_text()
     assert "weight_bytes: 2.0e10" in text
-    study.write_text(text.replace("weight_bytes: 2.0e10", "weight_bytes: 6.0e10"))
+    data = yaml.safe_load(text.replace("weight_bytes: 2.0e10", "weight_bytes: 6.0e10"))
+    # The target is the first cell, and nothing before it: no smoke stage, no identity
+    # cell (at 30 ms steps they took ~9 s before the target began).
+    data["recording"]["smoke"] = False
+    data["tasks"][0]["uses"] = ["speed"]
+    data["bars"]["pass"]["identity"] = None
+    study.write_text(yaml.safe_dump(data, sort_keys=False))
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "run", str(study),
          "--results", str(results), "--no-report"],
