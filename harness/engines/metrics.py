@@ -20,6 +20,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict
 
+from harness.measure.transport import shared_ssl_context
 from harness.records import EngineSnapshot
 
 Dialect = Literal["vllm", "sglang"]
@@ -263,7 +264,7 @@ def scrape_metrics(
         if client is not None:
             response = client.get(url, timeout=timeout_s)
         else:
-            response = httpx.get(url, timeout=timeout_s)
+            response = httpx.get(url, timeout=timeout_s, verify=shared_ssl_context())
         if response.status_code != 200:
             return ScrapeResult(None, f"HTTP {response.status_code}", time.monotonic() - start)
         snapshot = parse_metrics(response.text, dialect)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ctypes
+import gc
 import time
 from dataclasses import dataclass, field
 
 import pytest
 
+from harness.measure import driver
 from harness.measure.driver import MIN_ERRORS_TO_ABORT
 from harness.measure.itl import tokens_per_chunk
 from harness.measure.patterns import ClosedLoop, OpenLoop
@@ -58,6 +60,21 @@ def test_records_reach_on_record_while_the_cell_runs() -> None:
     ends = [t for t, _ in sorted(seen, key=lambda x: x[1])]
     sends = [r.sent_t for r in sorted(records, key=lambda r: r.index)]
     assert all(end <= nxt for end, nxt in zip(ends, sends[1:], strict=False))
+
+
+def test_the_heap_alive_at_the_first_cell_is_set_aside_from_the_collector_once(
+        monkeypatch) -> None:
+    """The first cell freezes the heap after its full collection (later cells' collections
+    then scan only what came after it); no later cell freezes again, and the collector is
+    back on after each cell."""
+    monkeypatch.setattr(driver, "_heap_frozen", False)
+    freezes: list[int] = []
+    monkeypatch.setattr(driver.gc, "freeze", lambda: freezes.append(gc.get_count()[0]))
+    with serve_in_thread(ScriptedEngineSpec(**FAST)) as eng:
+        for _ in range(3):
+            outcome, _ = run(eng.base_url, ClosedLoop(concurrency=1, requests=2))
+            assert outcome.n_ok == 2 and gc.isenabled()
+    assert freezes == [0]  # once, right after a full collection (nothing new since)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,21 @@ def run_folder(results: Path) -> Path:
     runs = [p for p in results.iterdir() if (p / "manifest.json").exists()]
     assert len(runs) == 1, runs
     return runs[0]
+
+
+def copy_of_run(folder: Path, study_name: str, tmp_path: Path) -> tuple[Path, Path]:
+    """Copy `folder` (a study file `study_name` beside the `results/` of its one run)
+    under tmp_path, the manifest naming the copied study file, so that `--resume`
+    finds the copy as the newest run of that file. Returns (study, results)."""
+    copy = tmp_path / folder.name
+    shutil.copytree(folder, copy)
+    study, results = copy / study_name, copy / "results"
+    manifest_path = run_folder(results) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["study_file"] == str((folder / study_name).resolve())
+    manifest["study_file"] = str(study.resolve())
+    manifest_path.write_text(json.dumps(manifest))
+    return study, results
 
 
 def verdict_of(run: Path) -> dict:

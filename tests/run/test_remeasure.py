@@ -12,10 +12,11 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from harness.run.store import cell_dirname
-from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
+from tests.run.conftest import ROOT, copy_of_run, run_folder, specbench, verdict_of
 
 SPEED = [f"{arm}/chat/speed/c{c:03d}" for arm in ("base", "drafter") for c in (1, 2, 4)]
 
@@ -74,17 +75,25 @@ def said(proc) -> str:
     return re.sub(r"\s+", " ", proc.stdout + proc.stderr)
 
 
-def test_one_early_refusal_in_a_32_request_cell_neither_aborts_it_nor_leaves_a_bar_incomplete(
-        results, tmp_path):
-    # The drafter's engine refuses its third request: item 2 of drafter/chat/identity,
-    # a 32-request cell (1/32 = 3 % < the 5 % limit). Before, 1 error in the first 10
-    # requests aborted the cell and left the identity bar INCOMPLETE. The study allows
-    # 1 mismatch in 32 so that the pinned verdict does not hang on how a request with
-    # no output is counted.
-    study = study_file(tmp_path, drafter=refuse(3), chat={"subset": 32, "identity_items": 32},
+@pytest.fixture(scope="module")
+def early_refusal_run(tmp_path_factory) -> Path:
+    """One run whose drafter engine refuses its third request: item 2 of
+    drafter/chat/identity, a 32-request cell (1/32 = 3 % < the 5 % limit). The study
+    allows 1 mismatch in 32 so that the pinned verdict does not hang on how a request
+    with no output is counted. A folder holding study.yaml and results/; the resume
+    test works on a copy of it (its base arm is the plain one)."""
+    folder = tmp_path_factory.mktemp("early-refusal")
+    study = study_file(folder, drafter=refuse(3), chat={"subset": 32, "identity_items": 32},
                        identity={"min_identical_share": 0.95})
-    specbench("run", str(study), "--results", str(results), "--no-report")
-    run = run_folder(results)
+    specbench("run", str(study), "--results", str(folder / "results"), "--no-report")
+    return folder
+
+
+def test_one_early_refusal_in_a_32_request_cell_neither_aborts_it_nor_leaves_a_bar_incomplete(
+        early_refusal_run):
+    # Before, 1 error in the first 10 requests aborted the cell and left the identity bar
+    # INCOMPLETE.
+    run = run_folder(early_refusal_run / "results")
     verdict = verdict_of(run)
     assert verdict["verdict"] == "PASS", json.dumps(verdict, indent=1)[:3000]
     assert "incomplete" not in bars(verdict).values() and verdict["excluded_cells"] == []
@@ -182,10 +191,9 @@ def test_a_cell_without_a_per_user_speed_is_remeasured_then_stays_invalid(result
     assert verdict_of(run)["verdict"] == "INCOMPLETE"
 
 
-def test_resume_remeasures_a_complete_but_unusable_cell_while_attempts_remain(results,
-                                                                             tmp_path):
-    study = study_file(tmp_path)
-    specbench("run", str(study), "--results", str(results), "--no-report")
+def test_resume_remeasures_a_complete_but_unusable_cell_while_attempts_remain(
+        early_refusal_run, tmp_path):
+    study, results = copy_of_run(early_refusal_run, "study.yaml", tmp_path)
     run = run_folder(results)
     assert verdict_of(run)["verdict"] == "PASS"
     # Make base/chat/speed/c001 what the demo run left before this was fixed: a complete

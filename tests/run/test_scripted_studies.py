@@ -17,7 +17,7 @@ import yaml
 
 from harness.engines.process import alive, free_port, group_members, port_in_use
 from harness.run.store import cell_dirname
-from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
+from tests.run.conftest import ROOT, copy_of_run, run_folder, specbench, verdict_of
 
 
 def bar(verdict: dict, name: str) -> dict:
@@ -73,9 +73,29 @@ def test_scripted_pass_study_passes(pass_run):
     assert len(open_cells) == 6
 
 
-def test_scripted_stop_study_stops_and_skips_the_expensive_cells(results, tmp_path):
-    specbench("run", "examples/scripted-stop.yaml", "--results", str(results), "--no-report")
-    run = run_folder(results)
+def stop_study(folder: Path) -> Path:
+    """examples/scripted-stop.yaml without its open loop (which runs after the stop bar,
+    ~25 s, and no test here reads it)."""
+    data = yaml.safe_load((ROOT / "examples" / "scripted-stop.yaml").read_text())
+    del data["loads"]["open_loop"]
+    path = folder / "stop.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def stop_run(tmp_path_factory) -> Path:
+    """One finished run of stop_study (levels 1-16, the stop fired at 4), in a folder
+    holding stop.yaml and results/: read by the stop test, and copied by each test that
+    resumes a finished run (copy_of_run)."""
+    folder = tmp_path_factory.mktemp("stop")
+    specbench("run", str(stop_study(folder)), "--results", str(folder / "results"),
+              "--no-report")
+    return folder
+
+
+def test_scripted_stop_study_stops_and_skips_the_expensive_cells(stop_run):
+    run = run_folder(stop_run / "results")
     verdict = verdict_of(run)
     assert verdict["verdict"] == "STOP", json.dumps(verdict, indent=1)[:3000]
     evidence = json.dumps(bar(verdict, "stop")["evidence"])
@@ -115,8 +135,13 @@ def test_scripted_drafters_with_different_profiles_do_not_stop(results):
     assert verdict["verdict"] == "FAIL" and verdict["reasons"] == ["failed: pass.speed"]
 
 
-def test_scripted_check_study_reruns_the_baseline(results):
-    specbench("run", "examples/scripted-check.yaml", "--results", str(results), "--no-report")
+def test_scripted_check_study_reruns_the_baseline(results, tmp_path):
+    # Without its open loop (six cells, ~20 s): no bar reads it, nor does a rerun.
+    data = yaml.safe_load((ROOT / "examples" / "scripted-check.yaml").read_text())
+    del data["loads"]["open_loop"]
+    study = tmp_path / "check.yaml"
+    study.write_text(yaml.safe_dump(data, sort_keys=False))
+    specbench("run", str(study), "--results", str(results), "--no-report")
     run = run_folder(results)
     verdict = verdict_of(run)
     reruns = verdict["reruns"]
@@ -226,21 +251,8 @@ def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(resul
     }
 
 
-def small_study(tmp_path: Path, **changes) -> Path:
-    """scripted-stop.yaml cut down to levels 1-4, no open loop: a quick whole study."""
-    data = yaml.safe_load((ROOT / "examples" / "scripted-stop.yaml").read_text())
-    data["loads"]["closed_loop"]["concurrency"] = [1, 2, 4]
-    del data["loads"]["open_loop"]
-    for key, value in changes.items():
-        data[key] = value
-    path = tmp_path / "small.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def test_resume_under_a_changed_study_needs_allow_deviation(results, tmp_path):
-    study = small_study(tmp_path)
-    specbench("run", str(study), "--results", str(results), "--no-report")
+def test_resume_under_a_changed_study_needs_allow_deviation(stop_run, tmp_path):
+    study, results = copy_of_run(stop_run, "stop.yaml", tmp_path)
     data = yaml.safe_load(study.read_text())
     data["tasks"][0]["max_tokens"] = 24
     study.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -261,7 +273,13 @@ def test_engine_killed_mid_cell_is_restarted_and_the_cell_retried(results, tmp_p
     study = tmp_path / "slow-stop.yaml"
     text = (ROOT / "examples" / "scripted-stop.yaml").read_text()
     assert "weight_bytes: 2.0e10" in text
-    study.write_text(text.replace("weight_bytes: 2.0e10", "weight_bytes: 6.0e10"))
+    data = yaml.safe_load(text.replace("weight_bytes: 2.0e10", "weight_bytes: 6.0e10"))
+    # The target is the first cell, and nothing before it: no smoke stage, no identity
+    # cell (at 30 ms steps they took ~9 s before the target began).
+    data["recording"]["smoke"] = False
+    data["tasks"][0]["uses"] = ["speed"]
+    data["bars"]["pass"]["identity"] = None
+    study.write_text(yaml.safe_dump(data, sort_keys=False))
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness.cli", "run", str(study),
          "--results", str(results), "--no-report"],
@@ -303,12 +321,11 @@ def test_engine_killed_mid_cell_is_restarted_and_the_cell_retried(results, tmp_p
             os.kill(engine["pid"], 0)
 
 
-def test_resume_stops_a_stale_engine_and_refuses_a_live_runner(results, tmp_path):
+def test_resume_stops_a_stale_engine_and_refuses_a_live_runner(stop_run, tmp_path):
     """An engine an earlier attempt left running (recorded in the manifest, still
     serving its port) is stopped by `--resume`, named, and recorded; a run whose
     recorded runner is still alive is refused."""
-    study = small_study(tmp_path)
-    specbench("run", str(study), "--results", str(results), "--no-report")
+    study, results = copy_of_run(stop_run, "stop.yaml", tmp_path)
     run = run_folder(results)
     manifest_path = run / "manifest.json"
     port = free_port()
