@@ -180,6 +180,9 @@ class ClientHealth(RecordModel):
     # Over received output chunks, how late a stamp could be because the chunk shared
     # its read with a later one (measure.stamp_bounds); 0 when the client kept up.
     stamp_bound_p99_ms: float | None = None
+    # The same over each measured request's first output chunk: what TTFT and per-user
+    # speed read besides the end (exact), and what the lag limit judges.
+    first_token_bound_p99_ms: float | None = None
     # Share of received segments stamped by the kernel (the rest: by the reader thread).
     kernel_stamped_fraction: float | None = None
     # Closed loop: the load delivered (measure.delivered). Requests in flight,

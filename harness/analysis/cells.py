@@ -105,6 +105,8 @@ def cell_row(cell: CellData) -> dict:
         row["client_valid"] = health.valid if health is not None else None
         row["client_lag_p99_ms"] = health.lag_p99_ms if health is not None else None
         row["client_stamp_bound_p99_ms"] = health.stamp_bound_p99_ms if health else None
+        row["client_first_token_bound_p99_ms"] = (health.first_token_bound_p99_ms
+                                                  if health else None)
         row["client_send_lag_p99_ms"] = health.send_lag_p99_ms if health else None
         row["client_kernel_stamped"] = health.kernel_stamped_fraction if health else None
         # Closed loop: the load the users delivered, beside the registered concurrency.

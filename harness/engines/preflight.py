@@ -52,6 +52,12 @@ def preflight(study: Study, arms: list[str] | None = None) -> list[str]:
     highest = max(study.loads.closed_loop.concurrency)
 
     problems: dict[str, list[str]] = {a.name: [] for a in selected}
+    if study.recording.engines_alive > 1:
+        on_gpu = [a.name for a in selected if (k := ENGINE_KINDS.get(a.engine)) and k.gpu]
+        for name in on_gpu:
+            problems[name].append(
+                f"recording.engines_alive is {study.recording.engines_alive}, but this arm's"
+                f" engine runs on a GPU, which holds one engine at a time: register 1")
     probes: dict[str, tuple[EngineKind, Arm]] = {}
     attached: list[Arm] = []
     for arm in selected:

@@ -170,7 +170,8 @@ async def run_cell(
                             latency_from=latency_from)
         task = asyncio.current_task()
         state.in_flight.add(task)
-        body = chat_body(model, spec.messages, spec.max_tokens, sampling, extra_body)
+        max_tokens = pattern.max_tokens_for(index, spec.max_tokens) if closed else spec.max_tokens
+        body = chat_body(model, spec.messages, max_tokens, sampling, extra_body)
         try:
             asked = time.monotonic()
             client = await slots.acquire()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -37,10 +38,20 @@ class ClosedLoop:
     requests: int
     warmup: int = 0
     max_duration_s: float | None = None
+    # The first round of warm-ups (one per user) cut to (u + 1) / N of max_tokens, so
+    # users of equal-length requests leave lockstep before anything is measured.
+    stagger_warmup: bool = False
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.requests < 0 or self.warmup < 0:
             raise ValueError("ClosedLoop needs concurrency >= 1, requests >= 0, warmup >= 0")
+
+    def max_tokens_for(self, index: int, max_tokens: int) -> int:
+        """Request `index`'s max_tokens: cut for a staggered first-round warm-up."""
+        users = min(self.concurrency, self.warmup)
+        if not self.stagger_warmup or index >= users or users < 2:
+            return max_tokens
+        return max(1, math.ceil(max_tokens * (index + 1) / users))
 
     @property
     def connections(self) -> int:

@@ -181,6 +181,11 @@ class ClosedLoop(Strict):
     concurrency: list[PositiveInt]
     requests: RequestCount = Field(default_factory=RequestCount)
     warmup_per_user: Annotated[int, Field(ge=0)] = 1
+    # Users' first warm-up requests cut to 1/N, 2/N, ... N/N of max_tokens, so users whose
+    # requests all have one length do not end on one engine step, every round, in
+    # lockstep (N sends at once: a turnaround the client cannot meet at 32 users, and a
+    # load no deployment sees). Warm-ups are never measured (harness/measure/patterns.py).
+    stagger_warmup: bool = False
     max_duration_s: Positive | None = None
 
     @field_validator("concurrency")
@@ -287,6 +292,10 @@ class Recording(Strict):
     # A closed-loop speed cell is invalid when more than this share of its measured
     # requests arrived in bursts: most tokens under one stamp (harness/measure/bursts.py).
     max_burst_share: Annotated[float, Field(ge=0, le=1)] = 0.10
+    # Engines kept up at once, each arm's reused until the least recently used must go.
+    # 1 on a GPU (one engine holds the GPU); a CPU study may keep its arms' engines up
+    # between stages to save restarts (pre-flight refuses more than 1 on a GPU kind).
+    engines_alive: Annotated[int, Field(ge=1)] = 1
     error_rate_limit: Annotated[float, Field(ge=0, le=1)] | None = 0.05
     request_timeout_s: Positive = 600.0
     # Extra attempts at a cell whose engine died or that measured nothing usable

@@ -42,6 +42,7 @@ def cell_pattern(study: Study, cell: Cell, rate_rps: float | None = None) -> Clo
     return ClosedLoop(
         concurrency=cell.concurrency, requests=cell.requests, warmup=cell.warmup,
         max_duration_s=study.loads.closed_loop.max_duration_s if cell.kind == "speed" else None,
+        stagger_warmup=study.loads.closed_loop.stagger_warmup,
     )
 
 

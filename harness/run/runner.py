@@ -14,6 +14,7 @@ import dataclasses
 import json
 import shutil
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,8 @@ class Runner:
         self.study = study  # environment-expanded, for execution
         self.console = console
         self.cells = plan_cells(study)
-        self._engine: ArmEngine | None = None
+        # The engines up, least recently used first; at most recording.engines_alive.
+        self._engines: OrderedDict[str, ArmEngine] = OrderedDict()
         self.telemetry = RunTelemetry(store)
 
     # --- cells -----------------------------------------------------------------
@@ -180,10 +182,11 @@ class Runner:
         for cell in cells:
             by_arm.setdefault(cell.arm, []).append(cell)
         order = list(by_arm)
-        if self._engine is not None and self._engine.arm.name in by_arm:
-            # Its engine is up: its cells first, so the boundary costs no restart.
-            order.remove(self._engine.arm.name)
-            order.insert(0, self._engine.arm.name)
+        for up in self._engines:  # least recently used first, so the latest ends up first
+            if up in by_arm:
+                # Its engine is up: its cells first, so the boundary costs no restart.
+                order.remove(up)
+                order.insert(0, up)
         for arm_name in order:
             arm_cells = by_arm[arm_name]
             pending = [c for c in arm_cells if needs_measuring(self.store, self.study, c, progress)]
@@ -225,28 +228,35 @@ class Runner:
 
     def _engine_for(self, arm_name: str, progress: RunProgress, stage: str = "",
                     session: tuple[int, int] | None = None) -> ArmEngine:
-        """Keep one engine up at a time; reuse it when the next cells are its arm's, except
-        across repeated sessions: each session is a fresh start."""
-        engine = self._engine
-        if engine is not None and engine.arm.name == arm_name:
-            if session is None or engine.session == session:
-                if stage and engine.stage and engine.stage != stage and engine.running():
-                    progress.note(f"keeping the engine of arm {arm_name} from {engine.stage}"
-                                  f" for {stage} (no restart)")
-                engine.stage = stage or engine.stage
-                return engine
+        """The arm's engine, reused when it is up, except across repeated sessions: each
+        session is a fresh start. At most `recording.engines_alive` stay up (1 unless
+        registered: one GPU holds one engine); the least recently used goes first."""
+        engine = self._engines.get(arm_name)
+        if engine is not None and (session is None or engine.session == session):
+            self._engines.move_to_end(arm_name)
+            if stage and engine.stage and engine.stage != stage and engine.running():
+                progress.note(f"keeping the engine of arm {arm_name} from {engine.stage}"
+                              f" for {stage} (no restart)")
+            engine.stage = stage or engine.stage
+            return engine
+        if engine is not None:
             progress.note(f"session {session[1]} of arm {arm_name}: a fresh engine start")
-        self.close_engine()
-        self._engine = ArmEngine(self.store, self.study.arm(arm_name), self.study, progress,
-                                 self.telemetry)
-        self._engine.stage = stage or None
-        self._engine.session = session
-        return self._engine
+            self.close_engine(arm_name)
+        while self._engines and len(self._engines) >= self.study.recording.engines_alive:
+            self.close_engine(next(iter(self._engines)))
+        engine = ArmEngine(self.store, self.study.arm(arm_name), self.study, progress,
+                           self.telemetry)
+        engine.stage = stage or None
+        engine.session = session
+        self._engines[arm_name] = engine
+        return engine
 
-    def close_engine(self) -> None:
-        if self._engine is not None:
-            self._engine.close()
-            self._engine = None
+    def close_engine(self, arm_name: str | None = None) -> None:
+        """Stop one arm's engine, or (None) every engine that is up."""
+        for name in [arm_name] if arm_name is not None else list(self._engines):
+            engine = self._engines.pop(name, None)
+            if engine is not None:
+                engine.close()
 
     def close(self) -> None:
         """The engine, then NVML."""
@@ -353,6 +363,10 @@ class Runner:
                     "reruns", {"cell": cell.id, "of": cell.id[: -len(RERUN_SUFFIX)],
                                "reason": "check bar fired", "when": time.time()}
                 )
+        # A rerun is a new engine session of the baseline, whatever is up: what it checks
+        # is that the first measurement was not a session's accident.
+        for arm in {c.arm for c in reruns}:
+            self.close_engine(arm)
         self._run_cells(reruns, progress, stage="the check-bar reruns")
 
 

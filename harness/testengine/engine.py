@@ -292,7 +292,9 @@ class ScriptedEngine:
                 seq.rid, spec.served_model, {"content": "".join(group)},
                 finish if last else None, use)))
         sizes = [len(g) for g in groups]
-        if spec.flush_every_steps > 1:  # held until N steps are waiting or the stream ends
+        position = seq.generated - n + 1  # this step's first token, 1-based
+        if spec.flush_every_steps > 1 and (position >= spec.flush_from_token or seq.held):
+            # held until N steps are waiting or the stream ends
             seq.held.append((b"".join(out), sizes))
             if finish is None and len(seq.held) < spec.flush_every_steps:
                 return

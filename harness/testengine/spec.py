@@ -75,6 +75,10 @@ class ScriptedEngineSpec(StrictModel):
     # Hold a stream's chunks and write them together every N steps (and at its end):
     # a server that flushes several steps at once, so they arrive under one stamp.
     flush_every_steps: int = Field(default=1, ge=1)
+    # The output token (1-based) whose step starts that holding (1: the first). 2 leaves the
+    # first token alone and pairs steps mid-stream: an API server that stalled and then
+    # wrote the steps waiting back to back.
+    flush_from_token: int = Field(default=1, ge=1)
     # Honour `stream_options.continuous_usage_stats` (cumulative usage on every chunk).
     continuous_usage: bool = True
     # Per-request speculation figures on the final chunk (vLLM `metrics.speculative_decoding`,

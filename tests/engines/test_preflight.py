@@ -167,6 +167,21 @@ def test_a_weightless_drafter_registers_no_precision(tmp_path: Path) -> None:
     ]
 
 
+def test_engines_kept_up_together_are_refused_on_a_gpu_engine(tmp_path: Path) -> None:
+    vllm = fake_python(tmp_path, "vllm-python", "specbench-engine-version 0.32.0")
+    model = tmp_path / "model"
+    model.mkdir()
+    arms = [{"name": "base", "engine": "vllm", "launch": {"python": vllm},
+             "max_running_requests": 64}]
+    study = study_64(model, arms)
+    assert preflight(study) == []
+    kept = study.model_copy(update={"recording": study.recording.model_copy(
+        update={"engines_alive": 2})})
+    assert preflight(kept) == [
+        "arm 'base': recording.engines_alive is 2, but this arm's engine runs on a GPU, which"
+        " holds one engine at a time: register 1"]
+
+
 def test_clean_study_passes_and_selects_arms(tmp_path: Path, endpoint: str) -> None:
     vllm = fake_python(tmp_path, "vllm-python", "specbench-engine-version 0.32.0")
     _Models.models = [{"id": "tiny", "root": str(tmp_path / "elsewhere" / "model")}]

@@ -83,3 +83,43 @@ def test_cells_read_for_texts_report_late_stamps_but_stay_valid() -> None:
     assert texts.health.valid and not texts.health.timing_judged
     assert texts.health.stamp_bound_p99_ms > 5 and texts.health.burst_share == 1.0
     assert all(r.ok and r.output_text for r in records)
+
+
+@pytest.mark.timing
+def test_steps_written_back_to_back_mid_stream_move_no_figure() -> None:
+    # 20 ms steps; from the second token on, the server writes two steps at once (an API
+    # server that stalled, then wrote what was waiting): every second chunk shares its
+    # read with the next, a stamp bound of a whole step. No figure reads those stamps:
+    # the first token is written alone and the end is its read's last segment, so the
+    # per-user speed is the engine's and the cell stays valid under a 5 ms limit.
+    spec = ScriptedEngineSpec(weight_bytes=2e10, bandwidth_bytes_per_s=1e12,
+                              flush_every_steps=2, flush_from_token=2)
+    with serve_in_thread(spec) as eng:
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=3),
+                               requests=prompts(max_tokens=12), lag_limit_ms=5,
+                               burst_limit=0.10)
+    measured = [r for r in records if r.phase == "measure"]
+    assert len(measured) == 3 and all(r.ok and not is_burst(r) for r in measured)
+    for r in measured:
+        # chunks 2-3, 4-5, ... 10-11 share stamps; 1 and 12 stand alone
+        assert len(set(r.chunk_times)) == 7, r.chunk_times
+        assert request_speed(r) == pytest.approx(50.0, rel=0.05)
+    health = outcome.health
+    assert health.stamp_bound_p99_ms >= 15  # the pairs are seen and reported...
+    assert health.first_token_bound_p99_ms == 0.0  # ...but no stamp of a figure is late
+    assert health.valid, health.reason
+
+
+@pytest.mark.timing
+def test_a_first_token_read_with_the_next_chunk_makes_the_cell_invalid() -> None:
+    # The same server holding from the first token: it leaves with the second step, so
+    # the first token's stamp is a step late by the bound, and TTFT and per-user speed
+    # would read it. The cell is invalid under the 5 ms limit.
+    spec = ScriptedEngineSpec(weight_bytes=2e10, bandwidth_bytes_per_s=1e12,
+                              flush_every_steps=2)
+    with serve_in_thread(spec) as eng:
+        outcome, _ = run(eng.base_url, ClosedLoop(concurrency=1, requests=3),
+                         requests=prompts(max_tokens=12), lag_limit_ms=5, burst_limit=0.10)
+    health = outcome.health
+    assert health.first_token_bound_p99_ms >= 15
+    assert not health.valid and "first-token stamp bound p99" in health.reason

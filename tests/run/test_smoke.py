@@ -198,11 +198,12 @@ def test_a_stage_begins_with_the_arm_whose_engine_is_running(tmp_path, monkeypat
     open_cells = [c for c in runner.cells if c.stage == 3]
     assert [c.arm for c in open_cells][:1] == ["base"]  # the plan's order
     with RunProgress(Console(file=io.StringIO()), 0) as progress:
-        runner._engine = ArmEngine(store, runner.study.arm("drafter"), runner.study, progress)
+        runner._engines["drafter"] = ArmEngine(store, runner.study.arm("drafter"), runner.study,
+                                               progress)
         runner._run_cells(open_cells, progress, {"base": 1.0, "drafter": 1.0}, stage="stage 3")
         assert ran == ["drafter"] * 3 + ["base"] * 3
         ran.clear()
-        runner._engine = None  # nothing running: the plan's order
+        runner._engines.clear()  # nothing running: the plan's order
         runner._run_cells(open_cells, progress, {"base": 1.0, "drafter": 1.0}, stage="stage 3")
         assert ran == ["base"] * 3 + ["drafter"] * 3
 
