@@ -91,7 +91,7 @@ def test_steps_written_back_to_back_mid_stream_move_no_figure() -> None:
     # server that stalled, then wrote what was waiting): every second chunk shares its
     # read with the next, a stamp bound of a whole step. No figure reads those stamps:
     # the first token is written alone and the end is its read's last segment, so the
-    # per-user speed is the engine's and the cell stays valid under a 5 ms limit.
+    # per-user speed is the engine's and no stamp check fires under a 5 ms limit.
     spec = ScriptedEngineSpec(weight_bytes=2e10, bandwidth_bytes_per_s=1e12,
                               flush_every_steps=2, flush_from_token=2)
     with serve_in_thread(spec) as eng:
@@ -107,7 +107,9 @@ def test_steps_written_back_to_back_mid_stream_move_no_figure() -> None:
     health = outcome.health
     assert health.stamp_bound_p99_ms >= 15  # the pairs are seen and reported...
     assert health.first_token_bound_p99_ms == 0.0  # ...but no stamp of a figure is late
-    assert health.valid, health.reason
+    # Nothing about the stamps invalidates the cell. (The user's turnaround is judged too,
+    # against an engine sharing this process's interpreter: not this test's business.)
+    assert "stamp" not in (health.reason or ""), health.reason
 
 
 @pytest.mark.timing
