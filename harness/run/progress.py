@@ -22,7 +22,8 @@ from harness.records import EngineSnapshot, MetricSample, RequestRecord
 
 
 class RunProgress:
-    def __init__(self, console: Console, total_requests: int) -> None:
+    def __init__(self, console: Console, total_requests: int, bars: bool = True) -> None:
+        # bars=False: notes only (a shard worker, whose driver draws the study's bar).
         self.console = console
         self.progress = Progress(
             TextColumn("{task.description}"),
@@ -35,6 +36,7 @@ class RunProgress:
             console=console,
             transient=False,
             refresh_per_second=2,
+            disable=not bars,
         )
         self.study_task: TaskID = self.progress.add_task("study", total=total_requests, live="")
         self.cell_task: TaskID | None = None

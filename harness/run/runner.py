@@ -1,6 +1,8 @@
-"""Run a whole study: the smoke stage, then stages in plan order, the stop bar after
-stage 1, the check bar's baseline reruns, the open loop at the knee; the caller then
-finishes the run (harness.finalize: tables, verdict, report).
+"""The run folder's life (new, found, reopened) and the local executor: the batches of
+the schedule (harness.run.schedule: the smoke and stage 1, the stop bar, stage 2, the
+check bar's reruns, the open loop) measured on this machine; the caller then finishes
+the run (harness.finalize: tables, verdict, report). A shard worker on a Ray node
+(harness.run.shard_worker) runs this same executor over its shard's cells.
 
 One engine is up at a time, and it is kept across a stage boundary: the smoke ends on
 the arm of the first cell to run, each stage begins with the arm whose engine is
@@ -10,12 +12,11 @@ share one engine start (minutes on a GPU).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from rich.console import Console
 
 from harness.engines.base import expand_study
 from harness.engines.preflight import require_preflight
-from harness.errors import InputError, SpecbenchError
+from harness.errors import InputError
 from harness.plan import Cell, block_session, engine_blocks, plan_cells
 from harness.prereg import LoadedStudy, resolved_study, seal_of
 from harness.prereg.schema import Study
@@ -31,10 +32,9 @@ from harness.run.arm_engine import ArmEngine
 from harness.run.attempts import measure_cell, needs_measuring
 from harness.run.gpu_telemetry import RunTelemetry
 from harness.run.progress import RunProgress
-from harness.run.smoke import SmokeFailed, SmokeStage
+from harness.run.schedule import Batch, rerun_batch, rerun_cells, run_schedule
+from harness.run.smoke import SmokeStage
 from harness.run.store import RunStore, host_facts, specbench_commit, write_json_atomic
-
-RERUN_SUFFIX = "/rerun1"
 
 
 def expand_environment(study: Study) -> Study:
@@ -147,30 +147,35 @@ def reopen_run(store: RunStore, loaded: LoadedStudy, allow_deviation: bool) -> N
     store.update_manifest(status="running", ended_wall=None)
 
 
-def _analysis():
-    # The analysis stage is imported late: the runner hands it only the folder.
-    from harness import analysis
-
-    return analysis
-
-
 class Runner:
     def __init__(self, store: RunStore, study: Study, console: Console,
-                 allow_deviation: bool = False) -> None:
+                 allow_deviation: bool = False, cells: list[Cell] | None = None) -> None:
         self.store = store
         self.allow_deviation = allow_deviation  # a smoke check below a registered floor
         self.study = study  # environment-expanded, for execution
         self.console = console
-        self.cells = plan_cells(study)
+        self.cells = plan_cells(study) if cells is None else cells  # a shard's, or all
         # The engines up, least recently used first; at most recording.engines_alive.
         self._engines: OrderedDict[str, ArmEngine] = OrderedDict()
         self.telemetry = RunTelemetry(store)
+        self._smoked = False  # the smoke runs once per runner, with its first batch
+        # Told each cell id the moment its measurement ends (a shard worker ships it).
+        self.on_cell_done: Callable[[str], None] | None = None
+        # Where its cells are measured (harness.run.where), written into each cell.json.
+        self.where: dict[str, Any] | None = None
 
     # --- cells -----------------------------------------------------------------
 
     def _run_one(self, engine: ArmEngine, cell: Cell, progress: RunProgress,
                  rate_rps: float | None = None, extra: dict | None = None) -> bool:
-        return measure_cell(self.store, self.study, engine, cell, progress, rate_rps, extra)
+        try:
+            return measure_cell(self.store, self.study, engine, cell, progress, rate_rps, extra)
+        finally:
+            if self.store.cell_info(cell.id):
+                if self.where is not None:
+                    self.store.set_cell_facts(cell.id, where=self.where)
+                if self.on_cell_done is not None:
+                    self.on_cell_done(cell.id)
 
     def _run_cells(self, cells: Iterable[Cell], progress: RunProgress,
                    rates: dict[str, float] | None = None, stage: str = "") -> None:
@@ -265,42 +270,22 @@ class Runner:
         finally:
             self.telemetry.close()
 
-    # --- stages --------------------------------------------------------------------
+    # --- batches (harness.run.schedule decides them) ----------------------------------
+
+    def run_batch(self, batch: Batch, progress: RunProgress) -> None:
+        """Measure one batch of the schedule on this machine."""
+        if batch.smoke and not self._smoked:
+            self._smoked = True
+            self._smoke(progress)
+        for arm in batch.fresh_engines:
+            self.close_engine(arm)
+        self._run_cells(batch.cells, progress, batch.rates, stage=batch.stage)
 
     def run(self) -> None:
         """Every stage's cells; the caller finishes the run (harness.finalize)."""
-        analysis = _analysis()
         total = sum((c.requests or 0) + c.warmup for c in self.cells)
-        status = "interrupted"
         with RunProgress(self.console, total) as progress:
-            try:
-                self._smoke(progress)
-                self._run_cells([c for c in self.cells if c.stage == 1], progress,
-                                stage="stage 1")
-                stop = analysis.judge_stop(self.store.root, self.study)
-                decision = {"fired": stop.fired, "judged_wall": time.time(),
-                            "evidence": stop.evidence}
-                self.store.update_manifest(stop=decision)
-                stage2 = [c for c in self.cells if c.stage == 2]
-                if stop.fired:
-                    skipped = [c for c in stage2 if c.kind == "speed"]
-                    progress.note(f"stop bar fired: skipping {len(skipped)} speed cells")
-                    self.store.update_manifest(
-                        skipped=[{"cell": c.id, "reason": "stop bar fired"} for c in skipped]
-                    )
-                    for c in skipped:
-                        progress.skip(c)
-                    stage2 = [c for c in stage2 if c.kind != "speed"]
-                self._run_cells(stage2, progress, stage="stage 2")
-                self.rerun_baselines(progress)
-                self._run_open_loop(progress)
-                status = "complete"
-            except SmokeFailed:
-                status = "smoke_failed"
-                raise
-            finally:
-                self.close()
-                self.store.update_manifest(status=status, ended_wall=time.time())
+            run_schedule(self.store, self.study, self.cells, self, progress)
 
     def _smoke(self, progress: RunProgress) -> None:
         """Every arm shown working before the first registered cell (harness.run.smoke);
@@ -322,56 +307,23 @@ class Runner:
                                                 session if arm == first else None),
                    allow_deviation=self.allow_deviation).run(first)
 
-    def _run_open_loop(self, progress: RunProgress) -> None:
-        open_cells = [c for c in self.cells if c.stage == 3]
-        if not open_cells:
-            return
-        try:
-            rates = _analysis().open_loop_reference_rps(self.store.root, self.study)
-        except SpecbenchError as err:
-            # Without a usable knee cell there is no rate to run at: say so and go on
-            # to the verdict, which names the missing cells.
-            reason = " ".join(err.lines)
-            progress.note(f"open loop skipped: {reason}")
-            for cell in open_cells:
-                self.store.append_manifest("skipped", {"cell": cell.id, "reason": reason})
-                progress.skip(cell)
-            return
-        self._run_cells(open_cells, progress, rates, stage="stage 3")
-
     def rerun_cells(self, targets: list[str]) -> list[Cell]:
-        by_id = {c.id: c for c in self.cells}
-        reruns = []
-        for target in targets:
-            if target not in by_id:
-                raise SpecbenchError(f"check bar named {target}, which is not a cell of this plan")
-            # A rerun is one more measurement of the cell, outside the sessions.
-            reruns.append(dataclasses.replace(by_id[target], id=target + RERUN_SUFFIX,
-                                              session=None))
-        return reruns
+        return rerun_cells(self.cells, targets)
 
     def rerun_baselines(self, progress: RunProgress) -> None:
-        targets = _analysis().check_bar_targets(self.store.root, self.study)
-        if not targets:
-            return
-        progress.note(f"check bar fired: rerunning baseline cells {', '.join(targets)}")
-        reruns = self.rerun_cells(targets)
-        recorded = {r["cell"] for r in self.store.manifest().get("reruns", [])}
-        for cell in reruns:
-            if cell.id not in recorded:
-                self.store.append_manifest(
-                    "reruns", {"cell": cell.id, "of": cell.id[: -len(RERUN_SUFFIX)],
-                               "reason": "check bar fired", "when": time.time()}
-                )
-        # A rerun is a new engine session of the baseline, whatever is up: what it checks
-        # is that the first measurement was not a session's accident.
-        for arm in {c.arm for c in reruns}:
-            self.close_engine(arm)
-        self._run_cells(reruns, progress, stage="the check-bar reruns")
+        """The check bar's reruns alone (`specbench rerun-baseline`)."""
+        batch = rerun_batch(self.store, self.study, self.cells, progress)
+        if batch is not None:
+            self.run_batch(batch, progress)
 
 
 def prepare(loaded: LoadedStudy) -> Study:
     """The study as executed on this machine, checked before any engine starts."""
-    study = expand_environment(loaded.study)
-    require_preflight(study)
-    return study
+    return prepare_study(loaded.study)
+
+
+def prepare_study(study: Study) -> Study:
+    """prepare() for a study already loaded (a shard's, on its node)."""
+    executed = expand_environment(study)
+    require_preflight(executed)
+    return executed

@@ -23,6 +23,8 @@ from harness.records import GpuSample, RequestRecord
 
 MANIFEST = "manifest.json"
 COMPLETE = "complete.json"
+# A check-bar rerun of a cell is the cell id with this suffix (its folder: `__rerun1`).
+RERUN_SUFFIX = "/rerun1"
 
 
 def cell_dirname(cell_id: str) -> str:
@@ -174,6 +176,13 @@ class RunStore:
         )
         write_json_atomic(self.cell_dir(cell_id) / "cell.json", info)
         return attempt
+
+    def set_cell_facts(self, cell_id: str, **facts: Any) -> None:
+        """Facts about the cell as a whole (`where` it was measured) into cell.json."""
+        info = self.cell_info(cell_id)
+        if info:
+            info.update(facts)
+            write_json_atomic(self.cell_dir(cell_id) / "cell.json", info)
 
     def end_attempt(self, cell_id: str, attempt: int, status: str, error: str | None = None) -> None:
         info = self.cell_info(cell_id)

@@ -1,0 +1,145 @@
+"""The schedule of a run: its stages and barriers as a generator of cell batches.
+
+The schedule decides what is measured next from what the run folder already holds
+(GuideLLM's profile yields its next strategy from the last result the same way); an
+executor measures each batch (harness.run.runner's LocalExecutor on this machine, or
+harness.run.ray_executor's shards on several GPUs) and returns only when all of it is
+done, which is the barrier:
+
+  stage 1        the smoke stage, then identity cells and the stop bar's speed cells
+  (barrier)      the stop bar is judged on the whole of stage 1; if it fires the
+                 remaining speed cells are skipped, never started
+  stage 2        the remaining speed cells, the accuracy cells
+  (barrier)      the check bar: baseline cells behind an implausible speedup are
+                 measured again, each in a fresh engine session of its arm
+  stage 3        the open loop, at rates relative to each arm's knee
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from harness.errors import SpecbenchError
+from harness.plan import Cell
+from harness.prereg.schema import Study
+from harness.run.progress import RunProgress
+from harness.run.store import RERUN_SUFFIX, RunStore
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Cells an executor measures before the schedule looks at the folder again."""
+
+    stage: str  # what the person watching is told ("stage 1", "the check-bar reruns", ...)
+    cells: list[Cell]
+    smoke: bool = False  # every arm of the executor shown working first (harness.run.smoke)
+    rates: dict[str, float] | None = None  # open loop: each arm's knee throughput (req/s)
+    # Arms whose engine must be a fresh start before these cells (a check-bar rerun).
+    fresh_engines: frozenset[str] = field(default_factory=frozenset)
+
+
+class Executor(Protocol):
+    def run_batch(self, batch: Batch, progress: RunProgress) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _analysis():
+    # The analysis stage is imported late: the schedule hands it only the folder.
+    from harness import analysis
+
+    return analysis
+
+
+def rerun_cells(cells: list[Cell], targets: list[str]) -> list[Cell]:
+    """The check bar's baseline reruns: one more measurement of each cell, outside the
+    sessions, under the cell id with RERUN_SUFFIX."""
+    by_id = {c.id: c for c in cells}
+    reruns = []
+    for target in targets:
+        if target not in by_id:
+            raise SpecbenchError(f"check bar named {target}, which is not a cell of this plan")
+        reruns.append(dataclasses.replace(by_id[target], id=target + RERUN_SUFFIX,
+                                          session=None))
+    return reruns
+
+
+def rerun_batch(store: RunStore, study: Study, cells: list[Cell],
+                progress: RunProgress) -> Batch | None:
+    """The check bar's batch, recorded in the manifest (None: the bar did not fire)."""
+    targets = _analysis().check_bar_targets(store.root, study)
+    if not targets:
+        return None
+    progress.note(f"check bar fired: rerunning baseline cells {', '.join(targets)}")
+    reruns = rerun_cells(cells, targets)
+    recorded = {r["cell"] for r in store.manifest().get("reruns", [])}
+    for cell in reruns:
+        if cell.id not in recorded:
+            store.append_manifest(
+                "reruns", {"cell": cell.id, "of": cell.id[: -len(RERUN_SUFFIX)],
+                           "reason": "check bar fired", "when": time.time()})
+    # A rerun is a new engine session of the baseline, whatever is up: what it checks is
+    # that the first measurement was not a session's accident.
+    return Batch("the check-bar reruns", reruns,
+                 fresh_engines=frozenset(c.arm for c in reruns))
+
+
+def study_schedule(store: RunStore, study: Study, cells: list[Cell],
+                   progress: RunProgress) -> Iterator[Batch]:
+    """The batches of a whole run, each decided once the one before is measured."""
+    analysis = _analysis()
+    yield Batch("stage 1", [c for c in cells if c.stage == 1], smoke=True)
+    stop = analysis.judge_stop(store.root, study)
+    store.update_manifest(stop={"fired": stop.fired, "judged_wall": time.time(),
+                                "evidence": stop.evidence})
+    stage2 = [c for c in cells if c.stage == 2]
+    if stop.fired:
+        skipped = [c for c in stage2 if c.kind == "speed"]
+        progress.note(f"stop bar fired: skipping {len(skipped)} speed cells")
+        store.update_manifest(
+            skipped=[{"cell": c.id, "reason": "stop bar fired"} for c in skipped])
+        for c in skipped:
+            progress.skip(c)
+        stage2 = [c for c in stage2 if c.kind != "speed"]
+    yield Batch("stage 2", stage2)
+    reruns = rerun_batch(store, study, cells, progress)
+    if reruns is not None:
+        yield reruns
+    open_cells = [c for c in cells if c.stage == 3]
+    if not open_cells:
+        return
+    try:
+        rates = analysis.open_loop_reference_rps(store.root, study)
+    except SpecbenchError as err:
+        # Without a usable knee cell there is no rate to run at: say so and go on to the
+        # verdict, which names the missing cells.
+        reason = " ".join(err.lines)
+        progress.note(f"open loop skipped: {reason}")
+        for cell in open_cells:
+            store.append_manifest("skipped", {"cell": cell.id, "reason": reason})
+            progress.skip(cell)
+        return
+    yield Batch("stage 3", open_cells, rates=rates)
+
+
+def run_schedule(store: RunStore, study: Study, cells: list[Cell], executor: Executor,
+                 progress: RunProgress) -> None:
+    """Every batch of the schedule through the executor; the manifest's status says how
+    it ended (the caller then finishes the run: harness.finalize)."""
+    from harness.run.smoke import SmokeFailed
+
+    status = "interrupted"
+    try:
+        for batch in study_schedule(store, study, cells, progress):
+            executor.run_batch(batch, progress)
+        status = "complete"
+    except SmokeFailed:
+        status = "smoke_failed"
+        raise
+    finally:
+        executor.close()
+        store.update_manifest(status=status, ended_wall=time.time())
