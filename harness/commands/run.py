@@ -11,14 +11,20 @@ from typing import Any
 from rich.console import Console
 
 from harness.engines.preflight import settings_lines
+from harness.errors import InputError
 from harness.paths import REPORTS_DIR, RESULTS_DIR
+from harness.plan import plan_cells
 from harness.prereg import load_study_file
 from harness.prereg.pins import gate
 from harness.prereg.schema import Study
 from harness.run.environments import record_environments
 from harness.run.leftovers import clear_leftovers, record_runner
+from harness.run.progress import RunProgress
 from harness.run.runner import Runner, find_run, new_run, prepare, reopen_run
+from harness.run.schedule import run_schedule
 from harness.run.store import RunStore
+from harness.run.where import placement, split_units
+from harness.shards import engine_groups
 from harness.weights.record import checkpoint_records
 
 
@@ -38,6 +44,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders go")
     p.add_argument("--reports", type=Path, default=REPORTS_DIR, help="where PDF reports go")
     p.add_argument("--no-report", action="store_true", help="skip the PDF at the end")
+    p.add_argument("--gpus", type=int, metavar="N",
+                   help="run the study in shards on N GPUs of this host, through a local Ray"
+                        " instance (pip install -e '.[ray]'); every speedup's two cells in one"
+                        " shard (see `specbench plan FILE --gpus N`)")
+    p.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
+                   help="run the study in shards on a running Ray cluster (default address:"
+                        " auto), on its GPUs or --gpus N of them")
     p.set_defaults(func=run)
 
 
@@ -45,9 +58,14 @@ def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False)
     loaded = load_study_file(args.file)
     if args.resume is not None and args.run_id:
-        from harness.errors import InputError
-
         raise InputError("give --resume or --run-id, not both")
+    sharded = args.gpus is not None or args.ray is not None
+    if sharded:  # a bad invocation is refused before any folder or engine exists
+        from harness.run.ray_executor import import_ray
+
+        if args.gpus is not None and args.gpus < 1:
+            raise InputError(f"--gpus {args.gpus}: expected a whole number of GPUs, at least 1")
+        import_ray()
     # Pins first: a GPU study that is not pinned is refused before anything is probed.
     unpinned = gate(loaded, args.allow_unpinned)
     study = prepare(loaded)  # pre-flight: every arm checked before any engine starts
@@ -65,7 +83,13 @@ def run(args: argparse.Namespace) -> int:
     record_runner(store)
     for change in record_environments(store, study):  # every engine venv's packages
         console.print(f"[yellow]deviation recorded:[/yellow] {change}")
-    Runner(store, study, console, allow_deviation=args.allow_deviation).run()
+    if sharded:
+        run_sharded(args, store, study, loaded.study, console)
+    else:
+        runner = Runner(store, study, console, allow_deviation=args.allow_deviation)
+        runner.where = placement(study, store.manifest().get("engine_environments") or {})
+        runner.run()
+    record_split_units(store, study)
     from harness.finalize import finalize_run
 
     pdf = None if args.no_report else args.reports / f"{store.run_id}.pdf"
@@ -80,6 +104,32 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"report: {done.report}")
     print(json.dumps({"run": str(store.root), "verdict": verdict["verdict"]}))
     return 0
+
+
+def run_sharded(args: argparse.Namespace, store: RunStore, study: Study, as_written: Study,
+                console: Console) -> None:
+    """The schedule through shards on Ray (harness.run.ray_executor)."""
+    from harness.run.ray_executor import RayExecutor, start_ray
+
+    gpus = start_ray(args.ray, args.gpus)  # None: a local instance with --gpus GPUs
+    cells = plan_cells(study)
+    executor = RayExecutor(store, study, as_written, cells, gpus,
+                           allow_deviation=args.allow_deviation)
+    console.print(f"{len(executor.shards)} shards on {gpus} GPUs:")
+    for line in executor.describe():
+        console.print(f"  {line}")
+    total = sum((c.requests or 0) + c.warmup for c in cells)
+    with RunProgress(console, total) as progress:
+        run_schedule(store, study, cells, executor, progress)
+
+
+def record_split_units(store: RunStore, study: Study) -> None:
+    """Each engine group x task measured on more than one GPU: a deviation (once)."""
+    infos = [json.loads(p.read_text()) for p in sorted((store.root / "cells").glob("*/cell.json"))]
+    known = {d.get("what") for d in store.manifest().get("deviations") or []}
+    for sentence in split_units(infos, engine_groups(study)):
+        if sentence not in known:
+            store.append_manifest("deviations", {"when": time.time(), "what": sentence})
 
 
 def record_pins(store: RunStore, study: Study, unpinned: dict[str, Any] | None) -> None:

