@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,10 +60,15 @@ def recorded_engines(run_root: Path) -> list[dict[str, Any]]:
     except (OSError, ValueError):
         return []
     out = []
+    here = socket.gethostname()
     for arm, entries in (manifest.get("engines") or {}).items():
         for entry in entries if isinstance(entries, list) else []:
-            if isinstance(entry, dict) and entry.get("launched") and entry.get("pid"):
-                out.append({"arm": arm, **entry})
+            if not (isinstance(entry, dict) and entry.get("launched") and entry.get("pid")):
+                continue
+            # A shard's engine on another Ray node: its pid means nothing on this host.
+            if entry.get("node_hostname") not in (None, here):
+                continue
+            out.append({"arm": arm, **entry})
     return out
 
 

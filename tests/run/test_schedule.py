@@ -1,0 +1,78 @@
+"""The schedule's barriers, whatever the executor: the stop bar is judged only once the
+whole of stage 1 is measured, stage-2 speed cells are never handed out when it fired, and
+a check-bar rerun asks for a fresh engine of the baseline."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+from rich.console import Console
+
+from harness import analysis
+from harness.prereg import load_study_file
+from harness.run.progress import RunProgress
+from harness.run.runner import new_run
+from harness.run.schedule import Batch, run_schedule
+from tests.run.conftest import ROOT
+
+STUDY = ROOT / "examples" / "scripted-shards.yaml"
+
+
+class RecordingExecutor:
+    """Measures nothing; records each batch and what the schedule had judged by then."""
+
+    def __init__(self, judged: list[str]) -> None:
+        self.batches: list[Batch] = []
+        self.judged = judged
+        self.judged_at: list[list[str]] = []
+        self.closed = False
+
+    def run_batch(self, batch: Batch, progress: RunProgress) -> None:
+        self.judged_at.append(list(self.judged))
+        self.batches.append(batch)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_stop_bar_waits_for_stage_one_and_keeps_stage_two_speed_cells_unstarted(
+        tmp_path, monkeypatch):
+    loaded = load_study_file(STUDY)
+    store = new_run(loaded, tmp_path / "results")
+    judged: list[str] = []
+
+    def judge_stop(root, study):
+        judged.append("stop")
+        return SimpleNamespace(fired=True, evidence={"why": "test"})
+
+    def check_bar_targets(root, study):
+        judged.append("check")
+        return ["a-base/chat/speed/c001"]
+
+    def open_loop_reference_rps(root, study):
+        judged.append("open")
+        return {a.name: 2.0 for a in study.arms}
+
+    monkeypatch.setattr(analysis, "judge_stop", judge_stop)
+    monkeypatch.setattr(analysis, "check_bar_targets", check_bar_targets)
+    monkeypatch.setattr(analysis, "open_loop_reference_rps", open_loop_reference_rps)
+    from harness.plan import plan_cells
+
+    cells = plan_cells(loaded.study)
+    executor = RecordingExecutor(judged)
+    with RunProgress(Console(file=io.StringIO()), 0) as progress:
+        run_schedule(store, loaded.study, cells, executor, progress)
+    stages = [b.stage for b in executor.batches]
+    assert stages == ["stage 1", "stage 2", "the check-bar reruns", "stage 3"]
+    # Nothing judged before stage 1 was handed out and returned; the stop bar before stage 2.
+    assert executor.judged_at == [[], ["stop"], ["stop", "check"], ["stop", "check", "open"]]
+    stage1, stage2, reruns, open_loop = executor.batches
+    assert stage1.smoke and {c.stage for c in stage1.cells} == {1}
+    assert stage2.cells and all(c.kind != "speed" for c in stage2.cells)
+    skipped = {s["cell"] for s in store.manifest()["skipped"]}
+    assert skipped == {c.id for c in cells if c.stage == 2 and c.kind == "speed"}
+    assert [c.id for c in reruns.cells] == ["a-base/chat/speed/c001/rerun1"]
+    assert reruns.fresh_engines == {"a-base"}
+    assert open_loop.rates == {a.name: 2.0 for a in loaded.study.arms}
+    assert executor.closed and store.manifest()["status"] == "complete"
