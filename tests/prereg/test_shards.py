@@ -117,3 +117,18 @@ def test_a_unit_measured_on_two_gpus_is_named():
     split = same[:1] + [info("draft", "chat", "GPU-b")]
     (sentence,) = split_units(split, groups)
     assert sentence.startswith("base+draft on chat was measured on 2 GPU sets")
+
+
+def test_the_gpu_model_deviation_is_recorded_once_for_the_verdict_page(tmp_path):
+    from harness.report.pages_text import deviation_lines
+    from harness.run.ray_executor import record_gpu_model_deviation
+    from harness.run.store import RunStore
+
+    store = RunStore(tmp_path)
+    store.update_manifest(deviations=[], shards={
+        "shard1": {"where": {"gpus": [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100"}]}},
+        "shard2": {"where": {"gpus": [{"index": 0, "uuid": "GPU-2", "name": "NVIDIA A100"}]}}})
+    assert record_gpu_model_deviation(store)
+    record_gpu_model_deviation(store)  # a resume records nothing new
+    (line,) = deviation_lines(store.manifest())
+    assert "shards ran on different GPU models: NVIDIA A100 (shard2); NVIDIA H100 (shard1)" in line
