@@ -13,7 +13,6 @@ NVML writes none).
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -26,7 +25,6 @@ from harness.measure.usable import unusable_reason
 from harness.plan import Cell, plan_cells
 from harness.prereg.schema import Study
 from harness.records import (
-    ClientHealth,
     GpuSample,
     MetricSample,
     RequestRecord,
@@ -34,43 +32,21 @@ from harness.records import (
     SmokeIdentityCheck,
     read_smoke_records,
 )
+from harness.run.store import (
+    RERUN_DIR,
+    CellFile,
+    CompleteFile,
+    OpenLoopInfo,
+    cell_dirname,
+    check_format,
+    rerun_of,
+)
 
 CellStatus = Literal["complete", "invalid", "missing", "skipped"]
-RERUN = re.compile(r"^(?P<original>.+)/rerun(?P<n>\d+)$")
-RERUN_DIR = re.compile(r"^(?P<original>.+)__rerun(?P<n>\d+)$")
 
 
 class _Lenient(BaseModel):
-    # Runner-written summaries may grow fields; the ones read here are checked.
     model_config = ConfigDict(extra="allow")
-
-
-class Outcome(_Lenient):
-    n_ok: int = 0
-    n_errors: int = 0
-    errors_by_kind: dict[str, int] = {}
-    aborted: bool = False
-    reason: str | None = None
-    started_t: float | None = None
-    ended_t: float | None = None
-    health: ClientHealth | None = None
-
-
-class CompleteFile(_Lenient):
-    attempt: int
-    finished_wall: float | None = None
-    outcome: Outcome
-
-
-class OpenLoopInfo(_Lenient):
-    reference_rps: float | None = None
-    rate_rps: float
-
-
-class CellFile(_Lenient):
-    cell: dict[str, Any]
-    attempts: list[dict[str, Any]] = []
-    open_loop: OpenLoopInfo | None = None
 
 
 class ScoreLine(_Lenient):
@@ -96,6 +72,7 @@ class CellData:
     folder: Path | None = None
     complete: CompleteFile | None = None
     open_loop: OpenLoopInfo | None = None
+    where: dict[str, Any] | None = None  # harness.run.where: node, GPUs, shard
     requests: list[RequestRecord] = field(default_factory=list)  # measured, completed attempt
     # The completed attempt's warm-up requests: not the cell's figures, but inside the
     # engine counters' window (acceptance_requests checks the counters against them too).
@@ -111,8 +88,7 @@ class CellData:
 
     @property
     def rerun_of(self) -> str | None:
-        m = RERUN.match(self.id)
-        return m.group("original") if m else None
+        return rerun_of(self.id)
 
 
 @dataclass
@@ -148,8 +124,7 @@ class RunData:
         return bool(stop.get("fired"))
 
 
-def cell_dir_name(cell_id: str) -> str:
-    return cell_id.replace("/", "__")
+cell_dir_name = cell_dirname  # the store owns folder names
 
 
 def _missing(cell_id: str, reason: str) -> CellData:
@@ -227,10 +202,11 @@ def _load_cell(folder: Path, planned: Cell | None, cell_id: str,
     base.rate_relative = c.get("rate_relative", base.rate_relative)
     base.stage = c.get("stage", base.stage)
     base.open_loop = cell_file.open_loop
+    base.where = cell_file.where
     complete_path = folder / "complete.json"
     if not complete_path.exists():
-        last = cell_file.attempts[-1] if cell_file.attempts else {}
-        base.reason = (f"no complete attempt (last: {last.get('status')}: {last.get('error')})"
+        last = cell_file.attempts[-1] if cell_file.attempts else None
+        base.reason = (f"no complete attempt (last: {last.status}: {last.error})"
                        if last else "started, never completed")
         return base
     done: CompleteFile = _validate(CompleteFile, _read_json(complete_path), str(complete_path))
@@ -263,6 +239,7 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
     manifest = _read_json(run_dir / "manifest.json")
     if not isinstance(manifest, dict):
         raise InputError(f"{run_dir / 'manifest.json'}: expected a JSON object")
+    check_format(manifest, run_dir / "manifest.json")
     if study is None:
         study = load_study_json(run_dir)
     skipped = {s.get("cell"): s.get("reason") for s in manifest.get("skipped") or []}

@@ -34,7 +34,13 @@ from harness.run.gpu_telemetry import RunTelemetry
 from harness.run.progress import RunProgress
 from harness.run.schedule import Batch, rerun_batch, rerun_cells, run_schedule
 from harness.run.smoke import SmokeStage
-from harness.run.store import RunStore, host_facts, specbench_commit, write_json_atomic
+from harness.run.store import (
+    FORMAT_VERSION,
+    RunStore,
+    host_facts,
+    specbench_commit,
+    write_json_atomic,
+)
 
 
 def expand_environment(study: Study) -> Study:
@@ -80,6 +86,7 @@ def new_run(loaded: LoadedStudy, results_dir: Path, run_id: str | None = None) -
     write_json_atomic(root / "study.json", resolved)
     store = RunStore(root)
     store.update_manifest(
+        format_version=FORMAT_VERSION,
         run_id=run_id,
         seal=seal_of(loaded.study),
         study_file=str(loaded.path.resolve()),

@@ -18,6 +18,7 @@ from harness.records import (
     RequestRecord,
     RequestSpeculation,
 )
+from harness.run.store import FORMAT_VERSION, CellFile, CompleteFile, cell_dirname
 
 LEVELS = [1, 2, 4, 8, 16]
 TOKENS = 101  # completion tokens per request: 100 intervals after the first token
@@ -84,7 +85,7 @@ ACCURACY_ITEMS = [f"q{i}" for i in range(100)]
 
 
 def cell_dir(cell_id: str) -> str:
-    return cell_id.replace("/", "__")
+    return cell_dirname(cell_id)  # the store's folder names
 
 
 class RunBuilder:
@@ -94,7 +95,7 @@ class RunBuilder:
         self.study_data = study or study_dict()
         self.study = Study.model_validate(self.study_data)
         self.manifest = {
-            "run_id": run_id, "seal": "f" * 64, "study_file": "prereg.yaml",
+            "format_version": FORMAT_VERSION, "run_id": run_id, "seal": "f" * 64, "study_file": "prereg.yaml",
             "specbench_commit": "abc1234", "host": {"hostname": "test", "cpus": 2},
             "started_wall": 1_700_000_000.0, "ended_wall": 1_700_003_600.0,
             "engines": {"vllm-base": [{"kind": "vllm", "version": "0.11.0", "gpu": "H100"}]},
@@ -120,7 +121,8 @@ class RunBuilder:
              "status": "complete" if complete else "failed", "error": None}]}
         if open_loop is not None:
             info["open_loop"] = open_loop
-        (folder / "cell.json").write_text(json.dumps(info))
+        # Through the store's records: what is built here is what the runner writes.
+        (folder / "cell.json").write_text(CellFile.model_validate(info).model_dump_json())
         with (folder / "requests.jsonl").open("w") as fh:
             for r in requests:
                 fh.write(r.model_dump_json() + "\n")
@@ -145,8 +147,8 @@ class RunBuilder:
             outcome = {"n_ok": len(requests), "n_errors": 0, "errors_by_kind": {},
                        "aborted": aborted, "reason": "error rate 9% > 2%" if aborted else None,
                        "started_t": 0.0, "ended_t": 100.0, "health": health.model_dump()}
-            (folder / "complete.json").write_text(json.dumps(
-                {"attempt": attempt, "finished_wall": 2.0, "outcome": outcome}))
+            (folder / "complete.json").write_text(CompleteFile.model_validate(
+                {"attempt": attempt, "finished_wall": 2.0, "outcome": outcome}).model_dump_json())
         return folder
 
     # --- kinds of cell ----------------------------------------------------------------
