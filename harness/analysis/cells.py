@@ -15,6 +15,7 @@ from harness.analysis.load import CellData, RunData
 from harness.measure.bursts import burst_share, is_burst
 from harness.measure.itl import chunk_itl, tokens_per_chunk
 from harness.records import RequestRecord
+from harness.run.where import gpu_key
 
 PERCENTILES = (50, 90, 99)
 
@@ -90,6 +91,11 @@ def cell_row(cell: CellData) -> dict:
         "stage": cell.stage,
         "session": cell.session,  # repeated sessions: 1..N (None: measured once)
         "rerun_of": cell.rerun_of,
+        # Where it was measured (cell.json's `where`): a sharded run's shard, the host, and
+        # the GPUs by UUID (or the ids Ray gave, without NVML).
+        "shard": (cell.where or {}).get("shard"),
+        "host": (cell.where or {}).get("hostname"),
+        "gpu": gpu_key(cell.where).split(":", 1)[1] if cell.where else None,
         "status": cell.status,
         "reason": cell.reason,
         "attempt": cell.complete.attempt if cell.complete else None,

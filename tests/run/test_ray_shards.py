@@ -32,6 +32,11 @@ def speedups(run: Path) -> dict[tuple[str, str, int], dict]:
         return {(r["arm"], r["task"], int(r["concurrency"])): r for r in csv.DictReader(fh)}
 
 
+def cell_rows(run: Path) -> dict[str, dict]:
+    with open(run / "cells.csv", encoding="utf-8") as fh:
+        return {r["cell_id"]: r for r in csv.DictReader(fh)}
+
+
 def cell_info(run: Path, cell_id: str) -> dict:
     return json.loads((run / "cells" / cell_dirname(cell_id) / "cell.json").read_text())
 
@@ -76,16 +81,29 @@ def test_two_gpus_make_two_shards_with_the_sequential_verdict(sequential, sharde
     assert par["verdict"] == seq["verdict"] == "PASS", json.dumps(par, indent=1)[:3000]
     assert {b["name"]: b["status"] for b in par["bars"]} == \
         {b["name"]: b["status"] for b in seq["bars"]}
-    # The speedups agree. At the pass bar's levels (1 and 2 users, memory-bound) within
-    # 15%; past the knee, where two shards share this 2-core host's CPU with their engines
-    # and the gain is a few tens of percent either way, within 30%.
+    # The same arms were measured: each drafter's tokens per round, which the scripted
+    # engine draws from the arm's declared acceptance and no timing moves, agree within 5%
+    # at one and two users (a ~3.4, b ~2.6: a swap of arms or shards would show).
+    seq_cells, par_cells = cell_rows(sequential), cell_rows(run)
+    for arm in ("a-draft", "b-draft"):
+        for c in (1, 2):
+            cell = f"{arm}/chat/speed/c{c:03d}"
+            x = float(seq_cells[cell]["tokens_per_step_client"])
+            y = float(par_cells[cell]["tokens_per_step_client"])
+            assert abs(y / x - 1) <= 0.05, (cell, x, y)
+    # The speedups agree. At the pass bar's levels (1 and 2 users, memory-bound rounds)
+    # within 20%: measured 1-10% apart, the two shards sharing this 2-core host's CPU
+    # with their engines and clients. Past the ridge a drafter's round costs what the
+    # batch holds at that moment, so its figures move with how the requests fall into
+    # batches, run to run, sharded or not (a-draft at 4 users: 1.52x and 1.32x): there
+    # they are compared through the knee bar's status (above) and their status here.
     a, b = speedups(sequential), speedups(run)
-    assert set(a) == set(b) and len(a) == 8
+    assert set(a) == set(b) and len(a) == 10
     for key in a:
-        x, y = float(a[key]["speedup"]), float(b[key]["speedup"])
-        limit = 0.15 if key[2] <= 2 else 0.30
-        assert abs(y / x - 1) <= limit, (key, x, y)
         assert a[key]["status"] == b[key]["status"] == "ok", (key, a[key], b[key])
+        if key[2] <= 2:
+            x, y = float(a[key]["speedup"]), float(b[key]["speedup"])
+            assert abs(y / x - 1) <= 0.20, (key, x, y)
 
 
 def test_the_two_cells_of_every_speedup_ran_in_one_shard_on_one_gpu(sharded):
@@ -106,6 +124,10 @@ def test_the_two_cells_of_every_speedup_ran_in_one_shard_on_one_gpu(sharded):
         assert info["where"]["shard"] == shard_of_arm[info["cell"]["arm"]], cell_id
     kinds = {cell_info(run, c)["cell"]["kind"] for c in complete_markers(run)}
     assert kinds == {"speed", "identity", "accuracy", "open"}
+    # The cell table says it too.
+    with open(run / "cells.csv", encoding="utf-8") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["status"] == "complete"]
+    assert rows and all(r["shard"] == shard_of_arm[r["arm"]] and r["gpu"] for r in rows)
 
 
 def _kill_a_worker_after(results: Path, cells: int, proc: subprocess.Popen) -> list[str]:
@@ -127,9 +149,12 @@ def _kill_a_worker_after(results: Path, cells: int, proc: subprocess.Popen) -> l
 
 
 def test_a_worker_killed_mid_shard_is_resumed_and_no_finished_cell_is_measured_twice(tmp_path):
-    # Without the open loop: what is tested is the loss and the resume (saves ~15 s).
+    # Smaller (1 and 2 users, no open loop, the knee not required): what is tested here is
+    # the loss and the resume, not the figures.
     data = yaml.safe_load(STUDY.read_text())
     del data["loads"]["open_loop"]
+    data["loads"]["closed_loop"]["concurrency"] = [1, 2]
+    data["bars"]["pass"]["knee"] = {"required": False}
     study = tmp_path / "shards.yaml"
     study.write_text(yaml.safe_dump(data, sort_keys=False))
     results = tmp_path / "results"
@@ -138,7 +163,7 @@ def test_a_worker_killed_mid_shard_is_resumed_and_no_finished_cell_is_measured_t
          "--no-report", "--gpus", "2"], cwd=ROOT, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
     try:
-        _kill_a_worker_after(results, 4, proc)
+        _kill_a_worker_after(results, 3, proc)
         output, _ = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
