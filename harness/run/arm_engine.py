@@ -13,7 +13,7 @@ from harness.measure.placement import place_client
 from harness.prereg.schema import Arm, Study
 from harness.run.gpu_telemetry import ArmGpus, RunTelemetry
 from harness.run.progress import RunProgress
-from harness.run.store import RunStore, write_json_atomic
+from harness.run.store import RunStore
 
 
 class ArmEngine:
@@ -70,22 +70,23 @@ class ArmEngine:
     def _record_spawn(self, info: Any) -> None:
         """The engine's pid, group and port go in the manifest the moment it exists, so a
         harness killed while it loads leaves a record the next attempt finds it by."""
-        manifest = self.store.manifest()
-        records = manifest.setdefault("engines", {}).setdefault(self.arm.name, [])
-        records.append({**info.model_dump(mode="json"), "state": "starting"})
-        self._slot = len(records) - 1
-        write_json_atomic(self.store.manifest_path, manifest)
+        def add(manifest: dict[str, Any]) -> None:
+            records = manifest.setdefault("engines", {}).setdefault(self.arm.name, [])
+            records.append({**info.model_dump(mode="json"), "state": "starting"})
+            self._slot = len(records) - 1
+
+        self.store.edit_manifest(add)
 
     def _record(self, changes: dict[str, Any]) -> None:
-        manifest = self.store.manifest()
-        records = manifest.setdefault("engines", {}).setdefault(self.arm.name, [])
-        if self._slot is None or self._slot >= len(records):
-            if "started_wall" not in changes:
-                return  # failed before the process existed: nothing to record
-            records.append(changes)
-        else:
-            records[self._slot] = {**records[self._slot], **changes}
-        write_json_atomic(self.store.manifest_path, manifest)
+        def change(manifest: dict[str, Any]) -> None:
+            records = manifest.setdefault("engines", {}).setdefault(self.arm.name, [])
+            if self._slot is None or self._slot >= len(records):
+                if "started_wall" in changes:  # else it failed before the process existed
+                    records.append(changes)
+            else:
+                records[self._slot] = {**records[self._slot], **changes}
+
+        self.store.edit_manifest(change)
 
     def close(self) -> None:
         if self.process is not None:

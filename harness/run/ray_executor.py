@@ -39,7 +39,7 @@ from harness.run.shard_worker import (
     folder_files,
 )
 from harness.run.smoke import SmokeFailed
-from harness.run.store import COMPLETE, RunStore, cell_dirname, write_json_atomic
+from harness.run.store import COMPLETE, RunStore, cell_dirname
 from harness.run.where import gpu_model_deviation
 from harness.shards import Shard, plan_shards, shard_cells, shard_of, slots_for
 
@@ -98,14 +98,14 @@ class ShardSink:
         self.lock = threading.Lock()
 
     def hello(self, info: dict[str, Any]) -> None:
-        with self.lock:
-            shards = self.store.manifest().get("shards") or {}
-            entry = shards.get(info["shard"]) or {"workers": []}
-            entry["workers"].append({"pid": info["pid"], "where": info["where"],
-                                     "folder": info["folder"], "started_wall": time.time()})
-            entry["where"] = info["where"]
-            entry["status"] = "running"
-            self.store.update_manifest(shards={**shards, info["shard"]: entry})
+        def add(manifest: dict[str, Any]) -> None:
+            entry = manifest.setdefault("shards", {}).setdefault(info["shard"], {})
+            entry.setdefault("workers", []).append(
+                {"pid": info["pid"], "where": info["where"], "folder": info["folder"],
+                 "started_wall": time.time()})
+            entry.update(where=info["where"], status="running")
+
+        self.store.edit_manifest(add)
 
     def receive(self, payload: dict[str, Any]) -> None:
         with self.lock:
@@ -143,9 +143,12 @@ class ShardSink:
     def _merge(self, payload: dict[str, Any]) -> None:
         """The worker's manifest entries replace what that same worker sent before; each
         is tagged with its shard (and the worker's pid, which tells resumed workers apart)."""
+        self.store.edit_manifest(lambda manifest: self._merged(manifest, payload))
+
+    @staticmethod
+    def _merged(manifest: dict[str, Any], payload: dict[str, Any]) -> None:
         shard, pid = payload["shard"], payload["pid"]
         tag = {"shard": shard, "shard_worker": pid}
-        manifest = self.store.manifest()
         hostname = ((manifest.get("shards") or {}).get(shard) or {}).get("where", {}) \
             .get("hostname")
 
@@ -169,14 +172,10 @@ class ShardSink:
         manifest["smoke"] = _overall_smoke(shards)
         if manifest.get("gpu_telemetry") is None:
             manifest["gpu_telemetry"] = entry.get("gpu_telemetry")
-        write_json_atomic(self.store.manifest_path, manifest)
 
     def shard_status(self, shard: str, status: str, error: str | None = None) -> None:
-        with self.lock:
-            shards = self.store.manifest().get("shards") or {}
-            entry = shards.get(shard) or {}
-            entry.update(status=status, error=error, status_wall=time.time())
-            self.store.update_manifest(shards={**shards, shard: entry})
+        self.store.edit_manifest(lambda manifest: manifest.setdefault("shards", {}).setdefault(
+            shard, {}).update(status=status, error=error, status_wall=time.time()))
 
 
 def _overall_smoke(shards: dict[str, Any]) -> dict[str, Any]:
@@ -207,6 +206,7 @@ class RayExecutor:
         self.by_shard = shard_cells(self.shards, cells)
         self._actors: dict[str, Any] = {}
         self._lost: dict[str, str] = {}
+        self._interrupted = False
         self._worker = self.ray.remote(ShardWorker)
 
     def describe(self) -> list[str]:
@@ -260,9 +260,13 @@ class RayExecutor:
                                       name=f"drive-{shard.name}", daemon=True)
             thread.start()
             threads.append(thread)
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(0.5)  # a Ctrl-C reaches the main thread between joins
+        try:
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(0.5)  # a Ctrl-C reaches the main thread between joins
+        except KeyboardInterrupt:
+            self._interrupted = True  # close() kills the workers instead of waiting on them
+            raise
         smoke = [e for e in errors.values() if isinstance(e, SmokeFailed)]
         if smoke:
             raise smoke[0]
@@ -295,7 +299,9 @@ class RayExecutor:
                 errors[shard.name] = cause
                 sink.shard_status(shard.name, "smoke_failed", str(cause))
                 return
-            if _actor_lost(ray, err):
+            if self._interrupted:
+                sink.shard_status(shard.name, "interrupted")
+            elif _actor_lost(ray, err):
                 self._lost[shard.name] = str(err).splitlines()[0] if str(err) else repr(err)
                 self._actors.pop(shard.name, None)
                 sink.shard_status(shard.name, "lost", self._lost[shard.name])
@@ -312,10 +318,11 @@ class RayExecutor:
 
     def close(self) -> None:
         for name, actor in list(self._actors.items()):
-            try:
-                self.ray.get(actor.close.remote(), timeout=120)
-            except Exception:  # noqa: BLE001 -- a dead actor has nothing left to close
-                pass
+            if not self._interrupted:  # its engines stopped in order; killed, its guards do it
+                try:
+                    self.ray.get(actor.close.remote(), timeout=120)
+                except Exception:  # noqa: BLE001 -- a dead actor has nothing left to close
+                    pass
             self.ray.kill(actor)
             self._actors.pop(name, None)
         record_gpu_model_deviation(self.store)

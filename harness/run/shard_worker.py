@@ -31,7 +31,7 @@ from harness.plan import Cell
 from harness.prereg.schema import Study
 from harness.run.progress import RunProgress
 from harness.run.schedule import Batch
-from harness.run.store import RunStore, cell_dirname, write_json_atomic
+from harness.run.store import RunStore, cell_dirname
 from harness.shards import Shard
 
 # The manifest entries a shard's worker makes that the driver's manifest keeps.
@@ -156,8 +156,7 @@ class ShardWorker:
 
     def close(self) -> None:
         self.runner.close()
-        write_json_atomic(self.store.manifest_path,
-                          {**self.store.manifest(), "status": "closed"})
+        self.store.update_manifest(status="closed")
 
 
 def _ray_context() -> tuple[str | None, list | None]:

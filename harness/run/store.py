@@ -19,7 +19,9 @@ import os
 import re
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -109,7 +111,8 @@ class CellFile(_Record):
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    # A temporary file per writer: two threads writing one file never share a temp file.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=2, sort_keys=False, default=str)
         fh.write("\n")
@@ -185,6 +188,9 @@ def host_facts() -> dict[str, Any]:
     return facts
 
 
+_MANIFEST_LOCK = threading.RLock()
+
+
 class RunStore:
     """One run folder: results/<run-id>/."""
 
@@ -204,16 +210,20 @@ class RunStore:
     def manifest(self) -> dict[str, Any]:
         return read_json(self.manifest_path)
 
+    def edit_manifest(self, edit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """Read, change in place, write: one edit at a time in this process (the sharded
+        driver's threads and its main thread all edit one manifest)."""
+        with _MANIFEST_LOCK:
+            data = self.manifest() if self.manifest_path.exists() else {}
+            edit(data)
+            write_json_atomic(self.manifest_path, data)
+            return data
+
     def update_manifest(self, **changes: Any) -> dict[str, Any]:
-        data = self.manifest() if self.manifest_path.exists() else {}
-        data.update(changes)
-        write_json_atomic(self.manifest_path, data)
-        return data
+        return self.edit_manifest(lambda data: data.update(changes))
 
     def append_manifest(self, key: str, item: Any) -> None:
-        data = self.manifest()
-        data.setdefault(key, []).append(item)
-        write_json_atomic(self.manifest_path, data)
+        self.edit_manifest(lambda data: data.setdefault(key, []).append(item))
 
     # --- engines ---------------------------------------------------------------------
 
