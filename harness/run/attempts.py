@@ -76,6 +76,17 @@ def needs_measuring(store: RunStore, study: Study, cell: Cell, progress: RunProg
     return True
 
 
+def pending_cells(store: RunStore, study: Study, cells: list[Cell],
+                  progress: RunProgress) -> list[Cell]:
+    """The cells still to measure (needs_measuring); the others count as done on the
+    progress bar."""
+    pending = [c for c in cells if needs_measuring(store, study, c, progress)]
+    for cell in cells:
+        if cell not in pending:
+            progress.skip(cell)
+    return pending
+
+
 def measure_cell(store: RunStore, study: Study, engine: ArmEngine, cell: Cell,
                  progress: RunProgress, rate_rps: float | None = None,
                  extra: dict | None = None) -> bool:

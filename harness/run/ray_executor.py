@@ -27,7 +27,7 @@ from typing import Any
 from harness.errors import InputError, SpecbenchError
 from harness.plan import Cell
 from harness.prereg.schema import Study
-from harness.run.attempts import needs_measuring
+from harness.run.attempts import pending_cells
 from harness.run.progress import RunProgress
 from harness.run.schedule import Batch
 from harness.run.shard_worker import (
@@ -230,12 +230,7 @@ class RayExecutor:
         if self._lost:
             raise self._lost_error()
         # The driver's folder decides what is left (a resume); the workers measure it.
-        pending = []
-        for cell in batch.cells:
-            if needs_measuring(self.store, self.study, cell, progress):
-                pending.append(cell)
-            else:
-                progress.skip(cell)
+        pending = pending_cells(self.store, self.study, batch.cells, progress)
         sink = ShardSink(self.store, progress, {c.id: c for c in batch.cells})
         parts: dict[str, list[Cell]] = {}
         for cell in pending:

@@ -29,7 +29,7 @@ from harness.plan import Cell, block_session, engine_blocks, plan_cells
 from harness.prereg import LoadedStudy, resolved_study, seal_of
 from harness.prereg.schema import Study
 from harness.run.arm_engine import ArmEngine
-from harness.run.attempts import measure_cell, needs_measuring
+from harness.run.attempts import measure_cell, pending_cells
 from harness.run.gpu_telemetry import RunTelemetry
 from harness.run.progress import RunProgress
 from harness.run.schedule import Batch, rerun_batch, rerun_cells, run_schedule
@@ -200,11 +200,7 @@ class Runner:
                 order.remove(up)
                 order.insert(0, up)
         for arm_name in order:
-            arm_cells = by_arm[arm_name]
-            pending = [c for c in arm_cells if needs_measuring(self.store, self.study, c, progress)]
-            for cell in arm_cells:
-                if cell not in pending:
-                    progress.skip(cell)
+            pending = self._pending(by_arm[arm_name], progress)
             if not pending:
                 continue
             engine = self._engine_for(arm_name, progress, stage)
@@ -216,16 +212,16 @@ class Runner:
                     extra = {"open_loop": {"reference_rps": rates[arm_name], "rate_rps": rate}}
                 self._run_one(engine, cell, progress, rate, extra)
 
+    def _pending(self, cells: list[Cell], progress: RunProgress) -> list[Cell]:
+        return pending_cells(self.store, self.study, cells, progress)
+
     def _run_sessions(self, cells: list[Cell], progress: RunProgress, stage: str) -> None:
         """Repeated sessions in plan order, never reordered: the interleaving (baseline,
         drafter, drafter, baseline, ...) is the design. Each block of one arm's cells of
         one session gets its own engine start; a block already measured (resume) starts
         nothing."""
         for block in engine_blocks(cells):
-            pending = [c for c in block if needs_measuring(self.store, self.study, c, progress)]
-            for cell in block:
-                if cell not in pending:
-                    progress.skip(cell)
+            pending = self._pending(block, progress)
             if not pending:
                 continue
             arm_name = block[0].arm

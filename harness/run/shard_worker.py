@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import sys
 import tempfile
 import threading
@@ -155,8 +156,12 @@ class ShardWorker:
         return out
 
     def close(self) -> None:
-        self.runner.close()
-        self.store.update_manifest(status="closed")
+        """Engines stopped; the scratch folder goes (what counts reached the driver with
+        each batch's closing payload)."""
+        try:
+            self.runner.close()
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _ray_context() -> tuple[str | None, list | None]:
