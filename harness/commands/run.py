@@ -126,10 +126,8 @@ def run_sharded(args: argparse.Namespace, store: RunStore, study: Study, as_writ
 def record_split_units(store: RunStore, study: Study) -> None:
     """Each engine group x task measured on more than one GPU: a deviation (once)."""
     infos = [json.loads(p.read_text()) for p in sorted((store.root / "cells").glob("*/cell.json"))]
-    known = {d.get("what") for d in store.manifest().get("deviations") or []}
     for sentence in split_units(infos, engine_groups(study)):
-        if sentence not in known:
-            store.append_manifest("deviations", {"when": time.time(), "what": sentence})
+        store.record_deviation_once(sentence)
 
 
 def record_pins(store: RunStore, study: Study, unpinned: dict[str, Any] | None) -> None:

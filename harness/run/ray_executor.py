@@ -39,7 +39,7 @@ from harness.run.shard_worker import (
     folder_files,
 )
 from harness.run.smoke import SmokeFailed
-from harness.run.store import COMPLETE, RunStore, cell_dirname
+from harness.run.store import COMPLETE, RunStore, cell_dirname, write_bytes_atomic
 from harness.run.where import gpu_model_deviation
 from harness.shards import Shard, plan_shards, shard_cells, shard_of, slots_for
 
@@ -136,9 +136,7 @@ class ShardSink:
         for rel in sorted(files, key=lambda r: Path(r).name == COMPLETE):
             path = self.store.root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_bytes(files[rel])
-            os.replace(tmp, path)
+            write_bytes_atomic(path, files[rel])
 
     def _merge(self, payload: dict[str, Any]) -> None:
         """The worker's manifest entries replace what that same worker sent before; each
@@ -200,7 +198,6 @@ class RayExecutor:
                  gpus: int, allow_deviation: bool = False) -> None:
         self.ray = import_ray()
         self.store, self.study, self.loaded_study = store, study, loaded_study
-        self.cells = cells
         self.shards = recorded_or_planned_shards(store, study, cells, gpus)
         self.allow_deviation = allow_deviation
         self.by_shard = shard_cells(self.shards, cells)
@@ -329,9 +326,8 @@ def record_gpu_model_deviation(store: RunStore) -> str | None:
     placements = {name: entry.get("where") or {}
                   for name, entry in (store.manifest().get("shards") or {}).items()}
     deviation = gpu_model_deviation(placements)
-    deviations = store.manifest().get("deviations") or []
-    if deviation and not any(d.get("what") == deviation for d in deviations):
-        store.append_manifest("deviations", {"when": time.time(), "what": deviation})
+    if deviation:
+        store.record_deviation_once(deviation)
     return deviation
 
 

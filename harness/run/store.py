@@ -110,15 +110,20 @@ class CellFile(_Record):
     where: dict[str, Any] | None = None  # harness.run.where
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """The file whole or not at all, flushed to disk before it takes its name."""
     # A temporary file per writer: two threads writing one file never share a temp file.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, sort_keys=False, default=str)
-        fh.write("\n")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    text = json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def read_json(path: Path) -> Any:
@@ -224,6 +229,21 @@ class RunStore:
 
     def append_manifest(self, key: str, item: Any) -> None:
         self.edit_manifest(lambda data: data.setdefault(key, []).append(item))
+
+    def record_deviation_once(self, what: str) -> bool:
+        """A deviation sentence into the manifest unless it is there already (a resume
+        finds the same one again); True when it was new."""
+        added = False
+
+        def add(data: dict[str, Any]) -> None:
+            nonlocal added
+            deviations = data.setdefault("deviations", [])
+            if not any(d.get("what") == what for d in deviations):
+                deviations.append({"when": time.time(), "what": what})
+                added = True
+
+        self.edit_manifest(add)
+        return added
 
     # --- engines ---------------------------------------------------------------------
 
