@@ -169,9 +169,9 @@ def test_uv_is_used_where_it_is_installed(tmp_path: Path) -> None:
     venv = tmp_path / "v"
     py = str(venv / "bin" / "python")
     assert install_commands(pin, venv, uv="/bin/uv", python=None) == [
-        ["/bin/uv", "venv", "--python", "3.12", str(venv)],
-        ["/bin/uv", "pip", "install", "--python", py, "--find-links", str(tmp_path),
-         "specbench-fake-engine==1.2.3"],
+        ["/bin/uv", "venv", "--seed", "--python", "3.12", str(venv)],
+        ["/bin/uv", "pip", "install", "--compile-bytecode", "--python", py, "--find-links",
+         str(tmp_path), "specbench-fake-engine==1.2.3"],
         ["/bin/uv", "pip", "uninstall", "--python", py, "torchvision"],
     ]
     pip = install_commands(pin, venv, uv=None, python="/usr/bin/python3.12")
