@@ -59,8 +59,9 @@ class Harness:
     """lifetime_harness.py in a process of its own, with one engine up."""
 
     def __init__(self, tmp_path: Path, arm: dict, *, thread: bool = False,
-                 model_dir: Path | None = None) -> None:
-        study = tiny_study(model_dir or tmp_path, [arm])
+                 model_dir: Path | None = None, others: list[dict] | None = None) -> None:
+        # `others`: arms the study needs beside the one started (a drafter's baseline).
+        study = tiny_study(model_dir or tmp_path, [arm, *(others or [])])
         spec = tmp_path / "study.json"
         spec.write_text(study.model_dump_json(by_alias=True))
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}

@@ -1,7 +1,9 @@
 """The real vLLM CPU build, started by these tests, serving the tiny offline model.
 
 Engines are shared through the session pool in tests/conftest.py (each start is
-30-90 s and ~3 GB); tests are ordered so each arm starts once. Relations are
+30-90 s and ~3 GB; the plain and n-gram engines start together); tests are ordered so
+each arm starts once, and the draft-self engine's harness serves its acceptance test
+before the SIGKILL test kills it. Relations are
 asserted, never counts: exact numbers differ between machines and modes.
 """
 
@@ -13,10 +15,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import tiny_study, vllm_cpu_launch
+from conftest import tiny_study, vllm_cpu_arms, vllm_cpu_launch
 
 from harness.analysis.acceptance_requests import request_acceptance
-from harness.engines.lifecycle import start_engine
+from harness.engines import get_engine_kind
+from harness.engines.lifecycle import EngineInfo, EngineProcess, start_engine
 from harness.engines.metrics import acceptance_window, parse_metrics, scrape_metrics
 from harness.engines.process import descendants, group_members, port_in_use
 from harness.errors import SpecbenchError
@@ -42,6 +45,12 @@ IDENTITY_PROMPTS = [
     "The quick brown fox jumps over the lazy dog. Continue the story.",
 ]
 IDENTITY_MAX_TOKENS = 32
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _both_pool_engines_at_once(vllm_cpu_engines) -> None:
+    """The first tests want the plain engine and the n-gram one: started together."""
+    vllm_cpu_engines.start_together("nodrafter", "ngram")
 
 
 def test_nodrafter_answers_and_exports_no_speculation(vllm_nodrafter, chat) -> None:
@@ -142,8 +151,30 @@ def test_ngram_requests_carry_their_own_acceptance_which_sums_to_the_counters(
     assert tokens_per_chunk(records) <= summed.accept_length_per_round
 
 
-def test_target_as_its_own_draft_accepts_every_draft(vllm_draft_self, chat) -> None:
-    engine = vllm_draft_self
+@pytest.fixture(scope="module")
+def draft_self_in_a_harness(vllm_cpu_study, tiny_model_dir: Path, tmp_path_factory):
+    """The draft-self arm, started by a harness in a process of its own: the acceptance
+    test talks to it, then the SIGKILL test kills that harness (one engine start for
+    both, ~40 s on 2 cores). Yields (harness, engine): the engine as an attached
+    endpoint of this process."""
+    from tests.engines.test_engine_lifetime import Harness
+
+    arms = {a["name"]: a for a in vllm_cpu_arms(vllm_cpu_study.arm("nodrafter").launch.python,
+                                               tiny_model_dir)}
+    harness = Harness(tmp_path_factory.mktemp("draft-self"), arms["draft-self"],
+                      model_dir=tiny_model_dir, others=[arms["nodrafter"]])
+    info = EngineInfo.model_validate(harness.info)
+    arm = vllm_cpu_study.arm("draft-self")
+    kind = get_engine_kind(arm.engine)
+    engine = EngineProcess(arm=arm, kind=kind, info=info,
+                           request_fields=kind.request_fields(arm, vllm_cpu_study))
+    pids = [info.pid, info.guard_pid, *(c.pid for c in descendants(info.pid))]
+    yield harness, engine
+    harness.cleanup(pids)  # the SIGKILL test has killed it; here after a failure
+
+
+def test_target_as_its_own_draft_accepts_every_draft(draft_self_in_a_harness, chat) -> None:
+    _, engine = draft_self_in_a_harness
     before = scrape_metrics(engine.metrics_url, "vllm", timeout_s=30).snapshot
     out = chat(engine, "Tell me about the sea.", max_tokens=48, ignore_eos=True)
     assert out["usage"]["completion_tokens"] == 48
@@ -155,11 +186,11 @@ def test_target_as_its_own_draft_accepts_every_draft(vllm_draft_self, chat) -> N
 
 
 def test_stop_leaves_nothing_behind(vllm_cpu_engines) -> None:
-    engine = vllm_cpu_engines.get("draft-self")
+    engine = vllm_cpu_engines.get("nodrafter")  # up since the first test; n-gram stays up
     port = int(engine.base_url.rsplit(":", 1)[1])
     members = {p.pid for p in descendants(engine.pid) + group_members(engine.pid)} | {engine.pid}
     assert len(members) >= 2  # the API server and its engine-core process
-    vllm_cpu_engines.stop("draft-self")  # asserts no process left and the port free
+    vllm_cpu_engines.stop("nodrafter")  # asserts no process left and the port free
     assert not engine.alive()
     assert not group_members(engine.pid)
     assert not port_in_use("127.0.0.1", port)
@@ -196,16 +227,14 @@ def test_port_in_use_with_the_real_engine_kind(vllm_cpu_study, tmp_path) -> None
 
 
 def test_sigkilled_harness_takes_the_engine_and_its_engine_core_down(
-    vllm_cpu_python: str, tiny_model_dir: Path, tmp_path: Path
+    draft_self_in_a_harness
 ) -> None:
     """The real engine: a harness SIGKILLed while vLLM serves leaves neither the API
     server nor the EngineCore process it spawned (which the parent-death signal of
-    the API server alone would orphan)."""
-    from tests.engines.test_engine_lifetime import Harness, wait_gone
+    the API server alone would orphan). The last test of the draft-self harness."""
+    from tests.engines.test_engine_lifetime import wait_gone
 
-    arm = {"name": "lifetime", "engine": "vllm-cpu", "max_running_requests": 4,
-           "launch": vllm_cpu_launch(vllm_cpu_python)}
-    harness = Harness(tmp_path, arm, model_dir=tiny_model_dir)
+    harness, _ = draft_self_in_a_harness
     pid = harness.info["pid"]
     children = descendants(pid)
     pids = [pid, harness.info["guard_pid"], *(c.pid for c in children)]
