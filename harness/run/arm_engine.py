@@ -31,6 +31,9 @@ class ArmEngine:
         # The repeated session (plan stage, session) this engine was started for; None
         # outside sessions. Each session is a fresh start.
         self.session: tuple[int, int] | None = None
+        # Started ahead of the smoke (Runner._start_together): the smoke counts it as its
+        # own start, not a reused engine.
+        self.prestarted = False
 
     def running(self) -> bool:
         return self.process is not None and self.process.alive()

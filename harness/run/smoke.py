@@ -227,7 +227,8 @@ class SmokeStage:
         started = time.time()
         fields = {"arm": name, "key": self.keys[name], "attempt": attempt,
                   "started_wall": started, "log_path": str(self.log_path(name))}
-        was_up = engine.running()
+        was_up = engine.running() and not getattr(engine, "prestarted", False)
+        engine.prestarted = False
         try:
             process = engine.ensure("smoke")
         except SpecbenchError as err:

@@ -58,6 +58,9 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
         "cpu-base": 1, "cpu-draft": 1, "cpu-ngram": 1}
     for arm in ("cpu-base", "cpu-ngram", "cpu-draft"):
         assert manifest["engines"][arm][0]["version"].startswith("0.32")
+    # All three may stay up, so they started together, before the smoke (~100 s, not ~150).
+    spawned = [manifest["engines"][arm][0]["started_wall"] for arm in manifest["engines"]]
+    assert max(spawned) - min(spawned) < 10, spawned
     for table in ("cells.csv", "speedups.csv", "cells.parquet", "speedups.parquet"):
         assert (run / table).stat().st_size > 0, table
 

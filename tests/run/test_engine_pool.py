@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 from rich.console import Console
@@ -61,3 +62,41 @@ def test_engines_kept_up_start_once_per_arm_and_a_rerun_gets_a_new_session(tmp_p
     assert {arm: {s for a, s in before_rerun if a == arm} for arm in ("base", "drafter")} == {
         "base": {1}, "drafter": {2}}  # one engine session per arm across all three stages
     assert rerun == ("base", 3)  # the check bar's rerun measures a fresh baseline session
+
+
+def smoke_only(tmp_path: Path, engines_alive: int) -> dict:
+    """The smoke stage alone, on the real scripted engines; returns the manifest."""
+    loaded = load_study_file(PASS)
+    study = prepare(loaded)
+    study = study.model_copy(update={"recording": study.recording.model_copy(
+        update={"engines_alive": engines_alive})})
+    store = new_run(loaded, tmp_path / f"results-{engines_alive}")
+    runner = Runner(store, study, Console(file=io.StringIO()))
+    try:
+        with RunProgress(Console(file=io.StringIO()), 0) as progress:
+            runner._smoke(progress)
+    finally:
+        runner.close()
+    return store.manifest()
+
+
+def test_engines_that_may_all_stay_up_start_together_before_the_smoke(tmp_path):
+    manifest = smoke_only(tmp_path, engines_alive=2)
+    assert manifest["smoke"]["status"] == "passed"
+    starts = {arm: records for arm, records in manifest["engines"].items()}
+    assert {arm: len(r) for arm, r in starts.items()} == {"base": 1, "drafter": 1}
+    (base,), (drafter,) = starts["base"], starts["drafter"]
+    # Each spawned before the other was ready: the starts overlapped.
+    assert drafter["started_wall"] < base["started_wall"] + base["ready_after_s"]
+    assert base["started_wall"] < drafter["started_wall"] + drafter["ready_after_s"]
+    # The smoke counts them as its own starts, not engines it found up.
+    checks = [c for c in map(json.loads, (tmp_path / "results-2").glob("*/smoke/arms.jsonl")
+                             .__next__().read_text().splitlines()) if c["kind"] == "arm"]
+    assert {c["arm"]: c["engine"] for c in checks} == {"base": "started", "drafter": "started"}
+
+
+def test_one_engine_up_starts_each_when_its_arm_is_smoked(tmp_path):
+    manifest = smoke_only(tmp_path, engines_alive=1)
+    (base,), (drafter,) = manifest["engines"]["base"], manifest["engines"]["drafter"]
+    first, second = sorted((base, drafter), key=lambda r: r["started_wall"])
+    assert second["started_wall"] >= first["started_wall"] + first["ready_after_s"]
