@@ -25,6 +25,9 @@ from harness.run.store import cell_dirname
 from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
 
 STUDY = ROOT / "examples" / "scripted-shards.yaml"
+# The sharded runs are two studies at once already: a third beside them (another test)
+# made cells invalid and measured again, and a study INCOMPLETE (measured with four).
+pytestmark = pytest.mark.alone
 
 
 def speedups(run: Path) -> dict[tuple[str, str, int], dict]:
@@ -176,6 +179,7 @@ def test_a_worker_killed_mid_shard_is_resumed_and_no_finished_cell_is_measured_t
     assert "lost" in {s["status"] for s in manifest["shards"].values()}, manifest["shards"]
     before = complete_markers(run)
     assert before, "the cells finished before the loss are in the driver's folder"
+    attempts_before = {cell_id: cell_info(run, cell_id)["attempts"] for cell_id in before}
     # The resume measures what is missing, with the shards the manifest recorded.
     specbench("run", str(study), "--results", str(results), "--no-report", "--gpus", "2",
               "--resume")
@@ -184,11 +188,11 @@ def test_a_worker_killed_mid_shard_is_resumed_and_no_finished_cell_is_measured_t
     assert json.loads((run / "manifest.json").read_text())["status"] == "complete"
     assert set(after) == {c.id for c in plan_cells(load_study_file(study).study)}
     for cell_id, marker in before.items():
-        # Unchanged: the same attempt, finished at the same moment, and only one measured.
+        # Unchanged: the same attempt, finished at the same moment, and no attempt added
+        # (a cell made invalid by client lag before the loss, then measured again and
+        # finished, has two attempts on both sides: measured once more before, not after).
         assert after[cell_id] == marker, cell_id
-        attempts = cell_info(run, cell_id)["attempts"]
-        measured = [a for a in attempts if a["status"] in ("complete", "invalid")]
-        assert len(measured) == 1, (cell_id, attempts)
+        assert cell_info(run, cell_id)["attempts"] == attempts_before[cell_id], cell_id
 
 
 def test_without_ray_sharding_is_refused_in_one_line(tmp_path):
