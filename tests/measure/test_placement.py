@@ -14,6 +14,9 @@ PINNED_CHILD = ("import os, sys, time; os.sched_setaffinity(0, {{{0}}}); "
                 "print('ready', flush=True); time.sleep(60)")
 
 
+# Every CPU of the machine: a test worker pinned to one of them (scripts/test.sh's first
+# phase) would leave it nothing to move to.
+@pytest.mark.alone
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs CPU affinity and at least 2 CPUs")
 def test_the_client_leaves_the_engines_pinned_cpu_and_comes_back():

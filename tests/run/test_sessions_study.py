@@ -17,6 +17,9 @@ from harness.report.pages_sessions import interval_lines
 from harness.testengine.spec import ScriptedEngineSpec
 from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
 
+# Every test reads one run whose measured speeds are set against the declared ones.
+pytestmark = pytest.mark.timing
+
 STUDY = "examples/scripted-sessions.yaml"
 INTERLEAVED = [("base", 1), ("drafter", 1), ("drafter", 2), ("base", 2), ("base", 3),
                ("drafter", 3)]
@@ -75,7 +78,6 @@ def test_sessions_run_interleaved_each_on_a_fresh_engine(sessions_run):
         assert f"session {s}: speed factor {spec.session_speed_factor(s):.4f}" in log
 
 
-@pytest.mark.timing  # measured speeds against declared ones
 def test_the_two_level_interval_is_wider_than_the_within_session_one(sessions_run):
     sp = _speedups(sessions_run)
     assert sp.index.tolist() == [1, 2] and (sp["sessions"] == 3).all()
@@ -96,7 +98,6 @@ def test_the_two_level_interval_is_wider_than_the_within_session_one(sessions_ru
         assert row["session_spread_baseline"] > 0.25 and row["session_spread_drafter"] > 0.25
 
 
-@pytest.mark.timing  # measured speeds against declared ones
 def test_the_verdict_does_not_claim_the_gain_the_sessions_do_not_support(sessions_run):
     verdict = verdict_of(sessions_run)
     assert verdict["verdict"] == "FAIL" and verdict["reasons"] == ["failed: pass.speed"]
