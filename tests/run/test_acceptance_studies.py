@@ -42,9 +42,6 @@ def speed_study(tmp_path: Path, dialect: str, omit: list[str] | None = None,
     return path
 
 
-# The client must count exactly one chunk a round: a neighbour's load that coalesced two
-# would make it disagree with the engine.
-@pytest.mark.alone
 @pytest.mark.parametrize("dialect", ["vllm", "sglang"])
 def test_the_three_acceptance_figures_agree_on_a_scripted_study(tmp_path, results, dialect):
     # Without the smoke stage, which no figure here reads: one engine start less.

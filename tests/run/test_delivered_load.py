@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import io
 
-import pytest
 from rich.console import Console
 
 from harness.analysis.tables import analyse
@@ -16,9 +15,6 @@ from harness.run.progress import RunProgress
 from harness.run.runner import Runner, new_run, prepare
 from tests.measure.test_delivered import SlowTurnaroundLoop
 from tests.run.conftest import ROOT
-
-# It counts a cell's attempts: one more made by a neighbour's load would fail it.
-pytestmark = pytest.mark.alone
 
 CELL = "base/chat/speed/c002"
 

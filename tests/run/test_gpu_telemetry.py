@@ -18,7 +18,6 @@ import subprocess
 from pathlib import Path
 
 import pandas as pd
-import pytest
 import yaml
 from rich.console import Console
 
@@ -29,9 +28,6 @@ from harness.run.attempts import needs_measuring
 from harness.run.progress import RunProgress
 from harness.run.store import JsonlWriter, RunStore, cell_dirname
 from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
-
-# Each test counts a cell's attempts: one more made by a neighbour's load would fail it.
-pytestmark = pytest.mark.alone
 
 FAKE_DIR = ROOT / "tests" / "fake_nvml"
 FIRST = "base/chat/speed/c001"  # the first cell of the plan below

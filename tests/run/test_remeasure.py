@@ -18,9 +18,6 @@ import yaml
 from harness.run.store import cell_dirname
 from tests.run.conftest import ROOT, copy_of_run, run_folder, specbench, verdict_of
 
-# Each test counts a cell's attempts: one more made by a neighbour's load would fail it.
-pytestmark = pytest.mark.alone
-
 SPEED = [f"{arm}/chat/speed/c{c:03d}" for arm in ("base", "drafter") for c in (1, 2, 4)]
 
 

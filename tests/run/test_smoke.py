@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 
 import psutil
-import pytest
 import yaml
 from rich.console import Console
 
@@ -90,9 +89,6 @@ def test_a_drafter_whose_counter_does_not_move_stops_the_run_before_any_cell(res
                                  " speculation counter")
 
 
-# Tokens per round come from the client's chunks: a neighbour's load that coalesced two
-# rounds into one chunk would lift the stale head over its floor.
-@pytest.mark.alone
 def test_a_drafter_below_its_acceptance_floor_stops_the_run_in_the_smoke(results, tmp_path):
     # A stale head: its first draft agrees 7 % of the time, so about 1.1 tokens a round
     # against a registered floor of 2.
