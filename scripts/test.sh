@@ -10,7 +10,7 @@
 #  2. The tests that need the machine to themselves, one at a time: the real vLLM engine
 #     (`vllm`: the demo and the engine tests, CPU-bound on every core), those on the wall
 #     clock (`timing`: measured speeds against declared ones), and `alone` (the sharded
-#     runs, two studies at once; CPU placement, which needs every core).
+#     runs, two studies at once; CPU placement and the workers' pinning, which need every core).
 # Arguments go to both phases (a phase they leave empty is not an error; a `-m` of your
 # own replaces each phase's). SPECBENCH_TEST_WORKERS=0 runs everything in one phase, one
 # test at a time, after the whole setup.

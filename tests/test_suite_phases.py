@@ -37,6 +37,9 @@ def test_every_test_that_needs_the_engine_or_the_machine_is_kept_out_of_the_firs
     assert collected(PHASE_1, "tests/run/test_remeasure.py")
 
 
+# `alone`: under the first phase this process is pinned to one CPU already, and the child
+# would inherit it.
+@pytest.mark.alone
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs CPU affinity and at least 2 CPUs")
 @pytest.mark.parametrize(("worker", "count", "pinned_to"), [

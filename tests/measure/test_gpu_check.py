@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_telemetry_check.py"
 FAKE_DIR = ROOT / "tests" / "fake_nvml"
@@ -30,8 +32,12 @@ def test_without_nvml_it_says_why_and_exits_0():
                                    " (NVML Shared Library Not Found)")
 
 
+# Phases by the clock, sampled each second: a reading must fall in each. The after phase is
+# two seconds, so its reading at 3 s is a second clear of both ends (with one second, the
+# 2 s reading raced the switch to "after" and, the main loop a few ms late, was "load").
+@pytest.mark.timing
 def test_with_a_gpu_it_prints_every_figure_each_second_and_a_summary():
-    proc = check("--idle-s", "1", "--load-s", "1", "--after-s", "1", "--no-load",
+    proc = check("--idle-s", "1", "--load-s", "1", "--after-s", "2", "--no-load",
                  scenario={"clock_event_bits": 1, "events": [{"calls": [2], "bits": 0x4}]})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if " GPU 0 " in ln]
