@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 
 from harness.engines.lifecycle import EngineProcess, start_engine
@@ -26,6 +25,7 @@ from harness.engines.process import descendants, group_members, port_in_use
 from harness.engines.tiny_model import build_tiny_model
 from harness.engines.tiny_pair import build_tiny_pair
 from harness.engines.vllm_engine import default_vllm_cpu_python
+from harness.measure.placement import pin_threads
 from harness.prereg.schema import Study
 
 # Flags for the CPU engine serving the tiny model (ENGINES.md): eager mode starts
@@ -66,12 +66,7 @@ def pin_xdist_worker() -> None:
     cpus = sorted(os.sched_getaffinity(0))
     if count < 2 or count > len(cpus):
         return
-    cpu = set(cpus[int(worker[2:]) % count::count])
-    for thread in psutil.Process().threads():  # the worker's threads, not only this one
-        try:
-            os.sched_setaffinity(thread.id, cpu)
-        except OSError:
-            pass
+    pin_threads(set(cpus[int(worker[2:]) % count::count]))
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

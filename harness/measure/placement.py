@@ -67,6 +67,18 @@ def engine_bound_cpus(pid: int, allowed: set[int]) -> set[int]:
     return bound
 
 
+def pin_threads(cpus: set[int]) -> list[str]:
+    """Pin every thread of this process (not only the caller's) to `cpus`; what it starts
+    later inherits them. Returns a note per thread that could not be moved."""
+    notes = []
+    for thread in psutil.Process().threads():
+        try:
+            os.sched_setaffinity(thread.id, cpus)
+        except OSError as err:
+            notes.append(f"thread {thread.id}: {err}")
+    return notes
+
+
 def place_client(engine_pid: int | None) -> Placement:
     """Pin this process's threads to the allowed CPUs the engine's threads do not use."""
     global _ORIGINAL
@@ -83,12 +95,7 @@ def place_client(engine_pid: int | None) -> Placement:
         target, reason = allowed, "the engine's threads are pinned to every CPU: nothing to spare"
     else:
         target, reason = set(free), "pinned to the CPUs the engine's threads are not bound to"
-    notes = []
-    for thread in psutil.Process().threads():
-        try:
-            os.sched_setaffinity(thread.id, target)
-        except OSError as err:
-            notes.append(f"thread {thread.id}: {err}")
+    notes = pin_threads(target)
     nice = None
     if engine_pid:
         try:
