@@ -42,16 +42,15 @@ def test_every_test_that_needs_the_engine_or_the_machine_is_kept_out_of_the_firs
 @pytest.mark.alone
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs CPU affinity and at least 2 CPUs")
-@pytest.mark.parametrize(("worker", "count", "pinned_to"), [
-    ("gw0", 2, "every other CPU from the first"),
-    ("gw1", 2, "every other CPU from the second"),
-    ("gw0", 1000, "all of them: more workers than CPUs"),
-    ("", 0, "all of them: not under xdist"),
+@pytest.mark.parametrize(("worker", "count", "first"), [
+    ("gw0", 2, 0),        # every other CPU, from the first
+    ("gw1", 2, 1),        # every other CPU, from the second
+    ("gw0", 1000, None),  # more workers than CPUs: left on all of them
+    ("", 0, None),        # not under xdist: left on all of them
 ])
-def test_an_xdist_worker_is_pinned_to_its_own_cpus(worker, count, pinned_to):
+def test_an_xdist_worker_is_pinned_to_its_own_cpus(worker, count, first):
     cpus = sorted(os.sched_getaffinity(0))
-    expected = {"every other CPU from the first": cpus[0::2],
-                "every other CPU from the second": cpus[1::2]}.get(pinned_to, cpus)
+    expected = cpus if first is None else cpus[first::2]
     code = ("import os, threading, time\n"
             "t = threading.Thread(target=time.sleep, args=(5,), daemon=True); t.start()\n"
             "from tests.conftest import pin_xdist_worker\n"
