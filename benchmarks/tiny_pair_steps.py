@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.engines.cpu_dtype import host_cpu_dtype  # noqa: E402
 from harness.engines.lifecycle import start_engine  # noqa: E402
 from harness.engines.tiny_pair import build_tiny_pair  # noqa: E402
 from harness.engines.vllm_engine import default_vllm_cpu_python  # noqa: E402
@@ -34,10 +35,11 @@ PROMPTS = ["Tell me about the sea.", "Write a short note on trains.", "What is a
            "Describe a quiet morning."]
 
 
-def study_for(model: Path, draft: Path | None, levels: list[int], k: int = 3) -> Study:
+def study_for(model: Path, draft: Path | None, levels: list[int], k: int = 3,
+              dtype: str = "bfloat16") -> Study:
     arm: dict = {"name": "arm", "engine": "vllm-cpu", "max_running_requests": max(levels),
                  "launch": {"python": default_vllm_cpu_python(), "env": {"HF_HUB_OFFLINE": "1"},
-                            "extra_args": ["--dtype", "bfloat16", "--enforce-eager"],
+                            "extra_args": ["--dtype", dtype, "--enforce-eager"],
                             "startup_timeout_s": 600}}
     arms = [arm]
     if draft is not None:
@@ -79,22 +81,29 @@ def main() -> int:
     ap.add_argument("--pair", default=None, help="a folder from `specbench tiny-model --pair`")
     ap.add_argument("--levels", default="1,2,4,8,16")
     ap.add_argument("--k", type=int, default=3, help="draft tokens per round for the drafted run")
+    ap.add_argument("--dtype", default=None,
+                    help="the engines' --dtype (bfloat16, float32); default: the demo's choice"
+                         " for this host (launch.dtype cpu_native: harness/engines/cpu_dtype.py)")
     ap.add_argument("--only", choices=["target", "draft", "drafted"], action="append",
                     help="run only these engines (default: all three)")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    if args.dtype is None:
+        choice = host_cpu_dtype()
+        args.dtype = choice.dtype
+        print(f"dtype {choice.dtype} ({choice.isa}: {choice.why})")
     pair = Path(args.pair) if args.pair else Path(tempfile.mkdtemp()) / "pair"
     if not (pair / "target" / "config.json").exists():
         build_tiny_pair(pair, seed=0)
     target, draft = pair / "target", pair / "draft"
-    print(f"load average at start: {load_average()} on {os.cpu_count()} CPUs")
+    print(f"load average at start: {load_average()} on {os.cpu_count()} CPUs; --dtype {args.dtype}")
     runs = (("target", target, None), ("draft", draft, None), ("drafted", target, draft))
     for label, model, drafter in runs:
         if args.only and label not in args.only:
             continue
         if drafter is not None:
             label = f"target+draft k={args.k}"
-        study = study_for(model, drafter, levels, args.k)
+        study = study_for(model, drafter, levels, args.k, args.dtype)
         engine = start_engine(study.arms[-1], study, Path(tempfile.mkdtemp()))
         try:
             for users in levels:

@@ -61,7 +61,18 @@ class EngineKind(ABC):
         """Settings that change what an arm measures and that the engine would otherwise
         decide by itself, as this kind resolves them, in words: shown by pre-flight and
         `serve --print-command`, kept in the manifest (EngineInfo.settings), in the report."""
-        return {"drafter_precision": self.drafter_precision(arm, study)} if arm.drafter else {}
+        settings = {"drafter_precision": self.drafter_precision(arm, study)} if arm.drafter else {}
+        if arm.launch is not None and arm.launch.dtype is not None:
+            settings["dtype"] = self.dtype_setting(arm)
+        return settings
+
+    def dtype_for(self, arm: Arm) -> str | None:
+        """The --dtype this arm's engine is started with (None: the engine decides)."""
+        return arm.launch.dtype if arm.launch is not None else None
+
+    def dtype_setting(self, arm: Arm) -> str:
+        """launch.dtype as resolved, in words."""
+        return f"{self.dtype_for(arm)} (launch.dtype)"
 
     def drafter_precision(self, arm: Arm, study: Study) -> str:
         """The draft weights' precision as this engine will load them."""

@@ -221,6 +221,9 @@ class SglangKind(EngineKind):
         if arm.min_free_slots_delay is not None:
             args += ["--min-free-slots-delay", str(arm.min_free_slots_delay)]
         args += speculative_args(arm)
+        dtype = self.dtype_for(arm)
+        if dtype is not None:
+            args += ["--dtype", dtype]
         return args + (list(arm.launch.extra_args) if arm.launch is not None else [])
 
     def effective_max_running(self, arm: Arm) -> int | None:

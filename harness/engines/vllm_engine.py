@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from harness.engines.base import EngineKind, compact_json, int_option, option_value
+from harness.engines.cpu_dtype import CpuDtype, host_cpu_dtype
 from harness.engines.pins import interpreter_for
 
 if TYPE_CHECKING:
@@ -106,6 +108,9 @@ class VllmKind(EngineKind):
             if study.recording.per_request_spec_metrics:
                 # 0.32+: each response carries metrics.speculative_decoding.
                 cmd += ["--per-request-spec-decode-metrics", "summary"]
+        dtype = self.dtype_for(arm)
+        if dtype is not None:
+            cmd += ["--dtype", dtype]
         # The arm's own flags come last, so they win over anything above.
         cmd += list(arm.launch.extra_args) if arm.launch is not None else []
         return cmd
@@ -205,3 +210,17 @@ class VllmCpuKind(VllmKind):
 
     def environment(self, arm: Arm) -> dict[str, str]:
         return {**self.defaults_env, **super().environment(arm)}
+
+    def cpu_dtype(self, arm: Arm) -> CpuDtype:
+        """The host's choice, under the engine's environment (a ONEDNN_MAX_CPU_ISA cap)."""
+        return host_cpu_dtype({**os.environ, **self.environment(arm)})
+
+    def dtype_for(self, arm: Arm) -> str | None:
+        dtype = super().dtype_for(arm)
+        return self.cpu_dtype(arm).dtype if dtype == "cpu_native" else dtype
+
+    def dtype_setting(self, arm: Arm) -> str:
+        if arm.launch is None or arm.launch.dtype != "cpu_native":
+            return super().dtype_setting(arm)
+        choice = self.cpu_dtype(arm)
+        return f"{choice.dtype} (launch.dtype cpu_native on {choice.isa}: {choice.why})"

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.engines import cpu_dtype, get_engine_kind
 from harness.engines.base import expand_study_leaving_unset
 from harness.engines.command_line import invocation, quote
+from harness.engines.cpu_dtype import AVX512_CORE_FLAGS, host_cpu_dtype
 from harness.engines.vllm_engine import VLLM_CPU_LAUNCHER
 from harness.prereg import load_study
 
@@ -74,7 +76,8 @@ def cpu_argv(python: str, pair: str) -> dict[str, list[str]]:
     head = [python, str(VLLM_CPU_LAUNCHER), "serve", model, "--host", "127.0.0.1", "--port", "8000",
             "--served-model-name", "tiny", "--max-model-len", "1024", "--seed", "0",
             "--max-num-seqs", "64"]
-    tail = ["--dtype", "bfloat16", "--enforce-eager"]
+    # launch.dtype cpu_native: this host's choice (bfloat16 on AVX-512, float32 on AVX2).
+    tail = ["--dtype", host_cpu_dtype().dtype, "--enforce-eager"]
     per_request = ["--per-request-spec-decode-metrics", "summary"]
     ngram = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2}'
     draft = f'{{"method":"draft_model","num_speculative_tokens":3,"model":"{pair}/draft"}}'
@@ -107,6 +110,37 @@ def test_every_demo_arm_runs_exactly_these_flags() -> None:
         assert shown.env == CPU_VARS, arm.name
         words = shlex.split(shown.line())
         assert words == [f"{k}={v}" for k, v in CPU_VARS.items()] + expected[arm.name]
+
+
+@pytest.mark.parametrize("flags, cap, dtype", [
+    ({"avx2", "fma"}, None, "float32"),
+    ({"avx2", "fma", *AVX512_CORE_FLAGS}, None, "bfloat16"),
+    ({"avx2", "fma", *AVX512_CORE_FLAGS}, "AVX2", "float32"),  # held to AVX2 kernels
+])
+def test_the_demo_serves_the_dtype_that_keeps_its_step_memory_bound_on_this_kind_of_host(
+    monkeypatch: pytest.MonkeyPatch, flags: set[str], cap: str | None, dtype: str
+) -> None:
+    monkeypatch.setattr(cpu_dtype, "cpu_flags", lambda: frozenset(flags))
+    if cap is None:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    else:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    study, unset = expand_study_leaving_unset(load_study(CPU_DEMO), CPU_ENV)
+    for arm in study.arms:
+        argv = invocation(arm, study, 8000, unset).argv
+        assert argv[argv.index("--dtype") + 1] == dtype, arm.name
+        setting = get_engine_kind(arm.engine).resolved_settings(arm, study)["dtype"]
+        assert setting.startswith(f"{dtype} (launch.dtype cpu_native on "), setting
+
+
+def test_cpu_native_is_refused_outside_the_cpu_build(tmp_path: Path) -> None:
+    text = CPU_DEMO.read_text(encoding="utf-8").replace("engine: vllm-cpu", "engine: vllm", 1)
+    path = tmp_path / "prereg.yaml"
+    path.write_text(text, encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "validate", str(path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "launch.dtype cpu_native is for the CPU build" in proc.stderr
 
 
 def test_no_arm_file_or_example_sets_vllm_use_v1() -> None:
