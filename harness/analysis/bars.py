@@ -34,6 +34,7 @@ from harness.analysis.gpu import throttled_cells
 from harness.analysis.identity import compare_identity
 from harness.analysis.load import CellData, RunData, load_run
 from harness.analysis.pays import speculation_pays
+from harness.analysis.regime import host_regime
 from harness.analysis.tables import Analysis, analyse
 from harness.prereg.schema import Study
 
@@ -242,6 +243,9 @@ def evaluate(a: Analysis) -> dict:
         # Per drafter and task: the highest level whose speedup interval stays above 1.0,
         # and the engine setting that would gate speculation there (analysis/pays.py).
         "speculation_pays": speculation_pays(run.study, a.speedups),
+        # Each baseline's plain step by level, timed in the smoke (analysis/regime.py):
+        # whether this host could let speculation pay at the pass levels at all.
+        "host_regime": host_regime(run.manifest),
         "generated_wall": time.time(),
     }
     return clean_json(out)

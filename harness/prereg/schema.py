@@ -66,6 +66,11 @@ class Launch(Strict):
     command: list[str] | None = None  # or an explicit executable prefix, e.g. ["vllm"]
     env: dict[str, str] = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list)
+    # The dtype the engine computes in (vLLM --dtype). `cpu_native` (CPU build only):
+    # bfloat16 where oneDNN builds a bfloat16 matmul (AVX-512), float32 elsewhere (AVX2),
+    # so a step stays memory-bound on either kind of host (harness/engines/cpu_dtype.py);
+    # what it resolved to is recorded with each engine start. None: the engine decides.
+    dtype: Literal["auto", "bfloat16", "float16", "float32", "cpu_native"] | None = None
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] | None = None  # None: pick a free port
     startup_timeout_s: Positive = 1200.0
@@ -157,6 +162,9 @@ class Arm(Strict):
             raise ValueError("scripted is required for engine 'scripted' and only allowed there")
         if self.min_free_slots_delay is not None and self.engine != "sglang":
             raise ValueError("min_free_slots_delay is an SGLang setting (engine 'sglang' only)")
+        if (self.launch is not None and self.launch.dtype == "cpu_native"
+                and self.engine != "vllm-cpu"):
+            raise ValueError("launch.dtype cpu_native is for the CPU build (engine 'vllm-cpu' only)")
         return self
 
     @property
@@ -280,6 +288,18 @@ class Sampling(Strict):
     ignore_eos: bool = False
 
 
+class RegimeCheck(Strict):
+    """The host's regime, timed in the smoke stage (harness/run/regime.py): each baseline's
+    plain step at one user and at the pass bar's levels. A level whose step is more than
+    max_step_ratio x the one-user step is compute-bound there, and the verdict page says
+    speculation cannot pay on this host, beside whatever verdict the bars give."""
+
+    enabled: bool = True
+    # A memory-bound step reads its weights once whatever the batch: flat within noise.
+    max_step_ratio: Annotated[float, Field(gt=1)] = 1.3
+    max_tokens: PositiveInt = 32  # per timed request, run to the end (ignore_eos)
+
+
 class Recording(Strict):
     scrape_interval_s: Positive = 1.0
     # A cell is invalid when the client's stamp lag, stamp bound, or (open loop) send
@@ -306,6 +326,12 @@ class Recording(Strict):
     # cell table, the bar evidence and the report; `remeasure` also measures a timed
     # (speed, open-loop) cell again within cell_retries, like any unusable cell.
     gpu_throttle: Literal["flag", "remeasure"] = "flag"
+    # Every cell records the share of the host's CPU time that went to other processes
+    # (neither the engine's nor the harness's) and to the hypervisor (steal)
+    # (harness/measure/host_cpu.py). A timed cell whose foreign + steal share passes this
+    # is unusable and measured again within cell_retries: another program disturbed it.
+    # None: recorded, never judged.
+    host_foreign_cpu_limit: Annotated[float, Field(gt=0, le=1)] | None = None
     accuracy_concurrency: PositiveInt = 16
     per_request_spec_metrics: bool = True
     # Before the first registered cell every arm starts, answers two prompts greedily,
@@ -321,6 +347,7 @@ class Recording(Strict):
     # (pass_cells), or every closed-loop speed cell (speed_cells).
     sessions: PositiveInt = 1
     sessions_for: Literal["pass_cells", "speed_cells"] = "pass_cells"
+    regime: RegimeCheck = Field(default_factory=RegimeCheck)
 
 
 # --- bars --------------------------------------------------------------------------

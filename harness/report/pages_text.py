@@ -9,6 +9,7 @@ import pandas as pd
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.load import RunData
+from harness.analysis.regime import BaselineRegime, regime_lines
 from harness.analysis.tables import Analysis
 from harness.records import SmokeArmCheck, SmokeIdentityCheck
 from harness.report.layout import table_lines, text_pages, wrap_lines
@@ -30,6 +31,9 @@ def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
     status and summary, the smoke, deviations; evidence detail follows on text pages."""
     deviations = deviation_lines(a.run.manifest)
     notice = ["Deviations from the registered study (manifest.json):", *deviations] if deviations else []
+    # The host's regime beside the verdict: a compute-bound host explains a STOP.
+    regime = regime_summary(a.run.manifest)
+    notice = [*regime, *notice]
     pages = headline_page(pdf, a, verdict, notice)
     lines: list[str] = []
     for bar in verdict["bars"]:
@@ -37,6 +41,7 @@ def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
         lines.extend(f"{'':18}{s}" for s in bar["summary"])
     lines.append("")
     lines.extend(smoke_summary(a.run))
+    lines.extend(regime)
     lines.extend(trained_against_lines(a))
     lines.extend(stops_paying_lines(verdict))
     lines.extend(decomposition_flag_lines(a))
@@ -128,6 +133,12 @@ def _checkpoint_lines(manifest: dict) -> list[str]:
         if c.get("note"):
             lines.append(f"    {c['note']}")
     return lines or ["  none recorded"]
+
+
+def regime_summary(manifest: dict) -> list[str]:
+    """One line per baseline timed in the smoke (harness/run/regime.py)."""
+    return regime_lines([BaselineRegime.model_validate(r)
+                         for r in (manifest.get("regime") or {}).values()])
 
 
 def smoke_summary(run: RunData) -> list[str]:

@@ -32,6 +32,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.analysis.regime import REGIME_FILE, regime_levels
 from harness.engines import get_engine_kind
 from harness.engines.lifecycle import EngineProcess, relevant_log_line
 from harness.engines.metrics import counter_name, scrape_metrics
@@ -54,6 +55,7 @@ from harness.records import (
 from harness.run.cell_requests import task_items
 from harness.run.execute import sampling_fields
 from harness.run.progress import RunProgress
+from harness.run.regime import measure_regime
 from harness.run.store import JsonlWriter, RunStore
 
 if TYPE_CHECKING:
@@ -208,6 +210,7 @@ class SmokeStage:
                 if check.status == "failed":
                     self._stop(check, started, order)
                 self.answers[name] = check.answers
+                self._time_regime(name)
                 for identity in self._comparisons(name):
                     out.write(identity)
                     self._say(identity)
@@ -279,6 +282,27 @@ class SmokeStage:
                                " (--allow-deviation)")
         return SmokeArmCheck(**fields, ended_wall=time.time(), status="passed", answers=answers,
                              counter=counter, acceptance=acceptance)
+
+    def _time_regime(self, name: str) -> None:
+        """A baseline's plain step by level (harness/run/regime.py), while its engine is up."""
+        arm = self.study.arm(name)
+        if not arm.is_baseline or not self.study.recording.regime.enabled:
+            return
+        levels = regime_levels(self.study)
+        self.progress.note(f"timing {name}'s plain step at {', '.join(map(str, levels))} users"
+                           " (the host's regime)")
+        process = self.engine_for(name).ensure("smoke")
+        try:
+            record = measure_regime(self.study, name, self.keys[name], process.base_url,
+                                    process.served_model, self.requests)
+        except SpecbenchError as err:  # a host that cannot be timed is said, never fatal
+            self.progress.note(f"[yellow]host regime not timed for {name}:[/yellow] {err.lines[0]}")
+            return
+        with JsonlWriter(self.folder / REGIME_FILE) as out:
+            out.write(record)
+        self.store.edit_manifest(
+            lambda data: data.setdefault("regime", {}).update({name: record.model_dump(mode="json")}))
+        self.progress.note(record.line())
 
     def _acceptance(self, name: str) -> SmokeAcceptance | None:
         """The drafter's tokens per round over its smoke prompts against its floor (None:

@@ -64,6 +64,13 @@ def test_scripted_pass_study_passes(pass_run):
         assert (run / name).stat().st_size > 0, name
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["stop"]["fired"] is False
+    # The smoke timed the baseline's plain step at 1, 2 and 4 users: the scripted 10 ms
+    # weight pass holds it flat, so the host is memory-bound at the pass levels.
+    regime = manifest["regime"]["base"]
+    assert regime["memory_bound"] is True and regime["compute_bound_at"] == [], regime
+    assert [lv["users"] for lv in regime["levels"]] == [1, 2, 4]
+    assert all(9.0 < lv["step_ms"] < 15.0 for lv in regime["levels"]), regime
+    assert verdict["host_regime"][0]["line"].startswith("Host regime: memory-bound")
     # Each engine environment's full package list (the scripted engine's is the harness's).
     env = manifest["engine_environments"][sys.executable]
     assert env["arms"] == ["base", "drafter"]

@@ -170,10 +170,12 @@ def test_an_arm_whose_cells_span_a_stage_boundary_keeps_its_engine(results, tmp_
     assert "keeping the engine of arm base from the smoke stage for stage 1 (no restart)" in text
     assert "keeping the engine of arm drafter from stage 1 for stage 2 (no restart)" in text
     # The same process: its arrival numbers go on from the smoke's (1 was the start-up
-    # warm-up, 2 and 3 the smoke prompts), where a fresh engine would answer 2 first.
+    # warm-up, 2 and 3 the smoke prompts, then the regime's timing at 1, 2 and 4 users: a
+    # warm-up and two measured requests per user), where a fresh engine would answer 2 first.
+    regime = sum(3 * users for users in (1, 2, 4))
     first = json.loads((run / "cells" / "base__chat__identity" / "requests.jsonl")
                        .read_text().splitlines()[0])
-    assert first["response_id"] == "chatcmpl-00000004"
+    assert first["response_id"] == f"chatcmpl-{4 + regime:08d}"
     lines = smoke_lines(run)
     assert [(r["kind"], r["arm"], r["status"]) for r in lines] == [
         ("arm", "drafter", "passed"), ("arm", "base", "passed"), ("identity", "drafter", "passed")]
@@ -240,3 +242,28 @@ def test_no_smoke_when_every_cell_is_measured(tmp_path, monkeypatch):
     with RunProgress(Console(file=io.StringIO()), 0) as progress:
         runner._smoke(progress)
     assert called == []
+
+
+def test_a_host_whose_plain_step_grows_with_users_is_named_compute_bound_beside_the_verdict(
+        results, tmp_path):
+    # A 1 ms weight pass and 4 ms of arithmetic per token: the plain step is 4 ms at one
+    # user, 8 at two and 16 at four, like the bfloat16 demo on a CPU without AVX-512.
+    compute = {"weight_bytes": 2.0e9, "flops_per_token": 1.6e11}
+    study = study_file(tmp_path, base=compute, drafter=compute, recording=SMOKE_ON)
+    proc = specbench("run", str(study), "--results", str(results), "--no-report", check=False)
+    run = run_folder(results)
+    regime = json.loads((run / "manifest.json").read_text())["regime"]["base"]
+    steps = {lv["users"]: lv["step_ms"] for lv in regime["levels"]}
+    assert 3.5 < steps[1] < 6 and 1.7 < steps[2] / steps[1] < 2.3, steps
+    assert regime["memory_bound"] is False and regime["compute_bound_at"] == [2, 4], regime
+    # One line per timed baseline in smoke/regime.jsonl, the drafter not timed.
+    lines = (run / "smoke" / "regime.jsonl").read_text().splitlines()
+    assert [json.loads(x)["arm"] for x in lines] == ["base"]
+    (entry,) = verdict_of(run)["host_regime"]
+    assert entry["line"].startswith(f"This host is compute-bound at 2 users: step"
+                                    f" x{steps[2] / steps[1]:.1f} (base's plain step "), entry
+    assert entry["line"].endswith("tolerance x1.3); speculation cannot pay here")
+    assert "compute-bound at 2 users" in said(proc)  # said as the smoke timed it
+    # The verdict page carries the same sentence (and whatever verdict the bars gave).
+    from harness.report.pages_text import regime_summary
+    assert regime_summary(json.loads((run / "manifest.json").read_text())) == [entry["line"]]
