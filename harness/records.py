@@ -204,6 +204,15 @@ class ClientHealth(RecordModel):
     # False for cells whose figures are texts or scores (identity, accuracy): their
     # timings are reported but do not make them invalid.
     timing_judged: bool = True
+    # The host over the cell (measure.host_cpu): the share of every CPU's time that went
+    # to processes neither the engine's nor the harness's, and to the hypervisor (steal);
+    # a timed cell whose sum passes the registered limit is unusable (measure.usable;
+    # None: recorded, not judged). host_engine_counted False: an attached engine, only
+    # the harness counted as own. All None where /proc/stat cannot be read.
+    host_foreign_cpu_share: float | None = None
+    host_steal_share: float | None = None
+    host_foreign_cpu_limit: float | None = None
+    host_engine_counted: bool | None = None
 
 
 class GpuReading(RecordModel):

@@ -117,7 +117,9 @@ def cell_row(cell: CellData) -> dict:
         row["client_kernel_stamped"] = health.kernel_stamped_fraction if health else None
         # Closed loop: the load the users delivered, beside the registered concurrency.
         for name in ("delivered_concurrency", "delivered_share", "turnaround_p50_ms",
-                     "turnaround_p99_ms", "turnaround_max_ms"):
+                     "turnaround_p99_ms", "turnaround_max_ms",
+                     # The host's CPU time that went elsewhere (measure/host_cpu.py).
+                     "host_foreign_cpu_share", "host_steal_share"):
             row[name] = getattr(health, name) if health else None
     if cell.requests:
         row.update(_request_stats(cell.requests))

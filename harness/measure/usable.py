@@ -5,6 +5,9 @@ One rule for both sides: the runner measures an unusable cell again (within
 unusable invalid with this reason, so no bar uses it and the verdict names it.
 Under `recording.gpu_throttle: remeasure`, a timed cell (speed, open loop) during which
 the GPU throttled is unusable too; under `flag` (the default) it is only flagged.
+Under `recording.host_foreign_cpu_limit`, a timed cell during which other processes and
+the hypervisor took more than that share of the host's CPU time (harness.measure.host_cpu)
+is unusable: another program disturbed it.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ def unusable_reason(
         return f"aborted: {abort_reason or 'error rate'}"
     if health is not None and not health.valid:
         return f"client unhealthy: {health.reason or 'lag limit'}"
+    if kind in TIMED and health is not None and (busy := host_busy_reason(health)):
+        return busy
     if not measured:
         return "no measured requests"
     # The error-rate limit is the driver's abort, which needs MIN_ERRORS_TO_ABORT
@@ -54,6 +59,22 @@ def unusable_reason(
             and gpu_throttle.throttled):
         return f"GPU throttled: {gpu_throttle.describe()}"
     return None
+
+
+def host_busy_reason(health: ClientHealth) -> str | None:
+    """Why the host was too busy for the cell, against the limit recorded with it.
+    Steal counts with the foreign share: both are CPU time the cell could not have."""
+    limit, foreign = health.host_foreign_cpu_limit, health.host_foreign_cpu_share
+    if limit is None or foreign is None:
+        return None
+    steal = health.host_steal_share or 0.0
+    if foreign + steal <= limit:
+        return None
+    attached = "" if health.host_engine_counted is not False else (
+        "; the engine is attached, so its own CPU, if on this host, counts as other")
+    return (f"host busy: {foreign + steal:.2f} of the host's CPU time went to other processes"
+            f" ({foreign:.2f}) and the hypervisor ({steal:.2f} steal), above the limit"
+            f" {limit:g}{attached}")
 
 
 def _no_speed_reason(measured: list[RequestRecord]) -> str:

@@ -2,13 +2,15 @@
 
 A dead engine is restarted and the cell tried again. A cell that measured nothing a
 bar can use (harness.measure.usable: aborted for errors, client lag, nothing that
-succeeded, no request with a per-user speed, and under `recording.gpu_throttle:
-remeasure` a GPU that throttled during a timed cell) is measured again while fewer than
-cell_retries + 1 attempts have measured it. Earlier runs of the same folder count, so
-`--resume` remeasures a complete but unusable cell only while attempts remain, and
-repeating a run can never fish for a good measurement. Every attempt stays in
-cell.json and requests.jsonl; complete.json names the latest attempt that measured to
-its end, and a cell that stayed unusable keeps its reason for analysis to report.
+succeeded, no request with a per-user speed, a timed cell during which other processes
+took more of the host's CPU than `recording.host_foreign_cpu_limit`, and under
+`recording.gpu_throttle: remeasure` a GPU that throttled during a timed cell) is
+measured again while fewer than cell_retries + 1 attempts have measured it. Earlier
+runs of the same folder count, so `--resume` remeasures a complete but unusable cell
+only while attempts remain, and repeating a run can never fish for a good
+measurement. Every attempt stays in cell.json and requests.jsonl; complete.json names
+the latest attempt that measured to its end, and a cell that stayed unusable keeps its
+reason for analysis to report.
 """
 
 from __future__ import annotations

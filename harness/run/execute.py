@@ -1,5 +1,6 @@
 """Execute one cell against a running engine: load, 1 Hz scrape, 1 Hz GPU telemetry
-(when the host has NVML), engine watchdog.
+(when the host has NVML), the host's CPU time outside the engine and the harness
+(recorded with the client's health), engine watchdog.
 
 Every request record, metric sample and GPU sample is appended to the cell's files
 (requests.jsonl, metrics.jsonl, gpu.jsonl) the moment it exists. The cell's completion marker is written by the caller only
@@ -16,6 +17,7 @@ from typing import Any
 
 from harness.engines import get_engine_kind
 from harness.measure.driver import run_cell
+from harness.measure.host_cpu import HostCpuMeter, HostCpuSampler, engine_group
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.scrape import scrape_metrics
 from harness.plan import Cell
@@ -126,16 +128,26 @@ async def _execute(
         )
     )
     watchdog = asyncio.create_task(_watch(engine))
+    # Scanned on its own thread as well, so processes the engine starts mid-cell are seen.
+    host = HostCpuSampler(HostCpuMeter(engine_group(engine)),
+                          interval_s=study.recording.scrape_interval_s)
     if sampler is not None:  # with the tasks above, which first run at the wait below
         sampler.start()
+    host.start()
     try:
         done, _ = await asyncio.wait({load, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+        host_cpu = await asyncio.to_thread(host.stop)
         # After a death the remaining requests fail fast and the cell may "finish"
         # before the watchdog looks: an engine that is gone now died during the cell.
         if load not in done or not engine.alive():
             raise EngineDied(f"the {arm.engine} engine of arm {arm.name!r} exited during {cell.id}")
-        return load.result()
+        outcome = load.result()
+        if host_cpu is not None:  # judged with the client's health (harness.measure.usable)
+            outcome.health = outcome.health.model_copy(
+                update=host_cpu.health_fields(study.recording.host_foreign_cpu_limit))
+        return outcome
     finally:
+        host.stop()  # its thread ends whatever ended the cell (a second stop only returns)
         for task in (load, watchdog):
             task.cancel()
         stop.set()
