@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "harness.commands.validate",
     "harness.commands.fetch",
     "harness.commands.plan",
+    "harness.commands.calibrate",
     "harness.commands.run",
     "harness.commands.rerun_baseline",
     "harness.commands.tiny_model",

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from harness.calibration import EffectiveHardware, RooflineFigures, figure_text
 from harness.prereg.schema import Arm, Study, TaskSpec
 
 CellKind = Literal["speed", "identity", "accuracy", "open"]
@@ -187,11 +188,15 @@ class Estimate:
     assumptions: list[str]
 
 
-def roofline_step_s(study: Study, batch_tokens: int, params_billion: float | None = None) -> float:
+def roofline_step_s(study: Study, batch_tokens: int, params_billion: float | None = None,
+                    figures: RooflineFigures | None = None) -> float:
     """Roofline for one forward pass: the larger of reading the weights once and the
     matmul FLOPs for the tokens in it (2 FLOPs per parameter per token). The target's
-    by default; `params_billion` for a draft model at the model's bytes per parameter."""
-    m, hw = study.model, study.hardware
+    by default; `params_billion` for a draft model at the model's bytes per parameter.
+    `figures`: bandwidth and FLOP rate measured on the machine (harness.calibration);
+    the registered `hardware` ones by default."""
+    m = study.model
+    hw = figures or study.hardware
     params = m.params_billion if params_billion is None else params_billion
     weight_bytes = params * 1e9 * m.weight_bytes_per_param
     memory_s = weight_bytes / (hw.memory_bandwidth_gb_s * 1e9)
@@ -199,7 +204,7 @@ def roofline_step_s(study: Study, batch_tokens: int, params_billion: float | Non
     return max(memory_s, compute_s)
 
 
-def cell_seconds(study: Study, cell: Cell) -> float:
+def cell_seconds(study: Study, cell: Cell, figures: RooflineFigures | None = None) -> float:
     arm = study.arm(cell.arm)
     task = study.task(cell.task)
     est = study.plan_estimate
@@ -220,27 +225,36 @@ def cell_seconds(study: Study, cell: Cell) -> float:
         accept = arm.drafter.assumed_acceptance_length or est.assumed_acceptance_length
         per_step_tokens, emitted = c * (k + 1), c * min(accept, k + 1)
     steps = requests * out_tokens / emitted
-    return steps * roofline_step_s(study, per_step_tokens)
+    return steps * roofline_step_s(study, per_step_tokens, figures=figures)
 
 
-def estimate(study: Study, cells: list[Cell]) -> Estimate:
+def estimate(study: Study, cells: list[Cell], hardware: EffectiveHardware | None = None) -> Estimate:
+    """`hardware`: the roofline's inputs when the machine was calibrated (measured
+    figures, the registered ones beside); the registered figures by default."""
     # One engine runs at a time; it is restarted when the next cell's arm differs, and
     # for every repeated session.
+    figures = hardware.used if hardware is not None else None
     engine_starts = len(engine_blocks(cells))
     # The smoke starts every arm once; the last one's engine serves the first cell.
     smoke_starts = len(study.arms) - 1 if study.recording.smoke and cells else 0
     engine_starts += smoke_starts
-    seconds = sum(cell_seconds(study, c) for c in cells)
+    seconds = sum(cell_seconds(study, c, figures) for c in cells)
     seconds += engine_starts * study.plan_estimate.engine_start_s
     hw, m = study.hardware, study.model
-    step_ms = roofline_step_s(study, 1) * 1e3
+    step_ms = roofline_step_s(study, 1, figures=figures) * 1e3
+    if hardware is not None and hardware.measured is not None:
+        used = hardware.used
+        rates = (f"{hw.gpu} measured {figure_text(used.memory_bandwidth_gb_s)} GB/s,"
+                 f" {figure_text(used.dense_tflops)} TFLOP/s (registered"
+                 f" {hw.memory_bandwidth_gb_s:g}, {hw.dense_tflops:g})")
+    else:
+        rates = f"{hw.gpu} {hw.memory_bandwidth_gb_s:g} GB/s, {hw.dense_tflops:g} TFLOP/s"
     return Estimate(
         seconds=seconds,
         assumptions=[
             f"decode step = max(weights / bandwidth, 2 x params x tokens / FLOP rate);"
             f" weights {m.params_billion:g}e9 x {m.weight_bytes_per_param:g} B,"
-            f" {hw.gpu} {hw.memory_bandwidth_gb_s:g} GB/s, {hw.dense_tflops:g} TFLOP/s"
-            f" -> {step_ms:.1f} ms per step at batch 1",
+            f" {rates} -> {step_ms:.1f} ms per step at batch 1",
             f"every request decodes {study.plan_estimate.mean_output_tokens} tokens; prefill,"
             " drafter cost and scheduling overheads are ignored",
             f"drafters accept {study.plan_estimate.assumed_acceptance_length:g} tokens per"

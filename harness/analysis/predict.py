@@ -6,7 +6,9 @@ with E[tokens] = 1 + p_1 + ... + p_k from the engine's per-position counters of 
 drafter cell (vLLM's `num_accepted_tokens_per_pos` over its drafts: draft positions
 only), s the drafter's forward passes per round (`drafter.draft_steps`, default k),
 and the step times from the plan's roofline (plan.roofline_step_s: `hardware`,
-`model`, `drafter.params_billion`). B is the registered concurrency. The predicted round
+`model`, `drafter.params_billion`), at the bandwidth and FLOP rate measured at the run's
+start where it has them (the manifest's `calibration`, harness/calibration.py), else the
+registered ones. B is the registered concurrency. The predicted round
 cost is the denominator over t_target(B, 1).
 
 The roofline flatters speculation (launches, sampling, ragged accepts are not in it):
@@ -27,6 +29,7 @@ import math
 
 import pandas as pd
 
+from harness.calibration import RooflineFigures
 from harness.plan import roofline_step_s
 from harness.prereg.schema import Study
 
@@ -38,15 +41,18 @@ MODEL_FREE = ("ngram", "suffix")
 AGREE_WITHIN = 0.05
 
 
-def predicted(study: Study, arm_name: str, concurrency: int, e_tokens: float) -> tuple[float, float]:
-    """(predicted speedup, predicted round cost ratio) at concurrency B."""
+def predicted(study: Study, arm_name: str, concurrency: int, e_tokens: float,
+              figures: RooflineFigures | None = None) -> tuple[float, float]:
+    """(predicted speedup, predicted round cost ratio) at concurrency B; `figures`: the
+    roofline's inputs (the registered hardware by default)."""
     d = study.arm(arm_name).drafter
     assert d is not None
     k = d.num_draft_tokens
     steps = d.draft_steps or k
-    plain = roofline_step_s(study, concurrency)
-    draft = steps * roofline_step_s(study, concurrency, d.params_billion) if d.params_billion else 0.0
-    cost = (draft + roofline_step_s(study, concurrency * (k + 1))) / plain
+    plain = roofline_step_s(study, concurrency, figures=figures)
+    draft = (steps * roofline_step_s(study, concurrency, d.params_billion, figures)
+             if d.params_billion else 0.0)
+    cost = (draft + roofline_step_s(study, concurrency * (k + 1), figures=figures)) / plain
     return e_tokens / cost, cost
 
 
@@ -62,8 +68,10 @@ def engine_tokens(cell: pd.Series) -> tuple[float | None, str | None]:
     return None, None
 
 
-def add_predictions(study: Study, speedups: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
-    """speedups with the prediction columns, from the cell table's engine figures."""
+def add_predictions(study: Study, speedups: pd.DataFrame, cells: pd.DataFrame,
+                    figures: RooflineFigures | None = None) -> pd.DataFrame:
+    """speedups with the prediction columns, from the cell table's engine figures, on the
+    roofline `figures` (the registered hardware by default)."""
     by_id = cells.set_index("cell_id") if len(cells) else cells
     rows = []
     for r in speedups.to_dict("records"):
@@ -71,7 +79,7 @@ def add_predictions(study: Study, speedups: pd.DataFrame, cells: pd.DataFrame) -
         cell = by_id.loc[r["drafter_cell"]] if r["drafter_cell"] in by_id.index else None
         e, source = engine_tokens(cell) if cell is not None else (None, None)
         if e is not None and r.get("status") == "ok":
-            speed, cost = predicted(study, r["arm"], int(r["concurrency"]), e)
+            speed, cost = predicted(study, r["arm"], int(r["concurrency"]), e, figures)
             out.update(engine_tokens_per_round=e, engine_tokens_source=source,
                        predicted_speedup=speed, predicted_round_cost_ratio=cost)
             drafter = study.arm(r["arm"]).drafter

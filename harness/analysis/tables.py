@@ -14,6 +14,7 @@ from harness.analysis.load import RunData, load_run
 from harness.analysis.open_loop import fleet_table, open_loop_table
 from harness.analysis.predict import add_predictions
 from harness.analysis.speedup import knee_table, speedup_table
+from harness.calibration import run_hardware
 from harness.prereg.schema import Study
 
 
@@ -77,8 +78,10 @@ def accuracy_table(run: RunData) -> pd.DataFrame:
 def analyse(run_dir: str | Path | RunData, study: Study | None = None) -> Analysis:
     run = run_dir if isinstance(run_dir, RunData) else load_run(run_dir, study)
     cells = cell_table(run)
-    # Beside each measured speedup, the roofline formula's (analysis/predict.py).
-    speedups = add_predictions(run.study, speedup_table(run), cells)
+    # Beside each measured speedup, the roofline formula's (analysis/predict.py), on the
+    # bandwidth and FLOP rate measured at the run's start where it has them.
+    figures = run_hardware(run.study, run.manifest).used
+    speedups = add_predictions(run.study, speedup_table(run), cells, figures)
     open_table = open_loop_table(run)
     return Analysis(run, cells, speedups, knee_table(run, speedups), identity_table(run),
                     accuracy_table(run), open_table, fleet_table(run, open_table))

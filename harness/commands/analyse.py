@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from harness.calibration import run_hardware
 from harness.commands.output import add_format_option, write_json, write_table
 from harness.commands.report import resolve_run
 from harness.paths import RESULTS_DIR
@@ -58,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     write_table(headers, rows, fmt, right=("c", "speedup"),
                 title=f"speedups (median per-user speed ratio, {level:.0%} bootstrap interval;"
                       " speedup = tok/round over the baseline's / cost):")
+    console.print(f"predicted on the {run_hardware(a.run.study, a.run.manifest).line()}",
+                  markup=False)
     print()
     write_table(["task", "arm", "knee", "note"],
                 [[k.task, k.arm, k.label, k.note] for k in a.knees.itertuples()], fmt,

@@ -7,10 +7,12 @@ from collections import Counter
 
 from rich.console import Console
 
+from harness.calibration import EffectiveHardware, effective_hardware
 from harness.commands.output import add_format_option, write_json, write_table
 from harness.errors import InputError
 from harness.plan import engine_blocks, estimate, plan_cells
 from harness.prereg import load_study_file
+from harness.prereg.schema import Study
 from harness.shards import sharded_estimate
 
 
@@ -20,6 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", type=int, metavar="N",
                    help="also show the shards for N GPUs (`run --gpus N`) and the wall-clock"
                         " estimate on 1, 2, 4, 8 and N GPUs")
+    p.add_argument("--calibrate", action="store_true",
+                   help="measure bandwidth and FLOP rate here first (as `specbench calibrate"
+                        " FILE`) and estimate on them; the registered figures otherwise")
     add_format_option(p)
     p.set_defaults(func=run)
 
@@ -61,6 +66,15 @@ def _print_sharding(console: Console, sharding: dict, per_engine: int) -> None:
                  for e in sharding["by_gpus"]], "table", right=("GPUs", "shards"))
 
 
+def _calibrated(study: Study) -> EffectiveHardware:
+    """The roofline's inputs measured here (the registered ones, with why, if that fails);
+    the shards' estimate keeps the registered figures, so a plan's cut never depends on a
+    measurement."""
+    from harness.run.calibrate import calibrate_study
+
+    return effective_hardware(study, calibrate_study(study))
+
+
 def run(args: argparse.Namespace) -> int:
     study = load_study_file(args.file).study
     cells = plan_cells(study)
@@ -79,10 +93,12 @@ def run(args: argparse.Namespace) -> int:
     if fmt == "csv":
         write_table(headers, rows, fmt)
         return 0
-    est = estimate(study, cells)
+    hardware = _calibrated(study) if getattr(args, "calibrate", False) else None
+    est = estimate(study, cells, hardware)
     if fmt == "json":
         write_json({"cells": [dict(zip(headers, r, strict=True)) for r in rows],
                     "estimated_gpu_seconds": est.seconds, "assumptions": est.assumptions,
+                    **({"roofline_inputs": hardware.line()} if hardware else {}),
                     "smoke": bool(study.recording.smoke and cells),
                     **({"sharding": sharding} if sharding else {})})
         return 0
@@ -122,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
             f"{len(engine_blocks(cells))} engine starts for the cells.")
     console.print(f"[bold]estimated GPU time: {_hours(est.seconds)}[/bold] (an estimate, not a"
                   " measurement; roofline assumptions:)")
+    if hardware is not None and hardware.measured is None:  # why the registered ones
+        console.print(f"  - {hardware.line()}", markup=False)
     for line in est.assumptions:
         console.print(f"  - {line}")
     if sharding is not None:

@@ -17,6 +17,7 @@ from harness.plan import plan_cells
 from harness.prereg import load_study_file
 from harness.prereg.pins import gate
 from harness.prereg.schema import Study
+from harness.run.calibrate import record_calibration
 from harness.run.environments import record_environments
 from harness.run.leftovers import clear_leftovers, record_runner
 from harness.run.progress import RunProgress
@@ -83,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
     record_runner(store)
     for change in record_environments(store, study):  # every engine venv's packages
         console.print(f"[yellow]deviation recorded:[/yellow] {change}")
+    # The roofline's bandwidth and FLOP rate measured on this machine, before the smoke;
+    # a failure is recorded, never raised (harness/run/calibrate.py).
+    record_calibration(store, study, lambda line: console.print(line, markup=False))
     if sharded:
         run_sharded(args, store, study, loaded.study, console)
     else:

@@ -15,6 +15,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.decompose import factor_shift
 from harness.analysis.tables import Analysis
+from harness.calibration import run_hardware
 from harness.report.layout import MONO, empty_axes, log2_axis, new_page, save, table_lines
 from harness.report.pages_speed import arm_colours, speed_tasks
 
@@ -121,6 +122,9 @@ def _table(a: Analysis, sp, tol: float) -> list[str]:
     lines = table_lines(["drafter", "users", "speedup", "explained", "gap", "predicted",
                          "meas/pred", "tok/round", "engine", "cost", "cost pred",
                          "what moved it since the lowest level", f"> {tol:.0%}"], rows)
+    # The prediction's inputs, first so no cut of a long table loses them: measured at the
+    # run's start, or why they are the registered ones.
+    lines.insert(0, run_hardware(a.run.study, a.run.manifest).line())
     if gaps:
         mean = sum(gaps) / len(gaps)
         verdict = (" (the roofline flatters speculation by this much)" if mean < -tol else
