@@ -18,9 +18,10 @@ processes that are the measurement's own:
 where total is every CPU's ticks over the cell: the host's CPUs x the wall time.
 /proc/stat is the machine's even inside a container, and so is what competes for it.
 
-Own processes are scanned at the start, at the end and once a second between (a
-thread), and each is counted from its first sighting to its last; one that started
-after the first scan from zero. Own time is lost, and so counted as foreign, when a
+Own processes are scanned at the start and the end (a cell's run; scans between, by
+HostCpuSampler's thread, are for a caller that can spare the interpreter: a scan holds it
+8-20 ms on 2 cores, which a client's stamping thread would wait on), and each is counted
+from its first sighting to its last; one that started after the first scan from zero. Own time is lost, and so counted as foreign, when a
 process exits (its CPU since its last sighting, at most a scan interval) or lives and
 dies between two scans: the foreign share errs high, never low. (A reaped child's time,
 cutime, is not added back: it would count again what was seen while the child lived.)

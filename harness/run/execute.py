@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.engines import get_engine_kind
 from harness.measure.driver import run_cell
-from harness.measure.host_cpu import HostCpuMeter, HostCpuSampler, engine_group
+from harness.measure.host_cpu import HostCpuMeter, engine_group
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.scrape import scrape_metrics
 from harness.plan import Cell
@@ -128,15 +128,17 @@ async def _execute(
         )
     )
     watchdog = asyncio.create_task(_watch(engine))
-    # Scanned on its own thread as well, so processes the engine starts mid-cell are seen.
-    host = HostCpuSampler(HostCpuMeter(engine_group(engine)),
-                          interval_s=study.recording.scrape_interval_s)
+    # Scanned before the load and after it, not between: a scan of /proc takes 8-20 ms
+    # of this process's interpreter (measured on 2 cores), which the client's stamping
+    # thread would wait on. A process the engine starts and ends mid-cell is then counted
+    # as foreign: the share errs high, never low (harness/measure/host_cpu.py).
+    host = HostCpuMeter(engine_group(engine))
     if sampler is not None:  # with the tasks above, which first run at the wait below
         sampler.start()
     host.start()
     try:
         done, _ = await asyncio.wait({load, watchdog}, return_when=asyncio.FIRST_COMPLETED)
-        host_cpu = await asyncio.to_thread(host.stop)
+        host_cpu = await asyncio.to_thread(host.finish)
         # After a death the remaining requests fail fast and the cell may "finish"
         # before the watchdog looks: an engine that is gone now died during the cell.
         if load not in done or not engine.alive():
@@ -147,7 +149,6 @@ async def _execute(
                 update=host_cpu.health_fields(study.recording.host_foreign_cpu_limit))
         return outcome
     finally:
-        host.stop()  # its thread ends whatever ended the cell (a second stop only returns)
         for task in (load, watchdog):
             task.cancel()
         stop.set()
