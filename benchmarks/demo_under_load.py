@@ -1,6 +1,7 @@
 """The demo while another process keeps one core busy: does it still reach its verdict?
 
     .venv/bin/python benchmarks/demo_under_load.py            # one core kept busy
+    .venv/bin/python benchmarks/demo_under_load.py --on-s 60 --off-s 60   # a neighbour that comes and goes
     .venv/bin/python benchmarks/demo_under_load.py --no-load  # the same run, quiet
 
 Builds the demo's model pair if needed (as scripts/demo.sh does), starts a process
@@ -35,6 +36,13 @@ from harness.paths import CACHE_DIR  # noqa: E402
 from harness.run.store import cell_dirname  # noqa: E402
 
 SPIN = "while True: pass"
+# Busy for on_s, idle for off_s, over and over (off_s 0: busy the whole run).
+DUTY = ("import sys, time\n"
+        "on, off = float(sys.argv[1]), float(sys.argv[2])\n"
+        "while True:\n"
+        "    end = time.monotonic() + on\n"
+        "    while time.monotonic() < end: pass\n"
+        "    time.sleep(off)\n")
 
 
 def load_average() -> str:
@@ -107,10 +115,17 @@ def host_report(run: Path, cells: list[str], limit: float | None) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-load", action="store_true", help="run without the busy process")
+    ap.add_argument("--on-s", type=float, default=None,
+                    help="the busy process spins this long, then rests --off-s, and again")
+    ap.add_argument("--off-s", type=float, default=60.0)
     args = ap.parse_args()
-    print(f"load average before: {load_average()} on {os.cpu_count()} CPUs;"
-          f" {'no extra load' if args.no_load else 'one core kept busy'}", flush=True)
-    spinner = None if args.no_load else subprocess.Popen([sys.executable, "-c", SPIN])
+    what = ("no extra load" if args.no_load else "one core kept busy" if args.on_s is None
+            else f"one core busy {args.on_s:g} s, idle {args.off_s:g} s, repeated")
+    print(f"load average before: {load_average()} on {os.cpu_count()} CPUs; {what}", flush=True)
+    command = ([sys.executable, "-c", SPIN] if args.on_s is None
+               else [sys.executable, "-c", DUTY, str(args.on_s), str(args.off_s)])
+    # Its own session: not the harness's child as far as the host's CPU check can tell.
+    spinner = None if args.no_load else subprocess.Popen(command, start_new_session=True)
     try:
         with tempfile.TemporaryDirectory(prefix="specbench-demo-load-") as tmp:
             run, wall_s = run_demo(Path(tmp))
