@@ -218,9 +218,12 @@ def main() -> int:
     while os.getloadavg()[0] >= 1.0 and time.monotonic() < deadline:
         time.sleep(5)
     python, model = engine_python(), tiny_model()
-    os.environ.setdefault("SPECBENCH_TINY_MODEL", str(model))
     os.environ.setdefault("SPECBENCH_VLLM_CPU_PYTHON", python)
+    # The demo's arm, served on the tiny test model (~1.5 ms steps): the demo's own model
+    # is the pair's target, which it names through SPECBENCH_TINY_PAIR.
+    os.environ.setdefault("SPECBENCH_TINY_PAIR", str(model.parent))
     study = expand_environment(load_study(ROOT / "examples" / "cpu.yaml"))
+    study = study.model_copy(update={"model": study.model.model_copy(update={"id": str(model)})})
     prompts = [item.messages[0]["content"] for item in load_items("chat")[: args.prompts]]
     c = args.concurrency
     with tempfile.TemporaryDirectory() as tmp_dir:
