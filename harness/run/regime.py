@@ -77,9 +77,10 @@ def measure_regime(study: Study, arm_name: str, key: str, base_url: str, served_
             cell_id=f"smoke/regime/{arm_name}/c{users:03d}", attempt=1, on_record=keep,
             timeout_s=study.recording.request_timeout_s, error_rate_limit=None,
             lag_limit_ms=study.recording.lag_limit_p99_ms, judge_timing=False))
-        gaps = [g for r in records if r.phase == "measure" and r.ok for g in step_gaps(r)]
+        per_request = [step_gaps(r) for r in records if r.phase == "measure" and r.ok]
+        gaps = [g for request in per_request for g in request]
         steps[users] = (statistics.median(gaps) * 1e3 if gaps else None,
-                        sum(1 for r in records if r.phase == "measure" and step_gaps(r)))
+                        sum(1 for request in per_request if request))
     return judge(arm_name, key, setting.max_tokens, setting.max_step_ratio, steps)
 
 
