@@ -9,13 +9,27 @@ rate from each tool (each draws its own schedule, so they are compared by
 seed-independent statistics: mean arrival rate and interarrival CV). Every figure is
 computed the same way from each tool's per-request send and end times.
 
+The host's arrangement is a choice (issue 34: a client must keep its users where the
+engine does not yield to it):
+- `--engine-session normal`: the engine in its own session at normal priority, as a
+  user who starts vLLM themselves (or any GPU engine) runs it; the default `nice10` is
+  the study's own arrangement on a CPU host (vllm_cpu_launcher lowers it).
+- `--client-session-nice N`: this benchmark (both clients) in a session of its own at
+  nice N, as a shell started at nice 10.
+- `--busy-cpu K`: a neighbour spinning on CPU K at normal priority the whole time.
+Its work is sized by the step time it measures first (`--budget-s`), so it ends in
+minutes on a slow host too. Each tool's own CPU time, its event loop's wake-up lag
+and a sleeping thread's wake-up lag (the GIL and the CPU) are printed beside.
+
     .venv/bin/python benchmarks/peer_parity.py [--concurrency 4] [--prompts 32]
+        [--engine-session normal] [--client-session-nice 10] [--busy-cpu 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -32,7 +46,12 @@ from harness.engines.lifecycle import start_engine
 from harness.engines.metrics import acceptance_window, parse_metrics
 from harness.engines.tiny_model import build_tiny_model
 from harness.engines.vllm_engine import default_vllm_cpu_python
-from harness.measure.delivered import Span, arrival_statistics, delivered_load
+from harness.measure.delivered import (
+    Span,
+    arrival_statistics,
+    delivered_load,
+    measured_window,
+)
 from harness.measure.driver import run_cell
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.placement import place_client
@@ -42,12 +61,20 @@ from harness.prereg import load_study
 from harness.run.runner import expand_environment
 from harness.workloads import load_items
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _lag_probes import LagProbes  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("SPECBENCH_CACHE", Path.home() / ".cache" / "specbench"))
 OUTPUT_TOKENS = 128
+PROBE_KEYS = ["cpus", "cpu_share", "runq_wait_share", "slices_per_s", "loop_lag_p99_ms",
+              "thread_lag_p99_ms"]
 # vllm-cpu's console script fails on importlib.metadata.version("vllm"); answer for it.
 _VLLM_SHIM = """
-import importlib.metadata as m, sys
+import importlib.metadata as m, os, sys
+if os.environ.get("SPECBENCH_LAG_PROBES_OUT"):  # vllm bench, probed like specbench
+    sys.path.insert(0, os.environ["SPECBENCH_LAG_PROBES_DIR"])
+    import _lag_probes
 _v = m.version
 m.version = lambda name: _v("vllm-cpu") if name == "vllm" else _v(name)
 from vllm.entrypoints.cli.main import main
@@ -69,6 +96,10 @@ class Run:
     send_lag_p99_ms: float | None = None
     valid: bool | None = None
     scheduled_t: list[float] | None = None  # specbench's open loop: its drawn schedule
+    probes: dict | None = None  # the client's CPU share and wake-up lags (_lag_probes)
+    server_running: float | None = None  # the engine's own running count, time-averaged
+    duration_s: float | None = None  # vllm bench: its own run's length
+    process_s: float | None = None  # vllm bench: its process's, start-up included
 
     def figures(self, users: int | None) -> dict[str, float | None]:
         load = delivered_load(self.spans)
@@ -78,6 +109,7 @@ class Run:
         drawn, drawn_cv = arrival_statistics(self.scheduled_t or [])
         return {
             "delivered": load.concurrency,
+            "server_running": self.server_running,
             "share": load.concurrency / users if users and load.concurrency else None,
             "tok_s": sum(self.tokens) / span,
             "tpot_ms": float(np.median(self.tpot_s)) * 1e3,
@@ -91,6 +123,7 @@ class Run:
             "drawn_cv": drawn_cv,
             "send_lag_p99_ms": self.send_lag_p99_ms,
             "n": len(self.spans),
+            **{k: (self.probes or {}).get(k) for k in PROBE_KEYS},
         }
 
 
@@ -123,14 +156,17 @@ async def specbench_cell(engine, prompts: list[str], pattern) -> Run:
     specs = [RequestSpec(f"p{i}", [{"role": "user", "content": p}], OUTPUT_TOKENS)
              for i, p in enumerate(prompts)]
     records: list = []
+    probes = LagProbes()
     async with httpx.AsyncClient() as client:
         before = (await client.get(engine.metrics_url)).text
+        probes.start()
         async with MetricsScraper(metrics_url=engine.metrics_url, dialect="vllm", cell_id="c"):
             outcome = await run_cell(
                 base_url=engine.base_url, model=engine.served_model, requests=specs,
                 pattern=pattern, sampling={"temperature": 0.0, "ignore_eos": True},
                 extra_body={}, cell_id="c", attempt=1, on_record=records.append,
                 lag_limit_ms=5.0)
+        probed = probes.stop()
         after = (await client.get(engine.metrics_url)).text
     ok = [r for r in records if r.ok]
     if len(ok) != len(records):
@@ -139,7 +175,7 @@ async def specbench_cell(engine, prompts: list[str], pattern) -> Run:
                [r.completion_tokens for r in ok], [r.ttft_s for r in ok],
                [r.tpot_s for r in ok], acceptance(before, after),
                outcome.health.send_lag_p99_ms, outcome.health.valid,
-               [r.scheduled_t for r in ok] if isinstance(pattern, OpenLoop) else None)
+               [r.scheduled_t for r in ok] if isinstance(pattern, OpenLoop) else None, probed)
 
 
 def vllm_bench(python: str, engine, model: Path, dataset: Path, n: int, out: Path,
@@ -155,8 +191,13 @@ def vllm_bench(python: str, engine, model: Path, dataset: Path, n: int, out: Pat
            "--result-dir", str(out.parent), "--result-filename", out.name]
     cmd += ["--max-concurrency", str(concurrency)] if concurrency else []
     cmd += ["--request-rate", str(rate)] if rate else []
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_TARGET_DEVICE="cpu")
+    probes_out = out.with_suffix(".probes.json")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_TARGET_DEVICE="cpu",
+               SPECBENCH_LAG_PROBES_OUT=str(probes_out),
+               SPECBENCH_LAG_PROBES_DIR=str(Path(__file__).resolve().parent))
+    started = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    wall = time.monotonic() - started
     if done.returncode != 0:
         sys.exit(f"vllm bench serve failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     result = json.loads(out.read_text())
@@ -167,7 +208,9 @@ def vllm_bench(python: str, engine, model: Path, dataset: Path, n: int, out: Pat
     return Run("vllm bench", [Span(st, st + lat) for st, lat, _, _ in rows],
                [n for *_, n in rows], [t for _, _, t, _ in rows],
                [(lat - t) / (n - 1) for _, lat, t, n in rows],
-               result.get("spec_decode_acceptance_length"))
+               result.get("spec_decode_acceptance_length"),
+               probes=json.loads(probes_out.read_text()) if probes_out.exists() else None,
+               duration_s=result["duration"], process_s=wall)
 
 
 def show(label: str, runs: list[Run], users: int | None, keys: list[str]) -> dict:
@@ -199,24 +242,117 @@ def show(label: str, runs: list[Run], users: int | None, keys: list[str]) -> dic
     return {"mean": mean, "ratios": ratios}
 
 
+class ServerGauge:
+    """The engine's running-request count, sampled by a process of its own at 50 Hz."""
+
+    def __init__(self, metrics_url: str, out: Path) -> None:
+        self.out = out
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("_server_gauge.py")), metrics_url,
+             str(out)], start_new_session=True, stdin=subprocess.DEVNULL)
+
+    def samples(self) -> list[tuple[float, float]]:
+        rows = []
+        if self.out.exists():
+            for line in self.out.read_text().splitlines():
+                t, running, _ = line.split()
+                rows.append((float(t), float(running)))
+        return rows
+
+    def mean_over(self, spans: list[Span]) -> float | None:
+        """Time-averaged running requests over the window `delivered` is judged on."""
+        window = measured_window(spans)
+        if window is None:
+            return None
+        inside = [running for t, running in self.samples() if window[0] <= t <= window[1]]
+        return float(np.mean(inside)) if inside else None
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def size_work(wave_s: float, peer_overhead_s: float, users: int, prompts: int,
+              rounds: int, arrivals: int, budget_s: float) -> tuple[int, int, int]:
+    """(prompts, rounds, arrivals) that fit `budget_s`, from one wave's length (each user
+    one request, measured) and vllm bench's start-up: rounds first, then prompts (at
+    least two waves), then the open loop's arrivals (at least 60)."""
+    def closed_s(n: int, k: int) -> float:
+        return 4 * k * (wave_s * -(-n // users)) + 2 * k * peer_overhead_s
+
+    k = rounds
+    while k > 1 and closed_s(prompts, k) > 0.7 * budget_s:
+        k -= 1
+    n = prompts
+    while n > 2 * users and closed_s(n, k) > 0.7 * budget_s:
+        n -= users
+    left = max(0.0, budget_s - closed_s(n, k) - peer_overhead_s)
+    # The open loop runs at half the closed loop's request rate: one arrival per
+    # 2 * wave_s / users seconds, twice (one cell per tool).
+    per_arrival_s = 2 * wave_s / users
+    m = max(60, min(arrivals, int(left / 2 / per_arrival_s)))
+    return n, k, m
+
+
+def enter_own_session(nice: int) -> int | None:
+    """Re-run this benchmark in a new session whose autogroup (and processes) sit at
+    `nice`, as a shell started at that priority; returns the child's exit code, or
+    None inside the child."""
+    if os.environ.get("PEER_PARITY_IN_SESSION") == "1":
+        try:
+            Path("/proc/self/autogroup").write_text(str(nice))
+        except OSError:
+            pass
+        os.setpriority(os.PRIO_PROCESS, 0, max(nice, os.getpriority(os.PRIO_PROCESS, 0)))
+        return None
+    env = dict(os.environ, PEER_PARITY_IN_SESSION="1")
+    return subprocess.run([sys.executable, *sys.argv], env=env, start_new_session=True).returncode
+
+
+def start_busy_cpu(cpu: int) -> subprocess.Popen:
+    """A neighbour at normal priority in a session of its own, spinning on one CPU."""
+    spin = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True:\n    pass\n"
+    return subprocess.Popen([sys.executable, "-c", spin], start_new_session=True,
+                            stdin=subprocess.DEVNULL)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--prompts", type=int, default=32, help="MT-Bench first turns")
+    parser.add_argument("--prompts", type=int, default=32, help="MT-Bench first turns (most)")
     parser.add_argument("--rounds", type=int, default=3,
-                        help="closed loop: repeat specbench, peer, peer, specbench this often")
+                        help="closed loop: repeat specbench, peer, peer, specbench this often"
+                        " (most)")
     parser.add_argument("--rate", type=float, help="open-loop arrivals per s (default: half"
                         " the closed loop's request rate, so the server keeps up)")
-    parser.add_argument("--arrivals", type=int, default=200, help="open-loop requests")
+    parser.add_argument("--arrivals", type=int, default=200, help="open-loop requests (most)")
     parser.add_argument("--skip-open", action="store_true")
+    parser.add_argument("--budget-s", type=float, default=420,
+                        help="size prompts, rounds and arrivals by the measured step time"
+                        " so the measured part takes about this long")
     parser.add_argument("--no-placement", action="store_true",
                         help="leave the client on every CPU (default: off the engine's cores)")
+    parser.add_argument("--engine-session", choices=["nice10", "normal"], default="nice10",
+                        help="nice10: as a study starts the CPU engine (lowered); normal: in"
+                        " its own session at normal priority, as a user starts it")
+    parser.add_argument("--client-session-nice", type=int, metavar="N",
+                        help="run both clients in a session of their own at nice N")
+    parser.add_argument("--busy-cpu", type=int, metavar="K",
+                        help="keep CPU K busy with a spinning neighbour at normal priority")
+    parser.add_argument("--reader-thread", action="store_true",
+                        help="read every connection on specbench's reader thread, as before"
+                        " issue 34 (default: kernel-stamped ones in the event loop)")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
                         help="first wait up to S s for the 1-min load average to fall below 1")
     args = parser.parse_args()
+    if args.client_session_nice is not None:
+        rc = enter_own_session(args.client_session_nice)
+        if rc is not None:
+            return rc
     deadline = time.monotonic() + args.wait_quiet
     while os.getloadavg()[0] >= 1.0 and time.monotonic() < deadline:
         time.sleep(5)
+    begun = time.monotonic()
     python, model = engine_python(), tiny_model()
     os.environ.setdefault("SPECBENCH_VLLM_CPU_PYTHON", python)
     # The demo's arm, served on the tiny test model (~1.5 ms steps): the demo's own model
@@ -224,67 +360,115 @@ def main() -> int:
     os.environ.setdefault("SPECBENCH_TINY_PAIR", str(model.parent))
     study = expand_environment(load_study(ROOT / "examples" / "cpu.yaml"))
     study = study.model_copy(update={"model": study.model.model_copy(update={"id": str(model)})})
-    prompts = [item.messages[0]["content"] for item in load_items("chat")[: args.prompts]]
+    items = [item.messages[0]["content"] for item in load_items("chat")]
     c = args.concurrency
+    busy = start_busy_cpu(args.busy_cpu) if args.busy_cpu is not None else None
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        dataset = tmp / "prompts.jsonl"
-        dataset.write_text("".join(json.dumps({"prompt": p, "output_tokens": OUTPUT_TOKENS})
-                                   + "\n" for p in prompts))
+
+        def dataset(n: int) -> Path:
+            path = tmp / f"prompts{n}.jsonl"
+            path.write_text("".join(json.dumps({"prompt": p, "output_tokens": OUTPUT_TOKENS})
+                                    + "\n" for p in items[:n]))
+            return path
+
         arm = study.arm("cpu-ngram")
         # A shared host slows the start of an engine that yields to everything else.
         launch = arm.launch.model_copy(update={"startup_timeout_s": 900})
+        if args.engine_session == "normal":  # not through the launcher, which lowers it
+            launch = launch.model_copy(update={"command": [python, "-c", _VLLM_SHIM],
+                                               "python": None})
         engine = start_engine(arm.model_copy(update={"launch": launch}), study, tmp / "engine")
         try:
             print(f"server: vllm-cpu {engine.info.version}, tiny model, n-gram k=3, "
                   f"{engine.base_url}; load average {os.getloadavg()[0]:.2f} on "
-                  f"{os.cpu_count()} CPUs")
+                  f"{os.cpu_count()} CPUs"
+                  + (f"; CPU {args.busy_cpu} kept busy by a neighbour (pid {busy.pid})"
+                     if busy else ""))
+            gauge = ServerGauge(engine.metrics_url, tmp / "gauge.txt")
+            if args.reader_thread:
+                from harness.measure import transport
+                transport.READ_IN_LOOP = False
             placed = None if args.no_placement else place_client(engine.pid)
             print(f"engine: nice {psutil.Process(engine.pid).nice()}, session "
-                  f"{_autogroup(engine.pid)}; client: " + (
+                  f"{_autogroup(engine.pid)}; client: nice {os.getpriority(os.PRIO_PROCESS, 0)},"
+                  f" session {_autogroup(os.getpid())}, " + (
                       "left on every CPU (--no-placement)" if placed is None else
                       f"{placed.reason} (engine-bound {placed.engine_bound_cpus}, client "
                       f"{placed.client_cpus or placed.allowed_cpus})"))
 
-            def ours() -> Run:
-                return asyncio.run(specbench_cell(
-                    engine, prompts, ClosedLoop(concurrency=c, requests=len(prompts))))
-
-            def peer(i: int) -> Run:
-                return vllm_bench(python, engine, model, dataset, len(prompts),
-                                  tmp / f"closed{i}.json", concurrency=c)
-
             # The first load on a fresh server pays its warm-up (caches, allocator, the
             # first batches): a discarded pass, so neither tool's first run carries it.
-            peer(-1)
+            # Its two waves (each user one request, twice) size the rest.
+            warm = vllm_bench(python, engine, model, dataset(2 * c), 2 * c,
+                              tmp / "warm.json", concurrency=c)
+            wave_s = warm.duration_s / 2
+            overhead_s = max(0.0, warm.process_s - warm.duration_s)
+            n, rounds, arrivals = size_work(wave_s, overhead_s, c, args.prompts, args.rounds,
+                                            args.arrivals, args.budget_s)
+            print(f"sizing: a wave of {c} requests takes {wave_s:.1f} s, vllm bench starts in "
+                  f"{overhead_s:.0f} s: {n} prompts, {rounds} round(s), {arrivals} open-loop "
+                  f"arrivals for a budget of {args.budget_s:g} s")
+            prompts, data = items[:n], dataset(n)
+
+            def server_side(run: Run) -> Run:
+                run.server_running = gauge.mean_over(run.spans)
+                return run
+
+            def ours() -> Run:
+                return server_side(asyncio.run(specbench_cell(
+                    engine, prompts, ClosedLoop(concurrency=c, requests=len(prompts)))))
+
+            def peer(i: int) -> Run:
+                return server_side(vllm_bench(python, engine, model, data, len(prompts),
+                                              tmp / f"closed{i}.json", concurrency=c))
+
             # Both orders, repeated: this VM's engine speed drifts by ~5-10% from one run
             # to the next whichever tool drives it, so one pair cannot show a 5% gap.
             runs = []
-            for r in range(args.rounds):
+            for r in range(rounds):
                 runs += [ours(), peer(2 * r), peer(2 * r + 1), ours()]
-            keys = ["delivered", "share", "tok_s", "tpot_ms", "ttft_ms", "accept", "turn_p99_ms",
-                    "req_s"]
-            closed = show(f"closed loop, {c} users, {len(prompts)} MT-Bench first turns, "
-                          f"{OUTPUT_TOKENS} tokens (load average {os.getloadavg()[0]:.2f})",
-                          runs, c, keys)
+            keys = ["delivered", "server_running", "share", "tok_s", "tpot_ms", "ttft_ms",
+                    "accept", "turn_p99_ms", "req_s"]
+            label = (f"closed loop, {c} users, {len(prompts)} MT-Bench first turns, "
+                     f"{OUTPUT_TOKENS} tokens (load average {os.getloadavg()[0]:.2f})")
+            closed = show(label, runs, c, keys)
+            for run in runs:
+                print(f"  {run.tool}: {(run.probes or {}).get('sched')}")
+            show("the clients themselves (CPU share of one core; wake-up lag p99 of the event"
+                 " loop and of a thread)", runs, c, PROBE_KEYS)
             if not args.skip_open:
-                n = args.arrivals
                 rate = args.rate or round(0.5 * closed["mean"]["vllm bench"]["req_s"], 1)
                 opened = [asyncio.run(specbench_cell(
-                              engine, prompts, OpenLoop(rate=rate, requests=n, seed=1))),
-                          vllm_bench(python, engine, model, dataset, n, tmp / "open.json",
+                              engine, prompts, OpenLoop(rate=rate, requests=arrivals, seed=1))),
+                          vllm_bench(python, engine, model, data, arrivals, tmp / "open.json",
                                      rate=rate, seed=1)]
-                print(f"\nopen loop: Poisson at {rate:g}/s, {n} arrivals each (each tool draws"
-                      f" its own schedule; sampling spread of the rate ~{1 / n ** 0.5:.0%},"
-                      " of the CV ~" f"{1 / (2 * n) ** 0.5:.0%})")
+                print(f"\nopen loop: Poisson at {rate:g}/s, {arrivals} arrivals each (each tool"
+                      f" draws its own schedule; sampling spread of the rate "
+                      f"~{1 / arrivals ** 0.5:.0%}, of the CV ~{1 / (2 * arrivals) ** 0.5:.0%})")
                 show("open loop (rate, cv: of the sends; drawn: specbench's own schedule)",
                      opened, None, ["rate", "cv", "drawn_rate", "drawn_cv", "send_lag_p99_ms",
                                     "tok_s", "tpot_ms", "ttft_ms"])
         finally:
+            with contextlib.suppress(NameError):
+                gauge.stop()
             engine.stop()
+            if busy is not None:
+                busy.kill()
+                busy.wait()
     r, share = closed["ratios"], closed["mean"]["specbench"]["share"]
-    print(f"parity concurrency_ratio={r['delivered']:.3f} tok_s_ratio={r['tok_s']:.3f} "
-          f"tpot_ratio={r['tpot_ms']:.3f} delivered_share={share:.3f}")
+
+    def f3(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
+    print(f"parity concurrency_ratio={f3(r['delivered'])} "
+          f"server_concurrency_ratio={f3(r['server_running'])} tok_s_ratio={f3(r['tok_s'])} "
+          f"tpot_ratio={f3(r['tpot_ms'])} delivered_share={f3(share)} "
+          f"reader={'thread' if args.reader_thread else 'loop'} "
+          f"engine_session={args.engine_session} client_session_nice="
+          f"{args.client_session_nice if args.client_session_nice is not None else 'inherited'}"
+          f" busy_cpu={args.busy_cpu if args.busy_cpu is not None else 'none'} "
+          f"took_s={time.monotonic() - begun:.0f}")
     return 0
 
 

@@ -4,12 +4,15 @@ With plain httpx a chunk's time is taken when the reading task next runs. At 64 
 an engine step sends 64 chunks at once, and the event loop only looks for new bytes
 between rounds of work, so a chunk would be stamped after the parsing of the chunks
 before it: milliseconds late. Here the kernel stamps each segment as it arrives
-(SO_TIMESTAMPNS: on loopback, inside the engine's own send call), and one reader thread
-waits on every connection's socket (epoll), reads the bytes with their kernel stamp and
-hands (time, bytes) to the loop; httpx parses them whenever the loop gets to it, and the
-stamp stays right however busy this process is. Where the kernel gives no stamp, the
-reader thread's wake-up time is used instead (then the stamp waits for a CPU and the
-GIL; the process asks for a short GIL switch interval, 0.5 ms, to keep that small).
+(SO_TIMESTAMPNS: on loopback, inside the engine's own send call), and the event loop
+reads each connection's bytes with their kernel stamp as soon as it is readable (one
+readiness callback per connection, every ready one read before any is parsed); httpx
+parses them whenever the loop gets to it, and the stamp stays right however late the
+read. A read that finds several segments waiting carries the last one's stamp: the
+stamp bounds (stamp_bounds.py) measure that. Where the kernel gives no stamp, one
+reader thread waits on those connections (epoll) and its wake-up time is the stamp
+(then the stamp waits for a CPU and the GIL; the process asks for a short GIL switch
+interval, 0.5 ms, to keep that small).
 
 httpx stays the one HTTP client; only its network backend (the documented httpcore
 extension point) is ours. Plain http only: an https URL gets the stock backend, and
@@ -19,6 +22,7 @@ chunk times fall back to the moment the task reads them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import importlib.util
 import select
@@ -74,6 +78,13 @@ SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS",
 _TIMESPEC = struct.Struct("qq")
 _ANCILLARY_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
 KERNEL_STAMPS = True  # False: stamp with the reader thread's clock (tests of that path)
+# Where a kernel-stamped connection is read: in the event loop (True) or by the reader
+# thread. A kernel stamp is the segment's arrival whoever reads it, so the loop reads
+# them itself: on a host that starves the client, each hand-over between two threads
+# (the reader wakes, takes the GIL, wakes the loop through its self-pipe) waits for the
+# scheduler once more, and the process fell seconds behind (issue 34). The reader thread
+# stamps only where the kernel gives no stamp: then the time of the read is the stamp.
+READ_IN_LOOP = True
 _OFFSET_REFRESH_S = 0.5  # re-read realtime - monotonic this often (a stepped wall clock)
 
 
@@ -120,10 +131,16 @@ class _ReaderThread:
         self._offset_t = time.monotonic()
         # Segments stamped by the kernel / by this thread's clock (read by client health).
         self.kernel_stamped = self.thread_stamped = 0
-        sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
-        threading.Thread(target=self._run, name="specbench-stream-reader", daemon=True).start()
+        self._started = False
 
     def register(self, stream: TimedStream | StampPathProbe) -> None:
+        """Read `stream` on this thread (a connection the kernel does not stamp)."""
+        with self._lock:
+            if not self._started:  # started by the first connection it reads
+                self._started = True
+                sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
+                threading.Thread(target=self._run, name="specbench-stream-reader",
+                                 daemon=True).start()
         self.streams[stream.fd] = stream
         self.epoll.register(stream.fd, select.EPOLLIN | select.EPOLLRDHUP)
 
@@ -138,8 +155,6 @@ class _ReaderThread:
         while True:
             events = self.epoll.poll(1.0)
             t = time.monotonic()
-            if t - self._offset_t > _OFFSET_REFRESH_S:
-                self.offset_ns, self._offset_t = _realtime_minus_monotonic_ns(), t
             woken: dict[asyncio.AbstractEventLoop, list[TimedStream]] = {}
             for fd, _ in events:
                 stream = self.streams.get(fd)
@@ -156,6 +171,8 @@ class _ReaderThread:
         """The kernel's stamp of a read, on the monotonic clock."""
         for level, kind, payload in ancdata:
             if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+                if woke_t - self._offset_t > _OFFSET_REFRESH_S:
+                    self.offset_ns, self._offset_t = _realtime_minus_monotonic_ns(), woke_t
                 sec, nsec = _TIMESPEC.unpack_from(payload)
                 t = (sec * 1_000_000_000 + nsec - self.offset_ns) / 1e9
                 # Bytes may land between the wake-up and the read; a stamp after the
@@ -204,7 +221,12 @@ class StampPathProbe:
         self.lags_ms: list[float] = []
         self._pending = b""
         self.reader = _ReaderThread.get()
-        self.reader.register(self)
+        # Read where a chunk would be read: in the running loop when the kernel stamps.
+        self._loop = _reading_loop(self.kernel_stamps_on)
+        if self._loop is not None:
+            self._loop.add_reader(self.fd, self.take, None)
+        else:
+            self.reader.register(self)
 
     def tick(self, due: float) -> None:
         """Called by the probe thread at the due time."""
@@ -213,7 +235,8 @@ class StampPathProbe:
         except OSError:
             pass
 
-    def take(self, t: float) -> bool:  # reader thread
+    def take(self, t: float | None) -> bool:  # reader thread, or the loop (t None)
+        t = time.monotonic() if t is None else t
         while True:
             try:
                 data, stamp, by_kernel = self.reader.recv(
@@ -237,9 +260,24 @@ class StampPathProbe:
                 self.lags_ms.append(max(0.0, (stamp - (written if by_kernel else due)) * 1e3))
 
     def close(self) -> None:
-        self.reader.unregister(self)
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed already
+                self._loop.remove_reader(self.fd)
+        else:
+            self.reader.unregister(self)
         self._send.close()
         self._recv.close()
+
+
+def _reading_loop(kernel_stamped: bool) -> asyncio.AbstractEventLoop | None:
+    """The running event loop, when a connection stamped by the kernel is to be read
+    there (READ_IN_LOOP); None: the reader thread reads it."""
+    if not (kernel_stamped and READ_IN_LOOP):
+        return None
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 # When a request's first bytes may leave (monotonic s). An open loop readies each request
@@ -284,9 +322,26 @@ class TimedStream(httpcore.AsyncNetworkStream):
         self.last_write_t: float | None = None  # when the last write began
         self.kernel_stamps_on = enable_kernel_stamps(sock)
         self.reader = _ReaderThread.get()
-        self.reader.register(self)
+        self.in_loop = _reading_loop(self.kernel_stamps_on) is loop
+        if self.in_loop:
+            loop.add_reader(self.fd, self._readable)
+        else:
+            self.reader.register(self)
 
-    # -- reader thread side ------------------------------------------------------
+    def _detach(self) -> None:
+        if self.in_loop:
+            self.in_loop = False
+            with contextlib.suppress(RuntimeError):  # the loop is closed already
+                self.loop.remove_reader(self.fd)
+        else:
+            self.reader.unregister(self)
+
+    # -- the loop reads (kernel stamps) ----------------------------------------------
+    def _readable(self) -> None:
+        if self.take(time.monotonic()):
+            self.wake()
+
+    # -- reader thread side (or the loop's _readable) ----------------------------------
     def take(self, t: float) -> bool:
         """Drain the socket, stamping what it reads; True if there is news."""
         news = False
@@ -297,11 +352,11 @@ class TimedStream(httpcore.AsyncNetworkStream):
                 return news
             except OSError as err:
                 self.error, self.closed = str(err), True
-                self.reader.unregister(self)
+                self._detach()
                 return True
             if not data:
                 self.closed = True
-                self.reader.unregister(self)
+                self._detach()
                 return True
             self.segments.append((stamp, data))
             news = True
@@ -348,7 +403,7 @@ class TimedStream(httpcore.AsyncNetworkStream):
         self.last_write_t = began
 
     async def aclose(self) -> None:
-        self.reader.unregister(self)
+        self._detach()
         self.closed = True
         self.sock.close()
 
