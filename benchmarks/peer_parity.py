@@ -272,6 +272,43 @@ class ServerGauge:
         self.proc.wait()
 
 
+def run_to_json(run: Run) -> dict:
+    data = {k: v for k, v in run.__dict__.items() if k != "spans"}
+    data["spans"] = [[sp.sent_t, sp.end_t, sp.user] for sp in run.spans]
+    return data
+
+
+def run_from_json(data: dict) -> Run:
+    spans = [Span(a, b, u) for a, b, u in data.pop("spans")]
+    return Run(spans=spans, **data)
+
+
+def cell_in_own_process(spec: dict, tmp: Path, i: int) -> Run:
+    """specbench's closed-loop cell in a fresh process of its own, as vllm bench runs."""
+    spec_path, out = tmp / f"cell{i}.spec.json", tmp / f"cell{i}.run.json"
+    spec_path.write_text(json.dumps(spec))
+    done = subprocess.run([sys.executable, __file__, "--_cell", str(spec_path), str(out)],
+                          capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        sys.exit(f"specbench's cell process failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return run_from_json(json.loads(out.read_text()))
+
+
+def cell_process_main(spec_path: str, out: str) -> int:
+    from types import SimpleNamespace
+
+    spec = json.loads(Path(spec_path).read_text())
+    if spec["reader_thread"]:
+        from harness.measure import transport
+        transport.READ_IN_LOOP = False
+    engine = SimpleNamespace(base_url=spec["base_url"], metrics_url=spec["metrics_url"],
+                             served_model=spec["served_model"])
+    run = asyncio.run(specbench_cell(engine, spec["prompts"], ClosedLoop(
+        concurrency=spec["concurrency"], requests=len(spec["prompts"]))))
+    Path(out).write_text(json.dumps(run_to_json(run)))
+    return 0
+
+
 def size_work(wave_s: float, peer_overhead_s: float, users: int, prompts: int,
               rounds: int, arrivals: int, budget_s: float) -> tuple[int, int, int]:
     """(prompts, rounds, arrivals) that fit `budget_s`, from one wave's length (each user
@@ -342,8 +379,13 @@ def main() -> int:
     parser.add_argument("--reader-thread", action="store_true",
                         help="read every connection on specbench's reader thread, as before"
                         " issue 34 (default: kernel-stamped ones in the event loop)")
+    parser.add_argument("--specbench-process", action="store_true",
+                        help="run specbench's closed-loop cells in a fresh process each, as"
+                        " vllm bench runs (default: in this benchmark's own process)")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
                         help="first wait up to S s for the 1-min load average to fall below 1")
+    if len(sys.argv) == 4 and sys.argv[1] == "--_cell":  # cell_in_own_process's child
+        return cell_process_main(sys.argv[2], sys.argv[3])
     args = parser.parse_args()
     if args.client_session_nice is not None:
         rc = enter_own_session(args.client_session_nice)
@@ -416,6 +458,11 @@ def main() -> int:
                 return run
 
             def ours() -> Run:
+                if args.specbench_process:
+                    spec = {"base_url": engine.base_url, "metrics_url": engine.metrics_url,
+                            "served_model": engine.served_model, "prompts": prompts,
+                            "concurrency": c, "reader_thread": args.reader_thread}
+                    return server_side(cell_in_own_process(spec, tmp, len(runs)))
                 return server_side(asyncio.run(specbench_cell(
                     engine, prompts, ClosedLoop(concurrency=c, requests=len(prompts)))))
 

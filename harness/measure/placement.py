@@ -12,11 +12,13 @@ lowers its nice and its session's); the record shows what it was.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 
 _ORIGINAL: set[int] | None = None  # this process's CPUs before any placement
@@ -32,9 +34,65 @@ class Placement:
     engine_autogroup: str | None = None
     client_autogroup: str | None = None
     notes: list[str] = field(default_factory=list)
+    # Why the engine runs ahead of the client for the CPU, or None (see engine_outranks).
+    engine_outranks_client: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _group_nice(autogroup: str | None) -> int | None:
+    """The nice of a session's autogroup ("/autogroup-13 nice 10" -> 10)."""
+    if autogroup and " nice " in autogroup:
+        try:
+            return int(autogroup.rsplit(" ", 1)[1])
+        except ValueError:
+            return None
+    return None
+
+
+def _autogroups_on() -> bool:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def engine_outranks(engine_pid: int, client_pid: int | None = None) -> str | None:
+    """Why the kernel would run the engine's processes ahead of the client, or None.
+
+    An engine busy-polls (vLLM's engine core, a GPU engine feeding its kernels): where
+    it outranks the client, a client with work to do waits for a CPU behind it, and
+    the users it drives wait with it (issue 34: the engine's session at nice 0, the
+    client's at nice 10, on 2 cores: both vllm bench and specbench got 2-10 % of a core
+    and kept 1-3 of 4 users at the server). With autogroup scheduling, sessions are
+    ranked by their autogroup's nice first; inside one, by each process's nice."""
+    client_pid = client_pid or os.getpid()
+    try:
+        root = psutil.Process(engine_pid)
+        engine = [root, *root.children(recursive=True)]
+        client_nice = psutil.Process(client_pid).nice()
+    except psutil.Error:
+        return None
+    nices = []
+    for proc in engine:
+        with contextlib.suppress(psutil.Error):
+            nices.append(proc.nice())
+    if not nices:
+        return None
+    engine_group, client_group = _autogroup(engine_pid), _autogroup(client_pid)
+    if _autogroups_on() and engine_group and client_group and engine_group != client_group:
+        e, c = _group_nice(engine_group), _group_nice(client_group)
+        if e is not None and c is not None and e < c:
+            return (f"the engine's session runs at nice {e}, the client's at nice {c}: on a"
+                    " busy host the client waits for a CPU behind the engine; run specbench"
+                    " at the engine's priority or above")
+        return None
+    if min(nices) < client_nice:
+        return (f"the engine's processes run at nice {min(nices)}, the client at nice"
+                f" {client_nice}: on a busy host the client waits for a CPU behind the"
+                " engine; run specbench at the engine's priority or above")
+    return None
 
 
 def _autogroup(pid: int) -> str | None:
@@ -104,4 +162,20 @@ def place_client(engine_pid: int | None) -> Placement:
             pass
     return Placement(sorted(allowed), sorted(bound), free if target != allowed else None,
                      reason, nice, _autogroup(engine_pid) if engine_pid else None,
-                     _autogroup(os.getpid()), notes)
+                     _autogroup(os.getpid()), notes,
+                     engine_outranks(engine_pid) if engine_pid else None)
+
+
+def local_listener_pid(base_url: str) -> int | None:
+    """The pid of the process listening on a local endpoint's port (an attached engine
+    started on this host), or None (remote, or not visible to this user)."""
+    url = httpx.URL(base_url)
+    if url.host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0") or url.port is None:
+        return None
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == url.port:
+                return conn.pid
+    except (psutil.Error, OSError):
+        return None
+    return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.engines.lifecycle import EngineProcess, start_engine
-from harness.measure.placement import place_client
+from harness.measure.placement import local_listener_pid, place_client
 from harness.prereg.schema import Arm, Study
 from harness.run.gpu_telemetry import ArmGpus, RunTelemetry
 from harness.run.progress import RunProgress
@@ -62,8 +62,14 @@ class ArmEngine:
         data["started_for"] = started_for or None
         if self.session is not None:
             data["session"] = {"stage": self.session[0], "session": self.session[1]}
-        # Off the engine's pinned cores where there are others (recorded with the start).
-        data["client_placement"] = place_client(self.process.pid).to_dict()
+        # Off the engine's pinned cores where there are others (recorded with the start);
+        # an attached engine on this host is found by its port.
+        pid = self.process.pid or local_listener_pid(self.process.info.base_url or "")
+        placement = place_client(pid)
+        data["client_placement"] = placement.to_dict()
+        if placement.engine_outranks_client:
+            self.progress.note(f"warning: arm {self.arm.name}: "
+                               f"{placement.engine_outranks_client}")
         if self.telemetry is not None:
             self.gpus, data["gpu_telemetry"] = self.telemetry.for_arm(self.arm,
                                                                       self.progress.note)
