@@ -8,7 +8,7 @@ Standard library only: peer_parity.py runs it inside specbench's process and ins
   (a CPU for the process, then the GIL: what the reader thread's stamps wait for);
 and from the kernel's scheduler statistics, the share of the time the process's threads
 were runnable but waited for a CPU, and how many time slices they got a second
-(LAG_PROBES_THREADS=1 prints them per thread).
+(and per thread: peer_parity prints them with --threads).
 """
 
 from __future__ import annotations
@@ -95,12 +95,13 @@ class LagProbes:
     def stop(self) -> dict[str, float | None]:
         cpu, wall = time.process_time() - self._cpu0, time.monotonic() - self._wall0
         sched = [b - a for a, b in zip(self._sched0, _schedstat(), strict=True)]
-        if os.environ.get("LAG_PROBES_THREADS"):
-            for name, now in _per_thread().items():
-                was = self._threads0.get(name, [0, 0, 0])
-                d = [b - a for a, b in zip(was, now, strict=True)]
-                print(f"  thread {name}: cpu {d[0] / 1e9 / wall:.3f} runq {d[1] / 1e9 / wall:.3f}"
-                      f" slices/s {d[2] / wall:.1f}", flush=True)
+        threads = {}
+        for name, now in _per_thread().items():
+            was = self._threads0.get(name, [0, 0, 0])
+            d = [b - a for a, b in zip(was, now, strict=True)]
+            if d[2]:  # threads that ran at all in the window
+                threads[name] = (f"cpu {d[0] / 1e9 / wall:.3f} runq {d[1] / 1e9 / wall:.3f}"
+                                 f" slices/s {d[2] / wall:.1f}")
         self._stop.set()
         if self._task is not None:
             self._task.cancel()
@@ -112,6 +113,7 @@ class LagProbes:
                 "slices_per_s": sched[2] / wall if wall > 0 else None,
                 "cpus": float(len(os.sched_getaffinity(0))),
                 "sched": _sched_fields(),
+                "threads": threads,
                 "loop_lag_p99_ms": _p99(self.loop_lags_ms),
                 "thread_lag_p99_ms": _p99(self.thread_lags_ms)}
 

@@ -382,6 +382,8 @@ def main() -> int:
     parser.add_argument("--specbench-process", action="store_true",
                         help="run specbench's closed-loop cells in a fresh process each, as"
                         " vllm bench runs (default: in this benchmark's own process)")
+    parser.add_argument("--threads", action="store_true",
+                        help="print each client thread's CPU, run-queue wait and slices")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
                         help="first wait up to S s for the 1-min load average to fall below 1")
     if len(sys.argv) == 4 and sys.argv[1] == "--_cell":  # cell_in_own_process's child
@@ -482,6 +484,9 @@ def main() -> int:
             closed = show(label, runs, c, keys)
             for run in runs:
                 print(f"  {run.tool}: {(run.probes or {}).get('sched')}")
+                if args.threads:
+                    for name, figures in ((run.probes or {}).get("threads") or {}).items():
+                        print(f"    thread {name}: {figures}")
             show("the clients themselves (CPU share of one core; wake-up lag p99 of the event"
                  " loop and of a thread)", runs, c, PROBE_KEYS)
             if not args.skip_open:
