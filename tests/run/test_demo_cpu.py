@@ -37,8 +37,10 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
     results, reports = tmp_path / "results", tmp_path / "reports"
     env = {"SPECBENCH_TINY_PAIR": str(tiny_pair_dir),
            "SPECBENCH_VLLM_CPU_PYTHON": vllm_cpu_python}
-    specbench("run", "examples/cpu.yaml", "--results", str(results), "--reports", str(reports),
-              env=env, timeout=1800)
+    proc = specbench("run", "examples/cpu.yaml", "--results", str(results), "--reports",
+                     str(reports), env=env, timeout=1800)
+    said = "\n".join(line for line in proc.stdout.splitlines()
+                     if "engine" in line or "warning" in line)  # starts and warnings
     run = run_folder(results)
     verdict = verdict_of(run)
     manifest = json.loads((run / "manifest.json").read_text())
@@ -93,7 +95,7 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
         assert manifest["engines"][arm][0]["version"].startswith("0.32")
     # All three may stay up, so they started together, before the smoke (~100 s, not ~150).
     spawned = [manifest["engines"][arm][0]["started_wall"] for arm in manifest["engines"]]
-    assert max(spawned) - min(spawned) < 10, spawned
+    assert max(spawned) - min(spawned) < 10, (spawned, said)
     for table in ("cells.csv", "speedups.csv", "cells.parquet", "speedups.parquet"):
         assert (run / table).stat().st_size > 0, table
 
