@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import gc
 import time
@@ -237,7 +238,13 @@ class Holds:
         if self.only is not None and not rec.item_id.startswith(self.only):
             return
         if self.delay_s:
-            time.sleep(self.delay_s)
+            # The wait leaves the event loop running: it reads kernel-stamped streams
+            # itself (transport.READ_IN_LOOP), so a sleep here would hold their reads too.
+            asyncio.get_running_loop().call_later(self.delay_s, self._hold)
+        else:
+            self._hold()
+
+    def _hold(self) -> None:
         start = time.monotonic()
         hold_interpreter(self.hold_s)
         self.windows.append((start, start + self.hold_s))
@@ -338,6 +345,28 @@ def test_a_client_a_step_behind_is_bounded_and_marks_the_cell_invalid(tmp_path) 
     health = cell.outcome.health
     assert not health.valid and "first-token stamp bound p99" in health.reason
     assert health.stamp_bound_p99_ms >= 5 and health.first_token_bound_p99_ms >= 5
+
+
+def test_a_loop_blocked_across_two_writes_gives_bounded_stamps(tmp_path) -> None:
+    # The price of reading in the loop (transport.READ_IN_LOOP): a loop blocked with the
+    # interpreter free (here a 120 ms sleep after each short request, 50 ms steps) does
+    # not read, and the kernel merges a stream's next segment into the unread one and
+    # keeps the later stamp. Those chunks are late, by at most their bound, and said.
+    @dataclass
+    class SleepsInLoop(Holds):
+        def _hold(self) -> None:
+            time.sleep(self.hold_s)  # the interpreter free, the loop not
+
+    holds = SleepsInLoop(hold_s=0.12, only="short")
+    cell = _held_cell(tmp_path, ClosedLoop(concurrency=2, requests=7), step_s=0.05,
+                      holds=holds, requests=short_and_long(6, long_tokens=40))
+    assert len(cell.records) == 7 and all(r.ok for r in cell.records)
+    assert cell.outcome.health.kernel_stamped_fraction == 1.0
+    assert max(cell.errors_ms()) >= 40  # a chunk carried its successor's stamp...
+    for mine, began, wrote, bound in cell.chunks:  # ...never beyond its bound
+        assert began - CLOCK_TOLERANCE_S <= mine <= wrote + bound + CLOCK_TOLERANCE_S
+    assert cell.outcome.health.stamp_bound_p99_ms >= 40
+    assert cell.outcome.health.loop_lag_p99_ms >= 100
 
 
 def test_thread_stamps_under_a_held_interpreter_mark_the_cell_invalid(tmp_path, monkeypatch) -> None:
