@@ -67,6 +67,7 @@ class ClientHealthMonitor:
         self._stamp_probe: StampPathProbe | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._process = psutil.Process()
 
     def start(self) -> None:
@@ -76,9 +77,27 @@ class ClientHealthMonitor:
         self._stamp_probe = StampPathProbe()
         reader = self._stamp_probe.reader
         self._stamped0 = (reader.kernel_stamped, reader.thread_stamped)
+        if self._stamp_probe.in_loop:
+            # The loop reads (and the kernel stamps) every stream: its own timer ticks,
+            # with no second thread to wake 100 times a second and take the GIL (on a
+            # starved host each such hand-over waits for the scheduler once more).
+            due = time.monotonic() + self.tick_s
+            self._timer = loop.call_at(due, self._tick_in_loop, loop, due)
+            return
         self._thread = threading.Thread(target=self._probe, args=(loop,), daemon=True,
                                         name="specbench-lag-probe")
         self._thread.start()
+
+    def _tick_in_loop(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
+        if self._stop.is_set():
+            return
+        now = time.monotonic()  # the loop's clock: asyncio's loop.time() is monotonic
+        self.loop_lags_ms.append(max(0.0, (now - due) * 1e3))
+        self._stamp_probe.tick(due)
+        due += self.tick_s
+        if due < now:  # held up: resume from now, no burst of catch-up ticks
+            due = now + self.tick_s
+        self._timer = loop.call_at(due, self._tick_in_loop, loop, due)
 
     def _probe(self, loop: asyncio.AbstractEventLoop) -> None:
         due = time.monotonic() + self.tick_s
@@ -136,6 +155,8 @@ class ClientHealthMonitor:
 
     async def stop(self) -> ClientHealth:
         self._stop.set()
+        if self._timer is not None:
+            self._timer.cancel()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 1.0)
         cpu = self._process.cpu_times()

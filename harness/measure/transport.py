@@ -228,8 +228,13 @@ class StampPathProbe:
         else:
             self.reader.register(self)
 
+    @property
+    def in_loop(self) -> bool:
+        """Read by the running event loop (kernel stamps), not by the reader thread."""
+        return self._loop is not None
+
     def tick(self, due: float) -> None:
-        """Called by the probe thread at the due time."""
+        """Called at the due time: by the probe thread, or by the loop when it reads."""
         try:
             self._send.send(self._FORMAT.pack(due, time.monotonic()))
         except OSError:

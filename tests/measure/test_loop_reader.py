@@ -33,3 +33,26 @@ def test_a_kernel_stamped_stream_is_read_in_the_loop_with_its_arrival_stamp():
     assert data == b"data: x\n\n"
     assert in_loop, "a kernel-stamped connection must be read by the loop"
     assert wrote - 0.5e-3 <= stamp <= time.monotonic()
+
+
+def test_the_health_monitor_ticks_in_the_loop_when_the_loop_reads():
+    """With kernel stamps read in the loop, the loop's own timer measures its lag and
+    feeds the stamp-path probe: no second thread wakes 100 times a second for the GIL."""
+    from harness.measure.health import ClientHealthMonitor
+
+    async def main():
+        monitor = ClientHealthMonitor(tick_s=0.01)
+        monitor.start()
+        await asyncio.sleep(0.1)
+        threads = {t.name for t in __import__("threading").enumerate()}
+        time.sleep(0.06)  # the loop held: the next tick is late by about this much
+        await asyncio.sleep(0.1)
+        health = await monitor.stop()
+        return monitor, threads, health
+
+    monitor, threads, health = asyncio.run(main())
+    assert "specbench-lag-probe" not in threads
+    assert monitor._stamp_probe is not None and monitor._stamp_probe.in_loop
+    assert 12 <= len(monitor.loop_lags_ms) <= 22  # ~20 ticks of 10 ms, less the hold
+    assert max(monitor.loop_lags_ms) >= 50
+    assert len(monitor.lags_ms) >= 10 and health.lag_p99_ms < 5  # kernel stamps: exact
