@@ -42,6 +42,23 @@ class RequestSpeculation(RecordModel):
     histogram: list[int] = Field(default_factory=list)
 
 
+class TokenLogprob(RecordModel):
+    """One output token as the engine scored it (identity cells ask for these): its text,
+    its logprob, and the target's top alternatives at that position, best first."""
+
+    token: str
+    logprob: float
+    top: list[tuple[str, float]] = Field(default_factory=list)
+
+    @property
+    def margin(self) -> float | None:
+        """logprob(top-1) - logprob(top-2): how clearly the target preferred its first
+        choice here (None: fewer than two alternatives were sent)."""
+        if len(self.top) < 2:
+            return None
+        return self.top[0][1] - self.top[1][1]
+
+
 class RequestRecord(RecordModel):
     """One request as the client saw it."""
 
@@ -69,6 +86,8 @@ class RequestRecord(RecordModel):
     chunk_tokens: list[int | None] = Field(default_factory=list)
     finish_reason: str | None = None
     output_text: str = ""
+    # Per output token, when the request asked for logprobs (identity cells; never speed).
+    token_logprobs: list[TokenLogprob] | None = None
     spec: dict | None = None  # the engine's per-request speculation figures, as sent
     speculation: RequestSpeculation | None = None  # the same, parsed (None: none sent)
     response_id: str | None = None  # the engine's id for the response (matches its logs)
@@ -268,8 +287,22 @@ class SmokeAnswer(RecordModel):
     ok: bool
     error: str | None = None
     output_text: str = ""
+    token_logprobs: list[TokenLogprob] | None = None  # None: the engine sent none
     finish_reason: str | None = None
     completion_tokens: int | None = None
+
+
+class SmokeDivergence(RecordModel):
+    """Where a drafter's smoke answer first left its baseline's, token by token."""
+
+    item_id: str
+    token_index: int | None  # None: a side sent no logprobs
+    drafter_token: str | None = None
+    baseline_token: str | None = None
+    drafter_margin: float | None = None  # the target's logprob(top-1) - logprob(top-2)
+    baseline_margin: float | None = None
+    kind: Literal["numeric", "real", "unknown"]
+    why: str = ""
 
 
 class SmokeCounter(RecordModel):
@@ -326,6 +359,11 @@ class SmokeIdentityCheck(RecordModel):
     char_index: int | None = None
     drafter_text: str | None = None  # around the divergence
     baseline_text: str | None = None
+    # The divergence that stopped it (real, or unknown: no logprobs), and the near-ties
+    # of the target's that were recorded and let pass (lossless up to numerics).
+    divergence: SmokeDivergence | None = None
+    near_ties: list[SmokeDivergence] = Field(default_factory=list)
+    near_tie_margin: float | None = None
     reason: str | None = None
     log_line: str | None = None  # the drafter's engine log
     log_path: str | None = None

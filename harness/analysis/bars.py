@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from harness.analysis import stop_check  # noqa: F401  (registers the stop and check bars)
@@ -100,25 +101,33 @@ def identity_bar(a: Analysis) -> BarResult:
         d, b = a.run.find(name, task, "identity"), a.run.find(arm.baseline, task, "identity")
         if not (d.usable and b.usable):
             return ArmJudgement("incomplete", {"cells": _unusable(d, b)}, "incomplete")
-        res = compare_identity(d, b)
+        res = compare_identity(d, b, bar.count, bar.near_tie_margin)
         detail = {"drafter_cell": d.id, "baseline_cell": b.id, "n_compared": res.n_compared,
-                  "n_identical": res.n_identical, "share": res.share,
-                  "not_compared": [n.__dict__ for n in res.not_compared],
-                  "mismatches": [m.__dict__ for m in res.mismatches[:MAX_MISMATCHES_IN_EVIDENCE]],
-                  "mismatches_total": len(res.mismatches)}
+                  "n_identical": res.n_identical, "n_numeric": res.n_numeric,
+                  "n_counted_identical": res.n_counted_identical, "share": res.share,
+                  "not_compared": [asdict(n) for n in res.not_compared],
+                  "mismatches": [asdict(m) for m in res.mismatches[:MAX_MISMATCHES_IN_EVIDENCE]],
+                  "mismatches_total": len(res.mismatches),
+                  "divergence_kinds": {k: sum(1 for m in res.mismatches if m.divergence
+                                              and m.divergence.kind == k)
+                                       for k in ("numeric", "real", "unknown")}}
         skipped = (f"; {len(res.not_compared)} not compared (a request failed)"
                    if res.not_compared else "")
         if res.share is None:
             return ArmJudgement("incomplete", detail, f"no item has an output from both arms"
                                 f"{skipped}")
         ok = res.share >= bar.min_identical_share
+        numeric = (f", {res.n_numeric} of them near-tie divergences (margin <"
+                   f" {bar.near_tie_margin:g})" if bar.count == "beyond_near_ties" and res.n_numeric
+                   else "")
         return ArmJudgement("pass" if ok else "fail", detail,
-                            f"{res.n_identical}/{res.n_compared} identical ({res.share:.1%};"
-                            f" need >= {bar.min_identical_share:.0%}){skipped}")
+                            f"{res.n_counted_identical}/{res.n_compared} identical{numeric}"
+                            f" ({res.share:.1%}; need >= {bar.min_identical_share:.0%}){skipped}")
 
     tasks = [t.name for t in a.run.study.tasks if "identity" in t.uses]
     per = judge_per_task(a, tasks, bar.arms, judge)
     ev = {"concurrency": bar.concurrency, "min_identical_share": bar.min_identical_share,
+          "count": bar.count, "near_tie_margin": bar.near_tie_margin,
           "arms": bar.arms, "tasks": per.tasks}
     return BarResult("pass.identity", per.status, per.summary, ev)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -42,17 +42,20 @@ def identity_table(run: RunData) -> pd.DataFrame:
             row = {"arm": arm.name, "baseline": arm.baseline, "task": task.name,
                    "drafter_cell": d.id, "baseline_cell": b.id}
             if d.usable and b.usable:
-                res = compare_identity(d, b)
+                bar = run.study.bars.pass_.identity
+                res = (compare_identity(d, b, bar.count, bar.near_tie_margin) if bar
+                       else compare_identity(d, b))
                 row.update(status="ok", n_compared=res.n_compared, n_identical=res.n_identical,
-                           share=res.share, mismatches=[m.__dict__ for m in res.mismatches],
+                           n_numeric=res.n_numeric, share=res.share,
+                           mismatches=[asdict(m) for m in res.mismatches],
                            n_not_compared=len(res.not_compared))
             else:
                 row.update(status="missing" if "missing" in (d.status, b.status) else "invalid",
                            mismatches=[])
             rows.append(row)
     return pd.DataFrame(rows, columns=["arm", "baseline", "task", "drafter_cell", "baseline_cell",
-                                       "status", "n_compared", "n_identical", "share",
-                                       "n_not_compared", "mismatches"])
+                                       "status", "n_compared", "n_identical", "n_numeric",
+                                       "share", "n_not_compared", "mismatches"])
 
 
 def accuracy_table(run: RunData) -> pd.DataFrame:

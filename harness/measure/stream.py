@@ -16,7 +16,7 @@ import httpx
 
 from harness.engines.request_spec import request_speculation
 from harness.measure.transport import arrival_time, request_left_time
-from harness.records import RequestRecord
+from harness.records import RequestRecord, TokenLogprob
 
 
 class StreamError(Exception):
@@ -106,6 +106,20 @@ def complete_record(rec: RequestRecord, got: Received) -> None:
     _fail(rec, got.events, *got.failure)
 
 
+def token_logprobs(content: list) -> list[TokenLogprob]:
+    """The OpenAI chat `logprobs.content` entries (vLLM's and SGLang's shape): each
+    token's text, logprob and its top alternatives, best first."""
+    out = []
+    for entry in content:
+        if not isinstance(entry, dict) or "token" not in entry:
+            raise StreamError("malformed", f"malformed logprobs entry: {str(entry)[:120]}")
+        top = sorted(((str(a.get("token", "")), float(a.get("logprob", -9999.0)))
+                      for a in entry.get("top_logprobs") or []), key=lambda a: -a[1])
+        out.append(TokenLogprob(token=str(entry["token"]),
+                                logprob=float(entry.get("logprob", -9999.0)), top=top))
+    return out
+
+
 def _fail(rec: RequestRecord, events: list[tuple[float, bytes]], kind: str, message: str) -> None:
     if rec.end_t is None:
         rec.end_t = time.monotonic()
@@ -122,6 +136,7 @@ def _fill_from_events(rec: RequestRecord, events: list[tuple[float, bytes]],
     previous_total = 0
     rec.chunk_times, rec.chunk_tokens, rec.first_token_t = [], [], None
     text: list[str] = []
+    scored: list[TokenLogprob] | None = None
     malformed: str | None = None
     for t, event in events:
         data = b"\n".join(
@@ -148,6 +163,11 @@ def _fill_from_events(rec: RequestRecord, events: list[tuple[float, bytes]],
         for c in choices:
             if c.get("finish_reason"):
                 rec.finish_reason = c["finish_reason"]
+            logprobs = c.get("logprobs")
+            if isinstance(logprobs, dict) and logprobs.get("content") is not None:
+                if scored is None:
+                    scored = []
+                scored.extend(token_logprobs(logprobs["content"]))
         usage = obj.get("usage")
         tokens: int | None
         if usage and usage.get("completion_tokens") is not None:
@@ -166,6 +186,7 @@ def _fill_from_events(rec: RequestRecord, events: list[tuple[float, bytes]],
         if found is not None:
             rec.spec, rec.speculation = found
     rec.output_text = "".join(text)
+    rec.token_logprobs = scored
     if malformed:
         raise StreamError("malformed", malformed)
     if require_done and not seen_done:

@@ -365,6 +365,12 @@ class IdentityBar(Strict):
     concurrency: PositiveInt = 1
     min_identical_share: Annotated[float, Field(ge=0, le=1)] = 1.0
     arms: Literal["best_drafter", "all_drafters"] = "best_drafter"
+    # What "identical" reads (README, "Greedy identity"): `exact`, every output the same
+    # text; `beyond_near_ties`, an output whose first divergent token was a near-tie of
+    # the target's (logprob margin below near_tie_margin on either side) counts as
+    # identical -- lossless up to numerics -- and is listed as `numeric`.
+    count: Literal["exact", "beyond_near_ties"] = "exact"
+    near_tie_margin: Annotated[float, Field(gt=0)] = 0.5
 
 
 class AccuracyBar(Strict):

@@ -166,10 +166,12 @@ def smoke_summary(run: RunData) -> list[str]:
     if missing:
         return [f"Smoke stage: incomplete, not checked: {', '.join(missing)}"]
     drafters = [n for n in arms if not run.study.arm(n).is_baseline]
+    ties = [smoke_line(c) for c in compared.values() if c.near_ties]
     return [f"Smoke stage: passed for all {len(arms)} arms before the first cell: each started"
             " and answered 2 greedy prompts"
             + (f"; {', '.join(drafters)} moved their speculation counters and matched their"
-               " baselines' text" if drafters else "")]
+               " baselines' text" + (" (up to near-ties of the target's, below)" if ties else "")
+               if drafters else "")] + [f"  {line}" for line in ties]
 
 
 def _smoke_detail(run: RunData) -> list[str]:
@@ -214,7 +216,7 @@ def _entry_lines(entry: dict, pad: str) -> list[str]:
                 d = {k: v for k, v in detail.items() if k != "mismatches"}
                 out.append(f"{pad}{arm}: {_short(d)}")
                 for m in detail.get("mismatches", [])[:5]:
-                    out.append(f"{pad}  mismatch {m['item_id']}: {mismatch_where(m)}")
+                    out += f"{pad}  mismatch {m['item_id']}: {mismatch_where(m)}".split("\n")
         else:
             out.append(f"{pad}{key}: {_short(value)}")
     return out

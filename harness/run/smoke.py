@@ -32,6 +32,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.analysis.identity import DEFAULT_NEAR_TIE_MARGIN, token_divergence
 from harness.analysis.regime import REGIME_FILE, regime_levels
 from harness.engines import get_engine_kind
 from harness.engines.lifecycle import EngineProcess, relevant_log_line
@@ -41,7 +42,7 @@ from harness.errors import SpecbenchError
 from harness.measure.driver import run_cell
 from harness.measure.itl import tokens_per_chunk
 from harness.measure.patterns import ClosedLoop
-from harness.measure.requests import RequestSpec
+from harness.measure.requests import SCORED_OUTPUT_FIELDS, RequestSpec
 from harness.prereg.schema import Study, TaskSpec
 from harness.records import (
     RequestRecord,
@@ -49,6 +50,7 @@ from harness.records import (
     SmokeAnswer,
     SmokeArmCheck,
     SmokeCounter,
+    SmokeDivergence,
     SmokeIdentityCheck,
     read_smoke_records,
 )
@@ -138,26 +140,52 @@ def _around(text: str, i: int) -> str:
 
 
 def compare_answers(drafter: str, baseline: str, key: str, mine: list[SmokeAnswer],
-                    theirs: list[SmokeAnswer]) -> SmokeIdentityCheck:
+                    theirs: list[SmokeAnswer],
+                    near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN) -> SmokeIdentityCheck:
+    """A drafter's smoke answers against its baseline's. A text that differs where the
+    target's two best tokens were a near-tie is numerics (speculative decoding is lossless
+    up to them): recorded, and the run goes on. Any other divergence, or one a side sent
+    no logprobs for, fails the check with the token and both margins."""
     by_item = {a.item_id: a for a in theirs}
     compared = 0
+    near_ties: list[SmokeDivergence] = []
     for answer in mine:
         other = by_item.get(answer.item_id)
         if other is None or not (answer.ok and other.ok):
             continue  # the answer check already failed the side that did not answer
         compared += 1
-        if answer.output_text != other.output_text:
-            i = len(os.path.commonprefix([answer.output_text, other.output_text]))
-            return SmokeIdentityCheck(
-                arm=drafter, baseline=baseline, key=key, wall=time.time(), status="failed",
-                compared=compared, item_id=answer.item_id, char_index=i,
-                drafter_text=_around(answer.output_text, i),
-                baseline_text=_around(other.output_text, i),
-                reason=(f"arm {drafter!r}: its greedy output differs from its baseline"
-                        f" {baseline!r} on item {answer.item_id} at character {i}:"
-                        f" {_around(answer.output_text, i)!r} vs {_around(other.output_text, i)!r}"))
+        if answer.output_text == other.output_text:
+            continue
+        found = token_divergence(answer.token_logprobs, other.token_logprobs, near_tie_margin)
+        div = SmokeDivergence(item_id=answer.item_id, **(
+            asdict(found) if found is not None else
+            {"token_index": None, "kind": "unknown", "why": "the tokens agree but the texts differ"}))
+        if div.kind == "numeric":
+            near_ties.append(div)
+            continue
+        i = len(os.path.commonprefix([answer.output_text, other.output_text]))
+        token = ("" if div.token_index is None else
+                 f" token {div.token_index} {div.drafter_token!r} vs {div.baseline_token!r}"
+                 f" (the target's margin {_margin(div.drafter_margin)} drafter,"
+                 f" {_margin(div.baseline_margin)} baseline; a near-tie is below"
+                 f" {near_tie_margin:g}),")
+        return SmokeIdentityCheck(
+            arm=drafter, baseline=baseline, key=key, wall=time.time(), status="failed",
+            compared=compared, item_id=answer.item_id, char_index=i,
+            drafter_text=_around(answer.output_text, i),
+            baseline_text=_around(other.output_text, i), divergence=div,
+            near_ties=near_ties, near_tie_margin=near_tie_margin,
+            reason=(f"arm {drafter!r}: its greedy output differs from its baseline"
+                    f" {baseline!r} on item {answer.item_id} at{token} character {i}:"
+                    f" {_around(answer.output_text, i)!r} vs {_around(other.output_text, i)!r}"
+                    f" -- {div.kind}: {div.why}"))
     return SmokeIdentityCheck(arm=drafter, baseline=baseline, key=key, wall=time.time(),
-                              status="passed", compared=compared)
+                              status="passed", compared=compared, near_ties=near_ties,
+                              near_tie_margin=near_tie_margin)
+
+
+def _margin(v: float | None) -> str:
+    return "none sent" if v is None else f"{v:.3g}"
 
 
 class SmokeStage:
@@ -328,7 +356,8 @@ class SmokeStage:
             base_url=process.base_url, model=process.served_model, requests=self.requests,
             pattern=ClosedLoop(concurrency=1, requests=len(self.requests), warmup=0),
             sampling=sampling_fields(study),
-            extra_body=get_engine_kind(arm.engine).request_fields(arm, study),
+            extra_body={**get_engine_kind(arm.engine).request_fields(arm, study),
+                        **SCORED_OUTPUT_FIELDS},
             cell_id=f"{SMOKE_DIR}/{name}", attempt=attempt, on_record=record,
             timeout_s=study.recording.request_timeout_s, error_rate_limit=None,
             lag_limit_ms=study.recording.lag_limit_p99_ms, judge_timing=False))
@@ -337,6 +366,7 @@ class SmokeStage:
         return [SmokeAnswer(item_id=spec.item_id, ok=r is not None and r.ok,
                             error=("not sent" if r is None else r.error),
                             output_text=r.output_text if r else "",
+                            token_logprobs=r.token_logprobs if r else None,
                             finish_reason=r.finish_reason if r else None,
                             completion_tokens=r.completion_tokens if r else None)
                 for spec in self.requests for r in [by_item.get(spec.item_id)]]
@@ -382,8 +412,11 @@ class SmokeStage:
         for drafter, baseline in pairs:
             if drafter not in self.answers or baseline not in self.answers:
                 continue  # compared when the other side answers
-            check = compare_answers(drafter, baseline, self.keys[drafter],
-                                    self.answers[drafter], self.answers[baseline])
+            bar = self.study.bars.pass_.identity
+            check = compare_answers(
+                drafter, baseline, self.keys[drafter], self.answers[drafter],
+                self.answers[baseline],
+                bar.near_tie_margin if bar is not None else DEFAULT_NEAR_TIE_MARGIN)
             if check.status == "failed":
                 log = self.log_path(drafter)
                 check = check.model_copy(update={"log_line": self._log_line(log),
@@ -422,6 +455,15 @@ def smoke_line(rec: SmokeArmCheck | SmokeIdentityCheck) -> str:
     """One line per check, as progress shows it and the report lists it."""
     if isinstance(rec, SmokeIdentityCheck):
         if rec.status == "passed":
+            if rec.near_ties:
+                ties = "; ".join(
+                    f"{t.item_id} token {t.token_index} {t.drafter_token!r} vs"
+                    f" {t.baseline_token!r} (margins {_margin(t.drafter_margin)},"
+                    f" {_margin(t.baseline_margin)})" for t in rec.near_ties)
+                return (f"smoke: {rec.arm} gives {rec.baseline}'s greedy text on"
+                        f" {rec.compared - len(rec.near_ties)} of {rec.compared} prompts and"
+                        f" diverges at a near-tie of the target's on {len(rec.near_ties)}"
+                        f" (numerics, below {rec.near_tie_margin:g} nats; the run goes on): {ties}")
             return (f"smoke: {rec.arm} gives {rec.baseline}'s greedy text on"
                     f" {rec.compared} prompts")
         return f"smoke FAILED: {rec.reason}"

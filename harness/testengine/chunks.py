@@ -29,13 +29,18 @@ def stream_chunk(
     delta: dict,
     finish_reason: str | None = None,
     usage_now: dict | None = None,
+    logprobs: list[dict] | None = None,
 ) -> dict:
+    """One streamed chunk; `logprobs` (the chunk's tokens' entries) only when asked, so a
+    request that did not ask gets `"logprobs": null` as vLLM sends it."""
+    scored = None if logprobs is None else {"content": logprobs}
     body = {
         "id": rid,
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [{"index": 0, "delta": delta, "logprobs": scored,
+                     "finish_reason": finish_reason}],
     }
     if usage_now is not None:
         body["usage"] = usage_now
@@ -55,8 +60,19 @@ def usage_chunk(rid: str, model: str, usage_now: dict | None, extra: dict | None
     return body
 
 
+def token_logprob(token: str, logprob: float, top: list[tuple[str, float]]) -> dict:
+    """One token's entry in `logprobs.content` (vLLM's ChatCompletionLogProbsContent):
+    its text, logprob and bytes, and its top alternatives, best first."""
+    return {
+        "token": token,
+        "logprob": logprob,
+        "bytes": list(token.encode()),
+        "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in top],
+    }
+
+
 def completion(rid: str, model: str, text: str, finish_reason: str, usage_now: dict,
-               extra: dict | None = None) -> dict:
+               extra: dict | None = None, logprobs: list[dict] | None = None) -> dict:
     body = {
         "id": rid,
         "object": "chat.completion",
@@ -66,7 +82,7 @@ def completion(rid: str, model: str, text: str, finish_reason: str, usage_now: d
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
-                "logprobs": None,
+                "logprobs": None if logprobs is None else {"content": logprobs},
                 "finish_reason": finish_reason,
             }
         ],

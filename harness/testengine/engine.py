@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import random
 import time
 from collections import deque
@@ -24,6 +25,13 @@ from harness.testengine.metrics_text import EngineCounters
 from harness.testengine.spec import FailureInjection, ScriptedEngineSpec
 
 _WORDS = ["the", "of", "and", "to", "in", "is", "that", "it", "for", "on", "with", "as", "was", "at", "by", "an", "be", "this", "from", "or", "are", "not", "have", "one", "all", "were", "which", "when", "there", "can", "more", "if", "will", "each", "about", "how", "up", "out", "them"]
+
+
+# Mixed into the prompt key to draw each position's runner-up apart from its top-1 word.
+_RUNNER_UP_SALT = 0x5EC0_4D00_0000_0029
+# How far below the runner-up further alternatives sit (top_logprobs > 2): well clear of
+# both candidates, so they never change a margin.
+_FAR_BELOW = 20.0
 
 
 def _mix(key: int, position: int) -> int:
@@ -38,6 +46,14 @@ def prompt_key(messages: list) -> int:
     """A stable key for a request's messages (independent of the process's hash seed)."""
     data = json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def _candidates(key: int, index: int) -> tuple[int, int]:
+    """The scripted model's top-1 and runner-up word (indices into _WORDS) at output
+    index `index` (0-based): the top-1 is the text's word, the runner-up another one."""
+    top = _mix(key, index) % len(_WORDS)
+    runner = _mix(key ^ _RUNNER_UP_SALT, index) % (len(_WORDS) - 1)
+    return top, runner + (runner >= top)  # skips the top-1, so the two always differ
 
 
 class Sink(Protocol):
@@ -81,6 +97,11 @@ class Sequence:
     done: asyncio.Future | None = None
     prompt_key: int = 0  # the text is a function of the prompt, as greedy decoding is
     held: list[tuple[bytes, list[int]]] = field(default_factory=list)  # flush_every_steps
+    # The request asked for logprobs (with this many alternatives per token): each token's
+    # entry, kept alongside text for per_request chunking and the non-streamed body.
+    logprobs: bool = False
+    top_logprobs: int = 0
+    scores: list[dict] = field(default_factory=list)
 
 
 class ScriptedEngine:
@@ -258,18 +279,57 @@ class ScriptedEngine:
     # --- output -------------------------------------------------------------
     def _words(self, seq: Sequence, n: int) -> list[str]:
         """The words at positions [generated - n, generated): a function of the prompt
-        (and the spec's output_salt) and the position only, so like greedy decoding the
-        text does not depend on drafting, batching or which attempt it is (identity
-        cells can compare arms)."""
+        (and the spec's output_salt and flip_at_token) and the position only, so like
+        greedy decoding the text does not depend on drafting, batching or which attempt
+        it is (identity cells can compare arms)."""
         first = seq.generated - n
         key = seq.prompt_key ^ self.spec.output_salt  # salt 0: the prompt's own words
-        return [" " + _WORDS[_mix(key, first + i) % len(_WORDS)] for i in range(n)]
+        words = [" " + _WORDS[_mix(key, first + i) % len(_WORDS)] for i in range(n)]
+        flip = self.spec.flip_at_token
+        if flip is not None and first < flip <= first + n:
+            # This arm keeps the runner-up there (output positions are 1-based).
+            words[flip - 1 - first] = " " + _WORDS[_candidates(key, flip - 1)[1]]
+        return words
+
+    def _scores(self, seq: Sequence, n: int) -> list[dict]:
+        """The `logprobs.content` entries of the words at [generated - n, generated): the
+        target's top-1 and runner-up with the spec's margin there, as this arm reports
+        them (see ScriptedEngineSpec.flip_at_token)."""
+        spec, first = self.spec, seq.generated - n
+        key = seq.prompt_key ^ spec.output_salt
+        out = []
+        for i in range(first, first + n):
+            position = i + 1
+            top, runner = _candidates(key, i)
+            margin = spec.tie_margin if position == spec.tie_at_token else spec.logprob_margin
+            # Two-way log-softmax: the pair is a distribution and the margin is exact.
+            top_lp = -math.log1p(math.exp(-margin))
+            runner_lp = top_lp - margin
+            ranked, token, logprob = [(top, top_lp), (runner, runner_lp)], top, top_lp
+            if position == spec.flip_at_token:
+                token = runner
+                if position == spec.tie_at_token:
+                    # Numerics: its own kernels ranked the two the other way round.
+                    ranked, logprob = [(runner, top_lp), (top, runner_lp)], top_lp
+                else:
+                    logprob = runner_lp  # a bug: kept a token the target did not prefer
+            ranked = ranked[:seq.top_logprobs]
+            if seq.top_logprobs > 2:
+                others = (w for w in ((runner + j) % len(_WORDS) for j in range(1, len(_WORDS)))
+                          if w != top)
+                ranked += [(w, runner_lp - _FAR_BELOW - j)
+                           for j, w in zip(range(seq.top_logprobs - 2), others, strict=False)]
+            out.append(chunks.token_logprob(" " + _WORDS[token], logprob,
+                                            [(" " + _WORDS[w], lp) for w, lp in ranked]))
+        return out
 
     def _emit(self, seq: Sequence, n: int, finish: str | None) -> None:
         """Send this step's tokens (and, when finishing, the end of the stream)."""
         spec = self.spec
         words = self._words(seq, n)
         seq.text.extend(words)
+        if seq.logprobs:
+            seq.scores.extend(self._scores(seq, n))
         if not seq.stream:
             if finish is not None:
                 self._finish(seq, finish)
@@ -285,12 +345,13 @@ class ScriptedEngine:
             groups = [[w] for w in words]
         out: list[bytes] = []
         for gi, group in enumerate(groups):
+            scored = seq.scores[done_so_far:done_so_far + len(group)] if seq.logprobs else None
             done_so_far += len(group)
             last = gi == len(groups) - 1
             use = chunks.usage(seq.prompt_tokens, done_so_far) if seq.continuous_usage else None
             out.append(chunks.sse(chunks.stream_chunk(
                 seq.rid, spec.served_model, {"content": "".join(group)},
-                finish if last else None, use)))
+                finish if last else None, use, scored)))
         sizes = [len(g) for g in groups]
         position = seq.generated - n + 1  # this step's first token, 1-based
         if spec.flush_every_steps > 1 and (position >= spec.flush_from_token or seq.held):
@@ -367,7 +428,8 @@ class ScriptedEngine:
         if not seq.stream and error is None:
             extra = self._spec_extra(seq)
             body = chunks.completion(seq.rid, self.spec.served_model, "".join(seq.text), reason,
-                                     chunks.usage(seq.prompt_tokens, seq.generated), extra)
+                                     chunks.usage(seq.prompt_tokens, seq.generated), extra,
+                                     seq.scores if seq.logprobs else None)
             end_t = seq.sink.finish(json.dumps(body).encode())
             seq.first_t = end_t
         if not self._per_step_counters:

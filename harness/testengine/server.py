@@ -82,6 +82,22 @@ def _prompt_tokens(messages: list) -> int:
     return max(1, math.ceil(chars / 4))
 
 
+def _logprobs_asked(req: dict) -> tuple[bool, int]:
+    """The request's `logprobs` and `top_logprobs`, checked as vLLM checks them (its
+    400s too, so a client that asks wrongly fails here as it would there)."""
+    logprobs = req.get("logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise ValueError("logprobs must be a boolean")
+    top = req.get("top_logprobs")
+    if top is None:
+        return bool(logprobs), 0
+    if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= 20:
+        raise ValueError("top_logprobs must be an integer from 0 to 20")
+    if not logprobs:
+        raise ValueError("when using `top_logprobs`, `logprobs` must be set to true")
+    return True, top
+
+
 class ScriptedServer:
     def __init__(self, spec: ScriptedEngineSpec, host: str = "127.0.0.1", port: int = 0,
                  truth_log: str | Path | None = None, exit_on_die: bool = False) -> None:
@@ -186,6 +202,7 @@ class ScriptedServer:
             max_tokens = int(req.get("max_tokens") or req.get("max_completion_tokens") or 128)
             if max_tokens < 1:
                 raise ValueError("max_tokens must be >= 1")
+            logprobs, top_logprobs = _logprobs_asked(req)
         except (ValueError, KeyError, TypeError) as err:
             transport.write(_error(400, f"bad request: {err}"))
             return
@@ -212,6 +229,7 @@ class ScriptedServer:
             sink=HttpSink(transport, stream), arrival_t=arrival_t, failure=failure,
             prompt_key=prompt_key(messages),
             spec_details=bool(req.get("return_spec_tokens_details", False)),
+            logprobs=logprobs, top_logprobs=top_logprobs,
         )
         if stream:
             seq.sink.start()
@@ -298,6 +316,9 @@ def _declared_faults(spec: ScriptedEngineSpec, session: int | None = None) -> li
     if spec.output_salt:
         faults.append(f"output salted (output_salt {spec.output_salt}): greedy text differs"
                       " from an unsalted engine's")
+    if spec.flip_at_token is not None:
+        faults.append(f"output flipped (flip_at_token {spec.flip_at_token}): that word is the"
+                      " runner-up, not the target's top-1")
     return faults
 
 

@@ -97,6 +97,19 @@ class ScriptedEngineSpec(StrictModel):
     # baseline's answers other words (a drafter that changes greedy output).
     frozen_spec_counters: bool = False
     output_salt: int = 0
+    # The scripted model's scores (served when a request asks for logprobs): each output
+    # position has a top-1 word (the text's) and a runner-up. logprob_margin is the
+    # target's logprob(top-1) - logprob(runner-up) everywhere but tie_at_token (1-based),
+    # where it is tie_margin: a near-tie, a property of the model, so a test sets it on
+    # the baseline and the drafter arm alike.
+    logprob_margin: float = Field(default=5.0, gt=0)
+    tie_at_token: int | None = Field(default=None, ge=1)
+    tie_margin: float = Field(default=0.01, ge=0)
+    # This arm emits the runner-up at that output position (1-based; later words are
+    # unchanged). At tie_at_token it is a numerics flip: it reports its own ranking (the
+    # emitted word first, margin tie_margin). Elsewhere it is a real bug: it reports the
+    # target's ranking unchanged, and the emitted token's logprob is the runner-up's.
+    flip_at_token: int | None = Field(default=None, ge=1)
     # Speed: every step takes step_s / speed_factor. Per engine session (a fresh start in
     # a run's repeated sessions) the factor is further multiplied by one drawn uniformly
     # from [1 - session_speed_spread, 1 + session_speed_spread], seeded by

@@ -122,7 +122,9 @@ def test_a_drafter_whose_text_differs_stops_the_run_and_a_fixed_arm_alone_is_smo
     assert proc.returncode == 1, said(proc)[-3000:]
     first = specbench_errors(proc)[0]
     assert re.match(r"specbench: smoke: arm 'drafter': its greedy output differs from its"
-                    r" baseline 'base' on item \S+ at character \d+: ", first), first
+                    r" baseline 'base' on item \S+ at token 0 '.+' vs '.+' \(the target's margin 5"
+                    r" drafter, 5 baseline; a near-tie is below 0.5\), character \d+: ", first), first
+    assert " -- real: " in first, first
     assert first.endswith("| engine log: WARNING scripted engine: output salted (output_salt 7):"
                           " greedy text differs from an unsalted engine's"), first
     run = run_folder(results)

@@ -17,7 +17,7 @@ from harness.engines.lifecycle import relevant_log_line
 from harness.errors import InputError, SpecbenchError
 from harness.plan import estimate, plan_cells
 from harness.prereg import load_study, load_study_file
-from harness.records import SmokeAnswer, SmokeArmCheck, SmokeIdentityCheck
+from harness.records import SmokeAnswer, SmokeArmCheck, SmokeIdentityCheck, TokenLogprob
 from harness.run import smoke
 from harness.run.progress import RunProgress
 from harness.run.runner import new_run
@@ -27,6 +27,7 @@ from harness.run.smoke import (
     compare_answers,
     passed_checks,
     smoke_key,
+    smoke_line,
     smoke_order,
     smoke_records,
     smoke_requests,
@@ -127,7 +128,65 @@ def test_compare_answers_names_the_first_difference_and_skips_unanswered_items()
                             [SmokeAnswer(item_id="a", ok=True, output_text=" x y z")])
     assert (check.status, check.item_id, check.char_index) == ("failed", "a", 5)
     assert check.reason == ("arm 'd': its greedy output differs from its baseline 'b0' on item a"
-                            " at character 5: ' x y w' vs ' x y z'")
+                            " at character 5: ' x y w' vs ' x y z' -- unknown: the engine sent"
+                            " no logprobs for the drafter and baseline")
+    assert check.divergence.kind == "unknown" and check.divergence.token_index is None
+
+
+def _scored(words: list[str], margins: dict[int, tuple[str, float]] | None = None,
+            margin: float = 5.0) -> list[TokenLogprob]:
+    """Tokens with the target's top two: the token itself first by `margin`, or at index
+    i the pair (other, m): `other` ranked second by m (or first, when m < 0: a flip)."""
+    out = []
+    for i, w in enumerate(words):
+        other, m = (margins or {}).get(i, (" zz", margin))
+        top = [(w, -0.1), (other, -0.1 - m)] if m >= 0 else [(other, -0.1), (w, -0.1 + m)]
+        out.append(TokenLogprob(token=w, logprob=dict(top)[w], top=top))
+    return out
+
+
+def _answer(item: str, words: list[str], scored: list[TokenLogprob] | None) -> SmokeAnswer:
+    return SmokeAnswer(item_id=item, ok=True, output_text="".join(words), token_logprobs=scored)
+
+
+def test_a_near_tie_divergence_is_recorded_and_the_smoke_goes_on():
+    base = [" x", " y", " z"]
+    flipped = [" x", " w", " z"]
+    # The target's top two at token 1 are " y" and " w", 0.05 nats apart; the drafter's
+    # own kernels ranked them the other way.
+    theirs = _answer("a", base, _scored(base, {1: (" w", 0.05)}))
+    mine = _answer("a", flipped, _scored(flipped, {1: (" y", 0.03)}))
+    check = compare_answers("d", "b0", "k", [mine], [theirs], near_tie_margin=0.5)
+    assert (check.status, check.compared, check.divergence) == ("passed", 1, None)
+    (tie,) = check.near_ties
+    assert (tie.item_id, tie.token_index, tie.drafter_token, tie.baseline_token, tie.kind) == (
+        "a", 1, " w", " y", "numeric")
+    assert tie.drafter_margin == pytest.approx(0.03) and tie.baseline_margin == pytest.approx(0.05)
+    line = smoke_line(check)
+    assert "near-tie" in line and "token 1 ' w' vs ' y' (margins 0.03, 0.05)" in line
+
+
+def test_a_real_divergence_stops_the_smoke_naming_the_token_and_margins():
+    base = [" x", " y", " z"]
+    bad = [" x", " w", " z"]
+    # The target preferred " y" by 4 nats on both sides: the drafter arm kept a token
+    # its own target ranked second (a verification bug), not numerics.
+    theirs = _answer("a", base, _scored(base, {1: (" w", 4.0)}))
+    mine = _answer("a", bad, [*_scored([" x"]),
+                              TokenLogprob(token=" w", logprob=-4.1, top=[(" y", -0.1), (" w", -4.1)]),
+                              *_scored([" z"])])
+    check = compare_answers("d", "b0", "k", [mine], [theirs], near_tie_margin=0.5)
+    assert check.status == "failed" and check.near_ties == []
+    assert (check.divergence.kind, check.divergence.token_index) == ("real", 1)
+    assert ("on item a at token 1 ' w' vs ' y' (the target's margin 4 drafter, 4 baseline;"
+            " a near-tie is below 0.5), character 3") in check.reason
+    # A near-tie between two other tokens does not excuse a token the target ranked lower.
+    odd = [TokenLogprob(token=" x", logprob=-0.1, top=[(" x", -0.1), (" q", -5.1)]),
+           TokenLogprob(token=" w", logprob=-6.0, top=[(" y", -0.1), (" v", -0.15)]),
+           *_scored([" z"])]
+    check = compare_answers("d", "b0", "k", [_answer("a", bad, odd)], [theirs], near_tie_margin=0.5)
+    assert check.status == "failed" and check.divergence.kind == "real"
+    assert "not the target's top two" in check.reason
 
 
 # --- the checks, against scripted engines in this process ------------------------------
