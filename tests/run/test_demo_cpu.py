@@ -114,6 +114,26 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
     assert (draft["tokens_per_round"] > 3.0).all(), draft["tokens_per_round"]  # k = 3, ~all accepted
     assert draft["explained_speedup"].notna().all()
 
+    # Greedy identity, token by token with the engine's own logprobs (issue 29): every
+    # identity request of both drafters and the baseline came back with each token's
+    # logprob and the target's top two, and the drafters' outputs are the baseline's
+    # (measured 6/6 on both tasks in every run: float32, one user).
+    from harness.analysis.tables import analyse
+    for cell in ("cpu-base", "cpu-draft", "cpu-ngram"):
+        for task in ("chat", "gsm8k"):
+            lines = (run / "cells" / f"{cell}__{task}__identity" / "requests.jsonl").read_text()
+            recs = [json.loads(line) for line in lines.splitlines()]
+            measured = [r for r in recs if r["phase"] == "measure" and r["error"] is None]
+            assert len(measured) == 6, (cell, task)
+            for r in measured:
+                scored = r["token_logprobs"]
+                assert scored and len(scored) == r["completion_tokens"], (cell, task, r["item_id"])
+                assert all(len(t["top"]) == 2 for t in scored), (cell, task)
+    identity = analyse(run).identity
+    for row in identity.itertuples():
+        assert (row.status, row.n_compared) == ("ok", 6), row
+        assert row.share == 1.0, [m["divergence"] for m in row.mismatches]
+
     # The n-gram arm's speculation counters were scraped each second of its cells.
     samples = [
         json.loads(line)
