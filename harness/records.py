@@ -336,7 +336,7 @@ class SmokeArmCheck(RecordModel):
     ended_wall: float
     engine: Literal["started", "reused", "attached", "not started"]
     status: SmokeStatus
-    failed_check: Literal["start", "answer", "counter", "acceptance"] | None = None
+    failed_check: Literal["start", "answer", "counter", "draft_count", "acceptance"] | None = None
     reason: str | None = None  # one line naming the arm
     log_line: str | None = None  # the engine log's last relevant line
     log_path: str | None = None

@@ -40,6 +40,10 @@ class EngineKind(ABC):
     # The importable module and the version the flags were checked against; a
     # version matches when it equals this or starts with it followed by a dot.
     engine_module: ClassVar[str]
+    # Modules the engine's server imports at start, imported by the version probe too:
+    # a broken environment (a missing CUDA library, a mismatched kernel package) then
+    # fails pre-flight and `engines install`, not the first GPU start.
+    server_modules: ClassVar[tuple[str, ...]] = ()
     expected_version: ClassVar[str | None] = None
 
     @abstractmethod
@@ -65,6 +69,11 @@ class EngineKind(ABC):
         if arm.launch is not None and arm.launch.dtype is not None:
             settings["dtype"] = self.dtype_setting(arm)
         return settings
+
+    def chosen_settings(self, arm: Arm, log: list[str], command: list[str]) -> dict[str, str]:
+        """Settings the engine chose by itself, read from its startup log once it is
+        ready (harness/engines/chosen_settings.py); merged over resolved_settings."""
+        return {}
 
     def dtype_for(self, arm: Arm) -> str | None:
         """The --dtype this arm's engine is started with (None: the engine decides)."""
@@ -108,8 +117,9 @@ class EngineKind(ABC):
 
     def probe_command(self, python: str) -> list[str]:
         """`python -c` that imports the engine module and prints its version."""
+        also = "".join(f"import {m}; " for m in self.server_modules)
         code = (
-            f"import {self.engine_module} as _e; "
+            f"import {self.engine_module} as _e; {also}"
             f"print({VERSION_MARKER!r}, getattr(_e, '__version__', 'unknown'))"
         )
         return [python, "-c", code]

@@ -72,7 +72,8 @@ def install_commands(pin: EnginePin, venv: Path, *, uv: str | None, python: str 
 
 def installed_version(pin: EnginePin, python: Path) -> tuple[str | None, str]:
     """(version, output) of the engine module as the venv's python imports it."""
-    code = (f"import {pin.module} as _e; "
+    also = "".join(f"import {m}; " for m in pin.server_modules)
+    code = (f"import {pin.module} as _e; {also}"
             f"print({VERSION_MARKER!r}, getattr(_e, '__version__', 'unknown'))")
     try:
         out = subprocess.run([str(python), "-c", code], capture_output=True, text=True,

@@ -370,6 +370,10 @@ def start_engine(
         raise
     info.ready_after_s = round(time.time() - started, 3)
     info.version = engine_version()
+    # What the engine chose by itself (async scheduling, CUDA graphs...), from its log.
+    with contextlib.suppress(OSError):
+        log = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        info.settings = {**info.settings, **kind.chosen_settings(arm, log, cmd)}
     with contextlib.suppress(OSError):
         (log_dir / f"engine-{arm.name}.json").write_text(info.model_dump_json(indent=2) + "\n")
     return engine

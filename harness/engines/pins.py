@@ -31,6 +31,7 @@ class EnginePin(BaseModel):
     package: str
     version: Annotated[str, Field(pattern=r"^\d+(\.\d+)*([.+-]?\w+)*$")]  # an exact version
     module: str  # what `import` finds the engine as
+    server_modules: list[str] = Field(default_factory=list)  # imported too by the check
     variable: Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")]  # ${VAR} the arms use
     python: Annotated[str, Field(pattern=r"^3\.\d+$")]  # the venv's Python
     platform: str  # the wheel platform tag it must resolve for, e.g. manylinux_2_28_x86_64

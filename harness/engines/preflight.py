@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from harness.engines import ENGINE_KINDS
 from harness.engines.base import EngineKind, expand_arm, looks_like_local_path
+from harness.engines.chosen_settings import differences
 from harness.engines.lifecycle import attach_problem, probe_version
 from harness.engines.pins import pin_for_interpreter
 from harness.engines.process import port_in_use
@@ -180,6 +181,13 @@ def settings_lines(study: Study, arms: list[str] | None = None) -> list[str]:
             continue
         for key, value in kind.resolved_settings(expand_arm(arm)[0], study).items():
             lines.append(f"arm {arm.name!r}: {key.replace('_', ' ')}: {value}")
+        base = study.arm(arm.baseline) if arm.baseline else None
+        if base is not None and base.engine == arm.engine and base.attach is None:
+            # What the engine decides per arm, named where a drafter and its baseline
+            # differ: the drafter's speedup would measure that decision as well.
+            for line in differences(kind.resolved_settings(expand_arm(arm)[0], study),
+                                    kind.resolved_settings(expand_arm(base)[0], study)):
+                lines.append(f"arm {arm.name!r}: DIFFERS from baseline {base.name!r}: {line}")
     return lines
 
 

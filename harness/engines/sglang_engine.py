@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from harness.engines.base import EngineKind, int_option, option_value
+from harness.engines.chosen_settings import sglang_chosen
 
 if TYPE_CHECKING:
     from harness.prereg.schema import Arm, Study
@@ -141,6 +142,9 @@ class SglangKind(EngineKind):
                 " drafter")
     metrics_dialect: ClassVar[Literal["vllm", "sglang"]] = "sglang"
     engine_module: ClassVar[str] = "sglang"
+    # `import sglang` succeeds where the server cannot start (its srt extras, sgl-kernel
+    # or flashinfer missing): server_args imports what `sglang.launch_server` parses with.
+    server_modules: ClassVar[tuple[str, ...]] = ("sglang.srt.server_args",)
     gpu: ClassVar[bool] = True
     expected_version: ClassVar[str | None] = "0.5.23"
 
@@ -194,6 +198,9 @@ class SglangKind(EngineKind):
         settings = super().resolved_settings(arm, study)
         settings["min_free_slots_delay"] = self.admission_delay(arm)
         return settings
+
+    def chosen_settings(self, arm: Arm, log: list[str], command: list[str]) -> dict[str, str]:
+        return sglang_chosen(log)
 
     def admission_threshold(self, arm: Arm) -> int | None:
         """Free slots SGLang waits for before admitting new requests (None: off)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from harness.engines.base import EngineKind, compact_json, int_option, option_value
+from harness.engines.chosen_settings import vllm_chosen
 from harness.engines.cpu_dtype import CpuDtype, host_cpu_dtype
 from harness.engines.pins import interpreter_for
 
@@ -64,6 +65,13 @@ def speculative_config(arm: Arm) -> dict[str, Any] | None:
     # go in verbatim: vLLM validates the object with unknown keys forbidden.
     config.update(d.options)
     return config
+
+
+# The speculative methods vLLM 0.32 keeps async scheduling for (config/vllm.py: its EAGLE
+# types, which include every *mtp method, ngram_gpu, draft_model, dspark, dflash); any
+# other (ngram, suffix) turns it off.
+ASYNC_SCHEDULING_METHODS = {"eagle", "eagle3", "mtp", "ngram_gpu", "draft_model", "dspark",
+                            "dflash"}
 
 
 class VllmKind(EngineKind):
@@ -137,6 +145,31 @@ class VllmKind(EngineKind):
         return ("checkpoint's own (--speculative-config quantization unset: vLLM 0.32 loads"
                 " the draft with its checkpoint's quantization_config, never the target's"
                 f" --quantization {study.model.quantization or '(none)'})")
+
+    def resolved_settings(self, arm: Arm, study: Study) -> dict[str, str]:
+        settings = super().resolved_settings(arm, study)
+        settings["async_scheduling"] = self.async_scheduling(arm)
+        return settings
+
+    def async_scheduling(self, arm: Arm) -> str:
+        """Whether vLLM 0.32 will overlap CPU scheduling with the GPU step for this arm,
+        on paper (the engine's startup log confirms it: chosen_settings)."""
+        extra = list(arm.launch.extra_args) if arm.launch is not None else []
+        if "--no-async-scheduling" in extra:
+            return "off (--no-async-scheduling)"
+        if not self.gpu:
+            return "off (vLLM's CPU platform turns it off for every arm)"
+        if "--async-scheduling" in extra:
+            return "on (--async-scheduling)"
+        method = VLLM_METHODS.get(arm.drafter.method, arm.drafter.method) if arm.drafter else None
+        if method is not None and not (method in ASYNC_SCHEDULING_METHODS
+                                       or method.endswith("mtp")):
+            return (f"off (vLLM 0.32 turns it off for method {method}: config/vllm.py, \"Async"
+                    " scheduling not supported with ...\")")
+        return "on (vLLM 0.32's default)"
+
+    def chosen_settings(self, arm: Arm, log: list[str], command: list[str]) -> dict[str, str]:
+        return vllm_chosen(log, command, cpu=not self.gpu)
 
     def request_fields(self, arm: Arm, study: Study) -> dict[str, Any]:
         fields = super().request_fields(arm, study)

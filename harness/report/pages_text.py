@@ -11,6 +11,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 from harness.analysis.load import RunData
 from harness.analysis.regime import BaselineRegime, regime_lines
 from harness.analysis.tables import Analysis
+from harness.engines.chosen_settings import differences
 from harness.records import SmokeArmCheck, SmokeIdentityCheck
 from harness.report.layout import table_lines, text_pages, wrap_lines
 from harness.report.pages_headline import headline_page
@@ -41,6 +42,7 @@ def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
         lines.extend(f"{'':18}{s}" for s in bar["summary"])
     lines.append("")
     lines.extend(smoke_summary(a.run))
+    lines.extend(engine_choice_lines(a.run))
     lines.extend(regime)
     lines.extend(trained_against_lines(a))
     lines.extend(stops_paying_lines(verdict))
@@ -300,6 +302,24 @@ def environment_pages(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
         if len(bad) else []
     lines += _burst_lines(a)
     return text_pages(pdf, "Environment, seal and deviations", lines)
+
+
+def engine_choice_lines(run: RunData) -> list[str]:
+    """Each setting an engine chose by itself that differs between a drafter and its
+    baseline, from their last engine starts (a speedup measures that choice too)."""
+    engines = run.manifest.get("engines") or {}
+
+    def last(name: str) -> dict[str, str]:
+        started = [i for i in engines.get(name, []) if "settings" in i]
+        return started[-1]["settings"] if started else {}
+
+    lines = []
+    for arm in run.study.arms:
+        if arm.baseline is None or not (last(arm.name) and last(arm.baseline)):
+            continue
+        lines += [f"Engine setting differs: {arm.name} vs {arm.baseline}: {d}"
+                  for d in differences(last(arm.name), last(arm.baseline))]
+    return lines
 
 
 def _settings_lines(a: Analysis) -> list[str]:

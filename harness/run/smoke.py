@@ -43,7 +43,7 @@ from harness.measure.driver import run_cell
 from harness.measure.itl import tokens_per_chunk
 from harness.measure.patterns import ClosedLoop
 from harness.measure.requests import SCORED_OUTPUT_FIELDS, RequestSpec
-from harness.prereg.schema import Study, TaskSpec
+from harness.prereg.schema import Drafter, Study, TaskSpec
 from harness.records import (
     RequestRecord,
     SmokeAcceptance,
@@ -184,6 +184,31 @@ def compare_answers(drafter: str, baseline: str, key: str, mine: list[SmokeAnswe
                               near_tie_margin=near_tie_margin)
 
 
+# Drafters that may skip a step (no match to propose from): their rounds are a lower bound.
+MAY_SKIP_DRAFTING = {"ngram", "ngram_gpu", "suffix"}
+
+
+def draft_count_problem(rec: RequestRecord, drafter: Drafter) -> str | None:
+    """Whether a request's own speculation figures add up to its tokens: the first token
+    comes from the prefill and each round gives its accepted drafts plus one, so
+    rounds + accepted + 1 = completion_tokens (within one token). A request cut at
+    max_tokens may have dropped up to k of its last round's tokens; a drafter that can
+    skip steps (n-gram: no match) gives the plain steps between its rounds uncounted, so
+    for it the sum is only a lower bound. None: they agree, or the engine sent none."""
+    s, tokens = rec.speculation, rec.completion_tokens
+    if s is None or tokens is None or not rec.ok:
+        return None
+    counted = s.rounds + s.accepted + 1
+    cut = drafter.num_draft_tokens if rec.finish_reason == "length" else 0
+    low = float("-inf") if drafter.method in MAY_SKIP_DRAFTING else tokens - 1
+    if low <= counted <= tokens + cut + 1:
+        return None
+    return (f"item {rec.item_id}: the engine counted {s.rounds} rounds and {s.accepted}"
+            f" accepted drafts (+1 for the prefill's token = {counted} tokens) for a request"
+            f" of {tokens} completion tokens (finish {rec.finish_reason}): what a 'draft'"
+            " counts does not match what the acceptance figures assume")
+
+
 def _margin(v: float | None) -> str:
     return "none sent" if v is None else f"{v:.3g}"
 
@@ -290,6 +315,14 @@ class SmokeStage:
                             f" over {len(answers)} greedy requests ({_num(counter.before)} ->"
                             f" {_num(counter.after)}): the engine is not drafting"),
                     log_line=self._log_line(self.log_path(name)), answers=answers, counter=counter)
+            problem = next((p for r in self._records.get(name, [])
+                            if (p := draft_count_problem(r, arm.drafter)) is not None), None)
+            if problem is not None:
+                return SmokeArmCheck(
+                    **fields, ended_wall=time.time(), status="failed",
+                    failed_check="draft_count", reason=f"arm {name!r}: {problem}",
+                    log_line=self._log_line(self.log_path(name)), answers=answers,
+                    counter=counter)
         acceptance = self._acceptance(name)
         if acceptance is not None and acceptance.below:
             measured = ("no chunk after the first" if acceptance.tokens_per_round is None

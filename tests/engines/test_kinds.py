@@ -376,5 +376,9 @@ def test_vllm_drafter_precision_goes_in_the_speculative_config() -> None:
     assert words["fp8"] == "fp8 (--speculative-config quantization)"
     assert words["mtp"].startswith("the target's (fp8)")
     assert words["ngram"] == "none (no draft weights)"
-    assert kind.resolved_settings(study.arm("eagle"), study) == {"drafter_precision": words["eagle"]}
-    assert kind.resolved_settings(study.arm("base"), study) == {}
+    on = "on (vLLM 0.32's default)"
+    assert kind.resolved_settings(study.arm("eagle"), study) == {
+        "drafter_precision": words["eagle"], "async_scheduling": on}
+    assert kind.resolved_settings(study.arm("base"), study) == {"async_scheduling": on}
+    assert kind.resolved_settings(study.arm("ngram"), study)["async_scheduling"].startswith(
+        "off (vLLM 0.32 turns it off for method ngram")

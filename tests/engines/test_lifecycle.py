@@ -89,7 +89,12 @@ def test_start_records_the_resolved_settings(tmp_path: Path) -> None:
                         "quantization": "fp8"}}
     study = tiny_study(tmp_path, [fake_arm(), head])
     with start_engine(study.arm("head"), study, tmp_path / "logs") as engine:
-        assert engine.info.settings == {"drafter_precision": "fp8 (--speculative-config quantization)"}
+        # ...and what the engine chose by itself, read from its log once it was ready:
+        # this fake logs no line that turns async scheduling off.
+        assert engine.info.settings == {
+            "drafter_precision": "fp8 (--speculative-config quantization)",
+            "async_scheduling": "on (vLLM's default; no startup line turned it off)",
+            "cascade_attention": "off (vLLM 0.32's default)"}
         assert '"quantization":"fp8"' in " ".join(engine.info.command)
         recorded = json.loads((tmp_path / "logs" / "engine-head.json").read_text())
         assert recorded["settings"] == engine.info.settings

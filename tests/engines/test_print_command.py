@@ -51,7 +51,7 @@ def prereg_argv(python: str) -> dict[str, list[str]]:
     eagle = {"method": "eagle3", "num_speculative_tokens": 3,
              "model": "RedHatAI/Qwen3-8B-speculator.eagle3",
              "revision": study.arm("vllm-eagle3").drafter.revision}
-    ngram = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
+    ngram = {"method": "ngram_gpu", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
              "prompt_lookup_min": 2}
     return {
         "vllm-base": [*vllm, *vllm_tail],

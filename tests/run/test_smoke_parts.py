@@ -328,3 +328,33 @@ def test_the_plan_counts_the_smokes_engine_starts_and_says_so(tmp_path, capsys):
     assert ("before stage 1 the smoke stage starts each of the 5 arms once (two greedy prompts;"
             " drafters must move their speculation counters and match their baselines), ending"
             " on vllm-base, whose engine serves the first cell.") in out
+
+
+def test_a_drafts_count_that_does_not_add_up_to_the_tokens_is_named():
+    from harness.prereg.schema import Drafter
+    from harness.records import RequestRecord, RequestSpeculation
+    from harness.run.smoke import draft_count_problem
+
+    def rec(rounds: int, accepted: int, tokens: int, finish: str = "stop") -> RequestRecord:
+        return RequestRecord(cell_id="smoke/d", index=0, item_id="i", scheduled_t=0, sent_t=0,
+                             completion_tokens=tokens, finish_reason=finish,
+                             speculation=RequestSpeculation(engine="vllm", rounds=rounds,
+                                                            draft_tokens=3 * rounds,
+                                                            accepted=accepted))
+
+    head = Drafter(method="eagle3", model="org/head", num_draft_tokens=3)
+    ngram = Drafter(method="ngram", num_draft_tokens=3)
+    assert draft_count_problem(rec(8, 23, 32), head) is None  # 8 + 23 + 1
+    # Measured on the CPU engine, k = 3, cut at 32 tokens: 8 rounds of 24 and 9 of 24.
+    assert draft_count_problem(rec(8, 24, 32, "length"), head) is None
+    assert draft_count_problem(rec(9, 24, 32, "length"), head) is None
+    # An engine that counts every drafted token as a round, or misses rounds: named.
+    problem = draft_count_problem(rec(31, 24, 32), head)
+    assert problem == ("item i: the engine counted 31 rounds and 24 accepted drafts (+1 for"
+                       " the prefill's token = 56 tokens) for a request of 32 completion tokens"
+                       " (finish stop): what a 'draft' counts does not match what the"
+                       " acceptance figures assume")
+    assert draft_count_problem(rec(4, 10, 32), head) is not None
+    # n-gram skips steps with no match: its rounds are a lower bound (measured: 3 and 2).
+    assert draft_count_problem(rec(3, 2, 32, "length"), ngram) is None
+    assert draft_count_problem(rec(20, 30, 32, "length"), ngram) is not None
