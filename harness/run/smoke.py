@@ -184,6 +184,17 @@ def compare_answers(drafter: str, baseline: str, key: str, mine: list[SmokeAnswe
                               near_tie_margin=near_tie_margin)
 
 
+def logprobs_hint(error: str | None) -> str:
+    """What to do when an engine refused the logprobs the smoke asks for (identity is read
+    token by token): SGLang's spec-v1 DFlash worker raises "DFLASH does not support
+    return_logprob"; its spec-v2 worker serves them (sglang PR 33459)."""
+    if not error or "logprob" not in error.lower():
+        return ""
+    return (" (the smoke and identity cells ask for logprobs, top 2, to read identity token"
+            " by token: serve this drafter through a path that returns them, e.g. SGLang's"
+            " spec v2 for DFLASH)")
+
+
 # Drafters that may skip a step (no match to propose from): their rounds are a lower bound.
 MAY_SKIP_DRAFTING = {"ngram", "ngram_gpu", "suffix"}
 
@@ -299,7 +310,7 @@ class SmokeStage:
         answers = self._answer(process, name, attempt, requests_out)
         failed = [a for a in answers if not a.ok or not (a.completion_tokens or a.output_text)]
         if failed:
-            what = failed[0].error or "no output tokens"
+            what = (failed[0].error or "no output tokens") + logprobs_hint(failed[0].error)
             return SmokeArmCheck(
                 **fields, ended_wall=time.time(), status="failed", failed_check="answer",
                 reason=(f"arm {name!r}: {len(answers) - len(failed)} of {len(answers)} smoke"

@@ -358,3 +358,12 @@ def test_a_drafts_count_that_does_not_add_up_to_the_tokens_is_named():
     # n-gram skips steps with no match: its rounds are a lower bound (measured: 3 and 2).
     assert draft_count_problem(rec(3, 2, 32, "length"), ngram) is None
     assert draft_count_problem(rec(20, 30, 32, "length"), ngram) is not None
+
+
+def test_an_engine_that_refuses_logprobs_is_told_what_to_do():
+    from harness.run.smoke import logprobs_hint
+
+    assert logprobs_hint("HTTP 500: DFLASH does not support return_logprob.").startswith(
+        " (the smoke and identity cells ask for logprobs, top 2")
+    assert "spec v2 for DFLASH" in logprobs_hint("return_logprob not supported")
+    assert logprobs_hint("HTTP 503") == "" and logprobs_hint(None) == ""
