@@ -113,9 +113,9 @@ class IdentityResult:
 
 
 def token_divergence(drafter: list[TokenLogprob] | None, baseline: list[TokenLogprob] | None,
-                     near_tie_margin: float) -> TokenDivergence | None:
-    """The first divergent token of two scored outputs and its kind; None when every
-    token agrees (texts that still differ are then told apart by their characters)."""
+                     near_tie_margin: float) -> TokenDivergence:
+    """The first divergent token of two scored outputs whose texts differ, and its kind
+    (`unknown` when a side sent no logprobs, or every token agrees all the same)."""
     if drafter is None or baseline is None:
         side = " and ".join(n for n, v in (("drafter", drafter), ("baseline", baseline))
                             if v is None)
@@ -125,7 +125,8 @@ def token_divergence(drafter: list[TokenLogprob] | None, baseline: list[TokenLog
               if d.token != b.token), None)
     if i is None:
         if len(drafter) == len(baseline):
-            return None
+            return TokenDivergence(None, None, None, None, None, "unknown",
+                                   "the tokens agree but the texts differ")
         i = min(len(drafter), len(baseline))  # one side stopped: the other's token there
     d = drafter[i] if i < len(drafter) else None
     b = baseline[i] if i < len(baseline) else None
@@ -219,9 +220,6 @@ def compare_identity(drafter: CellData, baseline: CellData,
                              "the words agree; only whitespace differs" if w is None else "")
                  if n]
         divergence = token_divergence(d.token_logprobs, b.token_logprobs, near_tie_margin)
-        if divergence is None:  # every token agrees, the characters do not
-            divergence = TokenDivergence(None, None, None, None, None, "unknown",
-                                         "the tokens agree but the texts differ")
         result.mismatches.append(Mismatch(
             item, i, w, _around(d.output_text, i), _around(b.output_text, i), d.finish_reason,
             b.finish_reason, d.completion_tokens, b.completion_tokens, "; ".join(notes),

@@ -12,6 +12,7 @@ import json
 import os
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -24,6 +25,14 @@ if TYPE_CHECKING:
 # answer is found among whatever else the interpreter prints while importing.
 VERSION_MARKER = "specbench-engine-version"
 _VERSION_LINE = re.compile(rf"^{VERSION_MARKER} (\S+)\s*$", re.MULTILINE)
+
+
+def version_probe_code(module: str, also: Iterable[str] = ()) -> str:
+    """`python -c` source that imports the engine (and `also`, what its server imports
+    at start) and prints its version after VERSION_MARKER."""
+    imports = "".join(f"import {m}; " for m in also)
+    return (f"import {module} as _e; {imports}"
+            f"print({VERSION_MARKER!r}, getattr(_e, '__version__', 'unknown'))")
 _BARE_VERSION = re.compile(r"^(\d+\.\d+[\w.+-]*)\s*$", re.MULTILINE)
 
 
@@ -117,12 +126,7 @@ class EngineKind(ABC):
 
     def probe_command(self, python: str) -> list[str]:
         """`python -c` that imports the engine module and prints its version."""
-        also = "".join(f"import {m}; " for m in self.server_modules)
-        code = (
-            f"import {self.engine_module} as _e; {also}"
-            f"print({VERSION_MARKER!r}, getattr(_e, '__version__', 'unknown'))"
-        )
-        return [python, "-c", code]
+        return [python, "-c", version_probe_code(self.engine_module, self.server_modules)]
 
     def version_matches(self, version: str) -> bool:
         want = self.expected_version

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.engines.base import VERSION_MARKER, parse_version_output
+from harness.engines.base import parse_version_output, version_probe_code
 from harness.engines.pins import EnginePin
 from harness.errors import SpecbenchError
 
@@ -72,9 +72,7 @@ def install_commands(pin: EnginePin, venv: Path, *, uv: str | None, python: str 
 
 def installed_version(pin: EnginePin, python: Path) -> tuple[str | None, str]:
     """(version, output) of the engine module as the venv's python imports it."""
-    also = "".join(f"import {m}; " for m in pin.server_modules)
-    code = (f"import {pin.module} as _e; {also}"
-            f"print({VERSION_MARKER!r}, getattr(_e, '__version__', 'unknown'))")
+    code = version_probe_code(pin.module, pin.server_modules)
     try:
         out = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
                              timeout=600, stdin=subprocess.DEVNULL)

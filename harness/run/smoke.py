@@ -156,10 +156,8 @@ def compare_answers(drafter: str, baseline: str, key: str, mine: list[SmokeAnswe
         compared += 1
         if answer.output_text == other.output_text:
             continue
-        found = token_divergence(answer.token_logprobs, other.token_logprobs, near_tie_margin)
-        div = SmokeDivergence(item_id=answer.item_id, **(
-            asdict(found) if found is not None else
-            {"token_index": None, "kind": "unknown", "why": "the tokens agree but the texts differ"}))
+        div = SmokeDivergence(item_id=answer.item_id, **asdict(token_divergence(
+            answer.token_logprobs, other.token_logprobs, near_tie_margin)))
         if div.kind == "numeric":
             near_ties.append(div)
             continue
