@@ -20,17 +20,20 @@ from harness.run.where import gpu_key
 PERCENTILES = (50, 90, 99)
 
 
-def request_speed(rec: RequestRecord) -> float | None:
+def request_speed(rec: RequestRecord, num_draft_tokens: int | None = None) -> float | None:
     """Per-user speed = (completion_tokens - 1) / (end - first token) = 1 / TPOT.
 
-    None for a burst (most tokens under one stamp): its span is not the engine's steps."""
+    None for a burst (most tokens from several steps under one stamp): its span is not
+    the engine's steps. num_draft_tokens: the arm's k, so one round's chunk is one step;
+    None (unknown) judges every stamp, as before rounds were known (measure.bursts)."""
     speed = rec.per_user_speed
-    return None if speed is None or is_burst(rec) else speed
+    return None if speed is None or is_burst(rec, num_draft_tokens) else speed
 
 
 def cell_speeds(cell: CellData) -> np.ndarray:
-    """Per-user speeds of a cell's measured, successful requests."""
-    speeds = [request_speed(r) for r in cell.requests]
+    """Per-user speeds of a cell's measured, successful requests (bursts judged with the
+    cell's arm's k)."""
+    speeds = [request_speed(r, cell.num_draft_tokens) for r in cell.requests]
     return np.array([s for s in speeds if s is not None], dtype=float)
 
 
@@ -47,13 +50,14 @@ def percentile_or_nan(values: list[float], p: float) -> float:
     return float(np.percentile(values, p)) if values else math.nan
 
 
-def _request_stats(records: list[RequestRecord]) -> dict[str, float]:
+def _request_stats(records: list[RequestRecord],
+                   num_draft_tokens: int | None) -> dict[str, float]:
     ok = [r for r in records if r.ok]
     ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
     tpot = [r.tpot_s for r in ok if r.tpot_s is not None]
     lat = [r.latency_s for r in ok if r.latency_s is not None]
     itl = [g for r in ok for g in chunk_itl(r)]
-    speeds = [s for s in (request_speed(r) for r in ok) if s is not None]
+    speeds = [s for s in (request_speed(r, num_draft_tokens) for r in ok) if s is not None]
     e2e = [r.completion_tokens / r.latency_s for r in ok
            if r.completion_tokens and r.latency_s and r.latency_s > 0]
     out: dict[str, float] = {
@@ -80,6 +84,7 @@ def _request_stats(records: list[RequestRecord]) -> dict[str, float]:
 
 
 def cell_row(cell: CellData) -> dict:
+    num_draft_tokens = cell.num_draft_tokens  # the arm's k, for its bursts and speeds
     row: dict = {
         "cell_id": cell.id,
         "arm": cell.arm,
@@ -103,7 +108,7 @@ def cell_row(cell: CellData) -> dict:
         "n_ok": sum(1 for r in cell.requests if r.ok),
         "n_errors": sum(1 for r in cell.requests if not r.ok),
         "n_invalid_tpot": sum(1 for r in cell.requests if r.ok and r.tpot_s is None),
-        "burst_share": burst_share(cell.requests),
+        "burst_share": burst_share(cell.requests, num_draft_tokens),
     }
     if cell.complete is not None:
         row["aborted"] = cell.complete.outcome.aborted
@@ -122,7 +127,7 @@ def cell_row(cell: CellData) -> dict:
                      "host_foreign_cpu_share", "host_steal_share"):
             row[name] = getattr(health, name) if health else None
     if cell.requests:
-        row.update(_request_stats(cell.requests))
+        row.update(_request_stats(cell.requests, num_draft_tokens))
     acc = cell_acceptance(cell.samples)
     per_request = request_acceptance(cell.requests)
     # Three figures side by side: per drafting round from the counters and from the

@@ -81,6 +81,9 @@ class CellData:
     gpu_samples: list[GpuSample] = field(default_factory=list)  # completed attempt
     scores: dict[str, bool] | None = None
     session: int | None = None  # repeated sessions: 1..N (None: measured once)
+    # The arm's k (0 without a drafter; None for an arm the study does not name): one
+    # round's chunk is one step, not a burst (harness.measure.bursts).
+    num_draft_tokens: int | None = None
 
     @property
     def usable(self) -> bool:
@@ -175,6 +178,16 @@ def load_study_json(run_dir: Path) -> Study:
     return _validate(Study, data["study"], str(path))
 
 
+def arm_draft_tokens(study: Study, arm: str) -> int | None:
+    """The arm's k for its bursts: its drafter's num_draft_tokens, 0 without a drafter.
+    None for an arm the study does not name: judged as before rounds were known."""
+    try:
+        drafter = study.arm(arm).drafter
+    except KeyError:
+        return None
+    return drafter.num_draft_tokens if drafter else 0
+
+
 def planned_cells(study: Study) -> list[Cell]:
     # Item counts only size the cells; ids and kinds are all analysis needs.
     return plan_cells(study, sizes={t.name: 1 for t in study.tasks})
@@ -266,6 +279,8 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
                     data.arm, data.task, data.kind = original.arm, original.task, original.kind
                     data.concurrency, data.stage = original.concurrency, original.stage
                 cells[cell_id] = data
+    for data in cells.values():
+        data.num_draft_tokens = arm_draft_tokens(study, data.arm)
     run_id = str(manifest.get("run_id") or run_dir.name)
     return RunData(run_dir, run_id, manifest, study, cells,
                    read_smoke_records(run_dir / "smoke" / "arms.jsonl"))

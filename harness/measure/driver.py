@@ -127,9 +127,12 @@ async def run_cell(
     on_progress: Callable[[int, int | None], None] | None = None,
     burst_limit: float | None = None,
     judge_timing: bool = True,
+    num_draft_tokens: int | None = None,
 ) -> CellOutcome:
     """burst_limit: the share of measured requests that may arrive in bursts before the
-    cell is invalid (None: counted, not judged). judge_timing=False: a cell read for its
+    cell is invalid (None: counted, not judged). num_draft_tokens: the arm's k, so one
+    drafter round under one stamp is not a burst (0: no drafter; None: unknown, judged
+    as before rounds were known: measure.bursts). judge_timing=False: a cell read for its
     texts or scores, whose client lag is reported but never makes it invalid."""
     if not requests:
         raise ValueError(f"cell {cell_id}: no requests to send")
@@ -159,7 +162,7 @@ async def run_cell(
             if rec.phase == "measure":
                 health.chunks_received(stamp_bounds(rec))
                 if rec.ok:
-                    health.request_received(is_burst(rec))
+                    health.request_received(is_burst(rec, num_draft_tokens))
             state.record(rec)
 
     async def issue(index: int, scheduled_t: float, user: int | None) -> float | None:

@@ -27,8 +27,9 @@ falls below the registered share of its users, is marked invalid, with the reaso
 no verdict rests on it. The event loop's own wake-up lag (the probe also
 wakes it through its self-pipe) is reported beside them: it is what send lag comes from.
 A speed cell is also invalid when more than the registered share of its measured
-requests arrived in bursts (`bursts`: most of a request's tokens under one stamp),
-since those requests have no per-user speed.
+requests arrived in bursts (`bursts`: most of a request's tokens from several steps
+under one stamp; one drafter round is one step), since those requests have no per-user
+speed.
 """
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ class ClientHealthMonitor:
             self.first_token_bounds_ms.append(bounds_s[0] * 1e3)
 
     def request_received(self, burst: bool) -> None:
-        """A measured, successful request; burst: most of its tokens shared one stamp."""
+        """A measured, successful request; burst: most of its tokens came from several
+        steps under one stamp (measure.bursts)."""
         self.requests_seen += 1
         self.requests_burst += burst
 
@@ -146,8 +148,9 @@ class ClientHealthMonitor:
         if self.burst_limit is None or share <= self.burst_limit:
             return share, None
         return share, (f"{self.requests_burst}/{self.requests_seen} requests arrived in bursts"
-                       f" (most tokens under one stamp): share {share:.2f} passes the limit"
-                       f" {self.burst_limit:g}, so the cell has too few per-user speeds")
+                       f" (most tokens from several steps under one stamp): share {share:.2f}"
+                       f" passes the limit {self.burst_limit:g}, so the cell has too few"
+                       " per-user speeds")
 
     @property
     def lags_ms(self) -> list[float]:

@@ -362,6 +362,6 @@ def _burst_lines(a: Analysis) -> list[str]:
     rows = [[r.cell_id, r.status, f"{r.burst_share:.2f}",
              "" if bound is None or pd.isna(bound[i]) else f"{bound[i]:.1f}"]
             for i, r in zip(speed.index, speed.itertuples(), strict=True)]
-    return ["", f"bursts: share of a speed cell's requests with most tokens under one stamp"
+    return ["", f"bursts: share of a speed cell's requests with most tokens from several steps under one stamp"
                 f" (invalid above {limit:g}):",
             *table_lines(["cell", "status", "burst share", "stamp bound p99 ms"], rows)]

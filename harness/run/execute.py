@@ -128,6 +128,8 @@ async def _execute(
             # Only speed cells give per-user speeds; elsewhere bursts are reported.
             burst_limit=study.recording.max_burst_share if cell.kind == "speed" else None,
             judge_timing=cell.kind in ("speed", "open"),  # identity/accuracy: texts, scores
+            # One drafter round is one chunk of up to k + 1 tokens: not a burst.
+            num_draft_tokens=arm.drafter.num_draft_tokens if arm.drafter else 0,
         )
     )
     watchdog = asyncio.create_task(_watch(engine))

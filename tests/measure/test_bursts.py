@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from harness.analysis.cells import request_speed
-from harness.measure.bursts import burst_share, is_burst, largest_stamp_share
+from harness.analysis.load import arm_draft_tokens
+from harness.measure.bursts import burst_share, is_burst, largest_stamp_share, merged_stamp_share
 from harness.measure.patterns import ClosedLoop
+from harness.prereg.load import load_study
 from harness.records import RequestRecord
 from harness.testengine.server import serve_in_thread
 from harness.testengine.spec import ScriptedEngineSpec
@@ -36,6 +38,74 @@ def test_steps_a_step_apart_and_drafted_chunks_are_not_bursts() -> None:
     half = record([0.1, 0.2, 0.2, 0.2], [1, 1, 1, 1])  # 3 of 4 under one stamp
     assert is_burst(half)
     assert burst_share([steady, drafted, half]) == pytest.approx(1 / 3)
+
+
+def test_one_full_round_in_a_short_answer_keeps_its_speed() -> None:
+    # DFlash-like: a round of 16 tokens (k + 1 at k = 15) is 0.8 of a 20-token answer.
+    dflash = record([0.10, 0.15, 0.20], [1, 16, 3])
+    assert merged_stamp_share(dflash, 15) == 0.0 and not is_burst(dflash, 15)
+    assert request_speed(dflash, 15) == pytest.approx(19 / 0.10)
+    # EAGLE-like: a round of 4 (k = 3) is most of a 7-token answer.
+    eagle = record([0.10, 0.13, 0.16], [1, 4, 2])
+    assert merged_stamp_share(eagle, 3) == 0.0 and not is_burst(eagle, 3)
+    assert request_speed(eagle, 3) == pytest.approx(6 / 0.06)
+    # Without the arm's k the rule is the one before rounds were known: both are bursts.
+    assert is_burst(dflash) and is_burst(eagle) and request_speed(eagle) is None
+    assert burst_share([dflash, eagle], 15) == 0.0 and burst_share([dflash, eagle]) == 1.0
+
+
+def test_rounds_read_together_are_still_bursts() -> None:
+    # Three separate 4-token rounds (k = 3) read under one stamp: 12 of 13 tokens.
+    read_together = record([0.10, 0.50, 0.50, 0.50], [1, 4, 4, 4])
+    assert merged_stamp_share(read_together, 3) == pytest.approx(12 / 13)
+    assert is_burst(read_together, 3) and request_speed(read_together, 3) is None
+    # The server merged three rounds into one chunk of 12: more than one round can hold.
+    merged = record([0.10, 0.50], [1, 12])
+    assert is_burst(merged, 3) and request_speed(merged, 3) is None
+    # One token past a round is already several steps; at k + 1 it is one round.
+    assert is_burst(record([0.10, 0.50], [1, 5]), 3)
+    assert not is_burst(record([0.10, 0.50], [1, 4]), 3)
+    # Two rounds read together in a longer answer are not most of it: 8 of 17.
+    pair = record([0.10, 0.13, 0.16, 0.16, 0.19], [1, 4, 4, 4, 4])
+    assert merged_stamp_share(pair, 3) == pytest.approx(8 / 17) and not is_burst(pair, 3)
+
+
+def test_a_baseline_whose_steps_were_read_together_is_a_burst() -> None:
+    # k = 0: every step is one token, so two tokens under one stamp are two steps.
+    read_together = record([0.10] + [0.50] * 5, [1] * 6)
+    assert merged_stamp_share(read_together, 0) == pytest.approx(5 / 6)
+    assert is_burst(read_together, 0) and request_speed(read_together, 0) is None
+    merged = record([0.10, 0.50], [1, 5])  # five steps in one chunk
+    assert is_burst(merged, 0) and request_speed(merged, 0) is None
+    steady = record([0.10, 0.12, 0.14], [1, 1, 1])
+    assert not is_burst(steady, 0) and request_speed(steady, 0) == pytest.approx(50.0)
+    # A one-token answer is one step (the rule without k called it a burst).
+    single = record([0.10], [1])
+    assert not is_burst(single, 0) and is_burst(single)
+
+
+def test_an_arms_k_comes_from_its_drafter() -> None:
+    study = load_study("examples/scripted-pass.yaml")
+    assert arm_draft_tokens(study, "drafter") == 4 and arm_draft_tokens(study, "base") == 0
+    assert arm_draft_tokens(study, "not-an-arm") is None  # judged without k
+
+
+def test_the_analysis_judges_each_cell_with_its_arms_k(tmp_path) -> None:
+    # Every figure the bars read (speedups, intervals, decomposition, the check bar) takes
+    # its speeds through cell_speeds/request_speed with the cell's k, set once on loading.
+    from harness.analysis.cells import cell_speeds
+    from harness.analysis.load import load_run
+    from tests.analysis.runfolder import RunBuilder
+
+    builder = RunBuilder(tmp_path)
+    run = load_run(builder.root)
+    ks = {c.arm: c.num_draft_tokens for c in run.cells.values()}
+    assert ks["sglang-dflash"] == 8 and ks["vllm-eagle3"] == 3 and ks["vllm-base"] == 0
+    cell = next(c for c in run.cells.values() if c.arm == "sglang-dflash")
+    cell.requests = [record([0.10, 0.15, 0.20], [1, 9, 3])]  # a full round: 9 of 13
+    assert list(cell_speeds(cell)) == [pytest.approx(12 / 0.10)]
+    cell.num_draft_tokens = None  # unknown k: the rule before rounds were known
+    assert list(cell_speeds(cell)) == []
 
 
 @pytest.mark.timing
