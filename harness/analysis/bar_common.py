@@ -82,6 +82,7 @@ def figure_of(row: Any) -> dict:
             "speed_drafter": row.speed_drafter, "speed_baseline": row.speed_baseline,
             # What the interval rests on (harness.analysis.intervals).
             "sessions": getattr(row, "sessions", None),
+            "interval_method": getattr(row, "interval_method", None),
             "interval_caveat": getattr(row, "interval_caveat", None),
             # The pair's cells measured while the GPU throttled (recording.gpu_throttle).
             "gpu_throttled": throttled.split("; ") if isinstance(throttled, str) else []}

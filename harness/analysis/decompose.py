@@ -18,22 +18,37 @@ cell over its baseline's splits the speedup into two factors:
     explained_speedup = (tokens_per_round / baseline_tokens_per_round) / round_cost_ratio
     round_cost_ratio  = round_time_s / baseline_step_time_s
 
-Each figure is the median over the cell's requests that have a per-user speed (the
-requests the speedup uses), and its interval comes from the very resamples the
-speedup's interval is drawn from. A chunk that carries several steps (stream_interval
-> 1, or a server that flushed late) makes tokens per round an upper bound and the round
-time a multiple of the step; bursts are already out of the speed (bursts.py).
+Each figure is, per session, the median over the cell's requests that have a per-user
+speed (the requests the speedup uses); an arm's figure over repeated sessions is the mean
+of its session medians, as its speed is. The intervals are the speedup's own: the same
+draws of units (users, time blocks) within each session (intervals.draw_pair, resampled
+once for both), and across sessions the same registered rule (a t interval on the
+sessions' log figures, or the same session draws of the two-level bootstrap). A chunk
+that carries several steps (stream_interval > 1, or a server that flushed late) makes
+tokens per round an upper bound and the round time a multiple of the step; bursts are
+already out of the speed (bursts.py).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from harness.analysis.cells import request_speed
+from harness.analysis.intervals import (
+    Figure,
+    PairDraws,
+    Units,
+    arm_figure,
+    combine,
+    draw_pair,
+    figure_bounds,
+    measured_requests,
+    medians_under,
+    session_units,
+)
 from harness.analysis.load import CellData
 from harness.prereg.schema import Intervals
 from harness.records import RequestRecord
@@ -77,53 +92,63 @@ def request_rounds(rec: RequestRecord) -> RequestRounds | None:
 
 
 def cell_rounds(cell: CellData) -> np.ndarray:
-    """(tokens per round, round time) per request with a per-user speed, in the order
-    cell_speeds gives their speeds (so one resample draws the same requests for both)."""
+    """(tokens per round, round time) per request with a per-user speed, in
+    measured_requests order (the rows of the cell's Units, so the speedup's draws of
+    units read these too)."""
     rows = []
-    for rec in cell.requests:
-        if request_speed(rec) is None:
-            continue
+    for rec, _ in measured_requests(cell):
         r = request_rounds(rec)
         rows.append((r.tokens_per_round, r.round_time_s) if r else (math.nan, math.nan))
     return np.array(rows, dtype=float).reshape(-1, 2)
 
 
-def _pooled(cell: CellData) -> tuple[float, float]:
-    """Tokens per round and round time over all the cell's rounds together (sums, not
+def _pooled(cells: list[CellData]) -> tuple[float, float]:
+    """Tokens per round and round time over all the cells' rounds together (sums, not
     medians): where a median departs from these, request-to-request spread moved it."""
     tokens = rounds = span = 0.0
-    for rec in cell.requests:
-        if request_speed(rec) is None or (r := request_rounds(rec)) is None:
-            continue
-        tokens, rounds, span = tokens + r.tokens, rounds + r.rounds, span + r.span_s
+    for cell in cells:
+        for rec in cell.requests:
+            if request_speed(rec, cell.num_draft_tokens) is None or (r := request_rounds(rec)) is None:
+                continue
+            tokens, rounds, span = tokens + r.tokens, rounds + r.rounds, span + r.span_s
     return (tokens / rounds, span / rounds) if rounds else (math.nan, math.nan)
 
 
-def _median(a: np.ndarray, axis: int | None = None) -> np.ndarray | float:
-    """Median over requests, NaN (no chunk after the first) left out."""
-    if a.size == 0 or np.all(np.isnan(a)):
-        return math.nan if axis is None else np.full(a.shape[0], np.nan)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN resample row
-        return np.nanmedian(a, axis=axis)
+def _arm_factors(cells: list[CellData], units: list[Units], counts: list[np.ndarray],
+                 draws: PairDraws) -> tuple[Figure, Figure]:
+    """An arm's tokens per round and round time over its sessions, under the draws."""
+    figs = []
+    for col in (0, 1):
+        points, boots = [], []
+        for cell, u, c in zip(cells, units, counts, strict=True):
+            fu = u.with_values(cell_rounds(cell)[:, col])
+            points.append(float(np.median(fu.values)) if fu.n else math.nan)
+            boots.append(medians_under(fu, c))
+        figs.append(arm_figure(points, boots, draws))
+    return figs[0], figs[1]
 
 
-def decompose(drafter: CellData, baseline: CellData, intervals: Intervals, speedup: float,
-              draws: tuple[np.ndarray, np.ndarray], tolerance: float) -> dict:
-    """The decomposition columns of one speedups row. `draws` are the speedup's own
-    bootstrap indices into each cell's requests (speedup.bootstrap_draws)."""
-    d, b = cell_rounds(drafter), cell_rounds(baseline)
-    d_idx, b_idx = draws
-    point = _factors(_median(d[:, 0]), _median(b[:, 0]), _median(d[:, 1]), _median(b[:, 1]))
-    boot = _factors(_median(d[d_idx, 0], 1), _median(b[b_idx, 0], 1), _median(d[d_idx, 1], 1),
-                    _median(b[b_idx, 1], 1))
-    tail = (1.0 - intervals.level) / 2.0 * 100.0
+def decompose(drafter: list[CellData], baseline: list[CellData], intervals: Intervals,
+              speedup: float, tolerance: float, units: tuple[list[Units], list[Units]] | None
+              = None, draws: PairDraws | None = None) -> dict:
+    """The decomposition columns of one speedups row over its paired sessions.
+    `units` and `draws` are the speedup's own (session_units, draw_pair); without them
+    they are made here as the speedup makes them."""
+    d_units, b_units = units or ([session_units(c) for c in drafter],
+                                 [session_units(c) for c in baseline])
+    draws = draws or draw_pair(d_units, b_units, intervals)
+    tpr_d, rt_d = _arm_factors(drafter, d_units, draws.drafter, draws)
+    tpr_b, rt_b = _arm_factors(baseline, b_units, draws.baseline, draws)
+    figs = {"tokens_per_round": tpr_d, "baseline_tokens_per_round": tpr_b,
+            "round_time_s": rt_d, "baseline_step_time_s": rt_b,
+            "round_cost_ratio": combine(np.divide, rt_d, rt_b)}
+    figs["explained_speedup"] = combine(lambda a, b, c, d: (a / b) / (c / d),
+                                        tpr_d, tpr_b, rt_d, rt_b)
     row: dict = {}
     for name in FACTORS:
-        row[name] = _finite(point[name])
-        values = np.asarray(boot[name], dtype=float)
-        values = values[np.isfinite(values)]
-        lo, hi = np.percentile(values, [tail, 100.0 - tail]) if len(values) else (None, None)
+        bounds = figure_bounds(figs[name], draws, intervals.level)
+        row[name] = _finite(figs[name].point)
+        lo, hi = bounds.ci or (None, None)
         row[f"{name}_ci_lower"], row[f"{name}_ci_upper"] = _finite(lo), _finite(hi)
     explained = row["explained_speedup"]
     if explained is None or not speedup:
@@ -138,19 +163,11 @@ def decompose(drafter: CellData, baseline: CellData, intervals: Intervals, speed
     return row
 
 
-def _factors(tpr_d, tpr_b, rt_d, rt_b) -> dict:
-    with np.errstate(all="ignore"):
-        ratio = np.divide(rt_d, rt_b)
-        return {"tokens_per_round": tpr_d, "baseline_tokens_per_round": tpr_b,
-                "round_time_s": rt_d, "baseline_step_time_s": rt_b, "round_cost_ratio": ratio,
-                "explained_speedup": np.divide(np.divide(tpr_d, tpr_b), ratio)}
-
-
 def _finite(x) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
 
-def _which_factor(drafter: CellData, baseline: CellData, row: dict, gap: float,
+def _which_factor(drafter: list[CellData], baseline: list[CellData], row: dict, gap: float,
                   tolerance: float) -> str:
     """Name the factor whose median departs most from its pooled value: the medians of
     two factors compose into the median speed only when requests are alike."""

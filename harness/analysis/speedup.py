@@ -1,12 +1,15 @@
-"""Speedups of each drafter arm over its same-engine baseline, with bootstrap intervals.
+"""Speedups of each drafter arm over its same-engine baseline, with their intervals.
 
 Speedup = median per-user speed of the drafter cell / that of its baseline's cell
 at the same task and concurrency; over repeated sessions, the mean of the session
-medians of each. The interval (harness.analysis.intervals) resamples users (closed
-loop) or time blocks within a session, and sessions first where there are several; the
-generator is seeded by the study's interval seed and the pair's cell ids, so a figure
-never depends on the order cells are analysed in. `bootstrap_ratio` (independent
-requests) is kept for callers that have bare speeds and no records.
+medians of each. The interval (harness.analysis.intervals) follows the registered rule
+over sessions (bars.intervals.method: a t interval on the paired sessions' log ratios
+below 30 sessions) with the within-session bootstrap (users in a closed loop, time
+blocks otherwise) beside it; one session has the within-session interval alone, marked.
+The decomposition (decompose.py) is read under the same draws and rule. The generator
+is seeded by the study's interval seed and the pair's cell ids, so a figure never
+depends on the order cells are analysed in. `bootstrap_ratio` (independent requests)
+is kept for callers that have bare speeds and no records.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import pandas as pd
 from harness.analysis.cells import cell_speeds
 from harness.analysis.decompose import DECOMPOSITION_COLUMNS, decompose
 from harness.analysis.intervals import (
+    draw_pair,
     interval_caveat,
     session_ratio,
     session_spread,
@@ -41,8 +45,8 @@ class Ratio:
 
 def bootstrap_draws(n_drafter: int, n_baseline: int, intervals: Intervals,
                     key: str = "") -> tuple[np.ndarray, np.ndarray]:
-    """The resamples' request indices into each arm's requests, one row a resample:
-    the speedup and its decomposition (decompose.py) are drawn from the same ones."""
+    """The resamples' request indices into each arm's requests, one row a resample
+    (bootstrap_ratio's: independent requests, for bare speeds without records)."""
     rng = np.random.default_rng([intervals.seed, zlib.crc32(key.encode())])
     b = intervals.bootstrap_resamples
     return (rng.integers(0, n_drafter, size=(b, n_drafter)),
@@ -72,8 +76,10 @@ SPEEDUP_COLUMNS = [
     "ci_upper", "baseline_rerun_cell", "baseline_rerun_status", "baseline_rerun_speed",
     "baseline_rerun_ratio", "gpu_throttled_cells",
     # Repeated sessions and what the interval rests on (harness.analysis.intervals):
-    # ci_lower/ci_upper resample sessions first; the *_within pair holds them fixed.
-    "sessions", "ci_lower_within", "ci_upper_within", "session_speeds_drafter",
+    # ci_lower/ci_upper by interval_method (t_sessions: a t interval on the sessions' log
+    # ratios; bootstrap: sessions first; within: one session); the *_within pair holds
+    # the sessions fixed.
+    "sessions", "interval_method", "ci_lower_within", "ci_upper_within", "session_speeds_drafter",
     "session_speeds_baseline", "session_spread_drafter", "session_spread_baseline",
     "resample_unit", "interval_caveat", *DECOMPOSITION_COLUMNS,
 ]
@@ -84,28 +90,48 @@ def _latest_rerun(run: RunData, cell_id: str) -> CellData | None:
     return max(reruns, key=lambda c: c.id) if reruns else None
 
 
+def _rerun_figures(run: RunData, baseline: list[CellData], original: float | None) -> dict:
+    """The check bar's reruns of a baseline, one per session: their ids, the worst status,
+    and (all usable) the mean of their medians beside the original's."""
+    reruns = [r for c in baseline if (r := _latest_rerun(run, c.id)) is not None]
+    if not reruns:
+        return {}
+    bad = [r for r in reruns if not r.usable]
+    out = {"baseline_rerun_cell": "; ".join(r.id for r in reruns),
+           "baseline_rerun_status": bad[0].status if bad else reruns[0].status}
+    medians = [float(np.median(s)) for r in reruns if len(s := cell_speeds(r))]
+    if not bad and len(medians) == len(reruns) and original:
+        out["baseline_rerun_speed"] = float(np.mean(medians))
+        out["baseline_rerun_ratio"] = out["baseline_rerun_speed"] / original
+    return out
+
+
 def _throttled(*cells: CellData) -> str | None:
     """The cells of a pair during which the GPU throttled, "; "-joined (None: neither)."""
     hit = [c.id for c in cells if (t := gpu_throttle(c.gpu_samples)) is not None and t.throttled]
     return "; ".join(hit) or None
 
 
-def _session_figures(drafter: list[CellData], baseline: list[CellData], intervals,
+def _session_figures(drafter: list[CellData], baseline: list[CellData], study,
                      key: str) -> dict:
-    """A pair's speeds, speedup and intervals over its sessions (one: the cells)."""
+    """A pair's speeds, speedup, intervals and decomposition over its sessions (one: the
+    cells), the decomposition under the speedup's own draws."""
+    intervals = study.bars.intervals
     d_units = [session_units(c) for c in drafter]
     b_units = [session_units(c) for c in baseline]
     n_d, n_b = sum(u.n for u in d_units), sum(u.n for u in b_units)
     row: dict = {"n_drafter": n_d, "n_baseline": n_b,
                  "interval_caveat": interval_caveat(len(drafter), n_d, n_b)}
-    ratio = session_ratio(d_units, b_units, intervals, key)
-    if ratio is None:
+    if not all(u.n for u in d_units + b_units):
         return row | {"status": "invalid", "reason": "a session with no request with a"
                       " per-user speed", "speed_drafter": math.nan, "speed_baseline": math.nan}
-    return row | {
+    draws = draw_pair(d_units, b_units, intervals, key)
+    ratio = session_ratio(d_units, b_units, intervals, key, draws)
+    assert ratio is not None
+    row |= {
         "status": "ok", "speedup": ratio.point, "ci_lower": ratio.ci_lower,
-        "ci_upper": ratio.ci_upper, "ci_lower_within": ratio.within_lower,
-        "ci_upper_within": ratio.within_upper,
+        "ci_upper": ratio.ci_upper, "interval_method": ratio.method,
+        "ci_lower_within": ratio.within_lower, "ci_upper_within": ratio.within_upper,
         "speed_drafter": float(np.mean(ratio.speeds_drafter)),
         "speed_baseline": float(np.mean(ratio.speeds_baseline)),
         "session_speeds_drafter": json.dumps([round(v, 4) for v in ratio.speeds_drafter]),
@@ -113,6 +139,8 @@ def _session_figures(drafter: list[CellData], baseline: list[CellData], interval
         "session_spread_drafter": session_spread(ratio.speeds_drafter),
         "session_spread_baseline": session_spread(ratio.speeds_baseline),
         "resample_unit": ratio.unit}
+    return row | decompose(drafter, baseline, intervals, ratio.point,
+                           study.bars.decomposition.tolerance, (d_units, b_units), draws)
 
 
 def speedup_table(run: RunData) -> pd.DataFrame:
@@ -122,7 +150,6 @@ def speedup_table(run: RunData) -> pd.DataFrame:
     The original baseline run is always the one used; a rerun is shown beside it.
     """
     study = run.study
-    intervals = study.bars.intervals
     rows = []
     for arm in study.arms:
         if arm.baseline is None:
@@ -142,28 +169,12 @@ def speedup_table(run: RunData) -> pd.DataFrame:
                     row["reason"] = ("; ".join(f"{x.id}: {x.status} ({x.reason})" for x in bad)
                                      or "the arms measured different numbers of sessions")
                 else:
-                    row.update(_session_figures(d_sessions, b_sessions, intervals,
-                                                f"{dc.id}|{bc.id}"))
-                    if row.get("status") == "ok":
-                        # The split is of session 1's cells (the only one unless sessions
-                        # repeat), against their own ratio of medians, with intervals from
-                        # request resamples of those cells.
-                        ds, bs = cell_speeds(dc), cell_speeds(bc)
-                        draws = bootstrap_draws(len(ds), len(bs), intervals, pair_key(dc, bc))
-                        row.update(decompose(dc, bc, intervals,
-                                             float(np.median(ds) / np.median(bs)), draws,
-                                             study.bars.decomposition.tolerance))
+                    row.update(_session_figures(d_sessions, b_sessions, study,
+                                                pair_key(dc, bc)))
                 # Flagged, not judged here: recording.gpu_throttle decides whether such a
                 # cell was measured again (harness.measure.usable).
                 row["gpu_throttled_cells"] = _throttled(*d_sessions, *b_sessions)
-                rerun = _latest_rerun(run, bc.id)
-                if rerun is not None:
-                    row["baseline_rerun_cell"] = rerun.id
-                    row["baseline_rerun_status"] = rerun.status
-                    rs = cell_speeds(rerun) if rerun.usable else np.array([])
-                    if len(rs) and row.get("speed_baseline"):
-                        row["baseline_rerun_speed"] = float(np.median(rs))
-                        row["baseline_rerun_ratio"] = float(np.median(rs)) / row["speed_baseline"]
+                row.update(_rerun_figures(run, b_sessions, row.get("speed_baseline")))
                 rows.append(row)
     df = pd.DataFrame(rows)
     for col in SPEEDUP_COLUMNS:
@@ -262,6 +273,20 @@ def locate_knee(levels: list[int], lower: list[float | None],
                 levels[-1])
 
 
+def _mixed_intervals(by_c: dict) -> str:
+    """Said where the curve's intervals are of two kinds (sessions at some levels, one
+    session at others: recording.sessions_for pass_cells): a crossing read where they meet
+    leans to the narrower one's side."""
+    kinds: dict[str, list[int]] = {}
+    for c, r in by_c.items():
+        if r.status == "ok" and isinstance(r.interval_method, str):
+            kinds.setdefault(r.interval_method, []).append(c)
+    if len(kinds) < 2:
+        return ""
+    return "; intervals of two kinds along the curve (" + ", ".join(
+        f"{m} at c={'/'.join(map(str, cs))}" for m, cs in kinds.items()) + ")"
+
+
 def knee_table(run: RunData, speedups: pd.DataFrame) -> pd.DataFrame:
     """The knee per drafter arm and speed task."""
     levels = list(run.study.loads.closed_loop.concurrency)
@@ -285,6 +310,6 @@ def knee_table(run: RunData, speedups: pd.DataFrame) -> pd.DataFrame:
                      "knee_concurrency": knee.concurrency,
                      "bracket_low": knee.bracket[0] if knee.bracket else None,
                      "bracket_high": knee.bracket[1] if knee.bracket else None,
-                     "label": knee.label(), "note": knee.note})
+                     "label": knee.label(), "note": knee.note + _mixed_intervals(by_c)})
     return pd.DataFrame(rows, columns=["arm", "task", "status", "knee_concurrency", "bracket_low",
                                        "bracket_high", "label", "note"])

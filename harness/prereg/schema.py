@@ -310,7 +310,8 @@ class Recording(Strict):
     # fall below this share of its registered users (harness/measure/delivered.py).
     min_delivered_share: Annotated[float, Field(gt=0, le=1)] = 0.97
     # A closed-loop speed cell is invalid when more than this share of its measured
-    # requests arrived in bursts: most tokens under one stamp (harness/measure/bursts.py).
+    # requests arrived in bursts: most tokens from several steps under one stamp (one
+    # drafter round of up to k + 1 tokens is one step: harness/measure/bursts.py).
     max_burst_share: Annotated[float, Field(ge=0, le=1)] = 0.10
     # Engines kept up at once, each arm's reused until the least recently used must go.
     # 1 on a GPU (one engine holds the GPU); a CPU study may keep its arms' engines up
@@ -341,10 +342,10 @@ class Recording(Strict):
     smoke: bool = True
     # Repeated paired sessions (harness/plan.py): each repeating cell is measured in this
     # many engine sessions, a fresh engine start each, in interleaved arm order (baseline,
-    # drafter, drafter, baseline, ...); intervals then resample sessions first
-    # (harness/analysis/intervals.py). The lab saw session-to-session variation as large
-    # as the effects. Which cells repeat: the speed cells at the pass bar's concurrencies
-    # (pass_cells), or every closed-loop speed cell (speed_cells).
+    # drafter, drafter, baseline, ...); intervals are then taken over the sessions
+    # (bars.intervals.method, harness/analysis/intervals.py). The lab saw session-to-session
+    # variation as large as the effects. Which cells repeat: the speed cells at the pass
+    # bar's concurrencies (pass_cells), or every closed-loop speed cell (speed_cells).
     sessions: PositiveInt = 1
     sessions_for: Literal["pass_cells", "speed_cells"] = "pass_cells"
     regime: RegimeCheck = Field(default_factory=RegimeCheck)
@@ -410,10 +411,26 @@ class CheckBar(Strict):
     action: Literal["rerun_baseline"] = "rerun_baseline"
     # The rerun agrees when the baseline's per-user speed differs by at most this share.
     agree_within: Annotated[float, Field(gt=0, lt=1)] = 0.10
+    # How agreement is judged (harness/analysis/stop_check.py), every session of the
+    # baseline rerun once. session_spread: the reruns' mean log speed against the
+    # original sessions', within a two-sample t tolerance from the sessions' own spread
+    # (at bars.intervals.level), never tighter than agree_within (a difference within
+    # it always agrees; with one session a side no spread is measured and agree_within
+    # alone judges). So a sound baseline disagrees at about the interval's error rate,
+    # where a fixed +-10 % called the lab's sessions (log sd 0.086) "disagreeing" ~30 %
+    # of the time. fixed_share: agree_within alone, on the means of the session medians.
+    agreement: Literal["session_spread", "fixed_share"] = "session_spread"
 
 
 class Intervals(Strict):
     level: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    # The interval over repeated sessions (harness/analysis/intervals.py). t_sessions: a
+    # t interval on the paired sessions' log ratios; bootstrap: sessions resampled, then
+    # units within them. auto: t_sessions below 30 sessions, bootstrap from there: a
+    # percentile bootstrap over few sessions cannot reach past the extreme ones (its
+    # "95 %" covered ~75 % at 3 sessions; benchmarks/interval_coverage.py). One session:
+    # the within-session bootstrap, whatever this says, marked as such.
+    method: Literal["auto", "t_sessions", "bootstrap"] = "auto"
     bootstrap_resamples: PositiveInt = 2000
     seed: int = 0
 

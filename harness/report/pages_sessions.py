@@ -37,9 +37,11 @@ def interval_lines(a: Analysis) -> list[str]:
     sp = a.speedups[a.speedups["status"] == "ok"]
     lines = [
         f"Registered: recording.sessions {rec.sessions} (sessions_for {rec.sessions_for});"
-        f" {iv.level:.0%} percentile bootstrap, {iv.bootstrap_resamples} resamples.",
-        "interval: sessions resampled first (paired), then users (closed loop) or time",
-        "blocks within each; within: the sessions held fixed, only their units resampled.",
+        f" {iv.level:.0%} intervals, method {iv.method}, {iv.bootstrap_resamples} resamples.",
+        "interval: over sessions by its method (t_sessions: a t interval on the paired",
+        "sessions' log ratios; bootstrap: sessions resampled first, then their units); one",
+        "session: the within-session interval alone. within: the sessions held fixed, users",
+        "(closed loop) or time blocks resampled within each.",
         "spread: (max - min) / mean of an arm's session medians (tok/s per user).", "",
     ]
     # Two tables, so a row fits the page: the intervals, then each arm's sessions.

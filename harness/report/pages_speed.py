@@ -31,10 +31,15 @@ def speedup_pages(pdf: PdfPages, a: Analysis) -> int:
     colours = arm_colours(a)
     bars = study.bars
     note = (f"median per-user speed ratio vs the same-engine baseline; band = "
-            f"{bars.intervals.level:.0%} bootstrap interval ({bars.intervals.bootstrap_resamples}"
-            f" resamples); knee = where the band's lower edge reaches 1.0")
+            f"{bars.intervals.level:.0%} interval (within a session a bootstrap of"
+            f" {bars.intervals.bootstrap_resamples} resamples); knee = where the band's lower"
+            " edge reaches 1.0")
     if study.recording.sessions > 1:
-        note += f"; over {study.recording.sessions} sessions, sessions resampled first"
+        # The band over sessions is by the registered method (harness.analysis.intervals).
+        how = bars.intervals.method
+        if how == "auto":
+            how += " (below 30 sessions a t interval on the sessions' log ratios)"
+        note += f"; over {study.recording.sessions} sessions by interval method {how}"
     marked = a.speedups["interval_caveat"].notna() & (a.speedups["status"] == "ok")
     if marked.any():
         note += (f"; {int(marked.sum())} intervals marked (one session or < 20 requests:"

@@ -56,16 +56,21 @@ def _analysis():
 
 
 def rerun_cells(cells: list[Cell], targets: list[str]) -> list[Cell]:
-    """The check bar's baseline reruns: one more measurement of each cell, outside the
-    sessions, under the cell id with RERUN_SUFFIX."""
+    """The check bar's baseline reruns: one more measurement of each cell (every session
+    of a baseline measured in sessions), under the cell id with RERUN_SUFFIX. A session's
+    rerun is a session of its own, numbered after the registered ones (session s reruns
+    as N + s), so each is a fresh engine start of its own and an engine that draws its
+    state per session number draws a new one; one arm's reruns of a session share it."""
     by_id = {c.id: c for c in cells}
+    last = max((c.session for c in cells if c.session is not None), default=0)
     reruns = []
     for target in targets:
         if target not in by_id:
             raise SpecbenchError(f"check bar named {target}, which is not a cell of this plan")
-        reruns.append(dataclasses.replace(by_id[target], id=target + RERUN_SUFFIX,
-                                          session=None))
-    return reruns
+        cell = by_id[target]
+        session = None if cell.session is None else last + cell.session
+        reruns.append(dataclasses.replace(cell, id=target + RERUN_SUFFIX, session=session))
+    return sorted(reruns, key=lambda c: (c.arm, c.session or 0))
 
 
 def rerun_batch(store: RunStore, study: Study, cells: list[Cell],

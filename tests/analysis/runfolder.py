@@ -2,12 +2,17 @@
 
 A cell's requests get per-user speeds spread symmetrically around the figure
 asked for, so the cell's median is exactly that figure; vLLM-dialect counters
-grow so the engine's acceptance length is known.
+grow so the engine's acceptance length is known. Requests belong to users (request i to
+user i % concurrency, as a closed loop deals them), so the intervals resample users as
+they do on a real run. A study registering sessions (study_dict(sessions=N)) gets every
+repeating cell in N sessions, each arm's sessions off its figure by session_factor and
+averaging to it, so the speedups' points are the figures asked for.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from harness.prereg.schema import Study
@@ -24,7 +29,7 @@ LEVELS = [1, 2, 4, 8, 16]
 TOKENS = 101  # completion tokens per request: 100 intervals after the first token
 
 
-def study_dict(**bars_overrides) -> dict:
+def study_dict(sessions: int = 1, sessions_for: str = "pass_cells", **bars_overrides) -> dict:
     def attach(engine: str) -> dict:
         return {"base_url": "http://127.0.0.1:9", "metrics": engine, "served_model": "m"}
 
@@ -70,7 +75,18 @@ def study_dict(**bars_overrides) -> dict:
             {"name": "mmlu", "kind": "mmlu", "uses": ["accuracy"], "max_tokens": 16},
         ],
         "bars": bars,
+        "recording": {"sessions": sessions, "sessions_for": sessions_for},
     }
+
+
+def session_factor(baseline: bool, session: int, sessions: int) -> float:
+    """Session s's speed over the arm's figure: the drafter's sessions swing +-3 %, the
+    baseline's +-2 % out of phase with them (so the paired ratios differ), each summing
+    to the figure over the sessions (cosines at n evenly spaced phases sum to 0)."""
+    if sessions <= 1:
+        return 1.0
+    phase = 2 * math.pi * (session - 1) / sessions
+    return 1 - 0.02 * math.cos(phase + math.pi / 3) if baseline else 1 + 0.03 * math.cos(phase)
 
 
 # The default scenario: speedup per drafter arm per level (every speed task alike).
@@ -222,10 +238,27 @@ class RunBuilder:
                     base_speed: float = BASE_SPEED) -> None:
         for task in tasks:
             for c in levels:
-                self.speed("vllm-base", task, c, base_speed)
-                self.speed("sglang-base", task, c, base_speed)
-                for arm, by_c in speedups.items():
-                    self.speed(arm, task, c, base_speed * by_c[c])
+                for s in self.sessions_at(c):
+                    self.speed_sessions("vllm-base", task, c, base_speed, s)
+                    self.speed_sessions("sglang-base", task, c, base_speed, s)
+                    for arm, by_c in speedups.items():
+                        self.speed_sessions(arm, task, c, base_speed * by_c[c], s)
+
+    def sessions_at(self, c: int) -> list[int]:
+        """The sessions a speed cell at level c is measured in (the plan's rule)."""
+        rec = self.study.recording
+        repeats = rec.sessions > 1 and (rec.sessions_for == "speed_cells"
+                                        or c in self.study.bars.pass_.speed.concurrencies)
+        return list(range(1, rec.sessions + 1)) if repeats else [1]
+
+    def speed_sessions(self, arm: str, task: str, c: int, speed: float, session: int,
+                       **kw) -> str:
+        """Session `session`'s cell of an arm at its figure `speed` (session_factor off it)."""
+        n = len(self.sessions_at(c))
+        cell_id = f"{arm}/{task}/speed/c{c:03d}" + (f"/s{session}" if session > 1 else "")
+        baseline = self.study.arm(arm).drafter is None
+        return self.speed(arm, task, c, speed * session_factor(baseline, session, n),
+                          cell_id=cell_id, **kw)
 
     def identity_cells(self, drafter_outputs: dict[str, dict[str, str]] | None = None) -> None:
         base = {item: f"The answer to {item} is 42 and that is all." for item in IDENTITY_ITEMS}
@@ -269,6 +302,7 @@ def speed_requests(cell_id: str, speed: float, n: int, spread: float, phase: str
     """n requests whose per-user speeds spread +-spread around `speed` (median exactly it)."""
     out = []
     for i in range(n):
+        user = i % concurrency  # a closed loop deals request i to user i mod N
         frac = (i / (n - 1) - 0.5) * 2 if n > 1 else 0.0
         s = speed * (1 + spread * frac)
         start = (i // concurrency) * (0.1 + (TOKENS - 1) / speed)
@@ -276,7 +310,7 @@ def speed_requests(cell_id: str, speed: float, n: int, spread: float, phase: str
         end = first + (TOKENS - 1) / s
         times = [first + k * (end - first) / 10 for k in range(11)]
         out.append(RequestRecord(
-            cell_id=cell_id, attempt=attempt, index=i, item_id=f"p{i}", phase=phase,
+            cell_id=cell_id, attempt=attempt, index=i, item_id=f"p{i}", phase=phase, user=user,
             scheduled_t=start, sent_t=start, first_token_t=first, end_t=end,
             prompt_tokens=50, completion_tokens=TOKENS, chunk_times=times,
             chunk_tokens=[1] + [10] * 10, finish_reason="length", output_text="x"))

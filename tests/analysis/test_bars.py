@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from harness.analysis import check_bar_targets, judge_stop, write_verdict
+from harness.analysis import analyse, check_bar_targets, judge_stop, write_verdict
+from harness.analysis.stop_check import agreement
 
 from .runfolder import (
     ACCURACY_ITEMS,
@@ -16,6 +17,7 @@ from .runfolder import (
     IDENTITY_ITEMS,
     PASSING_SPEEDUPS,
     RunBuilder,
+    session_factor,
     study_dict,
 )
 
@@ -235,59 +237,131 @@ def test_stop_not_judgeable_until_every_arms_early_cells_exist(tmp_path):
 
 
 def check_run(tmp_path) -> RunBuilder:
+    """DFlash at 6x on c=1 over three paired sessions: the check bar fires on both tasks."""
     fast = {arm: dict(by_c) for arm, by_c in PASSING_SPEEDUPS.items()}
     fast["sglang-dflash"][1] = 6.0
-    b = RunBuilder(tmp_path)
+    b = RunBuilder(tmp_path, study_dict(sessions=3))
     b.speed_cells(fast)
     b.identity_cells()
     b.accuracy_cells()
     return b
 
 
-def test_check_fired_rerun_missing_is_incomplete(tmp_path):
+SESSIONS_C1 = ["sglang-base/{task}/speed/c001", "sglang-base/{task}/speed/c001/s2",
+               "sglang-base/{task}/speed/c001/s3"]
+
+
+def rerun_baseline(b: RunBuilder, task: str, shift: float, factors=(1.0, 1.0, 1.0)) -> None:
+    """Every session of the c=1 baseline rerun: session s at its original speed x shift x
+    factors[s] (factors other than 1: the reruns' own session-to-session swing)."""
+    for s, (cell_id, f) in enumerate(zip(SESSIONS_C1, factors, strict=True), 1):
+        original = BASE_SPEED * session_factor(True, s, 3)
+        b.speed("sglang-base", task, 1, original * shift * f,
+                cell_id=cell_id.format(task=task) + "/rerun1")
+
+
+def test_check_fired_reruns_every_session_and_missing_is_incomplete(tmp_path):
     b = check_run(tmp_path)
     targets = check_bar_targets(b.root, b.study)
-    assert targets == ["sglang-base/chat/speed/c001", "sglang-base/gsm8k/speed/c001"]
+    assert targets == [c.format(task=t) for t in ("chat", "gsm8k") for c in SESSIONS_C1]
     v = write_verdict(b.root)
     assert v["verdict"] == "INCOMPLETE"
     check = bar(v, "check")
     assert check["status"] == "unresolved"
     assert {r["state"] for r in v["reruns"]} == {"missing"}
     assert "sglang-dflash/chat/speed/c001: 6.00x" in v["reruns"][0]["behind"]
+    # One session rerun of three is still incomplete, and names the two left.
+    b.speed("sglang-base", "chat", 1, BASE_SPEED, cell_id=SESSIONS_C1[0].format(task="chat")
+            + "/rerun1")
+    r = next(r for r in bar(write_verdict(b.root), "check")["evidence"]["reruns"]
+             if r["of"] == "sglang-base/chat/speed/c001")
+    assert r["state"] == "missing" and r["missing"] == [c.format(task="chat")
+                                                        for c in SESSIONS_C1[1:]]
 
 
 def test_check_rerun_agreeing_accepts_the_verdict(tmp_path):
     b = check_run(tmp_path)
-    for t in check_bar_targets(b.root, b.study):
-        _, task, _, _ = t.split("/")
-        b.speed("sglang-base", task, 1, BASE_SPEED * 1.05, cell_id=f"{t}/rerun1")
+    for task in ("chat", "gsm8k"):
+        rerun_baseline(b, task, 1.05)
     assert check_bar_targets(b.root, b.study) == []
     v = write_verdict(b.root)
     assert v["verdict"] == "PASS", v["reasons"]
     check = bar(v, "check")
-    assert check["status"] == "agreed"
+    assert check["status"] == "agreed" and check["evidence"]["agreement"] == "session_spread"
     r = v["reruns"][0]
     assert r["state"] == "agrees" and r["relative_difference"] == pytest.approx(0.05)
     assert (r["cell"], r["of"]) == ("sglang-base/chat/speed/c001/rerun1",
                                     "sglang-base/chat/speed/c001")
+    assert r["cells"] == [c.format(task="chat") + "/rerun1" for c in SESSIONS_C1]
     assert r["original_speed"] == pytest.approx(BASE_SPEED)
+    assert r["rerun_speed"] == pytest.approx(BASE_SPEED * 1.05)
+    # The baseline's sessions swing +-2 %: their spread is below agree_within, which holds.
+    assert r["tolerance"] == pytest.approx(0.10)
     assert "original" in check["evidence"]["baseline_used"]
     # the speed figure still uses the original baseline run
     chat = bar(v, "pass.speed")["evidence"]["tasks"]["chat"]
     assert chat["figures"][0]["speedup"] == pytest.approx(6.0)
+    sp = analyse(b.root).speedups.set_index(["arm", "task", "concurrency"])
+    row = sp.loc[("sglang-dflash", "chat", 1)]
+    assert row["baseline_rerun_ratio"] == pytest.approx(1.05)
+    assert row["baseline_rerun_cell"].count("/rerun1") == 3
 
 
 def test_check_rerun_disagreeing_is_incomplete_and_says_which(tmp_path):
     b = check_run(tmp_path)
-    b.speed("sglang-base", "chat", 1, BASE_SPEED * 1.05, cell_id="sglang-base/chat/speed/c001/rerun1")
-    b.speed("sglang-base", "gsm8k", 1, BASE_SPEED * 1.3,
-            cell_id="sglang-base/gsm8k/speed/c001/rerun1")
+    rerun_baseline(b, "chat", 1.05)
+    rerun_baseline(b, "gsm8k", 1.3)  # a baseline 30 % off: disagrees
     v = write_verdict(b.root)
     assert v["verdict"] == "INCOMPLETE"
     states = {r["of"]: r["state"] for r in v["reruns"]}
     assert states == {"sglang-base/chat/speed/c001": "agrees",
                       "sglang-base/gsm8k/speed/c001": "disagrees"}
-    assert any("gsm8k" in line and "disagrees" in line for line in bar(v, "check")["summary"])
+    assert any("gsm8k" in line and "rerun of 3 sessions disagrees" in line
+               for line in bar(v, "check")["summary"])
+
+
+def test_agreement_is_judged_against_the_sessions_own_spread():
+    """The registered reading (bars.check.agreement): a difference within agree_within
+    always agrees; beyond it, session_spread still agrees while the difference lies within
+    the two-sample t tolerance of the sessions' spread; a 30 % shift disagrees either way."""
+    lab = [3496.0, 3325.0, 2960.0]  # three of the lab's plain-reference sessions
+    sound = [3442.0, 2907.0, 3380.0]  # the other two and one more: the same engine again
+    shifted = [s * 1.3 for s in lab]
+    rule = {"agree_within": 0.10, "level": 0.95}
+    r = agreement(lab, sound, rule="session_spread", **rule)
+    assert r["state"] == "agrees" and r["relative_difference"] == pytest.approx(-0.0057, abs=1e-4)
+    # Sessions this far apart (log sd 0.089) allow t_4 * sd * sqrt(2/3): 22 %.
+    assert r["session_log_sd"] == pytest.approx(0.0891, abs=1e-4)
+    assert r["tolerance"] == pytest.approx(0.2239, abs=1e-4)
+    # +11 %: outside agree_within, inside what the sessions' own spread allows.
+    up = [s * 1.12 for s in sound]
+    assert agreement(lab, up, rule="session_spread", **rule)["state"] == "agrees"
+    assert agreement(lab, up, rule="fixed_share", **rule)["state"] == "disagrees"
+    for how in ("session_spread", "fixed_share"):
+        r = agreement(lab, shifted, rule=how, **rule)
+        assert r["state"] == "disagrees" and r["relative_difference"] == pytest.approx(0.3)
+    # One session a side: no spread is measured, agree_within alone judges.
+    assert agreement([100.0], [109.0], rule="session_spread", **rule)["state"] == "agrees"
+    assert agreement([100.0], [111.0], rule="session_spread", **rule)["state"] == "disagrees"
+
+
+def test_the_fixed_share_reading_is_a_registration_away(tmp_path):
+    study = study_dict(sessions=3, check={"threshold": 5.0, "agree_within": 0.10,
+                                          "agreement": "fixed_share"})
+    fast = {arm: dict(by_c) for arm, by_c in PASSING_SPEEDUPS.items()}
+    fast["sglang-dflash"][1] = 6.0
+    b = RunBuilder(tmp_path, study)
+    b.speed_cells(fast)
+    for task in ("chat", "gsm8k"):
+        rerun_baseline(b, task, 1.08)
+    b.identity_cells()
+    b.accuracy_cells()
+    v = write_verdict(b.root)
+    check = bar(v, "check")
+    assert check["status"] == "agreed" and check["evidence"]["agreement"] == "fixed_share"
+    assert v["verdict"] == "PASS", v["reasons"]
+    assert [r["tolerance"] for r in check["evidence"]["reruns"]] == pytest.approx([0.10, 0.10])
+    assert [r["state"] for r in check["evidence"]["reruns"]] == ["agrees", "agrees"]
 
 
 @pytest.mark.parametrize("kind", ["unhealthy", "aborted"])
@@ -357,6 +431,9 @@ def test_speed_statistic_ci_lower_is_stricter_than_point(tmp_path):
         b.accuracy_cells()
         results[statistic] = write_verdict(b.root)
     assert bar(results["point"], "pass.speed")["status"] == "pass"
+    assert results["point"]["verdict"] == "PASS", results["point"]["reasons"]
+    assert results["ci_lower"]["verdict"] == "FAIL"
+    assert results["ci_lower"]["reasons"] == ["failed: pass.speed"]
     strict = bar(results["ci_lower"], "pass.speed")
     assert strict["status"] == "fail"
     fig = strict["evidence"]["tasks"]["chat"]["figures"][2]
@@ -418,7 +495,9 @@ def test_mmlu_judges_every_per_task_best_drafter_not_the_pooled_one(tmp_path):
 def test_mmlu_is_incomplete_while_a_speed_tasks_best_is_undetermined(tmp_path):
     b = RunBuilder(tmp_path).full_passing_run()
     b.speed("vllm-ngram", "gsm8k", 2, BASE_SPEED * 2.4, valid=False)
-    mmlu = bar(write_verdict(b.root), "pass.accuracy")["evidence"]["tasks"]["mmlu"]
+    v = write_verdict(b.root)
+    assert v["verdict"] == "INCOMPLETE"
+    mmlu = bar(v, "pass.accuracy")["evidence"]["tasks"]["mmlu"]
     assert mmlu["status"] == "incomplete" and mmlu["judged"] is None
     assert mmlu["missing"] == ["vllm-ngram/gsm8k c=2: invalid"]
 
@@ -534,3 +613,33 @@ def test_degenerate_bootstrap_gives_the_point_as_its_interval(tmp_path, n):
     assert row["status"] == "ok" and row["n_drafter"] == n
     assert row["speedup"] == row["ci_lower"] == row["ci_upper"] == pytest.approx(2.5)
     assert judge_stop(b.root, b.study).fired is False
+
+
+# --- sessions along the knee's curve -------------------------------------------------
+
+
+@pytest.mark.parametrize("sessions_for", ["pass_cells", "speed_cells"])
+def test_the_knee_says_when_its_curve_mixes_two_kinds_of_interval(tmp_path, sessions_for):
+    """Three sessions at the pass levels alone leave c = 8 and 16 with one session's
+    interval: the knee is located where the two kinds meet, and its note says so. With
+    every level in sessions the curve is one kind and the note is plain."""
+    b = RunBuilder(tmp_path, study_dict(sessions=3, sessions_for=sessions_for))
+    b.speed_cells()
+    b.identity_cells()
+    b.accuracy_cells()
+    v = write_verdict(b.root)
+    assert v["verdict"] == "PASS", v["reasons"]
+    knee = next(k for k in bar(v, "pass.knee")["evidence"]["knees"]
+                if (k["arm"], k["task"]) == ("sglang-dflash", "chat"))
+    assert knee["status"] == "located" and (knee["bracket_low"], knee["bracket_high"]) == (8, 16)
+    sp = analyse(b.root).speedups
+    row = sp[(sp["arm"] == "sglang-dflash") & (sp["task"] == "chat")].set_index("concurrency")
+    if sessions_for == "pass_cells":
+        assert row["interval_method"].tolist() == ["t_sessions"] * 3 + ["within"] * 2
+        assert knee["note"].endswith("; intervals of two kinds along the curve"
+                                     " (t_sessions at c=1/2/4, within at c=8/16)")
+    else:
+        assert row["interval_method"].tolist() == ["t_sessions"] * 5
+        assert "two kinds" not in knee["note"]
+        # The t interval over the sessions' paired ratios (drafter +-3 %, baseline +-2 %).
+        assert row.loc[8, "ci_lower"] < 1.6 * 0.95 and row.loc[8, "ci_upper"] > 1.6 * 1.05

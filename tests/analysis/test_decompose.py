@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from harness.analysis.decompose import decompose, factor_shift, request_rounds
+from harness.analysis.intervals import draw_pair, session_ratio, session_units
 from harness.analysis.load import CellData
-from harness.analysis.speedup import bootstrap_draws
 from harness.prereg.schema import Intervals
 from harness.records import RequestRecord
 
@@ -33,8 +33,7 @@ def cell(cell_id: str, shapes: list[tuple[int, float]]) -> CellData:
 
 
 def split(d: CellData, b: CellData, speedup: float, tolerance: float = 0.05) -> dict:
-    draws = bootstrap_draws(len(d.requests), len(b.requests), INTERVALS, "k")
-    return decompose(d, b, INTERVALS, speedup, draws, tolerance)
+    return decompose([d], [b], INTERVALS, speedup, tolerance)
 
 
 def test_a_request_is_split_into_tokens_per_round_and_round_time():
@@ -124,3 +123,40 @@ def test_the_formula_predicts_from_the_roofline_and_the_engine_counters():
     assert cost == pytest.approx((3 * 0.2 + 5.12) / 2.0)
     # n-gram has no draft weights: the round costs the verification alone.
     assert predicted(study, "vllm-ngram", 1, 2.0) == pytest.approx((2.0, 1.0))
+
+
+def test_the_split_over_sessions_takes_the_speedups_own_draws_and_rule():
+    """Three paired sessions whose drafter rounds cost 12, 13 and 11 ms (the baseline's
+    steps 10 ms): with requests alike within a session, each session's explained speedup
+    is its measured one (odd request counts: a median of 1/x is 1/median), so the split's
+    interval is the speedup's own, t rule included."""
+    rng = np.random.default_rng(2)
+
+    def session(name: str, tpr: int, rt: float, s: int) -> CellData:
+        c = cell(f"{name}/chat/speed/c001" + (f"/s{s}" if s > 1 else ""),
+                 [(tpr, rt * f) for f in rng.normal(1.0, 0.02, size=13)])
+        for i, r in enumerate(c.requests):
+            r.user = i % 3  # three users: the unit the draws resample
+        return c
+
+    d = [session("drafter", 3, rt, s) for s, rt in enumerate((0.012, 0.013, 0.011), 1)]
+    b = [session("base", 1, 0.010, s) for s in (1, 2, 3)]
+    units = ([session_units(c) for c in d], [session_units(c) for c in b])
+    draws = draw_pair(*units, INTERVALS, "k")
+    ratio = session_ratio(*units, INTERVALS, "k", draws)
+    assert ratio.method == "t_sessions" and draws.method == "t_sessions"
+    row = decompose(d, b, INTERVALS, ratio.point, 0.05, units, draws)
+    assert row["explained_speedup_ci_lower"] == pytest.approx(ratio.ci_lower, rel=1e-6)
+    assert row["explained_speedup_ci_upper"] == pytest.approx(ratio.ci_upper, rel=1e-6)
+    # The baseline's steps agree across sessions; the drafter's rounds do not: the round
+    # cost's interval spans the sessions' 1.1-1.3.
+    assert row["round_cost_ratio_ci_lower"] < 1.1 < 1.3 < row["round_cost_ratio_ci_upper"]
+    assert row["tokens_per_round"] == 3.0 and row["decomposition_flag"] is False
+    # The same sessions under the two-level bootstrap: the same session draws too.
+    boot = INTERVALS.model_copy(update={"method": "bootstrap"})
+    draws = draw_pair(*units, boot, "k")
+    ratio = session_ratio(*units, boot, "k", draws)
+    row = decompose(d, b, boot, ratio.point, 0.05, units, draws)
+    assert ratio.method == "bootstrap"
+    assert row["explained_speedup_ci_lower"] == pytest.approx(ratio.ci_lower, rel=0.01)
+    assert row["explained_speedup_ci_upper"] == pytest.approx(ratio.ci_upper, rel=0.01)

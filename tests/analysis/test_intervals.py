@@ -129,10 +129,11 @@ def test_spread_and_caveats():
     assert session_spread([90.0, 100.0, 110.0]) == pytest.approx(0.2)
     assert session_spread([100.0]) is None
     assert interval_caveat(3, 24, 30) is None
-    assert interval_caveat(1, 64, 64) == "one session"
+    one = "one session (session variation not in the interval)"
+    assert interval_caveat(1, 64, 64) == one
     assert interval_caveat(3, 19, 30) == ("fewer than 20 measured requests"
                                           " (drafter 19, baseline 30)")
-    assert interval_caveat(1, 8, 8) == ("one session; fewer than 20 measured requests"
+    assert interval_caveat(1, 8, 8) == (f"{one}; fewer than 20 measured requests"
                                         " (drafter 8, baseline 8)")
 
 
@@ -143,12 +144,17 @@ def test_stop_bar_waits_for_every_session_and_the_table_pairs_them(tmp_path):
     from harness.analysis.load import load_run
     from harness.analysis.speedup import speedup_table
 
-    from .runfolder import BASE_SPEED, PASSING_SPEEDUPS, RunBuilder, study_dict
+    from .runfolder import BASE_SPEED, LEVELS, PASSING_SPEEDUPS, RunBuilder, study_dict
 
     study = study_dict()
     study["recording"] = {"sessions": 2}
     b = RunBuilder(tmp_path, study)
-    b.speed_cells()
+    for task in ("chat", "gsm8k"):  # session 1 alone, every arm at its figure
+        for c in LEVELS:
+            for arm in ("vllm-base", "sglang-base"):
+                b.speed(arm, task, c, BASE_SPEED)
+            for arm, by_c in PASSING_SPEEDUPS.items():
+                b.speed(arm, task, c, BASE_SPEED * by_c[c])
     waiting = judge_stop(b.root)
     assert waiting.fired is None
     missing = {c["cell"] for c in waiting.evidence["not_judgeable"]}
@@ -170,5 +176,49 @@ def test_stop_bar_waits_for_every_session_and_the_table_pairs_them(tmp_path):
     assert row["session_spread_drafter"] == pytest.approx(0.2 / 0.9, rel=1e-3)
     assert row["ci_lower"] < row["ci_lower_within"]
     once = sp.loc[("sglang-dflash", "chat", 8)]
-    assert once["sessions"] == 1 and once["interval_caveat"] == "one session"
-    assert once["ci_lower"] == once["ci_lower_within"]
+    assert once["sessions"] == 1 and once["interval_caveat"].startswith("one session (")
+    assert once["ci_lower"] == once["ci_lower_within"] and once["interval_method"] == "within"
+    assert row["interval_method"] == "t_sessions"
+
+
+def test_t_quantiles_match_the_tables():
+    from harness.analysis.intervals import t_quantile
+
+    # Two-sided 95 %: 12.706 (df 1), 4.303 (2), 2.776 (4), 2.228 (10), 2.042 (30); 90 % df 2.
+    got = [round(t_quantile(0.95, df), 3) for df in (1, 2, 4, 10, 30)]
+    assert got == [12.706, 4.303, 2.776, 2.228, 2.042]
+    assert round(t_quantile(0.90, 2), 3) == 2.920 and round(t_quantile(0.99, 4), 3) == 4.604
+    assert abs(t_quantile(0.95, 2000) - 1.960) < 0.002  # the normal's, far out
+
+
+def test_three_sessions_take_a_t_interval_on_their_log_ratios():
+    rng = np.random.default_rng(6)
+    drafter = _sessions(rng, 150.0, [1.05, 0.97, 1.0])
+    baseline = _sessions(rng, 100.0, [0.98, 1.02, 1.0])
+    r = session_ratio(drafter, baseline, IV, key="k")
+    assert r.method == "t_sessions"
+    logs = np.log(np.array(r.speeds_drafter) / np.array(r.speeds_baseline))
+    half = 4.302653 * logs.std(ddof=1) / np.sqrt(3)
+    assert r.ci_lower == pytest.approx(np.exp(logs.mean() - half), rel=1e-5)
+    assert r.ci_upper == pytest.approx(np.exp(logs.mean() + half), rel=1e-5)
+    # The registered bootstrap reading gives the old two-level interval, narrower here.
+    boot = session_ratio(drafter, baseline, IV.model_copy(update={"method": "bootstrap"}), "k")
+    assert boot.method == "bootstrap" and boot.ci_upper - boot.ci_lower < r.ci_upper - r.ci_lower
+    assert (boot.within_lower, boot.within_upper) != (None, None)
+    # auto turns to the bootstrap only from 30 sessions.
+    from harness.analysis.intervals import BOOTSTRAP_FROM_SESSIONS, interval_method
+
+    assert BOOTSTRAP_FROM_SESSIONS == 30
+    assert [interval_method(IV, n) for n in (1, 2, 29, 30)] == [
+        "within", "t_sessions", "t_sessions", "bootstrap"]
+    t_only = IV.model_copy(update={"method": "t_sessions"})
+    assert interval_method(t_only, 40) == "t_sessions" and interval_method(t_only, 1) == "within"
+
+
+def test_another_figure_of_the_same_requests_is_read_under_the_same_units():
+    u = session_units(cell([10, 20, 11, 21, 12, 22], users=2))
+    # A figure per request in time order (rows 0..5), NaN where a request has none.
+    other = u.with_values(np.array([5.0, 1.0, 4.0, np.nan, 3.0, 2.0]))
+    assert other.values.tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert other.unit_of.tolist() == [1, 1, 0, 0, 0]  # user 1 sent rows 1 and 5
+    assert other.n_units == 2

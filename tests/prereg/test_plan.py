@@ -46,10 +46,12 @@ def test_registered_plan_has_every_cell_low_concurrency_first():
     c64 = next(c for c in speed if c.concurrency == 64)
     assert c64.requests == 512 and c64.warmup == 64
     assert len({c.id for c in cells}) == len(cells)
-    # The pass-bar cells (c = 1, 2, 4) are measured in 3 sessions each (the registration).
+    # Every closed-loop speed cell is measured in 3 sessions (the registration:
+    # sessions_for speed_cells, so the knee's curve has one kind of interval).
     again = [c for c in cells if c.session is not None]
     assert {(c.arm, c.task, c.concurrency, c.session) for c in again} == {
-        (a, t, c, s) for a in arms for t in speed_tasks for c in (1, 2, 4) for s in (1, 2, 3)}
+        (a, t, c, s) for a in arms for t in speed_tasks for c in (1, 2, 4, 8, 16, 32, 64)
+        for s in (1, 2, 3)}
 
 
 def test_estimate_follows_the_roofline():
@@ -71,10 +73,10 @@ def test_estimate_follows_the_roofline():
 def test_plan_command_prints_cells_and_estimate(capsys):
     assert main(["plan", str(ROOT / "prereg.yaml")]) == 0
     out = capsys.readouterr().out
-    # 105 speed cells, and the 45 at the pass bar's levels twice more (3 sessions each).
-    assert "250 cells" in out and "195 speed" in out
+    # 105 speed cells, each twice more (3 sessions each: sessions_for speed_cells).
+    assert "370 cells" in out and "315 speed" in out
     assert re.search(r"estimated GPU time: [\d.]+ h", out)
-    assert ("45 cells (pass_cells) are measured in 3 sessions each" in " ".join(out.split()))
+    assert ("105 cells (speed_cells) are measured in 3 sessions each" in " ".join(out.split()))
     assert "an estimate, not a measurement" in out
 
 
@@ -149,12 +151,12 @@ def test_tables_stay_whole_in_a_narrow_pipe_and_come_as_csv_or_json(capsys, monk
     # For scripts: CSV with one row per cell, JSON with the estimate beside the cells.
     assert main(["plan", str(ROOT / "prereg.yaml"), "--format", "csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
-    assert len(rows) == 250 and rows[0] == {
+    assert len(rows) == 370 and rows[0] == {
         "#": "1", "stage": "1", "session": "", "arm": "vllm-base", "task": "chat",
         "cell": "identity", "load": "closed c=1", "requests": "32", "warmup": "0"}
     assert main(["plan", str(ROOT / "prereg.yaml"), "--format", "json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert len(plan["cells"]) == 250 and plan["estimated_gpu_seconds"] > 3600
+    assert len(plan["cells"]) == 370 and plan["estimated_gpu_seconds"] > 3600
     assert main(["validate", str(ROOT / "prereg.yaml"), "--format", "json"]) == 0
     study = json.loads(capsys.readouterr().out)
     assert [a["arm"] for a in study["arms"]] == [
