@@ -18,10 +18,17 @@ def prompts(n: int = 5, max_tokens: int = 16) -> list[RequestSpec]:
 
 
 def run(base_url: str, pattern, *, requests: list[RequestSpec] | None = None,
-        **kwargs) -> tuple[CellOutcome, list[RequestRecord]]:
+        on_record=None, **kwargs) -> tuple[CellOutcome, list[RequestRecord]]:
+    """Run one cell; on_record, if given, also sees each record as the driver hands it over."""
     records: list[RequestRecord] = []
+
+    def keep(rec: RequestRecord) -> None:
+        records.append(rec)
+        if on_record is not None:
+            on_record(rec)
+
     outcome = asyncio.run(run_cell(
         base_url=base_url, model="scripted", requests=requests or prompts(), pattern=pattern,
         sampling={"temperature": 0.0, "seed": 0}, extra_body={}, cell_id="cell",
-        attempt=1, on_record=records.append, **kwargs))
+        attempt=1, on_record=keep, **kwargs))
     return outcome, records

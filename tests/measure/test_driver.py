@@ -17,6 +17,7 @@ from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.requests import RequestSpec
 from harness.measure.stamp_bounds import stamp_bounds
 from harness.measure.usable import unusable_reason
+from harness.records import RequestRecord
 from harness.testengine.server import serve_in_thread
 from harness.testengine.spec import FailureInjection, ScriptedEngineSpec
 
@@ -52,15 +53,19 @@ def test_closed_loop_records_every_request_in_registered_order() -> None:
 
 
 def test_records_reach_on_record_while_the_cell_runs() -> None:
-    seen: list[tuple[float, float]] = []
+    handed: list[tuple[float, RequestRecord]] = []  # (when on_record got it, the record)
     with serve_in_thread(ScriptedEngineSpec(**FAST)) as eng:
-        _, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=4))
-        for r in records:
-            seen.append((r.end_t, r.index))
-    # Handed over one by one, each after its own end and before the next was sent.
-    ends = [t for t, _ in sorted(seen, key=lambda x: x[1])]
-    sends = [r.sent_t for r in sorted(records, key=lambda r: r.index)]
-    assert all(end <= nxt for end, nxt in zip(ends, sends[1:], strict=False))
+        _, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=4),
+                         on_record=lambda r: handed.append((time.monotonic(), r)))
+    # Handed over one by one while the cell ran, not in a batch once it was over: each
+    # after its own end and before the next request ended. And, by design (driver.py:
+    # parsing waits for the loop's next turn), after the user sent its next request, so
+    # the client's work does not sit between one request and the next.
+    assert [r.index for _, r in handed] == [r.index for r in records] == [0, 1, 2, 3]
+    for (at, rec), (_, nxt) in zip(handed, handed[1:], strict=False):
+        assert rec.end_t <= nxt.sent_t <= at <= nxt.end_t, (rec.index, rec.end_t, nxt.sent_t,
+                                                           at, nxt.end_t)
+    assert handed[-1][1].end_t <= handed[-1][0]
 
 
 def test_the_heap_alive_at_the_first_cell_is_set_aside_from_the_collector_once(

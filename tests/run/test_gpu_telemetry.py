@@ -45,6 +45,10 @@ def study(tmp_path: Path, gpu_throttle: str) -> Path:
     data["tasks"][0]["uses"] = ["speed"]
     data["bars"]["pass"]["identity"] = None
     data["bars"]["pass"]["knee"] = {"required": False}
+    # The speed bar at one and two users, where the scripted drafter's ~3x stands far from
+    # the 2x bar whatever this machine's load: at four users the scripted engine is
+    # CPU-bound on 2 cores and its speedup moves with the load. So the verdict is PASS.
+    data["bars"]["pass"]["speed"] = {"threshold": 2.0, "concurrencies": [1, 2]}
     # No cell is remeasured for client lag here, whatever the machine's load. The smoke
     # stage is off (it samples no GPU, and no test here reads it): one engine start less.
     data["recording"] = {**data["recording"], "lag_limit_p99_ms": 10_000,
@@ -127,16 +131,15 @@ def test_telemetry_is_recorded_per_cell_and_a_throttled_cell_is_flagged(results,
     # ... only flagged: measured once and used by the bars.
     assert [a["status"] for a in cell_json(run, FIRST)["attempts"]] == ["complete"]
 
-    # The verdict's PASS or FAIL moves with this machine's load (c=4 is CPU-bound on the
-    # scripted engine); what telemetry decides is that every cell is used.
+    # Every cell used, the throttled one flagged beside its figure: the verdict stands.
     verdict = verdict_of(run)
-    assert verdict["excluded_cells"] == [] and verdict["verdict"] in ("PASS", "FAIL")
+    assert verdict["excluded_cells"] == [] and verdict["verdict"] == "PASS", verdict["reasons"]
     assert verdict["gpu_throttle_policy"] == "flag"
     assert [(c["cell"], c["reasons"], c["throttled_samples"])
             for c in verdict["gpu_throttled_cells"]] == [(FIRST, ["sw_power_cap"], 2)]
     speed = next(b for b in verdict["bars"] if b["name"] == "pass.speed")
     figures = {f["concurrency"]: f for f in speed["evidence"]["tasks"]["chat"]["figures"]}
-    assert {c: f["gpu_throttled"] for c, f in figures.items()} == {1: [FIRST], 2: [], 4: []}
+    assert {c: f["gpu_throttled"] for c, f in figures.items()} == {1: [FIRST], 2: []}
     assert figures[1]["baseline_cell"] == FIRST and figures[1]["speedup"] > 1  # still used
     assert f"chat: measured while the GPU throttled: {FIRST}" in speed["summary"]
 
@@ -165,7 +168,7 @@ def test_under_remeasure_a_throttled_cell_is_measured_again(results, tmp_path):
     for cell in cells.index.drop(FIRST):  # no other cell throttled, none remeasured
         assert [a["status"] for a in cell_json(run, cell)["attempts"]] == ["complete"], cell
     verdict = verdict_of(run)
-    assert verdict["verdict"] in ("PASS", "FAIL"), verdict["reasons"]  # see the test above
+    assert verdict["verdict"] == "PASS", verdict["reasons"]
     assert verdict["gpu_throttle_policy"] == "remeasure"
     assert verdict["gpu_throttled_cells"] == [] and verdict["excluded_cells"] == []
 
@@ -185,7 +188,7 @@ def test_a_host_without_nvml_records_no_gpu_telemetry_once_and_runs_cleanly(resu
     assert (cells["status"] == "complete").all() and (cells["gpu_samples"] == 0).all()
     assert cells["gpu_throttled"].isna().all()  # not known, which is not "not throttled"
     verdict = verdict_of(run)
-    assert verdict["verdict"] in ("PASS", "FAIL") and verdict["excluded_cells"] == []
+    assert verdict["verdict"] == "PASS" and verdict["excluded_cells"] == [], verdict["reasons"]
     assert verdict["gpu_throttled_cells"] == []
     text = pdf_text(tmp_path / "reports" / f"{run.name}.pdf")
     page = text.index("GPU telemetry NVML, sampled")  # the telemetry page says why it is empty
