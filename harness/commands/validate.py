@@ -83,12 +83,14 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"tasks: {tasks}")
     b = study.bars
     sp = b.pass_.speed
+    spread = " or the sessions' spread" if b.check.agreement == "session_spread" else ""
     console.print(
         f"bars: pass speedup >= {sp.threshold:g} at c in {sp.concurrencies} ({sp.statistic},"
         f" best drafter {sp.best_drafter}, {sp.require});"
         f" stop < {b.stop.threshold:g} at c in {b.stop.concurrencies} ({b.stop.fires_when});"
         f" check > {b.check.threshold:g} -> {b.check.action} (agree within"
-        f" {b.check.agree_within:.0%})"
+        f" {b.check.agree_within:.0%}"
+        f"{spread})"
     )
     if loaded.arm_files:
         console.print("arm files: " + ", ".join(str(p) for p in loaded.arm_files.values()))
