@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,37 +32,6 @@ from harness.analysis.intervals import (
 )
 from harness.analysis.load import CellData, RunData
 from harness.measure.throttle import gpu_throttle
-from harness.prereg.schema import Intervals
-
-
-@dataclass(frozen=True)
-class Ratio:
-    point: float
-    ci_lower: float
-    ci_upper: float
-
-
-def bootstrap_draws(n_drafter: int, n_baseline: int, intervals: Intervals,
-                    key: str = "") -> tuple[np.ndarray, np.ndarray]:
-    """The resamples' request indices into each arm's requests, one row a resample
-    (bootstrap_ratio's: independent requests, for bare speeds without records)."""
-    rng = np.random.default_rng([intervals.seed, zlib.crc32(key.encode())])
-    b = intervals.bootstrap_resamples
-    return (rng.integers(0, n_drafter, size=(b, n_drafter)),
-            rng.integers(0, n_baseline, size=(b, n_baseline)))
-
-
-def bootstrap_ratio(drafter: np.ndarray, baseline: np.ndarray, intervals: Intervals,
-                    key: str = "") -> Ratio:
-    """Ratio of medians with a percentile bootstrap interval at intervals.level."""
-    point = float(np.median(drafter) / np.median(baseline))
-    d_idx, s_idx = bootstrap_draws(len(drafter), len(baseline), intervals, key)
-    d = np.median(drafter[d_idx], axis=1)
-    s = np.median(baseline[s_idx], axis=1)
-    ratios = d / s
-    tail = (1.0 - intervals.level) / 2.0 * 100.0
-    lo, hi = np.percentile(ratios, [tail, 100.0 - tail])
-    return Ratio(point, float(lo), float(hi))
 
 
 def pair_key(drafter: CellData, baseline: CellData) -> str:

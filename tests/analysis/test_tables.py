@@ -11,7 +11,7 @@ import pytest
 
 from harness.analysis import analyse, locate_knee, open_loop_reference_rps, write_tables
 from harness.analysis.identity import first_divergence, first_word_divergence
-from harness.analysis.speedup import bootstrap_ratio
+from harness.analysis.intervals import Units, session_ratio
 from harness.errors import InputError
 from harness.prereg.schema import Intervals
 from harness.records import RequestSpeculation
@@ -76,14 +76,18 @@ def test_a_gain_left_at_the_top_level_is_a_bound(tmp_path):
 
 def test_bootstrap_is_seeded_and_brackets_the_point():
     rng = np.random.default_rng(1)
-    d, s = rng.normal(80, 8, 64), rng.normal(40, 4, 64)
+
+    def units(values: np.ndarray) -> Units:  # one session, each request its own unit
+        return Units(np.sort(values), np.arange(len(values)), len(values), "request")
+
+    d, s = units(rng.normal(80, 8, 64)), units(rng.normal(40, 4, 64))
     iv = Intervals(level=0.95, bootstrap_resamples=500, seed=3)
-    one, two = bootstrap_ratio(d, s, iv, "k"), bootstrap_ratio(d, s, iv, "k")
-    assert one == two
+    one, two = session_ratio([d], [s], iv, "k"), session_ratio([d], [s], iv, "k")
+    assert one == two and one.method == "within"
     assert one.ci_lower < one.point < one.ci_upper
-    other = bootstrap_ratio(d, s, Intervals(level=0.95, bootstrap_resamples=500, seed=4), "k")
+    other = session_ratio([d], [s], Intervals(level=0.95, bootstrap_resamples=500, seed=4), "k")
     assert other.ci_lower != one.ci_lower
-    wider = bootstrap_ratio(d, s, Intervals(level=0.99, bootstrap_resamples=500, seed=3), "k")
+    wider = session_ratio([d], [s], Intervals(level=0.99, bootstrap_resamples=500, seed=3), "k")
     assert wider.ci_upper - wider.ci_lower > one.ci_upper - one.ci_lower
 
 
