@@ -13,10 +13,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.testengine.spec import ScriptedEngineSpec
+from harness.workloads.kinds import SCORED_KINDS, TaskKind
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", max_length=64)]
 EngineName = Literal["vllm", "sglang", "vllm-cpu", "scripted"]
-TaskKind = Literal["chat", "gsm8k", "humaneval", "mmlu"]
 TaskUse = Literal["speed", "accuracy", "identity"]
 Positive = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -276,8 +276,10 @@ class TaskSpec(Strict):
 
     @model_validator(mode="after")
     def _scorable(self) -> TaskSpec:
-        if "accuracy" in self.uses and self.kind == "chat":
-            raise ValueError("chat has no correctness scorer; it cannot have the accuracy use")
+        if "accuracy" in self.uses and self.kind not in SCORED_KINDS:
+            raise ValueError(
+                f"{self.kind} has no correctness scorer; it cannot have the accuracy use"
+            )
         return self
 
 
@@ -311,7 +313,7 @@ class Recording(Strict):
     min_delivered_share: Annotated[float, Field(gt=0, le=1)] = 0.97
     # A closed-loop speed cell is invalid when more than this share of its measured
     # requests arrived in bursts: most tokens from several steps under one stamp (one
-    # drafter round of up to k + 1 tokens is one step: harness/measure/bursts.py).
+    # drafter round of up to k + 1 tokens is one step: harness/derived/bursts.py).
     max_burst_share: Annotated[float, Field(ge=0, le=1)] = 0.10
     # Engines kept up at once, each arm's reused until the least recently used must go.
     # 1 on a GPU (one engine holds the GPU); a CPU study may keep its arms' engines up
@@ -320,10 +322,10 @@ class Recording(Strict):
     error_rate_limit: Annotated[float, Field(ge=0, le=1)] | None = 0.05
     request_timeout_s: Positive = 600.0
     # Extra attempts at a cell whose engine died or that measured nothing usable
-    # (harness/measure/usable.py); a resume counts the attempts already made.
+    # (harness/derived/usable.py); a resume counts the attempts already made.
     cell_retries: Annotated[int, Field(ge=0)] = 2
     # A cell during which the GPU throttled for power, heat or a hardware slowdown
-    # (NVML, sampled with the metrics: harness/measure/throttle.py) is flagged in the
+    # (NVML, sampled with the metrics: harness/derived/throttle.py) is flagged in the
     # cell table, the bar evidence and the report; `remeasure` also measures a timed
     # (speed, open-loop) cell again within cell_retries, like any unusable cell.
     gpu_throttle: Literal["flag", "remeasure"] = "flag"

@@ -15,28 +15,48 @@ Public API (the runner and the lead call exactly these):
 Item ids: ``chat:<question_id>``, ``gsm8k:<0-based line>``,
 ``humaneval:HumanEval/<n>``, ``mmlu:<subject>/<0-based row in its test csv>``.
 Chat (MT-Bench, first turn) has no correctness scorer: scoring it raises
-NoScorerError. HumanEval programs run in harness.workloads.sandbox.
+NoScorerError. HumanEval programs run in harness.workloads.sandbox. The task
+kinds are listed once, in harness.workloads.kinds; each task's extraction steps
+are declared in its task.yaml and run by harness.workloads.steps.
 """
 
-from harness.workloads.data import (
-    DataIntegrityError,
-    HubSource,
-    Item,
-    data_digests,
-    load_items,
-    provenance,
-    subset_items,
-)
-from harness.workloads.scoring import (
-    SCORED_KINDS,
-    ItemScore,
-    NoScorerError,
-    score_item,
-    score_items,
-    summarize,
-)
-from harness.workloads.stats import PairedComparison, paired_comparison, wilson_interval
-from harness.workloads.templates import TASK_KINDS
+from importlib import import_module
+
+# Loaded on first use (PEP 562), so that importing harness.workloads.kinds (the
+# study schema does) does not load the data, scoring and sandbox code.
+_EXPORTS = {
+    "DataIntegrityError": "data",
+    "HubSource": "data",
+    "Item": "data",
+    "data_digests": "data",
+    "load_items": "data",
+    "provenance": "data",
+    "subset_items": "data",
+    "ItemScore": "scoring",
+    "NoScorerError": "scoring",
+    "score_item": "scoring",
+    "score_items": "scoring",
+    "summarize": "scoring",
+    "PairedComparison": "stats",
+    "paired_comparison": "stats",
+    "wilson_interval": "stats",
+    "SCORED_KINDS": "kinds",
+    "TASK_KINDS": "kinds",
+}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "SCORED_KINDS",

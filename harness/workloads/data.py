@@ -22,7 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 from harness import paths
 from harness.errors import SpecbenchError
 from harness.workloads.extract import gsm8k_gold
-from harness.workloads.templates import TASK_KINDS, TaskSpec, load_task
+from harness.workloads.kinds import TASK_KINDS, per_kind
+from harness.workloads.templates import TaskSpec, load_task
 
 # The registered MMLU draw (also in workloads/mmlu/PROVENANCE.json and
 # workloads/mmlu/draw_sample.py; a test checks the three agree).
@@ -306,12 +307,12 @@ def _mmlu_order(item: Item) -> tuple[str, int]:
     return (subject, int(row))
 
 
-_BUILDERS = {
+_BUILDERS = per_kind({
     "chat": _items_chat,
     "gsm8k": _items_gsm8k,
     "humaneval": _items_humaneval,
     "mmlu": _items_mmlu,
-}
+}, "harness/workloads/data.py item builders")
 
 
 def subset_items(items: list[Item], n: int, seed: int = 0) -> list[Item]:

@@ -1,7 +1,10 @@
-"""Answer extraction from model replies: the 'filters' of each task's scorer.
+"""Answer extraction from model replies: the pieces each task's scorer is built from.
 
-Every function here is pure and total: it never raises on odd text, and
-returns None (or the whole reply, for code) when nothing matches.
+Which pieces a task uses, in which order, is declared in its
+``workloads/<kind>/task.yaml`` (``scorer.extract``) and run by
+harness/workloads/steps.py; the functions here are the pure, total text
+operations those named steps call. None of them raises on odd text; each returns
+None when nothing matches.
 
 Conventions (workloads/README.md; shared/datasets/README.md):
 
@@ -20,6 +23,9 @@ Conventions (workloads/README.md; shared/datasets/README.md):
   ("**Answer: (C)**"). The last match wins; no match is wrong.
 * HumanEval: the first fenced block labelled python/py/python3, else the first
   unlabelled fenced block, else the whole reply.
+
+These are the rules the declared steps (harness/workloads/steps.py) are built from;
+``harness.workloads.declared`` runs a task's declared steps on one reply.
 """
 
 from __future__ import annotations
@@ -85,7 +91,7 @@ def _to_fraction(token: str) -> Fraction | None:
         return None
 
 
-def _fmt(value: Fraction) -> str:
+def format_number(value: Fraction) -> str:
     """Canonical text of a number: integer, terminating decimal, or a/b."""
     if value.denominator == 1:
         return str(value.numerator)
@@ -129,32 +135,29 @@ def normalize_number(text: str) -> Fraction | None:
     return _to_fraction(nums[-1])
 
 
-def extract_gsm8k(response: str) -> tuple[str | None, str]:
-    """(extracted number as text, rule used). Rule: boxed, answer-phrase, last-number, none."""
-    text = strip_think(response)
-    boxed = last_boxed(text)
-    if boxed is not None:
-        value = normalize_number(boxed)
-        if value is not None:
-            return _fmt(value), "boxed"
-    phrase_value = None
+def answer_phrase_number(text: str) -> str | None:
+    """The number after the last "answer is" / "answer:" / "answer =" (within 80
+    characters, LaTeX and currency marks skipped) whose value can be read; None if none."""
+    found = None
     for m in _ANSWER_PHRASE.finditer(text):
         tail = text[m.end() : m.end() + 80]
         tail = tail.replace("{,}", "").replace("\\$", "$").replace("\u2212", "-")
         nm = _PHRASE_NUMBER.match(tail)
         if nm:
-            v = normalize_number(nm.group(1).replace(" ", ""))
-            if v is not None:
-                phrase_value = v
-    if phrase_value is not None:
-        return _fmt(phrase_value), "answer-phrase"
+            token = nm.group(1).replace(" ", "")
+            if normalize_number(token) is not None:
+                found = token
+    return found
+
+
+def last_number_token(text: str) -> str | None:
+    """The last number in the text (``{,}`` separators removed, Unicode minus read
+    as '-'), as written; None if there is none."""
     cleaned = text.replace("{,}", "").replace("\u2212", "-")
     nums = _NUMBER.findall(cleaned)
-    if nums:
-        value = _to_fraction(nums[-1])
-        if value is not None:
-            return _fmt(value), "last-number"
-    return None, "none"
+    if nums and _to_fraction(nums[-1]) is not None:
+        return nums[-1]
+    return None
 
 
 def gsm8k_gold(answer_field: str) -> str:
@@ -178,16 +181,10 @@ def gsm8k_equal(extracted: str | None, gold: str) -> bool:
 
 # --------------------------------------------------------------------------- MMLU
 
+# The pattern mmlu/task.yaml's `regex` step declares (a test checks the two agree).
 MMLU_ANSWER = re.compile(
     r"(?i:answer)[ \t]*:[ \t]*(?:\*\*)?[ \t]*\$?\(?([A-D])\)?\$?(?![A-Za-z0-9])"
 )
-
-
-def extract_mmlu(response: str) -> str | None:
-    """The letter of the last 'Answer: X' line, or None."""
-    text = strip_think(response)
-    found = MMLU_ANSWER.findall(text)
-    return found[-1] if found else None
 
 
 # --------------------------------------------------------------------------- code
@@ -195,19 +192,13 @@ def extract_mmlu(response: str) -> str | None:
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
-def extract_code(response: str) -> str:
-    """First ```python block, else first unlabelled block, else the whole reply."""
-    text = strip_think(response)
-    unlabelled = None
+def fenced_block(text: str, languages: tuple[str, ...]) -> str | None:
+    """Body of the first fenced block whose language tag (lower-cased; '' when it has
+    none) is one of `languages`; an unclosed fence runs to the end. None if none."""
     for m in _FENCE.finditer(text):
-        lang = m.group(1).lower()
-        if lang in ("python", "py", "python3"):
+        if m.group(1).lower() in languages:
             return m.group(2)
-        if lang == "" and unlabelled is None:
-            unlabelled = m.group(2)
-    if unlabelled is not None:
-        return unlabelled
-    return text
+    return None
 
 
 def defines_function(code: str, name: str) -> bool:

@@ -1,22 +1,20 @@
-"""Per-item scorers and the accuracy summary (the runner and `specbench score` share these)."""
+"""Per-item scorers and the accuracy summary (the runner and `specbench score` share these).
+
+The answer (or code) is read from each reply by the extraction steps the task's
+task.yaml declares (harness/workloads/steps.py); the comparison with the gold
+answer is the code below.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
 from harness.workloads.data import Item
-from harness.workloads.extract import (
-    extract_code,
-    extract_gsm8k,
-    extract_mmlu,
-    gsm8k_equal,
-    humaneval_program,
-)
+from harness.workloads.extract import gsm8k_equal, humaneval_program
+from harness.workloads.kinds import SCORED_KINDS, TASK_KINDS
 from harness.workloads.sandbox import SandboxLimits, default_parallel, run_programs
 from harness.workloads.stats import wilson_interval
-from harness.workloads.templates import TASK_KINDS
-
-SCORED_KINDS = ("gsm8k", "humaneval", "mmlu")
+from harness.workloads.templates import TaskSpec, load_task
 
 
 class NoScorerError(ValueError):
@@ -51,23 +49,28 @@ def _check_item(kind: str, item: Item, response) -> None:
         raise TypeError(f"response for {item.id} must be a string, not {type(response).__name__}")
 
 
-def humaneval_program_for(item: Item, response: str) -> tuple[str, str]:
-    """(extracted code, full program to run) for a HumanEval response."""
+def humaneval_program_for(
+    item: Item, response: str, spec: TaskSpec | None = None
+) -> tuple[str, str]:
+    """(extracted code, full program to run) for a HumanEval response; `spec` is the
+    loaded humaneval task (loaded here when not given)."""
     ref = item.reference
-    code = extract_code(response)
+    code = (spec or load_task("humaneval")).extract_answer(response).value
+    code = "" if code is None else code
     return code, humaneval_program(ref["prompt"], code, ref["test"], ref["entry_point"])
 
 
-def _score_text(kind: str, item: Item, response: str) -> ItemScore:
+def _score_text(kind: str, spec: TaskSpec, item: Item, response: str) -> ItemScore:
     if kind == "gsm8k":
         gold = item.reference["answer"]
-        extracted, rule = extract_gsm8k(response)
+        found = spec.extract_answer(response)
+        extracted = found.value
         ok = gsm8k_equal(extracted, gold)
-        how = "no number found" if extracted is None else f"read by {rule}"
+        how = "no number found" if extracted is None else f"read by {found.rule}"
         return ItemScore(item.id, extracted, ok, f"{how}; gold {gold}")
     if kind == "mmlu":
         gold = item.reference["answer"]
-        letter = extract_mmlu(response)
+        letter = spec.extract_answer(response).value
         how = "no 'Answer: X' line" if letter is None else "read 'Answer: X'"
         return ItemScore(item.id, letter, letter == gold, f"{how}; gold {gold}")
     raise AssertionError(kind)
@@ -101,13 +104,16 @@ def score_items(
         )
     for rid, text in responses.items():
         _check_item(kind, items_by_id[rid], text)
+    spec = load_task(kind)
     if kind != "humaneval":
-        return [_score_text(kind, items_by_id[rid], text) for rid, text in responses.items()]
+        return [
+            _score_text(kind, spec, items_by_id[rid], text) for rid, text in responses.items()
+        ]
 
     ids = list(responses)
     codes, programs = [], []
     for rid in ids:
-        code, program = humaneval_program_for(items_by_id[rid], responses[rid])
+        code, program = humaneval_program_for(items_by_id[rid], responses[rid], spec)
         codes.append(code)
         programs.append(program)
     results = run_programs(

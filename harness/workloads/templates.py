@@ -1,9 +1,11 @@
 """Task definitions as data: workloads/<kind>/task.yaml (lm-evaluation-harness style).
 
 A task file declares the data files, the fields a prompt may use, the chat
-messages with ``{{ field }}`` placeholders, and the scorer. Rendering replaces
-each placeholder with the field's text and interprets nothing else, so a
-question containing braces, backslashes or ``{{`` is passed through verbatim.
+messages with ``{{ field }}`` placeholders, and the scorer with its extraction
+steps (named steps of harness/workloads/steps.py, which the scorer runs).
+Rendering replaces each placeholder with the field's text and interprets nothing
+else, so a question containing braces, backslashes or ``{{`` is passed through
+verbatim.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
 from harness import paths
+from harness.workloads.kinds import SCORED_KINDS, TASK_KINDS
+from harness.workloads.steps import Extraction, ScorerSection, StepCall, describe, run_steps
 
-TASK_KINDS = ("chat", "gsm8k", "humaneval", "mmlu")
+__all__ = ["TASK_KINDS", "TaskDefinitionError", "TaskSpec", "load_task", "task_path"]
 _ROLES = ("system", "user", "assistant")
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
@@ -35,6 +40,13 @@ class TaskSpec:
     messages: tuple[tuple[str, str], ...]  # (role, template)
     scorer: str | None
     hub_hint: dict | None = None  # default hub dataset/config/split for this task
+    extract: tuple[StepCall, ...] = ()  # scorer.extract: the declared extraction steps
+
+    def extract_answer(self, response: str) -> Extraction:
+        """Run the declared extraction steps on one reply."""
+        if self.scorer is None:
+            raise ValueError(f"{self.kind}: task.yaml declares no scorer to extract with")
+        return run_steps(self.extract, response)
 
     def render(self, fields: dict[str, str]) -> list[dict]:
         """OpenAI chat messages for one item's fields."""
@@ -91,8 +103,20 @@ def load_task(kind: str) -> TaskSpec:
             need(name in fields, f"messages[{i}] uses {{{{ {name} }}}}, not declared in 'fields'")
         rendered.append((role, content))
     need(rendered[-1][0] == "user", "the last message must be the user's")
-    scorer = (doc.get("scorer") or {}).get("name")
+    raw_scorer = doc.get("scorer") or {}
+    need(isinstance(raw_scorer, dict), "'scorer' must be a mapping")
+    try:
+        section = ScorerSection.model_validate(raw_scorer)
+    except ValidationError as err:
+        raise TaskDefinitionError(f"{path}: {describe(err, 'scorer')}") from None
+    scorer = section.name
     need(scorer in (None, kind), f"'scorer.name' must be {kind!r} or null")
+    if kind in SCORED_KINDS:
+        need(scorer == kind, f"'scorer.name' must be {kind!r} (a scored task kind)")
+        need(bool(section.extract), "'scorer.extract' must list the extraction steps")
+    else:
+        need(scorer is None, f"'scorer.name' must be null ({kind!r} has no correctness scorer)")
+        need(not section.extract, "'scorer.extract' is for scored tasks; this one has no scorer")
     return TaskSpec(
         kind=kind,
         path=path,
@@ -101,5 +125,6 @@ def load_task(kind: str) -> TaskSpec:
         fields=tuple(fields),
         messages=tuple(rendered),
         scorer=scorer,
+        extract=tuple(section.extract),
         hub_hint=data.get("hub_hint") if isinstance(data.get("hub_hint"), dict) else None,
     )

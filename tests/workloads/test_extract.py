@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from harness.workloads.declared import extract_code, extract_gsm8k, extract_mmlu
 from harness.workloads.extract import (
     MMLU_ANSWER,
     defines_function,
-    extract_code,
-    extract_gsm8k,
-    extract_mmlu,
     gsm8k_equal,
     gsm8k_gold,
     humaneval_program,
