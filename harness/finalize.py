@@ -46,3 +46,10 @@ def finalize_run(run_dir: str | Path, study: Study | None = None,
     verdict = write_verdict(analysis.run, analysis=analysis)
     done = FinishedRun(analysis, verdict, tables)
     return done.with_report(report) if report is not None else done
+
+
+def build_report(run_dir: str | Path, out_pdf: str | Path) -> Path:
+    """finalize_run with a report: tables, verdict.json and the PDF at out_pdf."""
+    done = finalize_run(run_dir, report=out_pdf)
+    assert done.report is not None
+    return done.report

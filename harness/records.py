@@ -216,7 +216,7 @@ class ClientHealth(RecordModel):
     turnaround_p99_ms: float | None = None
     turnaround_max_ms: float | None = None
     # Share of measured requests most of whose tokens shared one arrival stamp
-    # (measure.bursts), and the registered share above which the cell is invalid
+    # (harness.derived.bursts), and the registered share above which the cell is invalid
     # (None: not judged, as for cells that give no per-user speed).
     burst_share: float | None = None
     burst_limit: float | None = None
@@ -225,7 +225,7 @@ class ClientHealth(RecordModel):
     timing_judged: bool = True
     # The host over the cell (measure.host_cpu): the share of every CPU's time that went
     # to processes neither the engine's nor the harness's, and to the hypervisor (steal);
-    # a timed cell whose sum passes the registered limit is unusable (measure.usable;
+    # a timed cell whose sum passes the registered limit is unusable (harness.derived.usable;
     # None: recorded, not judged). host_engine_counted False: an attached engine, only
     # the harness counted as own. All None where /proc/stat cannot be read.
     host_foreign_cpu_share: float | None = None
@@ -255,7 +255,7 @@ class GpuReading(RecordModel):
     memory_used_mib: float | None = None
     # The clock-event (throttle) reasons bitmask, and the name of every bit set in it,
     # idle and clock settings included; which of them count as throttling is
-    # harness.measure.throttle's business.
+    # harness.derived.throttle's business.
     clock_event_bits: int | None = None
     clock_events: list[str] = Field(default_factory=list)
 

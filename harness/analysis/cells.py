@@ -12,10 +12,10 @@ from harness.analysis.acceptance import cell_acceptance
 from harness.analysis.acceptance_requests import acceptance_disagreement, request_acceptance
 from harness.analysis.gpu import gpu_columns
 from harness.analysis.load import CellData, RunData
-from harness.measure.bursts import burst_share, is_burst
-from harness.measure.itl import chunk_itl, tokens_per_chunk
+from harness.derived.bursts import burst_share, is_burst
+from harness.derived.itl import chunk_itl, tokens_per_chunk
 from harness.records import RequestRecord
-from harness.run.where import gpu_key
+from harness.rundir import gpu_key
 
 PERCENTILES = (50, 90, 99)
 
@@ -25,7 +25,7 @@ def request_speed(rec: RequestRecord, num_draft_tokens: int | None = None) -> fl
 
     None for a burst (most tokens from several steps under one stamp): its span is not
     the engine's steps. num_draft_tokens: the arm's k, so one round's chunk is one step;
-    None (unknown) judges every stamp, as before rounds were known (measure.bursts)."""
+    None (unknown) judges every stamp, as before rounds were known (harness.derived.bursts)."""
     speed = rec.per_user_speed
     return None if speed is None or is_burst(rec, num_draft_tokens) else speed
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.load import CellData, RunData
-from harness.measure.throttle import THROTTLE_REASONS, gpu_throttle
+from harness.derived.throttle import THROTTLE_REASONS, gpu_throttle
 
 GPU_COLUMNS = ["gpu_samples", "gpu_throttled", "gpu_throttle_reasons", "gpu_throttled_samples",
                "gpu_sm_clock_mhz_p50", "gpu_sm_clock_mhz_min", "gpu_power_w_p50",

@@ -3,7 +3,7 @@
 Only the run folder is read (never an engine), so analysis and report can be
 rebuilt from an old run. A cell counts when its complete.json exists; analysis
 uses the measured requests of the attempt complete.json names. Cells that
-measured nothing usable (harness.measure.usable: aborted for errors, client
+measured nothing usable (harness.derived.usable: aborted for errors, client
 unhealthy, nothing succeeded, no per-user speed, and under `recording.gpu_throttle:
 remeasure` a GPU that throttled during a timed cell) are loaded but marked invalid, so
 every bar can exclude them and say so. gpu.jsonl is read when it exists (a host without
@@ -19,9 +19,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from harness.derived.throttle import gpu_throttle
+from harness.derived.usable import unusable_reason
 from harness.errors import InputError
-from harness.measure.throttle import gpu_throttle
-from harness.measure.usable import unusable_reason
 from harness.plan import Cell, plan_cells
 from harness.prereg.schema import Study
 from harness.records import (
@@ -32,7 +32,7 @@ from harness.records import (
     SmokeIdentityCheck,
     read_smoke_records,
 )
-from harness.run.store import (
+from harness.rundir import (
     RERUN_DIR,
     CellFile,
     CompleteFile,
@@ -82,7 +82,7 @@ class CellData:
     scores: dict[str, bool] | None = None
     session: int | None = None  # repeated sessions: 1..N (None: measured once)
     # The arm's k (0 without a drafter; None for an arm the study does not name): one
-    # round's chunk is one step, not a burst (harness.measure.bursts).
+    # round's chunk is one step, not a burst (harness.derived.bursts).
     num_draft_tokens: int | None = None
 
     @property

@@ -31,7 +31,7 @@ from harness.analysis.intervals import (
     session_units,
 )
 from harness.analysis.load import CellData, RunData
-from harness.measure.throttle import gpu_throttle
+from harness.derived.throttle import gpu_throttle
 
 
 def pair_key(drafter: CellData, baseline: CellData) -> str:
@@ -140,7 +140,7 @@ def speedup_table(run: RunData) -> pd.DataFrame:
                     row.update(_session_figures(d_sessions, b_sessions, study,
                                                 pair_key(dc, bc)))
                 # Flagged, not judged here: recording.gpu_throttle decides whether such a
-                # cell was measured again (harness.measure.usable).
+                # cell was measured again (harness.derived.usable).
                 row["gpu_throttled_cells"] = _throttled(*d_sessions, *b_sessions)
                 row.update(_rerun_figures(run, b_sessions, row.get("speed_baseline")))
                 rows.append(row)

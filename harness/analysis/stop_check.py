@@ -29,7 +29,7 @@ from harness.analysis.intervals import t_quantile
 from harness.analysis.load import CellData
 from harness.analysis.tables import Analysis, analyse
 from harness.prereg.schema import Study
-from harness.run.store import RERUN_SUFFIX
+from harness.rundir import RERUN_SUFFIX
 
 # --- stop -------------------------------------------------------------------------------
 

@@ -11,8 +11,9 @@ from rich.console import Console
 
 from harness.prereg import load_study_file
 from harness.prereg.pins import hub_checkpoints
+from harness.weights.cache import hub_cache_dir
 from harness.weights.hashes import weight_hashes
-from harness.weights.hub import NotFetched, fetch, hub_cache_dir, offline, pinned_text, size_text
+from harness.weights.hub import NotFetched, fetch, offline, pinned_text, size_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:

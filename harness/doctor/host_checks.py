@@ -14,12 +14,6 @@ import psutil
 
 from harness.doctor.check import Check
 from harness.doctor.gpu import GIB, GpuReport, cuda_tuple
-from harness.doctor.hub_cache import (
-    find_checkpoint,
-    hub_cache_dir,
-    is_commit,
-    local_checkpoint_missing,
-)
 from harness.engines import get_engine_kind
 from harness.engines.base import looks_like_local_path
 from harness.engines.lifecycle import attach_problem
@@ -28,6 +22,12 @@ from harness.engines.process import port_in_use
 from harness.engines.stale import StaleEngine, stop_stale_engine
 from harness.prereg.schema import Study
 from harness.run.environments import engine_interpreters
+from harness.weights.cache import (
+    find_checkpoint,
+    hub_cache_dir,
+    is_commit,
+    local_checkpoint_missing,
+)
 
 _PROBE = (
     "import json, sys\n"

@@ -40,8 +40,8 @@ from harness.engines.process import (
     wait_port_free,
 )
 from harness.errors import SpecbenchError
-from harness.measure.transport import shared_ssl_context
 from harness.testengine.spec import ENGINE_SESSION_VARIABLE
+from harness.tls import shared_ssl_context
 from harness.weights.record import hub_environment
 
 if TYPE_CHECKING:

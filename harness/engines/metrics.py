@@ -20,8 +20,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict
 
-from harness.measure.transport import shared_ssl_context
 from harness.records import EngineSnapshot
+from harness.tls import shared_ssl_context
 
 Dialect = Literal["vllm", "sglang"]
 

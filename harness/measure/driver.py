@@ -15,7 +15,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness.measure.bursts import is_burst
+from harness.derived.bursts import is_burst
 from harness.measure.delivered import Span
 from harness.measure.health import ClientHealthMonitor
 from harness.measure.patterns import ClosedLoop, OpenLoop
@@ -33,7 +33,7 @@ from harness.records import ClientHealth, RequestRecord
 # A cell is aborted early only on real evidence: this many measured requests failed
 # and the rate over the measured requests so far passes the limit. One early refusal
 # in a 32-request cell must not end it; the limit is judged again on the whole cell
-# (harness.measure.usable) once it finishes.
+# (harness.derived.usable) once it finishes.
 MIN_ERRORS_TO_ABORT = 3
 
 
@@ -132,7 +132,7 @@ async def run_cell(
     """burst_limit: the share of measured requests that may arrive in bursts before the
     cell is invalid (None: counted, not judged). num_draft_tokens: the arm's k, so one
     drafter round under one stamp is not a burst (0: no drafter; None: unknown, judged
-    as before rounds were known: measure.bursts). judge_timing=False: a cell read for its
+    as before rounds were known: harness.derived.bursts). judge_timing=False: a cell read for its
     texts or scores, whose client lag is reported but never makes it invalid."""
     if not requests:
         raise ValueError(f"cell {cell_id}: no requests to send")

@@ -136,7 +136,7 @@ class ClientHealthMonitor:
 
     def request_received(self, burst: bool) -> None:
         """A measured, successful request; burst: most of its tokens came from several
-        steps under one stamp (measure.bursts)."""
+        steps under one stamp (harness.derived.bursts)."""
         self.requests_seen += 1
         self.requests_burst += burst
 

@@ -36,6 +36,8 @@ from collections import deque
 import httpcore
 import httpx
 
+from harness.tls import shared_ssl_context
+
 # httpcore imports sniffio afresh for every lock it sets up (several per request); when
 # sniffio is not installed each attempt scans sys.path on disk, inside the event loop.
 # Cache the miss once, so the import fails at once and httpcore assumes asyncio.
@@ -480,17 +482,6 @@ def make_client(base_url: str, connections: int, timeout_s: float) -> httpx.Asyn
                                  trust_env=False)
     return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False,
                              verify=shared_ssl_context())
-
-
-_SSL_CONTEXT = None
-
-
-def shared_ssl_context():
-    """One verified TLS context for every https client (each costs ~50 ms to build)."""
-    global _SSL_CONTEXT
-    if _SSL_CONTEXT is None:
-        _SSL_CONTEXT = httpx.create_ssl_context()
-    return _SSL_CONTEXT
 
 
 def request_left_time(response: httpx.Response) -> float | None:

@@ -1,5 +1,9 @@
-"""The PDF report of a run, rebuilt from its folder alone (matplotlib, Agg)."""
+"""The PDF report of a run, rebuilt from its folder alone (matplotlib, Agg).
 
-from harness.report.build import build_report
+write_pdf draws the pages of one analysis and verdict; harness.finalize decides when
+(finalize_run, build_report), so this package never imports the code that calls it.
+"""
 
-__all__ = ["build_report"]
+from harness.report.build import write_pdf
+
+__all__ = ["write_pdf"]

@@ -50,12 +50,3 @@ def write_pdf(a: Analysis, verdict: dict, out_pdf: Path) -> int:
             info["Subject"] = a.run.study.title
     tmp.replace(out_pdf)
     return pages
-
-
-def build_report(run_dir: str | Path, out_pdf: str | Path) -> Path:
-    """finalize_run with a report: tables, verdict.json and the PDF at out_pdf."""
-    from harness.finalize import finalize_run
-
-    done = finalize_run(run_dir, report=out_pdf)
-    assert done.report is not None
-    return done.report

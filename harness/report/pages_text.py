@@ -10,13 +10,13 @@ from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.load import RunData
 from harness.analysis.regime import BaselineRegime, regime_lines
+from harness.analysis.smoke import smoke_line
 from harness.analysis.tables import Analysis
 from harness.engines.chosen_settings import differences
 from harness.records import SmokeArmCheck, SmokeIdentityCheck
 from harness.report.layout import table_lines, text_pages, wrap_lines
 from harness.report.pages_headline import headline_page
 from harness.report.pages_quality import mismatch_where
-from harness.run.smoke import smoke_line
 
 
 def _wall(t: float | str | None) -> str:

@@ -1,7 +1,7 @@
 """Attempts at one cell: measure it until it is usable or `recording.cell_retries` is spent.
 
 A dead engine is restarted and the cell tried again. A cell that measured nothing a
-bar can use (harness.measure.usable: aborted for errors, client lag, nothing that
+bar can use (harness.derived.usable: aborted for errors, client lag, nothing that
 succeeded, no request with a per-user speed, a timed cell during which other processes
 took more of the host's CPU than `recording.host_foreign_cpu_limit`, and under
 `recording.gpu_throttle: remeasure` a GPU that throttled during a timed cell) is
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from harness.measure.throttle import gpu_throttle
-from harness.measure.usable import unusable_reason
+from harness.derived.throttle import gpu_throttle
+from harness.derived.usable import unusable_reason
 from harness.plan import Cell
 from harness.prereg.schema import Study
 from harness.records import ClientHealth, GpuSample, RequestRecord

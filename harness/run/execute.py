@@ -149,7 +149,7 @@ async def _execute(
         if load not in done or not engine.alive():
             raise EngineDied(f"the {arm.engine} engine of arm {arm.name!r} exited during {cell.id}")
         outcome = load.result()
-        if host_cpu is not None:  # judged with the client's health (harness.measure.usable)
+        if host_cpu is not None:  # judged with the client's health (harness.derived.usable)
             outcome.health = outcome.health.model_copy(
                 update=host_cpu.health_fields(study.recording.host_foreign_cpu_limit))
         return outcome

@@ -39,8 +39,9 @@ from harness.run.shard_worker import (
     folder_files,
 )
 from harness.run.smoke import SmokeFailed
-from harness.run.store import COMPLETE, RunStore, cell_dirname, write_bytes_atomic
+from harness.run.store import RunStore, write_bytes_atomic
 from harness.run.where import gpu_model_deviation
+from harness.rundir import COMPLETE, cell_dirname
 from harness.shards import Shard, plan_shards, shard_cells, shard_of, slots_for
 
 

@@ -35,13 +35,8 @@ from harness.run.gpu_telemetry import RunTelemetry
 from harness.run.progress import RunProgress
 from harness.run.schedule import Batch, rerun_batch, rerun_cells, run_schedule
 from harness.run.smoke import SmokeStage
-from harness.run.store import (
-    FORMAT_VERSION,
-    RunStore,
-    host_facts,
-    specbench_commit,
-    write_json_atomic,
-)
+from harness.run.store import RunStore, host_facts, specbench_commit, write_json_atomic
+from harness.rundir import FORMAT_VERSION
 
 
 def expand_environment(study: Study) -> Study:

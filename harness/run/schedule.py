@@ -27,7 +27,8 @@ from harness.errors import SpecbenchError
 from harness.plan import Cell
 from harness.prereg.schema import Study
 from harness.run.progress import RunProgress
-from harness.run.store import RERUN_SUFFIX, RunStore
+from harness.run.store import RunStore
+from harness.rundir import RERUN_SUFFIX
 
 
 @dataclass(frozen=True)

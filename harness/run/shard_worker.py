@@ -32,7 +32,8 @@ from harness.plan import Cell
 from harness.prereg.schema import Study
 from harness.run.progress import RunProgress
 from harness.run.schedule import Batch
-from harness.run.store import RunStore, cell_dirname
+from harness.run.store import RunStore
+from harness.rundir import cell_dirname
 from harness.shards import Shard
 
 # The manifest entries a shard's worker makes that the driver's manifest keeps.

@@ -34,13 +34,14 @@ from typing import TYPE_CHECKING
 
 from harness.analysis.identity import DEFAULT_NEAR_TIE_MARGIN, token_divergence
 from harness.analysis.regime import REGIME_FILE, regime_levels
+from harness.analysis.smoke import margin_text, smoke_line, value_text
+from harness.derived.itl import tokens_per_chunk
 from harness.engines import get_engine_kind
 from harness.engines.lifecycle import EngineProcess, relevant_log_line
 from harness.engines.metrics import counter_name, scrape_metrics
 from harness.engines.process import tail_lines
 from harness.errors import SpecbenchError
 from harness.measure.driver import run_cell
-from harness.measure.itl import tokens_per_chunk
 from harness.measure.patterns import ClosedLoop
 from harness.measure.requests import SCORED_OUTPUT_FIELDS, RequestSpec
 from harness.prereg.schema import Drafter, Study, TaskSpec
@@ -164,8 +165,8 @@ def compare_answers(drafter: str, baseline: str, key: str, mine: list[SmokeAnswe
         i = len(os.path.commonprefix([answer.output_text, other.output_text]))
         token = ("" if div.token_index is None else
                  f" token {div.token_index} {div.drafter_token!r} vs {div.baseline_token!r}"
-                 f" (the target's margin {_margin(div.drafter_margin)} drafter,"
-                 f" {_margin(div.baseline_margin)} baseline; a near-tie is below"
+                 f" (the target's margin {margin_text(div.drafter_margin)} drafter,"
+                 f" {margin_text(div.baseline_margin)} baseline; a near-tie is below"
                  f" {near_tie_margin:g}),")
         return SmokeIdentityCheck(
             arm=drafter, baseline=baseline, key=key, wall=time.time(), status="failed",
@@ -184,13 +185,15 @@ def compare_answers(drafter: str, baseline: str, key: str, mine: list[SmokeAnswe
 
 def logprobs_hint(error: str | None) -> str:
     """What to do when an engine refused the logprobs the smoke asks for (identity is read
-    token by token): SGLang's spec-v1 DFlash worker raises "DFLASH does not support
-    return_logprob"; its spec-v2 worker serves them (sglang PR 33459)."""
+    token by token): SGLang's spec-v1 DFlash worker raised "DFLASH does not support
+    return_logprob"; its spec-v2 worker serves them (sglang PR 33459), and 0.5.23, the
+    pinned release, has only that one (harness/engines/sglang_engine.py)."""
     if not error or "logprob" not in error.lower():
         return ""
     return (" (the smoke and identity cells ask for logprobs, top 2, to read identity token"
             " by token: serve this drafter through a path that returns them, e.g. SGLang's"
-            " spec v2 for DFLASH)")
+            " spec v2 for DFLASH, the only DFLASH worker in the pinned SGLang 0.5.23: check"
+            " the engine environment's version)")
 
 
 # Drafters that may skip a step (no match to propose from): their rounds are a lower bound.
@@ -216,10 +219,6 @@ def draft_count_problem(rec: RequestRecord, drafter: Drafter) -> str | None:
             f" accepted drafts (+1 for the prefill's token = {counted} tokens) for a request"
             f" of {tokens} completion tokens (finish {rec.finish_reason}): what a 'draft'"
             " counts does not match what the acceptance figures assume")
-
-
-def _margin(v: float | None) -> str:
-    return "none sent" if v is None else f"{v:.3g}"
 
 
 class SmokeStage:
@@ -321,8 +320,8 @@ class SmokeStage:
                 return SmokeArmCheck(
                     **fields, ended_wall=time.time(), status="failed", failed_check="counter",
                     reason=(f"arm {name!r}: its speculation counter {counter.name} did not move"
-                            f" over {len(answers)} greedy requests ({_num(counter.before)} ->"
-                            f" {_num(counter.after)}): the engine is not drafting"),
+                            f" over {len(answers)} greedy requests ({value_text(counter.before)} ->"
+                            f" {value_text(counter.after)}): the engine is not drafting"),
                     log_line=self._log_line(self.log_path(name)), answers=answers, counter=counter)
             problem = next((p for r in self._records.get(name, [])
                             if (p := draft_count_problem(r, arm.drafter)) is not None), None)
@@ -487,36 +486,3 @@ class SmokeStage:
             f"smoke: {rec.reason} | engine log: {rec.log_line or '(nothing logged)'}",
             f"the run stopped before its first registered cell; log file {rec.log_path},"
             f" smoke records {self.folder / 'arms.jsonl'}")
-
-
-def _num(v: float | None) -> str:
-    return "absent" if v is None else f"{v:g}"
-
-
-def smoke_line(rec: SmokeArmCheck | SmokeIdentityCheck) -> str:
-    """One line per check, as progress shows it and the report lists it."""
-    if isinstance(rec, SmokeIdentityCheck):
-        if rec.status == "passed":
-            if rec.near_ties:
-                ties = "; ".join(
-                    f"{t.item_id} token {t.token_index} {t.drafter_token!r} vs"
-                    f" {t.baseline_token!r} (margins {_margin(t.drafter_margin)},"
-                    f" {_margin(t.baseline_margin)})" for t in rec.near_ties)
-                return (f"smoke: {rec.arm} gives {rec.baseline}'s greedy text on"
-                        f" {rec.compared - len(rec.near_ties)} of {rec.compared} prompts and"
-                        f" diverges at a near-tie of the target's on {len(rec.near_ties)}"
-                        f" (numerics, below {rec.near_tie_margin:g} nats; the run goes on): {ties}")
-            return (f"smoke: {rec.arm} gives {rec.baseline}'s greedy text on"
-                    f" {rec.compared} prompts")
-        return f"smoke FAILED: {rec.reason}"
-    if rec.status == "failed":
-        return f"smoke FAILED ({rec.failed_check}): {rec.reason}"
-    tokens = sum(a.completion_tokens or 0 for a in rec.answers)
-    line = (f"smoke: {rec.arm} {rec.engine} and answered {len(rec.answers)} prompts"
-            f" ({tokens} tokens) in {rec.ended_wall - rec.started_wall:.0f} s")
-    if rec.counter is not None:
-        line += f"; {rec.counter.name} {_num(rec.counter.before)} -> {_num(rec.counter.after)}"
-    if rec.acceptance is not None and rec.acceptance.tokens_per_round is not None:
-        line += (f"; {rec.acceptance.tokens_per_round:.2f} tokens per round (floor"
-                 f" {rec.acceptance.floor:g}{', BELOW: allowed' if rec.acceptance.allowed else ''})")
-    return line

@@ -5,109 +5,34 @@ flushed the moment it is made, and a cell is complete only once its
 `complete.json` has been renamed into place, so a crash or Ctrl-C leaves every
 finished cell readable and every unfinished one visibly unfinished.
 
-This module owns the folder's format: its version (`manifest.json`'s
-`format_version`), the cell ids' folder names and rerun suffixes, and the typed
-records of a cell (`CellFile` for cell.json, `CompleteFile` for complete.json), which
-the writer below builds and analysis (harness.analysis.load) reads back. The records
-allow fields they do not name (a newer writer may add some); the ones named are checked.
+The folder's format (its version, the cells' folder names, the typed records of a
+cell) is harness.rundir's; this module writes it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import subprocess
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
-from harness.errors import InputError
 from harness.paths import PROJECT_ROOT
-from harness.records import ClientHealth, GpuSample, RequestRecord
-
-MANIFEST = "manifest.json"
-COMPLETE = "complete.json"
-# The run folder's format; a folder written by a newer format is refused, not misread.
-# 1: the first versioned one (folders without the field are read as 1).
-FORMAT_VERSION = 1
-# A check-bar rerun of a cell is the cell id with this suffix (its folder: `__rerun1`).
-RERUN_SUFFIX = "/rerun1"
-RERUN = re.compile(r"^(?P<original>.+)/rerun(?P<n>\d+)$")
-RERUN_DIR = re.compile(r"^(?P<original>.+)__rerun(?P<n>\d+)$")
-
-
-def cell_dirname(cell_id: str) -> str:
-    return cell_id.replace("/", "__")
-
-
-def rerun_of(cell_id: str) -> str | None:
-    """The cell a rerun id measures again (None: not a rerun)."""
-    m = RERUN.match(cell_id)
-    return m.group("original") if m else None
-
-
-def check_format(manifest: dict[str, Any], where: Path) -> None:
-    version = manifest.get("format_version", 1)
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise InputError(f"{where}: field format_version: {version!r} is newer than this"
-                         f" specbench reads ({FORMAT_VERSION}); analyse it with the specbench"
-                         " that wrote it")
-
-
-# --- the records of one cell -----------------------------------------------------------
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class Outcome(_Record):
-    """What an attempt measured, in complete.json (harness.run.execute writes it)."""
-
-    n_ok: int = 0
-    n_errors: int = 0
-    errors_by_kind: dict[str, int] = {}
-    aborted: bool = False
-    reason: str | None = None
-    started_t: float | None = None
-    ended_t: float | None = None
-    health: ClientHealth | None = None
-
-
-class CompleteFile(_Record):
-    """complete.json: the latest attempt that measured to its end."""
-
-    attempt: int
-    finished_wall: float | None = None
-    outcome: Outcome
-
-
-class Attempt(_Record):
-    attempt: int
-    started_wall: float
-    ended_wall: float | None = None
-    status: Literal["running", "complete", "invalid", "failed", "interrupted"] | str
-    error: str | None = None
-
-
-class OpenLoopInfo(_Record):
-    reference_rps: float | None = None
-    rate_rps: float
-
-
-class CellFile(_Record):
-    """cell.json: the planned cell, every attempt at it, and where it was measured."""
-
-    cell: dict[str, Any]
-    attempts: list[Attempt] = []
-    open_loop: OpenLoopInfo | None = None
-    where: dict[str, Any] | None = None  # harness.run.where
+from harness.records import GpuSample, RequestRecord
+from harness.rundir import (
+    COMPLETE,
+    MANIFEST,
+    Attempt,
+    CellFile,
+    CompleteFile,
+    cell_dirname,
+)
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

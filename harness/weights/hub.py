@@ -1,8 +1,7 @@
-"""Hub checkpoints on this machine: where huggingface_hub keeps them, finding one
-offline, and downloading one at its registered revision.
-
-Read at call time, not at import (huggingface_hub reads its environment once, when
-imported), so `fetch`, pre-flight and the engines' environment agree on one cache.
+"""Hub checkpoints on this machine: finding one offline, and downloading one at its
+registered revision, in the one hub cache (harness.weights.cache: where it is, and
+whether a checkpoint is in it), so `fetch`, `validate`, `doctor`, pre-flight and the
+engines' environment agree on one cache.
 """
 
 from __future__ import annotations
@@ -15,31 +14,15 @@ from rich.console import Console
 
 from harness.errors import InputError
 from harness.prereg.pins import Checkpoint, is_commit_sha
+from harness.weights.cache import find_checkpoint, hub_cache_dir
 
 _TRUE = {"1", "ON", "YES", "TRUE"}
-
-
-def hub_cache_dir() -> Path:
-    """huggingface_hub's cache folder, by its own rule (constants.py: HF_HUB_CACHE, else
-    the legacy HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub)."""
-    env = os.environ
-    raw = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
-    if not raw:
-        home = env.get("HF_HOME") or os.path.join(
-            env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface")
-        raw = os.path.join(home, "hub")
-    return Path(os.path.expandvars(os.path.expanduser(raw))).resolve()
 
 
 def offline() -> bool:
     """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) as huggingface_hub reads it."""
     value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE")
     return value is not None and value.upper() in _TRUE
-
-
-def repo_folder(cache: Path, repo: str) -> Path:
-    """models--org--name, as huggingface_hub lays a model repository out in its cache."""
-    return cache / "--".join(["models", *repo.split("/")])
 
 
 @dataclass(frozen=True)
@@ -55,14 +38,21 @@ class NotFetched(InputError):
 
 
 def locate(ckpt: Checkpoint, cache: Path | None = None) -> Snapshot:
-    """The cached snapshot of a checkpoint, without any network access. Raises NotFetched."""
+    """The cached snapshot of a checkpoint, without any network access. Raises NotFetched.
+
+    Whether it is there, and at which commit, is find_checkpoint's answer (the same for
+    every command); huggingface_hub is asked only whether a download it made into that
+    snapshot finished (the tree listing it cached names no file the snapshot lacks)."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     cache = cache or hub_cache_dir()
+    found = find_checkpoint(ckpt.repo, ckpt.revision, cache)
+    if found.commit is None or found.snapshot is None:
+        raise NotFetched(f"{ckpt.label}: not in the hub cache {cache}")
     try:
-        path = snapshot_download(ckpt.repo, revision=ckpt.revision, cache_dir=cache,
-                                 local_files_only=True)
+        snapshot_download(ckpt.repo, revision=found.commit, cache_dir=cache,
+                          local_files_only=True)
     except LocalEntryNotFoundError as err:
         # Its subclass IncompleteSnapshotError: the snapshot folder exists, but the tree
         # listing cached by an earlier download names files it lacks.
@@ -72,7 +62,7 @@ def locate(ckpt: Checkpoint, cache: Path | None = None) -> Snapshot:
         raise NotFetched(f"{ckpt.label}: not in the hub cache {cache}") from None
     except ValueError as err:  # not a valid repository id or revision
         raise NotFetched(f"{ckpt.label}: not in the hub cache {cache} ({err})") from None
-    return Snapshot(ckpt.repo, ckpt.revision, Path(path).name, Path(path))
+    return Snapshot(ckpt.repo, ckpt.revision, found.commit, found.snapshot)
 
 
 def fetch(ckpt: Checkpoint, console: Console, cache: Path | None = None) -> Snapshot:

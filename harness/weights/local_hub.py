@@ -13,8 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
+from harness.weights.cache import repo_folder
 from harness.weights.hashes import sha256_of
-from harness.weights.hub import repo_folder
 
 
 def folder_commit(folder: Path) -> str:

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import SpecbenchError
 from harness.prereg.pins import Checkpoint, hub_checkpoints, is_hub_id
+from harness.weights.cache import hub_cache_dir
 from harness.weights.hashes import weight_hashes
-from harness.weights.hub import NotFetched, hub_cache_dir, locate
+from harness.weights.hub import NotFetched, locate
 
 if TYPE_CHECKING:
     from harness.prereg.schema import Arm, Study

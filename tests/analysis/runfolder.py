@@ -23,7 +23,7 @@ from harness.records import (
     RequestRecord,
     RequestSpeculation,
 )
-from harness.run.store import FORMAT_VERSION, CellFile, CompleteFile, cell_dirname
+from harness.rundir import FORMAT_VERSION, CellFile, CompleteFile, cell_dirname
 
 LEVELS = [1, 2, 4, 8, 16]
 TOKENS = 101  # completion tokens per request: 100 intervals after the first token

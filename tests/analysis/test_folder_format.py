@@ -9,7 +9,8 @@ import pytest
 
 from harness.analysis.load import load_run
 from harness.errors import InputError
-from harness.run.store import FORMAT_VERSION, CellFile, RunStore, rerun_of
+from harness.run.store import RunStore
+from harness.rundir import FORMAT_VERSION, CellFile, rerun_of
 from tests.analysis.runfolder import RunBuilder
 from tests.run.conftest import specbench
 

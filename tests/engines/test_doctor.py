@@ -15,8 +15,8 @@ from conftest import tiny_study
 from harness.doctor import gpu as gpu_module
 from harness.doctor import run_doctor
 from harness.doctor.gpu import GIB, Gpu, gpu_matches
-from harness.doctor.hub_cache import find_checkpoint
 from harness.prereg import load_study
+from harness.weights.cache import find_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 SHA = "a" * 40

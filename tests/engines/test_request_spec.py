@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.analysis.acceptance_requests import acceptance_disagreement, request_acceptance
+from harness.derived.itl import tokens_per_chunk
 from harness.engines.request_spec import parse_request_speculation, request_speculation
-from harness.measure.itl import tokens_per_chunk
 from harness.measure.stream import _fill_from_events
 from harness.records import RequestRecord, RequestSpeculation
 

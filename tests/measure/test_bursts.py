@@ -6,7 +6,7 @@ import pytest
 
 from harness.analysis.cells import request_speed
 from harness.analysis.load import arm_draft_tokens
-from harness.measure.bursts import burst_share, is_burst, largest_stamp_share, merged_stamp_share
+from harness.derived.bursts import burst_share, is_burst, largest_stamp_share, merged_stamp_share
 from harness.measure.patterns import ClosedLoop
 from harness.prereg.load import load_study
 from harness.records import RequestRecord

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from harness.derived.itl import tokens_per_chunk
+from harness.derived.usable import unusable_reason
 from harness.measure import driver
 from harness.measure.driver import MIN_ERRORS_TO_ABORT
-from harness.measure.itl import tokens_per_chunk
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.requests import RequestSpec
 from harness.measure.stamp_bounds import stamp_bounds
-from harness.measure.usable import unusable_reason
 from harness.records import RequestRecord
 from harness.testengine.server import serve_in_thread
 from harness.testengine.spec import FailureInjection, ScriptedEngineSpec

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.derived.throttle import gpu_throttle
+from harness.derived.usable import unusable_reason
 from harness.measure.gpu import NoTelemetry, Nvml, clock_event_names, open_nvml
 from harness.measure.gpu_sampler import GpuSampler
-from harness.measure.throttle import gpu_throttle
-from harness.measure.usable import unusable_reason
 from harness.records import GpuReading, GpuSample, RequestRecord
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_nvml" / "pynvml.py"

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.derived.usable import unusable_reason
 from harness.measure.host_cpu import (
     HostCpuMeter,
     HostCpuSampler,
     parse_host_ticks,
     parse_process_ticks,
 )
-from harness.measure.usable import unusable_reason
 from harness.records import ClientHealth, RequestRecord
 
 HARNESS, ENGINE = 100, 500

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
+from harness.derived.itl import tokens_per_chunk
 from harness.measure.driver import run_cell
-from harness.measure.itl import tokens_per_chunk
 from harness.measure.patterns import ClosedLoop
 from harness.measure.scrape import MetricsScraper, per_second_series, scrape_metrics
 from harness.records import EngineSnapshot, MetricSample

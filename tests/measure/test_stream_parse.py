@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.measure.itl import chunk_itl, token_itl, tokens_per_chunk
+from harness.derived.itl import chunk_itl, token_itl, tokens_per_chunk
 from harness.measure.stream import StreamError, _fill_from_events
 from harness.records import RequestRecord
 

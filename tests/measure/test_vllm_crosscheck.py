@@ -20,9 +20,9 @@ import asyncio
 
 import pytest
 
+from harness.derived.itl import tokens_per_chunk
 from harness.engines.metrics import acceptance_window
 from harness.measure.driver import run_cell
-from harness.measure.itl import tokens_per_chunk
 from harness.measure.patterns import ClosedLoop
 from harness.measure.requests import RequestSpec
 from harness.measure.scrape import MetricsScraper, per_second_series

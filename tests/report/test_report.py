@@ -14,7 +14,7 @@ import pytest
 from analysis.runfolder import PASSING_SPEEDUPS, RunBuilder, study_dict
 
 from harness.cli import main
-from harness.report import build_report
+from harness.finalize import build_report
 
 # verdict, evidence, speedup, speed curves, 3 x acceptance, consistency, the three
 # acceptance figures, accuracy x 2, identity, open loop, environment: at least one page each

@@ -26,7 +26,8 @@ from harness.prereg import load_study
 from harness.records import GpuReading, GpuSample, RequestRecord
 from harness.run.attempts import needs_measuring
 from harness.run.progress import RunProgress
-from harness.run.store import JsonlWriter, RunStore, cell_dirname
+from harness.run.store import JsonlWriter, RunStore
+from harness.rundir import cell_dirname
 from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
 
 FAKE_DIR = ROOT / "tests" / "fake_nvml"

@@ -18,7 +18,7 @@ from harness.plan import plan_cells
 from harness.prereg import load_study_file
 from harness.run.attempts import measure_cell
 from harness.run.runner import new_run
-from harness.run.store import cell_dirname
+from harness.rundir import cell_dirname
 from harness.testengine.server import serve_in_thread
 from tests.run.test_remeasure import study_file
 

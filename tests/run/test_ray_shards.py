@@ -21,7 +21,7 @@ import yaml
 
 from harness.plan import plan_cells
 from harness.prereg import load_study_file
-from harness.run.store import cell_dirname
+from harness.rundir import cell_dirname
 from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
 
 STUDY = ROOT / "examples" / "scripted-shards.yaml"

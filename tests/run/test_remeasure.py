@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.run.store import cell_dirname
+from harness.rundir import cell_dirname
 from tests.run.conftest import ROOT, copy_of_run, run_folder, specbench, verdict_of
 
 SPEED = [f"{arm}/chat/speed/c{c:03d}" for arm in ("base", "drafter") for c in (1, 2, 4)]

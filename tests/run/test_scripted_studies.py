@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from harness.engines.process import alive, free_port, group_members, port_in_use
-from harness.run.store import cell_dirname
+from harness.rundir import cell_dirname
 from tests.run.conftest import ROOT, copy_of_run, run_folder, specbench, verdict_of
 
 

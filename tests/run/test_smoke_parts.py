@@ -12,6 +12,7 @@ import pytest
 import yaml
 from rich.console import Console
 
+from harness.analysis.smoke import smoke_line
 from harness.cli import main
 from harness.engines.lifecycle import relevant_log_line
 from harness.errors import InputError, SpecbenchError
@@ -27,7 +28,6 @@ from harness.run.smoke import (
     compare_answers,
     passed_checks,
     smoke_key,
-    smoke_line,
     smoke_order,
     smoke_records,
     smoke_requests,

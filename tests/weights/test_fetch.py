@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.weights.hub import repo_folder
+from harness.weights.cache import repo_folder
 from tests.weights.hubcache import ABSENT_SHA, HubCache, build_hub_cache, study, write_study
 
 ROOT = Path(__file__).resolve().parents[2]

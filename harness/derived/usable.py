@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.measure.throttle import GpuThrottle
+from harness.derived.throttle import GpuThrottle
 from harness.records import ClientHealth, RequestRecord
 
 # Cells whose figure is the per-user speed; identity, accuracy and open-loop cells are

@@ -5,7 +5,7 @@ warm-up too: it is the state the measurement starts from), reports a clock-event
 reason that slows the GPU for power, heat or a hardware signal. Idle, application or
 user clock settings, sync boost and display clocks are the GPU doing as configured,
 and are recorded but never flag a cell. Whether a throttled cell is only flagged or
-measured again is the study's `recording.gpu_throttle` (harness.measure.usable).
+measured again is the study's `recording.gpu_throttle` (harness.derived.usable).
 """
 
 from __future__ import annotations

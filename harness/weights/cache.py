@@ -1,9 +1,19 @@
-"""Is a checkpoint in the local Hugging Face hub cache, at the registered revision?
+"""The hub cache: where it is, and whether a checkpoint is in it at a revision.
 
-The cache's own layout (what `huggingface_hub` writes): models--ORG--NAME/ holds
+One answer for every command. `specbench fetch` fills this cache; `validate` reads a
+drafter's config.json from it; `doctor` checks the weights in it; pre-flight and the
+manifest find their snapshots in it (harness.weights.hub.locate); the engines are
+started pointed at it (HF_HUB_CACHE, harness.weights.record). Where it is follows
+huggingface_hub's own rule, read at call time, not at import (huggingface_hub reads its
+environment once, when imported).
+
+The cache's layout (what huggingface_hub writes): models--ORG--NAME/ holds
 refs/<branch> (a file with the commit sha) and snapshots/<sha>/ (the files). A
 snapshot is complete when it has config.json and its weights: every shard its
 *.safetensors.index.json names, or at least one *.safetensors / *.bin file.
+
+Imports nothing beyond the standard library: `validate` reads the cache without
+loading huggingface_hub, the doctor or the engines.
 """
 
 from __future__ import annotations
@@ -18,13 +28,20 @@ _SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
 def hub_cache_dir() -> Path:
-    """Where huggingface_hub keeps its cache (HF_HUB_CACHE, HF_HOME/hub, or the default)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub"
+    """huggingface_hub's cache folder, by its own rule (constants.py: HF_HUB_CACHE, else
+    the legacy HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, else ~/.cache/huggingface/hub)."""
+    env = os.environ
+    raw = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if not raw:
+        home = env.get("HF_HOME") or os.path.join(
+            env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface")
+        raw = os.path.join(home, "hub")
+    return Path(os.path.expandvars(os.path.expanduser(raw))).resolve()
+
+
+def repo_folder(cache: Path, repo: str) -> Path:
+    """models--org--name, as huggingface_hub lays a model repository out in its cache."""
+    return cache / "--".join(["models", *repo.split("/")])
 
 
 def is_commit(revision: str | None) -> bool:
@@ -38,6 +55,7 @@ class CachedCheckpoint:
     commit: str | None = None  # the snapshot the revision names here, if any
     missing: list[str] | None = None  # files a found snapshot lacks
     size_bytes: int = 0
+    snapshot: Path | None = None  # cache/models--org--name/snapshots/<commit>, when found
 
     @property
     def present(self) -> bool:
@@ -71,9 +89,10 @@ def _size(snapshot: Path) -> int:
 
 def find_checkpoint(repo_id: str, revision: str | None, cache: Path | None = None) -> CachedCheckpoint:
     """The cached snapshot of repo_id at revision (a commit sha, or a branch or tag
-    whose ref the cache holds); revision None means the hub's default, main."""
+    whose ref the cache holds); revision None means the hub's default, main. `cache`
+    defaults to hub_cache_dir()."""
     revision = revision or "main"
-    root = (cache or hub_cache_dir()) / ("models--" + repo_id.replace("/", "--"))
+    root = repo_folder(cache or hub_cache_dir(), repo_id)
     found = CachedCheckpoint(repo_id, revision)
     commit = revision if is_commit(revision) else None
     if commit is None:
@@ -83,7 +102,8 @@ def find_checkpoint(repo_id: str, revision: str | None, cache: Path | None = Non
     if commit is None or not (root / "snapshots" / commit).is_dir():
         return found
     snapshot = root / "snapshots" / commit
-    found.commit, found.missing, found.size_bytes = commit, _weights_missing(snapshot), _size(snapshot)
+    found.commit, found.snapshot = commit, snapshot
+    found.missing, found.size_bytes = _weights_missing(snapshot), _size(snapshot)
     return found
 
 
