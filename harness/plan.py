@@ -240,6 +240,13 @@ def estimate(study: Study, cells: list[Cell], hardware: EffectiveHardware | None
     engine_starts += smoke_starts
     seconds = sum(cell_seconds(study, c, figures) for c in cells)
     seconds += engine_starts * study.plan_estimate.engine_start_s
+    # Whether the first SGLang start compiles DeepGEMM's FP8 kernels (10-20 min) or finds
+    # them compiled by `specbench engines warm sglang` (imported here: nothing else in
+    # the plan needs the engine adapters).
+    from harness.engines.deepgemm import plan_note
+
+    deepgemm = plan_note(study) if cells else None
+    seconds += deepgemm[1] if deepgemm else 0.0
     hw, m = study.hardware, study.model
     step_ms = roofline_step_s(study, 1, figures=figures) * 1e3
     if hardware is not None and hardware.measured is not None:
@@ -263,6 +270,7 @@ def estimate(study: Study, cells: list[Cell], hardware: EffectiveHardware | None
             + (f" ({smoke_starts} of them for the smoke stage; its prompts are not costed)"
                if smoke_starts else ""),
             "open-loop cells are costed at their duration (or as one-user cells)",
+            *([deepgemm[0]] if deepgemm else []),
             *([f"{sessions} sessions of each repeating cell ({study.recording.sessions_for}):"
                f" {repeated} cells, each session a fresh engine start"]
               if (sessions := study.recording.sessions) > 1

@@ -188,6 +188,15 @@ def sharded_estimate(study: Study, cells: list[Cell], gpus: int) -> ShardedEstim
     shards = plan_shards(study, cells, slots_for(study, gpus))
     by_shard = shard_cells(shards, cells)
     per_shard = {s.name: stage_seconds(study, by_shard[s.name], len(s.arms)) for s in shards}
+    # DeepGEMM's compile, where the plan counts one: in stage 1 of every shard that starts
+    # an SGLang engine (shards start together, so none finds another's kernels compiled).
+    from harness.engines.deepgemm import plan_note, sglang_arms
+
+    note = plan_note(study)
+    compiling = {a.name for a in sglang_arms(study)} if note and note[1] else set()
+    for s in shards:
+        if compiling & {c.arm for c in by_shard[s.name]}:
+            per_shard[s.name][1] += note[1]
     wall = sum(max(p[stage] for p in per_shard.values()) for stage in (1, 2, 3))
     busy = sum(sum(p.values()) for p in per_shard.values()) * study.hardware.count
     return ShardedEstimate(gpus, shards, per_shard, wall, busy)

@@ -1,4 +1,5 @@
-"""`specbench engines install|check|list|path`: the engine environments engines.lock.toml pins."""
+"""`specbench engines install|check|list|path|warm`: the engine environments engines.lock.toml
+pins, and SGLang's DeepGEMM kernels compiled before the first engine start."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+from harness.engines.deepgemm import DEFAULT_TIMEOUT_S
 from harness.engines.install import install_engine
 from harness.engines.pin_check import check_pins
 from harness.engines.pins import EnginePin, interpreter_for, load_pins, pin
@@ -41,6 +43,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     path.add_argument("--pinned", action="store_true",
                       help="the pinned venv's interpreter, even when the variable names another")
     path.set_defaults(func=run_path)
+
+    warm = verbs.add_parser("warm", help="compile SGLang's DeepGEMM FP8 kernels for the registered"
+                                         " model before the first engine start")
+    warm.add_argument("name", choices=["sglang"], help="the engine (only SGLang has a warm step)")
+    warm.add_argument("--prereg", default="prereg.yaml",
+                      help="the study whose model and arm flags to compile for (default: prereg.yaml)")
+    warm.add_argument("--arm", help="the SGLang arm whose flags to use (default: the first"
+                                    " SGLang baseline)")
+    warm.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_S,
+                      help="seconds SGLang's compile server may take to answer (its --timeout)")
+    warm.add_argument("--port", type=int, help="the compile server's port (default: a free one)")
+    warm.add_argument("--print-command", action="store_true",
+                      help="print the command it would run, as one shell line; run nothing")
+    warm.set_defaults(func=run_warm)
 
 
 def _selected(names: list[str], default_gpu: bool) -> list[EnginePin]:
@@ -85,3 +101,10 @@ def run_path(args: argparse.Namespace) -> int:
     p = pin(args.name)
     print(p.default_interpreter() if args.pinned else interpreter_for(p.name))
     return 0
+
+
+def run_warm(args: argparse.Namespace) -> int:
+    from harness.engines.warm import warm_sglang
+
+    return warm_sglang(args.prereg, arm_name=args.arm, timeout_s=args.timeout, port=args.port,
+                       print_only=args.print_command)

@@ -15,6 +15,12 @@ wheel (python/sglang/srt/...):
   managers/min_free_slots_delayer.py:4-22 resolves it and managers/scheduler.py:1225-1236
   applies it: unset, DFLASH and DSPARK (is_dflash_family) with max_running_requests >= 8
   hold new prefills until min(4, max(2, (max_running_requests + 5) // 6)) slots are free.
+- speculative/spec_info.py `SpeculativeAlgorithm.create_worker`: DFLASH is always served
+  by DFlashWorkerV2 ("V2 worker drives both overlap and non-overlap"); 0.5.23 ships no
+  spec-v1 DFLASH worker (no speculative/dflash_worker.py, whose forward raised "DFLASH
+  does not support return_logprob") and reads no SGLANG_ENABLE_SPEC_V2. The v2 worker
+  returns logprobs: dflash_worker_v2.py:2951 calls layers/logprob_processor.py:386
+  `compute_spec_logprobs`, which fills top_logprobs per committed token too.
 - arg_groups/fields/spec.py:78 and speculative_hook.py:807-838: DSPARK takes
   `--speculative-dspark-block-size` gamma (tokens drafted) and sets
   --speculative-num-draft-tokens to the verify window gamma + 1 (a different one fails).
@@ -53,6 +59,11 @@ WEIGHTLESS = {"NGRAM"}
 SPECULATIVE_RUNNING_CAP = 48
 # drafter.quantization `checkpoint` in SGLang's spelling: no override, the checkpoint's own.
 UNQUANT = "unquant"
+# The worker SGLang 0.5.23 serves DFLASH with, in words (module docstring): the identity
+# cells and the smoke ask for logprobs, which its old spec-v1 worker refused.
+DFLASH_WORKER = ("DFlashWorkerV2, SGLang 0.5.23's only DFLASH worker (speculative/spec_info.py"
+                 " create_worker; nothing to switch on, no SGLANG_ENABLE_SPEC_V2): returns"
+                 " logprobs with their top alternatives (compute_spec_logprobs)")
 
 
 def sglang_algorithm(arm: Arm) -> str | None:
@@ -196,6 +207,8 @@ class SglangKind(EngineKind):
 
     def resolved_settings(self, arm: Arm, study: Study) -> dict[str, str]:
         settings = super().resolved_settings(arm, study)
+        if sglang_algorithm(arm) == "DFLASH":
+            settings["speculative_worker"] = DFLASH_WORKER
         settings["min_free_slots_delay"] = self.admission_delay(arm)
         return settings
 

@@ -16,6 +16,7 @@ from conftest import tiny_study
 
 from harness.engines.preflight import preflight, require_preflight, settings_lines
 from harness.engines.process import free_port
+from harness.engines.sglang_engine import DFLASH_WORKER
 from harness.errors import SpecbenchError
 
 
@@ -146,6 +147,7 @@ def test_sglang_arms_admit_alike_and_show_their_settings(tmp_path: Path) -> None
         "arm 'sg-base': min free slots delay: off (--min-free-slots-delay 1)",
         "arm 'sg-dflash': drafter precision: checkpoint's own (--speculative-draft-model-quantization"
         " unquant; unset, SGLang gives the draft the target's --quantization (none))",
+        "arm 'sg-dflash': speculative worker: " + DFLASH_WORKER,
         "arm 'sg-dflash': min free slots delay: off (--min-free-slots-delay 1)",
     ]
     assert settings_lines(study_64(model, arms(1, 1)), ["sg-base"]) == [

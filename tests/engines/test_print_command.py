@@ -77,7 +77,8 @@ def cpu_argv(python: str, pair: str) -> dict[str, list[str]]:
             "--served-model-name", "tiny", "--max-model-len", "1024", "--seed", "0",
             "--max-num-seqs", "64"]
     # launch.dtype cpu_native: this host's choice (bfloat16 on AVX-512, float32 on AVX2).
-    tail = ["--dtype", host_cpu_dtype().dtype, "--enforce-eager"]
+    # --block-size 32: prompts short of the CPU build's 128-token block are cached too.
+    tail = ["--dtype", host_cpu_dtype().dtype, "--enforce-eager", "--block-size", "32"]
     per_request = ["--per-request-spec-decode-metrics", "summary"]
     ngram = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2}'
     draft = f'{{"method":"draft_model","num_speculative_tokens":3,"model":"{pair}/draft"}}'
@@ -204,6 +205,10 @@ def test_print_command_for_the_registered_arms_on_a_machine_without_them(
         assert "# drafter precision: checkpoint's own (--speculative-draft-model-quantization" \
                " unquant" in out
         assert "# min free slots delay: off (--min-free-slots-delay 1)" in out
+        # SGLang 0.5.23 serves DFLASH through its spec-v2 worker alone, which returns the
+        # logprobs the identity cells ask for: nothing to set (shown.env stays empty).
+        assert "# speculative worker: DFlashWorkerV2, SGLang 0.5.23's only DFLASH worker" in out
+        assert "SGLANG_ENABLE_SPEC_V2=" not in lines[-1]
         for flag in ("--speculative-algorithm DFLASH", "--speculative-draft-model-path",
                      "--speculative-draft-model-revision", "--speculative-num-draft-tokens 16",
                      "--speculative-draft-model-quantization unquant"):

@@ -66,7 +66,9 @@ def test_estimate_follows_the_roofline():
     # (64 measured + 1 warm-up) requests x 512 tokens, one token per 4.095 ms step.
     assert abs(cell_seconds(study, base_c1) - 65 * 512 * 8.19e9 / 2000e9) < 1e-6
     eagle_c1 = next(c for c in cells if c.id == "vllm-eagle3/chat/speed/c001")
-    assert abs(cell_seconds(study, base_c1) / cell_seconds(study, eagle_c1) - 2.9) < 1e-9
+    # At one user a round costs one step: the speedup is the arm's assumed acceptance length
+    # (2.26 at k = 3: vLLM's regression test for this head, arms/vllm-eagle3.yaml).
+    assert abs(cell_seconds(study, base_c1) / cell_seconds(study, eagle_c1) - 2.26) < 1e-9
     assert est.seconds > 3600
 
 
