@@ -25,9 +25,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.doctor.hub_cache import find_checkpoint, hub_cache_dir
 from harness.prereg.load import LoadedStudy
 from harness.prereg.schema import Arm
+from harness.weights.cache import find_checkpoint
 
 BASE_FIELDS = (("speculators_config", "verifier", "name_or_path"), ("base_model_name_or_path",))
 
@@ -58,10 +58,10 @@ def config_path(arm: Arm) -> Path | None:
     if model.count("/") != 1:
         return None
     found = find_checkpoint(model, arm.drafter.revision)
-    if found.commit is None:
+    if found.snapshot is None:
         return None
-    root = hub_cache_dir() / ("models--" + model.replace("/", "--")) / "snapshots" / found.commit
-    return root / "config.json" if (root / "config.json").is_file() else None
+    config = found.snapshot / "config.json"
+    return config if config.is_file() else None
 
 
 def named_base(config: dict) -> tuple[str, str] | None:
