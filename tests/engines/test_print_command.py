@@ -77,8 +77,7 @@ def cpu_argv(python: str, pair: str) -> dict[str, list[str]]:
             "--served-model-name", "tiny", "--max-model-len", "1024", "--seed", "0",
             "--max-num-seqs", "64"]
     # launch.dtype cpu_native: this host's choice (bfloat16 on AVX-512, float32 on AVX2).
-    # --block-size 32: prompts short of the CPU build's 128-token block are cached too.
-    tail = ["--dtype", host_cpu_dtype().dtype, "--enforce-eager", "--block-size", "32"]
+    tail = ["--dtype", host_cpu_dtype().dtype, "--enforce-eager"]
     per_request = ["--per-request-spec-decode-metrics", "summary"]
     ngram = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2}'
     draft = f'{{"method":"draft_model","num_speculative_tokens":3,"model":"{pair}/draft"}}'
