@@ -8,6 +8,7 @@ calls level B compute-bound, where no drafter can pay whatever it accepts.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -26,6 +27,12 @@ class RegimeLevel(BaseModel):
     step_ms: float | None  # median gap per token between chunks (None: nothing timed)
     ratio: float | None  # step_ms / the one-user step_ms
     requests: int  # measured requests with at least two chunks
+    # Under recording.host_foreign_cpu_limit: the share of the host's CPU that other
+    # processes and the hypervisor took while the level was timed (its last timing), and
+    # whether that was above the limit after every try (None: not measured).
+    host_busy_share: float | None = None
+    host_busy: bool | None = None
+    attempts: int = 1
 
 
 class BaselineRegime(BaseModel):
@@ -44,9 +51,18 @@ class BaselineRegime(BaseModel):
     # True: every pass level within the tolerance; False: some level above it;
     # None: nothing to judge (one level, or a level without a step time).
     memory_bound: bool | None
+    host_busy_limit: float | None = None  # recording.host_foreign_cpu_limit when timed
 
     def line(self) -> str:
         """One sentence for the verdict page."""
+        busy = [lv for lv in self.levels if lv.host_busy]
+        if not busy:
+            return self._judgement()
+        shares = ", ".join(f"{lv.users} users {lv.host_busy_share:.2f}" for lv in busy)
+        return (f"{self._judgement()} (timed while other work took the host's CPU: {shares},"
+                f" above the limit {self.host_busy_limit:g} after every try)")
+
+    def _judgement(self) -> str:
         one = next((lv for lv in self.levels if lv.users == 1), None)
         if self.memory_bound is None or one is None or one.step_ms is None:
             timed = ", ".join(f"{lv.users} users {lv.step_ms:.1f} ms" for lv in self.levels
@@ -71,13 +87,28 @@ def regime_levels(study: Study) -> list[int]:
     return sorted({1, *study.bars.pass_.speed.concurrencies})
 
 
+@dataclass(frozen=True)
+class LevelTiming:
+    """One level as timed: the median step, the requests it came from, and the host."""
+
+    step_ms: float | None
+    requests: int
+    host_busy_share: float | None = None
+    host_busy: bool | None = None
+    attempts: int = 1
+
+
 def judge(arm: str, key: str, max_tokens: int, tolerance: float,
-          steps: dict[int, tuple[float | None, int]]) -> BaselineRegime:
-    """The record from the step times (users -> (median step in ms, requests timed))."""
-    one = steps.get(1, (None, 0))[0]
-    levels = [RegimeLevel(users=u, step_ms=ms, requests=n,
-                          ratio=(ms / one if ms is not None and one else None))
-              for u, (ms, n) in sorted(steps.items())]
+          steps: dict[int, tuple[float | None, int] | LevelTiming],
+          host_busy_limit: float | None = None) -> BaselineRegime:
+    """The record from the step times (users -> timing, or (median step in ms, requests))."""
+    timed = {u: t if isinstance(t, LevelTiming) else LevelTiming(*t) for u, t in steps.items()}
+    one = timed[1].step_ms if 1 in timed else None
+    levels = [RegimeLevel(users=u, step_ms=t.step_ms, requests=t.requests,
+                          ratio=(t.step_ms / one if t.step_ms is not None and one else None),
+                          host_busy_share=t.host_busy_share, host_busy=t.host_busy,
+                          attempts=t.attempts)
+              for u, t in sorted(timed.items())]
     above = [lv.users for lv in levels if lv.ratio is not None and lv.ratio > tolerance]
     judged = [lv for lv in levels if lv.users != 1]
     memory_bound: bool | None
@@ -87,7 +118,7 @@ def judge(arm: str, key: str, max_tokens: int, tolerance: float,
         memory_bound = not above
     return BaselineRegime(arm=arm, key=key, wall=time.time(), max_tokens=max_tokens,
                           max_step_ratio=tolerance, levels=levels, compute_bound_at=above,
-                          memory_bound=memory_bound)
+                          memory_bound=memory_bound, host_busy_limit=host_busy_limit)
 
 
 def read_regime(path: Path) -> dict[str, BaselineRegime]:
