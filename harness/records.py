@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from harness.dialects import Dialect
 from harness.errors import InputError
 
 Phase = Literal["warmup", "measure"]
@@ -35,7 +36,7 @@ class RequestSpeculation(RecordModel):
     histogram[j] is the number of rounds that kept exactly j drafts.
     """
 
-    engine: Literal["vllm", "sglang"]
+    engine: Dialect
     rounds: int = Field(ge=0)
     draft_tokens: int = Field(ge=0)
     accepted: int = Field(ge=0)
@@ -149,7 +150,7 @@ class EngineSnapshot(RecordModel):
     gauges are instantaneous.
     """
 
-    engine: Literal["vllm", "sglang"]
+    engine: Dialect
     drafts: float | None = None  # vLLM num_drafts; SGLang spec_verify_calls
     draft_tokens: float | None = None
     accepted_tokens: float | None = None

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from harness.dialects import Dialect
 from harness.records import RequestRecord
 
 # Relative difference beyond which two acceptance figures of one cell disagree.
@@ -30,7 +31,7 @@ AGREE_WITHIN = 0.05
 
 @dataclass(frozen=True)
 class RequestAcceptance:
-    engine: str  # the dialect the figures came in
+    engine: Dialect  # the dialect the figures came in
     requests: int  # measured, successful requests that carried figures
     rounds: int  # drafting rounds (vLLM num_spec_steps; SGLang spec_verify_ct)
     draft_tokens: int

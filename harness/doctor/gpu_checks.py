@@ -12,11 +12,6 @@ from harness.engines.base import option_value
 from harness.engines.stale import StaleEngine
 from harness.prereg.schema import Study
 
-# vLLM 0.32 refuses to start when free memory is below gpu_memory_utilization x total
-# (vllm/v1/worker/utils.py, request_memory); its default is 0.92 (vllm/config/cache.py).
-VLLM_DEFAULT_UTILIZATION = 0.92
-FRACTION_FLAGS = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
-
 
 def gpu_arms(study: Study) -> list[str]:
     """The launched arms whose engine needs a GPU on this host."""
@@ -25,15 +20,17 @@ def gpu_arms(study: Study) -> list[str]:
 
 
 def memory_fraction(study: Study) -> tuple[float, str] | None:
-    """The largest share of a GPU's memory an arm's engine will claim, and whose."""
+    """The largest share of a GPU's memory an arm's engine will claim, and whose (its
+    kind's `memory_fraction_flag`, else its `default_memory_fraction`)."""
     best: tuple[float, str] | None = None
     for arm in study.arms:
-        flag = FRACTION_FLAGS.get(arm.engine)
+        kind = get_engine_kind(arm.engine)
+        flag = kind.memory_fraction_flag
         if arm.launch is None or flag is None:
             continue
         raw = option_value(list(arm.launch.extra_args), flag)
-        if raw is None and arm.engine == "vllm":
-            raw = str(VLLM_DEFAULT_UTILIZATION)
+        if raw is None and kind.default_memory_fraction is not None:
+            raw = str(kind.default_memory_fraction)
         try:
             value = float(raw) if raw is not None else None
         except ValueError:

@@ -110,7 +110,7 @@ def _cuda_check(name, python, needs_gpu, found, gpu: GpuReport, pinned) -> Check
 
 def _checkpoints(study: Study) -> list[tuple[str, str, str | None, float | None]]:
     """(role, model, revision, estimated bytes) of every checkpoint a launched arm loads."""
-    real = [a for a in study.arms if a.launch is not None and a.engine != "scripted"]
+    real = [a for a in study.arms if a.launch is not None and a.scripted is None]
     if not real:
         return []
     m = study.model

@@ -14,8 +14,9 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from harness.dialects import Dialect
 from harness.errors import InputError
 
 if TYPE_CHECKING:
@@ -40,12 +41,17 @@ class EngineKind(ABC):
     """What specbench needs to know to drive one kind of inference engine."""
 
     name: ClassVar[str]
-    metrics_dialect: ClassVar[Literal["vllm", "sglang"]]
+    metrics_dialect: ClassVar[Dialect]
     readiness_path: ClassVar[str] = "/health"
     # Serves on a GPU of this host: a study with such an arm must have its revisions
     # pinned (harness/prereg/pins.py) before `specbench run` spends GPU time on it, and
     # the doctor's "no GPU" is a blocker for it.
     gpu: ClassVar[bool] = False
+    # The harness's own scripted test engine: an arm of this kind declares the engine's
+    # model (`Arm.scripted`, required there and refused elsewhere), so it has no weights
+    # to fetch, pin or check and no torch to calibrate with. Every other question about
+    # such an arm asks `arm.scripted is not None`.
+    scripted_spec: ClassVar[bool] = False
     # The importable module and the version the flags were checked against; a
     # version matches when it equals this or starts with it followed by a dot.
     engine_module: ClassVar[str]
@@ -54,6 +60,14 @@ class EngineKind(ABC):
     # fails pre-flight and `engines install`, not the first GPU start.
     server_modules: ClassVar[tuple[str, ...]] = ()
     expected_version: ClassVar[str | None] = None
+    # The distribution whose version names this kind's build in its environment's
+    # package list (the cells' `where.engine_versions`); None: none does.
+    distribution: ClassVar[str | None] = None
+    # The flag that sets the share of a GPU's memory the engine claims, and the share it
+    # claims without it (None: it checks free memory itself); the doctor compares the
+    # largest against the GPU's free memory (harness/doctor/gpu_checks.py).
+    memory_fraction_flag: ClassVar[str | None] = None
+    default_memory_fraction: ClassVar[float | None] = None
 
     @abstractmethod
     def command(self, arm: Arm, study: Study, host: str, port: int) -> list[str]:
@@ -104,7 +118,7 @@ class EngineKind(ABC):
         (None: it never paid) in a deployment, or why there is none."""
         return f"{self.name}: no batch-size gate for speculation known to specbench"
 
-    def dialect_for(self, arm: Arm) -> Literal["vllm", "sglang"]:
+    def dialect_for(self, arm: Arm) -> Dialect:
         """The /metrics dialect this arm's engine speaks (a kind may decide per arm)."""
         return self.metrics_dialect
 

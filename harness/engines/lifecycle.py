@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING, Any, Self
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from harness.dialects import Dialect
 from harness.engines import get_engine_kind
 from harness.engines.base import EngineKind, expand_arm, parse_version_output
-from harness.engines.metrics import scrape_metrics, speculation_counter
+from harness.engines.drafting import wait_for_drafting
+from harness.engines.metrics import scrape_metrics
 from harness.engines.process import (
     EngineGuard,
     descendants,
@@ -56,11 +58,6 @@ READY_POLL_S = 0.1
 # SGLang counts a request's verify calls as it finishes, which can be a moment after its
 # last chunk left: a drafter arm's counter gets this long to appear after the warm-up.
 SPEC_COUNTER_GRACE_S = 5.0
-# Why a drafter arm's engine may lack its speculation counter, by metrics dialect.
-_MISSING_COUNTER_HINTS = {
-    "vllm": "vLLM exports it whenever a --speculative-config takes effect",
-    "sglang": "SGLang added it in PR 25689, May 2026: releases before it lack it",
-}
 
 
 class EngineInfo(BaseModel):
@@ -70,7 +67,7 @@ class EngineInfo(BaseModel):
 
     arm: str
     kind: str
-    metrics_dialect: str
+    metrics_dialect: Dialect
     version: str | None = None
     command: list[str] = []
     env_overrides: dict[str, str] = {}
@@ -134,7 +131,7 @@ class EngineProcess:
         return self.info.served_model
 
     @property
-    def metrics_dialect(self) -> str:
+    def metrics_dialect(self) -> Dialect:
         return self.info.metrics_dialect
 
     @property
@@ -518,29 +515,28 @@ def _warm_up(engine: EngineProcess, client: httpx.Client, timeout_s: float) -> N
 def _check_speculation_series(engine: EngineProcess, client: httpx.Client,
                               version: Callable[[], str | None]) -> None:
     """After the warm-up, a drafter arm must export its speculation counter and an arm
-    without a drafter must not: otherwise the engine is not running the registered arm,
-    or every cell of hours of them would end with no acceptance figure."""
+    without a drafter must not (harness/engines/drafting.py): otherwise the engine is not
+    running the registered arm, or every cell of hours of them would end with no
+    acceptance figure."""
     dialect = engine.metrics_dialect
-    metric = speculation_counter(dialect)
     drafter = engine.arm.drafter is not None
-    deadline = time.monotonic() + (SPEC_COUNTER_GRACE_S if drafter else 0.0)
-    while True:
+
+    def read() -> tuple[float | None, str | None]:
         result = scrape_metrics(engine.metrics_url, dialect, client=client)
         if not result.ok:
             raise _fail(engine, f"/metrics is unusable: {result.error}")
-        has_counter = result.snapshot.drafts is not None
-        if has_counter or not drafter or time.monotonic() >= deadline:
-            break
-        time.sleep(0.25)
-    if drafter and not has_counter:
+        return result.snapshot.drafts, None
+
+    reading = wait_for_drafting(read, dialect, drafter=drafter, over="its warm-up",
+                                wait_s=SPEC_COUNTER_GRACE_S if drafter else 0.0, poll_s=0.25)
+    if reading.problem is None:
+        return
+    if drafter:
         # One line: the metric, the engine and its version say what to fix.
         raise SpecbenchError(
             f"arm {engine.arm.name!r}: {engine.info.kind} {version() or '(version unknown)'}"
-            f" exports no {metric} after its warm-up, so this drafter arm's acceptance"
-            f" cannot be measured ({_MISSING_COUNTER_HINTS[dialect]}); its engine was"
-            f" stopped (log: {engine.info.log_path})")
-    if not drafter and has_counter:
-        raise _fail(engine, f"the arm has no drafter but the engine exports {metric}")
+            f" {reading.problem}; its engine was stopped (log: {engine.info.log_path})")
+    raise _fail(engine, reading.problem)
 
 
 def _attach(arm: Arm, study: Study) -> EngineProcess:

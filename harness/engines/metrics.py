@@ -14,16 +14,14 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Literal
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict
 
+from harness.dialects import DIALECTS, Dialect
 from harness.records import EngineSnapshot
 from harness.tls import shared_ssl_context
-
-Dialect = Literal["vllm", "sglang"]
 
 
 class MetricsParseError(ValueError):
@@ -32,7 +30,7 @@ class MetricsParseError(ValueError):
 
 # Snapshot field -> sample name, per dialect. Counters are summed over label sets
 # (several engine cores or ranks each report their own series).
-_COUNTERS: dict[str, dict[str, str]] = {
+_COUNTERS: dict[Dialect, dict[str, str]] = {
     "vllm": {
         "drafts": "vllm:spec_decode_num_drafts_total",
         "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
@@ -51,7 +49,7 @@ _COUNTERS: dict[str, dict[str, str]] = {
         "requests_finished": "sglang:num_requests_total",
     },
 }
-_GAUGES: dict[str, dict[str, str]] = {
+_GAUGES: dict[Dialect, dict[str, str]] = {
     "vllm": {
         "running": "vllm:num_requests_running",
         "waiting": "vllm:num_requests_waiting",
@@ -69,26 +67,27 @@ _MEAN_GAUGES = {"kv_cache_usage", "engine_accept_length"}
 _VLLM_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
 
-def speculation_counter(dialect: str) -> str:
+def speculation_counter(dialect: Dialect) -> str:
     """The counter of drafting rounds a drafter arm's engine must export (the snapshot's
     `drafts`): vllm:spec_decode_num_drafts_total, sglang:spec_verify_calls_total."""
     return _COUNTERS[dialect]["drafts"]
 
 
-def counter_name(dialect: str, field: str) -> str:
+def counter_name(dialect: Dialect, field: str) -> str:
     """The engine's own name of a snapshot counter (for messages: the smoke stage names
     `vllm:spec_decode_num_drafts_total` or `sglang:spec_verify_calls_total`)."""
     return _COUNTERS[dialect][field]
 
 
-def parse_metrics(text: str, dialect: str) -> EngineSnapshot:
+def parse_metrics(text: str, dialect: Dialect) -> EngineSnapshot:
     """Map one /metrics text to an EngineSnapshot; absent series stay None.
 
     Raises MetricsParseError on text that is not Prometheus format and ValueError
     on an unknown dialect.
     """
     if dialect not in _COUNTERS:
-        raise ValueError(f"unknown metrics dialect {dialect!r} (expected vllm or sglang)")
+        raise ValueError(f"unknown metrics dialect {dialect!r}"
+                         f" (expected one of: {', '.join(DIALECTS)})")
     samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
     # The full page takes ~10 ms to parse (52 KB from vLLM 0.32): inside a cell that is
     # the client's event loop held once a second. Parse only the series read here; a
@@ -119,7 +118,7 @@ def parse_metrics(text: str, dialect: str) -> EngineSnapshot:
     return EngineSnapshot(**fields)
 
 
-def _sample_names(dialect: str) -> frozenset[str]:
+def _sample_names(dialect: Dialect) -> frozenset[str]:
     names = set(_COUNTERS[dialect].values()) | set(_GAUGES[dialect].values())
     if dialect == "vllm":
         names.add(_VLLM_PER_POSITION)
@@ -132,7 +131,7 @@ _WANTED_FAMILIES = {dialect: frozenset(n.removesuffix("_total") for n in names) 
                     for dialect, names in _WANTED.items()}
 
 
-def _wanted_lines(text: str, dialect: str) -> str:
+def _wanted_lines(text: str, dialect: Dialect) -> str:
     """The lines of `text` that carry (or declare) a series parse_metrics reads; "" when
     no sample line does."""
     names, families = _WANTED[dialect], _WANTED_FAMILIES[dialect]
@@ -256,7 +255,7 @@ class ScrapeResult:
 
 
 def scrape_metrics(
-    url: str, dialect: str, *, timeout_s: float = 5.0, client: httpx.Client | None = None
+    url: str, dialect: Dialect, *, timeout_s: float = 5.0, client: httpx.Client | None = None
 ) -> ScrapeResult:
     """GET /metrics and parse it; never raises for an engine-side problem."""
     start = time.monotonic()

@@ -139,7 +139,7 @@ def _model_problems(arm: Arm, study: Study) -> list[str]:
         out.append(f"model path {model} does not exist")
     d = arm.drafter
     # A scripted arm's drafting is declared by its spec; there is no draft model.
-    if d is not None and arm.engine != "scripted":
+    if d is not None and arm.scripted is None:
         if d.model is None and d.method.lower() not in MODEL_FREE_METHODS:
             out.append(f"drafter method {d.method!r} needs a draft model (drafter.model)")
         elif d.model is not None and arm.attach is None and _local_missing(d.model):

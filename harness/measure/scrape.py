@@ -18,6 +18,7 @@ from typing import Self
 import httpx
 import pandas as pd
 
+from harness.dialects import Dialect
 from harness.engines.metrics import MetricsParseError, acceptance_window, parse_metrics
 from harness.measure.transport import shared_ssl_context
 from harness.records import MetricSample
@@ -26,7 +27,7 @@ from harness.records import MetricSample
 async def scrape_metrics(
     *,
     metrics_url: str,
-    dialect: str,
+    dialect: Dialect,
     interval_s: float,
     cell_id: str,
     attempt: int,
@@ -68,7 +69,7 @@ async def scrape_metrics(
         on_sample(final.model_copy(update={"final": True}))
 
 
-async def _scrape_once(client: httpx.AsyncClient, url: str, dialect: str, due: float,
+async def _scrape_once(client: httpx.AsyncClient, url: str, dialect: Dialect, due: float,
                        cell_id: str, attempt: int) -> MetricSample:
     wall = time.time() - (time.monotonic() - due)
     began = time.monotonic()
@@ -93,7 +94,7 @@ async def _scrape_once(client: httpx.AsyncClient, url: str, dialect: str, due: f
 class MetricsScraper:
     """scrape_metrics as a task started and stopped around a cell; keeps its samples."""
 
-    def __init__(self, *, metrics_url: str, dialect: str, interval_s: float = 1.0,
+    def __init__(self, *, metrics_url: str, dialect: Dialect, interval_s: float = 1.0,
                  cell_id: str, attempt: int = 1,
                  on_sample: Callable[[MetricSample], None] | None = None,
                  timeout_s: float | None = None) -> None:

@@ -138,7 +138,7 @@ def hub_checkpoints(study: Study, loaded: LoadedStudy | None = None) -> list[Che
             return
         found[key] = Checkpoint(repo, revision, (role,), _where(loaded, loc))
 
-    real = [(i, a) for i, a in enumerate(study.arms) if a.engine != "scripted"]
+    real = [(i, a) for i, a in enumerate(study.arms) if a.scripted is None]
     model = study.model
     if real and is_hub_id(model.id):
         add(model.id, model.revision, "model",

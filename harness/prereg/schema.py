@@ -10,13 +10,34 @@ import datetime
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
+from harness.dialects import Dialect
+from harness.engines import ENGINE_KINDS, get_engine_kind
 from harness.testengine.spec import ScriptedEngineSpec
 from harness.workloads.kinds import SCORED_KINDS, TaskKind
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", max_length=64)]
-EngineName = Literal["vllm", "sglang", "vllm-cpu", "scripted"]
+
+
+def registered_engine(name: str) -> str:
+    """An arm's `engine:`, one of the kinds in the engine registry (harness/engines/
+    __init__.py, ENGINE_KINDS): the one list of engine names, read when a study is
+    validated, so a kind registered at run time is accepted too."""
+    if name not in ENGINE_KINDS:
+        known = ", ".join(repr(k) for k in ENGINE_KINDS)
+        raise ValueError(f"unknown engine {name!r} (known engines: {known})")
+    return name
+
+
+EngineName = Annotated[str, AfterValidator(registered_engine)]
 TaskUse = Literal["speed", "accuracy", "identity"]
 Positive = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -87,7 +108,7 @@ class Attach(Strict):
     """An OpenAI-compatible endpoint the user runs; the harness neither starts nor stops it."""
 
     base_url: str
-    metrics: Literal["vllm", "sglang"]
+    metrics: Dialect
     served_model: str
 
     @field_validator("base_url")
@@ -158,8 +179,12 @@ class Arm(Strict):
             raise ValueError("an arm with a drafter needs a baseline: its no-drafter arm on the same engine")
         if self.drafter is None and self.baseline is not None:
             raise ValueError("baseline is for drafter arms; a no-drafter arm is itself a baseline")
-        if (self.engine == "scripted") != (self.scripted is not None):
-            raise ValueError("scripted is required for engine 'scripted' and only allowed there")
+        if get_engine_kind(self.engine).scripted_spec != (self.scripted is not None):
+            if self.scripted is None:
+                raise ValueError(f"scripted is required for engine {self.engine!r} (the"
+                                 " scripted test engine's declared model)")
+            raise ValueError(f"scripted is only allowed for the scripted test engine, not"
+                             f" engine {self.engine!r}")
         if self.min_free_slots_delay is not None and self.engine != "sglang":
             raise ValueError("min_free_slots_delay is an SGLang setting (engine 'sglang' only)")
         if (self.launch is not None and self.launch.dtype == "cpu_native"

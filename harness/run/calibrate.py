@@ -96,7 +96,7 @@ def study_probe(study: Study, gpu: int | None = None, python: str | None = None,
     arm, unset = expand_arm(first_baseline(study))
     kind = get_engine_kind(arm.engine)
     if python is None:
-        if arm.engine == "scripted":
+        if arm.scripted is not None:
             return StudyProbe(None, f"arm {arm.name} runs the scripted test engine: no torch"
                                     " in its interpreter")
         if arm.attach is not None:

@@ -36,7 +36,9 @@ from harness.analysis.identity import DEFAULT_NEAR_TIE_MARGIN, token_divergence
 from harness.analysis.regime import REGIME_FILE, regime_levels
 from harness.analysis.smoke import margin_text, smoke_line, value_text
 from harness.derived.itl import tokens_per_chunk
+from harness.dialects import Dialect
 from harness.engines import get_engine_kind
+from harness.engines.drafting import wait_for_drafting
 from harness.engines.lifecycle import EngineProcess, relevant_log_line
 from harness.engines.metrics import counter_name, scrape_metrics
 from harness.engines.process import tail_lines
@@ -67,8 +69,9 @@ if TYPE_CHECKING:
 
 SMOKE_DIR = "smoke"
 SMOKE_PROMPTS = 2
-# SGLang counts a request's verify calls when it finishes, so the series can trail the
-# stream's end a little: the after-scrape is retried this long before "did not move".
+# Both engines count a request's drafts when it finishes, so the series can trail the
+# stream's end a little: the after-scrape is retried this long before "did not move"
+# (the rule itself, absent-before included: harness/engines/drafting.py).
 COUNTER_WAIT_S = 10.0
 LOG_TAIL = 200
 CONTEXT_CHARS = 30
@@ -422,24 +425,21 @@ class SmokeStage:
             return None, f"/metrics failed: {result.error}"
         return result.snapshot.drafts, None
 
-    def _counter(self, process: EngineProcess, dialect: str,
+    def _counter(self, process: EngineProcess, dialect: Dialect,
                  before: tuple[float | None, str | None]) -> SmokeCounter:
+        """Whether the drafts counter moved past its reading before the prompts, by the
+        drafting rule readiness uses too (harness/engines/drafting.py)."""
         name = counter_name(dialect, "drafts")
         value, error = before
         if error is not None:
             return SmokeCounter(name=f"{name} ({error})", before=None, after=None, moved=False)
-        # SGLang creates the series on the first finished request that verified drafts;
-        # vLLM exports it from the start with a speculative config.
-        floor = 0.0 if value is None and dialect == "sglang" else value
-        deadline = time.monotonic() + COUNTER_WAIT_S
-        while True:
-            after, error = self._drafts(process)
-            if floor is not None and after is not None and after > floor:
-                return SmokeCounter(name=name, before=value, after=after, moved=True)
-            if time.monotonic() >= deadline:
-                label = name + (f" ({error})" if error else "")
-                return SmokeCounter(name=label, before=value, after=after, moved=False)
-            time.sleep(0.5)
+        reading = wait_for_drafting(lambda: self._drafts(process), dialect, drafter=True,
+                                    before=value, over="the smoke prompts",
+                                    wait_s=COUNTER_WAIT_S, poll_s=0.5)
+        if reading.problem is None:
+            return SmokeCounter(name=name, before=value, after=reading.after, moved=True)
+        label = name + (f" ({reading.error})" if reading.error else "")
+        return SmokeCounter(name=label, before=value, after=reading.after, moved=False)
 
     # --- drafter against baseline ---------------------------------------------------
 

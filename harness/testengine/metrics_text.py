@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from harness.dialects import Dialect
+
 
 @dataclass
 class EngineCounters:
@@ -32,7 +34,7 @@ class EngineCounters:
 
 
 class _Collector:
-    def __init__(self, counters: EngineCounters, dialect: str, model: str, k: int,
+    def __init__(self, counters: EngineCounters, dialect: Dialect, model: str, k: int,
                  created: float, omit: frozenset[str] = frozenset()) -> None:
         self.c, self.dialect, self.model, self.k, self.created = counters, dialect, model, k, created
         self.omit = omit
@@ -112,7 +114,7 @@ class _Collector:
         yield self._gauge("sglang:token_usage", "The token usage.", c.kv_cache_usage, base)
 
 
-def metrics_text(counters: EngineCounters, dialect: str, model: str, k: int,
+def metrics_text(counters: EngineCounters, dialect: Dialect, model: str, k: int,
                  created: float, omit: list[str] | tuple[str, ...] = ()) -> bytes:
     """The /metrics page; `omit` names series to leave out (an engine release without them)."""
     registry = CollectorRegistry(auto_describe=False)
@@ -120,7 +122,7 @@ def metrics_text(counters: EngineCounters, dialect: str, model: str, k: int,
     return generate_latest(registry)
 
 
-def exported_series(dialect: str) -> list[str]:
+def exported_series(dialect: Dialect) -> list[str]:
     """The series names (counters with their `_total`) a drafting engine of this
     dialect exports: what ScriptedEngineSpec.omit_series may name."""
     families = _Collector(EngineCounters(accepted_per_position=[0]), dialect, "m", 1, 0.0).collect()

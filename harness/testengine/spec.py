@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from harness.dialects import Dialect
 from harness.errors import InputError
 
 # The repeated session an engine start belongs to (harness.engines.lifecycle sets it):
@@ -50,7 +51,7 @@ class ScriptedEngineSpec(StrictModel):
     drafter) plus the prompt tokens of requests admitted in that step (their prefill).
     """
 
-    metrics_dialect: Literal["vllm", "sglang"] = "vllm"
+    metrics_dialect: Dialect = "vllm"
     served_model: str = "scripted"
     weight_bytes: float = Field(default=1.6e10, gt=0)
     bandwidth_bytes_per_s: float = Field(default=2.0e12, gt=0)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 def arm_checkpoints(study: Study, arm: Arm) -> list[Checkpoint]:
     """The hub checkpoints this arm's engine loads (none for the scripted engine)."""
-    if arm.engine == "scripted":
+    if arm.scripted is not None:
         return []
     out = []
     if is_hub_id(study.model.id):
@@ -104,7 +104,7 @@ def checkpoint_records(study: Study) -> list[dict[str, Any]]:
             local[key] = _local_record(path)
         local[key]["roles"].append(role)
 
-    real = [a for a in study.arms if a.engine != "scripted"]
+    real = [a for a in study.arms if a.scripted is None]
     if real:
         add_local(study.model.id, "model")
     for arm in real:
