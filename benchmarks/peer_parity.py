@@ -55,6 +55,7 @@ from harness.measure.delivered import (
 from harness.measure.driver import run_cell
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.placement import place_client
+from harness.measure.priority import match_engine_priority, restore
 from harness.measure.requests import RequestSpec
 from harness.measure.scrape import MetricsScraper
 from harness.prereg import load_study
@@ -382,6 +383,12 @@ def main() -> int:
     parser.add_argument("--specbench-process", action="store_true",
                         help="run specbench's closed-loop cells in a fresh process each, as"
                         " vllm bench runs (default: in this benchmark's own process)")
+    parser.add_argument("--client-priority", choices=["match_engine", "as_started"],
+                        default="match_engine",
+                        help="match_engine: specbench raises itself to an engine that"
+                        " outranks it for its own runs, as a study does, and puts it back"
+                        " before vllm bench's (which runs as started); as_started: both as"
+                        " started")
     parser.add_argument("--threads", action="store_true",
                         help="print each client thread's CPU, run-queue wait and slices")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
@@ -459,14 +466,24 @@ def main() -> int:
                 run.server_running = gauge.mean_over(run.spans)
                 return run
 
+            lifts: list[dict] = []
+
             def ours() -> Run:
-                if args.specbench_process:
-                    spec = {"base_url": engine.base_url, "metrics_url": engine.metrics_url,
-                            "served_model": engine.served_model, "prompts": prompts,
-                            "concurrency": c, "reader_thread": args.reader_thread}
-                    return server_side(cell_in_own_process(spec, tmp, len(runs)))
-                return server_side(asyncio.run(specbench_cell(
-                    engine, prompts, ClosedLoop(concurrency=c, requests=len(prompts)))))
+                # As a study's client does (recording.client_priority), and only for its
+                # own runs: the peer runs as the user started it.
+                if args.client_priority == "match_engine":
+                    lifts.append(match_engine_priority(engine.pid).to_dict())
+                try:
+                    if args.specbench_process:
+                        spec = {"base_url": engine.base_url,
+                                "metrics_url": engine.metrics_url,
+                                "served_model": engine.served_model, "prompts": prompts,
+                                "concurrency": c, "reader_thread": args.reader_thread}
+                        return server_side(cell_in_own_process(spec, tmp, len(runs)))
+                    return server_side(asyncio.run(specbench_cell(
+                        engine, prompts, ClosedLoop(concurrency=c, requests=len(prompts)))))
+                finally:
+                    restore()
 
             def peer(i: int) -> Run:
                 return server_side(vllm_bench(python, engine, model, data, len(prompts),
@@ -482,6 +499,9 @@ def main() -> int:
             label = (f"closed loop, {c} users, {len(prompts)} MT-Bench first turns, "
                      f"{OUTPUT_TOKENS} tokens (load average {os.getloadavg()[0]:.2f})")
             closed = show(label, runs, c, keys)
+            if lifts:
+                print(f"specbench's priority for its runs: {lifts[0]['changed'] or 'unchanged'}"
+                      + (f"; refused: {lifts[0]['refused']}" if lifts[0]["refused"] else ""))
             for run in runs:
                 print(f"  {run.tool}: {(run.probes or {}).get('sched')}")
                 if args.threads:
@@ -491,8 +511,14 @@ def main() -> int:
                  " loop and of a thread)", runs, c, PROBE_KEYS)
             if not args.skip_open:
                 rate = args.rate or round(0.5 * closed["mean"]["vllm bench"]["req_s"], 1)
-                opened = [asyncio.run(specbench_cell(
-                              engine, prompts, OpenLoop(rate=rate, requests=arrivals, seed=1))),
+                if args.client_priority == "match_engine":
+                    match_engine_priority(engine.pid)
+                try:
+                    ours_open = asyncio.run(specbench_cell(
+                        engine, prompts, OpenLoop(rate=rate, requests=arrivals, seed=1)))
+                finally:
+                    restore()
+                opened = [ours_open,
                           vllm_bench(python, engine, model, data, arrivals, tmp / "open.json",
                                      rate=rate, seed=1)]
                 print(f"\nopen loop: Poisson at {rate:g}/s, {arrivals} arrivals each (each tool"
@@ -520,6 +546,7 @@ def main() -> int:
           f"engine_session={args.engine_session} client_session_nice="
           f"{args.client_session_nice if args.client_session_nice is not None else 'inherited'}"
           f" busy_cpu={args.busy_cpu if args.busy_cpu is not None else 'none'} "
+          f"client_priority={args.client_priority} "
           f"took_s={time.monotonic() - begun:.0f}")
     return 0
 

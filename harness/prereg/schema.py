@@ -360,6 +360,11 @@ class Recording(Strict):
     # is unusable and measured again within cell_retries: another program disturbed it.
     # None: recorded, never judged.
     host_foreign_cpu_limit: Annotated[float, Field(gt=0, le=1)] | None = None
+    # An engine that outranks the client for the CPU starves it (issue 34): with
+    # match_engine the client raises its session's autogroup and its threads to the
+    # engine's priority where the kernel allows, never above it, and puts them back at
+    # the end (harness/measure/priority.py); as_started leaves them, and warns.
+    client_priority: Literal["match_engine", "as_started"] = "match_engine"
     accuracy_concurrency: PositiveInt = 16
     per_request_spec_metrics: bool = True
     # Before the first registered cell every arm starts, answers two prompts greedily,

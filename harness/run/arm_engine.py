@@ -10,6 +10,7 @@ from typing import Any
 
 from harness.engines.lifecycle import EngineProcess, start_engine
 from harness.measure.placement import local_listener_pid, place_client
+from harness.measure.priority import match_engine_priority
 from harness.prereg.schema import Arm, Study
 from harness.run.gpu_telemetry import ArmGpus, RunTelemetry
 from harness.run.progress import RunProgress
@@ -65,6 +66,12 @@ class ArmEngine:
         # Off the engine's pinned cores where there are others (recorded with the start);
         # an attached engine on this host is found by its port.
         pid = self.process.pid or local_listener_pid(self.process.info.base_url or "")
+        if pid and self.study.recording.client_priority == "match_engine":
+            lift = match_engine_priority(pid)
+            data["client_priority"] = lift.to_dict()
+            for refused in lift.refused:
+                self.progress.note(f"warning: arm {self.arm.name}: the client could not"
+                                   f" match the engine's priority: {refused}")
         placement = place_client(pid)
         data["client_placement"] = placement.to_dict()
         if placement.engine_outranks_client:
