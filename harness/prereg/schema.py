@@ -89,7 +89,9 @@ class Launch(Strict):
     extra_args: list[str] = Field(default_factory=list)
     # The dtype the engine computes in (vLLM --dtype). `cpu_native` (CPU build only):
     # bfloat16 where oneDNN builds a bfloat16 matmul (AVX-512), float32 elsewhere (AVX2),
-    # so a step stays memory-bound on either kind of host (harness/engines/cpu_dtype.py);
+    # float16 where bfloat16 would run on AMX tiles (no knee inside tens of users), so a
+    # step is memory-bound at one user and its ridge within reach on each kind of host
+    # (harness/engines/cpu_dtype.py);
     # what it resolved to is recorded with each engine start. None: the engine decides.
     dtype: Literal["auto", "bfloat16", "float16", "float32", "cpu_native"] | None = None
     host: str = "127.0.0.1"

@@ -9,7 +9,12 @@ import json
 import pytest
 
 from harness.analysis.regime import BaselineRegime, host_regime, judge, read_regime
-from harness.engines.cpu_dtype import AVX512_CORE_FLAGS, choose_cpu_dtype, cpu_flags
+from harness.engines.cpu_dtype import (
+    AMX_FLAGS,
+    AVX512_CORE_FLAGS,
+    choose_cpu_dtype,
+    cpu_flags,
+)
 from harness.errors import InputError
 
 AVX2_EPYC = frozenset("fpu sse sse2 ssse3 fma sse4_1 sse4_2 avx f16c avx2 bmi1 bmi2".split())
@@ -71,6 +76,20 @@ def test_avx2_only_hosts_serve_float32_and_avx512_hosts_bfloat16():
     assert (avx512.dtype, avx512.isa) == ("bfloat16", "avx512_core")
     # AVX-512F alone is not oneDNN's avx512_core: no bfloat16 matmul there.
     assert choose_cpu_dtype(AVX2_EPYC | {"avx512f"}).dtype == "float32"
+
+
+def test_amx_hosts_serve_a_dtype_that_takes_no_amx_path():
+    # A Sapphire Rapids Xeon: AMX-BF16 tiles and AVX-512 FP16, no AMX-FP16.
+    spr = AVX2_EPYC | AVX512_CORE_FLAGS | AMX_FLAGS | {"amx_int8", "avx512_fp16", "avx512_bf16"}
+    amx = choose_cpu_dtype(spr)
+    assert (amx.dtype, amx.isa) == ("float16", "avx512_amx")
+    assert "no AMX path" in amx.why
+    # AMX-FP16 (Granite Rapids) would take float16 to the tiles too; no AVX-512 FP16: float32.
+    assert choose_cpu_dtype(spr | {"amx_fp16"}).dtype == "float32"
+    assert choose_cpu_dtype(spr - {"avx512_fp16"}).dtype == "float32"
+    # Held to AVX2 kernels, an AMX host is an AVX2 host.
+    assert choose_cpu_dtype(spr, {"ONEDNN_MAX_CPU_ISA": "AVX2"}).dtype == "float32"
+    assert choose_cpu_dtype(spr, {"ONEDNN_MAX_CPU_ISA": "AVX2"}).isa == "avx2"
 
 
 @pytest.mark.parametrize("cap, dtype", [("AVX2", "float32"), ("avx2", "float32"),

@@ -18,7 +18,7 @@ from harness.cli import main
 from harness.engines import cpu_dtype, get_engine_kind
 from harness.engines.base import expand_study_leaving_unset
 from harness.engines.command_line import invocation, quote
-from harness.engines.cpu_dtype import AVX512_CORE_FLAGS, host_cpu_dtype
+from harness.engines.cpu_dtype import AMX_FLAGS, AVX512_CORE_FLAGS, host_cpu_dtype
 from harness.engines.vllm_engine import VLLM_CPU_LAUNCHER
 from harness.prereg import load_study
 
@@ -116,6 +116,7 @@ def test_every_demo_arm_runs_exactly_these_flags() -> None:
     ({"avx2", "fma"}, None, "float32"),
     ({"avx2", "fma", *AVX512_CORE_FLAGS}, None, "bfloat16"),
     ({"avx2", "fma", *AVX512_CORE_FLAGS}, "AVX2", "float32"),  # held to AVX2 kernels
+    ({"avx2", "fma", *AVX512_CORE_FLAGS, *AMX_FLAGS, "avx512_fp16"}, None, "float16"),  # AMX
 ])
 def test_the_demo_serves_the_dtype_that_keeps_its_step_memory_bound_on_this_kind_of_host(
     monkeypatch: pytest.MonkeyPatch, flags: set[str], cap: str | None, dtype: str

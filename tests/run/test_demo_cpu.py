@@ -28,7 +28,8 @@ def bar(verdict: dict, name: str) -> dict:
     return next(b for b in verdict["bars"] if b["name"] == name)
 
 
-# ~6 min on an AVX-512 host, ~11-13 on an AVX2-only one (float32: twice the weight bytes).
+# ~6 min on an AVX-512 host (bfloat16, or float16 with AMX), ~11-13 on an AVX2-only one
+# (float32: twice the weight bytes).
 @pytest.mark.timeout(1800)
 def test_demo_study_passes_on_the_cpu_engine_and_reports(
     tmp_path, tiny_pair_dir, vllm_cpu_python, vllm_cpu_engines
