@@ -142,12 +142,16 @@ def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
 
 
 def _identity_cells(arm: Arm, study: Study, sizes: dict[str, int], concurrency: int) -> list[Cell]:
+    if arm.is_control:
+        return []  # its text is not the target's: nothing to compare
     return [Cell(f"{arm.name}/{task.name}/identity", 1, arm.name, task.name, "identity",
                  concurrency, min(task.identity_items, sizes[task.name]), 0)
             for task in study.tasks if "identity" in task.uses]
 
 
 def _accuracy_cells(arm: Arm, study: Study, sizes: dict[str, int]) -> list[Cell]:
+    if arm.is_control:
+        return []
     return [Cell(f"{arm.name}/{task.name}/accuracy", 2, arm.name, task.name, "accuracy",
                  study.recording.accuracy_concurrency, sizes[task.name], 0)
             for task in study.tasks if "accuracy" in task.uses]
@@ -223,6 +227,8 @@ def cell_seconds(study: Study, cell: Cell, figures: RooflineFigures | None = Non
     else:
         k = arm.drafter.num_draft_tokens
         accept = arm.drafter.assumed_acceptance_length or est.assumed_acceptance_length
+        if arm.drafter.synthetic is not None:  # a control arm's acceptance is set
+            accept = arm.drafter.synthetic.tokens_per_round(k)
         per_step_tokens, emitted = c * (k + 1), c * min(accept, k + 1)
     steps = requests * out_tokens / emitted
     return steps * roofline_step_s(study, per_step_tokens, figures=figures)

@@ -71,7 +71,13 @@ def speed_tasks(study: Study) -> list[str]:
 
 
 def drafter_arms(study: Study) -> list[str]:
-    return [arm.name for arm in study.arms if arm.baseline is not None]
+    """The drafter arms the bars read: control arms (drafter.synthetic) never are."""
+    return [arm.name for arm in study.arms if arm.baseline is not None and not arm.is_control]
+
+
+def judged_speedups(a: Analysis) -> pd.DataFrame:
+    """The speedup rows a bar may read: those of the drafter arms, no control arm's."""
+    return a.speedups[a.speedups["arm"].isin(drafter_arms(a.run.study))]
 
 
 def figure_of(row: Any) -> dict:
@@ -98,10 +104,11 @@ def pass_best(a: Analysis) -> dict[str, BestDrafter]:
     sp = study.bars.pass_.speed
     tasks = speed_tasks(study)
     col = stat_column(sp.statistic)
+    speedups = judged_speedups(a)
     if sp.best_drafter == "pooled":
-        pooled = best_drafter(a.speedups, tasks, sp.concurrencies, col)
+        pooled = best_drafter(speedups, tasks, sp.concurrencies, col)
         return {t: pooled for t in tasks}
-    return {t: best_drafter(a.speedups, [t], sp.concurrencies, col) for t in tasks}
+    return {t: best_drafter(speedups, [t], sp.concurrencies, col) for t in tasks}
 
 
 @dataclass(frozen=True)

@@ -252,6 +252,8 @@ def evaluate(a: Analysis) -> dict:
         # Per drafter and task: the highest level whose speedup interval stays above 1.0,
         # and the engine setting that would gate speculation there (analysis/pays.py).
         "speculation_pays": speculation_pays(run.study, a.speedups),
+        # Arms with synthetic acceptance (drafter.synthetic): in the tables, read by no bar.
+        "control_arms": run.study.control_arms(),
         # Each baseline's plain step by level, timed in the smoke (analysis/regime.py):
         # whether this host could let speculation pay at the pass levels at all.
         "host_regime": host_regime(run.manifest),

@@ -7,7 +7,18 @@ without importing the stage, and with it the engine lifecycle and the load drive
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from harness.records import SmokeArmCheck, SmokeIdentityCheck
+
+if TYPE_CHECKING:
+    from harness.prereg.schema import Arm
+
+
+def compares(arm: Arm) -> bool:
+    """Whether the smoke compares this arm's text with its baseline's: every drafter but a
+    control arm (drafter.synthetic), whose drafts are kept whatever they say."""
+    return not arm.is_baseline and not arm.is_control
 
 
 def value_text(v: float | None) -> str:

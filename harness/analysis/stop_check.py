@@ -20,6 +20,7 @@ from harness.analysis.bar_common import (
     clean_json,
     drafter_arms,
     figure_of,
+    judged_speedups,
     register_bar,
     speed_tasks,
     stat_column,
@@ -145,7 +146,7 @@ def stop_bar(a: Analysis) -> BarResult:
 
 def _check_figures(a: Analysis) -> pd.DataFrame:
     check = a.run.study.bars.check
-    sp = a.speedups
+    sp = judged_speedups(a)  # a control arm's speed is set by its acceptance, not checked
     return sp[(sp["status"] == "ok") & (sp["speedup"] > check.threshold)]
 
 

@@ -31,10 +31,11 @@ class Analysis:
 
 
 def identity_table(run: RunData) -> pd.DataFrame:
-    """Every drafter arm x identity task, whether or not a bar judges it."""
+    """Every drafter arm x identity task, whether or not a bar judges it (no control arm:
+    its text is not the target's, and it has no identity cells)."""
     rows = []
     for arm in run.study.arms:
-        if arm.baseline is None:
+        if arm.baseline is None or arm.is_control:
             continue
         for task in (t for t in run.study.tasks if "identity" in t.uses):
             d, b = run.find(arm.name, task.name, "identity"), run.find(arm.baseline, task.name,

@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
                     "estimated_gpu_seconds": est.seconds, "assumptions": est.assumptions,
                     **({"roofline_inputs": hardware.line()} if hardware else {}),
                     "smoke": bool(study.recording.smoke and cells),
+                    "control_arms": study.control_arms(),
                     **({"sharding": sharding} if sharding else {})})
         return 0
     # soft_wrap: lines are never broken at the terminal's (or a pipe's 80) columns.
@@ -125,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
                           + ", ".join(floors))
     else:
         console.print("no smoke stage (the study registers recording.smoke: false)")
+    for control in study.control_arms():
+        console.print(f"control arm {control['line']}", markup=False)
     console.print(
         "stage 1 runs every arm's identity cells and speed cells at concurrency "
         f"{study.bars.stop.concurrencies} first; the stop bar is judged before stage 2."

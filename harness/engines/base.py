@@ -84,11 +84,20 @@ class EngineKind(ABC):
             fields["chat_template_kwargs"] = dict(study.model.chat_template_kwargs)
         return fields
 
+    def synthetic_problem(self, arm: Arm) -> str | None:
+        """Why this kind cannot run the arm's synthetic acceptance (drafter.synthetic);
+        None: it can, and its command or environment carries it."""
+        return f"engine {self.name!r} has no synthetic acceptance setting specbench knows"
+
     def resolved_settings(self, arm: Arm, study: Study) -> dict[str, str]:
         """Settings that change what an arm measures and that the engine would otherwise
         decide by itself, as this kind resolves them, in words: shown by pre-flight and
         `serve --print-command`, kept in the manifest (EngineInfo.settings), in the report."""
         settings = {"drafter_precision": self.drafter_precision(arm, study)} if arm.drafter else {}
+        if arm.drafter is not None and arm.drafter.synthetic is not None:
+            settings["acceptance"] = (
+                f"control arm: {arm.drafter.synthetic.label(arm.drafter.num_draft_tokens)},"
+                " whatever the drafts say (drafter.synthetic); never judged")
         if arm.launch is not None and arm.launch.dtype is not None:
             settings["dtype"] = self.dtype_setting(arm)
         return settings

@@ -17,6 +17,20 @@ if TYPE_CHECKING:
     from harness.testengine.spec import ScriptedEngineSpec
 
 
+# Mixed into a control arm's text: drafts kept whatever they say are not the target's words.
+SYNTHETIC_SALT = 7919
+
+
+def conditional_rates(unconditional: list[float]) -> list[float]:
+    """The chance position i is kept given every earlier one was, from the chance the
+    first i + 1 are all kept (vLLM's unconditional_to_conditional_rates)."""
+    out, before = [], 1.0
+    for rate in unconditional:
+        out.append(rate / before if before > 0 else 0.0)
+        before = rate
+    return out
+
+
 class ScriptedKind(EngineKind):
     name: ClassVar[str] = "scripted"
     # The class default; an arm's spec may choose "sglang" (see dialect_for).
@@ -32,7 +46,20 @@ class ScriptedKind(EngineKind):
         spec = arm.scripted
         if arm.max_running_requests is not None:
             spec = spec.model_copy(update={"max_batch": arm.max_running_requests})
+        d = arm.drafter
+        if d is not None and d.synthetic is not None:
+            # The declared synthetic mode, as vLLM's: drafts kept by the registered chances
+            # (conditional per position, what accept_probs declares), whatever they say,
+            # so the text is not the target's (a salt of its own).
+            spec = spec.model_copy(update={
+                "num_draft_tokens": d.num_draft_tokens,
+                "accept_probs": conditional_rates(
+                    d.synthetic.unconditional_rates(d.num_draft_tokens)),
+                "output_salt": spec.output_salt + SYNTHETIC_SALT})
         return spec
+
+    def synthetic_problem(self, arm: Arm) -> str | None:
+        return None
 
     def drafter_precision(self, arm: Arm, study: Study) -> str:
         return "none (declared by the scripted spec; no weights)"

@@ -162,6 +162,26 @@ class SglangKind(EngineKind):
     distribution: ClassVar[str | None] = "sglang"
     memory_fraction_flag: ClassVar[str | None] = "--mem-fraction-static"
 
+    def synthetic_problem(self, arm: Arm) -> str | None:
+        d = arm.drafter
+        if d is not None and d.synthetic is not None and d.synthetic.rates is not None:
+            return ("SGLang 0.5.23 takes a mean acceptance length only"
+                    " (SGLANG_SIMULATE_ACC_LEN), not per-position rates")
+        return None
+
+    def environment(self, arm: Arm) -> dict[str, str]:
+        """A control arm's synthetic acceptance (SGLang 0.5.23, speculative/spec_utils.py
+        and dflash_utils.py): each round keeps floor(L) or ceil(L) tokens, weighted to a
+        mean of L (match-expected), of the real drafts (real-draft-token: without it the
+        kept tokens are a fixed id, 100)."""
+        env: dict[str, str] = {}
+        d = arm.drafter
+        if d is not None and d.synthetic is not None and d.synthetic.acceptance_length:
+            env = {"SGLANG_SIMULATE_ACC_LEN": f"{d.synthetic.acceptance_length:g}",
+                   "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
+                   "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}
+        return {**env, **super().environment(arm)}
+
     def prefix(self, arm: Arm) -> list[str]:
         launch = arm.launch
         if launch is not None and launch.command:

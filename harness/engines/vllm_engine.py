@@ -62,6 +62,14 @@ def speculative_config(arm: Arm) -> dict[str, Any] | None:
     if d.quantization != "checkpoint":
         # Unset, vLLM loads the draft as its checkpoint says: what `checkpoint` means.
         config["quantization"] = d.quantization
+    if d.synthetic is not None:
+        # A control arm (vllm/config/speculative.py: rejection_sample_method): drafts
+        # accepted by these chances in the rejection sampler, whatever they say.
+        config["rejection_sample_method"] = "synthetic"
+        if d.synthetic.acceptance_length is not None:
+            config["synthetic_acceptance_length"] = d.synthetic.acceptance_length
+        else:
+            config["synthetic_acceptance_rates"] = list(d.synthetic.rates or [])
     # Engine-specific extras (prompt_lookup_min/max, draft_tensor_parallel_size, ...)
     # go in verbatim: vLLM validates the object with unknown keys forbidden.
     config.update(d.options)
@@ -157,6 +165,9 @@ class VllmKind(EngineKind):
         settings["async_scheduling"] = self.async_scheduling(arm)
         return settings
 
+    def synthetic_problem(self, arm: Arm) -> str | None:
+        return None  # --speculative-config rejection_sample_method synthetic (vLLM 0.32)
+
     def async_scheduling(self, arm: Arm) -> str:
         """Whether vLLM 0.32 will overlap CPU scheduling with the GPU step for this arm,
         on paper (the engine's startup log confirms it: chosen_settings)."""
@@ -243,6 +254,14 @@ class VllmCpuKind(VllmKind):
         if launch is not None and launch.python:
             return launch.python
         return default_vllm_cpu_python()
+
+    def synthetic_problem(self, arm: Arm) -> str | None:
+        # vllm/utils/cpu_triton_utils.py, both rejection kernels: assert not SYNTHETIC_MODE,
+        # "Synthetic acceptance not supported with CPU sampling".
+        return ("vLLM 0.32's CPU build has no synthetic acceptance (its CPU rejection"
+                " kernels assert \"Synthetic acceptance not supported with CPU sampling\","
+                " vllm/utils/cpu_triton_utils.py); use engine vllm on a GPU, sglang, or the"
+                " scripted engine")
 
     def prefix(self, arm: Arm) -> list[str]:
         launch = arm.launch

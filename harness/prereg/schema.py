@@ -127,6 +127,46 @@ class DrafterExpect(Strict):
     acceptance_length_min: Annotated[float, Field(ge=1)] | None = None
 
 
+class SyntheticAcceptance(Strict):
+    """A control arm's acceptance, fixed by the engine whatever its drafts say (issue 32):
+    the arm measures what a round costs at a known acceptance, apart from any drafter's
+    quality. Its text is not the target's, so identity and accuracy are never judged on
+    it, and no bar reads its speed. Exactly one of `acceptance_length` (mean tokens a
+    round, 1 to k + 1; vLLM's synthetic_acceptance_length, SGLang's
+    SGLANG_SIMULATE_ACC_LEN) or `rates` (per-position unconditional chances that the
+    first i + 1 drafts are all kept, non-increasing; vLLM's synthetic_acceptance_rates)."""
+
+    acceptance_length: Annotated[float, Field(ge=1)] | None = None
+    rates: list[Annotated[float, Field(ge=0, le=1)]] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> SyntheticAcceptance:
+        if (self.acceptance_length is None) == (self.rates is None):
+            raise ValueError("give exactly one of acceptance_length or rates")
+        rates = self.rates or []
+        if any(rates[i] > rates[i - 1] for i in range(1, len(rates))):
+            raise ValueError(f"rates must not increase with the position, got {rates}")
+        return self
+
+    def unconditional_rates(self, k: int) -> list[float]:
+        """Per position, the chance the first i + 1 drafts are all kept; a length as vLLM
+        0.32 resolves it (config/speculative.py, the minimum-variance schedule)."""
+        if self.rates is not None:
+            return list(self.rates)
+        drafts = (self.acceptance_length or 1.0) - 1
+        full = int(drafts)
+        return ([1.0] * full + [drafts - full] + [0.0] * k)[:k]
+
+    def tokens_per_round(self, k: int) -> float:
+        return 1.0 + sum(self.unconditional_rates(k))
+
+    def label(self, k: int) -> str:
+        if self.acceptance_length is not None:
+            return f"synthetic acceptance length {self.acceptance_length:g}"
+        return ("synthetic acceptance rates [" + ", ".join(f"{r:g}" for r in self.rates or [])
+                + f"] ({self.tokens_per_round(k):.3g} tokens a round)")
+
+
 class Drafter(Strict):
     # specbench spelling, lowercase (ngram, eagle3, eagle, draft_model, dflash, mtp,
     # standalone, suffix, ...). Free text on purpose: the engine is the authority on
@@ -154,6 +194,24 @@ class Drafter(Strict):
     # target on purpose: `validate` then accepts a checkpoint config naming it
     # (prereg/drafter_base.py), and the verdict page shows it.
     trained_against: str | None = None
+    # A control arm: the engine accepts drafts by these chances, not by their content.
+    synthetic: SyntheticAcceptance | None = None
+
+    @model_validator(mode="after")
+    def _synthetic_fits(self) -> Drafter:
+        syn, k = self.synthetic, self.num_draft_tokens
+        if syn is None:
+            return self
+        if syn.acceptance_length is not None and syn.acceptance_length > k + 1:
+            raise ValueError(f"synthetic.acceptance_length {syn.acceptance_length:g} is above"
+                             f" k + 1 = {k + 1} (num_draft_tokens {k})")
+        if syn.rates is not None and len(syn.rates) != k:
+            raise ValueError(f"synthetic.rates needs {k} entries (num_draft_tokens), got"
+                             f" {len(syn.rates)}")
+        if self.expect is not None:
+            raise ValueError("expect is for a drafter whose acceptance is measured; a synthetic"
+                             " one's is set")
+        return self
 
 
 class Arm(Strict):
@@ -192,11 +250,23 @@ class Arm(Strict):
         if (self.launch is not None and self.launch.dtype == "cpu_native"
                 and self.engine != "vllm-cpu"):
             raise ValueError("launch.dtype cpu_native is for the CPU build (engine 'vllm-cpu' only)")
+        if self.is_control:
+            if self.attach is not None:
+                raise ValueError("drafter.synthetic needs the engine started by specbench"
+                                 " (launch): an attached engine's acceptance is not ours to set")
+            problem = get_engine_kind(self.engine).synthetic_problem(self)
+            if problem is not None:
+                raise ValueError(f"drafter.synthetic: {problem}")
         return self
 
     @property
     def is_baseline(self) -> bool:
         return self.drafter is None
+
+    @property
+    def is_control(self) -> bool:
+        """A control arm: synthetic acceptance (drafter.synthetic), never judged."""
+        return self.drafter is not None and self.drafter.synthetic is not None
 
 
 # --- loads ----------------------------------------------------------------------------
@@ -584,6 +654,25 @@ class Study(Strict):
             if arm.name == name:
                 return arm
         raise KeyError(name)
+
+    def control_arms(self) -> list[dict[str, Any]]:
+        """The control arms (drafter.synthetic), as the manifest, the verdict, the plan and
+        the report name them: measured like any arm, never judged."""
+        out = []
+        for arm in self.arms:
+            if arm.drafter is None or arm.drafter.synthetic is None:
+                continue
+            k = arm.drafter.num_draft_tokens
+            syn = arm.drafter.synthetic
+            out.append({"arm": arm.name, "baseline": arm.baseline, "engine": arm.engine,
+                        "method": arm.drafter.method, "num_draft_tokens": k,
+                        "synthetic": syn.model_dump(mode="json", exclude_none=True),
+                        "tokens_per_round": syn.tokens_per_round(k),
+                        "line": (f"{arm.name} ({arm.drafter.method}, k={k}, {syn.label(k)}):"
+                                 " a control arm, its drafts kept by a set chance whatever"
+                                 " they say; measured for the cost of a round, never judged"
+                                 " (no identity or accuracy cells, read by no bar)")})
+        return out
 
     def task(self, name: str) -> TaskSpec:
         for task in self.tasks:

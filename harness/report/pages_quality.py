@@ -46,7 +46,7 @@ def accuracy_pages(pdf: PdfPages, a: Analysis) -> int:
     lines = [("Paired comparisons, each drafter arm (A) against its baseline (B) on the same items;"
              " exact McNemar p over the discordant pairs."), ""]
     rows_out = []
-    for arm in (x for x in a.run.study.arms if x.baseline is not None):
+    for arm in (x for x in a.run.study.arms if x.baseline is not None and not x.is_control):
         for task in dict.fromkeys(a.accuracy["task"]):
             d, b = a.run.find(arm.name, task, "accuracy"), a.run.find(arm.baseline, task,
                                                                       "accuracy")

@@ -10,7 +10,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.load import RunData
 from harness.analysis.regime import BaselineRegime, regime_lines
-from harness.analysis.smoke import smoke_line
+from harness.analysis.smoke import compares, smoke_line
 from harness.analysis.tables import Analysis
 from harness.engines.chosen_settings import differences
 from harness.records import SmokeArmCheck, SmokeIdentityCheck
@@ -45,6 +45,7 @@ def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
     lines.extend(engine_choice_lines(a.run))
     lines.extend(regime)
     lines.extend(trained_against_lines(a))
+    lines.extend(control_arm_lines(a))
     lines.extend(stops_paying_lines(verdict))
     lines.extend(decomposition_flag_lines(a))
     if verdict.get("excluded_cells"):
@@ -81,6 +82,15 @@ def trained_against_lines(a: Analysis) -> list[str]:
         return []
     return ["", f"Drafters trained against another base than the target {a.run.study.model.id}"
                 " (drafter.trained_against):"] + [f"  {arm}: {base}" for arm, base in named]
+
+
+def control_arm_lines(a: Analysis) -> list[str]:
+    """Control arms (drafter.synthetic): their speeds are in the tables, no bar read them."""
+    controls = a.run.study.control_arms()
+    if not controls:
+        return []
+    return ["", "Control arms (synthetic acceptance; never judged):"] + [
+        f"  {c['line']}" for c in controls]
 
 
 def stops_paying_lines(verdict: dict) -> list[str]:
@@ -164,10 +174,10 @@ def smoke_summary(run: RunData) -> list[str]:
                 f"  engine log: {worst.log_line or '(nothing logged)'}"]
     arms = [a.name for a in run.study.arms]
     missing = [n for n in arms if n not in own or (
-        not run.study.arm(n).is_baseline and n not in compared)]
+        compares(run.study.arm(n)) and n not in compared)]
     if missing:
         return [f"Smoke stage: incomplete, not checked: {', '.join(missing)}"]
-    drafters = [n for n in arms if not run.study.arm(n).is_baseline]
+    drafters = [n for n in arms if compares(run.study.arm(n))]
     ties = [smoke_line(c) for c in compared.values() if c.near_ties]
     return [f"Smoke stage: passed for all {len(arms)} arms before the first cell: each started"
             " and answered 2 greedy prompts"

@@ -91,6 +91,8 @@ def new_run(loaded: LoadedStudy, results_dir: Path, run_id: str | None = None) -
         started_wall=time.time(),
         ended_wall=None,
         engines={},
+        # Arms measured for the cost of a round at a set acceptance, never judged.
+        control_arms=loaded.study.control_arms(),
         deviations=[],
         skipped=[],
         stop=None,

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from harness.analysis.identity import DEFAULT_NEAR_TIE_MARGIN, token_divergence
 from harness.analysis.regime import REGIME_FILE, regime_levels
-from harness.analysis.smoke import margin_text, smoke_line, value_text
+from harness.analysis.smoke import compares, margin_text, smoke_line, value_text
 from harness.derived.itl import tokens_per_chunk
 from harness.dialects import Dialect
 from harness.engines import get_engine_kind
@@ -250,7 +250,7 @@ class SmokeStage:
         for arm, rec in own.items():
             self.answers[arm] = rec.answers
         todo = [a.name for a in self.study.arms
-                if a.name not in own or (not a.is_baseline and a.name not in compared)]
+                if a.name not in own or (compares(a) and a.name not in compared)]
         attempts = {a.name: sum(1 for r in records if isinstance(r, SmokeArmCheck)
                                 and r.arm == a.name) for a in self.study.arms}
         started = time.time()
@@ -447,10 +447,12 @@ class SmokeStage:
         """Each drafter-baseline pair `name` belongs to whose other side has answered
         (now, or in a passed check under its current key)."""
         arm = self.study.arm(name)
+        # A control arm's text is not its baseline's (drafts kept whatever they say).
         if arm.baseline is not None:
-            pairs = [(name, arm.baseline)]
+            pairs = [] if arm.is_control else [(name, arm.baseline)]
         else:
-            pairs = [(a.name, name) for a in self.study.arms if a.baseline == name]
+            pairs = [(a.name, name) for a in self.study.arms
+                     if a.baseline == name and not a.is_control]
         out = []
         for drafter, baseline in pairs:
             if drafter not in self.answers or baseline not in self.answers:
