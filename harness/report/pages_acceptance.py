@@ -11,6 +11,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 from harness.analysis.acceptance import per_second_acceptance
 from harness.analysis.acceptance_requests import AGREE_WITHIN
 from harness.analysis.tables import Analysis
+from harness.engines import get_engine_kind
 from harness.report.layout import empty_axes, new_page, save, table_lines, text_pages
 from harness.report.pages_speed import arm_colours
 
@@ -69,8 +70,10 @@ def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
             if not any_series:
                 empty_axes(top, "no per-second acceptance (no usable cells or no drafts)")
             if not any_pos:
+                # SGLang's dialect exports no per-position counters (whatever the kind's name).
                 empty_axes(bottom, f"per-position acceptance not exported by {arm.engine}"
-                           if arm.engine.startswith("sglang") else "no per-position data")
+                           if get_engine_kind(arm.engine).dialect_for(arm) == "sglang"
+                           else "no per-position data")
             else:
                 bottom.set_xticks(range(1, arm.drafter.num_draft_tokens + 1))
         fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles) or 1,

@@ -8,6 +8,7 @@ smoke both ask."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import ClassVar
 
@@ -113,7 +114,8 @@ def test_a_registered_kind_is_an_engine_name_and_a_scripted_one_takes_a_spec(
 def test_a_study_runs_end_to_end_on_a_kind_a_test_module_registered(
         tmp_path, capsys, toy_registered):
     results = tmp_path / "results"
-    code = main(["run", str(toy_study(tmp_path)), "--results", str(results), "--no-report"])
+    code = main(["run", str(toy_study(tmp_path)), "--results", str(results), "--reports",
+                 str(tmp_path / "reports")])
     out, err = capsys.readouterr()
     assert code == 0, (out + err)[-4000:]
     run = run_folder(results)
@@ -131,6 +133,12 @@ def test_a_study_runs_end_to_end_on_a_kind_a_test_module_registered(
     assert drafter["counter"]["moved"]
     cells = {json.loads(p.read_text())["cell"]["id"] for p in (run / "cells").glob("*/cell.json")}
     assert {"base/chat/speed/c001", "drafter/chat/speed/c001"} <= cells
+    # The report asks the kind for its dialect, not the engine's name, where SGLang's
+    # counters leave a page empty: no per-position acceptance in the toy's dialect.
+    pdf = tmp_path / "reports" / f"{run.name}.pdf"
+    text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True,
+                          text=True, check=True, timeout=120).stdout
+    assert "per-position acceptance not exported by toy" in text
 
 
 def test_a_cells_engine_version_is_its_kinds_distribution(tmp_path, toy_registered):
