@@ -101,6 +101,7 @@ class Run:
     server_running: float | None = None  # the engine's own running count, time-averaged
     duration_s: float | None = None  # vllm bench: its own run's length
     process_s: float | None = None  # vllm bench: its process's, start-up included
+    invalid_reason: str | None = None  # specbench: why client health refused the cell
 
     def figures(self, users: int | None) -> dict[str, float | None]:
         load = delivered_load(self.spans)
@@ -176,7 +177,8 @@ async def specbench_cell(engine, prompts: list[str], pattern) -> Run:
                [r.completion_tokens for r in ok], [r.ttft_s for r in ok],
                [r.tpot_s for r in ok], acceptance(before, after),
                outcome.health.send_lag_p99_ms, outcome.health.valid,
-               [r.scheduled_t for r in ok] if isinstance(pattern, OpenLoop) else None, probed)
+               [r.scheduled_t for r in ok] if isinstance(pattern, OpenLoop) else None, probed,
+               invalid_reason=outcome.health.reason)
 
 
 def vllm_bench(python: str, engine, model: Path, dataset: Path, n: int, out: Path,
@@ -225,6 +227,9 @@ def show(label: str, runs: list[Run], users: int | None, keys: list[str]) -> dic
     for r, f in zip(runs, figs, strict=True):
         print(f"{r.tool + (' (INVALID)' if r.valid is False else ''):<22}"
               + "".join(f"{cell(f[k]):>14}" for k in keys))
+    for i, r in enumerate(runs, 1):
+        if r.valid is False and r.invalid_reason:
+            print(f"  run {i} invalid: {r.invalid_reason}")
     mean = {}
     for tool in ("specbench", "vllm bench"):
         mine = [f for r, f in zip(runs, figs, strict=True) if r.tool == tool]
