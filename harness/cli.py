@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "harness.commands.tiny_model",
     "harness.commands.serve",
     "harness.commands.analyse",
+    "harness.commands.compare",
     "harness.commands.report",
     "harness.commands.score",
     "harness.commands.engines",

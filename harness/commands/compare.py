@@ -1,0 +1,66 @@
+"""`specbench compare RUN_A RUN_B`: two runs side by side (harness/analysis/compare.py)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from harness.commands.output import add_format_option, write_json, write_table
+from harness.commands.report import resolve_run
+from harness.paths import RESULTS_DIR
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="two runs side by side: each speedup with its interval,"
+                       " B's over A's with an interval, which arm moved, what differs")
+    p.add_argument("run_a", help="run id (under --results) or run folder")
+    p.add_argument("run_b", help="run id (under --results) or run folder")
+    p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders are")
+    add_format_option(p)
+    p.set_defaults(func=run)
+
+
+def _f(v: object, spec: str = ".2f") -> str:
+    try:
+        x = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "-"
+    return "-" if math.isnan(x) else format(x, spec)
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.analysis.compare import compare_speedups, environment_differences, read_run
+
+    a = read_run(resolve_run(args.run_a, args.results))
+    b = read_run(resolve_run(args.run_b, args.results))
+    rows = compare_speedups(a, b)
+    env = environment_differences(a, b)
+    fmt = getattr(args, "format", "table")
+    if fmt == "csv":
+        write_table(list(rows.columns), rows.itertuples(index=False, name=None), fmt)
+        return 0
+    if fmt == "json":
+        write_json({"run_a": a.run_id, "run_b": b.run_id, "level": a.level,
+                    "rows": rows.to_dict(orient="records"),
+                    "environment_differences": [{"what": k, "a": x, "b": y} for k, x, y in env]})
+        return 0
+    headers = ["task", "arm", "c", "A speedup", "B speedup", "B/A", "interval", "tok/round A/B",
+               "cost A/B", "which arm moved", "status"]
+    table = [[r.task, r.arm, r.concurrency,
+              f"{_f(r.speedup_a)} [{_f(r.ci_lower_a)}, {_f(r.ci_upper_a)}]",
+              f"{_f(r.speedup_b)} [{_f(r.ci_lower_b)}, {_f(r.ci_upper_b)}]",
+              _f(r.ratio, ".3f"), f"[{_f(r.ratio_lower, '.3f')}, {_f(r.ratio_upper, '.3f')}]",
+              f"{_f(r.tokens_per_round_a)} / {_f(r.tokens_per_round_b)}",
+              f"{_f(r.round_cost_ratio_a)} / {_f(r.round_cost_ratio_b)}", r.moved, r.status]
+             for r in rows.itertuples()]
+    write_table(headers, table, fmt, right=("c", "B/A"),
+                title=f"A = {a.run_id}, B = {b.run_id}: speedups with their {a.level:.0%}"
+                      " intervals; B/A with one from both (log scale, variances added)")
+    print()
+    if env:
+        write_table(["what differs", "A", "B"], [list(e) for e in env], fmt,
+                    title="environment (manifest.json):")
+    else:
+        print("environment: nothing recorded differs (seal, host, engine versions and settings)")
+    return 0
