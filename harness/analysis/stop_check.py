@@ -18,7 +18,6 @@ import pandas as pd
 from harness.analysis.bar_common import (
     BarResult,
     clean_json,
-    drafter_arms,
     figure_of,
     judged_speedups,
     register_bar,
@@ -50,9 +49,8 @@ def _task_stop(a: Analysis, task: str) -> dict:
     """
     stop = a.run.study.bars.stop
     col = stat_column(stop.statistic)
-    sp = a.speedups
-    sel = sp[(sp["task"] == task) & sp["concurrency"].isin(stop.concurrencies)
-             & sp["arm"].isin(drafter_arms(a.run.study))]
+    sp = judged_speedups(a)
+    sel = sp[(sp["task"] == task) & sp["concurrency"].isin(stop.concurrencies)]
     ok = sel[sel["status"] == "ok"]
     by_arm = {arm: {int(r.concurrency): float(getattr(r, col)) for r in grp.itertuples()}
               for arm, grp in ok.groupby("arm", sort=False)}

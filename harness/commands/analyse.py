@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 from rich.console import Console
 
 from harness.calibration import run_hardware
-from harness.commands.output import add_format_option, write_json, write_table
+from harness.commands.output import add_format_option, number_text, write_json, write_table
 from harness.commands.report import resolve_run
 from harness.paths import RESULTS_DIR
 
@@ -21,14 +20,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders are")
     add_format_option(p)
     p.set_defaults(func=run)
-
-
-def _f(v: object, spec: str = ".2f") -> str:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return "-" if v is None else str(v)
-    return "-" if math.isnan(x) else format(x, spec)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,11 +41,11 @@ def run(args: argparse.Namespace) -> int:
     level = a.run.study.bars.intervals.level
     headers = ["task", "arm", "c", "speedup", "interval", "tok/round", "cost", "explained",
                "predicted", "drafter tok/s", "baseline tok/s", "status"]
-    rows = [[r.task, r.arm, r.concurrency, _f(r.speedup),
-             f"[{_f(r.ci_lower)}, {_f(r.ci_upper)}]" if r.status == "ok" else "-",
-             _f(r.tokens_per_round), _f(r.round_cost_ratio), _f(r.explained_speedup)
-             + (" FLAG" if r.decomposition_flag is True else ""), _f(r.predicted_speedup),
-             _f(r.speed_drafter, ".1f"), _f(r.speed_baseline, ".1f"), r.status]
+    rows = [[r.task, r.arm, r.concurrency, number_text(r.speedup),
+             f"[{number_text(r.ci_lower)}, {number_text(r.ci_upper)}]" if r.status == "ok" else "-",
+             number_text(r.tokens_per_round), number_text(r.round_cost_ratio), number_text(r.explained_speedup)
+             + (" FLAG" if r.decomposition_flag is True else ""), number_text(r.predicted_speedup),
+             number_text(r.speed_drafter, ".1f"), number_text(r.speed_baseline, ".1f"), r.status]
             for r in a.speedups.itertuples()]
     write_table(headers, rows, fmt, right=("c", "speedup"),
                 title=f"speedups (median per-user speed ratio, {level:.0%} bootstrap interval;"

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
-from harness.commands.output import add_format_option, write_json, write_table
+from harness.commands.output import add_format_option, number_text, write_json, write_table
 from harness.commands.report import resolve_run
 from harness.paths import RESULTS_DIR
 
@@ -19,14 +18,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders are")
     add_format_option(p)
     p.set_defaults(func=run)
-
-
-def _f(v: object, spec: str = ".2f") -> str:
-    try:
-        x = float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return "-"
-    return "-" if math.isnan(x) else format(x, spec)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,11 +39,11 @@ def run(args: argparse.Namespace) -> int:
     headers = ["task", "arm", "c", "A speedup", "B speedup", "B/A", "interval", "tok/round A/B",
                "cost A/B", "which arm moved", "status"]
     table = [[r.task, r.arm, r.concurrency,
-              f"{_f(r.speedup_a)} [{_f(r.ci_lower_a)}, {_f(r.ci_upper_a)}]",
-              f"{_f(r.speedup_b)} [{_f(r.ci_lower_b)}, {_f(r.ci_upper_b)}]",
-              _f(r.ratio, ".3f"), f"[{_f(r.ratio_lower, '.3f')}, {_f(r.ratio_upper, '.3f')}]",
-              f"{_f(r.tokens_per_round_a)} / {_f(r.tokens_per_round_b)}",
-              f"{_f(r.round_cost_ratio_a)} / {_f(r.round_cost_ratio_b)}", r.moved, r.status]
+              f"{number_text(r.speedup_a)} [{number_text(r.ci_lower_a)}, {number_text(r.ci_upper_a)}]",
+              f"{number_text(r.speedup_b)} [{number_text(r.ci_lower_b)}, {number_text(r.ci_upper_b)}]",
+              number_text(r.ratio, ".3f"), f"[{number_text(r.ratio_lower, '.3f')}, {number_text(r.ratio_upper, '.3f')}]",
+              f"{number_text(r.tokens_per_round_a)} / {number_text(r.tokens_per_round_b)}",
+              f"{number_text(r.round_cost_ratio_a)} / {number_text(r.round_cost_ratio_b)}", r.moved, r.status]
              for r in rows.itertuples()]
     write_table(headers, table, fmt, right=("c", "B/A"),
                 title=f"A = {a.run_id}, B = {b.run_id}: speedups with their {a.level:.0%}"

@@ -34,6 +34,15 @@ import psutil
 _ORIGINAL: set[int] | None = None  # this process's CPUs before any placement
 
 
+def engine_processes(engine_pid: int) -> list[psutil.Process]:
+    """The engine's process and every descendant (its engine core, workers); [] when gone."""
+    try:
+        root = psutil.Process(engine_pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
 @dataclass
 class Placement:
     allowed_cpus: list[int]
@@ -53,7 +62,7 @@ class Placement:
         return asdict(self)
 
 
-def _group_nice(autogroup: str | None) -> int | None:
+def group_nice(autogroup: str | None) -> int | None:
     """The nice of a session's autogroup ("/autogroup-13 nice 10" -> 10)."""
     if autogroup and " nice " in autogroup:
         try:
@@ -63,7 +72,7 @@ def _group_nice(autogroup: str | None) -> int | None:
     return None
 
 
-def _autogroups_on() -> bool:
+def autogroups_on() -> bool:
     try:
         return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
     except OSError:
@@ -80,9 +89,8 @@ def engine_outranks(engine_pid: int, client_pid: int | None = None) -> str | Non
     and kept 1-3 of 4 users at the server). With autogroup scheduling, sessions are
     ranked by their autogroup's nice first; inside one, by each process's nice."""
     client_pid = client_pid or os.getpid()
+    engine = engine_processes(engine_pid)
     try:
-        root = psutil.Process(engine_pid)
-        engine = [root, *root.children(recursive=True)]
         client_nice = psutil.Process(client_pid).nice()
     except psutil.Error:
         return None
@@ -92,9 +100,9 @@ def engine_outranks(engine_pid: int, client_pid: int | None = None) -> str | Non
             nices.append(proc.nice())
     if not nices:
         return None
-    engine_group, client_group = _autogroup(engine_pid), _autogroup(client_pid)
-    if _autogroups_on() and engine_group and client_group and engine_group != client_group:
-        e, c = _group_nice(engine_group), _group_nice(client_group)
+    engine_group, client_group = autogroup(engine_pid), autogroup(client_pid)
+    if autogroups_on() and engine_group and client_group and engine_group != client_group:
+        e, c = group_nice(engine_group), group_nice(client_group)
         if e is not None and c is not None and e < c:
             return (f"the engine's session runs at nice {e}, the client's at nice {c}: on a"
                     " busy host the client waits for a CPU behind the engine; run specbench"
@@ -107,7 +115,8 @@ def engine_outranks(engine_pid: int, client_pid: int | None = None) -> str | Non
     return None
 
 
-def _autogroup(pid: int) -> str | None:
+def autogroup(pid: int | str = "self") -> str | None:
+    """A process's /proc autogroup line ("/autogroup-13 nice 10"), None where unreadable."""
     try:
         return Path(f"/proc/{pid}/autogroup").read_text().strip()
     except OSError:
@@ -117,12 +126,7 @@ def _autogroup(pid: int) -> str | None:
 def engine_bound_cpus(pid: int, allowed: set[int]) -> set[int]:
     """CPUs any thread of the engine's process tree is pinned to (narrower than `allowed`)."""
     bound: set[int] = set()
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return bound
-    for proc in procs:
+    for proc in engine_processes(pid):
         try:
             threads = proc.threads()
         except psutil.Error:
@@ -147,12 +151,7 @@ def confine_engine_core(engine_pid: int, cpus: set[int]) -> tuple[list[str], lis
     processes ("name pid") and a note per thread that could not be moved."""
     moved: list[str] = []
     notes: list[str] = []
-    try:
-        root = psutil.Process(engine_pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return moved, notes
-    for proc in procs:
+    for proc in engine_processes(engine_pid):
         try:
             name = proc.name()
             threads = proc.threads()
@@ -209,8 +208,8 @@ def place_client(engine_pid: int | None) -> Placement:
         except psutil.Error:
             pass
     return Placement(sorted(allowed), sorted(bound), free if target != allowed else None,
-                     reason, nice, _autogroup(engine_pid) if engine_pid else None,
-                     _autogroup(os.getpid()), notes,
+                     reason, nice, autogroup(engine_pid) if engine_pid else None,
+                     autogroup(os.getpid()), notes,
                      engine_outranks(engine_pid) if engine_pid else None, confined)
 
 

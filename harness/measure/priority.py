@@ -33,6 +33,13 @@ from typing import Any
 
 import psutil
 
+from harness.measure.placement import (
+    autogroup,
+    autogroups_on,
+    engine_processes,
+    group_nice,
+)
+
 AUTOGROUP = Path("/proc/self/autogroup")
 
 
@@ -54,38 +61,17 @@ class PriorityLift:
 
 
 def _autogroup_nice(pid: int | str = "self") -> int | None:
-    try:
-        text = Path(f"/proc/{pid}/autogroup").read_text().strip()
-    except OSError:
-        return None
-    try:
-        return int(text.rsplit(" ", 1)[1]) if " nice " in text else None
-    except ValueError:
-        return None
+    return group_nice(autogroup(pid))
 
 
 def _autogroup_name(pid: int | str = "self") -> str | None:
-    try:
-        return Path(f"/proc/{pid}/autogroup").read_text().split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def _autogroups_on() -> bool:
-    try:
-        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
-    except OSError:
-        return False
+    line = autogroup(pid)
+    return line.split()[0] if line else None
 
 
 def _engine_nices(engine_pid: int) -> list[int]:
-    try:
-        root = psutil.Process(engine_pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
     nices = []
-    for proc in procs:
+    for proc in engine_processes(engine_pid):
         with contextlib.suppress(psutil.Error):
             nices.append(proc.nice())
     return nices
@@ -120,7 +106,7 @@ def match_engine_priority(engine_pid: int) -> PriorityLift:
     global _saved_group, _restore_registered
     nices = _engine_nices(engine_pid)
     engine_nice = min(nices) if nices else None
-    grouped = _autogroups_on() and _autogroup_name(engine_pid) is not None
+    grouped = autogroups_on() and _autogroup_name(engine_pid) is not None
     engine_group = _autogroup_nice(engine_pid) if grouped else None
     group_before = _autogroup_nice() if grouped else None
     own_before = os.getpriority(os.PRIO_PROCESS, 0)

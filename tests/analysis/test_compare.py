@@ -9,44 +9,33 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness.analysis.compare import moved_text
 from harness.cli import main
+from tests.run.conftest import SCRIPTED_ENGINE, write_scripted_study
 
-ENGINE = {"weight_bytes": 2.0e10, "bandwidth_bytes_per_s": 2.0e12,
-          "flops_per_token": 2.0e10, "flops_per_s": 4.0e13, "seed": 1}
+ENGINE = SCRIPTED_ENGINE
 
 
 def study(folder: Path, name: str, drafter_speed: float) -> Path:
-    data = {
-        "title": "Two runs compared",
-        "registered": "2026-12-05",
-        "hardware": {"gpu": "scripted (no GPU)", "memory_bandwidth_gb_s": 2000,
-                     "dense_tflops": 40},
-        "model": {"id": "scripted", "served_name": "scripted", "params_billion": 10,
-                  "weight_bytes_per_param": 2},
-        "arms": [
+    return write_scripted_study(
+        folder, name, "Two runs compared",
+        arms=[
             {"name": "base", "engine": "scripted", "launch": {}, "scripted": dict(ENGINE)},
             {"name": "drafter", "engine": "scripted", "launch": {}, "baseline": "base",
              "drafter": {"method": "scripted-draft", "num_draft_tokens": 3},
              "scripted": {**ENGINE, "num_draft_tokens": 3, "accept_probs": [0.9, 0.8, 0.7],
                           "accept_draws": "even", "speed_factor": drafter_speed}},
         ],
-        "loads": {"closed_loop": {"concurrency": [1, 2], "requests": {"min": 12, "per_user": 6},
-                                  "warmup_per_user": 1, "stagger_warmup": True}},
-        "tasks": [{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32,
-                   "subset": 16}],
-        "recording": {"lag_limit_p99_ms": 25, "min_delivered_share": 0.9, "smoke": False,
-                      "regime": {"enabled": False}},
-        "bars": {"pass": {"speed": {"threshold": 1.2, "concurrencies": [1]}, "identity": None,
-                          "accuracy": None, "knee": {"beyond_top": "pass"}},
-                 "stop": {"concurrencies": [1]},
-                 "intervals": {"bootstrap_resamples": 300}},
-    }
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+        loads={"closed_loop": {"concurrency": [1, 2], "requests": {"min": 12, "per_user": 6},
+                               "warmup_per_user": 1, "stagger_warmup": True}},
+        tasks=[{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32,
+                "subset": 16}],
+        recording={"lag_limit_p99_ms": 25, "min_delivered_share": 0.9, "smoke": False,
+                   "regime": {"enabled": False}},
+        bars={"pass": {"speed": {"threshold": 1.2, "concurrencies": [1]}, "identity": None,
+                       "accuracy": None, "knee": {"beyond_top": "pass"}},
+              "stop": {"concurrencies": [1]}, "intervals": {"bootstrap_resamples": 300}})
 
 
 def one_run(tmp_path: Path, name: str, drafter_speed: float) -> Path:

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from harness.measure.placement import autogroups_on
+
 # A sleeping process in a session of its own, its session (autogroup) and itself at `nice`.
 SESSION_AT_NICE = ("import os, time\n"
                    "try:\n"
@@ -98,12 +100,6 @@ def _run_client(script: str, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _autogroups_on() -> bool:
-    try:
-        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
-            return f.read().strip() == "1"
-    except OSError:
-        return False
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux scheduling")
@@ -115,7 +111,7 @@ def test_a_client_below_the_engines_session_raises_its_own_to_the_engines_and_pu
         engine.kill()
         engine.wait()
     lift = got["lift"]
-    if not _autogroups_on():  # no session is ranked: the threads' nice is what counts
+    if not autogroups_on():  # no session is ranked: the threads' nice is what counts
         assert lift["engine_session_nice"] is None and not any(
             "session" in line for line in lift["changed"] + lift["refused"])
         return
@@ -179,11 +175,11 @@ def test_a_run_started_below_its_engine_matches_it_and_records_so(tmp_path, read
     got = _run_client(RUN_START, str(example), str(tmp_path / "results"), reading)
     if reading == "as_started":
         assert got["priority"] is None and got["during"] == 10
-        if _autogroups_on():
+        if autogroups_on():
             assert "nice 0" in got["outranks"] and "nice 10" in got["outranks"]
         return
     lift = got["priority"]
-    if _autogroups_on():
+    if autogroups_on():
         assert lift["changed"] == ["session nice 10 -> 0"] and got["during"] == 0
         assert got["outranks"] is None  # level with the engine now
     else:

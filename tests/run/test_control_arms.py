@@ -24,26 +24,20 @@ from harness.engines.vllm_engine import speculative_config
 from harness.plan import plan_cells
 from harness.prereg import load_study
 from harness.prereg.schema import Study, SyntheticAcceptance
-from tests.run.conftest import run_folder, verdict_of
+from tests.run.conftest import SCRIPTED_ENGINE, run_folder, verdict_of, write_scripted_study
 
 ROOT = Path(__file__).resolve().parents[2]
 PREREG = ROOT / "prereg.yaml"
-ENGINE = {"weight_bytes": 2.0e10, "bandwidth_bytes_per_s": 2.0e12,
-          "flops_per_token": 2.0e10, "flops_per_s": 4.0e13, "seed": 1}
+ENGINE = SCRIPTED_ENGINE
 
 
 def control_study(folder: Path, synthetic: dict | None = None) -> Path:
     """A baseline, a real drafter (~2 tokens a round) and a control arm kept at 3.5 tokens a
     round (k = 3: every round keeps two drafts, half of them a third), so the control arm
     is the fastest: a bar that read it would pick it."""
-    data = {
-        "title": "A control arm beside a real drafter",
-        "registered": "2026-12-05",
-        "hardware": {"gpu": "scripted (no GPU)", "memory_bandwidth_gb_s": 2000,
-                     "dense_tflops": 40},
-        "model": {"id": "scripted", "served_name": "scripted", "params_billion": 10,
-                  "weight_bytes_per_param": 2},
-        "arms": [
+    return write_scripted_study(
+        folder, "control", "A control arm beside a real drafter",
+        arms=[
             {"name": "base", "engine": "scripted", "launch": {}, "scripted": dict(ENGINE)},
             {"name": "drafter", "engine": "scripted", "launch": {}, "baseline": "base",
              "drafter": {"method": "scripted-draft", "num_draft_tokens": 3},
@@ -56,23 +50,17 @@ def control_study(folder: Path, synthetic: dict | None = None) -> Path:
              "scripted": {**ENGINE, "num_draft_tokens": 3, "accept_probs": [0.1, 0.1, 0.1],
                           "accept_draws": "even"}},
         ],
-        "loads": {"closed_loop": {"concurrency": [1, 2], "requests": {"min": 8, "per_user": 2},
-                                  "warmup_per_user": 1, "stagger_warmup": True}},
-        "tasks": [{"name": "chat", "kind": "chat", "uses": ["speed", "identity"],
-                   "max_tokens": 32, "subset": 16, "identity_items": 4},
-                  {"name": "gsm8k", "kind": "gsm8k", "uses": ["accuracy"], "max_tokens": 16,
-                   "subset": 4}],
-        "recording": {"lag_limit_p99_ms": 25, "min_delivered_share": 0.9, "smoke": True,
-                      "regime": {"enabled": False}, "accuracy_concurrency": 4},
-        "bars": {"pass": {"speed": {"threshold": 1.2, "concurrencies": [1]},
-                          "accuracy": {"tasks": ["gsm8k"]},
-                          "knee": {"beyond_top": "pass"}},
-                 "stop": {"concurrencies": [1]},
-                 "intervals": {"bootstrap_resamples": 200}},
-    }
-    path = folder / "control.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+        loads={"closed_loop": {"concurrency": [1, 2], "requests": {"min": 8, "per_user": 2},
+                               "warmup_per_user": 1, "stagger_warmup": True}},
+        tasks=[{"name": "chat", "kind": "chat", "uses": ["speed", "identity"],
+                "max_tokens": 32, "subset": 16, "identity_items": 4},
+               {"name": "gsm8k", "kind": "gsm8k", "uses": ["accuracy"], "max_tokens": 16,
+                "subset": 4}],
+        recording={"lag_limit_p99_ms": 25, "min_delivered_share": 0.9, "smoke": True,
+                   "regime": {"enabled": False}, "accuracy_concurrency": 4},
+        bars={"pass": {"speed": {"threshold": 1.2, "concurrencies": [1]},
+                       "accuracy": {"tasks": ["gsm8k"]}, "knee": {"beyond_top": "pass"}},
+              "stop": {"concurrencies": [1]}, "intervals": {"bootstrap_resamples": 200}})
 
 
 def test_a_control_arm_is_measured_and_never_judged(tmp_path, capsys):
