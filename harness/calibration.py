@@ -19,11 +19,14 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.prereg.schema import Study
+
+if TYPE_CHECKING:
+    from harness.rundir.manifest import Manifest
 
 PROBE = Path(__file__).parent / "engines" / "calibrate_probe.py"
 DTYPES = ("bfloat16", "float16", "float32", "float8")
@@ -226,22 +229,7 @@ def effective_hardware(study: Study,
                                                          calibration.dense_tflops))
 
 
-def recorded_calibration(manifest: dict[str, Any], where: str = "manifest.json"
-                         ) -> CalibrationRecord | None:
-    """The run's `calibration` (None for a run from before calibration existed)."""
-    data = manifest.get("calibration")
-    if data is None:
-        return None
-    try:
-        return CalibrationRecord.model_validate(data)
-    except ValidationError as err:
-        from harness.errors import InputError
-
-        first = err.errors()[0]
-        raise InputError(f"{where}: calibration.{'.'.join(str(p) for p in first['loc'])}:"
-                         f" {first['msg']}") from None
-
-
-def run_hardware(study: Study, manifest: dict[str, Any]) -> EffectiveHardware:
-    """The roofline inputs of a run: its calibration's where it succeeded."""
-    return effective_hardware(study, recorded_calibration(manifest))
+def run_hardware(study: Study, manifest: Manifest) -> EffectiveHardware:
+    """The roofline inputs of a run: its calibration's where it succeeded (the manifest
+    reader checked the record; None for a run from before calibration existed)."""
+    return effective_hardware(study, manifest.calibration)

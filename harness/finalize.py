@@ -14,12 +14,13 @@ from pathlib import Path
 from harness.analysis.bars import write_verdict
 from harness.analysis.tables import Analysis, analyse, write_tables
 from harness.prereg.schema import Study
+from harness.rundir.verdict import Verdict
 
 
 @dataclass(frozen=True)
 class FinishedRun:
     analysis: Analysis
-    verdict: dict
+    verdict: Verdict
     tables: list[Path]
     report: Path | None = None
     pages: int | None = None

@@ -6,7 +6,9 @@ Order (engines are started once per arm per stage):
            expensive cells;
   stage 2  per arm: the remaining speed cells (skipped if stop fires), then
            accuracy cells;
-  stage 3  per arm: open-loop cells at rates relative to the knee.
+  stage 3  per arm: open-loop cells at rates relative to the knee;
+  stage 4  the round-cost surface (`surface:`): each of its control arms at its levels,
+           paired with the baseline's stage 1-2 cells at the same levels.
 Stage 2 takes the arms in reverse order, so the arm that ends one stage begins
 the next and its engine is not restarted in between. Before stage 1 the runner's
 smoke stage (harness.run.smoke) starts every arm once, ending on the first cell's arm.
@@ -138,7 +140,18 @@ def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
                          open_loop.task, "open", None, open_loop.requests, open_loop.warmup,
                          rate_relative=rate)
                 )
+    cells.extend(surface_cells(study))
     return cells
+
+
+def surface_cells(study: Study) -> list[Cell]:
+    """Stage 4: every surface arm at every surface level and task, one engine each."""
+    if study.surface is None:
+        return []
+    tasks = [study.task(name) for name in study.surface_tasks()]
+    return [_speed_cell(study, arm, task, c, 4)
+            for arm in study.surface_arms() for task in tasks
+            for c in study.surface.concurrency]
 
 
 def _identity_cells(arm: Arm, study: Study, sizes: dict[str, int], concurrency: int) -> list[Cell]:

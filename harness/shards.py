@@ -69,10 +69,15 @@ class Shard:
                                        for u in data["units"]))
 
 
+# The plan's stages (harness.plan): 1-2 closed loop, 3 open loop, 4 the round-cost surface.
+STAGES = (1, 2, 3, 4)
+
+
 def engine_groups(study: Study) -> list[tuple[str, ...]]:
-    """Each baseline arm with the drafter arms compared with it, in study order."""
+    """Each baseline arm with the drafter arms compared with it, in study order (the
+    round-cost surface's arms with the baseline they are paired with)."""
     groups: dict[str, list[str]] = {}
-    for arm in study.arms:
+    for arm in [*study.arms, *study.surface_arms()]:
         root = arm.baseline or arm.name
         groups.setdefault(root, [])
         if arm.baseline is None:
@@ -164,7 +169,7 @@ def shard_cells(shards: list[Shard], cells: list[Cell]) -> dict[str, list[Cell]]
 def stage_seconds(study: Study, cells: list[Cell], arms: int) -> dict[int, float]:
     """One shard's estimated seconds per stage: its cells, and its engine starts counted
     in the stage where each start happens (the smoke's in stage 1)."""
-    out = {1: 0.0, 2: 0.0, 3: 0.0}
+    out = dict.fromkeys(STAGES, 0.0)
     for cell in cells:
         out[cell.stage] += cell_seconds(study, cell)
     start_s = study.plan_estimate.engine_start_s
@@ -197,6 +202,6 @@ def sharded_estimate(study: Study, cells: list[Cell], gpus: int) -> ShardedEstim
     for s in shards:
         if compiling & {c.arm for c in by_shard[s.name]}:
             per_shard[s.name][1] += note[1]
-    wall = sum(max(p[stage] for p in per_shard.values()) for stage in (1, 2, 3))
+    wall = sum(max(p[stage] for p in per_shard.values()) for stage in STAGES)
     busy = sum(sum(p.values()) for p in per_shard.values()) * study.hardware.count
     return ShardedEstimate(gpus, shards, per_shard, wall, busy)

@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.engines.lifecycle import EngineProcess, start_engine
+from harness.engines.engine_process import EngineProcess
+from harness.engines.lifecycle import start_engine
 from harness.engines.process import descendants, group_members, port_in_use
 from harness.engines.tiny_model import build_tiny_model
 from harness.engines.tiny_pair import build_tiny_pair

@@ -14,11 +14,10 @@ import pandas as pd
 from harness.analysis.speedup import BestDrafter, best_drafter
 from harness.analysis.tables import Analysis
 from harness.prereg.schema import Study
+from harness.rundir.verdict import BarStatus  # verdict.json names the statuses
 
 # pass bars: pass | fail | not_located | incomplete | not_registered | not_required;
 # stop: fired | not_fired | not_judged; check: not_fired | agreed | unresolved.
-BarStatus = Literal["pass", "fail", "not_located", "incomplete", "not_registered",
-                    "not_required", "fired", "not_fired", "not_judged", "agreed", "unresolved"]
 BarKind = Literal["pass", "stop", "check"]
 
 

@@ -36,8 +36,10 @@ from harness.analysis.identity import compare_identity
 from harness.analysis.load import CellData, RunData, load_run
 from harness.analysis.pays import speculation_pays
 from harness.analysis.regime import host_regime
+from harness.analysis.surface import surface_summary
 from harness.analysis.tables import Analysis, analyse
 from harness.prereg.schema import Study
+from harness.rundir.verdict import VERDICT, Verdict
 
 MAX_MISMATCHES_IN_EVIDENCE = 50
 
@@ -207,7 +209,7 @@ NOT_LOCATED_REASON = ("a gain still present at the top registered level is a bou
                       " located knee (bars.pass.knee.beyond_top: pass registers otherwise)")
 
 
-def evaluate(a: Analysis) -> dict:
+def evaluate(a: Analysis) -> Verdict:
     """Every registered bar, in the registry's order, and the verdict they give."""
     run = a.run
     passes = [b.judge(a) for b in bars_of("pass")]
@@ -237,7 +239,7 @@ def evaluate(a: Analysis) -> dict:
     excluded = [{"cell": c.id, "reason": c.reason} for c in run.cells.values()
                 if c.status == "invalid"]
     out = {
-        "seal": run.manifest.get("seal"),
+        "seal": run.manifest.seal,
         "run_id": run.run_id,
         "verdict": verdict,
         "reasons": reasons,
@@ -248,7 +250,7 @@ def evaluate(a: Analysis) -> dict:
         # recording.gpu_throttle: remeasure made them invalid.
         "gpu_throttle_policy": run.study.recording.gpu_throttle,
         "gpu_throttled_cells": throttled_cells(run),
-        "skipped_cells": run.manifest.get("skipped") or [],
+        "skipped_cells": [s.model_dump() for s in run.manifest.skipped],
         # Per drafter and task: the highest level whose speedup interval stays above 1.0,
         # and the engine setting that would gate speculation there (analysis/pays.py).
         "speculation_pays": speculation_pays(run.study, a.speedups),
@@ -257,18 +259,22 @@ def evaluate(a: Analysis) -> dict:
         # Each baseline's plain step by level, timed in the smoke (analysis/regime.py):
         # whether this host could let speculation pay at the pass levels at all.
         "host_regime": host_regime(run.manifest),
+        # The round-cost surface, outside the bars (analysis/surface.py).
+        "surface": surface_summary(a) if run.study.surface is not None else None,
         "generated_wall": time.time(),
     }
-    return clean_json(out)
+    # Checked against verdict.json's model as it is made, so a bar that writes what the
+    # report cannot read fails here, not after the hours.
+    return Verdict.model_validate(clean_json(out))
 
 
 def write_verdict(run_dir: str | Path | RunData, study: Study | None = None,
-                  analysis: Analysis | None = None) -> dict:
+                  analysis: Analysis | None = None) -> Verdict:
     """Judge every bar and write verdict.json into the run folder; returns the verdict."""
     a = analysis or analyse(run_dir if isinstance(run_dir, RunData) else load_run(run_dir, study))
     verdict = evaluate(a)
-    path = a.run.run_dir / "verdict.json"
-    tmp = path.with_name(".verdict.json.tmp")
-    tmp.write_text(json.dumps(verdict, indent=2) + "\n")
+    path = a.run.run_dir / VERDICT
+    tmp = path.with_name(f".{VERDICT}.tmp")
+    tmp.write_text(json.dumps(verdict.to_json(), indent=2) + "\n")
     tmp.replace(path)
     return verdict

@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import InputError
+from harness.rundir.manifest import Manifest, read_manifest
 
 KEY = ["arm", "task", "concurrency"]
 # A speed moved when B's is this far from A's (a point figure: the arms' own speeds
@@ -33,7 +34,7 @@ MOVED_SHARE = 0.03
 class RunTables:
     root: Path
     run_id: str
-    manifest: dict[str, Any]
+    manifest: Manifest
     study: dict[str, Any]
     speedups: pd.DataFrame
 
@@ -49,8 +50,8 @@ def read_run(root: Path) -> RunTables:
         if not path.exists():
             hint = " (run `specbench analyse` on it first)" if name == "speedups.csv" else ""
             raise InputError(f"{root}: no {name}{hint}")
+    manifest = read_manifest(files["manifest.json"])
     try:
-        manifest = json.loads(files["manifest.json"].read_text())
         study = json.loads(files["study.json"].read_text())
         speedups = pd.read_csv(files["speedups.csv"])
     except (OSError, ValueError) as err:
@@ -58,7 +59,7 @@ def read_run(root: Path) -> RunTables:
     missing = [c for c in (*KEY, "status", "speedup", "ci_lower", "ci_upper") if c not in speedups]
     if missing:
         raise InputError(f"{files['speedups.csv']}: no column {', '.join(missing)}")
-    return RunTables(root, str(manifest.get("run_id") or root.name), manifest, study, speedups)
+    return RunTables(root, manifest.run_id or root.name, manifest, study, speedups)
 
 
 def _log_se(lower: float, upper: float, z: float) -> float | None:
@@ -123,14 +124,14 @@ def compare_speedups(a: RunTables, b: RunTables) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _engine_facts(manifest: dict[str, Any]) -> dict[str, str]:
+def _engine_facts(manifest: Manifest) -> dict[str, str]:
     out = {}
-    for arm, starts in (manifest.get("engines") or {}).items():
+    for arm, starts in manifest.engines.items():
         if not starts:
             continue
         first = starts[0]
-        out[f"engine {arm} version"] = str(first.get("version"))
-        for key, value in sorted((first.get("settings") or {}).items()):
+        out[f"engine {arm} version"] = str(first.version)
+        for key, value in sorted(first.settings.items()):
             out[f"engine {arm} {key}"] = str(value)
     return out
 
@@ -140,9 +141,9 @@ def environment_differences(a: RunTables, b: RunTables) -> list[tuple[str, str, 
     (CPU, GPU, driver), each arm's engine version and settings."""
     def facts(run: RunTables) -> dict[str, str]:
         m = run.manifest
-        out = {"seal": str(m.get("seal")), "specbench commit": str(m.get("specbench_commit"))}
-        out.update({f"host {k}": str(v) for k, v in (m.get("host") or {}).items()
-                    if k != "hostname"})
+        out = {"seal": str(m.seal), "specbench commit": str(m.specbench_commit)}
+        host = m.host.model_dump() if m.host else {}
+        out.update({f"host {k}": str(v) for k, v in host.items() if k != "hostname"})
         out.update(_engine_facts(m))
         return out
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from harness.derived.throttle import gpu_throttle
 from harness.derived.usable import unusable_reason
@@ -34,26 +34,17 @@ from harness.records import (
 )
 from harness.rundir import (
     RERUN_DIR,
+    SCORES,
     CellFile,
     CompleteFile,
     OpenLoopInfo,
+    ScoreRecord,
     cell_dirname,
-    check_format,
     rerun_of,
 )
+from harness.rundir.manifest import MANIFEST, Manifest, read_manifest, validation_problem
 
 CellStatus = Literal["complete", "invalid", "missing", "skipped"]
-
-
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class ScoreLine(_Lenient):
-    id: str
-    extracted: Any = None
-    correct: bool
-    detail: Any = None
 
 
 @dataclass
@@ -98,7 +89,7 @@ class CellData:
 class RunData:
     run_dir: Path
     run_id: str
-    manifest: dict[str, Any]
+    manifest: Manifest
     study: Study
     cells: dict[str, CellData]  # planned cells (possibly missing) and reruns found on disk
     # smoke/arms.jsonl in the order written: each arm's smoke check and comparison
@@ -123,8 +114,7 @@ class RunData:
 
     @property
     def stop_fired(self) -> bool:
-        stop = self.manifest.get("stop") or {}
-        return bool(stop.get("fired"))
+        return bool(self.manifest.stop and self.manifest.stop.fired)
 
 
 cell_dir_name = cell_dirname  # the store owns folder names
@@ -149,9 +139,7 @@ def _validate(model: type[BaseModel], data: Any, where: str) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        first = err.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise InputError(f"{where}: field {loc}: {first['msg']}") from err
+        raise InputError(f"{where}: {validation_problem(err)}") from err
 
 
 def _read_jsonl(path: Path, model: type[BaseModel]) -> list[Any]:
@@ -234,8 +222,8 @@ def _load_cell(folder: Path, planned: Cell | None, cell_id: str,
     base.gpu_samples = [
         s for s in _read_jsonl(folder / "gpu.jsonl", GpuSample) if s.attempt == done.attempt
     ]
-    if (folder / "scores.jsonl").exists():
-        base.scores = {s.id: s.correct for s in _read_jsonl(folder / "scores.jsonl", ScoreLine)}
+    if (folder / SCORES).exists():
+        base.scores = {s.id: s.correct for s in _read_jsonl(folder / SCORES, ScoreRecord)}
     reason = unusable_reason(
         kind=base.kind, requests=base.requests, aborted=done.outcome.aborted,
         abort_reason=done.outcome.reason, health=done.outcome.health,
@@ -249,13 +237,10 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: not a run folder (no such directory)")
-    manifest = _read_json(run_dir / "manifest.json")
-    if not isinstance(manifest, dict):
-        raise InputError(f"{run_dir / 'manifest.json'}: expected a JSON object")
-    check_format(manifest, run_dir / "manifest.json")
+    manifest = read_manifest(run_dir / MANIFEST)
     if study is None:
         study = load_study_json(run_dir)
-    skipped = {s.get("cell"): s.get("reason") for s in manifest.get("skipped") or []}
+    skipped = manifest.skipped_reasons()
     policy = study.recording.gpu_throttle
     cells_root = run_dir / "cells"
     cells: dict[str, CellData] = {}
@@ -281,6 +266,6 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
                 cells[cell_id] = data
     for data in cells.values():
         data.num_draft_tokens = arm_draft_tokens(study, data.arm)
-    run_id = str(manifest.get("run_id") or run_dir.name)
+    run_id = manifest.run_id or run_dir.name
     return RunData(run_dir, run_id, manifest, study, cells,
                    read_smoke_records(run_dir / "smoke" / "arms.jsonl"))

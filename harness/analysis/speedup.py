@@ -80,7 +80,7 @@ def _throttled(*cells: CellData) -> str | None:
     return "; ".join(hit) or None
 
 
-def _session_figures(drafter: list[CellData], baseline: list[CellData], study,
+def session_figures(drafter: list[CellData], baseline: list[CellData], study,
                      key: str) -> dict:
     """A pair's speeds, speedup, intervals and decomposition over its sessions (one: the
     cells), the decomposition under the speedup's own draws."""
@@ -137,7 +137,7 @@ def speedup_table(run: RunData) -> pd.DataFrame:
                     row["reason"] = ("; ".join(f"{x.id}: {x.status} ({x.reason})" for x in bad)
                                      or "the arms measured different numbers of sessions")
                 else:
-                    row.update(_session_figures(d_sessions, b_sessions, study,
+                    row.update(session_figures(d_sessions, b_sessions, study,
                                                 pair_key(dc, bc)))
                 # Flagged, not judged here: recording.gpu_throttle decides whether such a
                 # cell was measured again (harness.derived.usable).

@@ -125,7 +125,7 @@ def stop_bar(a: Analysis) -> BarResult:
         summary.append(f"not judgeable: {n} cells not usable")
         return BarResult("stop", "not_judged", summary, ev)
     if d.fired:
-        skipped = [s.get("cell") for s in a.run.manifest.get("skipped") or []]
+        skipped = [s.cell for s in a.run.manifest.skipped]
         ev["skipped_cells"] = skipped
         summary.append(f"fired: {len(skipped)} remaining speed cells skipped")
     return BarResult("stop", "fired" if d.fired else "not_fired", summary, ev)

@@ -14,6 +14,7 @@ from harness.analysis.load import RunData, load_run
 from harness.analysis.open_loop import fleet_table, open_loop_table
 from harness.analysis.predict import add_predictions
 from harness.analysis.speedup import knee_table, speedup_table
+from harness.analysis.surface import break_even_table, drafter_placements, surface_table
 from harness.calibration import run_hardware
 from harness.prereg.schema import Study
 
@@ -28,6 +29,11 @@ class Analysis:
     accuracy: pd.DataFrame
     open_loop: pd.DataFrame
     fleet: pd.DataFrame
+    # The round-cost surface (analysis/surface.py; empty without `surface:`): its cells
+    # paired with the baseline, the break-even per k and level, each drafter placed on it.
+    surface_cells: pd.DataFrame
+    surface: pd.DataFrame
+    placements: list[dict]
 
 
 def identity_table(run: RunData) -> pd.DataFrame:
@@ -87,14 +93,21 @@ def analyse(run_dir: str | Path | RunData, study: Study | None = None) -> Analys
     figures = run_hardware(run.study, run.manifest).used
     speedups = add_predictions(run.study, speedup_table(run), cells, figures)
     open_table = open_loop_table(run)
+    surface_cells = surface_table(run)
+    surface = break_even_table(surface_cells)
     return Analysis(run, cells, speedups, knee_table(run, speedups), identity_table(run),
-                    accuracy_table(run), open_table, fleet_table(run, open_table))
+                    accuracy_table(run), open_table, fleet_table(run, open_table),
+                    surface_cells, surface, drafter_placements(run.study, speedups, surface))
 
 
 def write_tables(analysis: Analysis) -> list[Path]:
-    """cells and speedups as parquet and CSV in the run folder."""
+    """cells and speedups (and, with a surface, surface and surface_cells) as parquet and
+    CSV in the run folder."""
     out = []
-    for name, df in (("cells", analysis.cells), ("speedups", analysis.speedups)):
+    tables = [("cells", analysis.cells), ("speedups", analysis.speedups)]
+    if analysis.run.study.surface is not None:
+        tables += [("surface", analysis.surface), ("surface_cells", analysis.surface_cells)]
+    for name, df in tables:
         for ext in ("parquet", "csv"):
             path = analysis.run.run_dir / f"{name}.{ext}"
             tmp = path.with_name(f".{path.name}.tmp")

@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if fmt == "json":
         write_json({"speedups": a.speedups.to_dict(orient="records"),
-                    "knees": a.knees.to_dict(orient="records"), "verdict": verdict})
+                    "knees": a.knees.to_dict(orient="records"),
+                    "verdict": verdict.to_json()})
         return 0
     console = Console(highlight=False, soft_wrap=True)
     level = a.run.study.bars.intervals.level
@@ -56,14 +57,14 @@ def run(args: argparse.Namespace) -> int:
     write_table(["task", "arm", "knee", "note"],
                 [[k.task, k.arm, k.label, k.note] for k in a.knees.itertuples()], fmt,
                 title="knee (interval's lower bound reaches 1.0):")
-    for p in verdict.get("speculation_pays") or []:
-        console.print(f"speculation pays: {p['arm']} / {p['task']}: {p['label']}"
-                      + (f"; gate: {p['gate']}" if p.get("gate") else ""), markup=False)
-    console.print(f"[bold]verdict: {verdict['verdict']}[/bold]  ({root / 'verdict.json'})")
-    for bar in verdict["bars"]:
-        console.print(f"  {bar['name']}: {bar['status']}")
-        for line in bar["summary"]:
+    for p in verdict.speculation_pays:
+        console.print(f"speculation pays: {p.arm} / {p.task}: {p.label}"
+                      + (f"; gate: {p.gate}" if p.gate else ""), markup=False)
+    console.print(f"[bold]verdict: {verdict.verdict}[/bold]  ({root / 'verdict.json'})")
+    for bar in verdict.bars:
+        console.print(f"  {bar.name}: {bar.status}")
+        for line in bar.summary:
             console.print(f"      {line}")
-    for e in verdict["excluded_cells"]:
-        console.print(f"  excluded: {e['cell']}: {e['reason']}")
+    for e in verdict.excluded_cells:
+        console.print(f"  excluded: {e.cell}: {e.reason}")
     return 0

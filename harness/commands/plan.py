@@ -13,7 +13,7 @@ from harness.errors import InputError
 from harness.plan import engine_blocks, estimate, plan_cells
 from harness.prereg import load_study_file
 from harness.prereg.schema import Study
-from harness.shards import sharded_estimate
+from harness.shards import STAGES, sharded_estimate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,9 +55,9 @@ def _print_sharding(console: Console, sharding: dict, per_engine: int) -> None:
     console.print(f"[bold]{len(sharding['shards'])} shards on {gpus} GPUs[/bold]"
                   f" ({per_engine} per engine); each holds whole engine groups (a baseline"
                   " and its drafters) on some tasks, so every speedup's two cells share a GPU:")
-    write_table(["shard", "arms on tasks", "cells", "stage 1", "stage 2", "stage 3"],
+    write_table(["shard", "arms on tasks", "cells", *(f"stage {k}" for k in STAGES)],
                 [[s["name"], s["label"], s["cells"],
-                  *(_hours(s["estimated_s"][f"stage {k}"]) for k in (1, 2, 3))]
+                  *(_hours(s["estimated_s"][f"stage {k}"]) for k in STAGES)]
                  for s in sharding["shards"]], "table", right=("cells",))
     console.print("wall clock: each stage lasts as long as its slowest shard (the stop bar"
                   " waits for all of stage 1)")
@@ -73,6 +73,21 @@ def _calibrated(study: Study) -> EffectiveHardware:
     from harness.run.calibrate import calibrate_study
 
     return effective_hardware(study, calibrate_study(study))
+
+
+def _surface_estimate(study: Study, cells: list, hardware: EffectiveHardware | None) -> dict:
+    """The surface stage's share of the plan: its cells and their GPU time apart."""
+    assert study.surface is not None
+    mine = [c for c in cells if c.stage == 4]
+    est = estimate(study, mine, hardware) if mine else None
+    return {"drafter": study.surface.drafter, "k": study.surface.k,
+            "acceptance_length": study.surface.acceptance_length,
+            "concurrency": study.surface.concurrency, "tasks": study.surface_tasks(),
+            "arms": len(study.surface_arms()), "cells": len(mine),
+            # its cells and engine starts (no smoke: its arms are not smoked)
+            "estimated_gpu_seconds": est.seconds - (len(study.arms) - 1
+                                                     if study.recording.smoke else 0)
+            * study.plan_estimate.engine_start_s if est else 0.0}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
                     **({"roofline_inputs": hardware.line()} if hardware else {}),
                     "smoke": bool(study.recording.smoke and cells),
                     "control_arms": study.control_arms(),
+                    **({"surface": _surface_estimate(study, cells, hardware)}
+                       if study.surface is not None else {}),
                     **({"sharding": sharding} if sharding else {})})
         return 0
     # soft_wrap: lines are never broken at the terminal's (or a pipe's 80) columns.
@@ -128,6 +145,14 @@ def run(args: argparse.Namespace) -> int:
         console.print("no smoke stage (the study registers recording.smoke: false)")
     for control in study.control_arms():
         console.print(f"control arm {control['line']}", markup=False)
+    if study.surface is not None:
+        s = _surface_estimate(study, cells, hardware)
+        console.print(f"round-cost surface (stage 4, after the registered stages; read by no"
+                      f" bar): {s['arms']} control arms of {s['drafter']} (k {s['k']}, acceptance"
+                      f" length {s['acceptance_length']}) at concurrency {s['concurrency']} on"
+                      f" {', '.join(s['tasks'])}: {s['cells']} cells, estimated"
+                      f" {_hours(s['estimated_gpu_seconds'])} of the GPU time below",
+                      markup=False)
     console.print(
         "stage 1 runs every arm's identity cells and speed cells at concurrency "
         f"{study.bars.stop.concurrencies} first; the stop bar is judged before stage 2."

@@ -35,6 +35,6 @@ def run(args: argparse.Namespace) -> int:
     done = done.with_report(out)
     for path in done.tables:
         print(f"table: {path}")
-    print(f"verdict: {done.verdict['verdict']} ({root / 'verdict.json'})")
+    print(f"verdict: {done.verdict.verdict} ({root / 'verdict.json'})")
     print(f"report: {out} ({done.pages} pages)")
     return 0

@@ -45,5 +45,5 @@ def run(args: argparse.Namespace) -> int:
         finally:
             runner.close()
     verdict = finalize_run(root, study).verdict
-    console.print(f"verdict: {verdict['verdict']}")
+    console.print(f"verdict: {verdict.verdict}")
     return 0

@@ -25,6 +25,7 @@ from harness.run.runner import Runner, find_run, new_run, prepare, reopen_run
 from harness.run.schedule import run_schedule
 from harness.run.store import RunStore
 from harness.run.where import placement, split_units
+from harness.rundir.manifest import CheckpointRecord, Deviation, Manifest
 from harness.shards import engine_groups
 from harness.weights.record import checkpoint_records
 
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         run_sharded(args, store, study, loaded.study, console)
     else:
         runner = Runner(store, study, console, allow_deviation=args.allow_deviation)
-        runner.where = placement(study, store.manifest().get("engine_environments") or {})
+        runner.where = placement(study, store.manifest().engine_environments)
         runner.run()
     record_split_units(store, study)
     from harness.finalize import finalize_run
@@ -99,14 +100,14 @@ def run(args: argparse.Namespace) -> int:
     pdf = None if args.no_report else args.reports / f"{store.run_id}.pdf"
     done = finalize_run(store.root, study, report=pdf)  # tables, verdict, report: one analysis
     verdict = done.verdict
-    console.print(f"[bold]verdict: {verdict['verdict']}[/bold]  ({store.root / 'verdict.json'})")
-    for bar in verdict.get("bars", []):
-        console.print(f"  {bar['name']}: {bar['status']}")
+    console.print(f"[bold]verdict: {verdict.verdict}[/bold]  ({store.root / 'verdict.json'})")
+    for bar in verdict.bars:
+        console.print(f"  {bar.name}: {bar.status}")
     for path in done.tables:
         console.print(f"table: {path}")
     if done.report is not None:
         console.print(f"report: {done.report}")
-    print(json.dumps({"run": str(store.root), "verdict": verdict["verdict"]}))
+    print(json.dumps({"run": str(store.root), "verdict": verdict.verdict}))
     return 0
 
 
@@ -137,17 +138,19 @@ def record_split_units(store: RunStore, study: Study) -> None:
 def record_pins(store: RunStore, study: Study, unpinned: dict[str, Any] | None) -> None:
     """The manifest's checkpoints (commit and weight sha256 of each), and the deviation
     --allow-unpinned let through (once per distinct deviation across resumes)."""
-    records = checkpoint_records(study)
-    manifest = store.manifest()
-    before = manifest.get("checkpoints")
-    if before is not None and before != records:
-        store.append_manifest("deviations", {
-            "when": time.time(), "what": "resumed with different checkpoints",
-            "old_checkpoints": before, "new_checkpoints": records})
-    store.update_manifest(checkpoints=records)
-    if unpinned is None:
-        return
-    same = [d for d in store.manifest().get("deviations", [])
-            if {k: v for k, v in d.items() if k != "when"} == unpinned]
-    if not same:
-        store.append_manifest("deviations", {"when": time.time(), **unpinned})
+    records = [CheckpointRecord.model_validate(r) for r in checkpoint_records(study)]
+
+    def record(m: Manifest) -> None:
+        if m.checkpoints is not None and m.checkpoints != records:
+            m.deviations.append(Deviation(
+                when=time.time(), what="resumed with different checkpoints",
+                old_checkpoints=m.checkpoints, new_checkpoints=records))
+        m.checkpoints = records
+        if unpinned is None:
+            return
+        deviation = Deviation(when=time.time(), **unpinned)
+        if not any(d.model_copy(update={"when": deviation.when}) == deviation
+                   for d in m.deviations):
+            m.deviations.append(deviation)
+
+    store.edit_manifest(record)

@@ -15,8 +15,8 @@ import psutil
 from harness.doctor.check import Check
 from harness.doctor.gpu import GIB, GpuReport, cuda_tuple
 from harness.engines import get_engine_kind
+from harness.engines.attach import attach_problem
 from harness.engines.base import looks_like_local_path
-from harness.engines.lifecycle import attach_problem
 from harness.engines.pins import pin_for_interpreter
 from harness.engines.process import port_in_use
 from harness.engines.stale import StaleEngine, stop_stale_engine

@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.engines import ENGINE_KINDS
+from harness.engines.attach import attach_problem
 from harness.engines.base import EngineKind, expand_arm, looks_like_local_path
 from harness.engines.chosen_settings import differences
-from harness.engines.lifecycle import attach_problem, probe_version
 from harness.engines.pins import pin_for_interpreter
 from harness.engines.process import port_in_use
 from harness.engines.sglang_engine import SPECULATIVE_RUNNING_CAP, SglangKind
+from harness.engines.versions import probe_version
 from harness.errors import SpecbenchError
 from harness.weights.record import weights_problems
 

@@ -16,7 +16,6 @@ children, such as vLLM's EngineCore, left behind).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -28,6 +27,8 @@ from typing import Any
 import psutil
 
 from harness.engines.process import port_in_use
+from harness.errors import InputError
+from harness.rundir.manifest import MANIFEST, read_manifest
 
 # How far a process's start may lie from the recorded spawn (the record's clock is
 # read just before the spawn) and still be the recorded engine.
@@ -56,19 +57,19 @@ class StaleEngine:
 def recorded_engines(run_root: Path) -> list[dict[str, Any]]:
     """The launched engines a run folder's manifest records (every start of every arm)."""
     try:
-        manifest = json.loads((run_root / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        manifest = read_manifest(run_root / MANIFEST)
+    except InputError:  # not a run folder of a format this reads: nothing of ours to stop
         return []
     out = []
     here = socket.gethostname()
-    for arm, entries in (manifest.get("engines") or {}).items():
-        for entry in entries if isinstance(entries, list) else []:
-            if not (isinstance(entry, dict) and entry.get("launched") and entry.get("pid")):
+    for arm, entries in manifest.engines.items():
+        for entry in entries:
+            if not (entry.launched and entry.pid):
                 continue
             # A shard's engine on another Ray node: its pid means nothing on this host.
-            if entry.get("node_hostname") not in (None, here):
+            if entry.node_hostname not in (None, here):
                 continue
-            out.append({"arm": arm, **entry})
+            out.append({**entry.model_dump(), "arm": arm})
     return out
 
 

@@ -13,7 +13,6 @@ import gc
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from harness.derived.bursts import is_burst
 from harness.measure.delivered import Span
@@ -28,7 +27,8 @@ from harness.measure.transport import (
     holds_first_write,
     wait_until,
 )
-from harness.records import ClientHealth, RequestRecord
+from harness.records import RequestRecord
+from harness.rundir import Outcome
 
 # A cell is aborted early only on real evidence: this many measured requests failed
 # and the rate over the measured requests so far passes the limit. One early refusal
@@ -49,21 +49,6 @@ def _freeze_long_lived_heap() -> None:
     if not _heap_frozen:
         gc.freeze()
         _heap_frozen = True
-
-
-@dataclass
-class CellOutcome:
-    n_ok: int  # measured (non-warm-up) requests that succeeded
-    n_errors: int  # measured requests that failed
-    errors_by_kind: dict[str, int]
-    aborted: bool
-    reason: str | None
-    health: ClientHealth
-    started_t: float
-    ended_t: float
-    n_warmup: int = 0
-    warmup_errors: int = 0
-    records: int = field(default=0)  # every record handed to on_record
 
 
 class _CellState:
@@ -128,7 +113,7 @@ async def run_cell(
     burst_limit: float | None = None,
     judge_timing: bool = True,
     num_draft_tokens: int | None = None,
-) -> CellOutcome:
+) -> Outcome:
     """burst_limit: the share of measured requests that may arrive in bursts before the
     cell is invalid (None: counted, not judged). num_draft_tokens: the arm's k, so one
     drafter round under one stamp is not a burst (0: no drafter; None: unknown, judged
@@ -231,7 +216,7 @@ async def run_cell(
         await slots.aclose()
         gc.collect()
     ended = time.monotonic()
-    return CellOutcome(
+    return Outcome(
         n_ok=state.outcome[("measure", "ok")],
         n_errors=state.outcome[("measure", "error")],
         errors_by_kind=dict(state.errors_by_kind),

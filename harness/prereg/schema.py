@@ -555,6 +555,39 @@ class Bars(Strict):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+class Surface(Strict):
+    """The round-cost surface (issue 32), a stage after the registered ones: the arm
+    `drafter` names, copied at each k with its acceptance set to each L (control arms,
+    `surface-k<k>-L<L>`, drafts kept by that chance whatever they say), measured at each
+    level on each task against that arm's baseline. It says what a round costs at each k
+    and load apart from any drafter's quality, and the acceptance a drafter needs there
+    to pay (harness/analysis/surface.py). Never read by a bar. An L above k + 1 cannot be
+    set at that k and is left out there."""
+
+    drafter: Name  # the drafter arm copied: engine, launch, method, baseline
+    k: Annotated[list[PositiveInt], Field(min_length=1)]
+    acceptance_length: Annotated[list[Annotated[float, Field(ge=1)]], Field(min_length=2)]
+    concurrency: Annotated[list[PositiveInt], Field(min_length=1)]
+    tasks: list[Name] | None = None  # None: every task with the speed use
+
+    @field_validator("k", "acceptance_length", "concurrency")
+    @classmethod
+    def _distinct_ascending(cls, values: list) -> list:
+        if len(set(values)) != len(values):
+            raise ValueError(f"values repeat: {values}")
+        return sorted(values)
+
+    def lengths_at(self, k: int) -> list[float]:
+        return [length for length in self.acceptance_length if length <= k + 1]
+
+
+SURFACE_PREFIX = "surface-"
+
+
+def surface_arm_name(k: int, length: float) -> str:
+    return f"{SURFACE_PREFIX}k{k}-L{length:g}"
+
+
 class PlanEstimate(Strict):
     """Assumptions behind `specbench plan`'s GPU-time estimate (never a result)."""
 
@@ -578,6 +611,7 @@ class Study(Strict):
     recording: Recording = Field(default_factory=Recording)
     bars: Bars = Field(default_factory=Bars)
     plan_estimate: PlanEstimate = Field(default_factory=PlanEstimate)
+    surface: Surface | None = None
 
     @field_validator("registered", mode="before")
     @classmethod
@@ -645,14 +679,86 @@ class Study(Strict):
             problems.append((("loads", "open_loop", "task"), f"no task named {self.loads.open_loop.task!r}"))
         if not any("speed" in t.uses for t in self.tasks):
             problems.append((("tasks",), "expected at least one task with the speed use"))
+        if self.surface is not None:
+            problems.extend(self._surface_problems(by_name, levels))
         if problems:
             raise CrossReferenceError(problems)
         return self
+
+    def _surface_problems(self, by_name: dict[str, int], levels: set[int]
+                          ) -> list[tuple[tuple, str]]:
+        surface = self.surface
+        assert surface is not None
+        out: list[tuple[tuple, str]] = []
+        j = by_name.get(surface.drafter)
+        template = self.arms[j] if j is not None else None
+        if template is None:
+            out.append((("surface", "drafter"), f"no arm named {surface.drafter!r}"))
+        elif template.drafter is None or template.is_control:
+            out.append((("surface", "drafter"), f"arm {surface.drafter!r} is not a drafter arm"
+                        " with a real drafter (the surface copies its engine and method)"))
+        elif template.attach is not None:
+            out.append((("surface", "drafter"), f"arm {surface.drafter!r} is attached: the"
+                        " surface sets acceptance on engines specbench starts (launch)"))
+        else:
+            problem = get_engine_kind(template.engine).synthetic_problem(template)
+            if problem is not None:
+                out.append((("surface", "drafter"), problem))
+        for i, k in enumerate(surface.k):
+            if not surface.lengths_at(k):
+                out.append((("surface", "k", i), f"k={k}: every acceptance_length is above"
+                            f" k + 1 = {k + 1}"))
+        missing = sorted(set(surface.concurrency) - levels)
+        if missing:
+            out.append((("surface", "concurrency"), f"concurrencies {missing} are not"
+                        " closed-loop levels (each surface cell is paired with its baseline's"
+                        " cell at that level)"))
+        speed_tasks = {t.name for t in self.tasks if "speed" in t.uses}
+        for i, name in enumerate(surface.tasks or []):
+            if name not in speed_tasks:
+                out.append((("surface", "tasks", i), f"no task named {name!r} with the"
+                            " speed use"))
+        names = {a.name for a in self.arms}
+        for k in surface.k:
+            for length in surface.lengths_at(k):
+                if surface_arm_name(k, length) in names:
+                    out.append((("surface",), f"arm name {surface_arm_name(k, length)!r} is"
+                                " the surface's own; rename the registered arm"))
+        return out
+
+    def surface_tasks(self) -> list[str]:
+        if self.surface is None:
+            return []
+        return self.surface.tasks or [t.name for t in self.tasks if "speed" in t.uses]
+
+    def surface_arms(self) -> list[Arm]:
+        """The surface's control arms, made from the registered drafter arm on each call
+        (never stored in `arms`, so a study read back from study.json gains none)."""
+        if self.surface is None:
+            return []
+        template = self.arm(self.surface.drafter)
+        assert template.drafter is not None
+        out = []
+        for k in self.surface.k:
+            for length in self.surface.lengths_at(k):
+                drafter = template.drafter.model_copy(update={
+                    "num_draft_tokens": k, "expect": None,
+                    "assumed_acceptance_length": length,
+                    "synthetic": SyntheticAcceptance(acceptance_length=length)})
+                out.append(template.model_copy(update={
+                    "name": surface_arm_name(k, length), "drafter": drafter,
+                    "description": f"round-cost surface: {template.name} at k={k},"
+                                   f" acceptance set to {length:g}"}))
+        return out
 
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
             if arm.name == name:
                 return arm
+        if name.startswith(SURFACE_PREFIX):
+            for arm in self.surface_arms():
+                if arm.name == name:
+                    return arm
         raise KeyError(name)
 
     def control_arms(self) -> list[dict[str, Any]]:

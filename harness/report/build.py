@@ -19,10 +19,12 @@ from harness.report.pages_open import open_loop_page
 from harness.report.pages_quality import accuracy_pages, identity_pages
 from harness.report.pages_sessions import interval_pages
 from harness.report.pages_speed import speed_curve_pages, speedup_pages
+from harness.report.pages_surface import surface_pages
 from harness.report.pages_text import environment_pages, verdict_page
+from harness.rundir.verdict import Verdict
 
 
-def write_pdf(a: Analysis, verdict: dict, out_pdf: Path) -> int:
+def write_pdf(a: Analysis, verdict: Verdict, out_pdf: Path) -> int:
     """Every page; returns the page count."""
     out_pdf.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_pdf.with_name(f".{out_pdf.name}.tmp")
@@ -35,6 +37,7 @@ def write_pdf(a: Analysis, verdict: dict, out_pdf: Path) -> int:
             pages += speedup_pages(pdf, a)
             pages += interval_pages(pdf, a)
             pages += decomposition_pages(pdf, a)
+            pages += surface_pages(pdf, a, verdict)
             pages += speed_curve_pages(pdf, a)
             pages += acceptance_pages(pdf, a)
             pages += consistency_page(pdf, a)

@@ -19,9 +19,9 @@ _SUBTITLE = ("NVML, sampled with the engine's metrics during every cell (each ce
 def gpu_pages(pdf: PdfPages, a: Analysis) -> int:
     series = gpu_series(a.run)
     ok = series[series["ok"]]
-    entry = a.run.manifest.get("gpu_telemetry") or {}
+    entry = a.run.manifest.gpu_telemetry
     if ok.empty:
-        why = entry.get("reason") if entry and not entry.get("recorded") else \
+        why = entry.reason if entry is not None and not entry.recorded else \
             "no cell of this run has a GPU reading"
         return text_pages(pdf, "GPU telemetry", [why or "no GPU telemetry"], _SUBTITLE)
     fig = new_page("GPU telemetry across the run", _SUBTITLE)

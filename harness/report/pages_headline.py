@@ -14,6 +14,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, log2_axis, new_page, save, wrap_lines
 from harness.report.pages_speed import arm_colours, speed_tasks, speedup_axes, speedup_legend
+from harness.rundir.verdict import Verdict
 
 HEADLINE_TASKS = 3  # columns on page one; further tasks are on the speedup pages
 VERDICT_COLOURS = {"PASS": "#1a7f37", "FAIL": "#c62828", "STOP": "#b26a00",
@@ -23,15 +24,15 @@ VERDICT_COLOURS = {"PASS": "#1a7f37", "FAIL": "#c62828", "STOP": "#b26a00",
 NOTICE_LINES = 6  # deviations shown on page one (all of them on the bars page)
 
 
-def headline_page(pdf: PdfPages, a: Analysis, verdict: dict, notice: list[str] = ()) -> int:
+def headline_page(pdf: PdfPages, a: Analysis, verdict: Verdict, notice: list[str] = ()) -> int:
     """`notice`: lines a reader of the verdict must not miss (recorded deviations)."""
     study = a.run.study
-    fig = new_page(f"Verdict: {verdict['verdict']}", f"{study.title}  |  run {a.run.run_id}"
-                   f"  |  seal {str(verdict.get('seal'))[:16]}...")
-    fig.text(0.03, 0.905, verdict["verdict"], fontsize=26, fontweight="bold",
-             color=VERDICT_COLOURS.get(verdict["verdict"], "black"), va="top")
-    reasons = "; ".join(verdict.get("reasons") or []) or "every registered bar passes"
-    statuses = "   ".join(f"{b['name']}: {b['status']}" for b in verdict.get("bars", []))
+    fig = new_page(f"Verdict: {verdict.verdict}", f"{study.title}  |  run {a.run.run_id}"
+                   f"  |  seal {str(verdict.seal)[:16]}...")
+    fig.text(0.03, 0.905, verdict.verdict, fontsize=26, fontweight="bold",
+             color=VERDICT_COLOURS.get(verdict.verdict, "black"), va="top")
+    reasons = "; ".join(verdict.reasons) or "every registered bar passes"
+    statuses = "   ".join(f"{b.name}: {b.status}" for b in verdict.bars)
     # Below the verdict word, never beside it: a long word (INCOMPLETE) would overlap.
     fig.text(0.03, 0.845, "\n".join(wrap_lines([reasons], 150)[:2] + [statuses]), fontsize=8.5,
              va="top", linespacing=1.4)

@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.load import RunData
-from harness.analysis.regime import BaselineRegime, regime_lines
+from harness.analysis.regime import regime_lines
 from harness.analysis.smoke import compares, smoke_line
 from harness.analysis.tables import Analysis
 from harness.engines.chosen_settings import differences
@@ -17,6 +17,8 @@ from harness.records import SmokeArmCheck, SmokeIdentityCheck
 from harness.report.layout import table_lines, text_pages, wrap_lines
 from harness.report.pages_headline import headline_page
 from harness.report.pages_quality import mismatch_where
+from harness.rundir.manifest import Manifest, RunGpuTelemetry
+from harness.rundir.verdict import Verdict
 
 
 def _wall(t: float | str | None) -> str:
@@ -27,7 +29,7 @@ def _wall(t: float | str | None) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
+def verdict_page(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     """Page one: the verdict and the headline figure (pages_headline.py); then each bar's
     status and summary, the smoke, deviations; evidence detail follows on text pages."""
     deviations = deviation_lines(a.run.manifest)
@@ -37,37 +39,37 @@ def verdict_page(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
     notice = [*regime, *notice]
     pages = headline_page(pdf, a, verdict, notice)
     lines: list[str] = []
-    for bar in verdict["bars"]:
-        lines.append(f"[{bar['status'].upper():>14}]  {bar['name']}")
-        lines.extend(f"{'':18}{s}" for s in bar["summary"])
+    for bar in verdict.bars:
+        lines.append(f"[{bar.status.upper():>14}]  {bar.name}")
+        lines.extend(f"{'':18}{s}" for s in bar.summary)
     lines.append("")
     lines.extend(smoke_summary(a.run))
     lines.extend(engine_choice_lines(a.run))
     lines.extend(regime)
     lines.extend(trained_against_lines(a))
     lines.extend(control_arm_lines(a))
+    lines.extend(surface_lines(verdict))
     lines.extend(stops_paying_lines(verdict))
     lines.extend(decomposition_flag_lines(a))
-    if verdict.get("excluded_cells"):
+    if verdict.excluded_cells:
         lines.append("")
         lines.append("Excluded (invalid) cells, never used by a bar:")
-        lines.extend(f"  {e['cell']}: {e['reason']}" for e in verdict["excluded_cells"])
+        lines.extend(f"  {e.cell}: {e.reason}" for e in verdict.excluded_cells)
     if deviations:
         lines.append("")
         lines.append("Deviations from the registered study (manifest.json):")
         lines.extend(deviations)
-    if verdict.get("gpu_throttled_cells"):
+    if verdict.gpu_throttled_cells:
         lines.append("")
         used = ("remeasure: timed cells measured again, invalid if still throttled"
-                if verdict.get("gpu_throttle_policy") == "remeasure" else "flag: flagged only")
+                if verdict.gpu_throttle_policy == "remeasure" else "flag: flagged only")
         lines.append(f"Cells measured while the GPU throttled (recording.gpu_throttle: {used}):")
-        lines.extend(f"  {e['cell']} ({e['status']}): {e['summary']}"
-                     for e in verdict["gpu_throttled_cells"])
-    if verdict.get("skipped_cells"):
+        lines.extend(f"  {e.cell} ({e.status}): {e.summary}" for e in verdict.gpu_throttled_cells)
+    if verdict.skipped_cells:
         lines.append("")
-        lines.append(f"Skipped cells: {len(verdict['skipped_cells'])}"
-                     f" ({verdict['skipped_cells'][0].get('reason')}); see the environment page.")
-    pages += text_pages(pdf, f"Verdict: {verdict['verdict']}: the bars", wrap_lines(lines, 140),
+        lines.append(f"Skipped cells: {len(verdict.skipped_cells)}"
+                     f" ({verdict.skipped_cells[0].reason}); see the environment page.")
+    pages += text_pages(pdf, f"Verdict: {verdict.verdict}: the bars", wrap_lines(lines, 140),
                         "each registered bar, the smoke stage, deviations")
     pages += text_pages(pdf, "Bar evidence", _evidence_lines(verdict),
                         "every figure each bar used, as written to verdict.json")
@@ -93,16 +95,27 @@ def control_arm_lines(a: Analysis) -> list[str]:
         f"  {c['line']}" for c in controls]
 
 
-def stops_paying_lines(verdict: dict) -> list[str]:
-    rows = verdict.get("speculation_pays") or []
+def surface_lines(verdict: Verdict) -> list[str]:
+    """The round-cost surface in a few lines (its page has the figures); read by no bar."""
+    s = verdict.surface
+    if s is None:
+        return []
+    out = ["", f"Round-cost surface ({s.drafter}'s engine at set acceptance; read by no bar):"]
+    out += [f"  {p.arm} / {p.task} c={p.concurrency}: {p.label}" for p in s.placements]
+    out += [f"  {line}" for line in s.loss_of_gain]
+    return out
+
+
+def stops_paying_lines(verdict: Verdict) -> list[str]:
+    rows = verdict.speculation_pays
     if not rows:
         return []
     out = ["", "Where speculation stops paying (highest level whose speedup interval stays"
                " above 1.0), and the engine setting that gates it there:"]
     for r in rows:
-        out.append(f"  {r['arm']} / {r['task']}: {r['label']}")
-        if r.get("gate"):
-            out.append(f"    {r['gate']}")
+        out.append(f"  {r.arm} / {r.task}: {r.label}")
+        if r.gate:
+            out.append(f"    {r.gate}")
     return out
 
 
@@ -119,43 +132,41 @@ def decomposition_flag_lines(a: Analysis) -> list[str]:
     return out
 
 
-def deviation_lines(manifest: dict) -> list[str]:
+def deviation_lines(manifest: Manifest) -> list[str]:
     """One line per recorded deviation, then what it let through (unpinned revisions,
     open markers), for the verdict page: a reader must not miss them."""
     lines: list[str] = []
-    for d in manifest.get("deviations") or []:
-        seal = (f" (seal {str(d['old_seal'])[:12]} -> {str(d.get('new_seal'))[:12]})"
-                if d.get("old_seal") else "")
-        lines.append(f"  {_wall(d.get('when'))}: {d.get('what')}{seal}")
-        for u in d.get("unpinned") or []:
+    for d in manifest.deviations:
+        seal = (f" (seal {d.old_seal[:12]} -> {str(d.new_seal)[:12]})" if d.old_seal else "")
+        lines.append(f"  {_wall(d.when)}: {d.what}{seal}")
+        for u in d.unpinned or []:
             lines.append(f"    unpinned: {', '.join(u.get('roles') or [])} {u.get('checkpoint')}"
                          f" at revision {u.get('revision') or '(none)'} ({u.get('where')})")
-        for m in d.get("open_markers") or []:
+        for m in d.open_markers or []:
             lines.append(f"    open marker: {m}")
     return lines
 
 
-def _checkpoint_lines(manifest: dict) -> list[str]:
+def _checkpoint_lines(manifest: Manifest) -> list[str]:
     lines = []
-    for c in manifest.get("checkpoints") or []:
-        name = c.get("repo") or c.get("path")
-        at = f"@{c.get('revision')} commit {c.get('commit')}" if c.get("source") == "hub" else ""
-        lines.append(f"  {', '.join(c.get('roles') or [])}: {name}{at}")
-        lines.extend(f"    sha256 {w['sha256']}  {w['file']}" for w in c.get("weights") or [])
-        if c.get("note"):
-            lines.append(f"    {c['note']}")
+    for c in manifest.checkpoints or []:
+        name = c.repo or c.path
+        at = f"@{c.revision} commit {c.commit}" if c.source == "hub" else ""
+        lines.append(f"  {', '.join(c.roles)}: {name}{at}")
+        lines.extend(f"    sha256 {w.sha256}  {w.file}" for w in c.weights)
+        if c.note:
+            lines.append(f"    {c.note}")
     return lines or ["  none recorded"]
 
 
-def regime_summary(manifest: dict) -> list[str]:
+def regime_summary(manifest: Manifest) -> list[str]:
     """One line per baseline timed in the smoke (harness/run/regime.py)."""
-    return regime_lines([BaselineRegime.model_validate(r)
-                         for r in (manifest.get("regime") or {}).values()])
+    return regime_lines(list(manifest.regime.values()))
 
 
 def smoke_summary(run: RunData) -> list[str]:
     """The smoke stage in a few lines: off, passed for which arms, or where it stopped."""
-    state = (run.manifest.get("smoke") or {}).get("status")
+    state = run.manifest.smoke.status if run.manifest.smoke else None
     if state == "off":
         return ["Smoke stage: off (the study registers recording.smoke: false)"]
     if not run.smoke:
@@ -196,11 +207,11 @@ def _smoke_detail(run: RunData) -> list[str]:
     return lines
 
 
-def _evidence_lines(verdict: dict) -> list[str]:
+def _evidence_lines(verdict: Verdict) -> list[str]:
     lines: list[str] = []
-    for bar in verdict["bars"]:
-        lines.append(f"== {bar['name']}: {bar['status']}")
-        for key, value in bar["evidence"].items():
+    for bar in verdict.bars:
+        lines.append(f"== {bar.name}: {bar.status}")
+        for key, value in bar.evidence.items():
             if key == "tasks":
                 for task, entry in value.items():
                     lines.append(f"  task {task}:")
@@ -243,66 +254,63 @@ def _short(value, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
-def environment_pages(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
+def environment_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     m = a.run.manifest
     study = a.run.study
     lines = [
         f"run id            {a.run.run_id}",
-        f"seal              {m.get('seal')}",
+        f"seal              {m.seal}",
         (f"study             {study.title} (registered {study.registered}; file"
-        f" {m.get('study_file')})"),
-        f"specbench commit  {m.get('specbench_commit')}",
-        (f"status            {m.get('status')}   started {_wall(m.get('started_wall'))}"
-        f"   ended {_wall(m.get('ended_wall'))}"),
+        f" {m.study_file})"),
+        f"specbench commit  {m.specbench_commit}",
+        (f"status            {m.status}   started {_wall(m.started_wall)}"
+        f"   ended {_wall(m.ended_wall)}"),
         (f"hardware (study)  {study.hardware.count} x {study.hardware.gpu};"
         f" model {study.model.id}@{study.model.revision}"),
         "",
         "host:",
     ]
-    lines += [f"  {k}: {_short(v, 200)}" for k, v in (m.get("host") or {}).items()]
-    lines += ["", f"GPU telemetry: {_telemetry_line(m.get('gpu_telemetry'))}"]
+    host = m.host.model_dump(exclude_none=True) if m.host else {}
+    lines += [f"  {k}: {_short(v, 200)}" for k, v in host.items()]
+    lines += ["", f"GPU telemetry: {_telemetry_line(m.gpu_telemetry)}"]
     lines += ["", "engines (per arm, each start):"]
-    for arm, infos in (m.get("engines") or {}).items():
+    for arm, infos in m.engines.items():
         for info in infos:
-            keys = ("kind", "version", "gpu", "started_wall", "started_for", "command")
-            shown = {k: info.get(k) for k in keys if k in info}
+            keys = {"kind", "version", "gpu", "started_wall", "started_for", "command"}
+            shown = info.model_dump(include=keys)
             lines.append(f"  {arm}: {_short(shown, 300)}")
     lines += ["", "arm settings the engine would otherwise pick (as each engine started):"]
     lines += _settings_lines(a) or ["  none"]
     lines += ["", "checkpoints (commit and weight sha256):", *_checkpoint_lines(m)]
     lines += ["", "engine environments (full package lists in manifest.json):"]
-    for python, env in (m.get("engine_environments") or {}).items():
-        held = (f"{len(env['packages'])} packages" if "packages" in env
-                else f"not listed: {env.get('error')}")
-        lines.append(f"  {python}: {env.get('pin') or 'not a pinned venv'}; {held};"
-                     f" arms {', '.join(env.get('arms') or [])}")
-    for s in m.get("stale_engines") or []:
-        lines.append(f"  stale engine of {s.get('arm')} (pid {s.get('pid')}, port {s.get('port')})"
-                     f" from an earlier attempt: {s.get('action')}")
+    for python, env in m.engine_environments.items():
+        held = (f"{len(env.packages)} packages" if env.packages is not None
+                else f"not listed: {env.error}")
+        lines.append(f"  {python}: {env.pin or 'not a pinned venv'}; {held};"
+                     f" arms {', '.join(env.arms)}")
+    for s in m.stale_engines:
+        lines.append(f"  stale engine of {s.arm} (pid {s.pid}, port {s.port})"
+                     f" from an earlier attempt: {s.action}")
     lines += ["", *_smoke_detail(a.run)]
     lines += ["", "deviations from the registered study:"]
     lines += deviation_lines(m) or ["  none"]
-    stop = m.get("stop")
-    lines += ["", (f"stop bar at the end of stage 1: {_short(stop.get('fired')) if stop else '-'}"
-              f" (judged {_wall(stop.get('judged_wall')) if stop else '-'})")]
-    if stop and stop.get("fired"):
+    stop = m.stop
+    lines += ["", (f"stop bar at the end of stage 1: {_short(stop.fired) if stop else '-'}"
+              f" (judged {_wall(stop.judged_wall) if stop else '-'})")]
+    if stop and stop.fired:
         lines.append("  the stop bar fired: the remaining speed cells were skipped;"
                      " identity and accuracy still ran")
-    skipped = m.get("skipped") or []
-    lines += ["", f"skipped cells ({len(skipped)}):"]
-    lines += [f"  {s.get('cell')}: {s.get('reason')}" for s in skipped] or ["  none"]
-    reruns = m.get("reruns") or []
-    lines += ["", f"baseline reruns by the check bar ({len(reruns)}); both runs are kept:"]
-    lines += [f"  {r.get('cell')} of {r.get('of')}: {r.get('reason')}" for r in reruns] \
-        or ["  none"]
-    for r in verdict.get("reruns") or []:
-        lines.append(f"  {r['cell']}: {r['state']}"
-                     + (f" ({r['relative_difference']:+.1%})" if "relative_difference" in r
+    lines += ["", f"skipped cells ({len(m.skipped)}):"]
+    lines += [f"  {s.cell}: {s.reason}" for s in m.skipped] or ["  none"]
+    lines += ["", f"baseline reruns by the check bar ({len(m.reruns)}); both runs are kept:"]
+    lines += [f"  {r.cell} of {r.of}: {r.reason}" for r in m.reruns] or ["  none"]
+    for r in verdict.reruns:
+        lines.append(f"  {r.cell}: {r.state}"
+                     + (f" ({r.relative_difference:+.1%})" if r.relative_difference is not None
                         else ""))
-    failed = m.get("failed_cells") or []
-    if failed:
+    if m.failed_cells:
         lines += ["", "cells that failed every attempt:"]
-        lines += [f"  {f.get('cell')}: {f.get('reason')}" for f in failed]
+        lines += [f"  {f.cell}: {f.reason}" for f in m.failed_cells]
     lines += ["", "cells:"]
     status = a.cells[a.cells["rerun_of"].isna()]["status"].value_counts().to_dict()
     lines.append("  " + ", ".join(f"{n} {s}" for s, n in status.items()))
@@ -317,11 +325,11 @@ def environment_pages(pdf: PdfPages, a: Analysis, verdict: dict) -> int:
 def engine_choice_lines(run: RunData) -> list[str]:
     """Each setting an engine chose by itself that differs between a drafter and its
     baseline, from their last engine starts (a speedup measures that choice too)."""
-    engines = run.manifest.get("engines") or {}
+    engines = run.manifest.engines
 
     def last(name: str) -> dict[str, str]:
-        started = [i for i in engines.get(name, []) if "settings" in i]
-        return started[-1]["settings"] if started else {}
+        started = engines.get(name, [])
+        return started[-1].settings if started else {}
 
     lines = []
     for arm in run.study.arms:
@@ -337,11 +345,11 @@ def _settings_lines(a: Analysis) -> list[str]:
     its last engine start in the manifest, else resolved from the study (never started)."""
     from harness.engines import ENGINE_KINDS
 
-    engines = a.run.manifest.get("engines") or {}
+    engines = a.run.manifest.engines
     lines = []
     for arm in a.run.study.arms:
-        started = [i for i in engines.get(arm.name, []) if "settings" in i]
-        settings, where = (started[-1]["settings"] if started else {}), ""
+        started = engines.get(arm.name, [])
+        settings, where = (started[-1].settings if started else {}), ""
         kind = ENGINE_KINDS.get(arm.engine)
         if not started and kind is not None and arm.attach is None:
             settings, where = kind.resolved_settings(arm, a.run.study), " (no start recorded)"
@@ -350,14 +358,14 @@ def _settings_lines(a: Analysis) -> list[str]:
     return lines
 
 
-def _telemetry_line(entry: dict | None) -> str:
-    if not entry:
+def _telemetry_line(entry: RunGpuTelemetry | None) -> str:
+    if entry is None:
         return "not recorded (no engine started, or a run from before telemetry)"
-    if not entry.get("recorded"):
-        return entry.get("reason") or "no GPU telemetry"
+    if not entry.recorded:
+        return entry.reason or "no GPU telemetry"
     gpus = ", ".join(f"GPU {g.get('index')} {g.get('name')} ({g.get('uuid')})"
-                     for g in entry.get("gpus") or [])
-    return f"recorded through NVML (driver {entry.get('driver_version')}; {gpus})"
+                     for g in entry.gpus or [])
+    return f"recorded through NVML (driver {entry.driver_version}; {gpus})"
 
 
 def _burst_lines(a: Analysis) -> list[str]:

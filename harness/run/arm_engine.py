@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.engines.lifecycle import EngineProcess, start_engine
+from harness.engines.engine_process import EngineProcess
+from harness.engines.lifecycle import start_engine
 from harness.measure.placement import local_listener_pid, place_client
 from harness.measure.priority import match_engine_priority
 from harness.prereg.schema import Arm, Study
 from harness.run.gpu_telemetry import ArmGpus, RunTelemetry
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
+from harness.rundir.manifest import EngineStart, Manifest
 
 
 class ArmEngine:
@@ -57,8 +59,7 @@ class ArmEngine:
         except BaseException:
             self._record({"state": "failed to start"})
             raise
-        info = self.process.info
-        data = info.model_dump(mode="json") if hasattr(info, "model_dump") else dict(info)
+        data: dict[str, Any] = self.process.info.model_dump(mode="json")
         data["state"] = "ready"
         data["started_for"] = started_for or None
         if self.session is not None:
@@ -86,21 +87,22 @@ class ArmEngine:
     def _record_spawn(self, info: Any) -> None:
         """The engine's pid, group and port go in the manifest the moment it exists, so a
         harness killed while it loads leaves a record the next attempt finds it by."""
-        def add(manifest: dict[str, Any]) -> None:
-            records = manifest.setdefault("engines", {}).setdefault(self.arm.name, [])
-            records.append({**info.model_dump(mode="json"), "state": "starting"})
+        def add(manifest: Manifest) -> None:
+            records = manifest.engines.setdefault(self.arm.name, [])
+            records.append(EngineStart(**info.model_dump(), state="starting"))
             self._slot = len(records) - 1
 
         self.store.edit_manifest(add)
 
     def _record(self, changes: dict[str, Any]) -> None:
-        def change(manifest: dict[str, Any]) -> None:
-            records = manifest.setdefault("engines", {}).setdefault(self.arm.name, [])
+        def change(manifest: Manifest) -> None:
+            records = manifest.engines.setdefault(self.arm.name, [])
             if self._slot is None or self._slot >= len(records):
                 if "started_wall" in changes:  # else it failed before the process existed
-                    records.append(changes)
+                    records.append(EngineStart.model_validate(changes))
             else:
-                records[self._slot] = {**records[self._slot], **changes}
+                records[self._slot] = EngineStart.model_validate(
+                    {**records[self._slot].model_dump(), **changes})
 
         self.store.edit_manifest(change)
 

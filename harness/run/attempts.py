@@ -15,38 +15,38 @@ reason for analysis to report.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness.derived.throttle import gpu_throttle
 from harness.derived.usable import unusable_reason
 from harness.plan import Cell
 from harness.prereg.schema import Study
-from harness.records import ClientHealth, GpuSample, RequestRecord
+from harness.records import GpuSample, RequestRecord
 from harness.run.execute import EngineDied, execute_cell
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
+from harness.rundir import Outcome
+from harness.rundir.manifest import FailedCell
 
 if TYPE_CHECKING:
     from harness.run.arm_engine import ArmEngine
 
 
-def attempt_unusable(study: Study, cell: Cell, outcome: dict[str, Any],
+def attempt_unusable(study: Study, cell: Cell, outcome: Outcome,
                      requests: list[RequestRecord],
                      gpu_samples: list[GpuSample] | None = None) -> str | None:
     """Why one attempt measured nothing a bar can use (None: usable)."""
-    health = outcome.get("health")
     return unusable_reason(
-        kind=cell.kind, requests=requests, aborted=bool(outcome.get("aborted")),
-        abort_reason=outcome.get("reason"),
-        health=ClientHealth.model_validate(health) if health else None,
+        kind=cell.kind, requests=requests, aborted=outcome.aborted,
+        abort_reason=outcome.reason, health=outcome.health,
         gpu_throttle=gpu_throttle(gpu_samples or []),
         gpu_throttle_policy=study.recording.gpu_throttle)
 
 
-def outcome_detail(outcome: dict[str, Any]) -> str:
+def outcome_detail(outcome: Outcome) -> str:
     """"31 ok, 1 error (http)": requests cancelled by an abort are named as such."""
-    errors = outcome.get("errors_by_kind") or {}
-    detail = f"{outcome.get('n_ok', 0)} ok, {outcome.get('n_errors', 0)} errors"
+    errors = outcome.errors_by_kind
+    detail = f"{outcome.n_ok} ok, {outcome.n_errors} errors"
     if errors:
         detail += " (" + ", ".join(f"{n} {kind}" for kind, n in sorted(errors.items())) + ")"
     return detail
@@ -62,8 +62,8 @@ def needs_measuring(store: RunStore, study: Study, cell: Cell, progress: RunProg
     done = store.completion(cell.id)
     if done is None:
         return True
-    attempt = done["attempt"]
-    reason = attempt_unusable(study, cell, done["outcome"], store.attempt_requests(cell.id, attempt),
+    attempt = done.attempt
+    reason = attempt_unusable(study, cell, done.outcome, store.attempt_requests(cell.id, attempt),
                               store.attempt_gpu_samples(cell.id, attempt))
     if reason is None:
         return False
@@ -144,6 +144,6 @@ def measure_cell(store: RunStore, study: Study, engine: ArmEngine, cell: Cell,
                           " measurements spent, so no bar uses it")
         return False
     if not store.is_complete(cell.id):
-        store.append_manifest("failed_cells", {"cell": cell.id,
-                                               "reason": f"failed {budget} attempts"})
+        failed = FailedCell(cell=cell.id, reason=f"failed {budget} attempts")
+        store.edit_manifest(lambda m: m.failed_cells.append(failed))
     return False

@@ -30,7 +30,6 @@ from harness.calibration import (
     CalibrationRecord,
     ProbeRequest,
     RegisteredFigures,
-    recorded_calibration,
     run_probe,
 )
 from harness.prereg.schema import Arm, Study
@@ -144,12 +143,8 @@ def record_calibration(store: RunStore, study: Study, note: Callable[[str], None
     succeeded. Never raises: the roofline is a prediction beside the measurements, not
     worth a run."""
     from harness.calibration import effective_hardware
-    from harness.errors import InputError
 
-    try:
-        before = recorded_calibration(store.manifest())
-    except InputError:  # an unreadable earlier record is measured again, not fatal
-        before = None
+    before = store.manifest().calibration
     if before is not None and before.status == "ok":
         note(f"calibration kept from the run's start: {effective_hardware(study, before).line()}")
         return before
@@ -158,7 +153,7 @@ def record_calibration(store: RunStore, study: Study, note: Callable[[str], None
     except Exception as err:  # noqa: BLE001 - whatever went wrong is recorded, not raised
         record = CalibrationRecord(status="failed", reason=f"{type(err).__name__}: {err}",
                                    registered=RegisteredFigures.of(study))
-    store.update_manifest(calibration=record.model_dump(mode="json"))
+    store.edit_manifest(lambda m: setattr(m, "calibration", record))
     if record.status == "ok":
         note(effective_hardware(study, record).line())
     else:

@@ -17,6 +17,7 @@ from harness.engines.packages import package_changes, package_list
 from harness.engines.pins import pin_for_interpreter
 from harness.prereg.schema import Study
 from harness.run.store import RunStore
+from harness.rundir.manifest import Deviation, EngineEnvironment, Manifest
 
 
 def engine_interpreters(study: Study) -> dict[str, list[str]]:
@@ -41,19 +42,23 @@ def record_environments(store: RunStore, study: Study) -> list[str]:
     interpreters = engine_interpreters(study)
     with ThreadPoolExecutor(max_workers=4) as pool:
         lists = dict(zip(interpreters, pool.map(package_list, interpreters), strict=True))
-    earlier = store.manifest().get("engine_environments") or {}
-    recorded, changes = {}, []
+    earlier = store.manifest().engine_environments
+    recorded: dict[str, EngineEnvironment] = {}
+    changes: list[str] = []
     for python, arms in interpreters.items():
         pinned = pin_for_interpreter(python)
-        entry = {**lists[python], "arms": arms, "listed_wall": time.time(),
-                 "pin": pinned.requirement if pinned else None}
+        entry = EngineEnvironment(**lists[python], arms=arms, listed_wall=time.time(),
+                                  pin=pinned.requirement if pinned else None)
         before = earlier.get(python)
-        if before and "packages" in before and "packages" in entry:
-            moved = package_changes(before["packages"], entry["packages"])
+        if before and before.packages is not None and entry.packages is not None:
+            moved = package_changes(before.packages, entry.packages)
             if moved:
                 changes.append(f"engine environment {python} changed: " + "; ".join(moved))
         recorded[python] = entry
-    store.update_manifest(engine_environments={**earlier, **recorded})
-    for change in changes:
-        store.append_manifest("deviations", {"when": time.time(), "what": change})
+
+    def record(m: Manifest) -> None:
+        m.engine_environments.update(recorded)
+        m.deviations.extend(Deviation(when=time.time(), what=c) for c in changes)
+
+    store.edit_manifest(record)
     return changes

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from harness.engines import get_engine_kind
@@ -27,6 +26,7 @@ from harness.records import GpuSample, MetricSample, RequestRecord
 from harness.run.cell_requests import cell_items, cell_request_specs
 from harness.run.gpu_telemetry import ArmGpus
 from harness.run.store import JsonlWriter, RunStore
+from harness.rundir import SCORES, Outcome, ScoreRecord
 
 
 class EngineDied(Exception):
@@ -56,19 +56,6 @@ def sampling_fields(study: Study) -> dict[str, Any]:
             "ignore_eos": s.ignore_eos}
 
 
-def outcome_dict(outcome: Any) -> dict[str, Any]:
-    if is_dataclass(outcome):
-        data = asdict(outcome)
-    elif hasattr(outcome, "model_dump"):
-        data = outcome.model_dump(mode="json")
-    else:
-        data = dict(outcome)
-    health = data.get("health")
-    if hasattr(health, "model_dump"):
-        data["health"] = health.model_dump(mode="json")
-    return data
-
-
 async def _watch(engine: Any, interval_s: float = 1.0) -> None:
     while engine.alive():
         await asyncio.sleep(interval_s)
@@ -88,7 +75,7 @@ async def _execute(
     on_sample: Callable[[MetricSample], None] | None,
     gpus: ArmGpus | None = None,
     on_gpu_sample: Callable[[GpuSample], None] | None = None,
-) -> Any:
+) -> Outcome:
     kind = get_engine_kind(arm.engine)
 
     def record(rec: RequestRecord) -> None:
@@ -149,8 +136,8 @@ async def _execute(
         if load not in done or not engine.alive():
             raise EngineDied(f"the {arm.engine} engine of arm {arm.name!r} exited during {cell.id}")
         outcome = load.result()
-        if host_cpu is not None:  # judged with the client's health (harness.derived.usable)
-            outcome.health = outcome.health.model_copy(
+        if host_cpu is not None and outcome.health is not None:  # judged with the client's
+            outcome.health = outcome.health.model_copy(  # health (harness.derived.usable)
                 update=host_cpu.health_fields(study.recording.host_foreign_cpu_limit))
         return outcome
     finally:
@@ -181,8 +168,8 @@ def execute_cell(
     on_sample: Callable[[MetricSample], None] | None = None,
     gpus: ArmGpus | None = None,
     on_gpu_sample: Callable[[GpuSample], None] | None = None,
-) -> dict[str, Any]:
-    """Run the cell once; returns its outcome as a dict. Raises EngineDied. With `gpus`,
+) -> Outcome:
+    """Run the cell once; returns what it measured. Raises EngineDied. With `gpus`,
     the GPU samples go to gpu.jsonl and `on_gpu_sample` (from the sampler's thread)."""
     pattern = cell_pattern(study, cell, rate_rps)
     with store.writer(cell.id, "requests.jsonl") as req_w, store.writer(
@@ -205,7 +192,7 @@ def execute_cell(
         )
     if cell.kind == "accuracy":
         score_cell(store, study, cell, attempt)
-    return outcome_dict(outcome)
+    return outcome
 
 
 @contextlib.contextmanager
@@ -239,11 +226,12 @@ def score_cell(store: RunStore, study: Study, cell: Cell, attempt: int) -> None:
             else:
                 failed[rec.item_id] = rec.error or "failed"
     scored = score_items(task.kind, items, {i: responses.get(i, "") for i in items})
-    out = store.cell_dir(cell.id) / "scores.jsonl"
+    out = store.cell_dir(cell.id) / SCORES
     out.unlink(missing_ok=True)
     with JsonlWriter(out) as writer:
         for s in scored:
-            row = {"id": s.id, "extracted": s.extracted, "correct": s.correct, "detail": s.detail}
+            row = ScoreRecord(id=s.id, extracted=s.extracted, correct=s.correct, detail=s.detail)
             if s.id in failed or s.id not in responses:
-                row.update(correct=False, detail=f"request failed: {failed.get(s.id, 'not sent')}")
+                row = row.model_copy(update={
+                    "correct": False, "detail": f"request failed: {failed.get(s.id, 'not sent')}"})
             writer.write(row)

@@ -21,6 +21,7 @@ from harness.measure.gpu_sampler import GpuSampler
 from harness.prereg.schema import Arm
 from harness.records import GpuSample
 from harness.run.store import RunStore
+from harness.rundir.manifest import RunGpuTelemetry
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ class RunTelemetry:
                 note(self._nvml.reason)
             else:
                 entry = {"recorded": True, **self._nvml.facts()}
-            self._store.update_manifest(gpu_telemetry=entry)
+            record = RunGpuTelemetry(**entry)
+            self._store.edit_manifest(lambda m: setattr(m, "gpu_telemetry", record))
         return self._nvml
 
     def for_arm(self, arm: Arm, note: Callable[[str], None]

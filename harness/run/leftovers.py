@@ -18,23 +18,24 @@ from rich.console import Console
 from harness.engines.stale import find_stale_engines, stop_stale_engine
 from harness.errors import SpecbenchError
 from harness.run.store import RunStore
+from harness.rundir.manifest import RunnerRecord, StaleEngineRecord
 
 
 def record_runner(store: RunStore) -> None:
     me = psutil.Process()
-    store.update_manifest(runner={"pid": me.pid, "started_wall": me.create_time(),
-                                  "cmdline": me.cmdline()})
+    runner = RunnerRecord(pid=me.pid, started_wall=me.create_time(), cmdline=me.cmdline())
+    store.edit_manifest(lambda m: setattr(m, "runner", runner))
 
 
 def live_runner(store: RunStore) -> int | None:
     """The pid of the run's recorded runner when that process is still running (not us)."""
-    runner = store.manifest().get("runner") or {}
-    pid = runner.get("pid")
-    if not pid or pid == os.getpid():
+    runner = store.manifest().runner
+    if runner is None or runner.pid == os.getpid():
         return None
+    pid = runner.pid
     try:
-        proc = psutil.Process(int(pid))
-        same = abs(proc.create_time() - float(runner.get("started_wall", 0))) < 1.0
+        proc = psutil.Process(pid)
+        same = abs(proc.create_time() - runner.started_wall) < 1.0
         return int(pid) if same and proc.status() != psutil.STATUS_ZOMBIE else None
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
@@ -56,8 +57,7 @@ def clear_leftovers(store: RunStore, console: Console) -> None:
                 f"could not stop the stale {stale.describe()}: still alive {left};"
                 f" stop it by hand (kill -KILL -{stale.pgid}) and resume again"
             )
-        store.append_manifest("stale_engines", {
-            "when": time.time(), "arm": stale.arm, "pid": stale.pid, "pgid": stale.pgid,
-            "port": stale.port, "port_held": stale.port_held, "processes": stale.processes,
-            "action": "stopped on resume",
-        })
+        record = StaleEngineRecord(
+            when=time.time(), arm=stale.arm, pid=stale.pid, pgid=stale.pgid, port=stale.port,
+            port_held=stale.port_held, processes=stale.processes, action="stopped on resume")
+        store.edit_manifest(lambda m, r=record: m.stale_engines.append(r))

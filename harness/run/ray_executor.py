@@ -32,7 +32,6 @@ from harness.run.progress import RunProgress
 from harness.run.schedule import Batch
 from harness.run.shard_worker import (
     MERGED_LISTS,
-    SHARD_FACTS,
     SMOKE_RECORDS,
     ShardWorker,
     batch_to_dict,
@@ -42,6 +41,16 @@ from harness.run.smoke import SmokeFailed
 from harness.run.store import RunStore, write_bytes_atomic
 from harness.run.where import gpu_model_deviation
 from harness.rundir import COMPLETE, cell_dirname
+from harness.rundir.manifest import (
+    MANIFEST,
+    Manifest,
+    Sharding,
+    ShardPlan,
+    ShardRecord,
+    ShardWorkerRecord,
+    SmokeSummary,
+    manifest_from,
+)
 from harness.shards import Shard, plan_shards, shard_cells, shard_of, slots_for
 
 
@@ -77,17 +86,18 @@ def recorded_or_planned_shards(store: RunStore, study: Study, cells: list[Cell],
     """The shards the manifest recorded (a resume keeps them: a unit's cells stay on one
     shard), else the plan cut for `gpus` GPUs, recorded."""
     slots = slots_for(study, gpus)
-    recorded = store.manifest().get("sharding")
+    recorded = store.manifest().sharding
     if recorded:
-        shards = [Shard.from_dict(s) for s in recorded["shards"]]
+        shards = [Shard.from_dict(s.model_dump()) for s in recorded.shards]
         if len(shards) > slots:
             raise InputError(
-                f"run {store.run_id} was cut into {len(shards)} shards for {recorded['gpus']}"
+                f"run {store.run_id} was cut into {len(shards)} shards for {recorded.gpus}"
                 f" GPUs; resume it with at least {len(shards) * study.hardware.count} GPUs")
         return shards
     shards = plan_shards(study, cells, slots)
-    store.update_manifest(sharding={"gpus": gpus, "slots": slots,
-                                    "shards": [s.to_dict() for s in shards]})
+    sharding = Sharding(gpus=gpus, slots=slots,
+                        shards=[ShardPlan.model_validate(s.to_dict()) for s in shards])
+    store.edit_manifest(lambda m: setattr(m, "sharding", sharding))
     return shards
 
 
@@ -99,12 +109,11 @@ class ShardSink:
         self.lock = threading.Lock()
 
     def hello(self, info: dict[str, Any]) -> None:
-        def add(manifest: dict[str, Any]) -> None:
-            entry = manifest.setdefault("shards", {}).setdefault(info["shard"], {})
-            entry.setdefault("workers", []).append(
-                {"pid": info["pid"], "where": info["where"], "folder": info["folder"],
-                 "started_wall": time.time()})
-            entry.update(where=info["where"], status="running")
+        def add(manifest: Manifest) -> None:
+            entry = manifest.shards.setdefault(info["shard"], ShardRecord())
+            entry.workers.append(ShardWorkerRecord(pid=info["pid"], where=info["where"],
+                                                   folder=info["folder"], started_wall=time.time()))
+            entry.where, entry.status = info["where"], "running"
 
         self.store.edit_manifest(add)
 
@@ -145,41 +154,41 @@ class ShardSink:
         self.store.edit_manifest(lambda manifest: self._merged(manifest, payload))
 
     @staticmethod
-    def _merged(manifest: dict[str, Any], payload: dict[str, Any]) -> None:
+    def _merged(manifest: Manifest, payload: dict[str, Any]) -> None:
         shard, pid = payload["shard"], payload["pid"]
+        worker = manifest_from(payload["manifest"], Path(f"shard {shard}'s {MANIFEST}"))
         tag = {"shard": shard, "shard_worker": pid}
-        hostname = ((manifest.get("shards") or {}).get(shard) or {}).get("where", {}) \
-            .get("hostname")
+        entry = manifest.shards.setdefault(shard, ShardRecord())
+        hostname = (entry.where or {}).get("hostname")
 
-        def mine(entry: Any) -> bool:
-            return isinstance(entry, dict) and entry.get("shard") == shard \
-                and entry.get("shard_worker") == pid
+        def mine(record: Any) -> bool:
+            return record.shard == shard and record.shard_worker == pid
 
-        engines = manifest.get("engines") or {}
-        for arm, entries in payload["manifest"]["engines"].items():
-            kept = [e for e in engines.get(arm, []) if not mine(e)]
-            engines[arm] = kept + [{**e, **tag, "node_hostname": hostname} for e in entries]
-        manifest["engines"] = engines
+        for arm, starts in worker.engines.items():
+            kept = [e for e in manifest.engines.get(arm, []) if not mine(e)]
+            manifest.engines[arm] = kept + [
+                e.model_copy(update={**tag, "node_hostname": hostname}) for e in starts]
         for key in MERGED_LISTS:
-            kept = [e for e in manifest.get(key) or [] if not mine(e)]
-            manifest[key] = kept + [{**e, **tag} for e in payload["manifest"][key]]
-        shards = manifest.get("shards") or {}
-        entry = shards.get(shard) or {}
-        entry.update({k: payload["manifest"][k] for k in SHARD_FACTS})
-        shards[shard] = entry
-        manifest["shards"] = shards
-        manifest["smoke"] = _overall_smoke(shards)
-        if manifest.get("gpu_telemetry") is None:
-            manifest["gpu_telemetry"] = entry.get("gpu_telemetry")
+            kept = [e for e in getattr(manifest, key) if not mine(e)]
+            setattr(manifest, key, kept + [e.model_copy(update=tag) for e in getattr(worker, key)])
+        entry.smoke = worker.smoke
+        entry.gpu_telemetry = worker.gpu_telemetry
+        entry.engine_environments = worker.engine_environments
+        manifest.smoke = _overall_smoke(manifest.shards)
+        if manifest.gpu_telemetry is None:
+            manifest.gpu_telemetry = entry.gpu_telemetry
 
     def shard_status(self, shard: str, status: str, error: str | None = None) -> None:
-        self.store.edit_manifest(lambda manifest: manifest.setdefault("shards", {}).setdefault(
-            shard, {}).update(status=status, error=error, status_wall=time.time()))
+        def change(manifest: Manifest) -> None:
+            entry = manifest.shards.setdefault(shard, ShardRecord())
+            entry.status, entry.error, entry.status_wall = status, error, time.time()
+
+        self.store.edit_manifest(change)
 
 
-def _overall_smoke(shards: dict[str, Any]) -> dict[str, Any]:
+def _overall_smoke(shards: dict[str, ShardRecord]) -> SmokeSummary:
     """The run's smoke: passed when every shard's passed (or was off)."""
-    states = {name: (s.get("smoke") or {}).get("status") for name, s in shards.items()}
+    states = {name: s.smoke.status if s.smoke else None for name, s in shards.items()}
     known = [v for v in states.values() if v]
     if known and all(v == "off" for v in known):
         status = "off"
@@ -189,7 +198,7 @@ def _overall_smoke(shards: dict[str, Any]) -> dict[str, Any]:
         status = "failed"
     else:
         status = "running"
-    return {"status": status, "shards": states}
+    return SmokeSummary(status=status, shards=states)
 
 
 class RayExecutor:
@@ -324,8 +333,7 @@ class RayExecutor:
 def record_gpu_model_deviation(store: RunStore) -> str | None:
     """Shards on more than one GPU model: a deviation in the manifest (once), which the
     verdict page names."""
-    placements = {name: entry.get("where") or {}
-                  for name, entry in (store.manifest().get("shards") or {}).items()}
+    placements = {name: entry.where or {} for name, entry in store.manifest().shards.items()}
     deviation = gpu_model_deviation(placements)
     if deviation:
         store.record_deviation_once(deviation)

@@ -36,7 +36,13 @@ from harness.run.progress import RunProgress
 from harness.run.schedule import Batch, rerun_batch, rerun_cells, run_schedule
 from harness.run.smoke import SmokeStage
 from harness.run.store import RunStore, host_facts, specbench_commit, write_json_atomic
-from harness.rundir import FORMAT_VERSION
+from harness.rundir.manifest import (
+    ControlArmRecord,
+    Deviation,
+    Manifest,
+    SessionRecord,
+    SmokeSummary,
+)
 
 
 def expand_environment(study: Study) -> Study:
@@ -81,25 +87,17 @@ def new_run(loaded: LoadedStudy, results_dir: Path, run_id: str | None = None) -
     resolved = resolved_study(loaded.study)
     write_json_atomic(root / "study.json", resolved)
     store = RunStore(root)
-    store.update_manifest(
-        format_version=FORMAT_VERSION,
+    store.create_manifest(Manifest(
         run_id=run_id,
         seal=seal_of(loaded.study),
         study_file=str(loaded.path.resolve()),
         specbench_commit=specbench_commit(),
         host=host_facts(),
         started_wall=time.time(),
-        ended_wall=None,
-        engines={},
         # Arms measured for the cost of a round at a set acceptance, never judged.
-        control_arms=loaded.study.control_arms(),
-        deviations=[],
-        skipped=[],
-        stop=None,
-        reruns=[],
-        failed_cells=[],
+        control_arms=[ControlArmRecord(**c) for c in loaded.study.control_arms()],
         status="running",
-    )
+    ))
     return store
 
 
@@ -116,20 +114,20 @@ def find_run(results_dir: Path, loaded: LoadedStudy, which: str | None) -> RunSt
     for manifest in results_dir.glob("*/manifest.json"):
         store = RunStore(manifest.parent)
         try:
-            if store.manifest().get("study_file") == study_file:
+            if store.manifest().study_file == study_file:
                 candidates.append(store)
-        except (OSError, ValueError):
+        except InputError:
             continue
     if not candidates:
         raise InputError(f"--resume: no earlier run of {loaded.path} under {results_dir}")
-    return max(candidates, key=lambda s: s.manifest().get("started_wall", 0))
+    return max(candidates, key=lambda s: s.manifest().started_wall or 0)
 
 
 def reopen_run(store: RunStore, loaded: LoadedStudy, allow_deviation: bool) -> None:
     """Refuse to mix two different studies in one run folder unless told to, and
     then say exactly what changed, in the manifest and so in the report."""
     manifest = store.manifest()
-    old_seal, new_seal = manifest["seal"], seal_of(loaded.study)
+    old_seal, new_seal = manifest.seal, seal_of(loaded.study)
     if old_seal != new_seal:
         old = json.loads((store.root / "study.json").read_text(encoding="utf-8"))
         diffs = study_differences(old, resolved_study(loaded.study))
@@ -143,13 +141,19 @@ def reopen_run(store: RunStore, loaded: LoadedStudy, allow_deviation: bool) -> N
         if not original.exists():
             shutil.copy2(store.root / "study.json", original)
         write_json_atomic(store.root / "study.json", resolved_study(loaded.study))
-        store.append_manifest(
-            "deviations",
-            {"when": time.time(), "what": "resumed under a different seal",
-             "old_seal": old_seal, "new_seal": new_seal, "changes": diffs},
-        )
-        store.update_manifest(seal=new_seal)
-    store.update_manifest(status="running", ended_wall=None)
+        deviation = Deviation(when=time.time(), what="resumed under a different seal",
+                              old_seal=old_seal, new_seal=new_seal, changes=diffs)
+
+        def record(m: Manifest) -> None:
+            m.deviations.append(deviation)
+            m.seal = new_seal
+
+        store.edit_manifest(record)
+
+    def running(m: Manifest) -> None:
+        m.status, m.ended_wall = "running", None
+
+    store.edit_manifest(running)
 
 
 class Runner:
@@ -226,9 +230,9 @@ class Runner:
             session = block_session(block)
             engine = self._engine_for(arm_name, progress, stage, session)
             if session is not None:
-                self.store.append_manifest("sessions", {
-                    "stage": session[0], "session": session[1], "arm": arm_name,
-                    "cells": [c.id for c in pending], "started_wall": time.time()})
+                record = SessionRecord(stage=session[0], session=session[1], arm=arm_name,
+                                       cells=[c.id for c in pending], started_wall=time.time())
+                self.store.edit_manifest(lambda m, r=record: m.sessions.append(r))
             for cell in pending:
                 self._run_one(engine, cell, progress)
 
@@ -293,9 +297,9 @@ class Runner:
         the engine of the first cell's arm is left up for it."""
         if not self.study.recording.smoke:
             progress.note("smoke stage off (the study registers recording.smoke: false)")
-            self.store.update_manifest(smoke={"status": "off"})
+            self.store.edit_manifest(lambda m: setattr(m, "smoke", SmokeSummary(status="off")))
             return
-        skipped = {s.get("cell") for s in self.store.manifest().get("skipped") or []}
+        skipped = set(self.store.manifest().skipped_reasons())
         pending = [c for c in self.cells
                    if not self.store.is_complete(c.id) and c.id not in skipped]
         if not pending:

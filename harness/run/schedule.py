@@ -29,6 +29,7 @@ from harness.prereg.schema import Study
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
 from harness.rundir import RERUN_SUFFIX
+from harness.rundir.manifest import Manifest, RerunRecord, SkippedCell, StopDecision
 
 
 @dataclass(frozen=True)
@@ -82,12 +83,11 @@ def rerun_batch(store: RunStore, study: Study, cells: list[Cell],
         return None
     progress.note(f"check bar fired: rerunning baseline cells {', '.join(targets)}")
     reruns = rerun_cells(cells, targets)
-    recorded = {r["cell"] for r in store.manifest().get("reruns", [])}
-    for cell in reruns:
-        if cell.id not in recorded:
-            store.append_manifest(
-                "reruns", {"cell": cell.id, "of": cell.id[: -len(RERUN_SUFFIX)],
-                           "reason": "check bar fired", "when": time.time()})
+    recorded = {r.cell for r in store.manifest().reruns}
+    new = [RerunRecord(cell=cell.id, of=cell.id[: -len(RERUN_SUFFIX)], reason="check bar fired",
+                       when=time.time()) for cell in reruns if cell.id not in recorded]
+    if new:
+        store.edit_manifest(lambda m: m.reruns.extend(new))
     # A rerun is a new engine session of the baseline, whatever is up: what it checks is
     # that the first measurement was not a session's accident.
     return Batch("the check-bar reruns", reruns,
@@ -100,14 +100,14 @@ def study_schedule(store: RunStore, study: Study, cells: list[Cell],
     analysis = _analysis()
     yield Batch("stage 1", [c for c in cells if c.stage == 1], smoke=True)
     stop = analysis.judge_stop(store.root, study)
-    store.update_manifest(stop={"fired": stop.fired, "judged_wall": time.time(),
-                                "evidence": stop.evidence})
+    decision = StopDecision(fired=stop.fired, judged_wall=time.time(), evidence=stop.evidence)
+    store.edit_manifest(lambda m: setattr(m, "stop", decision))
     stage2 = [c for c in cells if c.stage == 2]
     if stop.fired:
         skipped = [c for c in stage2 if c.kind == "speed"]
         progress.note(f"stop bar fired: skipping {len(skipped)} speed cells")
-        store.update_manifest(
-            skipped=[{"cell": c.id, "reason": "stop bar fired"} for c in skipped])
+        skips = [SkippedCell(cell=c.id, reason="stop bar fired") for c in skipped]
+        store.edit_manifest(lambda m: setattr(m, "skipped", skips))
         for c in skipped:
             progress.skip(c)
         stage2 = [c for c in stage2 if c.kind != "speed"]
@@ -116,20 +116,42 @@ def study_schedule(store: RunStore, study: Study, cells: list[Cell],
     if reruns is not None:
         yield reruns
     open_cells = [c for c in cells if c.stage == 3]
-    if not open_cells:
-        return
-    try:
-        rates = analysis.open_loop_reference_rps(store.root, study)
-    except SpecbenchError as err:
-        # Without a usable knee cell there is no rate to run at: say so and go on to the
-        # verdict, which names the missing cells.
-        reason = " ".join(err.lines)
-        progress.note(f"open loop skipped: {reason}")
-        for cell in open_cells:
-            store.append_manifest("skipped", {"cell": cell.id, "reason": reason})
-            progress.skip(cell)
-        return
-    yield Batch("stage 3", open_cells, rates=rates)
+    if open_cells:
+        try:
+            rates = analysis.open_loop_reference_rps(store.root, study)
+        except SpecbenchError as err:
+            # Without a usable knee cell there is no rate to run at: say so and go on to
+            # the verdict, which names the missing cells.
+            _skip(store, progress, open_cells, " ".join(err.lines), "open loop skipped")
+        else:
+            yield Batch("stage 3", open_cells, rates=rates)
+    surface = [c for c in cells if c.stage == 4]
+    if surface:
+        yield surface_batch(store, study, surface, progress)
+
+
+def surface_batch(store: RunStore, study: Study, cells: list[Cell],
+                  progress: RunProgress) -> Batch:
+    """Stage 4, the round-cost surface: each of its cells is paired with its baseline's
+    cell at the same level and task, so where the stop bar skipped that one, it is
+    skipped too (there is nothing to divide by)."""
+    skipped = store.manifest().skipped_reasons()
+    paired = {c.id: f"{study.arm(c.arm).baseline}/{c.task}/speed/c{c.concurrency:03d}"
+              for c in cells}
+    lost = [c for c in cells if paired[c.id] in skipped]
+    if lost:
+        _skip(store, progress, lost, "its baseline's cell was skipped (stop bar fired)",
+              f"surface: {len(lost)} cells skipped")
+    return Batch("stage 4 (the round-cost surface)", [c for c in cells if c not in lost])
+
+
+def _skip(store: RunStore, progress: RunProgress, cells: list[Cell], reason: str,
+          said: str) -> None:
+    progress.note(f"{said}: {reason}")
+    skips = [SkippedCell(cell=cell.id, reason=reason) for cell in cells]
+    store.edit_manifest(lambda m: m.skipped.extend(skips))
+    for cell in cells:
+        progress.skip(cell)
 
 
 def run_schedule(store: RunStore, study: Study, cells: list[Cell], executor: Executor,
@@ -148,4 +170,7 @@ def run_schedule(store: RunStore, study: Study, cells: list[Cell], executor: Exe
         raise
     finally:
         executor.close()
-        store.update_manifest(status=status, ended_wall=time.time())
+        def ended(m: Manifest) -> None:
+            m.status, m.ended_wall = status, time.time()
+
+        store.edit_manifest(ended)

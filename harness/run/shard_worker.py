@@ -34,11 +34,12 @@ from harness.run.progress import RunProgress
 from harness.run.schedule import Batch
 from harness.run.store import RunStore
 from harness.rundir import cell_dirname
+from harness.rundir.manifest import Manifest
 from harness.shards import Shard
 
-# The manifest entries a shard's worker makes that the driver's manifest keeps.
+# The manifest entries a shard's worker makes that the driver's manifest keeps (its
+# engine starts too): lists merged into the run's, facts kept under shards[name].
 MERGED_LISTS = ("sessions", "failed_cells", "deviations")
-SHARD_FACTS = ("smoke", "gpu_telemetry", "engine_environments")
 SMOKE_RECORDS = "smoke/arms.jsonl"
 
 
@@ -77,13 +78,12 @@ class ShardWorker:
         self.shard = Shard.from_dict(shard)
         self.root = Path(tempfile.mkdtemp(prefix=f"specbench-{run_id}-{self.shard.name}-"))
         self.store = RunStore(self.root)
-        self.store.update_manifest(run_id=run_id, shard=self.shard.name, engines={},
-                                   deviations=[], skipped=[], failed_cells=[])
+        self.store.create_manifest(Manifest(run_id=run_id, shard=self.shard.name))
         # ${VAR}s and the pre-flight are this node's business: expanded and checked here.
         executed = prepare_study(shard_study(study, self.shard))
         record_environments(self.store, executed)
         node_id, gpu_ids = _ray_context()
-        self.where = placement(executed, self.store.manifest().get("engine_environments") or {},
+        self.where = placement(executed, self.store.manifest().engine_environments,
                                shard=self.shard.name, node_id=node_id, ray_gpu_ids=gpu_ids)
         # Notes go to the worker's stderr, which Ray forwards to the driver's terminal.
         self.console = Console(file=sys.stderr, highlight=False, force_terminal=False)
@@ -133,13 +133,12 @@ class ShardWorker:
             return
 
     def payload(self, cell_id: str | None, closing: bool = False) -> dict[str, Any]:
-        manifest = self.store.manifest()
         out: dict[str, Any] = {
             "shard": self.shard.name, "cell": cell_id, "pid": os.getpid(),
             "files": {}, "smoke_lines": b"", "logs": {},
-            "manifest": {"engines": manifest.get("engines") or {},
-                         **{k: manifest.get(k) or [] for k in MERGED_LISTS},
-                         **{k: manifest.get(k) for k in SHARD_FACTS}},
+            # The worker's whole manifest, as its file holds it: the driver reads it back
+            # through the same model (harness.run.ray_executor.ShardSink._merged).
+            "manifest": self.store.manifest().to_json(),
         }
         if cell_id is not None:
             folder = self.root / "cells" / cell_dirname(cell_id)

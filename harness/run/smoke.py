@@ -39,7 +39,8 @@ from harness.derived.itl import tokens_per_chunk
 from harness.dialects import Dialect
 from harness.engines import get_engine_kind
 from harness.engines.drafting import wait_for_drafting
-from harness.engines.lifecycle import EngineProcess, relevant_log_line
+from harness.engines.engine_log import relevant_log_line
+from harness.engines.engine_process import EngineProcess
 from harness.engines.metrics import counter_name, scrape_metrics
 from harness.engines.process import tail_lines
 from harness.errors import SpecbenchError
@@ -63,6 +64,7 @@ from harness.run.execute import sampling_fields
 from harness.run.progress import RunProgress
 from harness.run.regime import measure_regime
 from harness.run.store import JsonlWriter, RunStore
+from harness.rundir.manifest import Deviation, SmokeSummary
 
 if TYPE_CHECKING:
     from harness.run.arm_engine import ArmEngine
@@ -257,14 +259,13 @@ class SmokeStage:
         if not todo:
             self.progress.note(f"smoke: every arm passed it earlier in this run folder"
                                f" ({len(self.study.arms)} arms, keys unchanged); not redone")
-            self.store.update_manifest(smoke={"status": "passed", "smoked_now": [],
-                                              "started_wall": started, "ended_wall": started})
+            self._record(SmokeSummary(status="passed", smoked_now=[], started_wall=started,
+                                      ended_wall=started))
             return []
         order = smoke_order(self.study, todo, last)
         self.progress.note(f"smoke stage: {', '.join(order)} (two greedy prompts of task"
                            f" {smoke_task(self.study).name} each)")
-        self.store.update_manifest(smoke={"status": "running", "order": order,
-                                          "started_wall": started, "ended_wall": None})
+        self._record(SmokeSummary(status="running", order=order, started_wall=started))
         self.folder.mkdir(exist_ok=True)
         with JsonlWriter(self.folder / "arms.jsonl") as out, \
                 JsonlWriter(self.folder / "requests.jsonl") as requests_out:
@@ -281,9 +282,8 @@ class SmokeStage:
                     self._say(identity)
                     if identity.status == "failed":
                         self._stop(identity, started, order)
-        self.store.update_manifest(smoke={"status": "passed", "order": order,
-                                          "smoked_now": order, "started_wall": started,
-                                          "ended_wall": time.time()})
+        self._record(SmokeSummary(status="passed", order=order, smoked_now=order,
+                                  started_wall=started, ended_wall=time.time()))
         self.progress.note(f"smoke passed: {len(order)} arms in {time.time() - started:.0f} s")
         return order
 
@@ -348,9 +348,9 @@ class SmokeStage:
                     reason=reason, log_line=self._log_line(self.log_path(name)), answers=answers,
                     counter=counter, acceptance=acceptance)
             acceptance = acceptance.model_copy(update={"allowed": True})
-            self.store.append_manifest("deviations", {
-                "when": time.time(), "arm": name, "reason": reason,
-                "what": f"run below its acceptance floor (--allow-deviation): {reason}"})
+            self.store.record_deviation(Deviation(
+                when=time.time(), arm=name, reason=reason,
+                what=f"run below its acceptance floor (--allow-deviation): {reason}"))
             self.progress.note(f"[yellow]deviation recorded:[/yellow] {reason}; run anyway"
                                " (--allow-deviation)")
         return SmokeArmCheck(**fields, ended_wall=time.time(), status="passed", answers=answers,
@@ -374,8 +374,7 @@ class SmokeStage:
             return
         with JsonlWriter(self.folder / REGIME_FILE) as out:
             out.write(record)
-        self.store.edit_manifest(
-            lambda data: data.setdefault("regime", {}).update({name: record.model_dump(mode="json")}))
+        self.store.edit_manifest(lambda m: m.regime.update({name: record}))
         self.progress.note(record.line())
 
     def _acceptance(self, name: str) -> SmokeAcceptance | None:
@@ -478,14 +477,17 @@ class SmokeStage:
     def _log_line(path: Path | None) -> str | None:
         return relevant_log_line(tail_lines(path, LOG_TAIL)) if path is not None else None
 
+    def _record(self, summary: SmokeSummary) -> None:
+        self.store.edit_manifest(lambda m: setattr(m, "smoke", summary))
+
     def _say(self, rec: SmokeArmCheck | SmokeIdentityCheck) -> None:
         self.progress.note(smoke_line(rec))
 
     def _stop(self, rec: SmokeArmCheck | SmokeIdentityCheck, started: float,
               order: list[str]) -> None:
-        self.store.update_manifest(smoke={
-            "status": "failed", "order": order, "arm": rec.arm, "reason": rec.reason,
-            "log_line": rec.log_line, "started_wall": started, "ended_wall": time.time()})
+        self._record(SmokeSummary(status="failed", order=order, arm=rec.arm, reason=rec.reason,
+                                  log_line=rec.log_line, started_wall=started,
+                                  ended_wall=time.time()))
         raise SmokeFailed(
             f"smoke: {rec.reason} | engine log: {rec.log_line or '(nothing logged)'}",
             f"the run stopped before its first registered cell; log file {rec.log_path},"

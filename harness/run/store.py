@@ -23,16 +23,18 @@ from typing import IO, Any
 
 from pydantic import BaseModel
 
+from harness.host_gpus import gpu_lines
 from harness.paths import PROJECT_ROOT
 from harness.records import GpuSample, RequestRecord
 from harness.rundir import (
     COMPLETE,
-    MANIFEST,
     Attempt,
     CellFile,
     CompleteFile,
+    Outcome,
     cell_dirname,
 )
+from harness.rundir.manifest import MANIFEST, Deviation, HostFacts, Manifest, read_manifest
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -96,7 +98,7 @@ def specbench_commit() -> str | None:
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
-def host_facts() -> dict[str, Any]:
+def host_facts() -> HostFacts:
     facts: dict[str, Any] = {"hostname": socket.gethostname(), "cpus": os.cpu_count()}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
@@ -106,16 +108,8 @@ def host_facts() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    try:
-        smi = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20,
-        )
-        if smi.returncode == 0:
-            facts["gpus"] = [ln.strip() for ln in smi.stdout.splitlines() if ln.strip()]
-    except (OSError, subprocess.SubprocessError):
-        facts["gpus"] = []
-    return facts
+    facts["gpus"] = gpu_lines() or []  # [] where nvidia-smi is absent or says nothing
+    return HostFacts(**facts)
 
 
 _MANIFEST_LOCK = threading.RLock()
@@ -137,34 +131,43 @@ class RunStore:
     def manifest_path(self) -> Path:
         return self.root / MANIFEST
 
-    def manifest(self) -> dict[str, Any]:
-        return read_json(self.manifest_path)
+    def manifest(self) -> Manifest:
+        return read_manifest(self.manifest_path)
 
-    def edit_manifest(self, edit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-        """Read, change in place, write: one edit at a time in this process (the sharded
-        driver's threads and its main thread all edit one manifest)."""
+    def create_manifest(self, manifest: Manifest) -> Manifest:
+        """The run folder's first manifest (refused where one exists)."""
         with _MANIFEST_LOCK:
-            data = self.manifest() if self.manifest_path.exists() else {}
-            edit(data)
-            write_json_atomic(self.manifest_path, data)
-            return data
+            if self.manifest_path.exists():
+                raise FileExistsError(self.manifest_path)
+            return self._write_manifest(manifest)
 
-    def update_manifest(self, **changes: Any) -> dict[str, Any]:
-        return self.edit_manifest(lambda data: data.update(changes))
+    def edit_manifest(self, edit: Callable[[Manifest], None]) -> Manifest:
+        """Read, change in place, check, write: one edit at a time in this process (the
+        sharded driver's threads and its main thread all edit one manifest). The edited
+        manifest is validated whole before it is written, so a bad edit fails here, at
+        once, not in the report after the hours."""
+        with _MANIFEST_LOCK:
+            manifest = self.manifest()
+            edit(manifest)
+            return self._write_manifest(manifest)
 
-    def append_manifest(self, key: str, item: Any) -> None:
-        self.edit_manifest(lambda data: data.setdefault(key, []).append(item))
+    def _write_manifest(self, manifest: Manifest) -> Manifest:
+        checked = Manifest.model_validate(manifest.model_dump(mode="python"))
+        write_json_atomic(self.manifest_path, checked.to_json())
+        return checked
+
+    def record_deviation(self, deviation: Deviation) -> None:
+        self.edit_manifest(lambda m: m.deviations.append(deviation))
 
     def record_deviation_once(self, what: str) -> bool:
         """A deviation sentence into the manifest unless it is there already (a resume
         finds the same one again); True when it was new."""
         added = False
 
-        def add(data: dict[str, Any]) -> None:
+        def add(manifest: Manifest) -> None:
             nonlocal added
-            deviations = data.setdefault("deviations", [])
-            if not any(d.get("what") == what for d in deviations):
-                deviations.append({"when": time.time(), "what": what})
+            if not any(d.what == what for d in manifest.deviations):
+                manifest.deviations.append(Deviation(when=time.time(), what=what))
                 added = True
 
         self.edit_manifest(add)
@@ -189,9 +192,9 @@ class RunStore:
     def is_complete(self, cell_id: str) -> bool:
         return (self.root / "cells" / cell_dirname(cell_id) / COMPLETE).exists()
 
-    def completion(self, cell_id: str) -> dict[str, Any] | None:
+    def completion(self, cell_id: str) -> CompleteFile | None:
         path = self.root / "cells" / cell_dirname(cell_id) / COMPLETE
-        return read_json(path) if path.exists() else None
+        return CompleteFile.model_validate(read_json(path)) if path.exists() else None
 
     def cell_info(self, cell_id: str) -> dict[str, Any]:
         path = self.cell_dir(cell_id) / "cell.json"
@@ -227,14 +230,13 @@ class RunStore:
                 entry.update(ended_wall=time.time(), status=status, error=error)
         self._write_cell(cell_id, info)
 
-    def mark_complete(self, cell_id: str, attempt: int, outcome: dict[str, Any],
+    def mark_complete(self, cell_id: str, attempt: int, outcome: Outcome,
                       unusable: str | None = None) -> None:
         """The last thing written for an attempt that measured to its end: complete.json
         names the cell's latest such attempt. An unusable one ends "invalid" with its
         reason, and a later attempt (now or on resume) may replace it."""
         self.end_attempt(cell_id, attempt, "invalid" if unusable else "complete", unusable)
-        record = CompleteFile.model_validate(
-            {"attempt": attempt, "finished_wall": time.time(), "outcome": outcome})
+        record = CompleteFile(attempt=attempt, finished_wall=time.time(), outcome=outcome)
         write_json_atomic(self.cell_dir(cell_id) / COMPLETE, record.model_dump(mode="json"))
 
     def judge_attempt(self, cell_id: str, attempt: int, reason: str) -> None:

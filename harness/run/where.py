@@ -17,6 +17,7 @@ from harness.engines import get_engine_kind
 from harness.measure.gpu import NoTelemetry, open_nvml
 from harness.prereg.schema import Study
 from harness.rundir import gpu_key
+from harness.rundir.manifest import EngineEnvironment
 
 
 def _gpus() -> dict[str, Any]:
@@ -36,20 +37,21 @@ def _gpus() -> dict[str, Any]:
         nvml.close()
 
 
-def engine_versions(study: Study, environments: dict[str, Any]) -> dict[str, str | None]:
+def engine_versions(study: Study, environments: dict[str, EngineEnvironment]
+                    ) -> dict[str, str | None]:
     """arm -> "<package> <version>" of its engine (its kind's `distribution`), from the
     manifest's package lists."""
     out: dict[str, str | None] = {arm.name: None for arm in study.arms}
     for entry in environments.values():
-        packages = {p["name"].lower(): p["version"] for p in entry.get("packages") or []}
-        for arm in entry.get("arms") or []:
+        packages = {p["name"].lower(): p["version"] for p in entry.packages or []}
+        for arm in entry.arms:
             if arm in out:
                 name = get_engine_kind(study.arm(arm).engine).distribution
                 out[arm] = f"{name} {packages[name]}" if name in packages else None
     return out
 
 
-def placement(study: Study, environments: dict[str, Any], shard: str | None = None,
+def placement(study: Study, environments: dict[str, EngineEnvironment], shard: str | None = None,
               node_id: str | None = None, ray_gpu_ids: list | None = None) -> dict[str, Any]:
     """This process's node and GPUs, for every cell it measures."""
     where: dict[str, Any] = {"shard": shard, "hostname": socket.gethostname(),

@@ -178,7 +178,7 @@ class ScriptedEngine:
                 prefill += seq.prompt_tokens
             decode = sum(k + 1 if k else 1 for s in self.running if s.prefilled)
             self._update_gauges()
-            deadline = start + spec.step_seconds(prefill + decode)
+            deadline = start + spec.step_seconds(decode, prefill)
             delay = deadline - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)

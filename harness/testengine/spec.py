@@ -46,9 +46,10 @@ class ScriptedEngineSpec(StrictModel):
     """Per-step time is a roofline over the batch; drafts are accepted per position.
 
     step_s = step_overhead_s + max(weight_bytes / bandwidth_bytes_per_s,
-                                   flops_per_token * tokens_in_step / flops_per_s)
+                                   (flops_per_token * tokens_in_step
+                                    + prefill_flops_per_token * prompt_tokens) / flops_per_s)
     where tokens_in_step counts k+1 verified positions per decoding request (1 without a
-    drafter) plus the prompt tokens of requests admitted in that step (their prefill).
+    drafter) and prompt_tokens those of requests admitted in that step (their prefill).
     """
 
     metrics_dialect: Dialect = "vllm"
@@ -57,6 +58,10 @@ class ScriptedEngineSpec(StrictModel):
     bandwidth_bytes_per_s: float = Field(default=2.0e12, gt=0)
     flops_per_token: float = Field(default=1.6e10, gt=0)
     flops_per_s: float = Field(default=4.0e14, gt=0)
+    # A prompt token's flops in the step that admits it (None: flops_per_token). A small
+    # value leaves decode steps compute-bound while admissions cost nothing extra: a
+    # round's cost set by k and load alone (the round-cost surface's tests).
+    prefill_flops_per_token: float | None = Field(default=None, ge=0)
     step_overhead_s: float = Field(default=0.0, ge=0)
     # Speculation: k drafts per step; accept_probs[i] is the chance position i is kept
     # given every earlier position was (so vLLM's per-position rate is their product).
@@ -142,9 +147,14 @@ class ScriptedEngineSpec(StrictModel):
                                  f" {', '.join(known)})")
         return self
 
-    def step_seconds(self, tokens_in_step: int) -> float:
+    def step_seconds(self, tokens_in_step: int, prefill_tokens: int = 0) -> float:
+        """A step verifying `tokens_in_step` decode positions and admitting
+        `prefill_tokens` prompt tokens."""
         memory_s = self.weight_bytes / self.bandwidth_bytes_per_s
-        compute_s = self.flops_per_token * tokens_in_step / self.flops_per_s
+        prefill = (self.flops_per_token if self.prefill_flops_per_token is None
+                   else self.prefill_flops_per_token)
+        compute_s = (self.flops_per_token * tokens_in_step
+                     + prefill * prefill_tokens) / self.flops_per_s
         return (self.step_overhead_s + max(memory_s, compute_s)) / self.speed_factor
 
     def session_speed_factor(self, session: int) -> float:

@@ -23,7 +23,8 @@ from harness.records import (
     RequestRecord,
     RequestSpeculation,
 )
-from harness.rundir import FORMAT_VERSION, CellFile, CompleteFile, cell_dirname
+from harness.rundir import CellFile, CompleteFile, cell_dirname
+from harness.rundir.manifest import EngineStart, HostFacts, Manifest
 
 LEVELS = [1, 2, 4, 8, 16]
 TOKENS = 101  # completion tokens per request: 100 intervals after the first token
@@ -104,25 +105,34 @@ def cell_dir(cell_id: str) -> str:
     return cell_dirname(cell_id)  # the store's folder names
 
 
+def engine_start(arm: str, kind: str = "vllm", version: str | None = "0.11.0",
+                 settings: dict[str, str] | None = None) -> EngineStart:
+    """One ready engine start as the manifest keeps it."""
+    return EngineStart(arm=arm, kind=kind, metrics_dialect="sglang" if kind == "sglang" else "vllm",
+                       version=version, gpu="H100", settings=settings or {},
+                       started_wall=1_700_000_000.0, started_iso="2023-11-14T22:13:20Z",
+                       launched=True, base_url="http://127.0.0.1:8000", served_model="target",
+                       state="ready")
+
+
 class RunBuilder:
     def __init__(self, root: Path, study: dict | None = None, run_id: str = "synthetic-run"):
         self.root = root / run_id
         self.root.mkdir(parents=True)
         self.study_data = study or study_dict()
         self.study = Study.model_validate(self.study_data)
-        self.manifest = {
-            "format_version": FORMAT_VERSION, "run_id": run_id, "seal": "f" * 64, "study_file": "prereg.yaml",
-            "specbench_commit": "abc1234", "host": {"hostname": "test", "cpus": 2},
-            "started_wall": 1_700_000_000.0, "ended_wall": 1_700_003_600.0,
-            "engines": {"vllm-base": [{"kind": "vllm", "version": "0.11.0", "gpu": "H100"}]},
-            "deviations": [], "skipped": [], "stop": None, "status": "complete",
-        }
+        self.manifest = Manifest(
+            run_id=run_id, seal="f" * 64, study_file="prereg.yaml", specbench_commit="abc1234",
+            host=HostFacts(hostname="test", cpus=2),
+            started_wall=1_700_000_000.0, ended_wall=1_700_003_600.0, status="complete",
+            engines={"vllm-base": [engine_start("vllm-base")]},
+        )
         self.write_manifest()
         (self.root / "study.json").write_text(json.dumps(
             {"study": self.study.model_dump(mode="json", by_alias=True), "data": {}}))
 
     def write_manifest(self) -> None:
-        (self.root / "manifest.json").write_text(json.dumps(self.manifest))
+        (self.root / "manifest.json").write_text(json.dumps(self.manifest.to_json()))
 
     # --- one cell ---------------------------------------------------------------------
 

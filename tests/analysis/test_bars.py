@@ -10,6 +10,7 @@ import pytest
 
 from harness.analysis import analyse, check_bar_targets, judge_stop, write_verdict
 from harness.analysis.stop_check import agreement
+from harness.rundir.manifest import SkippedCell, StopDecision
 
 from .runfolder import (
     ACCURACY_ITEMS,
@@ -32,7 +33,7 @@ def passing(tmp_path) -> RunBuilder:
 
 
 def test_pass_writes_verdict_with_evidence(passing):
-    v = write_verdict(passing.root)
+    v = write_verdict(passing.root).to_json()
     assert v["verdict"] == "PASS", v["reasons"]
     on_disk = json.loads((passing.root / "verdict.json").read_text())
     assert on_disk["verdict"] == "PASS" and on_disk["seal"] == "f" * 64
@@ -61,7 +62,7 @@ def test_fail_speed_when_best_drafter_is_below_threshold(tmp_path):
     b.speed_cells(slow)
     b.identity_cells()
     b.accuracy_cells()
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     assert v["verdict"] == "FAIL"
     speed = bar(v, "pass.speed")
     assert speed["status"] == "fail"
@@ -80,7 +81,7 @@ def test_fail_identity_names_the_first_divergence(tmp_path):
     changed["item3"] = "The answer to item3 is 43 and that is all."
     b.identity_cells({"sglang-dflash": changed})
     b.accuracy_cells()
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     assert v["verdict"] == "FAIL"
     ident = bar(v, "pass.identity")
     assert ident["status"] == "fail"
@@ -99,7 +100,7 @@ def test_identity_of_a_non_best_drafter_is_not_judged(tmp_path):
     b.speed_cells()
     b.identity_cells({"vllm-eagle3": {i: "different" for i in IDENTITY_ITEMS}})
     b.accuracy_cells()
-    assert write_verdict(b.root)["verdict"] == "PASS"
+    assert write_verdict(b.root).to_json()["verdict"] == "PASS"
 
 
 def test_fail_accuracy_outside_the_baseline_interval(tmp_path):
@@ -107,7 +108,7 @@ def test_fail_accuracy_outside_the_baseline_interval(tmp_path):
     b.speed_cells()
     b.identity_cells()
     b.accuracy_cells({"sglang-dflash": 50}, base_correct=70)
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     assert v["verdict"] == "FAIL"
     acc = bar(v, "pass.accuracy")
     assert acc["status"] == "fail"
@@ -142,15 +143,15 @@ def test_stop_fires_and_skipped_cells_are_reported(tmp_path):
     assert chat["maximum"]["value"] == pytest.approx(1.29)
     assert chat["maximum"]["figure"]["drafter_cell"] == "vllm-eagle3/chat/speed/c004"
     assert len(chat["figures"]) == 9  # every drafter at every stop level, with its cells
-    b.manifest["stop"] = {"fired": True, "judged_wall": 1.0}
-    b.manifest["skipped"] = [{"cell": f"{a['name']}/{t}/speed/c{c:03d}",
-                              "reason": "stop bar fired"}
-                             for a in b.study_data["arms"] for t in ("chat", "gsm8k")
-                             for c in (8, 16)]
+    b.manifest.stop = StopDecision(fired=True, judged_wall=1.0, evidence={})
+    b.manifest.skipped = [SkippedCell(cell=f"{a['name']}/{t}/speed/c{c:03d}",
+                                      reason="stop bar fired")
+                          for a in b.study_data["arms"] for t in ("chat", "gsm8k")
+                          for c in (8, 16)]
     b.write_manifest()
     b.identity_cells()
     b.accuracy_cells()
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     assert v["verdict"] == "STOP"
     stop = bar(v, "stop")
     assert stop["status"] == "fired"
@@ -231,7 +232,7 @@ def test_stop_not_judgeable_until_every_arms_early_cells_exist(tmp_path):
     missing = {x["cell"] for x in d.evidence["not_judgeable"]}
     assert "vllm-base/chat/speed/c004" in missing and "sglang-dflash/gsm8k/speed/c004" in missing
     json.dumps(d.evidence)  # the runner stores it in the manifest
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     assert v["verdict"] == "INCOMPLETE"
     assert bar(v, "stop")["status"] == "not_judged"
 
@@ -264,7 +265,7 @@ def test_check_fired_reruns_every_session_and_missing_is_incomplete(tmp_path):
     b = check_run(tmp_path)
     targets = check_bar_targets(b.root, b.study)
     assert targets == [c.format(task=t) for t in ("chat", "gsm8k") for c in SESSIONS_C1]
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     assert v["verdict"] == "INCOMPLETE"
     check = bar(v, "check")
     assert check["status"] == "unresolved"
@@ -273,7 +274,7 @@ def test_check_fired_reruns_every_session_and_missing_is_incomplete(tmp_path):
     # One session rerun of three is still incomplete, and names the two left.
     b.speed("sglang-base", "chat", 1, BASE_SPEED, cell_id=SESSIONS_C1[0].format(task="chat")
             + "/rerun1")
-    r = next(r for r in bar(write_verdict(b.root), "check")["evidence"]["reruns"]
+    r = next(r for r in bar(write_verdict(b.root).to_json(), "check")["evidence"]["reruns"]
              if r["of"] == "sglang-base/chat/speed/c001")
     assert r["state"] == "missing" and r["missing"] == [c.format(task="chat")
                                                         for c in SESSIONS_C1[1:]]
@@ -284,7 +285,7 @@ def test_check_rerun_agreeing_accepts_the_verdict(tmp_path):
     for task in ("chat", "gsm8k"):
         rerun_baseline(b, task, 1.05)
     assert check_bar_targets(b.root, b.study) == []
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     assert v["verdict"] == "PASS", v["reasons"]
     check = bar(v, "check")
     assert check["status"] == "agreed" and check["evidence"]["agreement"] == "session_spread"
@@ -311,7 +312,7 @@ def test_check_rerun_disagreeing_is_incomplete_and_says_which(tmp_path):
     b = check_run(tmp_path)
     rerun_baseline(b, "chat", 1.05)
     rerun_baseline(b, "gsm8k", 1.3)  # a baseline 30 % off: disagrees
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     assert v["verdict"] == "INCOMPLETE"
     states = {r["of"]: r["state"] for r in v["reruns"]}
     assert states == {"sglang-base/chat/speed/c001": "agrees",
@@ -356,7 +357,7 @@ def test_the_fixed_share_reading_is_a_registration_away(tmp_path):
         rerun_baseline(b, task, 1.08)
     b.identity_cells()
     b.accuracy_cells()
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     check = bar(v, "check")
     assert check["status"] == "agreed" and check["evidence"]["agreement"] == "fixed_share"
     assert v["verdict"] == "PASS", v["reasons"]
@@ -369,7 +370,7 @@ def test_invalid_cells_are_excluded_and_named(tmp_path, kind):
     b = RunBuilder(tmp_path).full_passing_run()
     flag = {"valid": False} if kind == "unhealthy" else {"aborted": True}
     b.speed("sglang-dflash", "chat", 2, BASE_SPEED * 2.8, **flag)
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     assert v["verdict"] == "INCOMPLETE"
     assert [e["cell"] for e in v["excluded_cells"]] == ["sglang-dflash/chat/speed/c002"]
     reason = v["excluded_cells"][0]["reason"]
@@ -384,7 +385,7 @@ def test_missing_cells_make_the_verdict_incomplete(tmp_path):
     b = RunBuilder(tmp_path)
     b.speed_cells()
     b.accuracy_cells()  # no identity cells
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     assert v["verdict"] == "INCOMPLETE"
     assert bar(v, "pass.identity")["status"] == "incomplete"
     assert bar(v, "pass.speed")["status"] == "pass"
@@ -396,7 +397,7 @@ def test_missing_high_level_leaves_the_knee_incomplete(tmp_path):
     b.speed_cells(levels=[1, 2, 4, 8])
     b.identity_cells()
     b.accuracy_cells()
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     assert bar(v, "pass.knee")["status"] == "incomplete"
     assert v["verdict"] == "INCOMPLETE"
 
@@ -408,7 +409,7 @@ def test_identity_all_drafters_judges_every_drafter(tmp_path):
     b.speed_cells()
     b.identity_cells({"vllm-eagle3": {i: "different" for i in IDENTITY_ITEMS}})
     b.accuracy_cells()
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     assert v["verdict"] == "FAIL"
     arms = bar(v, "pass.identity")["evidence"]["tasks"]["chat"]["arms"]
     assert set(arms) == {"vllm-ngram", "vllm-eagle3", "sglang-dflash"}
@@ -429,7 +430,7 @@ def test_speed_statistic_ci_lower_is_stricter_than_point(tmp_path):
         b.speed_cells(edge)
         b.identity_cells()
         b.accuracy_cells()
-        results[statistic] = write_verdict(b.root)
+        results[statistic] = write_verdict(b.root).to_json()
     assert bar(results["point"], "pass.speed")["status"] == "pass"
     assert results["point"]["verdict"] == "PASS", results["point"]["reasons"]
     assert results["ci_lower"]["verdict"] == "FAIL"
@@ -451,7 +452,7 @@ def test_require_any_task_and_pooled_best_drafter(tmp_path):
     b.speed_cells(slow, tasks=("gsm8k",))
     b.identity_cells()
     b.accuracy_cells()
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     speed = bar(v, "pass.speed")
     tasks = speed["evidence"]["tasks"]
     assert tasks["chat"]["status"] == "pass" and tasks["gsm8k"]["status"] == "fail"
@@ -477,7 +478,7 @@ def test_mmlu_judges_every_per_task_best_drafter_not_the_pooled_one(tmp_path):
     b.identity_cells()
     b.accuracy_cells()
     b.accuracy("vllm-ngram", "mmlu", {q: i < 50 for i, q in enumerate(ACCURACY_ITEMS)})
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     speed = bar(v, "pass.speed")["evidence"]["tasks"]
     assert (speed["chat"]["best_drafter"], speed["gsm8k"]["best_drafter"]) == (
         "sglang-dflash", "vllm-ngram")
@@ -495,7 +496,7 @@ def test_mmlu_judges_every_per_task_best_drafter_not_the_pooled_one(tmp_path):
 def test_mmlu_is_incomplete_while_a_speed_tasks_best_is_undetermined(tmp_path):
     b = RunBuilder(tmp_path).full_passing_run()
     b.speed("vllm-ngram", "gsm8k", 2, BASE_SPEED * 2.4, valid=False)
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     assert v["verdict"] == "INCOMPLETE"
     mmlu = bar(v, "pass.accuracy")["evidence"]["tasks"]["mmlu"]
     assert mmlu["status"] == "incomplete" and mmlu["judged"] is None
@@ -508,7 +509,7 @@ def test_mmlu_is_incomplete_while_a_speed_tasks_best_is_undetermined(tmp_path):
 def test_knee_is_judged_on_the_best_drafter_and_others_invalid_cells_do_not_block(tmp_path):
     b = RunBuilder(tmp_path).full_passing_run()
     b.speed("vllm-eagle3", "chat", 16, BASE_SPEED * 0.9, valid=False)
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     knee = bar(v, "pass.knee")
     assert knee["status"] == "pass" and v["verdict"] == "PASS", v["reasons"]
     chat = knee["evidence"]["tasks"]["chat"]
@@ -528,7 +529,7 @@ def _lasting_gain(tmp_path, **knee) -> dict:
     b.speed_cells(lasting)
     b.identity_cells()
     b.accuracy_cells()
-    return write_verdict(b.root)
+    return write_verdict(b.root).to_json()
 
 
 def test_a_gain_left_at_the_top_level_is_not_a_located_knee(tmp_path):
@@ -561,7 +562,7 @@ def test_identity_cell_with_one_errored_request_is_judged_on_the_rest(tmp_path):
     lines = [json.loads(x) for x in (folder / "requests.jsonl").read_text().splitlines()]
     lines[3].update(error="HTTP 503", error_kind="http", output_text="", first_token_t=None)
     (folder / "requests.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     arm = bar(v, "pass.identity")["evidence"]["tasks"]["chat"]["arms"]["sglang-dflash"]
     assert (arm["status"], arm["n_compared"], arm["n_identical"]) == ("pass", 7, 7)
     assert arm["not_compared"] == [{"item_id": "item3", "why": "drafter: HTTP 503"}]
@@ -580,7 +581,7 @@ def test_identity_mismatch_names_a_one_sided_max_tokens_cut(tmp_path):
     blines = [json.loads(x) for x in (base / "requests.jsonl").read_text().splitlines()]
     blines[0].update(finish_reason="stop")
     (base / "requests.jsonl").write_text("".join(json.dumps(x) + "\n" for x in blines))
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     (m,) = bar(v, "pass.identity")["evidence"]["tasks"]["gsm8k"]["arms"]["sglang-dflash"][
         "mismatches"]
     assert (m["char_index"], m["word_index"]) == (len("The answer to item0 is"), 5)
@@ -627,7 +628,7 @@ def test_the_knee_says_when_its_curve_mixes_two_kinds_of_interval(tmp_path, sess
     b.speed_cells()
     b.identity_cells()
     b.accuracy_cells()
-    v = write_verdict(b.root)
+    v = write_verdict(b.root).to_json()
     assert v["verdict"] == "PASS", v["reasons"]
     knee = next(k for k in bar(v, "pass.knee")["evidence"]["knees"]
                 if (k["arm"], k["task"]) == ("sglang-dflash", "chat"))

@@ -36,6 +36,7 @@ from harness.run.calibrate import (
     study_probe,
 )
 from harness.run.store import RunStore
+from harness.rundir.manifest import Manifest
 
 from .runfolder import RunBuilder, study_dict
 
@@ -243,7 +244,7 @@ def test_a_runs_predictions_use_its_measured_figures(tmp_path, capsys):
     # memory-bound like the plain step, so a round costs one step.
     assert before.loc[("vllm-ngram", "chat", 16), "predicted_round_cost_ratio"] == pytest.approx(1.0)
     # Measured 10 TFLOP/s: 2e9 x 64 / 1e13 = 12.8 ms against a 3.2 ms plain step.
-    b.manifest["calibration"] = ok_record(b.study, 1000, 10).model_dump(mode="json")
+    b.manifest.calibration = ok_record(b.study, 1000, 10)
     b.write_manifest()
     a = analyse(b.root)
     after = a.speedups.set_index(["arm", "task", "concurrency"])
@@ -261,11 +262,10 @@ def test_a_runs_predictions_use_its_measured_figures(tmp_path, capsys):
     assert main(["analyse", str(b.root)]) == 0
     assert ("predicted on the roofline inputs: measured 1000 GB/s, 10 TFLOP/s"
             " (registered 1000, 100)") in capsys.readouterr().out
-    assert run_hardware(b.study, {"calibration": {"status": "failed", "reason": "no torch",
-                                                  "registered": {"gpu": "test",
-                                                                 "memory_bandwidth_gb_s": 1000,
-                                                                 "dense_tflops": 100}}}
-                        ).line() == ("roofline inputs: registered 1000 GB/s, 100 TFLOP/s"
+    failed = Manifest.model_validate({"run_id": "r", "calibration": {
+        "status": "failed", "reason": "no torch",
+        "registered": {"gpu": "test", "memory_bandwidth_gb_s": 1000, "dense_tflops": 100}}})
+    assert run_hardware(b.study, failed).line() == ("roofline inputs: registered 1000 GB/s, 100 TFLOP/s"
                                      " (calibration failed: no torch)")
 
 
@@ -275,7 +275,7 @@ def test_a_runs_predictions_use_its_measured_figures(tmp_path, capsys):
 def store_in(tmp_path: Path) -> RunStore:
     store = RunStore(tmp_path / "run")
     store.root.mkdir()
-    store.update_manifest(run_id="run", status="running")
+    store.create_manifest(Manifest(run_id="run", status="running"))
     return store
 
 
@@ -287,7 +287,7 @@ def test_the_run_records_a_failure_and_goes_on(tmp_path):
 
     record = record_calibration(store, study, notes.append, calibrate=broken)
     assert record.status == "failed"
-    saved = store.manifest()["calibration"]
+    saved = store.manifest().to_json()["calibration"]
     assert saved["status"] == "failed" and "could not say" in saved["reason"]
     assert saved["registered"] == {"gpu": "test", "memory_bandwidth_gb_s": 1000,
                                    "dense_tflops": 100}
@@ -304,7 +304,7 @@ def test_the_run_records_its_calibration_once_and_a_resume_keeps_it(tmp_path):
         return calibrate_study(s, probe=probe)
 
     record_calibration(store, study, notes.append, calibrate=calibrate)
-    saved = store.manifest()["calibration"]
+    saved = store.manifest().to_json()["calibration"]
     assert saved["status"] == "ok" and saved["measured"]["bandwidth_gb_s"] == 14.1
     assert saved["registered"]["memory_bandwidth_gb_s"] == 1000
     assert notes == ["roofline inputs: measured 14.1 GB/s, 0.05 TFLOP/s (registered 1000, 100)"]
@@ -324,7 +324,7 @@ def test_specbench_run_calibrates_after_the_folder_exists_and_before_the_runner(
             self.store = store
 
         def run(self):
-            seen.update(self.store.manifest())
+            seen.update(self.store.manifest().to_json())
             raise StopHere
 
     monkeypatch.setattr("harness.commands.run.Runner", Runner)

@@ -1,33 +1,154 @@
-"""The run folder's format is versioned and owned by the store: a folder from a newer
-format is refused in one line, not misread; one without the field reads as version 1."""
+"""The run folder's format is versioned and owned in one place (harness.rundir): the
+manifest, the verdict, a cell's outcome and its scores are read back through the models
+that wrote them. A folder from a newer format is refused in one line, not misread; a
+key a record does not name, or one the current format writes that a file lacks, is
+refused with the file and the key; a folder the landed format 1 wrote (the demo's, kept
+as a fixture) is still read, and analysis gives it the verdict it was given."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import tarfile
+from pathlib import Path
 
 import pytest
 
+from harness.analysis import analyse, evaluate
 from harness.analysis.load import load_run
 from harness.errors import InputError
 from harness.run.store import RunStore
-from harness.rundir import FORMAT_VERSION, CellFile, rerun_of
+from harness.rundir import CellFile, Outcome, rerun_of
+from harness.rundir.manifest import FORMAT_VERSION, read_manifest
+from harness.rundir.verdict import read_verdict
 from tests.analysis.runfolder import RunBuilder
 from tests.run.conftest import specbench
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "run_folders"
+# `specbench run examples/cpu.yaml` on the vLLM CPU engine at 753cf31 (format 1), without
+# its engine logs and derived tables: the demo's real manifest, verdict, cells and scores.
+DEMO_FORMAT_1 = FIXTURES / "demo-format1.tar.gz"
+
+
+def demo_folder(tmp_path: Path) -> Path:
+    with tarfile.open(DEMO_FORMAT_1) as tar:
+        tar.extractall(tmp_path, filter="data")
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    return run
+
+
+def rename_key(path: Path, old: str, new: str, where: list | None = None) -> None:
+    """Rename one key of a JSON file, at the top or under `where` (a path of keys)."""
+    data = json.loads(path.read_text())
+    node = data
+    for step in where or []:
+        node = node[step]
+    node[new] = node.pop(old)
+    path.write_text(json.dumps(data))
 
 
 def test_a_newer_format_is_refused_naming_the_field(tmp_path):
     run = RunBuilder(tmp_path)
     run.speed_cells()
     load_run(run.root)  # this format: read
-    run.manifest["format_version"] = FORMAT_VERSION + 1
+    run.manifest.format_version = FORMAT_VERSION + 1
     run.write_manifest()
-    with pytest.raises(InputError, match="field format_version: 2 is newer"):
+    with pytest.raises(InputError, match=f"field format_version: {FORMAT_VERSION + 1} is newer"):
         load_run(run.root)
     proc = specbench("analyse", str(run.root), check=False)
     assert proc.returncode == 2 and "format_version" in proc.stderr
-    del run.manifest["format_version"]  # written before the field existed: version 1
-    run.write_manifest()
-    assert load_run(run.root).run_id == "synthetic-run"
+
+
+def test_the_demo_folder_of_format_1_reads_back_through_the_typed_models(tmp_path):
+    run = demo_folder(tmp_path)
+    manifest = read_manifest(run / "manifest.json")
+    assert manifest.format_version == 1 and manifest.status == "complete"
+    assert sorted(manifest.engines) == ["cpu-base", "cpu-draft", "cpu-ngram"]
+    start = manifest.engines["cpu-draft"][0]
+    assert start.state == "ready" and start.kind == "vllm-cpu" and start.launched
+    assert manifest.smoke is not None and manifest.smoke.status == "passed"
+    assert manifest.regime["cpu-base"].memory_bound is True
+    assert manifest.host is not None and manifest.host.cpus == 2
+
+    stored = read_verdict(run / "verdict.json", manifest.format_version)
+    assert stored.verdict == "PASS" and stored.bar("pass.speed").status == "pass"
+    data = load_run(run)
+    scored = data.cell("cpu-base/gsm8k/accuracy")
+    assert scored.complete is not None and isinstance(scored.complete.outcome, Outcome)
+    assert scored.scores and all(isinstance(ok, bool) for ok in scored.scores.values())
+
+    # Analysed again by this specbench: the same verdict, bar for bar.
+    again = evaluate(analyse(run))
+    assert again.verdict == stored.verdict
+    assert [(b.name, b.status) for b in again.bars] == [(b.name, b.status) for b in stored.bars]
+
+
+@pytest.mark.parametrize("file, old, new, where, said", [
+    ("manifest.json", "skipped", "skiped", None, "unknown key 'skiped'"),
+    ("manifest.json", "served_model", "model", ["engines", "cpu-draft", 0],
+     "key 'served_model' is missing in engines.cpu-draft.0; unknown key 'model' in"
+     " engines.cpu-draft.0"),
+    ("cells/cpu-base__chat__speed__c001/complete.json", "n_ok", "n_good", ["outcome"],
+     "unknown key 'n_good' in outcome"),
+])
+def test_a_renamed_key_is_refused_with_the_file_and_the_key(tmp_path, file, old, new, where,
+                                                            said):
+    run = demo_folder(tmp_path)
+    rename_key(run / file, old, new, where)
+    with pytest.raises(InputError) as err:
+        load_run(run)
+    assert str(run / file) in str(err.value) and said in str(err.value), err.value
+    proc = specbench("analyse", str(run), check=False)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+
+
+def test_renamed_keys_in_the_verdict_and_the_scores_are_refused(tmp_path):
+    run = demo_folder(tmp_path)
+    rename_key(run / "verdict.json", "reasons", "why")
+    with pytest.raises(InputError, match=r"verdict.json: key 'reasons' is missing; unknown key 'why'"):
+        read_verdict(run / "verdict.json", 1)
+    scores = run / "cells" / "cpu-base__gsm8k__accuracy" / "scores.jsonl"
+    lines = scores.read_text().splitlines()
+    lines[0] = lines[0].replace('"correct"', '"right"')
+    scores.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match=r"scores.jsonl: line 1: key 'correct' is missing;"
+                                         r" unknown key 'right'"):
+        load_run(run)
+
+
+def test_the_current_format_refuses_a_key_it_writes_but_the_file_lacks(tmp_path):
+    run = RunBuilder(tmp_path)
+    run.speed_cells()
+    path = run.root / "manifest.json"
+    data = json.loads(path.read_text())
+    assert data["format_version"] == FORMAT_VERSION and "stale_engines" in data
+    del data["engines"]["vllm-base"][0]["state"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"manifest.json: key 'state' is missing in"
+                                         r" engines.vllm-base.0"):
+        load_run(run.root)
+    # Format 1 wrote only the keys it had something for: the same file as format 1 is
+    # read, its absent keys at their defaults, except those every start had.
+    data = json.loads(path.read_text())
+    data["format_version"] = 1
+    del data["stale_engines"]
+    data["engines"]["vllm-base"][0]["state"] = "ready"
+    path.write_text(json.dumps(data))
+    assert read_manifest(path).stale_engines == []
+
+
+def test_a_run_written_now_is_read_back_whole(tmp_path):
+    """What a scripted study writes reads back through the models, every key present."""
+    run = RunBuilder(tmp_path)
+    run.speed_cells()
+    verdict_path = run.root / "verdict.json"
+    from harness.analysis.bars import write_verdict
+
+    written = write_verdict(run.root)
+    assert read_verdict(verdict_path) == written
+    copy = tmp_path / "copy"
+    shutil.copytree(run.root, copy)
+    assert read_manifest(copy / "manifest.json") == read_manifest(run.root / "manifest.json")
 
 
 def test_the_store_writes_cell_records_it_can_read_back(tmp_path):
@@ -35,12 +156,12 @@ def test_the_store_writes_cell_records_it_can_read_back(tmp_path):
     cell = {"id": "base/chat/speed/c001", "arm": "base", "task": "chat", "kind": "speed"}
     attempt = store.start_attempt(cell["id"], cell)
     store.set_cell_facts(cell["id"], where={"shard": "shard1", "hostname": "h"})
-    store.mark_complete(cell["id"], attempt, {"n_ok": 3, "n_errors": 0, "future_field": 1})
+    store.mark_complete(cell["id"], attempt, Outcome(n_ok=3, n_errors=0))
     info = CellFile.model_validate(json.loads(
         (store.cell_dir(cell["id"]) / "cell.json").read_text()))
     assert [a.status for a in info.attempts] == ["complete"]
     assert info.where == {"shard": "shard1", "hostname": "h"}
     done = store.completion(cell["id"])
-    assert done["outcome"]["n_ok"] == 3 and done["outcome"]["future_field"] == 1
+    assert done is not None and done.outcome == Outcome(n_ok=3, n_errors=0)
     assert rerun_of("base/chat/speed/c001/rerun1") == "base/chat/speed/c001"
     assert rerun_of("base/chat/speed/c001") is None

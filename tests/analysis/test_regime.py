@@ -16,6 +16,7 @@ from harness.engines.cpu_dtype import (
     cpu_flags,
 )
 from harness.errors import InputError
+from harness.rundir.manifest import Manifest
 
 AVX2_EPYC = frozenset("fpu sse sse2 ssse3 fma sse4_1 sse4_2 avx f16c avx2 bmi1 bmi2".split())
 
@@ -58,7 +59,7 @@ def test_records_round_trip_through_the_file_and_the_verdict(tmp_path):
     path.write_text(a.model_dump_json() + "\n" + b.model_dump_json() + "\n")
     latest = read_regime(path)
     assert latest["base"].key == "k2" and latest["base"].memory_bound is True
-    (entry,) = host_regime({"regime": {"base": a.model_dump(mode="json")}})
+    (entry,) = host_regime(Manifest(run_id="r", regime={"base": a}))
     assert entry["memory_bound"] is False and entry["compute_bound_at"] == [2]
     assert entry["steps_ms"] == {"1": 10.0, "2": 30.0} and "compute-bound at 2 users" in entry["line"]
     path.write_text('{"kind": "regime", "arm": 3}\n')

@@ -250,6 +250,8 @@ def test_stale_engines_of_earlier_runs_are_named_then_stopped(tmp_path, hub, mon
     import json
     import time
 
+    from harness.rundir.manifest import EngineStart, Manifest
+
     use_nvml(monkeypatch, FakeNvml([], fail_init="Driver Not Loaded"))
     command = [sys.executable, "-c", "import time; time.sleep(120)"]
     started = time.time()
@@ -257,9 +259,13 @@ def test_stale_engines_of_earlier_runs_are_named_then_stopped(tmp_path, hub, mon
     try:
         run = tmp_path / "results" / "old-run"
         run.mkdir(parents=True)
-        record = {"launched": True, "pid": engine.pid, "pgid": engine.pid, "port": 1,
-                  "host": "127.0.0.1", "command": command, "started_wall": started}
-        (run / "manifest.json").write_text(json.dumps({"engines": {"base": [record]}}))
+        record = EngineStart(arm="base", kind="scripted", metrics_dialect="vllm", launched=True,
+                             pid=engine.pid, pgid=engine.pid, port=1, host="127.0.0.1",
+                             command=command, started_wall=started, started_iso="-",
+                             base_url="http://127.0.0.1:1", served_model="scripted",
+                             state="ready")
+        manifest = Manifest(run_id="old-run", engines={"base": [record]})
+        (run / "manifest.json").write_text(json.dumps(manifest.to_json()))
         study = load_study(ROOT / "examples" / "scripted-pass.yaml")
         named = by_name(run_doctor(study, tmp_path / "results", doctor_cmd="specbench doctor X"))
         stale = named["stale engine"]

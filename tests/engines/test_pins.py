@@ -23,6 +23,7 @@ from harness.errors import InputError, SpecbenchError
 from harness.prereg import load_study
 from harness.run.environments import record_environments
 from harness.run.store import RunStore
+from harness.rundir.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -181,20 +182,20 @@ def test_uv_is_used_where_it_is_installed(tmp_path: Path) -> None:
 
 def test_the_manifest_lists_every_engine_environment(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
-    store.update_manifest(deviations=[])
+    store.create_manifest(Manifest(run_id="run"))
     study = expand_study(load_study(ROOT / "examples" / "scripted-pass.yaml"))
     assert record_environments(store, study) == []
-    env = store.manifest()["engine_environments"][sys.executable]
+    env = store.manifest().to_json()["engine_environments"][sys.executable]
     names = {p["name"].lower(): p["version"] for p in env["packages"]}
     import pydantic
 
     assert names["pydantic"] == pydantic.VERSION and env["arms"] == ["base", "drafter"]
     assert env["pin"] is None and env["python_version"] == sys.version.split()[0]
     # A resume that finds the environment changed records it as a deviation.
-    manifest = store.manifest()
-    manifest["engine_environments"][sys.executable]["packages"] = [
-        {"name": "pydantic", "version": "0.1"}]
-    store.update_manifest(**manifest)
+    def older(m: Manifest) -> None:
+        m.engine_environments[sys.executable].packages = [{"name": "pydantic", "version": "0.1"}]
+
+    store.edit_manifest(older)
     (change,) = record_environments(store, study)
     assert f"pydantic: 0.1 -> {pydantic.VERSION}" in change
-    assert store.manifest()["deviations"][-1]["what"] == change
+    assert store.manifest().to_json()["deviations"][-1]["what"] == change

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from harness.measure.driver import CellOutcome, run_cell
+from harness.measure.driver import run_cell
 from harness.measure.requests import RequestSpec
 from harness.records import RequestRecord
+from harness.rundir import Outcome
 
 # 1 ms memory-bound steps: cells finish in well under a second.
 FAST = {"weight_bytes": 1e9, "bandwidth_bytes_per_s": 1e12}
@@ -18,7 +19,7 @@ def prompts(n: int = 5, max_tokens: int = 16) -> list[RequestSpec]:
 
 
 def run(base_url: str, pattern, *, requests: list[RequestSpec] | None = None,
-        on_record=None, **kwargs) -> tuple[CellOutcome, list[RequestRecord]]:
+        on_record=None, **kwargs) -> tuple[Outcome, list[RequestRecord]]:
     """Run one cell; on_record, if given, also sees each record as the driver hands it over."""
     records: list[RequestRecord] = []
 

@@ -161,7 +161,7 @@ RUN_START = (
     "    engine.ensure('test')\n"
     "    during = _autogroup_nice()\n"
     "    engine.close()\n"
-    "record = store.manifest()['engines']['base'][0]\n"
+    "record = store.manifest().to_json()['engines']['base'][0]\n"
     "print(json.dumps({'priority': record.get('client_priority'), 'during': during,\n"
     "                  'outranks': record['client_placement']['engine_outranks_client']}))\n")
 

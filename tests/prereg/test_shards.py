@@ -123,11 +123,12 @@ def test_the_gpu_model_deviation_is_recorded_once_for_the_verdict_page(tmp_path)
     from harness.report.pages_text import deviation_lines
     from harness.run.ray_executor import record_gpu_model_deviation
     from harness.run.store import RunStore
+    from harness.rundir.manifest import Manifest, ShardRecord
 
     store = RunStore(tmp_path)
-    store.update_manifest(deviations=[], shards={
-        "shard1": {"where": {"gpus": [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100"}]}},
-        "shard2": {"where": {"gpus": [{"index": 0, "uuid": "GPU-2", "name": "NVIDIA A100"}]}}})
+    store.create_manifest(Manifest(run_id="run", shards={
+        "shard1": ShardRecord(where={"gpus": [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100"}]}),
+        "shard2": ShardRecord(where={"gpus": [{"index": 0, "uuid": "GPU-2", "name": "NVIDIA A100"}]})}))
     assert record_gpu_model_deviation(store)
     record_gpu_model_deviation(store)  # a resume records nothing new
     (line,) = deviation_lines(store.manifest())

@@ -11,10 +11,11 @@ import matplotlib.image as mpimg
 import numpy as np
 import pandas as pd
 import pytest
-from analysis.runfolder import PASSING_SPEEDUPS, RunBuilder, study_dict
+from analysis.runfolder import PASSING_SPEEDUPS, RunBuilder, engine_start, study_dict
 
 from harness.cli import main
 from harness.finalize import build_report
+from harness.rundir.manifest import Deviation, SkippedCell, StopDecision
 
 # verdict, evidence, speedup, speed curves, 3 x acceptance, consistency, the three
 # acceptance figures, accuracy x 2, identity, open loop, environment: at least one page each
@@ -94,20 +95,20 @@ def test_report_of_a_stopped_run_with_missing_and_invalid_cells(tmp_path):
     b.speed("vllm-base", "gsm8k", 1, 40.0, cell_id="vllm-base/gsm8k/speed/c001/rerun1")
     b.identity_cells({"vllm-ngram": {f"item{i}": f"other text {i}" for i in range(8)}})
     b.identity("vllm-eagle3", "chat", {"item0": "x"}, valid=False)
-    b.manifest["stop"] = {"fired": True, "judged_wall": 1_700_000_100.0}
-    b.manifest["skipped"] = [{"cell": f"{a}/{t}/speed/c{c:03d}", "reason": "stop bar fired"}
-                             for a in ("vllm-base", *PASSING_SPEEDUPS, "sglang-base")
-                             for t in ("chat", "gsm8k") for c in (8, 16)]
-    b.manifest["deviations"] = [{"when": "2026-11-30T02:00:00", "what": "max_tokens 128 -> 64",
-                                 "old_seal": "a" * 64, "new_seal": "b" * 64}]
+    b.manifest.stop = StopDecision(fired=True, judged_wall=1_700_000_100.0, evidence={})
+    b.manifest.skipped = [SkippedCell(cell=f"{a}/{t}/speed/c{c:03d}", reason="stop bar fired")
+                          for a in ("vllm-base", *PASSING_SPEEDUPS, "sglang-base")
+                          for t in ("chat", "gsm8k") for c in (8, 16)]
+    b.manifest.deviations = [Deviation(when="2026-11-30T02:00:00", what="max_tokens 128 -> 64",
+                                       old_seal="a" * 64, new_seal="b" * 64)]
     b.write_manifest()
     out = tmp_path / "stopped.pdf"
     from harness.analysis import analyse, evaluate
 
     a = analyse(b.root)
     verdict = evaluate(a)
-    assert verdict["verdict"] == "STOP"
-    assert [r["of"] for r in verdict["reruns"]] == ["vllm-base/gsm8k/speed/c001"]
+    assert verdict.verdict == "STOP"
+    assert [r.of for r in verdict.reruns] == ["vllm-base/gsm8k/speed/c001"]
     assert build_report(b.root, out) == out
     pages = page_count(out)
     assert pages >= MIN_PAGES
@@ -136,8 +137,8 @@ def test_finalize_run_writes_tables_verdict_and_report_from_one_analysis(tmp_pat
     done = finalize_run(b.root, report=tmp_path / "r.pdf")
     assert sorted(p.name for p in done.tables) == ["cells.csv", "cells.parquet",
                                                    "speedups.csv", "speedups.parquet"]
-    assert json.loads((b.root / "verdict.json").read_text()) == done.verdict
-    assert done.verdict["verdict"] == "PASS"
+    assert json.loads((b.root / "verdict.json").read_text()) == done.verdict.to_json()
+    assert done.verdict.verdict == "PASS"
     assert done.report == tmp_path / "r.pdf" and page_count(done.report) == done.pages
     cells = pd.read_csv(b.root / "cells.csv")
     assert {"accept_length_per_round_engine", "accept_length_per_round_requests",
@@ -160,9 +161,9 @@ def test_environment_page_shows_each_arms_resolved_settings(tmp_path):
             arm.update(launch={"python": "/envs/sglang/bin/python"}, max_running_requests=64)
     data["arms"][4]["drafter"]["model"] = "z-lab/Qwen3-8B-DFlash-b16"
     b = RunBuilder(tmp_path, data).full_passing_run()
-    b.manifest["engines"]["sglang-dflash"] = [{"kind": "sglang", "settings": {
+    b.manifest.engines["sglang-dflash"] = [engine_start("sglang-dflash", "sglang", settings={
         "drafter_precision": "checkpoint's own (--speculative-draft-model-quantization unquant)",
-        "min_free_slots_delay": "off (--min-free-slots-delay 1)"}}]
+        "min_free_slots_delay": "off (--min-free-slots-delay 1)"})]
     b.write_manifest()
     a = analyse(b.root)
     out = tmp_path / "env.pdf"

@@ -69,7 +69,10 @@ def copy_of_run(folder: Path, study_name: str, tmp_path: Path) -> tuple[Path, Pa
 
 
 def verdict_of(run: Path) -> dict:
-    return json.loads((run / "verdict.json").read_text())
+    """verdict.json as written, read back through its model (every key present)."""
+    from harness.rundir.verdict import read_verdict
+
+    return read_verdict(run / "verdict.json").to_json()
 
 
 @pytest.fixture

@@ -77,7 +77,7 @@ def smoke_only(tmp_path: Path, engines_alive: int) -> dict:
             runner._smoke(progress)
     finally:
         runner.close()
-    return store.manifest()
+    return store.manifest().to_json()
 
 
 def test_engines_that_may_all_stay_up_start_together_before_the_smoke(tmp_path):

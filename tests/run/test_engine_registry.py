@@ -28,6 +28,7 @@ from harness.engines.scripted import ScriptedKind
 from harness.prereg import load_study
 from harness.prereg.schema import Arm, Study
 from harness.run.where import engine_versions
+from harness.rundir.manifest import EngineEnvironment
 from harness.testengine.spec import ScriptedEngineSpec
 from tests.run.conftest import run_folder, verdict_of
 
@@ -143,8 +144,9 @@ def test_a_study_runs_end_to_end_on_a_kind_a_test_module_registered(
 
 def test_a_cells_engine_version_is_its_kinds_distribution(tmp_path, toy_registered):
     study = load_study(toy_study(tmp_path))
-    envs = {"/toy/python": {"arms": ["base", "drafter"],
-                            "packages": [{"name": "sglang", "version": "0.5.23"}]}}
+    envs = {"/toy/python": EngineEnvironment(
+        python="/toy/python", arms=["base", "drafter"], listed_wall=0.0,
+        packages=[{"name": "sglang", "version": "0.5.23"}])}
     assert engine_versions(study, envs) == {"base": None, "drafter": None}
     real = study.model_copy(update={"arms": [
         a.model_copy(update={"engine": "sglang", "scripted": None}) for a in study.arms]})

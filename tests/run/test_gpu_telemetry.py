@@ -27,7 +27,7 @@ from harness.records import GpuReading, GpuSample, RequestRecord
 from harness.run.attempts import needs_measuring
 from harness.run.progress import RunProgress
 from harness.run.store import JsonlWriter, RunStore
-from harness.rundir import cell_dirname
+from harness.rundir import Outcome, cell_dirname
 from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
 
 FAKE_DIR = ROOT / "tests" / "fake_nvml"
@@ -179,7 +179,8 @@ def test_a_host_without_nvml_records_no_gpu_telemetry_once_and_runs_cleanly(resu
     run = run_folder(results)
     reason = "no GPU telemetry: NVML did not start (NVML Shared Library Not Found)"
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["gpu_telemetry"] == {"recorded": False, "reason": reason}
+    assert manifest["gpu_telemetry"] == {"recorded": False, "reason": reason, "driver_version": None,
+                                         "binding": None, "gpus": None}
     for starts in manifest["engines"].values():
         assert starts[-1]["gpu_telemetry"] == {"recorded": False, "reason": reason}
     output = said(proc)
@@ -229,7 +230,7 @@ def test_resume_remeasures_a_complete_cell_that_throttled_only_under_remeasure(t
             for t, events in ((0.0, ["gpu_idle"]), (1.0, ["hw_slowdown"])):
                 out.write(GpuSample(cell_id=cell.id, attempt=attempt, t=t, wall_time=t, ok=True,
                                     gpus=[GpuReading(index=0, clock_events=events)]))
-        store.mark_complete(cell.id, attempt, {"n_ok": 1, "n_errors": 0, "aborted": False})
+        store.mark_complete(cell.id, attempt, Outcome(n_ok=1, n_errors=0, aborted=False))
         console = Console(file=io.StringIO(), width=200)
         assert needs_measuring(store, registered, cell, RunProgress(console, 0)) is again
         status = store.cell_info(cell.id)["attempts"][0]

@@ -70,9 +70,9 @@ def test_the_stop_bar_waits_for_stage_one_and_keeps_stage_two_speed_cells_unstar
     stage1, stage2, reruns, open_loop = executor.batches
     assert stage1.smoke and {c.stage for c in stage1.cells} == {1}
     assert stage2.cells and all(c.kind != "speed" for c in stage2.cells)
-    skipped = {s["cell"] for s in store.manifest()["skipped"]}
+    skipped = {s["cell"] for s in store.manifest().to_json()["skipped"]}
     assert skipped == {c.id for c in cells if c.stage == 2 and c.kind == "speed"}
     assert [c.id for c in reruns.cells] == ["a-base/chat/speed/c001/rerun1"]
     assert reruns.fresh_engines == {"a-base"}
     assert open_loop.rates == {a.name: 2.0 for a in loaded.study.arms}
-    assert executor.closed and store.manifest()["status"] == "complete"
+    assert executor.closed and store.manifest().to_json()["status"] == "complete"

@@ -350,10 +350,11 @@ def test_resume_stops_a_stale_engine_and_refuses_a_live_runner(stop_run, tmp_pat
     try:
         _wait_for(lambda: port_in_use("127.0.0.1", port), 30, "the stale engine's port")
         manifest = json.loads(manifest_path.read_text())
-        manifest["engines"]["base"].append({
-            "arm": "base", "kind": "scripted", "launched": True, "pid": stale.pid,
-            "pgid": stale.pid, "host": "127.0.0.1", "port": port, "command": command,
-            "started_wall": started, "state": "ready"})
+        recorded = dict(manifest["engines"]["base"][-1])
+        recorded.update(pid=stale.pid, pgid=stale.pid, host="127.0.0.1", port=port,
+                        command=command, started_wall=started, guard_pid=None,
+                        base_url=f"http://127.0.0.1:{port}")
+        manifest["engines"]["base"].append(recorded)
         manifest_path.write_text(json.dumps(manifest))
 
         # A runner still alive (its recorded pid and start time) keeps the run its own.

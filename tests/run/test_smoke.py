@@ -22,6 +22,7 @@ from harness.run import runner as runner_module
 from harness.run.arm_engine import ArmEngine
 from harness.run.progress import RunProgress
 from harness.run.runner import Runner, new_run, prepare
+from harness.rundir.manifest import SmokeSummary
 from tests.run.conftest import run_folder, specbench, verdict_of
 from tests.run.test_remeasure import study_file
 
@@ -229,7 +230,7 @@ def test_the_smoke_is_off_only_when_the_study_says_so(tmp_path, monkeypatch):
     with RunProgress(Console(file=io.StringIO()), 0) as progress:
         runner._smoke(progress)
     assert started == [] and not (store.root / "smoke").exists()
-    assert store.manifest()["smoke"] == {"status": "off"}
+    assert store.manifest().smoke == SmokeSummary(status="off")
     assert smoke_summary(load_run(store.root)) == [
         "Smoke stage: off (the study registers recording.smoke: false)"]
 
@@ -268,4 +269,6 @@ def test_a_host_whose_plain_step_grows_with_users_is_named_compute_bound_beside_
     assert "compute-bound at 2 users" in said(proc)  # said as the smoke timed it
     # The verdict page carries the same sentence (and whatever verdict the bars gave).
     from harness.report.pages_text import regime_summary
-    assert regime_summary(json.loads((run / "manifest.json").read_text())) == [entry["line"]]
+    from harness.rundir.manifest import read_manifest
+
+    assert regime_summary(read_manifest(run / "manifest.json")) == [entry["line"]]

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from harness.analysis.smoke import smoke_line
 from harness.cli import main
-from harness.engines.lifecycle import relevant_log_line
+from harness.engines.engine_log import relevant_log_line
 from harness.errors import InputError, SpecbenchError
 from harness.plan import estimate, plan_cells
 from harness.prereg import load_study, load_study_file
@@ -255,7 +255,7 @@ def test_a_drafter_passes_when_its_counter_moves_and_fails_naming_it_when_not(
     assert error is not None and error.lines[0].startswith(
         f"smoke: arm 'drafter': its speculation counter {counter} did not move over 2 greedy"
         " requests (0 -> 0): the engine is not drafting | engine log: ")
-    assert store.manifest()["smoke"]["status"] == "failed"
+    assert store.manifest().to_json()["smoke"]["status"] == "failed"
 
 
 def test_a_drafter_below_its_floor_runs_under_allow_deviation_and_the_deviation_is_kept(
@@ -269,7 +269,7 @@ def test_a_drafter_below_its_floor_runs_under_allow_deviation_and_the_deviation_
     assert drafter.status == "passed"
     assert drafter.acceptance.below and drafter.acceptance.allowed
     assert drafter.acceptance.floor == 2.0 and drafter.acceptance.tokens_per_round < 1.5
-    (deviation,) = store.manifest()["deviations"]
+    (deviation,) = store.manifest().to_json()["deviations"]
     assert deviation["arm"] == "drafter" and "below its drafter.expect" in deviation["reason"]
     assert "deviation recorded" in said
     # A drafter above its floor passes with its figure recorded, no deviation.
@@ -278,7 +278,7 @@ def test_a_drafter_below_its_floor_runs_under_allow_deviation_and_the_deviation_
     assert error is None, error
     drafter = next(r for r in smoke_records(store.root) if r.kind == "arm" and r.arm == "drafter")
     assert not drafter.acceptance.below and drafter.acceptance.tokens_per_round > 2.0
-    assert store.manifest()["deviations"] == []
+    assert store.manifest().to_json()["deviations"] == []
 
 
 def test_an_absent_counter_is_zero_for_sglang_and_no_counter_for_vllm(monkeypatch):

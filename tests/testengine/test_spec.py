@@ -16,6 +16,11 @@ def test_roofline_switches_from_memory_to_compute_bound() -> None:
                               flops_per_token=1e10, flops_per_s=1e14, step_overhead_s=0.001)
     assert spec.step_seconds(1) == pytest.approx(0.001 + 0.01)  # weights / bandwidth
     assert spec.step_seconds(1000) == pytest.approx(0.001 + 0.1)  # flops / rate
+    # A prompt admitted in the step costs its flops too, unless declared cheaper.
+    assert spec.step_seconds(10, prefill_tokens=990) == pytest.approx(0.001 + 0.1)
+    cheap = spec.model_copy(update={"prefill_flops_per_token": 1e8})
+    assert cheap.step_seconds(10, prefill_tokens=990) == pytest.approx(0.001 + 0.01)
+    assert cheap.step_seconds(2000) == pytest.approx(0.001 + 0.2)
 
 
 def test_acceptance_length_from_conditional_position_probabilities() -> None:

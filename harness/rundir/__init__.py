@@ -11,19 +11,14 @@ load what writes one.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.errors import InputError
 from harness.records import ClientHealth
 
-MANIFEST = "manifest.json"
 COMPLETE = "complete.json"
-# The run folder's format; a folder written by a newer format is refused, not misread.
-# 1: the first versioned one (folders without the field are read as 1).
-FORMAT_VERSION = 1
+SCORES = "scores.jsonl"
 # A check-bar rerun of a cell is the cell id with this suffix (its folder: `__rerun1`).
 RERUN_SUFFIX = "/rerun1"
 RERUN = re.compile(r"^(?P<original>.+)/rerun(?P<n>\d+)$")
@@ -40,32 +35,40 @@ def rerun_of(cell_id: str) -> str | None:
     return m.group("original") if m else None
 
 
-def check_format(manifest: dict[str, Any], where: Path) -> None:
-    version = manifest.get("format_version", 1)
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise InputError(f"{where}: field format_version: {version!r} is newer than this"
-                         f" specbench reads ({FORMAT_VERSION}); analyse it with the specbench"
-                         " that wrote it")
-
-
 # --- the records of one cell -----------------------------------------------------------
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    """A cell's record: a key it does not name is refused (a newer writer bumps the
+    folder's format_version, which this reader refuses first)."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class Outcome(_Record):
-    """What an attempt measured, in complete.json (harness.run.execute writes it)."""
+    """What an attempt measured: the load driver (harness.measure.driver.run_cell)
+    returns it, complete.json holds it, analysis reads it back."""
 
-    n_ok: int = 0
-    n_errors: int = 0
+    n_ok: int = 0  # measured (non-warm-up) requests that succeeded
+    n_errors: int = 0  # measured requests that failed
     errors_by_kind: dict[str, int] = {}
     aborted: bool = False
-    reason: str | None = None
-    started_t: float | None = None
+    reason: str | None = None  # why it was aborted
+    started_t: float | None = None  # the driver's monotonic clock
     ended_t: float | None = None
     health: ClientHealth | None = None
+    n_warmup: int = 0
+    warmup_errors: int = 0
+    records: int = 0  # every record handed on, warm-up included
+
+
+class ScoreRecord(_Record):
+    """One line of an accuracy cell's scores.jsonl (harness.run.execute.score_cell)."""
+
+    id: str
+    extracted: str | None  # the answer / code read from the response (None: nothing found)
+    correct: bool
+    detail: str | None = None
 
 
 class CompleteFile(_Record):

@@ -1,0 +1,259 @@
+"""The round-cost surface (issue 32): what a round costs at each k and load, measured
+apart from any drafter's quality, and the acceptance a drafter needs there to pay.
+
+The surface stage's control arms (Study.surface_arms: the registered `surface.drafter`
+at each k, its acceptance set to each L) are paired with that drafter's baseline at the
+surface's levels, like any speedup (harness.analysis.speedup.session_figures: the ratio,
+its interval, tokens per round x round cost). From those rows:
+
+- `surface.csv|parquet`: one row per k x L x task x level, the speedup with its interval,
+  the measured tokens per round and the round cost over a plain step with theirs;
+- the break-even acceptance length per k x task x level: the L at which the speedup's
+  interval reaches 1.0 (its lower bound, interpolated linearly between the two measured L
+  on either side); below every L measured, or above every L ("no round is cheap enough
+  here"), is said, not extrapolated;
+- every real drafter placed on it: at each surface level, its own measured tokens per
+  round (the speedups table) against the break-even L for its k.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from harness.analysis.load import RunData
+from harness.analysis.speedup import pair_key, session_figures
+from harness.prereg.schema import Study
+
+if TYPE_CHECKING:
+    from harness.analysis.tables import Analysis
+
+SURFACE_COLUMNS = [
+    "arm", "baseline", "task", "concurrency", "k", "acceptance_length", "status", "reason",
+    "speedup", "ci_lower", "ci_upper", "tokens_per_round", "tokens_per_round_ci_lower",
+    "tokens_per_round_ci_upper", "round_cost_ratio", "round_cost_ratio_ci_lower",
+    "round_cost_ratio_ci_upper", "speed_drafter", "speed_baseline", "drafter_cell",
+    "baseline_cell",
+]
+BREAK_EVEN_COLUMNS = [
+    "task", "k", "concurrency", "status", "break_even_length", "round_cost_ratio",
+    "round_cost_ratio_ci_lower", "round_cost_ratio_ci_upper", "lengths", "label",
+]
+
+
+def surface_table(run: RunData) -> pd.DataFrame:
+    """One row per surface arm x task x level (empty without a registered surface)."""
+    study = run.study
+    rows = []
+    surface = study.surface
+    if surface is not None:
+        for arm in study.surface_arms():
+            assert arm.drafter is not None and arm.drafter.synthetic is not None
+            assert arm.baseline is not None
+            for task in study.surface_tasks():
+                for c in surface.concurrency:
+                    dc = run.find(arm.name, task, "speed", c)
+                    bc = run.find(arm.baseline, task, "speed", c)
+                    row: dict = {
+                        "arm": arm.name, "baseline": arm.baseline, "task": task,
+                        "concurrency": c, "k": arm.drafter.num_draft_tokens,
+                        "acceptance_length": arm.drafter.synthetic.acceptance_length,
+                        "drafter_cell": dc.id, "baseline_cell": bc.id}
+                    d_sessions, b_sessions = run.sessions_of(dc), run.sessions_of(bc)
+                    bad = [x for x in (*d_sessions, *b_sessions) if not x.usable]
+                    if bad:
+                        row["status"] = bad[0].status
+                        row["reason"] = "; ".join(f"{x.id}: {x.status} ({x.reason})" for x in bad)
+                    else:
+                        row.update(session_figures(d_sessions[:1], b_sessions[:1], study,
+                                                   pair_key(dc, bc)))
+                    rows.append(row)
+    df = pd.DataFrame(rows)
+    for col in SURFACE_COLUMNS:
+        if col not in df.columns:
+            df[col] = None
+    return df[SURFACE_COLUMNS]
+
+
+@dataclass(frozen=True)
+class BreakEven:
+    status: str  # located | below_measured | above_measured | incomplete
+    length: float | None  # the break-even L (located), else None
+
+    def label(self, lengths: list[float]) -> str:
+        if self.status == "located":
+            return f"break-even at {self.length:.2f} tokens a round"
+        if self.status == "below_measured":
+            return f"pays at every L measured (from {min(lengths):g})"
+        if self.status == "above_measured":
+            return f"no round is cheap enough here (not even at L {max(lengths):g})"
+        return "incomplete: some surface cell is not usable"
+
+
+def break_even(lengths: list[float], lower: list[float | None]) -> BreakEven:
+    """The L at which the speedup's lower bound reaches 1.0, interpolated linearly
+    between the measured L on either side of it (L ascending)."""
+    if not lengths or any(v is None or not math.isfinite(v) for v in lower):
+        return BreakEven("incomplete", None)
+    values = [float(v) for v in lower]  # type: ignore[arg-type]
+    if values[0] >= 1.0:
+        return BreakEven("below_measured", None)
+    for i in range(1, len(lengths)):
+        lo, hi = values[i - 1], values[i]
+        if lo < 1.0 <= hi:
+            share = (1.0 - lo) / (hi - lo)
+            return BreakEven("located", lengths[i - 1] + share * (lengths[i] - lengths[i - 1]))
+    return BreakEven("above_measured", None)
+
+
+def break_even_table(surface: pd.DataFrame) -> pd.DataFrame:
+    """Per task x k x level: the break-even acceptance length and the round's cost over
+    a plain step (the median over the L measured, with the widest interval among them)."""
+    rows = []
+    if not surface.empty:
+        for (task, k, c), group in surface.groupby(["task", "k", "concurrency"], sort=True):
+            group = group.sort_values("acceptance_length")
+            lengths = [float(v) for v in group["acceptance_length"]]
+            ok = group[group["status"] == "ok"]
+            lower = [row.ci_lower if row.status == "ok" else None for row in group.itertuples()]
+            found = break_even(lengths, lower)
+            costs = pd.to_numeric(ok["round_cost_ratio"], errors="coerce").dropna()
+            rows.append({
+                "task": task, "k": int(k), "concurrency": int(c), "status": found.status,
+                "break_even_length": found.length,
+                "round_cost_ratio": float(costs.median()) if len(costs) else None,
+                "round_cost_ratio_ci_lower": _min(ok["round_cost_ratio_ci_lower"]),
+                "round_cost_ratio_ci_upper": _max(ok["round_cost_ratio_ci_upper"]),
+                "lengths": ",".join(f"{v:g}" for v in lengths),
+                "label": found.label(lengths)})
+    df = pd.DataFrame(rows)
+    for col in BREAK_EVEN_COLUMNS:
+        if col not in df.columns:
+            df[col] = None
+    return df[BREAK_EVEN_COLUMNS]
+
+
+def _min(values: pd.Series) -> float | None:
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    return float(v.min()) if len(v) else None
+
+
+def _max(values: pd.Series) -> float | None:
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    return float(v.max()) if len(v) else None
+
+
+def drafter_placements(study: Study, speedups: pd.DataFrame,
+                       breaks: pd.DataFrame) -> list[dict]:
+    """Every real drafter at each surface level: its measured tokens per round against
+    the break-even L for its k (its k not on the surface: said)."""
+    out: list[dict] = []
+    if study.surface is None or breaks.empty:
+        return out
+    for arm in study.arms:
+        if arm.drafter is None or arm.is_control:
+            continue
+        k = arm.drafter.num_draft_tokens
+        for task in study.surface_tasks():
+            for c in study.surface.concurrency:
+                entry: dict = {"arm": arm.name, "task": task, "concurrency": c, "k": k}
+                at = breaks[(breaks["task"] == task) & (breaks["k"] == k)
+                            & (breaks["concurrency"] == c)]
+                mine = speedups[(speedups["arm"] == arm.name) & (speedups["task"] == task)
+                                & (speedups["concurrency"] == c)]
+                reaches = (float(mine["tokens_per_round"].iloc[0])
+                           if len(mine) and pd.notna(mine["tokens_per_round"].iloc[0]) else None)
+                entry["reaches"] = reaches
+                if at.empty:
+                    entry.update(status="k_not_on_surface", needs=None,
+                                 label=f"k={k} is not on the surface (k {_ks(breaks)})")
+                else:
+                    out.append(entry | _placed(at.iloc[0], reaches))
+                    continue
+                out.append(entry)
+    return out
+
+
+def _ks(breaks: pd.DataFrame) -> str:
+    return ", ".join(str(int(k)) for k in sorted(set(breaks["k"])))
+
+
+def _placed(at: pd.Series, reaches: float | None) -> dict:
+    status = at["status"]
+    needs = at["break_even_length"] if status == "located" else None
+    lengths = [float(v) for v in str(at["lengths"]).split(",") if v]
+    if status == "incomplete" or reaches is None:
+        why = "its own tokens per round are not measured here" if reaches is None else \
+            "the surface is incomplete here"
+        return {"status": "unknown", "needs": needs, "label": f"not placed: {why}"}
+    if status == "above_measured":  # no L measured pays: one below them cannot either
+        if reaches <= max(lengths):
+            return {"status": "does_not_pay", "needs": None,
+                    "label": f"does not pay: no round is cheap enough here (not even at L"
+                             f" {max(lengths):g}; reaches {reaches:.2f})"}
+        return {"status": "unknown", "needs": None,
+                "label": f"not placed: it reaches {reaches:.2f}, above every L measured,"
+                         " none of which pays"}
+    if status == "below_measured":  # every L measured pays: one above them does too
+        if reaches >= min(lengths):
+            return {"status": "pays", "needs": None, "needs_below": min(lengths),
+                    "label": f"pays: every L measured pays, from {min(lengths):g}"
+                             f" (reaches {reaches:.2f})"}
+        return {"status": "unknown", "needs": None,
+                "label": f"not placed: it reaches {reaches:.2f}, below every L measured"
+                         f" (from {min(lengths):g}), all of which pay"}
+    verdict = "pays" if reaches >= needs else "does not pay"
+    return {"status": verdict.replace(" ", "_"), "needs": needs,
+            "label": f"{verdict}: needs {needs:.2f}, reaches {reaches:.2f}"}
+
+
+def loss_of_gain(placements: list[dict]) -> list[str]:
+    """Per drafter and task placed at two or more surface levels: from the lowest to the
+    highest, did the acceptance it needs rise more (the round's cost) or what it reaches
+    fall more (its acceptance)? A level where no L measured pays needs more than any."""
+    by: dict[tuple[str, str], list[dict]] = {}
+    for p in placements:
+        if p["reaches"] is not None and p["status"] in ("pays", "does_not_pay"):
+            by.setdefault((p["arm"], p["task"]), []).append(p)
+    lines = []
+    for (arm, task), rows in by.items():
+        rows.sort(key=lambda r: r["concurrency"])
+        if len(rows) < 2:
+            continue
+        lo, hi = rows[0], rows[-1]
+        lo_needs = lo["needs"] if lo["needs"] is not None else lo.get("needs_below")
+        below = "" if lo["needs"] is not None else "at most "
+        fall = lo["reaches"] - hi["reaches"]
+        where = f"{arm} / {task}, c={lo['concurrency']} -> c={hi['concurrency']}"
+        if hi["needs"] is None and hi["status"] == "does_not_pay":
+            lines.append(f"{where}: no acceptance measured pays at c={hi['concurrency']}"
+                         f" (reaches {lo['reaches']:.2f} -> {hi['reaches']:.2f}): the gain is lost"
+                         " to the round's cost")
+            continue
+        if lo_needs is None or hi["needs"] is None:
+            continue
+        rise = hi["needs"] - lo_needs
+        if rise <= 0 and fall <= 0:
+            continue
+        cause = "the round's cost" if rise >= fall else "its acceptance"
+        lines.append(f"{where}: needs {below}{lo_needs:.2f} -> {hi['needs']:.2f}, reaches"
+                     f" {lo['reaches']:.2f} -> {hi['reaches']:.2f}: the gain falls with load"
+                     f" for {cause}")
+    return lines
+
+
+def surface_summary(a: Analysis) -> dict:
+    """verdict.json's `surface` (outside the bars)."""
+    study = a.run.study
+    assert study.surface is not None
+    rows = a.surface.astype(object).where(pd.notna(a.surface), None).to_dict(orient="records")
+    return {"drafter": study.surface.drafter, "break_even": rows,
+            "placements": a.placements, "loss_of_gain": loss_of_gain(a.placements)}
+
+
+__all__ = ["BREAK_EVEN_COLUMNS", "SURFACE_COLUMNS", "BreakEven", "break_even",
+           "break_even_table", "drafter_placements", "loss_of_gain", "surface_summary",
+           "surface_table"]

@@ -1,0 +1,444 @@
+"""manifest.json, typed: what a run recorded about itself (its study's seal, the host,
+every engine start, the stop decision, skipped and rerun cells, deviations, the smoke,
+sessions, shards, checkpoints, engine environments, GPU telemetry, the host's regime).
+
+The writer (harness.run.store.RunStore) builds and edits a `Manifest` and writes it
+whole, every field; every reader (analysis, report, the CLI, the Ray driver's merge)
+reads it back through `read_manifest`. A key this model does not name is refused, and
+so, in a folder of the current format, is a key it names that the file lacks: both with
+the file and the key. A folder of format 1 (the first versioned one, whose writer left
+out keys it had nothing to say about) is still read, its absent keys at their defaults.
+
+Deep parts whose shape belongs to someone else stay plain data and say whose: a bar's
+`evidence` (harness.analysis), where a shard ran (harness.run.where), the client's
+placement and priority (harness.measure).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, model_validator
+
+from harness.calibration import CalibrationRecord
+from harness.dialects import Dialect
+from harness.errors import InputError
+from harness.rundir.regime import BaselineRegime
+
+MANIFEST = "manifest.json"
+# The run folder's format; a folder written by a newer format is refused, not misread.
+# 1: the first versioned one (folders without the field are read as 1); its writer left
+#    out keys it had nothing to say about.
+# 2: manifest.json written whole through `Manifest` (every key, null or empty where
+#    there is nothing to say).
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+# Read with every key required (a key the file lacks is refused): the current format.
+EVERY_KEY = "every_key"
+
+
+class RunRecord(BaseModel):
+    """A part of the manifest: unknown keys refused; in the current format every named
+    key present."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _every_key_present(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, dict) and info.context and info.context.get(EVERY_KEY):
+            for name, field in cls.model_fields.items():
+                if (field.alias or name) not in data:
+                    raise ValueError(f"key {name!r} is missing")
+        return data
+
+
+# --- the host and the process that runs the study ---------------------------------------
+
+
+class HostFacts(RunRecord):
+    """harness.run.store.host_facts."""
+
+    hostname: str
+    cpus: int | None = None
+    cpu: str | None = None
+    gpus: list[str] | None = None  # nvidia-smi's lines; None where it did not answer
+
+
+class RunnerRecord(RunRecord):
+    """The `specbench run` process (harness.run.leftovers: a resume refuses a live one)."""
+
+    pid: int
+    started_wall: float
+    cmdline: list[str]
+
+
+# --- engines ----------------------------------------------------------------------------
+
+
+class EngineInfo(RunRecord):
+    """What an engine process is: how it was started, where it listens, what finds it
+    again (harness.engines.lifecycle makes one per start or attach)."""
+
+    arm: str
+    kind: str
+    metrics_dialect: Dialect
+    version: str | None = None
+    command: list[str] = []
+    env_overrides: dict[str, str] = {}
+    # EngineKind.resolved_settings: the drafter's precision, SGLang's admission delay.
+    settings: dict[str, str] = {}
+    gpu: str | None = None
+    started_wall: float  # time.time() when started (or attached)
+    started_iso: str
+    ready_after_s: float | None = None
+    launched: bool
+    log_path: str | None = None
+    pid: int | None = None
+    # What finds a stale engine of this run later (harness/engines/stale.py): its
+    # process group (the engine leads its own session), where it listens, and the
+    # guard that stops the group if the harness dies.
+    pgid: int | None = None
+    host: str | None = None
+    port: int | None = None
+    guard_pid: int | None = None
+    base_url: str
+    served_model: str
+
+
+class EngineSession(RunRecord):
+    stage: int
+    session: int
+
+
+class EngineStart(EngineInfo):
+    """One start of an arm's engine, as the manifest keeps it (`engines[arm][i]`):
+    recorded at spawn ("starting"), then completed when it is ready."""
+
+    state: Literal["starting", "ready", "failed to start"]
+    started_for: str | None = None  # the cell or stage it was started for
+    session: EngineSession | None = None  # the registered session it belongs to
+    # harness.measure.priority.PriorityLift.to_dict and
+    # harness.measure.placement.Placement.to_dict: read by the report's text only.
+    client_priority: dict[str, Any] | None = None
+    client_placement: dict[str, Any] | None = None
+    # harness.run.gpu_telemetry.RunTelemetry.for_arm: the GPUs sampled for this arm.
+    gpu_telemetry: dict[str, Any] | None = None
+    # Merged from a shard's worker by the Ray driver (harness.run.ray_executor).
+    shard: str | None = None
+    shard_worker: int | None = None
+    node_hostname: str | None = None
+
+
+class EngineEnvironment(RunRecord):
+    """One interpreter the arms start engines from (harness.run.environments)."""
+
+    python: str
+    python_version: str | None = None
+    packages: list[dict[str, str]] | None = None  # {"name", "version"}
+    error: str | None = None  # the interpreter could not list its packages
+    arms: list[str]
+    listed_wall: float
+    pin: str | None = None  # the project's pinned requirement for it
+
+
+class StaleEngineRecord(RunRecord):
+    """An engine an earlier attempt left running, stopped on resume."""
+
+    when: float
+    arm: str
+    pid: int | None = None
+    pgid: int | None = None
+    port: int | None = None
+    port_held: bool
+    processes: list[int]
+    action: str
+
+
+class RunGpuTelemetry(RunRecord):
+    """Whether NVML was opened, and what it saw (harness.run.gpu_telemetry)."""
+
+    recorded: bool
+    reason: str | None = None
+    driver_version: str | None = None
+    binding: str | None = None
+    gpus: list[dict[str, Any]] | None = None  # harness.measure.gpu.Gpu.describe
+
+
+# --- what the study registered, as run --------------------------------------------------
+
+
+class ControlArmRecord(RunRecord):
+    """An arm measured at a set acceptance, never judged (Study.control_arms)."""
+
+    arm: str
+    baseline: str | None
+    engine: str
+    method: str
+    num_draft_tokens: int
+    synthetic: dict[str, Any]
+    tokens_per_round: float
+    line: str
+
+
+class WeightFile(RunRecord):
+    file: str
+    sha256: str
+    size: int
+
+
+class CheckpointRecord(RunRecord):
+    """One checkpoint the engines load (harness.weights.record.checkpoint_records)."""
+
+    roles: list[str]
+    source: Literal["hub", "local"]
+    repo: str | None = None
+    path: str | None = None
+    revision: str | None = None
+    commit: str | None = None
+    snapshot: str | None = None
+    weights: list[WeightFile]
+    note: str | None = None  # why it was not hashed (not fetched yet)
+
+
+class Deviation(RunRecord):
+    """A way the run departed from the registered study: said on the verdict page."""
+
+    when: float | str
+    what: str
+    arm: str | None = None
+    reason: str | None = None
+    # resumed under a different seal
+    old_seal: str | None = None
+    new_seal: str | None = None
+    changes: list[str] | None = None
+    # resumed with different checkpoints
+    old_checkpoints: list[CheckpointRecord] | None = None
+    new_checkpoints: list[CheckpointRecord] | None = None
+    # --allow-unpinned (harness.prereg.pins.PinReport.deviation)
+    unpinned: list[dict[str, Any]] | None = None
+    open_markers: list[str] | None = None
+    # merged from a shard's worker
+    shard: str | None = None
+    shard_worker: int | None = None
+
+
+# --- the schedule -----------------------------------------------------------------------
+
+
+class SkippedCell(RunRecord):
+    cell: str
+    reason: str
+
+
+class FailedCell(RunRecord):
+    cell: str
+    reason: str
+    shard: str | None = None
+    shard_worker: int | None = None
+
+
+class RerunRecord(RunRecord):
+    """A check-bar rerun of a baseline cell (`cell` is the rerun's id, `of` the original)."""
+
+    cell: str
+    of: str
+    reason: str
+    when: float
+
+
+class StopDecision(RunRecord):
+    """The stop bar, judged after stage 1 (harness.run.schedule)."""
+
+    fired: bool | None
+    judged_wall: float
+    evidence: dict[str, Any]  # the stop bar's evidence (harness.analysis.stop_check)
+
+
+class SessionRecord(RunRecord):
+    """A registered engine session: the cells one engine start measured."""
+
+    stage: int
+    session: int
+    arm: str
+    cells: list[str]
+    started_wall: float
+    shard: str | None = None
+    shard_worker: int | None = None
+
+
+SmokeStatus = Literal["running", "passed", "failed", "off"]
+
+
+class SmokeSummary(RunRecord):
+    """The smoke stage's outcome (harness.run.smoke; a sharded run's: every shard's)."""
+
+    status: SmokeStatus
+    order: list[str] | None = None
+    smoked_now: list[str] | None = None
+    started_wall: float | None = None
+    ended_wall: float | None = None
+    # where it failed
+    arm: str | None = None
+    reason: str | None = None
+    log_line: str | None = None
+    # a sharded run: each shard's status
+    shards: dict[str, str | None] | None = None
+
+
+# --- shards (harness.run.ray_executor) --------------------------------------------------
+
+
+class ShardUnit(RunRecord):
+    arms: list[str]
+    tasks: list[str]
+
+
+class ShardPlan(RunRecord):
+    name: str
+    units: list[ShardUnit]
+
+
+class Sharding(RunRecord):
+    gpus: int
+    slots: int
+    shards: list[ShardPlan]
+
+
+class ShardWorkerRecord(RunRecord):
+    pid: int
+    where: dict[str, Any]  # harness.run.where.placement
+    folder: str
+    started_wall: float
+
+
+class ShardRecord(RunRecord):
+    """One shard as the driver saw it: its workers, where they ran, their facts."""
+
+    status: str | None = None
+    status_wall: float | None = None
+    error: str | None = None
+    where: dict[str, Any] | None = None  # harness.run.where.placement
+    workers: list[ShardWorkerRecord] = []
+    smoke: SmokeSummary | None = None
+    gpu_telemetry: RunGpuTelemetry | None = None
+    engine_environments: dict[str, EngineEnvironment] | None = None
+
+
+# --- the manifest -----------------------------------------------------------------------
+
+RunStatus = Literal["running", "complete", "interrupted", "smoke_failed"]
+
+
+class Manifest(RunRecord):
+    """manifest.json. A shard worker's own folder has one too (`shard` set): the part
+    of it the driver merges."""
+
+    format_version: int = FORMAT_VERSION
+    run_id: str
+    shard: str | None = None
+    seal: str | None = None
+    study_file: str | None = None
+    specbench_commit: str | None = None
+    host: HostFacts | None = None
+    runner: RunnerRecord | None = None
+    started_wall: float | None = None
+    ended_wall: float | None = None
+    status: RunStatus | None = None
+    engines: dict[str, list[EngineStart]] = {}
+    control_arms: list[ControlArmRecord] = []
+    checkpoints: list[CheckpointRecord] | None = None  # None: not recorded yet
+    engine_environments: dict[str, EngineEnvironment] = {}
+    calibration: CalibrationRecord | None = None
+    gpu_telemetry: RunGpuTelemetry | None = None
+    smoke: SmokeSummary | None = None
+    regime: dict[str, BaselineRegime] = {}
+    sessions: list[SessionRecord] = []
+    stop: StopDecision | None = None
+    skipped: list[SkippedCell] = []
+    reruns: list[RerunRecord] = []
+    failed_cells: list[FailedCell] = []
+    deviations: list[Deviation] = []
+    stale_engines: list[StaleEngineRecord] = []
+    sharding: Sharding | None = None
+    shards: dict[str, ShardRecord] = {}
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field, nulls and empties too: what the current format writes."""
+        return self.model_dump(mode="json")
+
+    def skipped_reasons(self) -> dict[str, str]:
+        return {s.cell: s.reason for s in self.skipped}
+
+
+def check_format(version: Any, where: Path) -> int:
+    if not isinstance(version, int) or isinstance(version, bool) \
+            or version not in READABLE_VERSIONS:
+        newer = isinstance(version, int) and version > FORMAT_VERSION
+        raise InputError(
+            f"{where}: field format_version: {version!r} is "
+            + (f"newer than this specbench reads ({FORMAT_VERSION}); analyse it with the"
+               " specbench that wrote it" if newer
+               else f"not a format this specbench reads ({', '.join(map(str, READABLE_VERSIONS))})"))
+    return version
+
+
+def manifest_from(data: Any, where: Path) -> Manifest:
+    """A manifest's JSON, checked: the file and the key on anything refused."""
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    version = check_format(data.get("format_version", 1), where)
+    try:
+        # Format 1 left keys out; it is read with them at their defaults, as format 2.
+        manifest = Manifest.model_validate(
+            data, context={EVERY_KEY: version >= 2})
+    except ValidationError as err:
+        raise InputError(f"{where}: {validation_problem(err)}") from None
+    return manifest
+
+
+def read_manifest(path: Path) -> Manifest:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file (not a run folder?)") from None
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read it: {err}") from None
+    return manifest_from(data, path)
+
+
+def validation_problem(err: ValidationError, limit: int = 3) -> str:
+    """What pydantic refused, in one line: `unknown key 'x' in a.b`, `key 'y' is missing
+    in a.b`, `field a.b.c: message` (a renamed key is both: the old one missing, the new
+    one unknown)."""
+    parts = []
+    problems = err.errors()
+    for problem in problems[:limit]:
+        loc = ".".join(str(p) for p in problem["loc"])
+        parent, _, key = loc.rpartition(".")
+        where = f" in {parent}" if parent else ""
+        message = problem["msg"].removeprefix("Value error, ")
+        if problem["type"] == "extra_forbidden":
+            parts.append(f"unknown key {key!r}{where}")
+        elif problem["type"] == "missing":
+            parts.append(f"key {key!r} is missing{where}")
+        elif message.startswith("key "):  # RunRecord's every-key check, raised on the parent
+            parts.append(f"{message}" + (f" in {loc}" if loc else ""))
+        else:
+            parts.append(f"field {loc}: {message}" if loc else message)
+    more = len(problems) - limit
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+__all__ = [
+    "FORMAT_VERSION", "MANIFEST", "CheckpointRecord", "ControlArmRecord", "Deviation",
+    "EngineEnvironment", "EngineInfo", "EngineSession", "EngineStart", "FailedCell",
+    "HostFacts", "Manifest", "RerunRecord", "RunGpuTelemetry", "RunRecord", "RunnerRecord",
+    "SessionRecord", "ShardPlan", "ShardRecord", "ShardUnit", "ShardWorkerRecord", "Sharding",
+    "SkippedCell", "SmokeSummary", "StaleEngineRecord", "StopDecision", "check_format",
+    "manifest_from", "read_manifest", "validation_problem",
+]

@@ -1,0 +1,100 @@
+"""The round-cost surface's rules, without a run: the stage's arms and cells from the
+registration (never stored in `arms`, so study.json read back gains none), what the
+registration refuses, the break-even acceptance length from the speedup's lower bounds,
+and a drafter's place on it (issue 32, parts 2 and 3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from harness.analysis.surface import break_even, break_even_table, drafter_placements, loss_of_gain
+from harness.errors import InputError
+from harness.plan import plan_cells
+from harness.prereg import load_study
+from harness.prereg.schema import Study
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "scripted-surface.yaml"
+
+
+def test_the_stage_expands_into_control_arms_and_cells_after_the_registered_stages():
+    study = load_study(EXAMPLE)
+    arms = study.surface_arms()
+    assert [a.name for a in arms] == ["surface-k2-L1.25", "surface-k2-L2.25", "surface-k3-L1.25",
+                                      "surface-k3-L2.25", "surface-k3-L3.25"]  # 3.25 > k + 1 at 2
+    assert all(a.is_control and a.baseline == "base" for a in arms)
+    assert arms[1].drafter.synthetic.acceptance_length == 2.25
+    assert arms[1].drafter.num_draft_tokens == 2
+    assert study.arm("surface-k3-L3.25") == arms[-1]
+    cells = plan_cells(study)
+    surface = [c for c in cells if c.stage == 4]
+    assert len(surface) == 10 and cells[-10:] == surface  # after every registered stage
+    assert {c.concurrency for c in surface} == {2, 10} and {c.kind for c in surface} == {"speed"}
+    # study.json holds the registration; read back, it makes the same arms and no more.
+    again = Study.model_validate(study.model_dump(mode="json", by_alias=True))
+    assert len(again.arms) == 3 and [a.name for a in again.surface_arms()] == [a.name for a in arms]
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"drafter": "base"}, "is not a drafter arm"),
+    ({"drafter": "nobody"}, "no arm named 'nobody'"),
+    ({"concurrency": [2, 4]}, "concurrencies [4] are not closed-loop levels"),
+    ({"k": [1], "acceptance_length": [2.5, 3.5]}, "k=1: every acceptance_length is above"),
+    ({"tasks": ["mmlu"]}, "no task named 'mmlu' with the speed use"),
+    ({"k": [2, 2]}, "values repeat"),
+])
+def test_a_surface_the_registration_cannot_run_is_refused(tmp_path, change, said):
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["surface"] = {**data["surface"], **change}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError) as err:
+        load_study(path)
+    assert said in str(err.value), err.value
+
+
+def test_the_break_even_length_is_interpolated_on_the_lower_bound():
+    assert break_even([1.5, 2.5, 3.5], [0.6, 0.9, 1.2]).length == pytest.approx(2.5 + 1 / 3)
+    assert break_even([1.5, 2.5], [1.1, 1.5]).status == "below_measured"
+    assert break_even([1.5, 2.5], [0.5, 0.9]).status == "above_measured"
+    assert break_even([1.5, 2.5], [0.5, None]).status == "incomplete"
+
+
+def surface_rows(k: int, c: int, lowers: list[float], cost: float) -> list[dict]:
+    return [{"task": "chat", "k": k, "concurrency": c, "acceptance_length": length,
+             "status": "ok", "ci_lower": lower, "round_cost_ratio": cost,
+             "round_cost_ratio_ci_lower": cost * 0.98, "round_cost_ratio_ci_upper": cost * 1.02}
+            for length, lower in zip([1.5, 2.5, 3.5], lowers, strict=True)]
+
+
+def test_each_real_drafter_is_placed_and_its_loss_of_gain_named():
+    study = load_study(EXAMPLE)
+    breaks = break_even_table(pd.DataFrame(
+        surface_rows(3, 2, [1.4, 2.4, 3.4], 1.0) + surface_rows(3, 10, [0.7, 1.2, 1.7], 2.0)
+        + surface_rows(2, 2, [1.4, 2.4, 3.4], 1.0) + surface_rows(2, 10, [0.2, 0.4, 0.6], 4.0)))
+    at = breaks.set_index(["k", "concurrency"])
+    assert at.loc[(3, 10), "break_even_length"] == pytest.approx(2.1)
+    assert at.loc[(3, 10), "round_cost_ratio"] == pytest.approx(2.0)
+    assert at.loc[(2, 10), "label"] == "no round is cheap enough here (not even at L 3.5)"
+    speedups = pd.DataFrame([
+        {"arm": "drafter", "task": "chat", "concurrency": 2, "tokens_per_round": 3.1},
+        {"arm": "drafter", "task": "chat", "concurrency": 10, "tokens_per_round": 2.6},
+        {"arm": "weak", "task": "chat", "concurrency": 2, "tokens_per_round": 1.36},
+        {"arm": "weak", "task": "chat", "concurrency": 10, "tokens_per_round": 1.36}])
+    placed = {(p["arm"], p["concurrency"]): p for p in drafter_placements(study, speedups, breaks)}
+    assert placed[("drafter", 2)]["label"] == "pays: every L measured pays, from 1.5 (reaches 3.10)"
+    assert placed[("drafter", 10)]["label"] == "pays: needs 2.10, reaches 2.60"
+    assert placed[("weak", 2)]["status"] == "unknown"  # 1.36 is below every L measured
+    assert placed[("weak", 10)]["status"] == "does_not_pay"
+    # From 2 to 10 users the drafter needs 0.6 more (at most 1.5 -> 2.1) and reaches 0.5
+    # less: the round's cost took more of its gain than its acceptance did.
+    (line,) = loss_of_gain(list(placed.values()))  # the weak one is not placed at 2 users
+    assert line == ("drafter / chat, c=2 -> c=10: needs at most 1.50 -> 2.10, reaches 3.10"
+                    " -> 2.60: the gain falls with load for the round's cost")
+    placed[("drafter", 10)]["reaches"] = 2.2
+    (line,) = loss_of_gain(list(placed.values()))
+    assert line.endswith("reaches 3.10 -> 2.20: the gain falls with load for its acceptance")

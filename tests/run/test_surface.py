@@ -1,0 +1,109 @@
+"""The round-cost surface as a registered stage, end to end on the scripted engine, whose
+round cost is declared (examples/scripted-surface.yaml): the surface's cost ratios and
+break-even acceptance lengths match the declaration within 2 %, a drafter above and one
+below break-even are labelled pays and does not pay, and the report has its page
+(issue 32, parts 2, 3, 5 and 6). And `specbench plan` on the registered study with a
+surface says what that stage would cost on the H100."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pandas as pd
+import pytest
+import yaml
+
+from harness.analysis.load import load_study_json
+from harness.rundir.manifest import read_manifest
+from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
+
+EXAMPLE = ROOT / "examples" / "scripted-surface.yaml"
+# The declaration (examples/scripted-surface.yaml): 10 ms a step up to 20 verified tokens,
+# 0.5 ms a token above; a prompt costs nothing extra; 48 tokens a request.
+MEMORY_S, TOKEN_S, MAX_TOKENS = 0.010, 0.0005, 48
+
+
+def declared_cost(k: int, users: int, length: float) -> float:
+    """A round's cost over a plain step at the decode batch the closed loop delivers:
+    each request sits out two steps of its R rounds (the step its answer ends in, the one
+    that admits the next), so R / (R + 2) of the users are verified in a round."""
+    rounds = MAX_TOKENS / length
+    decoding = users * rounds / (rounds + 2)
+    return max(MEMORY_S, TOKEN_S * (k + 1) * decoding) / max(MEMORY_S, TOKEN_S * decoding)
+
+
+def declared_break_even(k: int, users: int, lengths: list[float]) -> float:
+    speedups = [length / declared_cost(k, users, length) for length in lengths]
+    for i in range(1, len(lengths)):
+        (l0, s0), (l1, s1) = (lengths[i - 1], speedups[i - 1]), (lengths[i], speedups[i])
+        if s0 < 1.0 <= s1:
+            return l0 + (1.0 - s0) / (s1 - s0) * (l1 - l0)
+    raise AssertionError(f"the declaration has no break-even at k={k}, c={users}")
+
+
+@pytest.mark.timing
+def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_drafter(tmp_path):
+    results, reports = tmp_path / "results", tmp_path / "reports"
+    specbench("run", str(EXAMPLE), "--results", str(results), "--reports", str(reports))
+    run = run_folder(results)
+
+    # Stage 4 ran after the registered stages, one engine start per control arm.
+    manifest = read_manifest(run / "manifest.json")
+    surface_arms = [a for a in manifest.engines if a.startswith("surface-")]
+    assert sorted(surface_arms) == ["surface-k2-L1.25", "surface-k2-L2.25", "surface-k3-L1.25",
+                                    "surface-k3-L2.25", "surface-k3-L3.25"]
+    assert all(len(manifest.engines[a]) == 1 for a in surface_arms)
+    study = load_study_json(run)  # read back: the registration's arms, no generated ones
+    assert [a.name for a in study.arms] == ["base", "drafter", "weak"]
+
+    cells = pd.read_csv(run / "surface_cells.csv")
+    assert len(cells) == 10 and (cells["status"] == "ok").all(), cells
+    for r in cells.itertuples():
+        want = declared_cost(r.k, r.concurrency, r.acceptance_length)
+        assert r.round_cost_ratio == pytest.approx(want, rel=0.02), (r.arm, r.concurrency, want)
+
+    surface = pd.read_csv(run / "surface.csv").set_index(["k", "concurrency"])
+    assert list(surface.loc[(2, 2), ["status"]]) == ["below_measured"]  # one plain step
+    assert list(surface.loc[(3, 2), ["status"]]) == ["below_measured"]
+    for k, lengths in ((2, [1.25, 2.25]), (3, [1.25, 2.25, 3.25])):
+        row = surface.loc[(k, 10)]
+        assert row["status"] == "located", row
+        assert row["break_even_length"] == pytest.approx(
+            declared_break_even(k, 10, lengths), rel=0.02), k
+
+    verdict = verdict_of(run)
+    placed = {(p["arm"], p["concurrency"]): p for p in verdict["surface"]["placements"]}
+    assert placed[("drafter", 10)]["status"] == "pays"  # ~3 tokens a round, needs ~1.85
+    assert placed[("weak", 10)]["status"] == "does_not_pay"  # 1.3 a round, needs ~1.4
+    assert placed[("weak", 10)]["label"].startswith("does not pay: needs 1.4")
+    assert placed[("weak", 2)]["status"] == "pays"  # every L measured pays at 2 users
+    assert all(line.endswith("the gain falls with load for the round's cost")
+               for line in verdict["surface"]["loss_of_gain"]), verdict["surface"]
+    assert {b["name"]: b["status"] for b in verdict["bars"]}["pass.speed"] == "pass"
+    # No bar reads the surface: the best drafter is a registered one.
+    speed = next(b for b in verdict["bars"] if b["name"] == "pass.speed")
+    assert speed["evidence"]["tasks"]["chat"]["best_drafter"] == "drafter"
+
+    pdf = reports / f"{run.name}.pdf"
+    text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True,
+                          text=True, check=True, timeout=120).stdout
+    assert "The round-cost surface: task chat" in text
+    assert "weak (k=2) c=10: does not pay: needs 1.4" in text
+
+
+def test_plan_says_what_a_surface_would_cost_on_the_registered_h100(tmp_path):
+    shutil.copytree(ROOT / "arms", tmp_path / "arms")
+    data = yaml.safe_load((ROOT / "prereg.yaml").read_text())
+    data["surface"] = {"drafter": "vllm-eagle3", "k": [1, 3, 5], "acceptance_length": [1.5, 2.5, 3.5],
+                       "concurrency": [1, 4, 16, 64], "tasks": ["chat"]}
+    path = tmp_path / "prereg.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = specbench("plan", str(path)).stdout
+    (line,) = [x for x in out.splitlines() if x.startswith("round-cost surface")]
+    assert "7 control arms of vllm-eagle3" in line and "28 cells, estimated" in line, line
+    assert "of the GPU time below" in line
+    planned = json.loads(specbench("plan", str(path), "--format", "json").stdout)
+    assert planned["surface"]["cells"] == 28 and planned["surface"]["estimated_gpu_seconds"] > 0
+    assert sum(1 for c in planned["cells"] if c["stage"] == 4) == 28
