@@ -52,5 +52,5 @@ fi
 trap - EXIT
 export SPECBENCH_VLLM_CPU_PYTHON=${SPECBENCH_VLLM_CPU_PYTHON:-$(.venv/bin/specbench engines path vllm-cpu)}
 echo "== phase 2: the tests that need the machine alone ($serial), one at a time"
-phase -m "$serial" "$@" || status=$?
+phase -m "$serial" --durations=25 "$@" || status=$?  # the slowest, for the suite's budget
 exit "$status"
