@@ -40,7 +40,7 @@ phase() {  # pytest's status; 5 (nothing selected, e.g. a path in the other phas
 serial="vllm or timing or alone"
 status=0
 echo "== phase 1: the tests a neighbour cannot disturb, $workers at a time (the engine installs meanwhile)"
-phase -m "not ($serial)" -n "$workers" --dist loadfile --no-loadscope-reorder "$@" || status=$?
+phase -m "not ($serial)" -n "$workers" --dist loadfile --no-loadscope-reorder --durations=15 "$@" || status=$?
 
 if ! wait "$engine_setup"; then
   cat "$engine_log" >&2

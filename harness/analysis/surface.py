@@ -245,15 +245,108 @@ def loss_of_gain(placements: list[dict]) -> list[str]:
     return lines
 
 
+def proposed_schedule(study: Study, cells: pd.DataFrame, breaks: pd.DataFrame,
+                      speedups: pd.DataFrame) -> list[dict]:
+    """Per task and surface level, the k the surface's drafter would best run there:
+    its own per-position acceptance at that level (the engine's counters,
+    accept_rate_pos<i> of its speed cell) gives the tokens a round of every k up to its
+    own, E(k) = 1 + sum of the first k rates; the surface gives that k's round cost; the
+    predicted speedup E(k) / cost, its interval from the cost's. k = 0 (no drafts) is 1.0.
+    Only the k on the surface and at most the drafter's own are candidates."""
+    surface = study.surface
+    if surface is None or breaks.empty:
+        return []
+    arm = study.arm(surface.drafter)
+    assert arm.drafter is not None
+    own_k = arm.drafter.num_draft_tokens
+    out = []
+    for task in study.surface_tasks():
+        for c in surface.concurrency:
+            rows = cells[(cells["arm"] == arm.name) & (cells["task"] == task)
+                         & (cells["kind"] == "speed") & (cells["concurrency"] == c)
+                         & cells["rerun_of"].isna()]
+            rates = _position_rates(rows, own_k)
+            entry: dict = {"task": task, "concurrency": c, "candidates": {"0": 1.0}}
+            if rates is None:
+                out.append(entry | {"k": None, "predicted_speedup": None, "ci_lower": None,
+                                    "ci_upper": None, "own_k_measured": None,
+                                    "label": f"{arm.name}'s per-position"
+                                    f" acceptance at {c} users is not measured"})
+                continue
+            best = {"k": 0, "predicted_speedup": 1.0, "ci_lower": 1.0, "ci_upper": 1.0}
+            for k in (k for k in surface.k if k <= own_k):
+                at = breaks[(breaks["task"] == task) & (breaks["k"] == k)
+                            & (breaks["concurrency"] == c)]
+                if at.empty or pd.isna(at["round_cost_ratio"].iloc[0]):
+                    continue
+                tokens = 1.0 + sum(rates[:k])
+                cost = float(at["round_cost_ratio"].iloc[0])
+                point = tokens / cost
+                entry["candidates"][str(k)] = round(point, 4)
+                if point > best["predicted_speedup"]:
+                    hi_cost, lo_cost = (at["round_cost_ratio_ci_upper"].iloc[0],
+                                        at["round_cost_ratio_ci_lower"].iloc[0])
+                    best = {"k": k, "predicted_speedup": point,
+                            "ci_lower": tokens / float(hi_cost) if pd.notna(hi_cost) else None,
+                            "ci_upper": tokens / float(lo_cost) if pd.notna(lo_cost) else None}
+            label = (f"k={best['k']}: predicted x{best['predicted_speedup']:.2f}"
+                     if best["k"] else "k=0: no k on the surface is predicted to pay; do not draft")
+            # The one k a registered cell measured: the drafter's own.
+            mine = speedups[(speedups["arm"] == arm.name) & (speedups["task"] == task)
+                            & (speedups["concurrency"] == c) & (speedups["status"] == "ok")]
+            own = entry["candidates"].get(str(own_k))
+            measured = float(mine["speedup"].iloc[0]) if len(mine) else None
+            entry["own_k_measured"] = measured
+            if own is not None and measured is not None:
+                label += f"; at its own k={own_k}: predicted x{own:.2f}, measured x{measured:.2f}"
+            out.append(entry | best | {"label": label})
+    return out
+
+
+def _position_rates(rows: pd.DataFrame, k: int) -> list[float] | None:
+    if rows.empty:
+        return None
+    row = rows.iloc[0]
+    rates = [row.get(f"accept_rate_pos{i}") for i in range(1, k + 1)]
+    if any(r is None or pd.isna(r) for r in rates):
+        return None
+    return [float(r) for r in rates]
+
+
+def schedule_ranges(schedule: list[dict], task: str) -> list[tuple[int, int | None, int]]:
+    """One task's schedule as inclusive batch-size ranges from 1: each level's k up to
+    that level, the last one open; neighbours with the same k merged."""
+    rows = sorted((r for r in schedule if r["task"] == task and r["k"] is not None),
+                  key=lambda r: r["concurrency"])
+    ranges: list[tuple[int, int | None, int]] = []
+    start = 1
+    for i, r in enumerate(rows):
+        end = None if i == len(rows) - 1 else r["concurrency"]
+        if ranges and ranges[-1][2] == r["k"]:
+            ranges[-1] = (ranges[-1][0], end, r["k"])
+        else:
+            ranges.append((start, end, r["k"]))
+        start = r["concurrency"] + 1
+    return ranges
+
+
 def surface_summary(a: Analysis) -> dict:
     """verdict.json's `surface` (outside the bars)."""
     study = a.run.study
     assert study.surface is not None
     rows = a.surface.astype(object).where(pd.notna(a.surface), None).to_dict(orient="records")
+    schedule = proposed_schedule(study, a.cells, a.surface, a.speedups)
+    arm = study.arm(study.surface.drafter)
+    from harness.engines import get_engine_kind
+
+    kind = get_engine_kind(arm.engine)
+    settings = {task: kind.k_schedule_setting(arm, ranges)
+                for task in study.surface_tasks() if (ranges := schedule_ranges(schedule, task))}
     return {"drafter": study.surface.drafter, "break_even": rows,
-            "placements": a.placements, "loss_of_gain": loss_of_gain(a.placements)}
+            "placements": a.placements, "loss_of_gain": loss_of_gain(a.placements),
+            "schedule": schedule, "schedule_settings": settings}
 
 
 __all__ = ["BREAK_EVEN_COLUMNS", "SURFACE_COLUMNS", "BreakEven", "break_even",
-           "break_even_table", "drafter_placements", "loss_of_gain", "surface_summary",
-           "surface_table"]
+           "break_even_table", "drafter_placements", "loss_of_gain", "proposed_schedule",
+           "schedule_ranges", "surface_summary", "surface_table"]

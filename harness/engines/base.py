@@ -127,6 +127,12 @@ class EngineKind(ABC):
         (None: it never paid) in a deployment, or why there is none."""
         return f"{self.name}: no batch-size gate for speculation known to specbench"
 
+    def k_schedule_setting(self, arm: Arm, ranges: list[tuple[int, int | None, int]]) -> str:
+        """The engine's own setting for draft tokens by running batch size: inclusive
+        (first, last, k) ranges from batch 1, the last open (None), k = 0 drafting
+        nothing; or why this engine has none."""
+        return f"{self.name}: no per-batch-size k schedule known to specbench"
+
     def dialect_for(self, arm: Arm) -> Dialect:
         """The /metrics dialect this arm's engine speaks (a kind may decide per arm)."""
         return self.metrics_dialect

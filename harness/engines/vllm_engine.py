@@ -88,6 +88,14 @@ class VllmKind(EngineKind):
 
     def speculation_gate(self, arm: Arm, up_to: int | None) -> str:
         return _vllm_gate(arm, up_to)
+
+    def k_schedule_setting(self, arm: Arm, ranges: list[tuple[int, int | None, int]]) -> str:
+        # vllm/config/speculative.py:491: inclusive (start, end, k) ranges; k = 0 drafts
+        # nothing (vllm/v1/spec_decode/dynamic/utils.py); dropped under data parallelism.
+        entries = ", ".join(f"[{lo}, {hi if hi is not None else '<max_num_seqs>'}, {k}]"
+                            for lo, hi, k in ranges)
+        return (f"vLLM 0.32 --speculative-config: \"num_speculative_tokens_per_batch_size\":"
+                f" [{entries}] (ignored with data parallelism)")
     metrics_dialect: ClassVar[Dialect] = "vllm"
     engine_module: ClassVar[str] = "vllm"
     expected_version: ClassVar[str | None] = "0.32"

@@ -87,6 +87,14 @@ def _task_page(pdf: PdfPages, a: Analysis, verdict: Verdict, task: str) -> None:
     lines += [f"  {p.arm} (k={p.k}) c={p.concurrency}: {p.label}"
               for p in verdict.surface.placements if p.task == task]
     lines += [f"  {line}" for line in verdict.surface.loss_of_gain if f" / {task}," in line]
+    lines += [f"k schedule proposed for {study.surface.drafter} (its own per-position acceptance"
+              " over each k's round cost; not verified by a run):"]
+    lines += [f"  c={r.concurrency}: {r.label}"
+              + (f" [{_num(r.ci_lower)}, {_num(r.ci_upper)}]" if r.k else "")
+              + "; " + ", ".join(f"k={k} x{v:.2f}" for k, v in r.candidates.items())
+              for r in verdict.surface.schedule if r.task == task]
+    if task in verdict.surface.schedule_settings:
+        lines.append(f"  setting: {verdict.surface.schedule_settings[task]}")
     text.text(0.0, 1.0, "\n".join(wrap_lines(lines, 150)[:24]), va="top", ha="left",
               fontdict=MONO, transform=text.transAxes)
     save(pdf, fig)

@@ -103,6 +103,10 @@ def surface_lines(verdict: Verdict) -> list[str]:
     out = ["", f"Round-cost surface ({s.drafter}'s engine at set acceptance; read by no bar):"]
     out += [f"  {p.arm} / {p.task} c={p.concurrency}: {p.label}" for p in s.placements]
     out += [f"  {line}" for line in s.loss_of_gain]
+    out += [f"  k schedule for {s.drafter} / {r.task} c={r.concurrency}: {r.label}"
+            for r in s.schedule]
+    out += [f"  as {task}'s engine setting: {setting}" for task, setting in
+            s.schedule_settings.items()]
     return out
 
 

@@ -63,9 +63,12 @@ def folder_files(folder: Path, root: Path) -> dict[str, bytes]:
 
 
 def shard_study(study: Study, shard: Shard) -> Study:
-    """The study with the shard's arms only (its smoke and pre-flight cover those)."""
+    """The study with the shard's arms only (its smoke and pre-flight cover those); the
+    round-cost surface goes with the shard that holds the drafter arm it copies."""
     arms = set(shard.arms)
-    return study.model_copy(update={"arms": [a for a in study.arms if a.name in arms]})
+    surface = study.surface if study.surface and study.surface.drafter in arms else None
+    return study.model_copy(update={"arms": [a for a in study.arms if a.name in arms],
+                                    "surface": surface})
 
 
 class ShardWorker:

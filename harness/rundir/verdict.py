@@ -143,6 +143,20 @@ class Placement(RunRecord):
     label: str
 
 
+class ScheduleRow(RunRecord):
+    """The k the surface's drafter would best run at one level, predicted."""
+
+    task: str
+    concurrency: int
+    k: int | None  # None: its per-position acceptance there is not measured
+    predicted_speedup: float | None
+    ci_lower: float | None
+    ci_upper: float | None
+    candidates: dict[str, float]  # k -> predicted speedup ("0": no drafts, 1.0)
+    own_k_measured: float | None  # the drafter's measured speedup there, at its own k
+    label: str
+
+
 class SurfaceSummary(RunRecord):
     """The round-cost surface, outside the bars: read by none of them."""
 
@@ -152,6 +166,10 @@ class SurfaceSummary(RunRecord):
     # Per drafter and task: whether its gain fell with load for its acceptance or for
     # the round's cost (harness.analysis.surface.loss_of_gain).
     loss_of_gain: list[str]
+    # The k schedule proposed from the surface (harness.analysis.surface.proposed_schedule)
+    # and, per task, the drafter engine's own setting for it (or why it has none).
+    schedule: list[ScheduleRow]
+    schedule_settings: dict[str, str]
 
 
 class Verdict(RunRecord):

@@ -11,7 +11,15 @@ import pandas as pd
 import pytest
 import yaml
 
-from harness.analysis.surface import break_even, break_even_table, drafter_placements, loss_of_gain
+from harness.analysis.surface import (
+    break_even,
+    break_even_table,
+    drafter_placements,
+    loss_of_gain,
+    proposed_schedule,
+    schedule_ranges,
+)
+from harness.engines import get_engine_kind
 from harness.errors import InputError
 from harness.plan import plan_cells
 from harness.prereg import load_study
@@ -98,3 +106,34 @@ def test_each_real_drafter_is_placed_and_its_loss_of_gain_named():
     placed[("drafter", 10)]["reaches"] = 2.2
     (line,) = loss_of_gain(list(placed.values()))
     assert line.endswith("reaches 3.10 -> 2.20: the gain falls with load for its acceptance")
+
+
+def test_a_k_schedule_is_proposed_per_level_and_written_as_the_engines_setting():
+    study = load_study(EXAMPLE)
+    breaks = break_even_table(pd.DataFrame(
+        surface_rows(2, 2, [1.2, 2.2, 3.2], 1.0) + surface_rows(3, 2, [1.2, 2.2, 3.2], 1.0)
+        + surface_rows(2, 10, [0.8, 1.5, 2.2], 1.4) + surface_rows(3, 10, [0.6, 1.2, 1.7], 1.9)))
+    # The drafter's own (k = 3) per-position acceptance from the engine's counters.
+    cells = pd.DataFrame([
+        {"arm": "drafter", "task": "chat", "kind": "speed", "concurrency": c, "rerun_of": None,
+         "accept_rate_pos1": 0.9, "accept_rate_pos2": 0.7, "accept_rate_pos3": 0.5}
+        for c in (2, 10)])
+    speedups = pd.DataFrame([{"arm": "drafter", "task": "chat", "concurrency": 10,
+                              "status": "ok", "speedup": 1.65}])
+    rows = {r["concurrency"]: r for r in proposed_schedule(study, cells, breaks, speedups)}
+    # 2 users: every round one plain step, so the most drafts: k = 3, 3.1 tokens.
+    assert rows[2]["k"] == 3 and rows[2]["predicted_speedup"] == pytest.approx(3.1)
+    # 10 users: k = 2 gives 2.6 / 1.4 = 1.86, k = 3 gives 3.1 / 1.9 = 1.63.
+    assert rows[10]["k"] == 2 and rows[10]["predicted_speedup"] == pytest.approx(2.6 / 1.4)
+    assert rows[10]["candidates"] == {"0": 1.0, "2": round(2.6 / 1.4, 4), "3": round(3.1 / 1.9, 4)}
+    assert rows[10]["label"].endswith("at its own k=3: predicted x1.63, measured x1.65")
+    ranges = schedule_ranges(list(rows.values()), "chat")
+    assert ranges == [(1, 2, 3), (3, None, 2)]
+    vllm = get_engine_kind("vllm").k_schedule_setting(study.arm("drafter"), ranges)
+    assert vllm.endswith('"num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, <max_num_seqs>,'
+                         ' 2]] (ignored with data parallelism)')
+    # No k pays: do not draft there; neighbours with one k are one range.
+    assert schedule_ranges([{"task": "chat", "concurrency": 4, "k": 0},
+                            {"task": "chat", "concurrency": 16, "k": 0},
+                            {"task": "chat", "concurrency": 1, "k": 3}], "chat") == [
+        (1, 1, 3), (2, None, 0)]

@@ -81,6 +81,13 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
     assert placed[("weak", 2)]["status"] == "pays"  # every L measured pays at 2 users
     assert all(line.endswith("the gain falls with load for the round's cost")
                for line in verdict["surface"]["loss_of_gain"]), verdict["surface"]
+    # The k schedule: every round costs a plain step at 2 users, so the drafter's own k = 3;
+    # at 10, k = 2 (2.6 tokens over x1.4) beats k = 3 (3.1 over x1.8).
+    schedule = {r["concurrency"]: r for r in verdict["surface"]["schedule"]}
+    assert (schedule[2]["k"], schedule[10]["k"]) == (3, 2), schedule
+    assert schedule[10]["candidates"]["2"] > 1.05 * schedule[10]["candidates"]["3"]
+    assert verdict["surface"]["schedule_settings"] == {
+        "chat": "scripted: no per-batch-size k schedule known to specbench"}
     assert {b["name"]: b["status"] for b in verdict["bars"]}["pass.speed"] == "pass"
     # No bar reads the surface: the best drafter is a registered one.
     speed = next(b for b in verdict["bars"] if b["name"] == "pass.speed")
