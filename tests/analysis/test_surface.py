@@ -137,3 +137,15 @@ def test_a_k_schedule_is_proposed_per_level_and_written_as_the_engines_setting()
                             {"task": "chat", "concurrency": 16, "k": 0},
                             {"task": "chat", "concurrency": 1, "k": 3}], "chat") == [
         (1, 1, 3), (2, None, 0)]
+
+
+def test_a_surface_on_the_cpu_build_is_refused_with_its_reason(tmp_path):
+    """vLLM's CPU build has no synthetic acceptance: the demo's pair cannot carry one."""
+    data = yaml.safe_load((ROOT / "examples" / "cpu.yaml").read_text())
+    data["surface"] = {"drafter": "cpu-draft", "k": [2], "acceptance_length": [1.5, 2.5],
+                       "concurrency": [1, 2]}
+    path = tmp_path / "cpu.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match="surface.drafter: vLLM 0.32's CPU build has no"
+                                         " synthetic acceptance"):
+        load_study(path)
