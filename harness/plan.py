@@ -247,15 +247,17 @@ def cell_seconds(study: Study, cell: Cell, figures: RooflineFigures | None = Non
     return steps * roofline_step_s(study, per_step_tokens, figures=figures)
 
 
-def estimate(study: Study, cells: list[Cell], hardware: EffectiveHardware | None = None) -> Estimate:
+def estimate(study: Study, cells: list[Cell], hardware: EffectiveHardware | None = None,
+             smoke: bool = True) -> Estimate:
     """`hardware`: the roofline's inputs when the machine was calibrated (measured
-    figures, the registered ones beside); the registered figures by default."""
+    figures, the registered ones beside); the registered figures by default. `smoke`:
+    count the smoke stage's engine starts (False: a part of the plan, costed apart)."""
     # One engine runs at a time; it is restarted when the next cell's arm differs, and
     # for every repeated session.
     figures = hardware.used if hardware is not None else None
     engine_starts = len(engine_blocks(cells))
     # The smoke starts every arm once; the last one's engine serves the first cell.
-    smoke_starts = len(study.arms) - 1 if study.recording.smoke and cells else 0
+    smoke_starts = len(study.arms) - 1 if smoke and study.recording.smoke and cells else 0
     engine_starts += smoke_starts
     seconds = sum(cell_seconds(study, c, figures) for c in cells)
     seconds += engine_starts * study.plan_estimate.engine_start_s

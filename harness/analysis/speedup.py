@@ -111,6 +111,18 @@ def session_figures(drafter: list[CellData], baseline: list[CellData], study,
                            study.bars.decomposition.tolerance, (d_units, b_units), draws)
 
 
+def pair_figures(study, drafter: list[CellData], baseline: list[CellData], key: str) -> dict:
+    """A pair's figures over its sessions (session_figures), or why it has none: a cell
+    that is not usable, or the two arms measured in different numbers of sessions."""
+    bad = [x for x in (*drafter, *baseline) if not x.usable]
+    if bad:
+        return {"status": bad[0].status,
+                "reason": "; ".join(f"{x.id}: {x.status} ({x.reason})" for x in bad)}
+    if len(drafter) != len(baseline):
+        return {"status": "invalid", "reason": "the arms measured different numbers of sessions"}
+    return session_figures(drafter, baseline, study, key)
+
+
 def speedup_table(run: RunData) -> pd.DataFrame:
     """One row per drafter arm x speed task x concurrency level, whatever its state.
 
@@ -130,15 +142,7 @@ def speedup_table(run: RunData) -> pd.DataFrame:
                              "concurrency": c, "drafter_cell": dc.id, "baseline_cell": bc.id}
                 d_sessions, b_sessions = run.sessions_of(dc), run.sessions_of(bc)
                 row["sessions"] = len(d_sessions)
-                bad = [x for x in (*d_sessions, *b_sessions) if not x.usable]
-                if bad or len(d_sessions) != len(b_sessions):
-                    worst = bad[0] if bad else dc
-                    row["status"] = worst.status if bad else "invalid"
-                    row["reason"] = ("; ".join(f"{x.id}: {x.status} ({x.reason})" for x in bad)
-                                     or "the arms measured different numbers of sessions")
-                else:
-                    row.update(session_figures(d_sessions, b_sessions, study,
-                                                pair_key(dc, bc)))
+                row.update(pair_figures(study, d_sessions, b_sessions, pair_key(dc, bc)))
                 # Flagged, not judged here: recording.gpu_throttle decides whether such a
                 # cell was measured again (harness.derived.usable).
                 row["gpu_throttled_cells"] = _throttled(*d_sessions, *b_sessions)

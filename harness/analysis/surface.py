@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from harness.analysis.load import RunData
-from harness.analysis.speedup import pair_key, session_figures
+from harness.analysis.speedup import pair_figures, pair_key
 from harness.prereg.schema import Study
 
 if TYPE_CHECKING:
@@ -62,14 +62,10 @@ def surface_table(run: RunData) -> pd.DataFrame:
                         "concurrency": c, "k": arm.drafter.num_draft_tokens,
                         "acceptance_length": arm.drafter.synthetic.acceptance_length,
                         "drafter_cell": dc.id, "baseline_cell": bc.id}
-                    d_sessions, b_sessions = run.sessions_of(dc), run.sessions_of(bc)
-                    bad = [x for x in (*d_sessions, *b_sessions) if not x.usable]
-                    if bad:
-                        row["status"] = bad[0].status
-                        row["reason"] = "; ".join(f"{x.id}: {x.status} ({x.reason})" for x in bad)
-                    else:
-                        row.update(session_figures(d_sessions[:1], b_sessions[:1], study,
-                                                   pair_key(dc, bc)))
+                    # A surface cell is measured once: paired with the baseline's first
+                    # session (its only one outside repeated sessions).
+                    row.update(pair_figures(study, [dc], run.sessions_of(bc)[:1],
+                                            pair_key(dc, bc)))
                     rows.append(row)
     df = pd.DataFrame(rows)
     for col in SURFACE_COLUMNS:

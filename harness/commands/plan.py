@@ -79,15 +79,13 @@ def _surface_estimate(study: Study, cells: list, hardware: EffectiveHardware | N
     """The surface stage's share of the plan: its cells and their GPU time apart."""
     assert study.surface is not None
     mine = [c for c in cells if c.stage == 4]
-    est = estimate(study, mine, hardware) if mine else None
+    # Its cells and engine starts; no smoke: its arms are not smoked.
+    est = estimate(study, mine, hardware, smoke=False) if mine else None
     return {"drafter": study.surface.drafter, "k": study.surface.k,
             "acceptance_length": study.surface.acceptance_length,
             "concurrency": study.surface.concurrency, "tasks": study.surface_tasks(),
             "arms": len(study.surface_arms()), "cells": len(mine),
-            # its cells and engine starts (no smoke: its arms are not smoked)
-            "estimated_gpu_seconds": est.seconds - (len(study.arms) - 1
-                                                     if study.recording.smoke else 0)
-            * study.plan_estimate.engine_start_s if est else 0.0}
+            "estimated_gpu_seconds": est.seconds if est else 0.0}
 
 
 def run(args: argparse.Namespace) -> int:

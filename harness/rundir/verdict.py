@@ -21,6 +21,7 @@ from harness.errors import InputError
 from harness.rundir.manifest import (
     EVERY_KEY,
     FORMAT_VERSION,
+    ControlArmRecord,
     RunRecord,
     SkippedCell,
     validation_problem,
@@ -101,17 +102,6 @@ class HostRegimeLine(RunRecord):
     line: str
 
 
-class ControlArmLine(RunRecord):
-    arm: str
-    baseline: str | None
-    engine: str
-    method: str
-    num_draft_tokens: int
-    synthetic: dict[str, Any]
-    tokens_per_round: float
-    line: str
-
-
 class BreakEvenRow(RunRecord):
     """Per task, k and level: the round's cost over a plain step and the acceptance
     length at which the speedup's interval reaches 1.0 (harness.analysis.surface)."""
@@ -184,7 +174,7 @@ class Verdict(RunRecord):
     gpu_throttled_cells: list[ThrottledCell]
     skipped_cells: list[SkippedCell]
     speculation_pays: list[PaysRow]
-    control_arms: list[ControlArmLine]
+    control_arms: list[ControlArmRecord]  # as the manifest lists them
     host_regime: list[HostRegimeLine]
     surface: SurfaceSummary | None = None  # a study that registers `surface:`
     generated_wall: float
