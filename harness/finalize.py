@@ -1,5 +1,5 @@
 """One way to finish a run: analyse its folder once, write the tables and the verdict, and
-(when asked) the PDF report from that same analysis and verdict.
+(when asked) the PDF report and the HTML one beside it from that same analysis and verdict.
 
 `specbench run`, `analyse`, `report` and `rerun-baseline` all end here, so whatever
 finished a run, its folder holds the same files: verdict.json, cells.parquet|csv and
@@ -24,18 +24,22 @@ class FinishedRun:
     tables: list[Path]
     report: Path | None = None
     pages: int | None = None
+    html: Path | None = None  # the HTML report, beside the PDF
 
     @property
     def root(self) -> Path:
         return self.analysis.run.run_dir
 
     def with_report(self, out_pdf: str | Path) -> FinishedRun:
-        """The PDF report of this same analysis and verdict (never judged twice)."""
+        """The PDF report of this same analysis and verdict (never judged twice), and the
+        HTML report beside it (reports/<run>.pdf and reports/<run>.html)."""
         from harness.report.build import write_pdf
+        from harness.report.html_build import html_path, write_html
 
         out = Path(out_pdf)
         pages = write_pdf(self.analysis, self.verdict, out)
-        return FinishedRun(self.analysis, self.verdict, self.tables, out, pages)
+        html = write_html(self.analysis, self.verdict, html_path(out))
+        return FinishedRun(self.analysis, self.verdict, self.tables, out, pages, html)
 
 
 def finalize_run(run_dir: str | Path, study: Study | None = None,

@@ -9,6 +9,8 @@ Order (engines are started once per arm per stage):
   stage 3  per arm: open-loop cells at rates relative to the knee;
   stage 4  the round-cost surface (`surface:`): each of its control arms at its levels,
            paired with the baseline's stage 1-2 cells at the same levels.
+  stage 5  the k schedule the surface proposed, per task, at every registered level
+           (`surface.verify_schedule`).
 Stage 2 takes the arms in reverse order, so the arm that ends one stage begins
 the next and its engine is not restarted in between. Before stage 1 the runner's
 smoke stage (harness.run.smoke) starts every arm once, ending on the first cell's arm.
@@ -27,7 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from harness.calibration import EffectiveHardware, RooflineFigures, figure_text
-from harness.prereg.schema import Arm, Study, TaskSpec
+from harness.prereg.schema import SCHEDULE_PREFIX, Arm, Study, TaskSpec
 
 CellKind = Literal["speed", "identity", "accuracy", "open"]
 
@@ -141,6 +143,7 @@ def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
                          rate_relative=rate)
                 )
     cells.extend(surface_cells(study))
+    cells.extend(schedule_cells(study))
     return cells
 
 
@@ -152,6 +155,13 @@ def surface_cells(study: Study) -> list[Cell]:
     return [_speed_cell(study, arm, task, c, 4)
             for arm in study.surface_arms() for task in tasks
             for c in study.surface.concurrency]
+
+
+def schedule_cells(study: Study) -> list[Cell]:
+    """Stage 5 (surface.verify_schedule): each task's schedule arm at every registered
+    closed-loop level of that task, one engine each; its schedule is set after stage 4."""
+    return [_speed_cell(study, arm, study.task(arm.name.removeprefix(SCHEDULE_PREFIX)), c, 5)
+            for arm in study.schedule_arms() for c in study.loads.closed_loop.concurrency]
 
 
 def _identity_cells(arm: Arm, study: Study, sizes: dict[str, int], concurrency: int) -> list[Cell]:

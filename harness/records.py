@@ -69,6 +69,9 @@ class RequestRecord(RecordModel):
     item_id: str
     phase: Phase = "measure"
     user: int | None = None  # closed loop: which user sent it
+    # A multi-turn session's turn (1-based; None: a single-turn item). A later turn's
+    # item_id is `<item>#turn<n>` (harness.measure.requests.turn_item_id).
+    turn: int | None = None
     scheduled_t: float  # when the load pattern wanted it sent (closed loop: its user's
     # previous request ended)
     sent_t: float  # when the HTTP request actually left
@@ -392,3 +395,13 @@ def read_smoke_records(path: Path) -> list[SmokeArmCheck | SmokeIdentityCheck]:
                 loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
                 raise InputError(f"{path}: line {n}: field {loc}: {first['msg']}") from None
     return out
+
+
+def turn_item_id(item_id: str, turn: int) -> str:
+    """A later turn's own id (its texts compared and its records kept apart)."""
+    return item_id if turn == 1 else f"{item_id}#turn{turn}"
+
+
+def session_item_id(item_id: str) -> str:
+    """The item a request belongs to, whichever turn of its session it is."""
+    return item_id.split("#turn", 1)[0]

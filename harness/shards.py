@@ -69,15 +69,16 @@ class Shard:
                                        for u in data["units"]))
 
 
-# The plan's stages (harness.plan): 1-2 closed loop, 3 open loop, 4 the round-cost surface.
-STAGES = (1, 2, 3, 4)
+# The plan's stages (harness.plan): 1-2 closed loop, 3 open loop, 4 the round-cost surface,
+# 5 its k schedule verified.
+STAGES = (1, 2, 3, 4, 5)
 
 
 def engine_groups(study: Study) -> list[tuple[str, ...]]:
     """Each baseline arm with the drafter arms compared with it, in study order (the
     round-cost surface's arms with the baseline they are paired with)."""
     groups: dict[str, list[str]] = {}
-    for arm in [*study.arms, *study.surface_arms()]:
+    for arm in [*study.arms, *study.surface_arms(), *study.schedule_arms()]:
         root = arm.baseline or arm.name
         groups.setdefault(root, [])
         if arm.baseline is None:

@@ -50,6 +50,20 @@ if [ "${SPECBENCH_SKIP_ENGINE:-0}" = "1" ]; then
   exit 0
 fi
 
+# chromium opens the HTML report headless (its test checks every section renders). Here,
+# after the SKIP_ENGINE exit: scripts/test.sh installs it with the engine, in the
+# background of phase 1; its tests are in phase 2.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing chromium (headless, for the HTML report's test)" >&2
+    (apt-get install -y -q chromium >/dev/null 2>&1 ||
+      (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) ||
+      echo "setup: could not install chromium; the HTML report's browser test will fail" >&2
+  else
+    echo "setup: chromium not found; install Debian's chromium to check the HTML report" >&2
+  fi
+fi
+
 # vLLM and the harness never share an environment: the engine gets its own venv, made
 # by the harness's own installer from engines.lock.toml (uv where it is installed, pip
 # otherwise; a finished venv is reused; the first install is ~3.5 GB). The pin also

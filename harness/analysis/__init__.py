@@ -8,6 +8,7 @@ from harness.analysis.load import RunData, load_run
 from harness.analysis.open_loop import fleet_table, open_loop_reference_rps
 from harness.analysis.speedup import locate_knee
 from harness.analysis.stop_check import StopDecision, check_bar_targets, judge_stop
+from harness.analysis.surface import k_schedule_records
 from harness.analysis.tables import Analysis, analyse, write_tables
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "evaluate",
     "fleet_table",
     "judge_stop",
+    "k_schedule_records",
     "load_run",
     "locate_knee",
     "open_loop_reference_rps",

@@ -40,7 +40,9 @@ class RunTables:
 
     @property
     def level(self) -> float:
-        return float(((self.study.get("bars") or {}).get("intervals") or {}).get("level", 0.95))
+        # study.json holds the resolved study under "study" (beside its data digests).
+        study = self.study.get("study", self.study)
+        return float(((study.get("bars") or {}).get("intervals") or {}).get("level", 0.95))
 
 
 def read_run(root: Path) -> RunTables:

@@ -26,7 +26,8 @@ import pandas as pd
 
 from harness.analysis.load import RunData
 from harness.analysis.speedup import pair_figures, pair_key
-from harness.prereg.schema import Study
+from harness.prereg.schema import Study, schedule_arm_name
+from harness.rundir.manifest import KScheduleRecord, ScheduledLevel
 
 if TYPE_CHECKING:
     from harness.analysis.tables import Analysis
@@ -326,6 +327,117 @@ def schedule_ranges(schedule: list[dict], task: str) -> list[tuple[int, int | No
     return ranges
 
 
+SCHEDULE_COLUMNS = [
+    "arm", "baseline", "task", "concurrency", "k", "threshold", "predicted_speedup",
+    "predicted_ci_lower", "predicted_ci_upper", "status", "reason", "speedup", "ci_lower",
+    "ci_upper", "tokens_per_round", "round_cost_ratio", "collapse", "label", "drafter_cell",
+    "baseline_cell",
+]
+
+
+def k_schedule_records(a: Analysis, when: float) -> tuple[list[KScheduleRecord], dict[str, str]]:
+    """Per surface task, the k schedule the surface proposes (proposed_schedule) as the
+    verification arm runs it; and, per task it proposes none for, why."""
+    study = a.run.study
+    assert study.surface is not None
+    schedule = proposed_schedule(study, a.cells, a.surface, a.speedups)
+    template = study.arm(study.surface.drafter)
+    from harness.engines import get_engine_kind
+
+    kind = get_engine_kind(template.engine)
+    records, missing = [], {}
+    for task in study.surface_tasks():
+        rows = [r for r in schedule if r["task"] == task]
+        ranges = schedule_ranges(schedule, task)
+        if not ranges:
+            missing[task] = ("; ".join(r["label"] for r in rows)
+                             or "no surface level has a round cost measured")
+            continue
+        records.append(KScheduleRecord(
+            arm=schedule_arm_name(task), task=task, ranges=ranges,
+            levels=[ScheduledLevel(concurrency=r["concurrency"], k=r["k"],
+                                   predicted_speedup=r["predicted_speedup"],
+                                   ci_lower=r["ci_lower"], ci_upper=r["ci_upper"])
+                    for r in rows if r["k"] is not None],
+            setting=kind.k_schedule_setting(template, ranges), proposed_wall=when))
+    return records, missing
+
+
+def k_in(ranges: list[tuple[int, int | None, int]], batch: int) -> int:
+    for first, last, k in ranges:
+        if first <= batch and (last is None or batch <= last):
+            return k
+    return ranges[-1][2]
+
+
+def schedule_verification(run: RunData) -> pd.DataFrame:
+    """Stage 5: per task and registered level, the schedule arm's measured speedup over
+    the baseline beside the surface's prediction for the k in force there (1.0 where it
+    drafts nothing; none at a level off the surface that drafts). A threshold level is
+    the first whose k differs from the level below's; a collapse, a level measured
+    below surface.collapse_below x its prediction (its interval's upper bound)."""
+    study = run.study
+    rows = []
+    surface = study.surface
+    if surface is not None and surface.verify_schedule:
+        for record in run.manifest.k_schedules.values():
+            arm = study.arm(record.arm)
+            assert arm.baseline is not None
+            predicted = {lv.concurrency: lv for lv in record.levels}
+            before: int | None = None
+            for c in study.loads.closed_loop.concurrency:
+                k = k_in(record.ranges, c)
+                dc = run.find(arm.name, record.task, "speed", c)
+                bc = run.find(arm.baseline, record.task, "speed", c)
+                row: dict = {"arm": arm.name, "baseline": arm.baseline, "task": record.task,
+                             "concurrency": c, "k": k,
+                             "threshold": before is not None and k != before,
+                             "drafter_cell": dc.id, "baseline_cell": bc.id}
+                before = k
+                if c in predicted:
+                    lv = predicted[c]
+                    row.update(predicted_speedup=lv.predicted_speedup,
+                               predicted_ci_lower=lv.ci_lower, predicted_ci_upper=lv.ci_upper)
+                elif k == 0:  # no drafts: the baseline's speed, exactly
+                    row.update(predicted_speedup=1.0, predicted_ci_lower=1.0,
+                               predicted_ci_upper=1.0)
+                row.update(pair_figures(study, [dc], run.sessions_of(bc)[:1], pair_key(dc, bc)))
+                row["collapse"] = row.get("status") == "ok" and collapsed(
+                    row.get("ci_upper"), row.get("predicted_speedup"), surface.collapse_below)
+                row["label"] = _verified_label(row, surface.collapse_below)
+                rows.append(row)
+    df = pd.DataFrame(rows)
+    for col in SCHEDULE_COLUMNS:
+        if col not in df.columns:
+            df[col] = None
+    return df[SCHEDULE_COLUMNS]
+
+
+def collapsed(measured_upper: float | None, predicted: float | None, below: float) -> bool:
+    """A level collapsed: even its measured speedup's upper bound is below `below` x the
+    prediction (a level without either is not judged)."""
+    if measured_upper is None or predicted is None:
+        return False
+    return bool(measured_upper < below * predicted)
+
+
+def _verified_label(row: dict, collapse_below: float) -> str:
+    where = f"k={row['k']} at {row['concurrency']} users"
+    if row["threshold"]:
+        where += " (a threshold: k changes here)"
+    predicted = row.get("predicted_speedup")
+    said = (f"predicted x{predicted:.2f}" if predicted is not None
+            else "no prediction (not a surface level)")
+    if row.get("status") != "ok":
+        return f"{where}: {said}; not measured ({row.get('status')}: {row.get('reason')})"
+    measured = (f"measured x{row['speedup']:.2f} [{row['ci_lower']:.2f}, {row['ci_upper']:.2f}]")
+    line = f"{where}: {said}, {measured}"
+    if row["collapse"]:
+        line += (f"; COLLAPSE: below {collapse_below:g} x the prediction (the failure"
+                 " vllm#49548 reports at a schedule's threshold)")
+    return line
+
+
 def surface_summary(a: Analysis) -> dict:
     """verdict.json's `surface` (outside the bars)."""
     study = a.run.study
@@ -338,11 +450,16 @@ def surface_summary(a: Analysis) -> dict:
     kind = get_engine_kind(arm.engine)
     settings = {task: kind.k_schedule_setting(arm, ranges)
                 for task in study.surface_tasks() if (ranges := schedule_ranges(schedule, task))}
+    verified = a.schedule.astype(object).where(pd.notna(a.schedule), None)
     return {"drafter": study.surface.drafter, "break_even": rows,
             "placements": a.placements, "loss_of_gain": loss_of_gain(a.placements),
-            "schedule": schedule, "schedule_settings": settings}
+            "schedule": schedule, "schedule_settings": settings,
+            "verification": verified.to_dict(orient="records"),
+            "collapses": [r["label"] for r in verified.to_dict(orient="records")
+                          if r["collapse"]]}
 
 
-__all__ = ["BREAK_EVEN_COLUMNS", "SURFACE_COLUMNS", "BreakEven", "break_even",
-           "break_even_table", "drafter_placements", "loss_of_gain", "proposed_schedule",
-           "schedule_ranges", "surface_summary", "surface_table"]
+__all__ = ["BREAK_EVEN_COLUMNS", "SCHEDULE_COLUMNS", "SURFACE_COLUMNS", "BreakEven",
+           "break_even", "break_even_table", "collapsed", "drafter_placements", "k_in",
+           "k_schedule_records", "loss_of_gain", "proposed_schedule", "schedule_ranges",
+           "schedule_verification", "surface_summary", "surface_table"]

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from harness.analysis.accuracy import wilson_interval
+from harness.analysis.categories import category_table
 from harness.analysis.cells import cell_table
 from harness.analysis.identity import compare_identity
 from harness.analysis.load import RunData, load_run
 from harness.analysis.open_loop import fleet_table, open_loop_table
 from harness.analysis.predict import add_predictions
 from harness.analysis.speedup import knee_table, speedup_table
-from harness.analysis.surface import break_even_table, drafter_placements, surface_table
+from harness.analysis.surface import (
+    break_even_table,
+    drafter_placements,
+    schedule_verification,
+    surface_table,
+)
 from harness.calibration import run_hardware
 from harness.prereg.schema import Study
 
@@ -34,6 +40,11 @@ class Analysis:
     surface_cells: pd.DataFrame
     surface: pd.DataFrame
     placements: list[dict]
+    # The k schedule verified (surface.verify_schedule): per task and registered level,
+    # predicted against measured (analysis/surface.py schedule_verification).
+    schedule: pd.DataFrame
+    # SPEED-Bench tasks by category (analysis/categories.py; empty without such a task).
+    categories: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def identity_table(run: RunData) -> pd.DataFrame:
@@ -97,7 +108,8 @@ def analyse(run_dir: str | Path | RunData, study: Study | None = None) -> Analys
     surface = break_even_table(surface_cells)
     return Analysis(run, cells, speedups, knee_table(run, speedups), identity_table(run),
                     accuracy_table(run), open_table, fleet_table(run, open_table),
-                    surface_cells, surface, drafter_placements(run.study, speedups, surface))
+                    surface_cells, surface, drafter_placements(run.study, speedups, surface),
+                    schedule_verification(run), categories=category_table(run))
 
 
 def write_tables(analysis: Analysis) -> list[Path]:
@@ -107,6 +119,10 @@ def write_tables(analysis: Analysis) -> list[Path]:
     tables = [("cells", analysis.cells), ("speedups", analysis.speedups)]
     if analysis.run.study.surface is not None:
         tables += [("surface", analysis.surface), ("surface_cells", analysis.surface_cells)]
+        if analysis.run.study.surface.verify_schedule:
+            tables.append(("schedule", analysis.schedule))
+    if len(analysis.categories):
+        tables.append(("categories", analysis.categories))  # SPEED-Bench by category
     for name, df in tables:
         for ext in ("parquet", "csv"):
             path = analysis.run.run_dir / f"{name}.{ext}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from harness.commands.output import add_format_option, number_text, write_json, write_table
@@ -17,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_b", help="run id (under --results) or run folder")
     p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders are")
     add_format_option(p)
+    p.add_argument("--html", type=Path, metavar="PATH",
+                   help="also write the comparison as a self-contained HTML page there")
     p.set_defaults(func=run)
 
 
@@ -27,6 +30,12 @@ def run(args: argparse.Namespace) -> int:
     b = read_run(resolve_run(args.run_b, args.results))
     rows = compare_speedups(a, b)
     env = environment_differences(a, b)
+    if getattr(args, "html", None) is not None:
+        from harness.report.html_compare import compare_page
+        from harness.report.html_page import write_page
+
+        page = write_page(compare_page(rows, env, a.run_id, b.run_id, a.level), args.html)
+        print(f"html: {page}", file=sys.stderr)  # stdout stays the table, csv or json
     fmt = getattr(args, "format", "table")
     if fmt == "csv":
         write_table(list(rows.columns), rows.itertuples(index=False, name=None), fmt)

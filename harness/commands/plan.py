@@ -79,13 +79,19 @@ def _surface_estimate(study: Study, cells: list, hardware: EffectiveHardware | N
     """The surface stage's share of the plan: its cells and their GPU time apart."""
     assert study.surface is not None
     mine = [c for c in cells if c.stage == 4]
-    # Its cells and engine starts; no smoke: its arms are not smoked.
+    verify = [c for c in cells if c.stage == 5]
+    # Its cells and engine starts; no smoke: its arms are not smoked. The verification
+    # is costed at the drafter's own k (its schedule is not known before stage 4).
     est = estimate(study, mine, hardware, smoke=False) if mine else None
+    est_verify = estimate(study, verify, hardware, smoke=False) if verify else None
     return {"drafter": study.surface.drafter, "k": study.surface.k,
             "acceptance_length": study.surface.acceptance_length,
             "concurrency": study.surface.concurrency, "tasks": study.surface_tasks(),
             "arms": len(study.surface_arms()), "cells": len(mine),
-            "estimated_gpu_seconds": est.seconds if est else 0.0}
+            "estimated_gpu_seconds": est.seconds if est else 0.0,
+            "verify_schedule": {"arms": len(study.schedule_arms()), "cells": len(verify),
+                                "estimated_gpu_seconds": est_verify.seconds
+                                if est_verify else 0.0}}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,6 +157,13 @@ def run(args: argparse.Namespace) -> int:
                       f" {', '.join(s['tasks'])}: {s['cells']} cells, estimated"
                       f" {_hours(s['estimated_gpu_seconds'])} of the GPU time below",
                       markup=False)
+        if (v := s["verify_schedule"])["cells"]:
+            console.print(f"k schedule verification (stage 5, after the surface; read by no"
+                          f" bar): {v['arms']} arm{'s' if v['arms'] != 1 else ''} of {s['drafter']} running the"
+                          f" schedule"
+                          f" the surface proposes, at every registered level: {v['cells']}"
+                          f" cells, estimated {_hours(v['estimated_gpu_seconds'])} (at the"
+                          " drafter's own k)", markup=False)
     console.print(
         "stage 1 runs every arm's identity cells and speed cells at concurrency "
         f"{study.bars.stop.concurrencies} first; the stop bar is judged before stage 2."

@@ -1,4 +1,5 @@
-"""`specbench report RUN`: rebuild a run's tables, verdict and PDF report from its folder."""
+"""`specbench report RUN`: rebuild a run's tables, verdict and reports (the PDF, and the
+HTML one beside it) from its folder."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from harness.paths import REPORTS_DIR, RESULTS_DIR
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="rebuild a run's tables, verdict.json and PDF report")
+    p = sub.add_parser("report", help="rebuild a run's tables, verdict.json and reports (PDF, and HTML beside it)")
     p.add_argument("run", help="run id (under --results) or run folder")
-    p.add_argument("--out", type=Path, help="the PDF to write (default: reports/<run-id>.pdf)")
+    p.add_argument("--out", type=Path, help="the PDF to write (default: reports/<run-id>.pdf); the HTML report goes beside it")
     p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders are")
     p.set_defaults(func=run)
 
@@ -37,4 +38,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"table: {path}")
     print(f"verdict: {done.verdict.verdict} ({root / 'verdict.json'})")
     print(f"report: {out} ({done.pages} pages)")
+    print(f"html report: {done.html}")
     return 0

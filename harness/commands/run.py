@@ -107,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"table: {path}")
     if done.report is not None:
         console.print(f"report: {done.report}")
+    if done.html is not None:
+        console.print(f"html report: {done.html}")
     print(json.dumps({"run": str(store.root), "verdict": verdict.verdict}))
     return 0
 

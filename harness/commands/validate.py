@@ -13,6 +13,7 @@ from harness.prereg import LoadedStudy, load_study_file, seal_of
 from harness.prereg.drafter_base import base_line, check_drafter_bases
 from harness.prereg.pins import MARKER, pin_report
 from harness.prereg.schema import Study
+from harness.weights.datasets import dataset_problems
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +39,10 @@ def arm_rows(study: Study) -> list[list[object]]:
 def run(args: argparse.Namespace) -> int:
     loaded = load_study_file(args.file)
     study = loaded.study
+    # The seal hashes a hub-cache dataset's files: absent, the study cannot be sealed.
+    missing = dataset_problems(study, loaded)
+    if missing:
+        raise InputError(*missing)
     seal = seal_of(study)
     fmt = getattr(args, "format", "table")
     if fmt != "table":
@@ -76,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         )
     tasks = ", ".join(
         f"{t.name} ({t.kind}, {'/'.join(t.uses)}, max_tokens {t.max_tokens}"
+        + (f", {t.config}@{t.revision[:12]}" if t.config and t.revision else "")
+        + (f", categories {'/'.join(t.categories)}" if t.categories else "")
         + (f", subset {t.subset}" if t.subset else "")
         + ")"
         for t in study.tasks

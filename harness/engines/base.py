@@ -127,6 +127,11 @@ class EngineKind(ABC):
         (None: it never paid) in a deployment, or why there is none."""
         return f"{self.name}: no batch-size gate for speculation known to specbench"
 
+    def k_schedule_problem(self, arm: Arm) -> str | None:
+        """Why this kind cannot run a drafter's k schedule (drafter.k_schedule); None:
+        it can, and its command carries it (k_schedule_setting says how)."""
+        return f"engine {self.name!r} has no per-batch-size k schedule specbench knows"
+
     def k_schedule_setting(self, arm: Arm, ranges: list[tuple[int, int | None, int]]) -> str:
         """The engine's own setting for draft tokens by running batch size: inclusive
         (first, last, k) ranges from batch 1, the last open (None), k = 0 drafting

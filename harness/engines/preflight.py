@@ -33,6 +33,7 @@ from harness.engines.process import port_in_use
 from harness.engines.sglang_engine import SPECULATIVE_RUNNING_CAP, SglangKind
 from harness.engines.versions import probe_version
 from harness.errors import SpecbenchError
+from harness.weights.datasets import dataset_problems
 from harness.weights.record import weights_problems
 
 if TYPE_CHECKING:
@@ -107,7 +108,10 @@ def preflight(study: Study, arms: list[str] | None = None) -> list[str]:
         problem = results[("attach", arm.name)]
         if problem:
             problems[arm.name].append(problem)
-    return [f"arm {name!r}: {p}" for name, ps in problems.items() for p in ps]
+    # The tasks' hub-cache datasets (SPEED-Bench) are read offline, like the weights
+    # (not for one arm served alone: `serve` sends no task).
+    return ([f"arm {name!r}: {p}" for name, ps in problems.items() for p in ps]
+            + (dataset_problems(study) if arms is None else []))
 
 
 def require_preflight(study: Study, arms: list[str] | None = None) -> None:

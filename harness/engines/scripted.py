@@ -56,10 +56,20 @@ class ScriptedKind(EngineKind):
                 "accept_probs": conditional_rates(
                     d.synthetic.unconditional_rates(d.num_draft_tokens)),
                 "output_salt": spec.output_salt + SYNTHETIC_SALT})
+        if d is not None and d.k_schedule is not None:
+            spec = spec.model_copy(update={"k_schedule": list(d.k_schedule)})
         return spec
 
     def synthetic_problem(self, arm: Arm) -> str | None:
         return None
+
+    def k_schedule_problem(self, arm: Arm) -> str | None:
+        return None  # the spec's k_schedule: k chosen per step by the running batch
+
+    def k_schedule_setting(self, arm: Arm, ranges: list[tuple[int, int | None, int]]) -> str:
+        entries = ", ".join(f"[{lo}, {hi if hi is not None else 'null'}, {k}]"
+                            for lo, hi, k in ranges)
+        return f"scripted: drafter.k_schedule [{entries}] (the spec's k_schedule)"
 
     def drafter_precision(self, arm: Arm, study: Study) -> str:
         return "none (declared by the scripted spec; no weights)"

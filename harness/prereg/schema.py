@@ -167,6 +167,32 @@ class SyntheticAcceptance(Strict):
                 + f"] ({self.tokens_per_round(k):.3g} tokens a round)")
 
 
+# One range of a k schedule: batch sizes first..last (inclusive; None: open) draft k.
+KRange = tuple[PositiveInt, PositiveInt | None, Annotated[int, Field(ge=0)]]
+
+
+def k_schedule_problem(ranges: list[tuple[int, int | None, int]], max_k: int) -> str | None:
+    """What is wrong with a k schedule, or None: it covers every batch size from 1, in
+    order, without gaps or overlaps, the last range open, no k above max_k."""
+    if not ranges:
+        return "expected at least one [first, last, k] range"
+    expect = 1
+    for i, (first, last, k) in enumerate(ranges):
+        if first != expect:
+            return (f"range {i + 1} starts at batch {first}, expected {expect} (the ranges"
+                    " cover every batch size from 1, in order)")
+        if last is None and i != len(ranges) - 1:
+            return f"range {i + 1} is open (last null) but is not the last range"
+        if last is not None and last < first:
+            return f"range {i + 1} ends at {last}, before its first batch {first}"
+        if k > max_k:
+            return f"range {i + 1} drafts k={k}, above num_draft_tokens {max_k}"
+        expect = (last or first) + 1
+    if ranges[-1][1] is not None:
+        return "the last range must be open (last null), so every batch size has a k"
+    return None
+
+
 class Drafter(Strict):
     # specbench spelling, lowercase (ngram, eagle3, eagle, draft_model, dflash, mtp,
     # standalone, suffix, ...). Free text on purpose: the engine is the authority on
@@ -196,6 +222,11 @@ class Drafter(Strict):
     trained_against: str | None = None
     # A control arm: the engine accepts drafts by these chances, not by their content.
     synthetic: SyntheticAcceptance | None = None
+    # Draft tokens by running batch size: inclusive [first, last, k] ranges from batch 1,
+    # the last open (null), k = 0 drafting nothing, none above num_draft_tokens (vLLM
+    # 0.32's num_speculative_tokens_per_batch_size). The surface's verification arm
+    # carries the schedule the surface proposed (Study.schedule_arms).
+    k_schedule: list[KRange] | None = None
 
     @model_validator(mode="after")
     def _synthetic_fits(self) -> Drafter:
@@ -211,6 +242,18 @@ class Drafter(Strict):
         if self.expect is not None:
             raise ValueError("expect is for a drafter whose acceptance is measured; a synthetic"
                              " one's is set")
+        return self
+
+    @model_validator(mode="after")
+    def _k_schedule_fits(self) -> Drafter:
+        if self.k_schedule is None:
+            return self
+        problem = k_schedule_problem(self.k_schedule, self.num_draft_tokens)
+        if problem is not None:
+            raise ValueError(f"k_schedule: {problem}")
+        if self.synthetic is not None:
+            raise ValueError("k_schedule is for a drafter whose acceptance is measured; a"
+                             " control arm's round is costed at one k")
         return self
 
 
@@ -257,6 +300,13 @@ class Arm(Strict):
             problem = get_engine_kind(self.engine).synthetic_problem(self)
             if problem is not None:
                 raise ValueError(f"drafter.synthetic: {problem}")
+        if self.drafter is not None and self.drafter.k_schedule is not None:
+            if self.attach is not None:
+                raise ValueError("drafter.k_schedule needs the engine started by specbench"
+                                 " (launch): an attached engine's k is not ours to set")
+            problem = get_engine_kind(self.engine).k_schedule_problem(self)
+            if problem is not None:
+                raise ValueError(f"drafter.k_schedule: {problem}")
         return self
 
     @property
@@ -349,6 +399,16 @@ class HubSource(Strict):
     revision: str
     config: str | None = None  # the dataset's configuration (e.g. "main" for openai/gsm8k)
     split: str | None = None
+    # speed_bench: the categories kept, in the dataset's order (None: every one). Filled
+    # from the task's own `categories` (TaskSpec below), like config and revision.
+    categories: list[str] | None = None
+
+
+# SPEED-Bench (nvidia/SPEED-Bench): its configurations, from its dataset card.
+SPEED_BENCH_DATASET = "nvidia/SPEED-Bench"
+SpeedBenchConfig = Literal["qualitative", "throughput_1k", "throughput_2k", "throughput_8k",
+                           "throughput_16k", "throughput_32k"]
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
 class TaskSpec(Strict):
@@ -361,6 +421,16 @@ class TaskSpec(Strict):
     subset_seed: int = 0
     # Identity cells compare this many prompts (the first of the task's order).
     identity_items: PositiveInt = 32
+    # first: each item's first turn only. all: a multi-turn item (MT-Bench's two turns,
+    # SPEED-Bench's multi-turn rows) is one user session, each later turn sent after the
+    # answer before it arrives, with that answer in its messages; every turn a request.
+    turns: Literal["first", "all"] = "first"
+    # speed_bench only: the dataset's configuration, the categories kept (None: all) and
+    # the commit it is read at, from the hub cache (`specbench fetch` puts it there). They
+    # fill `source`, which the loaders read (harness/workloads/speed_bench.py).
+    config: SpeedBenchConfig | None = None
+    categories: list[str] | None = None
+    revision: str | None = None
 
     @field_validator("uses")
     @classmethod
@@ -373,10 +443,43 @@ class TaskSpec(Strict):
 
     @model_validator(mode="after")
     def _scorable(self) -> TaskSpec:
+        if self.turns == "all" and self.kind in SCORED_KINDS:
+            raise ValueError(f"turns: all is for multi-turn tasks (chat, speed_bench); a"
+                             f" {self.kind} item has one turn")
         if "accuracy" in self.uses and self.kind not in SCORED_KINDS:
             raise ValueError(
                 f"{self.kind} has no correctness scorer; it cannot have the accuracy use"
             )
+        return self
+
+    @field_validator("categories")
+    @classmethod
+    def _categories(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or len(set(v)) != len(v)):
+            raise ValueError("expected a non-empty list of distinct categories")
+        return v
+
+    @model_validator(mode="after")
+    def _speed_bench(self) -> TaskSpec:
+        own = {"config": self.config, "categories": self.categories, "revision": self.revision}
+        if self.kind != "speed_bench":
+            given = [k for k, v in own.items() if v is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)}: only a speed_bench task takes these")
+            return self
+        if self.config is None or self.revision is None:
+            raise ValueError("a speed_bench task needs config (e.g. qualitative) and revision"
+                             f" (the {SPEED_BENCH_DATASET} commit it is read at)")
+        if not _COMMIT.match(self.revision):
+            raise ValueError(f"revision {self.revision!r}: expected a 40-hex commit sha of"
+                             f" {SPEED_BENCH_DATASET} (a branch moves)")
+        source = HubSource(dataset=SPEED_BENCH_DATASET, revision=self.revision,
+                           config=self.config, split="test", categories=self.categories)
+        if self.source is not None and self.source != source:
+            raise ValueError("a speed_bench task names its data by config, categories and"
+                             " revision, not by source")
+        # Frozen model: set once here, so every loader reads the task through `source`.
+        object.__setattr__(self, "source", source)
         return self
 
 
@@ -569,6 +672,14 @@ class Surface(Strict):
     acceptance_length: Annotated[list[Annotated[float, Field(ge=1)]], Field(min_length=2)]
     concurrency: Annotated[list[PositiveInt], Field(min_length=1)]
     tasks: list[Name] | None = None  # None: every task with the speed use
+    # Stage 5: the k schedule proposed from the surface, run by the drafter's engine
+    # (`surface-schedule-<task>`, its drafter with drafter.k_schedule set once stage 4
+    # is measured) at every registered closed-loop level, its measured speedup beside
+    # the predicted one. A level whose measured speedup (its interval's upper bound) is
+    # below collapse_below x the predicted one is flagged a collapse (vllm#49548: a
+    # schedule's throughput falling apart at its batch-size threshold).
+    verify_schedule: bool = False
+    collapse_below: Annotated[float, Field(gt=0, le=1)] = 0.8
 
     @field_validator("k", "acceptance_length", "concurrency")
     @classmethod
@@ -586,6 +697,13 @@ SURFACE_PREFIX = "surface-"
 
 def surface_arm_name(k: int, length: float) -> str:
     return f"{SURFACE_PREFIX}k{k}-L{length:g}"
+
+
+SCHEDULE_PREFIX = f"{SURFACE_PREFIX}schedule-"
+
+
+def schedule_arm_name(task: str) -> str:
+    return f"{SCHEDULE_PREFIX}{task}"
 
 
 class PlanEstimate(Strict):
@@ -719,6 +837,19 @@ class Study(Strict):
                 out.append((("surface", "tasks", i), f"no task named {name!r} with the"
                             " speed use"))
         names = {a.name for a in self.arms}
+        if surface.verify_schedule:
+            for task in self.surface_tasks():
+                if schedule_arm_name(task) in names:
+                    out.append((("surface",), f"arm name {schedule_arm_name(task)!r} is"
+                                " the schedule verification's own; rename the registered arm"))
+                elif len(schedule_arm_name(task)) > 64:
+                    out.append((("surface", "verify_schedule"), f"task {task!r}: its"
+                                f" verification arm's name {schedule_arm_name(task)!r} is over"
+                                " 64 characters; shorten the task's name"))
+            if j is not None:
+                problem = get_engine_kind(self.arms[j].engine).k_schedule_problem(self.arms[j])
+                if problem is not None:
+                    out.append((("surface", "verify_schedule"), problem))
         for k in surface.k:
             for length in surface.lengths_at(k):
                 if surface_arm_name(k, length) in names:
@@ -751,12 +882,34 @@ class Study(Strict):
                                    f" acceptance set to {length:g}"}))
         return out
 
+    def schedule_arms(self, k_schedules: dict[str, list[KRange]] | None = None) -> list[Arm]:
+        """The schedule verification's arms (`surface.verify_schedule`), one per surface
+        task: the surface's drafter arm running, per running batch size, the k the
+        surface proposed for that task. The schedule is known only once stage 4 is
+        measured (the run keeps it in the manifest, `k_schedules`, by arm); without it
+        the arm is the drafter at its own k, which is what every reader but the engine
+        start needs (its baseline, engine, method and largest k)."""
+        if self.surface is None or not self.surface.verify_schedule:
+            return []
+        template = self.arm(self.surface.drafter)
+        assert template.drafter is not None
+        out = []
+        for task in self.surface_tasks():
+            name = schedule_arm_name(task)
+            drafter = template.drafter.model_copy(update={
+                "expect": None, "k_schedule": (k_schedules or {}).get(name)})
+            out.append(template.model_copy(update={
+                "name": name, "drafter": drafter,
+                "description": f"the k schedule proposed from the round-cost surface for"
+                               f" task {task}, run by {template.name}'s engine"}))
+        return out
+
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
             if arm.name == name:
                 return arm
         if name.startswith(SURFACE_PREFIX):
-            for arm in self.surface_arms():
+            for arm in [*self.surface_arms(), *self.schedule_arms()]:
                 if arm.name == name:
                     return arm
         raise KeyError(name)

@@ -12,18 +12,39 @@ def resolved_study(study: Study) -> dict:
     """The study with every default written out and arm files inlined, plus the
     sha256 of each data file its tasks read: what the seal is taken over."""
     from harness.workloads import data_digests
+    from harness.workloads.kinds import CACHED_KINDS
 
     data: dict[str, dict[str, str]] = {}
     for task in study.tasks:
-        if task.source is not None:
+        if task.kind in CACHED_KINDS:
+            # Read from the hub cache (never vendored): the bytes it holds at the revision.
+            data[task.name] = data_digests(task.kind, task.source)
+        elif task.source is not None:
             # A hub dataset is pinned by its revision; its bytes are not local.
             data[task.name] = {"hub": f"{task.source.dataset}@{task.source.revision}"}
         else:
             data[task.name] = data_digests(task.kind)
     return {
-        "study": study.model_dump(mode="json", by_alias=True),
+        "study": _speed_bench_fields_where_used(study.model_dump(mode="json", by_alias=True)),
         "data": data,
     }
+
+
+def _speed_bench_fields_where_used(study: dict) -> dict:
+    """The study without the task fields only speed_bench uses (config, categories,
+    revision, source.categories) where they are unset: a study without it keeps the seal
+    it had before they existed."""
+    from harness.workloads.kinds import CACHED_KINDS
+
+    for task in study.get("tasks", []):
+        if task.get("kind") in CACHED_KINDS:
+            continue
+        for key in ("config", "categories", "revision"):
+            if task.get(key) is None:
+                task.pop(key, None)
+        if isinstance(task.get("source"), dict) and task["source"].get("categories") is None:
+            task["source"].pop("categories", None)
+    return study
 
 
 def canonical_json(obj: object) -> str:

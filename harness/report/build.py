@@ -12,6 +12,7 @@ from harness.report.pages_acceptance import (
     consistency_page,
     three_figures_pages,
 )
+from harness.report.pages_categories import category_pages
 from harness.report.pages_decompose import decomposition_pages
 from harness.report.pages_gpu import gpu_pages
 from harness.report.pages_load import delivered_load_page
@@ -37,6 +38,7 @@ def write_pdf(a: Analysis, verdict: Verdict, out_pdf: Path) -> int:
             pages += speedup_pages(pdf, a)
             pages += interval_pages(pdf, a)
             pages += decomposition_pages(pdf, a)
+            pages += category_pages(pdf, a)
             pages += surface_pages(pdf, a, verdict)
             pages += speed_curve_pages(pdf, a)
             pages += acceptance_pages(pdf, a)

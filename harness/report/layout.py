@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import matplotlib
 
@@ -62,6 +63,25 @@ def text_pages(pdf: PdfPages, title: str, lines: Sequence[str], subtitle: str | 
     return pages
 
 
+@dataclass(frozen=True)
+class TextTable:
+    """A table's headers and formatted cells, as table_lines drew them."""
+    headers: list[str]
+    rows: list[list[str]]
+
+
+class TableLine(str):
+    """A line of a fixed-width table that still knows its table: a page's lines are built
+    by concatenating lists, and each line keeps this, so the HTML report draws the same
+    lines' tables as tables (html_text.py) while the PDF sees plain text."""
+    table: TextTable
+
+    def __new__(cls, text: str, table: TextTable) -> TableLine:
+        line = super().__new__(cls, text)
+        line.table = table
+        return line
+
+
 def table_lines(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     """A fixed-width text table."""
     cells = [[_fmt(v) for v in row] for row in rows]
@@ -69,7 +89,8 @@ def table_lines(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> lis
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
     out = [line, "-" * len(line)]
     out += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
-    return out
+    table = TextTable(list(headers), cells)
+    return [TableLine(text, table) for text in out]
 
 
 def _fmt(v: object) -> str:

@@ -142,6 +142,10 @@ def _shown(v) -> str:
 
 
 def three_figures_pages(pdf: PdfPages, a: Analysis) -> int:
+    return text_pages(pdf, "Acceptance: three figures side by side", three_figures_lines(a))
+
+
+def three_figures_lines(a: Analysis) -> list[str]:
     """Per drafter cell, the engine's tokens per drafting round from its counters and
     from its per-request figures, and the client's tokens per decode step, side by side;
     cells where they disagree beyond AGREE_WITHIN are flagged."""
@@ -176,4 +180,4 @@ def three_figures_pages(pdf: PdfPages, a: Analysis) -> int:
         lines.append("no complete drafter speed or open-loop cell")
     lines += ["", f"disagreements beyond {AGREE_WITHIN:.0%} ({len(flagged)}):"]
     lines += flagged or ["  none"]
-    return text_pages(pdf, "Acceptance: three figures side by side", lines)
+    return lines

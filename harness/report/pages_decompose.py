@@ -34,7 +34,6 @@ def _task_page(pdf: PdfPages, a: Analysis, task: str) -> None:
     study = a.run.study
     levels = study.loads.closed_loop.concurrency
     colours = arm_colours(a)
-    tol = study.bars.decomposition.tolerance
     fig = new_page(f"Why this speedup: task {task}",
                    "speedup = (tokens per round / baseline's) / (round time / plain step), from the"
                    " client's chunks (one chunk = one engine step); predicted = E[tokens] x"
@@ -83,13 +82,19 @@ def _task_page(pdf: PdfPages, a: Analysis, task: str) -> None:
     axes[0].axhline(1.0, color="black", lw=0.7)
     text = fig.add_subplot(grid[1, :])
     text.axis("off")
-    lines = _table(a, sp, tol)
+    lines = decomposition_lines(a, task)
     if len(lines) > ROWS_ON_PAGE + 8:  # the rest is in speedups.csv, never cut silently
         lines = lines[:ROWS_ON_PAGE + 7] + [f"... {len(lines) - ROWS_ON_PAGE - 7} more lines:"
                                             " speedups.csv has every row and note"]
     text.text(0, 1, "\n".join(lines), va="top", ha="left",
               fontdict={**MONO, "size": 7}, transform=text.transAxes, linespacing=1.3)
     save(pdf, fig)
+
+
+def decomposition_lines(a: Analysis, task: str) -> list[str]:
+    """The task's table per drafter and level, what moved it, and the notes."""
+    sp = a.speedups[(a.speedups["task"] == task) & (a.speedups["status"] == "ok")]
+    return _table(a, sp, a.run.study.bars.decomposition.tolerance)
 
 
 def _table(a: Analysis, sp, tol: float) -> list[str]:

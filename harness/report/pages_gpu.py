@@ -64,6 +64,14 @@ def _shade_cells(axes, ok, minutes) -> None:
 
 
 def _cell_table(pdf: PdfPages, a: Analysis) -> int:
+    return text_pages(pdf, "GPU telemetry per cell", gpu_cell_lines(a), CELL_SUBTITLE)
+
+
+CELL_SUBTITLE = "clocks in MHz, power in W, temperature in C, utilization in %"
+
+
+def gpu_cell_lines(a: Analysis) -> list[str]:
+    """Per cell with GPU readings: clocks, power, temperature, throttling."""
     cells = a.cells[a.cells["gpu_samples"].fillna(0) > 0]
     rows = []
     for r in cells.itertuples():
@@ -78,8 +86,7 @@ def _cell_table(pdf: PdfPages, a: Analysis) -> int:
                 else "a cell measured while the GPU throttled is flagged and still used)"), ""]
     lines += table_lines(["cell", "status", "samples", "SM p50", "SM min", "W p50", "W max",
                           "W limit", "C max", "util p50", "throttled"], rows)
-    return text_pages(pdf, "GPU telemetry per cell", lines,
-                      "clocks in MHz, power in W, temperature in C, utilization in %")
+    return lines
 
 
 def _flag(throttled, reasons, n) -> str:

@@ -14,6 +14,13 @@ _COLUMNS = ("delivered_concurrency", "delivered_share", "turnaround_p50_ms",
 
 
 def delivered_load_page(pdf: PdfPages, a: Analysis) -> int:
+    return text_pages(pdf, "Delivered load", delivered_load_lines(a), SUBTITLE)
+
+
+SUBTITLE = "registered users vs requests kept in flight, per closed-loop cell"
+
+
+def delivered_load_lines(a: Analysis) -> list[str]:
     """One row per closed-loop cell: registered users, requests kept in flight, and the
     users' turnaround. A cell below the registered share is invalid (and was remeasured)."""
     cells = a.cells[a.cells["concurrency"].notna() & (a.cells["kind"] != "open")]
@@ -33,5 +40,4 @@ def delivered_load_page(pdf: PdfPages, a: Analysis) -> int:
              f" p99, is invalid and measured again.", ""]
     lines += table_lines(["cell", "users", "delivered", "share", "turn p50 ms", "turn p99 ms",
                           "turn max ms", "status"], rows) if rows else ["no closed-loop cells"]
-    return text_pages(pdf, "Delivered load", lines,
-                      "registered users vs requests kept in flight, per closed-loop cell")
+    return lines

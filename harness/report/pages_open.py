@@ -56,6 +56,18 @@ def open_loop_page(pdf: PdfPages, a: Analysis) -> int:
         qax.set_xlabel("offered rate (requests/s)")
         qax.set_ylabel("client queueing\np99 (s)", fontsize=8)
         qax.grid(alpha=0.3)
+    fig.text(0.03, 0.32, "\n".join(fleet_lines(a)), va="top", ha="left",
+             fontdict={"family": "monospace", "size": 8}, linespacing=1.35)
+    save(pdf, fig)
+    return 1
+
+
+def fleet_lines(a: Analysis) -> list[str]:
+    """What one GPU sustains under the objective, and the GPUs a fleet needs."""
+    ol = a.run.study.loads.open_loop
+    assert ol is not None
+    obj = ol.objective
+    label = f"p{obj.percentile:g} {obj.metric.upper()}"
     fleet = a.fleet
     rows = []
     for r in fleet.itertuples():
@@ -67,10 +79,7 @@ def open_loop_page(pdf: PdfPages, a: Analysis) -> int:
              " sustainable rate)."), ""]
     lines += table_lines(["arm", "against", "sustainable req/s per GPU", "GPUs",
                           "baseline GPUs", "GPUs saved", "usable cells"], rows)
-    fig.text(0.03, 0.32, "\n".join(lines), va="top", ha="left",
-             fontdict={"family": "monospace", "size": 8}, linespacing=1.35)
-    save(pdf, fig)
-    return 1
+    return lines
 
 
 def _nan(v) -> bool:

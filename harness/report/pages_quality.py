@@ -43,6 +43,13 @@ def accuracy_pages(pdf: PdfPages, a: Analysis) -> int:
         ax.set_ylim(max(0, rows["ci_lower"].min() - 0.1) - 0.02,
                     min(1, rows["ci_upper"].max() + 0.1) + 0.02)
     save(pdf, fig)
+    return 1 + text_pages(pdf, "Accuracy: paired comparisons", paired_lines(a))
+
+
+def paired_lines(a: Analysis) -> list[str]:
+    """Each drafter against its baseline on the same items (exact McNemar)."""
+    judged = a.run.study.bars.pass_.accuracy
+    level = judged.level if judged else 0.95
     lines = [("Paired comparisons, each drafter arm (A) against its baseline (B) on the same items;"
              " exact McNemar p over the discordant pairs."), ""]
     rows_out = []
@@ -63,7 +70,7 @@ def accuracy_pages(pdf: PdfPages, a: Analysis) -> int:
                              f"{p.mcnemar_p:.3g}" + ("" if cmp.within else "  OUTSIDE")])
     lines += table_lines(["task", "arm A", "baseline B", "n", "acc A", "acc B", "B interval",
                           "both right", "only A", "only B", "both wrong", "McNemar p"], rows_out)
-    return 1 + text_pages(pdf, "Accuracy: paired comparisons", lines)
+    return lines
 
 
 def mismatch_where(m: dict) -> str:
@@ -89,6 +96,10 @@ def divergence_line(d: dict) -> str:
 
 
 def identity_pages(pdf: PdfPages, a: Analysis) -> int:
+    return text_pages(pdf, "Greedy identity", identity_lines(a))
+
+
+def identity_lines(a: Analysis) -> list[str]:
     bar = a.run.study.bars.pass_.identity
     need = f"; the bar needs >= {bar.min_identical_share:.0%} identical" if bar else ""
     reading = ("Registered reading: beyond near-ties -- an output whose first divergent token"
@@ -124,4 +135,4 @@ def identity_pages(pdf: PdfPages, a: Analysis) -> int:
             lines.append(f"      baseline: {m['baseline_text']!r}")
     if not any_m:
         lines.append("  none")
-    return text_pages(pdf, "Greedy identity", lines)
+    return lines

@@ -27,8 +27,25 @@ def _chunks(items: list[str], n: int) -> list[list[str]]:
 
 
 def speedup_pages(pdf: PdfPages, a: Analysis) -> int:
-    study = a.run.study
     colours = arm_colours(a)
+    note = speedup_note(a)
+    pages = 0
+    for tasks in _chunks(speed_tasks(a), TASKS_PER_PAGE):
+        fig = new_page("Speedup vs concurrency", note)
+        axes = fig.subplots(1, max(1, len(tasks)), squeeze=False)[0]
+        fig.subplots_adjust(left=0.06, right=0.98, top=0.83, bottom=0.2, wspace=0.25)
+        handles: dict = {}
+        for ax, task in zip(axes, tasks, strict=False):
+            speedup_axes(ax, a, task, handles, colours)
+        speedup_legend(fig, axes[0], a, handles)
+        save(pdf, fig)
+        pages += 1
+    return pages
+
+
+def speedup_note(a: Analysis) -> str:
+    """What the speedup figures show and how their intervals were made."""
+    study = a.run.study
     bars = study.bars
     note = (f"median per-user speed ratio vs the same-engine baseline; band = "
             f"{bars.intervals.level:.0%} interval (within a session a bootstrap of"
@@ -46,18 +63,7 @@ def speedup_pages(pdf: PdfPages, a: Analysis) -> int:
                  " next page)")
     if a.run.stop_fired:
         note += "; STOP fired: higher levels skipped"
-    pages = 0
-    for tasks in _chunks(speed_tasks(a), TASKS_PER_PAGE):
-        fig = new_page("Speedup vs concurrency", note)
-        axes = fig.subplots(1, max(1, len(tasks)), squeeze=False)[0]
-        fig.subplots_adjust(left=0.06, right=0.98, top=0.83, bottom=0.2, wspace=0.25)
-        handles: dict = {}
-        for ax, task in zip(axes, tasks, strict=False):
-            speedup_axes(ax, a, task, handles, colours)
-        speedup_legend(fig, axes[0], a, handles)
-        save(pdf, fig)
-        pages += 1
-    return pages
+    return note
 
 
 def speedup_axes(ax, a: Analysis, task: str, handles: dict, colours: dict[str, str]) -> None:

@@ -32,12 +32,27 @@ def _wall(t: float | str | None) -> str:
 def verdict_page(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     """Page one: the verdict and the headline figure (pages_headline.py); then each bar's
     status and summary, the smoke, deviations; evidence detail follows on text pages."""
+    pages = headline_page(pdf, a, verdict, verdict_notice(a))
+    pages += text_pages(pdf, f"Verdict: {verdict.verdict}: the bars",
+                        wrap_lines(bar_lines(a, verdict), 140),
+                        "each registered bar, the smoke stage, deviations")
+    pages += text_pages(pdf, "Bar evidence", evidence_lines(verdict),
+                        "every figure each bar used, as written to verdict.json")
+    return pages
+
+
+def verdict_notice(a: Analysis) -> list[str]:
+    """What page one shows beside the verdict: the host's regime (a compute-bound host
+    explains a STOP) and the recorded deviations."""
     deviations = deviation_lines(a.run.manifest)
     notice = ["Deviations from the registered study (manifest.json):", *deviations] if deviations else []
-    # The host's regime beside the verdict: a compute-bound host explains a STOP.
+    return [*regime_summary(a.run.manifest), *notice]
+
+
+def bar_lines(a: Analysis, verdict: Verdict) -> list[str]:
+    """Each bar's status and summary, the smoke, deviations and what else a verdict rests on."""
+    deviations = deviation_lines(a.run.manifest)
     regime = regime_summary(a.run.manifest)
-    notice = [*regime, *notice]
-    pages = headline_page(pdf, a, verdict, notice)
     lines: list[str] = []
     for bar in verdict.bars:
         lines.append(f"[{bar.status.upper():>14}]  {bar.name}")
@@ -69,11 +84,7 @@ def verdict_page(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
         lines.append("")
         lines.append(f"Skipped cells: {len(verdict.skipped_cells)}"
                      f" ({verdict.skipped_cells[0].reason}); see the environment page.")
-    pages += text_pages(pdf, f"Verdict: {verdict.verdict}: the bars", wrap_lines(lines, 140),
-                        "each registered bar, the smoke stage, deviations")
-    pages += text_pages(pdf, "Bar evidence", _evidence_lines(verdict),
-                        "every figure each bar used, as written to verdict.json")
-    return pages
+    return lines
 
 
 def trained_against_lines(a: Analysis) -> list[str]:
@@ -107,6 +118,7 @@ def surface_lines(verdict: Verdict) -> list[str]:
             for r in s.schedule]
     out += [f"  as {task}'s engine setting: {setting}" for task, setting in
             s.schedule_settings.items()]
+    out += [f"  k schedule verified, {r.task}: {r.label}" for r in s.verification]
     return out
 
 
@@ -211,7 +223,7 @@ def _smoke_detail(run: RunData) -> list[str]:
     return lines
 
 
-def _evidence_lines(verdict: Verdict) -> list[str]:
+def evidence_lines(verdict: Verdict) -> list[str]:
     lines: list[str] = []
     for bar in verdict.bars:
         lines.append(f"== {bar.name}: {bar.status}")
@@ -259,6 +271,10 @@ def _short(value, limit: int = 400) -> str:
 
 
 def environment_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
+    return text_pages(pdf, "Environment, seal and deviations", environment_lines(a, verdict))
+
+
+def environment_lines(a: Analysis, verdict: Verdict) -> list[str]:
     m = a.run.manifest
     study = a.run.study
     lines = [
@@ -323,7 +339,7 @@ def environment_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
                          [[r.cell_id, r.status, r.reason] for r in bad.itertuples()]) \
         if len(bad) else []
     lines += _burst_lines(a)
-    return text_pages(pdf, "Environment, seal and deviations", lines)
+    return lines
 
 
 def engine_choice_lines(run: RunData) -> list[str]:

@@ -33,8 +33,12 @@ def cell_items(study: Study, cell: Cell) -> list[Item]:
 
 
 def cell_request_specs(study: Study, cell: Cell) -> list[RequestSpec]:
-    max_tokens = study.task(cell.task).max_tokens
+    """Each item as a request; with `turns: all`, a multi-turn item as a session of its
+    turns (its later turns sent by the same user, each after the answer before it)."""
+    task = study.task(cell.task)
+    every_turn = task.turns == "all"
     return [
-        RequestSpec(item_id=item.id, messages=item.messages, max_tokens=max_tokens)
+        RequestSpec(item_id=item.id, messages=item.messages, max_tokens=task.max_tokens,
+                    later_turns=item.later_turns if every_turn else ())
         for item in cell_items(study, cell)
     ]

@@ -257,7 +257,9 @@ class RayExecutor:
                 continue
             part = Batch(batch.stage, parts[shard.name], smoke=batch.smoke, rates=batch.rates,
                          fresh_engines=frozenset(a for a in batch.fresh_engines
-                                                 if a in shard.arms))
+                                                 if a in shard.arms),
+                         k_schedules={a: r for a, r in batch.k_schedules.items()
+                                      if a in shard.arms})
             thread = threading.Thread(target=self._drive, args=(shard, part, sink, errors),
                                       name=f"drive-{shard.name}", daemon=True)
             thread.start()

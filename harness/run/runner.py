@@ -25,10 +25,10 @@ from rich.console import Console
 
 from harness.engines.base import expand_study
 from harness.engines.preflight import require_preflight
-from harness.errors import InputError
+from harness.errors import InputError, SpecbenchError
 from harness.plan import Cell, block_session, engine_blocks, plan_cells
 from harness.prereg import LoadedStudy, resolved_study, seal_of
-from harness.prereg.schema import Study
+from harness.prereg.schema import SCHEDULE_PREFIX, Arm, Study
 from harness.run.arm_engine import ArmEngine
 from harness.run.attempts import measure_cell, pending_cells
 from harness.run.gpu_telemetry import RunTelemetry
@@ -98,7 +98,26 @@ def new_run(loaded: LoadedStudy, results_dir: Path, run_id: str | None = None) -
         control_arms=[ControlArmRecord(**c) for c in loaded.study.control_arms()],
         status="running",
     ))
+    record_item_categories(root, loaded.study)
     return store
+
+
+def record_item_categories(root: Path, study: Study) -> None:
+    """Each SPEED-Bench task's {item id: category}, kept with the run: its analysis then
+    needs no hub cache (harness.analysis.categories). A dataset not in the cache is
+    left to pre-flight, which refuses it in one line."""
+    from harness.analysis.categories import items_path, loaded_categories
+    from harness.workloads.kinds import CACHED_KINDS
+
+    for task in study.tasks:
+        if task.kind not in CACHED_KINDS:
+            continue
+        try:
+            categories = loaded_categories(task)
+        except SpecbenchError:
+            continue
+        items_path(root, task.name).parent.mkdir(exist_ok=True)
+        write_json_atomic(items_path(root, task.name), categories)
 
 
 def find_run(results_dir: Path, loaded: LoadedStudy, which: str | None) -> RunStore:
@@ -172,6 +191,8 @@ class Runner:
         self.on_cell_done: Callable[[str], None] | None = None
         # Where its cells are measured (harness.run.where), written into each cell.json.
         self.where: dict[str, Any] | None = None
+        # The schedule arms' k schedules, as stage 5's batch brings them.
+        self.k_schedules: dict[str, list[tuple[int, int | None, int]]] = {}
 
     # --- cells -----------------------------------------------------------------
 
@@ -254,12 +275,22 @@ class Runner:
             self.close_engine(arm_name)
         while self._engines and len(self._engines) >= self.study.recording.engines_alive:
             self.close_engine(next(iter(self._engines)))
-        engine = ArmEngine(self.store, self.study.arm(arm_name), self.study, progress,
+        engine = ArmEngine(self.store, self._arm(arm_name), self.study, progress,
                            self.telemetry)
         engine.stage = stage or None
         engine.session = session
         self._engines[arm_name] = engine
         return engine
+
+    def _arm(self, arm_name: str) -> Arm:
+        """The arm an engine starts for: a schedule arm with the schedule its batch set."""
+        if not arm_name.startswith(SCHEDULE_PREFIX):
+            return self.study.arm(arm_name)
+        if arm_name not in self.k_schedules:
+            raise SpecbenchError(f"arm {arm_name}: its k schedule is not set (the schedule"
+                                 " verification runs only after the surface proposes one)")
+        return next(a for a in self.study.schedule_arms(self.k_schedules)
+                    if a.name == arm_name)
 
     def close_engine(self, arm_name: str | None = None) -> None:
         """Stop one arm's engine, or (None) every engine that is up."""
@@ -284,6 +315,7 @@ class Runner:
             self._smoke(progress)
         for arm in batch.fresh_engines:
             self.close_engine(arm)
+        self.k_schedules.update(batch.k_schedules)
         self._run_cells(batch.cells, progress, batch.rates, stage=batch.stage)
 
     def run(self) -> None:

@@ -13,6 +13,9 @@ done, which is the barrier:
   (barrier)      the check bar: baseline cells behind an implausible speedup are
                  measured again, each in a fresh engine session of its arm
   stage 3        the open loop, at rates relative to each arm's knee
+  stage 4        the round-cost surface (`surface:`), paired with the baseline's cells
+  (barrier)      the surface proposes a k schedule per task (kept in the manifest)
+  stage 5        that schedule run at every registered level (`surface.verify_schedule`)
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class Batch:
     rates: dict[str, float] | None = None  # open loop: each arm's knee throughput (req/s)
     # Arms whose engine must be a fresh start before these cells (a check-bar rerun).
     fresh_engines: frozenset[str] = field(default_factory=frozenset)
+    # Stage 5: each schedule arm's k schedule (Study.schedule_arms), known only now.
+    k_schedules: dict[str, list[tuple[int, int | None, int]]] = field(default_factory=dict)
 
 
 class Executor(Protocol):
@@ -128,6 +133,11 @@ def study_schedule(store: RunStore, study: Study, cells: list[Cell],
     surface = [c for c in cells if c.stage == 4]
     if surface:
         yield surface_batch(store, study, surface, progress)
+    verify = [c for c in cells if c.stage == 5]
+    if verify:
+        batch = verification_batch(store, study, verify, progress)
+        if batch is not None:
+            yield batch
 
 
 def surface_batch(store: RunStore, study: Study, cells: list[Cell],
@@ -143,6 +153,38 @@ def surface_batch(store: RunStore, study: Study, cells: list[Cell],
         _skip(store, progress, lost, "its baseline's cell was skipped (stop bar fired)",
               f"surface: {len(lost)} cells skipped")
     return Batch("stage 4 (the round-cost surface)", [c for c in cells if c not in lost])
+
+
+def verification_batch(store: RunStore, study: Study, cells: list[Cell],
+                       progress: RunProgress) -> Batch | None:
+    """Stage 5, the k schedule verified: the schedule the measured surface proposes per
+    task, recorded in the manifest once (a resumed run runs the one it recorded), run by
+    each task's schedule arm at every registered level. A task the surface proposes no
+    schedule for, and a level whose baseline cell was skipped, are skipped and say why."""
+    schedules = store.manifest().k_schedules
+    if not schedules:
+        records, missing = _analysis().k_schedule_records(
+            _analysis().analyse(store.root, study), time.time())
+        if records:
+            store.edit_manifest(lambda m: m.k_schedules.update({r.arm: r for r in records}))
+            for r in records:
+                progress.note(f"k schedule for {r.task}: {r.setting}")
+        for task, why in missing.items():
+            lost = [c for c in cells if c.task == task]
+            _skip(store, progress, lost, f"no k schedule proposed: {why}",
+                  f"schedule verification on {task}: {len(lost)} cells skipped")
+        schedules = store.manifest().k_schedules
+    skipped = store.manifest().skipped_reasons()
+    lost = [c for c in cells if c.id not in skipped and c.arm in schedules
+            and f"{study.arm(c.arm).baseline}/{c.task}/speed/c{c.concurrency:03d}" in skipped]
+    if lost:
+        _skip(store, progress, lost, "its baseline's cell was skipped (stop bar fired)",
+              f"schedule verification: {len(lost)} cells skipped")
+    run = [c for c in cells if c.arm in schedules and c not in lost]
+    if not run:
+        return None
+    return Batch("stage 5 (the k schedule verified)", run,
+                 k_schedules={arm: list(r.ranges) for arm, r in schedules.items()})
 
 
 def _skip(store: RunStore, progress: RunProgress, cells: list[Cell], reason: str,

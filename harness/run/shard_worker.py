@@ -46,12 +46,16 @@ SMOKE_RECORDS = "smoke/arms.jsonl"
 def batch_to_dict(batch: Batch) -> dict[str, Any]:
     return {"stage": batch.stage, "cells": [c.to_dict() for c in batch.cells],
             "smoke": batch.smoke, "rates": batch.rates,
-            "fresh_engines": sorted(batch.fresh_engines)}
+            "fresh_engines": sorted(batch.fresh_engines),
+            "k_schedules": {a: [list(r) for r in ranges]
+                            for a, ranges in batch.k_schedules.items()}}
 
 
 def batch_from_dict(data: dict[str, Any]) -> Batch:
     return Batch(data["stage"], [Cell(**c) for c in data["cells"]], smoke=data["smoke"],
-                 rates=data["rates"], fresh_engines=frozenset(data["fresh_engines"]))
+                 rates=data["rates"], fresh_engines=frozenset(data["fresh_engines"]),
+                 k_schedules={a: [tuple(r) for r in ranges]
+                              for a, ranges in data["k_schedules"].items()})
 
 
 def folder_files(folder: Path, root: Path) -> dict[str, bytes]:

@@ -20,7 +20,14 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from harness.calibration import CalibrationRecord
 from harness.dialects import Dialect
@@ -33,10 +40,24 @@ MANIFEST = "manifest.json"
 #    out keys it had nothing to say about.
 # 2: manifest.json written whole through `Manifest` (every key, null or empty where
 #    there is nothing to say).
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
-# Read with every key required (a key the file lacks is refused): the current format.
+# 3: the schedule verification's k schedules (`Manifest.k_schedules`) and its rows in
+#    verdict.json (`SurfaceSummary.verification`).
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+# Validation context: the file's format_version. From format 2 every key that format
+# writes is required (a key the file lacks is refused); a key added later says so with
+# since(N) and is required only from format N.
 EVERY_KEY = "every_key"
+
+
+def since(version: int) -> dict[str, Any]:
+    """A field's json_schema_extra: the format that first writes it."""
+    return {"since": version}
+
+
+def required_in(field: Any, version: int) -> bool:
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    return version >= 2 and int(extra.get("since", 2)) <= version
 
 
 class RunRecord(BaseModel):
@@ -49,8 +70,9 @@ class RunRecord(BaseModel):
     @classmethod
     def _every_key_present(cls, data: Any, info: ValidationInfo) -> Any:
         if isinstance(data, dict) and info.context and info.context.get(EVERY_KEY):
+            version = info.context[EVERY_KEY]
             for name, field in cls.model_fields.items():
-                if (field.alias or name) not in data:
+                if required_in(field, version) and (field.alias or name) not in data:
                     raise ValueError(f"key {name!r} is missing")
         return data
 
@@ -327,6 +349,31 @@ class ShardRecord(RunRecord):
     engine_environments: dict[str, EngineEnvironment] | None = None
 
 
+# --- the schedule verification -------------------------------------------------------------
+
+
+class ScheduledLevel(RunRecord):
+    """One surface level of a proposed k schedule: the k chosen and its prediction."""
+
+    concurrency: int
+    k: int
+    predicted_speedup: float
+    ci_lower: float | None
+    ci_upper: float | None
+
+
+class KScheduleRecord(RunRecord):
+    """A k schedule proposed from the surface (harness.analysis.surface), for one task,
+    as the verification arm runs it."""
+
+    arm: str
+    task: str
+    ranges: list[tuple[int, int | None, int]]  # inclusive [first, last (None: open), k]
+    levels: list[ScheduledLevel]
+    setting: str  # the drafter engine's own spelling (EngineKind.k_schedule_setting)
+    proposed_wall: float
+
+
 # --- the manifest -----------------------------------------------------------------------
 
 RunStatus = Literal["running", "complete", "interrupted", "smoke_failed"]
@@ -364,6 +411,10 @@ class Manifest(RunRecord):
     stale_engines: list[StaleEngineRecord] = []
     sharding: Sharding | None = None
     shards: dict[str, ShardRecord] = {}
+    # The schedule verification (surface.verify_schedule): per arm, the k schedule
+    # proposed once stage 4 was measured, kept so a resumed run runs the same one.
+    k_schedules: dict[str, KScheduleRecord] = Field(default_factory=dict,
+                                                     json_schema_extra=since(3))
 
     def to_json(self) -> dict[str, Any]:
         """Every field, nulls and empties too: what the current format writes."""
@@ -393,7 +444,7 @@ def manifest_from(data: Any, where: Path) -> Manifest:
     try:
         # Format 1 left keys out; it is read with them at their defaults, as format 2.
         manifest = Manifest.model_validate(
-            data, context={EVERY_KEY: version >= 2})
+            data, context={EVERY_KEY: version})
     except ValidationError as err:
         raise InputError(f"{where}: {validation_problem(err)}") from None
     return manifest
@@ -435,10 +486,10 @@ def validation_problem(err: ValidationError, limit: int = 3) -> str:
 
 
 __all__ = [
-    "FORMAT_VERSION", "MANIFEST", "CheckpointRecord", "ControlArmRecord", "Deviation",
+    "FORMAT_VERSION", "MANIFEST", "CheckpointRecord", "ControlArmRecord", "Deviation", "KScheduleRecord", "ScheduledLevel",
     "EngineEnvironment", "EngineInfo", "EngineSession", "EngineStart", "FailedCell",
     "HostFacts", "Manifest", "RerunRecord", "RunGpuTelemetry", "RunRecord", "RunnerRecord",
     "SessionRecord", "ShardPlan", "ShardRecord", "ShardUnit", "ShardWorkerRecord", "Sharding",
-    "SkippedCell", "SmokeSummary", "StaleEngineRecord", "StopDecision", "check_format",
+    "SkippedCell", "SmokeSummary", "StaleEngineRecord", "StopDecision", "check_format", "since",
     "manifest_from", "read_manifest", "validation_problem",
 ]

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from harness.errors import InputError
 from harness.rundir.manifest import (
@@ -24,6 +24,7 @@ from harness.rundir.manifest import (
     ControlArmRecord,
     RunRecord,
     SkippedCell,
+    since,
     validation_problem,
 )
 
@@ -147,6 +148,32 @@ class ScheduleRow(RunRecord):
     label: str
 
 
+class VerifiedLevel(RunRecord):
+    """The k schedule at one registered level: predicted against measured
+    (harness.analysis.surface.schedule_verification)."""
+
+    arm: str
+    baseline: str
+    task: str
+    concurrency: int
+    k: int  # the schedule's k at this batch size
+    threshold: bool  # k differs from the level below's
+    predicted_speedup: float | None  # None: a level off the surface that drafts
+    predicted_ci_lower: float | None
+    predicted_ci_upper: float | None
+    status: str
+    reason: str | None
+    speedup: float | None
+    ci_lower: float | None
+    ci_upper: float | None
+    tokens_per_round: float | None
+    round_cost_ratio: float | None
+    collapse: bool
+    label: str
+    drafter_cell: str
+    baseline_cell: str
+
+
 class SurfaceSummary(RunRecord):
     """The round-cost surface, outside the bars: read by none of them."""
 
@@ -160,6 +187,10 @@ class SurfaceSummary(RunRecord):
     # and, per task, the drafter engine's own setting for it (or why it has none).
     schedule: list[ScheduleRow]
     schedule_settings: dict[str, str]
+    # surface.verify_schedule: the schedule run at every registered level, and the
+    # labels of the levels that collapsed.
+    verification: list[VerifiedLevel] = Field(default_factory=list, json_schema_extra=since(3))
+    collapses: list[str] = Field(default_factory=list, json_schema_extra=since(3))
 
 
 class Verdict(RunRecord):
@@ -190,7 +221,7 @@ def verdict_from(data: Any, where: Path, format_version: int = FORMAT_VERSION) -
     """verdict.json's content, checked; `format_version` is its run folder's (format 1
     wrote only the keys it had, so those are read with the rest at their defaults)."""
     try:
-        return Verdict.model_validate(data, context={EVERY_KEY: format_version >= 2})
+        return Verdict.model_validate(data, context={EVERY_KEY: format_version})
     except ValidationError as err:
         raise InputError(f"{where}: {validation_problem(err)}") from None
 

@@ -124,6 +124,7 @@ class ScriptedEngine:
         # move only when a request finishes (so its short windows are lumpy).
         self._per_step_counters = spec.metrics_dialect == "vllm"
         self._count_spec = not spec.frozen_spec_counters
+        self._step_k = spec.num_draft_tokens  # the running step's (spec.k_at its batch)
 
     # --- admission -------------------------------------------------------------
     def next_number(self) -> int:
@@ -176,6 +177,8 @@ class ScriptedEngine:
                 seq = self.waiting.popleft()
                 self.running.append(seq)
                 prefill += seq.prompt_tokens
+            # The step's k: the drafter's, or its schedule's at this running batch.
+            k = self._step_k = spec.k_at(len(self.running))
             decode = sum(k + 1 if k else 1 for s in self.running if s.prefilled)
             self._update_gauges()
             deadline = start + spec.step_seconds(decode, prefill)
@@ -202,19 +205,19 @@ class ScriptedEngine:
             seq.prefilled = True
             self.counters.prompt_tokens += seq.prompt_tokens
             return 1
-        k = self.spec.num_draft_tokens
+        k = self._step_k
         if not k:
             return 1
         if self.spec.accept_draws == "even":
-            return 1 + self._even_accepts(seq)
+            return 1 + self._even_accepts(seq, k)
         accepted = 0
-        for p in self.spec.accept_probs or []:
+        for p in (self.spec.accept_probs or [])[:k]:
             if self.rng.random() >= p:
                 break
             accepted += 1
         return 1 + accepted
 
-    def _even_accepts(self, seq: Sequence) -> int:
+    def _even_accepts(self, seq: Sequence, k: int) -> int:
         """Drafts kept this round when position i is kept in exactly rate_i of rounds:
         each position accrues its unconditional rate every round and is kept when a whole
         round is owed (positions are nested, so a later one is only kept after the ones
@@ -222,6 +225,7 @@ class ScriptedEngine:
         rates = self.spec.position_rates()
         if not seq.owed:
             seq.owed = [0.0] * len(rates)
+        rates = rates[:k]  # a step of a k schedule drafts fewer
         accepted = 0
         for i, rate in enumerate(rates):
             seq.owed[i] += rate
@@ -242,9 +246,9 @@ class ScriptedEngine:
                 if self.rng.random() < self.spec.eos_probability:
                     n, finish = i + 1, "stop"
                     break
-        if was_prefilled and self.spec.num_draft_tokens:
+        if was_prefilled and self._step_k:
             # A verification step: count what was kept of this step's drafts.
-            k = self.spec.num_draft_tokens
+            k = self._step_k
             if self._per_step_counters and self._count_spec:
                 c = self.counters
                 c.drafts += 1
@@ -256,7 +260,7 @@ class ScriptedEngine:
             seq.draft_tokens += k
             seq.accepted += n - 1
             if not seq.histogram:
-                seq.histogram = [0] * (k + 1)
+                seq.histogram = [0] * (self.spec.num_draft_tokens + 1)
             seq.histogram[n - 1] += 1
             self._recent_lengths.append(n)
         f = seq.failure

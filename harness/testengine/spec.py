@@ -71,6 +71,10 @@ class ScriptedEngineSpec(StrictModel):
     # in exactly its declared share of rounds, spread evenly (error diffusion), so a
     # declared 2.5 tokens a round is 2.5 over every whole cycle of rounds (tests pin it).
     accept_draws: Literal["random", "even"] = "random"
+    # Draft tokens by running batch size, as vLLM's num_speculative_tokens_per_batch_size:
+    # inclusive (first, last, k) ranges from batch 1, the last open (None); a step drafts
+    # the k of the batch it runs (k = 0: a plain step), at most num_draft_tokens.
+    k_schedule: list[tuple[int, int | None, int]] | None = None
     max_batch: int = Field(default=256, ge=1)
     kv_capacity_tokens: int = Field(default=1_000_000, ge=1)
     # per_step: one chunk per step with all its tokens (what vLLM sends);
@@ -137,6 +141,12 @@ class ScriptedEngineSpec(StrictModel):
             raise ValueError("accept_probs given but num_draft_tokens is 0")
         if any(not 0.0 <= p <= 1.0 for p in probs):
             raise ValueError("accept_probs entries must lie in [0, 1]")
+        if self.k_schedule is not None:
+            if not self.num_draft_tokens:
+                raise ValueError("k_schedule given but num_draft_tokens is 0")
+            if any(k > self.num_draft_tokens or k < 0 for _, _, k in self.k_schedule):
+                raise ValueError(f"k_schedule's k must lie in [0, {self.num_draft_tokens}]"
+                                 " (num_draft_tokens)")
         from harness.testengine.metrics_text import exported_series
 
         known = exported_series(self.metrics_dialect)
@@ -156,6 +166,15 @@ class ScriptedEngineSpec(StrictModel):
         compute_s = (self.flops_per_token * tokens_in_step
                      + prefill * prefill_tokens) / self.flops_per_s
         return (self.step_overhead_s + max(memory_s, compute_s)) / self.speed_factor
+
+    def k_at(self, batch: int) -> int:
+        """The draft tokens of a step that runs `batch` requests."""
+        if self.k_schedule is None:
+            return self.num_draft_tokens
+        for first, last, k in self.k_schedule:
+            if first <= batch and (last is None or batch <= last):
+                return k
+        return self.k_schedule[-1][2]  # past a closed last range: carried forward, as vLLM
 
     def session_speed_factor(self, session: int) -> float:
         """The declared speed factor of engine session `session` (1-based)."""

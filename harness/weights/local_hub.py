@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from harness.weights.cache import repo_folder
+from harness.weights.datasets import dataset_folder
 from harness.weights.hashes import sha256_of
 
 
@@ -26,12 +27,14 @@ def folder_commit(folder: Path) -> str:
 
 
 def add_to_hub_cache(folder: Path, cache: Path, repo: str, *, branch: str | None = "main",
-                     commit: str | None = None) -> str:
-    """Copy `folder` into `cache` as `repo` at a commit (default: folder_commit), with
+                     commit: str | None = None, repo_type: str = "model") -> str:
+    """Copy `folder` into `cache` as `repo` (a model, or with repo_type "dataset" a
+    dataset: datasets--org--name) at a commit (default: folder_commit), with
     refs/<branch> pointing at it; returns the commit."""
     folder = Path(folder)
     commit = commit or folder_commit(folder)
-    storage = repo_folder(Path(cache), repo)
+    storage = (dataset_folder(Path(cache), repo) if repo_type == "dataset"
+               else repo_folder(Path(cache), repo))
     snapshot = storage / "snapshots" / commit
     (storage / "blobs").mkdir(parents=True, exist_ok=True)
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):

@@ -2,10 +2,10 @@
 
 Public API (the runner and the lead call exactly these):
 
-    TASK_KINDS                      ("chat", "gsm8k", "humaneval", "mmlu")
+    TASK_KINDS                      ("chat", "gsm8k", "humaneval", "mmlu", "speed_bench")
     Item                            id, kind, messages (OpenAI chat), reference
     load_items(kind, *, source=None, subset=None, subset_seed=0) -> list[Item]
-    data_digests(kind) -> {path under workloads/: sha256}
+    data_digests(kind, source=None) -> {path under workloads/ (or dataset@rev/path): sha256}
     score_item(kind, item, response) -> ItemScore
     score_items(kind, items_by_id, responses, *, parallel=None) -> list[ItemScore]
     summarize(kind, scores) -> {"task", "n", "correct", "accuracy", "ci95"}
@@ -14,8 +14,9 @@ Public API (the runner and the lead call exactly these):
 
 Item ids: ``chat:<question_id>``, ``gsm8k:<0-based line>``,
 ``humaneval:HumanEval/<n>``, ``mmlu:<subject>/<0-based row in its test csv>``.
-Chat (MT-Bench, first turn) has no correctness scorer: scoring it raises
-NoScorerError. HumanEval programs run in harness.workloads.sandbox. The task
+``speed_bench:<question_id>`` (SPEED-Bench, read from the hub cache, never vendored).
+Chat (MT-Bench, first turn) and SPEED-Bench have no correctness scorer: scoring them
+raises NoScorerError. HumanEval programs run in harness.workloads.sandbox. The task
 kinds are listed once, in harness.workloads.kinds; each task's extraction steps
 are declared in its task.yaml and run by harness.workloads.steps.
 """

@@ -1,4 +1,4 @@
-"""Loading the four tasks' items from the vendored data (or a hub dataset).
+"""Loading the tasks' items from the vendored data (or a hub dataset).
 
 Vendored data lives in ``workloads/<kind>/`` beside its LICENSE and
 PROVENANCE.json. ``PROVENANCE.json["vendored"]["files"]`` names every data
@@ -7,6 +7,9 @@ whose digest differs (DataIntegrityError), before anything is parsed. Rows are
 read with ``datasets.load_dataset("json", data_files=..., split="train")``, in
 offline mode, with a cache directory keyed by the file's digest (so a changed
 file can never be served from a stale cache).
+
+SPEED-Bench is never vendored: its items are read from the hub cache
+(harness.workloads.speed_bench), and its digests are those of the files read there.
 """
 
 from __future__ import annotations
@@ -22,7 +25,13 @@ from typing import Any, Protocol, runtime_checkable
 from harness import paths
 from harness.errors import SpecbenchError
 from harness.workloads.extract import gsm8k_gold
-from harness.workloads.kinds import TASK_KINDS, per_kind
+from harness.workloads.kinds import CACHED_KINDS, TASK_KINDS, per_kind
+from harness.workloads.speed_bench import (
+    REFERENCE_FIELDS,
+    keep_categories,
+    read_rows,
+    speed_bench_digests,
+)
 from harness.workloads.templates import TaskSpec, load_task
 
 # The registered MMLU draw (also in workloads/mmlu/PROVENANCE.json and
@@ -42,6 +51,9 @@ class Item:
     kind: str
     messages: list[dict]  # OpenAI chat messages
     reference: Any  # gold answer / test program pieces (a dict per kind)
+    # The user's later turns of a multi-turn item (MT-Bench's second turn, SPEED-Bench's
+    # multi-turn rows): sent as one session where the task registers `turns: all`.
+    later_turns: tuple[str, ...] = ()
 
 
 @runtime_checkable
@@ -112,13 +124,19 @@ def verify_files(kind: str) -> dict[str, str]:
     return out
 
 
-def data_digests(kind: str) -> dict[str, str]:
+def data_digests(kind: str, source: HubSource | None = None) -> dict[str, str]:
     """{path under workloads/: sha256} of every file the task uses.
 
     That is each vendored data file (verified against PROVENANCE.json) and the
-    task's prompt template task.yaml (which decides the messages sent).
+    task's prompt template task.yaml (which decides the messages sent). A kind read
+    from the hub cache (speed_bench) has its files there instead, named
+    `dataset@revision/path` (`source` says which; absent from the cache: refused).
     """
-    digests = verify_files(kind)
+    _check_kind(kind)
+    if kind in CACHED_KINDS:
+        digests = speed_bench_digests(source)
+    else:
+        digests = verify_files(kind)
     digests[f"{kind}/task.yaml"] = sha256_file(paths.WORKLOADS_DIR / kind / "task.yaml")
     return dict(sorted(digests.items()))
 
@@ -218,6 +236,7 @@ def _items_chat(spec: TaskSpec, rows: list[dict], where: str) -> list[Item]:
                 kind="chat",
                 messages=spec.render({"turn1": turns[0]}),
                 reference={"question_id": qid, "category": row.get("category")},
+                later_turns=tuple(str(t) for t in turns[1:]),
             )
         )
     return items
@@ -302,6 +321,28 @@ def _items_mmlu_hub(spec: TaskSpec, rows: list[dict], where: str) -> list[Item]:
     return sorted(keep, key=_mmlu_order)
 
 
+def _items_speed_bench(spec: TaskSpec, rows: list[dict], where: str) -> list[Item]:
+    """SPEED-Bench rows (harness.workloads.speed_bench): the reference keeps the row's
+    category, sub-category, difficulty, source, multiturn and how many turns it has."""
+    items = []
+    for i, row in enumerate(rows):
+        qid, turns = row.get("question_id"), row.get("turns")
+        if not qid or not isinstance(turns, list) or not turns:
+            raise DataIntegrityError(f"{where} row {i}: needs question_id and a list of turns")
+        if not isinstance(turns[0], str) or not turns[0].strip():
+            # Never an empty prompt: a row whose text must first be rebuilt from its
+            # source (src_id) is refused, not sent.
+            raise DataIntegrityError(f"{where} row {i} (question_id {qid}): its first turn"
+                                     " has no text")
+        reference = {k: row.get(k) for k in REFERENCE_FIELDS}
+        reference["turns"] = len(turns)
+        items.append(Item(id=f"speed_bench:{qid}", kind="speed_bench",
+                          messages=spec.render({"turn1": turns[0]}), reference=reference,
+                          # Sent as one session with `turns: all` (harness.measure.driver).
+                          later_turns=tuple(str(t) for t in turns[1:])))
+    return items
+
+
 def _mmlu_order(item: Item) -> tuple[str, int]:
     subject, row = item.id.split(":", 1)[1].rsplit("/", 1)
     return (subject, int(row))
@@ -312,6 +353,7 @@ _BUILDERS = per_kind({
     "gsm8k": _items_gsm8k,
     "humaneval": _items_humaneval,
     "mmlu": _items_mmlu,
+    "speed_bench": _items_speed_bench,
 }, "harness/workloads/data.py item builders")
 
 
@@ -348,7 +390,16 @@ def load_items(
     """
     _check_kind(kind)
     spec = load_task(kind)
-    if source is not None:
+    if kind in CACHED_KINDS:
+        # From the hub cache only, offline (`specbench fetch` put it there).
+        where = f"{source.dataset}@{source.revision} {source.config}" if source else kind
+        try:
+            rows = keep_categories(read_rows(source), getattr(source, "categories", None),
+                                   where)
+        except ValueError as err:
+            raise DataIntegrityError(str(err)) from None
+        items = _BUILDERS[kind](spec, rows, where)
+    elif source is not None:
         for attr in ("dataset", "revision"):
             if not isinstance(getattr(source, attr, None), str) or not getattr(source, attr):
                 raise ValueError(f"hub source needs a non-empty {attr!r}")

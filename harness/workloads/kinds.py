@@ -11,12 +11,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, TypeVar, get_args
 
-TaskKind = Literal["chat", "gsm8k", "humaneval", "mmlu"]
+TaskKind = Literal["chat", "gsm8k", "humaneval", "mmlu", "speed_bench"]
 TASK_KINDS: tuple[str, ...] = get_args(TaskKind)
 
 # The kinds with a correctness scorer (their task.yaml declares `scorer.name` and
-# its extraction steps); MT-Bench chat is a speed / output-identity task.
+# its extraction steps); MT-Bench chat and SPEED-Bench are speed / output-identity tasks.
 SCORED_KINDS: tuple[str, ...] = ("gsm8k", "humaneval", "mmlu")
+
+# The kinds whose data is a hub dataset fetched into the hub cache (`specbench fetch`),
+# never vendored (its license does not allow it) and never downloaded at run time.
+CACHED_KINDS: tuple[str, ...] = ("speed_bench",)
+# The kinds whose data is vendored under workloads/<kind>/ with LICENSE and PROVENANCE.
+VENDORED_KINDS: tuple[str, ...] = tuple(k for k in TASK_KINDS if k not in CACHED_KINDS)
 
 V = TypeVar("V")
 

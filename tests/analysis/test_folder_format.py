@@ -136,6 +136,28 @@ def test_the_current_format_refuses_a_key_it_writes_but_the_file_lacks(tmp_path)
     assert read_manifest(path).stale_engines == []
 
 
+def test_a_key_a_later_format_added_is_required_only_from_that_format(tmp_path):
+    """Format 3 added the schedule verification's k_schedules: a format 2 folder, written
+    before it, reads with none; a format 3 file without it is refused."""
+    run = RunBuilder(tmp_path)
+    run.speed_cells()
+    path = run.root / "manifest.json"
+    data = json.loads(path.read_text())
+    assert FORMAT_VERSION == 3 and data["k_schedules"] == {}
+    del data["k_schedules"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"manifest.json: key 'k_schedules' is missing"):
+        read_manifest(path)
+    data["format_version"] = 2
+    path.write_text(json.dumps(data))
+    assert read_manifest(path).k_schedules == {}
+    # Every other key format 2 wrote is still required of it.
+    del data["stale_engines"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"key 'stale_engines' is missing"):
+        read_manifest(path)
+
+
 def test_a_run_written_now_is_read_back_whole(tmp_path):
     """What a scripted study writes reads back through the models, every key present."""
     run = RunBuilder(tmp_path)

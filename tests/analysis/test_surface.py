@@ -40,7 +40,17 @@ def test_the_stage_expands_into_control_arms_and_cells_after_the_registered_stag
     assert study.arm("surface-k3-L3.25") == arms[-1]
     cells = plan_cells(study)
     surface = [c for c in cells if c.stage == 4]
-    assert len(surface) == 10 and cells[-10:] == surface  # after every registered stage
+    assert len(surface) == 10 and cells[-12:-2] == surface  # after every registered stage
+    # verify_schedule: stage 5 last, the drafter arm per task at every registered level.
+    assert [(c.id, c.stage) for c in cells[-2:]] == [
+        ("surface-schedule-chat/chat/speed/c002", 5), ("surface-schedule-chat/chat/speed/c010", 5)]
+    (schedule_arm,) = study.schedule_arms()
+    assert schedule_arm.baseline == "base" and not schedule_arm.is_control
+    assert schedule_arm.drafter.k_schedule is None  # set once stage 4 proposes one
+    ranges = [(1, 2, 3), (3, None, 2)]
+    (set_arm,) = study.schedule_arms({"surface-schedule-chat": ranges})
+    assert set_arm.drafter.k_schedule == ranges
+    assert get_engine_kind("scripted").spec(set_arm).k_schedule == ranges
     assert {c.concurrency for c in surface} == {2, 10} and {c.kind for c in surface} == {"speed"}
     # study.json holds the registration; read back, it makes the same arms and no more.
     again = Study.model_validate(study.model_dump(mode="json", by_alias=True))
@@ -63,6 +73,67 @@ def test_a_surface_the_registration_cannot_run_is_refused(tmp_path, change, said
     with pytest.raises(InputError) as err:
         load_study(path)
     assert said in str(err.value), err.value
+
+
+@pytest.mark.parametrize("ranges, said", [
+    ([[2, None, 3]], "range 1 starts at batch 2, expected 1"),
+    ([[1, 4, 3], [6, None, 2]], "range 2 starts at batch 6, expected 5"),
+    ([[1, None, 3], [5, None, 2]], "range 1 is open (last null) but is not the last range"),
+    ([[1, 4, 3]], "the last range must be open"),
+    ([[1, 4, 4], [5, None, 2]], "range 1 drafts k=4, above num_draft_tokens 3"),
+    ([[1, 4, 3], [5, 3, 2], [6, None, 1]], "range 2 ends at 3, before its first batch 5"),
+])
+def test_a_k_schedule_that_leaves_a_batch_size_without_a_k_is_refused(tmp_path, ranges, said):
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["arms"][1]["drafter"]["k_schedule"] = ranges
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError) as err:
+        load_study(path)
+    assert "arms[1].drafter: k_schedule: " in str(err.value) and said in str(err.value), err.value
+
+
+def test_a_k_schedule_is_run_by_vllm_and_the_scripted_engine_and_refused_elsewhere(tmp_path):
+    from harness.engines.vllm_engine import speculative_config
+
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["arms"][1]["drafter"]["k_schedule"] = [[1, 8, 3], [9, 31, 1], [32, None, 0]]
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    arm = load_study(path).arm("drafter")
+    # vLLM 0.32 takes inclusive [start, end, k] with a positive end; it clips the open
+    # one to max_num_seqs; num_speculative_tokens stays the largest k.
+    config = speculative_config(arm.model_copy(update={"engine": "vllm", "scripted": None}))
+    assert config["num_speculative_tokens"] == 3
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 8, 3], [9, 31, 1],
+                                                               [32, 65536, 0]]
+    spec = get_engine_kind("scripted").spec(arm)
+    assert [spec.k_at(b) for b in (1, 8, 9, 31, 32, 500)] == [3, 3, 1, 1, 0, 0]
+    for engine, said in (("sglang", "engine 'sglang' has no per-batch-size k schedule"),
+                         ("vllm-cpu", "not verified vLLM 0.32's per-batch-size k schedule")):
+        assert said in get_engine_kind(engine).k_schedule_problem(arm), engine
+    # The surface's verification needs a drafter engine that can run one.
+    cpu = yaml.safe_load((ROOT / "examples" / "cpu.yaml").read_text())
+    cpu_arm = next(a for a in cpu["arms"] if a.get("drafter"))
+    cpu_arm["drafter"]["k_schedule"] = [[1, None, 1]]
+    path.write_text(yaml.safe_dump(cpu))
+    with pytest.raises(InputError, match="drafter.k_schedule: specbench has not verified"):
+        load_study(path)
+
+
+def test_a_level_far_below_its_prediction_is_a_collapse():
+    from harness.analysis.surface import _verified_label, collapsed, k_in
+
+    assert collapsed(0.79, 1.0, 0.8) and not collapsed(0.81, 1.0, 0.8)
+    assert collapsed(1.4, 1.8, 0.8) and not collapsed(1.5, 1.8, 0.8)  # 0.8 x 1.8 = 1.44
+    assert not collapsed(None, 1.8, 0.8) and not collapsed(0.5, None, 0.8)
+    assert [k_in([(1, 8, 3), (9, None, 0)], b) for b in (1, 8, 9, 64)] == [3, 3, 0, 0]
+    row = {"k": 0, "concurrency": 32, "threshold": True, "predicted_speedup": 1.0,
+           "status": "ok", "speedup": 0.62, "ci_lower": 0.6, "ci_upper": 0.65, "collapse": True}
+    assert _verified_label(row, 0.8) == (
+        "k=0 at 32 users (a threshold: k changes here): predicted x1.00, measured x0.62"
+        " [0.60, 0.65]; COLLAPSE: below 0.8 x the prediction (the failure vllm#49548 reports"
+        " at a schedule's threshold)")
 
 
 def test_the_break_even_length_is_interpolated_on_the_lower_bound():

@@ -33,3 +33,11 @@ def run(base_url: str, pattern, *, requests: list[RequestSpec] | None = None,
         sampling={"temperature": 0.0, "seed": 0}, extra_body={}, cell_id="cell",
         attempt=1, on_record=keep, **kwargs))
     return outcome, records
+
+
+def scripted_text(messages: list[dict], n: int) -> str:
+    """What the scripted engine answers these messages with (a function of them alone)."""
+    from harness.testengine.engine import _WORDS, _mix, prompt_key
+
+    key = prompt_key(messages)
+    return "".join(" " + _WORDS[_mix(key, i) % len(_WORDS)] for i in range(n))

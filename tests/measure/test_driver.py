@@ -21,7 +21,7 @@ from harness.records import RequestRecord
 from harness.testengine.server import serve_in_thread
 from harness.testengine.spec import FailureInjection, ScriptedEngineSpec
 
-from .cells import FAST, prompts, run
+from .cells import FAST, prompts, run, scripted_text
 
 # Every test here drives a cell on the wall clock against a scripted engine.
 pytestmark = pytest.mark.timing
@@ -450,3 +450,32 @@ def test_an_open_loop_request_is_readied_early_and_leaves_at_its_instant(
         # Built before it was due: the ready-ahead is what keeps the build out of the lag.
         assert built[f"prompt {rec.index}"] >= rec.scheduled_t - READY_AHEAD_S - 1e-3
     assert any(built[f"prompt {r.index}"] < r.scheduled_t for r in records)
+
+
+def test_a_multi_turn_item_is_one_users_session_each_turn_carrying_the_answer_before() -> None:
+    """Issue 33 part 2: an item with later turns is sent turn by turn by one user, each
+    later turn once the answer before it has arrived, with that answer in its messages
+    (checked against the scripted engine, whose text is a function of the messages); every
+    turn is a record of its own, counted like any request."""
+    first = [{"role": "user", "content": "plan a trip"}]
+    specs = [RequestSpec("mt-1", first, 8, later_turns=("shorter, please", "in French")),
+             RequestSpec("one", [{"role": "user", "content": "hi"}], 8)]
+    with serve_in_thread(ScriptedEngineSpec(**FAST)) as eng:
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=2),
+                               requests=specs)
+    assert outcome.n_ok == 4 and outcome.records == 4 and not outcome.aborted
+    session = sorted((r for r in records if r.index == 0), key=lambda r: r.turn)
+    assert [(r.item_id, r.turn) for r in session] == [("mt-1", 1), ("mt-1#turn2", 2),
+                                                      ("mt-1#turn3", 3)]
+    assert len({r.user for r in session}) == 1
+    # Each turn left after the one before had ended, and answers the whole conversation.
+    for before, after in zip(session, session[1:], strict=False):
+        assert before.end_t <= after.sent_t
+    messages = first
+    for rec, turn in zip(session, ["shorter, please", "in French", None], strict=True):
+        assert rec.output_text == scripted_text(messages, 8), rec.turn
+        if turn is not None:
+            messages = [*messages, {"role": "assistant", "content": rec.output_text},
+                        {"role": "user", "content": turn}]
+    (single,) = [r for r in records if r.index == 1]
+    assert single.turn is None and single.item_id == "one"

@@ -69,6 +69,10 @@ def test_report_command_writes_tables_verdict_and_pdf(tmp_path, capsys):
     pages = int(printed.split("(")[-1].split()[0])
     assert pages >= MIN_PAGES
     assert_pages_render(out, tmp_path, pages)
+    # The HTML report beside the PDF (tests/report/test_html_report.py reads it).
+    html = out.with_suffix(".html")
+    assert f"html report: {html}" in printed
+    assert "<h1>specbench report: synthetic-run</h1>" in html.read_text()
 
 
 def test_report_defaults_to_the_reports_folder(tmp_path, monkeypatch):
@@ -78,6 +82,7 @@ def test_report_defaults_to_the_reports_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(cmd, "REPORTS_DIR", tmp_path / "reports")
     assert main(["report", "synthetic-run", "--results", str(tmp_path)]) == 0
     assert (tmp_path / "reports" / "synthetic-run.pdf").exists()
+    assert (tmp_path / "reports" / "synthetic-run.html").exists()
     assert not (b.root / "reports").exists()
 
 

@@ -150,3 +150,13 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
     for page in pages:
         pixels = np.asarray(matplotlib.image.imread(page))
         assert pixels.std() > 0.01, f"{page.name} is blank"
+
+    # The same report as a web page (issue 33): opened in headless Chromium, every section
+    # renders, every figure draws, no console error, nothing fetched from the network.
+    from harness.report.headless_chromium import check_page
+
+    shot = tmp_path / "demo-html.png"
+    check = check_page(pdf.with_suffix(".html"), screenshot=shot)
+    assert check.problems() == [], check.problems()
+    assert len(check.sections) >= 15 and len(check.figures) >= 10 and shot.stat().st_size > 0
+    print(f"demo HTML report screenshot: {shot}")

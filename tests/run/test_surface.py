@@ -2,7 +2,8 @@
 round cost is declared (examples/scripted-surface.yaml): the surface's cost ratios and
 break-even acceptance lengths match the declaration within 2 %, a drafter above and one
 below break-even are labelled pays and does not pay, and the report has its page
-(issue 32, parts 2, 3, 5 and 6). And `specbench plan` on the registered study with a
+(issue 32, parts 2, 3, 5 and 6). Then the k schedule it proposes (k = 3 up to 2 users, 2
+above) is run at every registered level and measured as predicted (part 4). And `specbench plan` on the registered study with a
 surface says what that stage would cost on the H100."""
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
 
     # Stage 4 ran after the registered stages, one engine start per control arm.
     manifest = read_manifest(run / "manifest.json")
-    surface_arms = [a for a in manifest.engines if a.startswith("surface-")]
+    surface_arms = [a for a in manifest.engines if a.startswith("surface-k")]
     assert sorted(surface_arms) == ["surface-k2-L1.25", "surface-k2-L2.25", "surface-k3-L1.25",
                                     "surface-k3-L2.25", "surface-k3-L3.25"]
     assert all(len(manifest.engines[a]) == 1 for a in surface_arms)
@@ -87,7 +88,26 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
     assert (schedule[2]["k"], schedule[10]["k"]) == (3, 2), schedule
     assert schedule[10]["candidates"]["2"] > 1.05 * schedule[10]["candidates"]["3"]
     assert verdict["surface"]["schedule_settings"] == {
-        "chat": "scripted: no per-batch-size k schedule known to specbench"}
+        "chat": "scripted: drafter.k_schedule [[1, 2, 3], [3, null, 2]] (the spec's k_schedule)"}
+
+    # Stage 5 ran that schedule: recorded once in the manifest, carried by the engine's
+    # command, measured at both registered levels beside the prediction.
+    record = manifest.k_schedules["surface-schedule-chat"]
+    assert record.ranges == [(1, 2, 3), (3, None, 2)]
+    (start,) = manifest.engines["surface-schedule-chat"]
+    assert '"k_schedule":[[1,2,3],[3,null,2]]' in " ".join(start.command)
+    verified = pd.read_csv(run / "schedule.csv").set_index("concurrency")
+    assert list(verified["k"]) == [3, 2] and list(verified["threshold"]) == [False, True]
+    assert (verified["status"] == "ok").all() and not verified["collapse"].any(), verified
+    for c in (2, 10):  # the declared model: measured within 4 % of the surface's prediction
+        assert verified.loc[c, "speedup"] == pytest.approx(
+            verified.loc[c, "predicted_speedup"], rel=0.04), c
+    # At 10 users the schedule's k = 2 beats the drafter's own k = 3 (its registered cell).
+    own = pd.read_csv(run / "speedups.csv").set_index(["arm", "concurrency"])
+    assert verified.loc[10, "ci_lower"] > own.loc[("drafter", 10), "ci_upper"]
+    assert [r["label"] for r in verdict["surface"]["verification"]][1].startswith(
+        "k=2 at 10 users (a threshold: k changes here): predicted x1.")
+    assert verdict["surface"]["collapses"] == []
     assert {b["name"]: b["status"] for b in verdict["bars"]}["pass.speed"] == "pass"
     # No bar reads the surface: the best drafter is a registered one.
     speed = next(b for b in verdict["bars"] if b["name"] == "pass.speed")
@@ -98,6 +118,7 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
                           text=True, check=True, timeout=120).stdout
     assert "The round-cost surface: task chat" in text
     assert "weak (k=2) c=10: does not pay: needs 1.4" in text
+    assert "The k schedule verified: task chat" in text
 
 
 def test_plan_says_what_a_surface_would_cost_on_the_registered_h100(tmp_path):

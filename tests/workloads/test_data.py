@@ -17,7 +17,6 @@ import pytest
 
 from harness import paths
 from harness.workloads import (
-    TASK_KINDS,
     DataIntegrityError,
     Item,
     data_digests,
@@ -25,6 +24,7 @@ from harness.workloads import (
     provenance,
     subset_items,
 )
+from harness.workloads.kinds import VENDORED_KINDS  # SPEED-Bench: test_speed_bench.py
 from harness.workloads.templates import TaskDefinitionError, load_task
 
 W = paths.WORKLOADS_DIR
@@ -48,7 +48,7 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("kind", TASK_KINDS)
+@pytest.mark.parametrize("kind", VENDORED_KINDS)
 def test_counts_ids_and_messages(kind):
     items = load_items(kind)
     assert len(items) == EXPECTED_COUNTS[kind]
@@ -60,7 +60,7 @@ def test_counts_ids_and_messages(kind):
         assert all(set(m) == {"role", "content"} and m["content"] for m in it.messages)
 
 
-@pytest.mark.parametrize("kind", TASK_KINDS)
+@pytest.mark.parametrize("kind", VENDORED_KINDS)
 def test_license_and_provenance_are_vendored(kind):
     prov = provenance(kind)
     assert (W / kind / "LICENSE").read_bytes()
@@ -139,7 +139,7 @@ def test_mmlu_ids_name_the_row_of_the_subject_csv():
         assert f"A) {a}\nB) {b}\nC) {c}\nD) {d}" in content
 
 
-@pytest.mark.parametrize("kind", TASK_KINDS)
+@pytest.mark.parametrize("kind", VENDORED_KINDS)
 def test_data_digests_cover_data_and_template(kind):
     digests = data_digests(kind)
     assert f"{kind}/task.yaml" in digests
@@ -269,7 +269,7 @@ def test_prompts_follow_the_registered_conventions():
     content = he.messages[0]["content"]
     assert "```python" in content and "completed function" in content
     assert content.endswith(he.reference["prompt"] + "```")
-    for kind in TASK_KINDS:
+    for kind in VENDORED_KINDS:
         text = (W / kind / "task.yaml").read_text()
         assert "no_think" not in text and "enable_thinking" not in text
 

@@ -29,7 +29,8 @@ ROOT = W.parent
 
 
 def test_the_task_kinds_are_one_list():
-    assert kinds.TASK_KINDS == ("chat", "gsm8k", "humaneval", "mmlu")
+    assert kinds.TASK_KINDS == ("chat", "gsm8k", "humaneval", "mmlu", "speed_bench")
+    assert kinds.VENDORED_KINDS == ("chat", "gsm8k", "humaneval", "mmlu")
     schema_kinds = get_args(schema.TaskSpec.model_fields["kind"].annotation)
     assert schema_kinds == kinds.TASK_KINDS
     assert tuple(data._BUILDERS) == kinds.TASK_KINDS
@@ -45,7 +46,8 @@ def test_the_task_kinds_are_one_list():
 
 
 def test_a_table_that_misses_a_kind_is_refused():
-    with pytest.raises(RuntimeError, match=r"missing kind\(s\) \['mmlu'\].*unknown kind\(s\) \['x'\]"):
+    with pytest.raises(RuntimeError, match=r"missing kind\(s\) \['mmlu', 'speed_bench'\]"
+                       r".*unknown kind\(s\) \['x'\]"):
         kinds.per_kind({"chat": 1, "gsm8k": 2, "humaneval": 3, "x": 4}, "a table")
     assert list(kinds.per_kind({k: k for k in reversed(kinds.TASK_KINDS)}, "t")) == list(
         kinds.TASK_KINDS
@@ -60,7 +62,7 @@ def test_the_schema_takes_its_kinds_and_scorers_from_the_list():
     assert schema.TaskSpec.model_validate(_task("mmlu", ["accuracy"])).kind == "mmlu"
     with pytest.raises(ValueError, match="chat has no correctness scorer"):
         schema.TaskSpec.model_validate(_task("chat", ["accuracy"]))
-    with pytest.raises(ValueError, match="'chat', 'gsm8k', 'humaneval' or 'mmlu'"):
+    with pytest.raises(ValueError, match="'chat', 'gsm8k', 'humaneval', 'mmlu' or 'speed_bench'"):
         schema.TaskSpec.model_validate(_task("squad", ["speed"]))
 
 

@@ -1,0 +1,193 @@
+"""The HTML report's per-cell figures (plotly), each drawing what its PDF page draws:
+acceptance over each cell and per draft position, acceptance measured against its parts,
+accuracy with its intervals, open loop against offered rate, and GPU telemetry."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
+
+from harness.analysis.acceptance import per_second_acceptance
+from harness.analysis.gpu import gpu_series
+from harness.analysis.open_loop import engine_groups
+from harness.analysis.tables import Analysis
+from harness.engines import get_engine_kind
+from harness.prereg.schema import Arm
+from harness.report.html_plotly import empty, floats, grid
+from harness.report.pages_speed import arm_colours
+
+
+def _level_colours(levels: list[int]) -> dict[int, str]:
+    n = max(1, len(levels) - 1)
+    shades = sample_colorscale("Viridis", [0.9 * i / n for i in range(len(levels))])
+    return dict(zip(levels, shades, strict=True))
+
+
+def acceptance_figure(a: Analysis, arm: Arm, task: str) -> go.Figure:
+    """Top: the engine's tokens per drafting round each second of each speed cell;
+    bottom: the share of rounds keeping >= i drafts, one line per level."""
+    assert arm.drafter is not None
+    levels = a.run.study.loads.closed_loop.concurrency
+    colours = _level_colours(levels)
+    fig = grid(2, 1, [f"{task}: tokens per drafting round (engine), each second",
+                      f"{task}: acceptance rate at draft position i"], height=620)
+    any_series = any_pos = False
+    for c in levels:
+        cell = a.run.find(arm.name, task, "speed", c)
+        if not cell.usable:
+            continue
+        series = per_second_acceptance(cell.samples).dropna(subset=["acceptance_length"])
+        if not series.empty:
+            fig.add_trace(go.Scatter(x=floats(series["t_s"]),
+                                     y=floats(series["acceptance_length"]), mode="lines",
+                                     name=f"c={c}", legendgroup=f"c={c}",
+                                     line={"color": colours[c], "width": 1.5}), row=1, col=1)
+            any_series = True
+        row = a.cells[a.cells["cell_id"] == cell.id].iloc[0]
+        rates = [row[k] for k in row.index if k.startswith("accept_rate_pos") and not _nan(row[k])]
+        if rates:
+            fig.add_trace(go.Scatter(x=list(range(1, len(rates) + 1)), y=floats(rates),
+                                     mode="lines+markers", name=f"c={c}", legendgroup=f"c={c}",
+                                     showlegend=not any_series, line={"color": colours[c]}),
+                          row=2, col=1)
+            any_pos = True
+    fig.update_xaxes(title_text="seconds since the cell's first scrape", row=1, col=1)
+    fig.update_xaxes(title_text="draft position i", dtick=1, row=2, col=1)
+    fig.update_yaxes(range=[0, 1.05], row=2, col=1)
+    if not any_series:
+        empty(fig, "no per-second acceptance (no usable cells or no drafts)", 1, 1)
+    if not any_pos:
+        # SGLang's dialect exports no per-position counters (whatever the kind's name).
+        empty(fig, f"per-position acceptance not exported by {arm.engine}"
+              if get_engine_kind(arm.engine).dialect_for(arm) == "sglang"
+              else "no per-position data", 2, 1)
+    return fig
+
+
+def _nan(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def consistency_figure(a: Analysis) -> go.Figure:
+    """One point per drafter speed cell: the engine's tokens per round against 1 + the sum
+    of its per-position rates, and against the client's tokens per decode step."""
+    colours = arm_colours(a)
+    drafters = {x.name for x in a.run.study.arms if x.drafter is not None}
+    cells = a.cells[(a.cells["kind"] == "speed") & a.cells["arm"].isin(drafters)
+                    & (a.cells["status"] == "complete")]
+    fig = grid(1, 2, ["engine counters against each other",
+                      "per decode step (client) vs per drafting round (engine)"], height=440)
+    for col, xcol, xlabel in ((1, "accept_rate_sum", "1 + sum of per-position acceptance rates"),
+                              (2, "tokens_per_step_client", "client: tokens per decode step")):
+        lo, hi = math.inf, -math.inf
+        for arm, grp in cells.groupby("arm", sort=False):
+            x = grp[xcol].astype(float) + (1.0 if xcol == "accept_rate_sum" else 0.0)
+            y = grp["accept_length_per_round_engine"].astype(float)
+            ok = ~(np.isnan(x) | np.isnan(y))
+            if not ok.any():
+                continue
+            fig.add_trace(go.Scatter(x=x[ok], y=y[ok], mode="markers", name=arm, legendgroup=arm,
+                                     showlegend=col == 1, text=grp["cell_id"][ok],
+                                     marker={"color": colours[arm], "size": 9}), row=1, col=col)
+            lo, hi = min(lo, x[ok].min(), y[ok].min()), max(hi, x[ok].max(), y[ok].max())
+        fig.update_xaxes(title_text=xlabel, row=1, col=col)
+        fig.update_yaxes(title_text="engine: tokens per drafting round", row=1, col=col)
+        if math.isfinite(lo):
+            pad = 0.1 * max(hi - lo, 0.5)
+            fig.add_trace(go.Scatter(x=[lo - pad, hi + pad], y=[lo - pad, hi + pad], mode="lines",
+                                     line={"color": "grey", "dash": "dash", "width": 1},
+                                     name="agree", showlegend=col == 1), row=1, col=col)
+        else:
+            empty(fig, "no cell has both figures (per-position rates are vLLM-only)", 1, col)
+    return fig
+
+
+def accuracy_figure(a: Analysis) -> go.Figure:
+    """Each arm's accuracy with its Wilson interval, one panel per task."""
+    acc = a.accuracy[a.accuracy["status"] == "complete"]
+    tasks = list(dict.fromkeys(a.accuracy["task"])) or ["(none)"]
+    judged = a.run.study.bars.pass_.accuracy
+    colours = arm_colours(a)
+    titles = [f"task: {t}" + ((" (judged)" if t in judged.tasks else " (reported)") if judged
+                              else "") for t in tasks]
+    fig = grid(1, len(tasks), titles, height=400)
+    for col, task in enumerate(tasks, start=1):
+        rows = acc[acc["task"] == task]
+        if rows.empty:
+            empty(fig, "no usable accuracy cells", 1, col)
+            continue
+        for r in rows.itertuples():
+            fig.add_trace(go.Scatter(
+                x=[r.arm], y=[r.accuracy], mode="markers", name=r.arm, legendgroup=r.arm,
+                showlegend=False, marker={"color": colours.get(r.arm, "#000000"), "size": 10},
+                error_y={"type": "data", "symmetric": False, "array": [r.ci_upper - r.accuracy],
+                         "arrayminus": [r.accuracy - r.ci_lower]}), row=1, col=col)
+        fig.update_yaxes(title_text="accuracy (share correct)", row=1, col=col)
+    return fig
+
+
+def open_loop_figure(a: Analysis) -> go.Figure:
+    """Per engine group: the objective's latency against offered rate, and the client's
+    queueing beneath."""
+    ol = a.run.study.loads.open_loop
+    assert ol is not None
+    obj = ol.objective
+    label = f"p{obj.percentile:g} {obj.metric.upper()}"
+    groups = engine_groups(a.run) or {"(none)": []}
+    colours = arm_colours(a)
+    table = a.open_loop[a.open_loop["status"] == "complete"]
+    fig = grid(2, len(groups), [f"engine group: {b}" for b in groups] + [""] * len(groups),
+               height=560, shared_xaxes=True, row_heights=[0.65, 0.35])
+    for col, (baseline, drafters) in enumerate(groups.items(), start=1):
+        plotted = False
+        for arm in [baseline, *drafters]:
+            rows = table[table["arm"] == arm].sort_values("rate_rps")
+            if rows.empty:
+                continue
+            kw = {"name": arm, "legendgroup": arm, "line": {"color": colours.get(arm)}}
+            fig.add_trace(go.Scatter(x=rows["rate_rps"], y=floats(rows["objective_value_s"]),
+                                     mode="lines+markers", **kw), row=1, col=col)
+            fig.add_trace(go.Scatter(x=rows["rate_rps"], y=floats(rows["queue_p99_s"]),
+                                     mode="lines+markers", showlegend=False, **kw), row=2, col=col)
+            plotted = True
+        fig.add_hline(obj.max_s, line={"color": "#c62828", "dash": "dash"}, row=1, col=col,
+                      annotation_text=f"objective {obj.max_s:g} s")
+        fig.update_yaxes(title_text=f"{label} (s)", row=1, col=col)
+        fig.update_yaxes(title_text="client queueing p99 (s)", row=2, col=col)
+        fig.update_xaxes(title_text="offered rate (requests/s)", row=2, col=col)
+        if not plotted:
+            empty(fig, "no usable open-loop cells", 1, col)
+    return fig
+
+
+def gpu_figure(a: Analysis) -> go.Figure | None:
+    """Clocks, power and temperature across the run, throttled readings marked; None
+    when no cell has a GPU reading (the section says why)."""
+    series = gpu_series(a.run)
+    ok = series[series["ok"]]
+    if ok.empty:
+        return None
+    fig = grid(3, 1, ["clock (MHz)", "power (W)", "temperature (C)"], height=820,
+               shared_xaxes=True)
+    minutes = (ok["wall_time"] - float(ok["wall_time"].min())) / 60.0
+    for gpu, rows in ok.groupby("gpu"):
+        x = floats(minutes[rows.index])
+        for row, column, name in ((1, "sm_clock_mhz", "SM"), (1, "mem_clock_mhz", "memory"),
+                                  (2, "power_w", "draw"), (2, "power_limit_w", "limit"),
+                                  (3, "temperature_c", "temperature")):
+            fig.add_trace(go.Scatter(x=x, y=floats(rows[column]), mode="lines+markers",
+                                     marker={"size": 3}, name=f"GPU {gpu} {name}",
+                                     text=rows["cell_id"]), row=row, col=1)
+        hot = rows[rows["throttled"]]
+        for row, column in ((1, "sm_clock_mhz"), (2, "power_w"), (3, "temperature_c")):
+            if len(hot):
+                fig.add_trace(go.Scatter(x=floats(minutes[hot.index]), y=floats(hot[column]),
+                                         mode="markers", name=f"GPU {gpu} throttled",
+                                         showlegend=row == 1, legendgroup=f"hot{gpu}",
+                                         marker={"symbol": "x", "color": "#c62828", "size": 8}),
+                              row=row, col=1)
+    fig.update_xaxes(title_text="minutes since the run's first GPU reading", row=3, col=1)
+    return fig

@@ -1,0 +1,126 @@
+"""The HTML report (reports/<run>.html beside the PDF): the PDF's sections in its order, in
+one file that needs no network, every figure a plotly one; and, in headless Chromium,
+every section rendered, every figure drawn, no console error, a screenshot."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from analysis.runfolder import RunBuilder
+
+from harness.analysis import analyse, evaluate
+from harness.report.html_build import html_report, write_html
+from harness.report.html_page import plotly_js
+
+# The PDF's order (harness/report/build.py): one <section> each, always present.
+SECTIONS = ["verdict", "speedups", "intervals", "decomposition", "categories", "surface", "speed-curves",
+            "acceptance", "consistency", "three-figures", "accuracy", "identity", "open-loop",
+            "delivered-load", "gpu", "environment"]
+FIGURES = 19  # of half_empty_run's report
+
+
+def half_empty_run(root: Path) -> RunBuilder:
+    """A full run, except that task gsm8k has no speed cell: its panels are empty."""
+    b = RunBuilder(root)
+    b.speed_cells(tasks=("chat",))
+    b.identity_cells()
+    b.accuracy_cells()
+    b.open_cells()
+    return b
+
+
+def section_ids(text: str) -> list[str]:
+    return re.findall(r'<section class="report-section" id="([^"]+)"', text)
+
+
+def test_html_is_self_contained_with_plotly_figures_and_html_tables(tmp_path):
+    a = analyse(half_empty_run(tmp_path).root)
+    text = html_report(a, evaluate(a))
+    assert section_ids(text) == SECTIONS
+    # plotly.js inlined once, nothing fetched: no src= or stylesheet link anywhere.
+    assert text.count(plotly_js()[:200]) == 1
+    assert not re.search(r"<script[^>]+src=|<link[^>]+href=", text)
+    assert "cdn.plot.ly" not in text.replace(plotly_js(), "")
+    divs = re.findall(r'<div id="(fig-\d+)" class="plotly-graph-div"', text)
+    assert divs == [f"fig-{i}" for i in range(1, len(divs) + 1)] and len(divs) >= 15
+    # Headline 2 x 2 + speedups 2 + decomposition 2 + curves 2 + acceptance 3 x 2 +
+    # consistency, accuracy, open loop (no GPU readings: the section says why, in text).
+    assert len(divs) == FIGURES
+    # The empty task's panels are labelled, never an error.
+    assert "no usable speed cells" in text and "no complete speed cells" in text
+    # Tables the PDF prints as fixed-width text are HTML tables here, row for row.
+    intervals = text[text.index('id="intervals"'):text.index('id="decomposition"')]
+    assert "<th>arm</th><th>task</th><th>c</th>" in intervals
+    assert intervals.count("<td class=\"\">vllm-ngram</td><td class=\"\">chat</td>") == 2 * 5
+    # The text pages' words, as the PDF has them.
+    assert "Registered: recording.sessions 1" in intervals
+    assert "roofline inputs:" in text and "Fleet figure:" in text
+    assert "arm settings the engine would otherwise pick" in text
+
+
+def test_the_same_lines_give_the_pdf_its_fixed_width_tables():
+    """The tables keep their text lines: the PDF's pages print exactly what they did."""
+    from harness.report.layout import table_lines
+
+    lines = table_lines(["arm", "c"], [["vllm-ngram", 1], ["b", 16.0]])
+    assert lines == ["arm         c ", "--------------", "vllm-ngram  1 ", "b           16"]
+    assert all(line.table.rows == [["vllm-ngram", "1"], ["b", "16"]] for line in lines)
+
+
+@pytest.mark.alone  # a browser: phase 2, one at a time
+def test_html_report_renders_in_headless_chromium(tmp_path):
+    from harness.report.headless_chromium import ChromiumMissing, check_page, find_chromium
+
+    try:
+        find_chromium()
+    except ChromiumMissing as err:
+        pytest.fail(str(err))
+    a = analyse(half_empty_run(tmp_path).root)
+    page = write_html(a, evaluate(a), tmp_path / "reports" / "synthetic-run.html")
+    shot = tmp_path / "synthetic-run.png"
+    started = time.monotonic()
+    check = check_page(page, shot)
+    print(f"screenshot: {shot} ({time.monotonic() - started:.1f} s in Chromium)")
+    assert check.problems() == []
+    assert [s["id"] for s in check.sections] == SECTIONS
+    assert all(s["height"] > 0 for s in check.sections)
+    assert len(check.figures) == page.read_text().count('class="plotly-graph-div"') == FIGURES
+    assert all(f["svg"] and f["height"] > 100 for f in check.figures)
+    assert check.plotly_version and check.requests == [] and check.errors == []
+    assert shot.stat().st_size > 20_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.alone
+def test_a_page_error_is_reported_by_the_browser_check(tmp_path):
+    """The check itself: a console error, an exception, a figure that never draws and a
+    request for the network are each a problem (else a broken page would pass)."""
+    from harness.report.headless_chromium import ChromiumMissing, check_page, find_chromium
+
+    try:
+        find_chromium()
+    except ChromiumMissing as err:
+        pytest.fail(str(err))
+    page = tmp_path / "broken.html"
+    page.write_text('<!DOCTYPE html><html><body><section class="report-section" id="s">x'
+                    '</section><div id="f" class="plotly-graph-div"></div>'
+                    '<img src="http://127.0.0.1:9/x.png">'  # refused at once, online or not
+                    "<script>console.error('boom'); undefinedThing();</script></body></html>")
+    # A figure that never draws is waited for draw_timeout, then named.
+    check = check_page(page, timeout=60, draw_timeout=3)
+    problems = "\n".join(check.problems())
+    assert "console: boom" in problems and "undefinedThing" in problems
+    assert "figure f drew no SVG" in problems
+    assert "network request: http://127.0.0.1:9/x.png" in problems
+
+
+
+def test_a_missing_chromium_is_named_with_how_to_install_it(monkeypatch):
+    """The browser tests fail (never skip) on a machine without it, saying what to do."""
+    from harness.report.headless_chromium import ChromiumMissing, find_chromium
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ChromiumMissing, match=r"apt-get install -y chromium"):
+        find_chromium()
