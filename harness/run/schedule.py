@@ -169,10 +169,12 @@ def verification_batch(store: RunStore, study: Study, cells: list[Cell],
             store.edit_manifest(lambda m: m.k_schedules.update({r.arm: r for r in records}))
             for r in records:
                 progress.note(f"k schedule for {r.task}: {r.setting}")
+        said = store.manifest().skipped_reasons()
         for task, why in missing.items():
-            lost = [c for c in cells if c.task == task]
-            _skip(store, progress, lost, f"no k schedule proposed: {why}",
-                  f"schedule verification on {task}: {len(lost)} cells skipped")
+            lost = [c for c in cells if c.task == task and c.id not in said]  # once, on resume too
+            if lost:
+                _skip(store, progress, lost, f"no k schedule proposed: {why}",
+                      f"schedule verification on {task}: {len(lost)} cells skipped")
         schedules = store.manifest().k_schedules
     skipped = store.manifest().skipped_reasons()
     lost = [c for c in cells if c.id not in skipped and c.arm in schedules

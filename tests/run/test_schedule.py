@@ -76,3 +76,50 @@ def test_the_stop_bar_waits_for_stage_one_and_keeps_stage_two_speed_cells_unstar
     assert reruns.fresh_engines == {"a-base"}
     assert open_loop.rates == {a.name: 2.0 for a in loaded.study.arms}
     assert executor.closed and store.manifest().to_json()["status"] == "complete"
+
+
+def test_stage_five_runs_the_schedule_recorded_once_and_skips_a_task_without_one(
+        tmp_path, monkeypatch):
+    """surface.verify_schedule: after stage 4 the proposed schedule is recorded in the
+    manifest and handed to the executor with stage 5's cells; a resumed run reuses the
+    record (nothing proposed again); a task the surface proposes none for is skipped, once,
+    with the reason."""
+    from harness.plan import plan_cells
+    from harness.run.schedule import verification_batch
+    from harness.rundir.manifest import KScheduleRecord, ScheduledLevel
+
+    loaded = load_study_file(ROOT / "examples" / "scripted-surface.yaml")
+    store = new_run(loaded, tmp_path / "results")
+    study = loaded.study
+    cells = [c for c in plan_cells(study) if c.stage == 5]
+    proposed: list[int] = []
+    record = KScheduleRecord(
+        arm="surface-schedule-chat", task="chat", ranges=[(1, 2, 3), (3, None, 2)],
+        levels=[ScheduledLevel(concurrency=2, k=3, predicted_speedup=2.9, ci_lower=2.8,
+                               ci_upper=3.0)], setting="scripted: ...", proposed_wall=1.0)
+
+    def k_schedule_records(a, when):
+        proposed.append(1)
+        return [record], {}
+
+    monkeypatch.setattr(analysis, "analyse", lambda root, study: None)
+    monkeypatch.setattr(analysis, "k_schedule_records", k_schedule_records)
+    with RunProgress(Console(file=io.StringIO()), 0) as progress:
+        batch = verification_batch(store, study, cells, progress)
+        again = verification_batch(store, study, cells, progress)  # a resume
+    assert proposed == [1] and store.manifest().k_schedules["surface-schedule-chat"] == record
+    for b in (batch, again):
+        assert b.stage == "stage 5 (the k schedule verified)" and b.cells == cells
+        assert b.k_schedules == {"surface-schedule-chat": [(1, 2, 3), (3, None, 2)]}
+
+    # No schedule proposed (the drafter's acceptance unmeasured): skipped, said once.
+    fresh = new_run(loaded, tmp_path / "other")
+    monkeypatch.setattr(analysis, "k_schedule_records",
+                        lambda a, when: ([], {"chat": "drafter's acceptance not measured"}))
+    with RunProgress(Console(file=io.StringIO()), 0) as progress:
+        assert verification_batch(fresh, study, cells, progress) is None
+        assert verification_batch(fresh, study, cells, progress) is None
+    skipped = fresh.manifest().skipped
+    assert [s.cell for s in skipped] == [c.id for c in cells]
+    assert all(s.reason == "no k schedule proposed: drafter's acceptance not measured"
+               for s in skipped)
