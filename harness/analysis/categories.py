@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.acceptance_requests import request_acceptance
+from harness.analysis.frame import framed
 from harness.analysis.load import CellData, RunData
 from harness.analysis.speedup import pair_figures, pair_key
 from harness.errors import InputError, SpecbenchError
@@ -158,8 +159,4 @@ def category_table(run: RunData) -> pd.DataFrame:
                          "reason": f"its items cannot be read here: {err.lines[0]}"})
             continue
         rows += _task_rows(run, task, categories)
-    df = pd.DataFrame(rows)
-    for col in CATEGORY_COLUMNS:
-        if col not in df.columns:
-            df[col] = None
-    return df[CATEGORY_COLUMNS]
+    return framed(rows, CATEGORY_COLUMNS)

@@ -23,6 +23,7 @@ import pandas as pd
 
 from harness.analysis.cells import cell_speeds
 from harness.analysis.decompose import DECOMPOSITION_COLUMNS, decompose
+from harness.analysis.frame import framed
 from harness.analysis.intervals import (
     draw_pair,
     interval_caveat,
@@ -148,11 +149,7 @@ def speedup_table(run: RunData) -> pd.DataFrame:
                 row["gpu_throttled_cells"] = _throttled(*d_sessions, *b_sessions)
                 row.update(_rerun_figures(run, b_sessions, row.get("speed_baseline")))
                 rows.append(row)
-    df = pd.DataFrame(rows)
-    for col in SPEEDUP_COLUMNS:
-        if col not in df.columns:
-            df[col] = None
-    return df[SPEEDUP_COLUMNS]
+    return framed(rows, SPEEDUP_COLUMNS)
 
 
 # --- the best drafter --------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from harness.analysis.frame import framed
 from harness.analysis.load import RunData
 from harness.analysis.speedup import pair_figures, pair_key
 from harness.prereg.schema import Study, schedule_arm_name
@@ -68,11 +69,7 @@ def surface_table(run: RunData) -> pd.DataFrame:
                     row.update(pair_figures(study, [dc], run.sessions_of(bc)[:1],
                                             pair_key(dc, bc)))
                     rows.append(row)
-    df = pd.DataFrame(rows)
-    for col in SURFACE_COLUMNS:
-        if col not in df.columns:
-            df[col] = None
-    return df[SURFACE_COLUMNS]
+    return framed(rows, SURFACE_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -126,11 +123,7 @@ def break_even_table(surface: pd.DataFrame) -> pd.DataFrame:
                 "round_cost_ratio_ci_upper": _max(ok["round_cost_ratio_ci_upper"]),
                 "lengths": ",".join(f"{v:g}" for v in lengths),
                 "label": found.label(lengths)})
-    df = pd.DataFrame(rows)
-    for col in BREAK_EVEN_COLUMNS:
-        if col not in df.columns:
-            df[col] = None
-    return df[BREAK_EVEN_COLUMNS]
+    return framed(rows, BREAK_EVEN_COLUMNS)
 
 
 def _min(values: pd.Series) -> float | None:
@@ -406,11 +399,7 @@ def schedule_verification(run: RunData) -> pd.DataFrame:
                     row.get("ci_upper"), row.get("predicted_speedup"), surface.collapse_below)
                 row["label"] = _verified_label(row, surface.collapse_below)
                 rows.append(row)
-    df = pd.DataFrame(rows)
-    for col in SCHEDULE_COLUMNS:
-        if col not in df.columns:
-            df[col] = None
-    return df[SCHEDULE_COLUMNS]
+    return framed(rows, SCHEDULE_COLUMNS)
 
 
 def collapsed(measured_upper: float | None, predicted: float | None, below: float) -> bool:

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from harness.analysis.tables import Analysis
 from harness.report.html_plotly import band, empty, floats, grid, log2_x
 from harness.report.pages_speed import arm_colours
+from harness.report.pages_surface import placed_drafters
 from harness.rundir.verdict import Verdict
 
 K_DASHES = ["solid", "dash", "dashdot", "dot"]
@@ -194,11 +195,7 @@ def surface_figure(a: Analysis, verdict: Verdict, task: str) -> go.Figure:
                     marker={"symbol": "triangle-down" if below else "triangle-up", "size": 11,
                             "color": "black"}), row=1, col=2)
     colours = arm_colours(a)
-    for arm in study.arms:
-        if arm.drafter is None or arm.is_control:
-            continue
-        mine = [p for p in verdict.surface.placements if p.arm == arm.name and p.task == task
-                and p.reaches is not None]
+    for arm, mine in placed_drafters(a, verdict, task):
         if mine:
             fig.add_trace(go.Scatter(
                 x=[p.concurrency for p in mine], y=[p.reaches for p in mine], mode="markers",

@@ -10,10 +10,10 @@ import math
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.tables import Analysis
-from harness.prereg.schema import schedule_arm_name
+from harness.prereg.schema import Arm, schedule_arm_name
 from harness.report.layout import MONO, log2_axis, new_page, save, wrap_lines
 from harness.report.pages_speed import arm_colours
-from harness.rundir.verdict import Verdict
+from harness.rundir.verdict import Placement, Verdict
 
 K_STYLES = ["-", "--", "-.", ":"]
 
@@ -64,11 +64,7 @@ def _task_page(pdf: PdfPages, a: Analysis, verdict: Verdict, task: str) -> None:
             elif r.status == "above_measured":  # no L measured pays: above the highest
                 need.plot([r.concurrency], [max(lengths)], "^", color="black", ms=7)
     colours = arm_colours(a)
-    for arm in study.arms:
-        if arm.drafter is None or arm.is_control:
-            continue
-        mine = [p for p in verdict.surface.placements if p.arm == arm.name and p.task == task
-                and p.reaches is not None]
+    for arm, mine in placed_drafters(a, verdict, task):
         if mine:
             need.plot([p.concurrency for p in mine], [p.reaches for p in mine], "o",
                       color=colours[arm.name], ms=8, mfc="none", mew=1.6,
@@ -151,6 +147,14 @@ def _verification_page(pdf: PdfPages, a: Analysis, verdict: Verdict, task: str) 
     save(pdf, fig)
 
 
+def placed_drafters(a: Analysis, verdict: Verdict, task: str) -> list[tuple[Arm, list[Placement]]]:
+    """Each real drafter arm with its placements on a task's surface that reach a figure."""
+    assert verdict.surface is not None
+    return [(arm, [p for p in verdict.surface.placements if p.arm == arm.name
+                   and p.task == task and p.reaches is not None])
+            for arm in a.run.study.arms if arm.drafter is not None and not arm.is_control]
+
+
 def surface_text_lines(a: Analysis, verdict: Verdict, task: str) -> list[str]:
     """The text beneath a task's surface figures (the PDF page and the HTML section)."""
     study = a.run.study
@@ -194,4 +198,4 @@ def _num(v: float | None) -> str:
     return "-" if v is None or not math.isfinite(v) else f"{v:.2f}"
 
 
-__all__ = ["surface_pages", "surface_text_lines", "verification_lines"]
+__all__ = ["placed_drafters", "surface_pages", "surface_text_lines", "verification_lines"]

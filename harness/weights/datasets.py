@@ -134,32 +134,16 @@ def fetch_dataset(source: DatasetSource, console: Console, cache: Path | None = 
     if offline:
         return locate(source, cache)
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    from harness.weights.hub import download_problem
 
     try:
         snapshot_download(source.dataset, repo_type="dataset", revision=source.revision,
                           cache_dir=cache)
-    except GatedRepoError:
-        raise DatasetNotFetched(f"{source.label}: the dataset is gated: accept its terms on"
-                                " the hub and log in (`hf auth login`)") from None
-    except RepositoryNotFoundError:
-        raise DatasetNotFetched(f"{source.label}: no such dataset on the hub") from None
-    except RevisionNotFoundError:
-        raise DatasetNotFetched(f"{source.label}: the dataset has no revision"
-                                f" {source.revision!r}") from None
-    except LocalEntryNotFoundError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DatasetNotFetched(f"{source.label}: cannot reach the hub and it is not cached"
-                                f" ({first})") from None
-    except (HfHubHTTPError, OSError) as err:
-        raise DatasetNotFetched(f"{source.label}: download failed: {type(err).__name__}:"
-                                f" {str(err).splitlines()[0] if str(err) else ''}") from None
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as err:
+        raise DatasetNotFetched(download_problem(err, source.label, source.revision,
+                                                 "dataset")) from None
     return locate(source, cache)
 
 

@@ -65,6 +65,32 @@ def locate(ckpt: Checkpoint, cache: Path | None = None) -> Snapshot:
     return Snapshot(ckpt.repo, ckpt.revision, found.commit, found.snapshot)
 
 
+def download_problem(err: BaseException, label: str, revision: str | None,
+                     what: str = "repository") -> str:
+    """A failed snapshot_download in one line: gated, missing, no such revision, offline
+    and not cached, or the error's first line."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    if isinstance(err, GatedRepoError):
+        return (f"{label}: the {what} is gated: accept its terms on the hub and log in"
+                " (`hf auth login`)")
+    if isinstance(err, RepositoryNotFoundError):
+        return (f"{label}: no such {what} on the hub (or it is private: log in with"
+                " `hf auth login`)")
+    if isinstance(err, RevisionNotFoundError):
+        return f"{label}: the {what} has no revision {revision!r}"
+    text = str(err).strip()
+    if isinstance(err, LocalEntryNotFoundError):
+        first = text.splitlines()[0] if text else type(err).__name__
+        return f"{label}: cannot reach the hub and it is not cached ({first})"
+    return f"{label}: download failed: {type(err).__name__}: {text.splitlines()[0] if text else ''}"
+
+
 def fetch(ckpt: Checkpoint, console: Console, cache: Path | None = None) -> Snapshot:
     """Download a checkpoint at its revision into the hub cache (offline: find it there).
 
@@ -78,13 +104,7 @@ def fetch(ckpt: Checkpoint, console: Console, cache: Path | None = None) -> Snap
     if offline():
         return locate(ckpt, cache)
     from huggingface_hub import HfApi, snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     from harness.weights.progress import RichTqdm, rich_progress
 
@@ -96,22 +116,8 @@ def fetch(ckpt: Checkpoint, console: Console, cache: Path | None = None) -> Snap
         with rich_progress(console):
             path = snapshot_download(ckpt.repo, revision=ckpt.revision, cache_dir=cache,
                                      tqdm_class=RichTqdm)
-    except GatedRepoError:
-        raise NotFetched(f"{ckpt.label}: the repository is gated: accept its terms on the hub"
-                         " and log in (`hf auth login`)") from None
-    except RepositoryNotFoundError:
-        raise NotFetched(f"{ckpt.label}: no such repository on the hub (or it is private:"
-                         " log in with `hf auth login`)") from None
-    except RevisionNotFoundError:
-        raise NotFetched(f"{ckpt.label}: the repository has no revision"
-                         f" {ckpt.revision!r}") from None
-    except LocalEntryNotFoundError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise NotFetched(f"{ckpt.label}: cannot reach the hub and it is not cached"
-                         f" ({first})") from None
-    except (HfHubHTTPError, OSError) as err:
-        raise NotFetched(f"{ckpt.label}: download failed: {type(err).__name__}:"
-                         f" {str(err).splitlines()[0] if str(err) else ''}") from None
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as err:
+        raise NotFetched(download_problem(err, ckpt.label, ckpt.revision)) from None
     return Snapshot(ckpt.repo, ckpt.revision, Path(path).name, Path(path))
 
 

@@ -12,6 +12,8 @@ import json
 import shutil
 import subprocess
 
+import matplotlib.image
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -119,6 +121,15 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
     assert "The round-cost surface: task chat" in text
     assert "weak (k=2) c=10: does not pay: needs 1.4" in text
     assert "The k schedule verified: task chat" in text
+    # Looked at as pages: the surface page and the verification page render, not blank.
+    pages = text.split("\f")
+    for title in ("The round-cost surface: task chat", "The k schedule verified: task chat"):
+        number = next(i for i, page in enumerate(pages, 1) if title in page)
+        png = tmp_path / f"page{number}"
+        subprocess.run(["pdftoppm", "-r", "40", "-png", "-singlefile", "-f", str(number),
+                        "-l", str(number), str(pdf), str(png)], check=True, timeout=120)
+        pixels = np.asarray(matplotlib.image.imread(png.with_suffix(".png")))
+        assert pixels.std() > 0.01, f"{title}: page {number} is blank"
 
 
 def test_plan_says_what_a_surface_would_cost_on_the_registered_h100(tmp_path):
