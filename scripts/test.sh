@@ -2,11 +2,12 @@
 # The whole test suite, bootstrapping its own environment first (what .ci/run calls).
 #
 # Two phases:
-#  1. The tests a neighbour cannot disturb, SPECBENCH_TEST_WORKERS at a time (default 2),
-#     a test file to a worker, each worker pinned to its own cores (tests/conftest.py):
-#     mostly whole studies on the scripted engine, which sleep through their steps (~28 %
-#     of a core each), and unit tests. They need only the harness, so the vLLM CPU engine
-#     installs meanwhile (a minute or two, the first time).
+#  1. The tests a neighbour cannot disturb, SPECBENCH_TEST_WORKERS at a time (default two
+#     to a CPU, at most 8), a test file to a worker, each worker pinned (tests/conftest.py:
+#     its own cores, or one core shared with one other worker): mostly whole studies on the
+#     scripted engine, which sleep through their steps (~28 % of a core each), and unit
+#     tests. They need only the harness, so the vLLM CPU engine installs meanwhile (a
+#     minute or two, the first time). On 2 cores, four workers took 269 s where two took 415.
 #  2. The tests that need the machine to themselves, one at a time: the real vLLM engine
 #     (`vllm`: the demo and the engine tests, CPU-bound on every core), those on the wall
 #     clock (`timing`: measured speeds against declared ones), and `alone` (the sharded
@@ -16,7 +17,9 @@
 # test at a time, after the whole setup.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-workers=${SPECBENCH_TEST_WORKERS:-2}
+cpus=$(nproc 2>/dev/null || echo 1)
+default_workers=$(( 2 * cpus > 8 ? 8 : 2 * cpus ))
+workers=${SPECBENCH_TEST_WORKERS:-$default_workers}
 case "$workers" in ''|*[!0-9]*) echo "test.sh: SPECBENCH_TEST_WORKERS must be a whole number, got '$workers'" >&2; exit 2 ;; esac
 
 if [ "$workers" -eq 0 ]; then

@@ -44,7 +44,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # Which tests need the machine to themselves (scripts/test.sh runs them one at a time, the
-# rest two at a time, a worker pinned to each core): those marked `timing` or `alone`, and
+# rest two to a core, each worker pinned): those marked `timing` or `alone`, and
 # every test that asks for the real engine's interpreter, marked `vllm` here so that none
 # is left out.
 
@@ -55,19 +55,27 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pin_xdist_worker() -> None:
     """Under pytest-xdist, each worker (and every process it starts) on CPUs of its own
-    where there are enough (N workers: every Nth CPU each): a study's client then never
-    waits behind the other worker's processes for a time slice. Measured on 2 cores:
-    unpinned, three scripted studies at once made one cell in 60 invalid for client lag;
-    pinned, the first phase's ~3,250 attempts made none in two runs (every attempt not
-    complete was one its test causes), so the tests that count attempts run there."""
+    where there are enough (N workers: every Nth CPU each), and where there are more workers
+    than CPUs, on one CPU each in turn (four workers on 2 cores: two to a core). A study's
+    client then never waits behind a process of another core's workers for a time slice.
+    Measured on 2 cores: unpinned, three scripted studies at once made one cell in 60
+    invalid for client lag; pinned, the first phase's ~3,250 attempts made none in two runs
+    (every attempt not complete was one its test causes). Two to a core: a scripted study
+    sleeps through its steps (~28 % of a core), so the phase took 269 s instead of 415 s,
+    and of ~4,300 attempts one was invalid for client lag and measured again
+    (scripts/test.sh, README "Testing")."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if not worker.startswith("gw") or not hasattr(os, "sched_setaffinity"):
         return
     cpus = sorted(os.sched_getaffinity(0))
-    if count < 2 or count > len(cpus):
+    if count < 2:
         return
-    pin_threads(set(cpus[int(worker[2:]) % count::count]))
+    index = int(worker[2:])
+    if count > len(cpus):
+        pin_threads({cpus[index % len(cpus)]})
+    else:
+        pin_threads(set(cpus[index % count::count]))
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

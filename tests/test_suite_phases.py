@@ -1,5 +1,5 @@
-"""scripts/test.sh's two phases: what runs two at a time, what runs alone, and the
-pinning that keeps the two workers of the first phase off each other's core."""
+"""scripts/test.sh's two phases: what runs beside other tests, what runs alone, and the
+pinning that keeps each worker of the first phase on a core of its own."""
 
 from __future__ import annotations
 
@@ -42,15 +42,21 @@ def test_every_test_that_needs_the_engine_or_the_machine_is_kept_out_of_the_firs
 @pytest.mark.alone
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs CPU affinity and at least 2 CPUs")
-@pytest.mark.parametrize(("worker", "count", "first"), [
-    ("gw0", 2, 0),        # every other CPU, from the first
-    ("gw1", 2, 1),        # every other CPU, from the second
-    ("gw0", 1000, None),  # more workers than CPUs: left on all of them
-    ("", 0, None),        # not under xdist: left on all of them
+@pytest.mark.parametrize(("worker", "count"), [
+    ("gw0", 2),     # every other CPU, from the first
+    ("gw1", 2),     # every other CPU, from the second
+    ("gw2", 4),     # on 2 CPUs, more workers than CPUs: one CPU each, in turn (the first)
+    ("gw1", 1000),  # ...(the second)
+    ("", 0),        # not under xdist: left on all of them
 ])
-def test_an_xdist_worker_is_pinned_to_its_own_cpus(worker, count, first):
+def test_an_xdist_worker_is_pinned_to_its_own_cpus(worker, count):
     cpus = sorted(os.sched_getaffinity(0))
-    expected = cpus if first is None else cpus[first::2]
+    if not worker:
+        expected = cpus
+    elif count > len(cpus):
+        expected = [cpus[int(worker[2:]) % len(cpus)]]
+    else:
+        expected = cpus[int(worker[2:]) % count::count]
     code = ("import os, threading, time\n"
             "t = threading.Thread(target=time.sleep, args=(5,), daemon=True); t.start()\n"
             "from tests.conftest import pin_xdist_worker\n"

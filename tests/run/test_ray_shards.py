@@ -23,6 +23,7 @@ from harness.plan import plan_cells
 from harness.prereg import load_study_file
 from harness.rundir import cell_dirname
 from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
+from tests.run.shards_sequential import kept, run_sequential
 
 STUDY = ROOT / "examples" / "scripted-shards.yaml"
 # The sharded runs are two studies at once already: a third beside them (another test)
@@ -53,10 +54,10 @@ def complete_markers(run: Path) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def sequential(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("sequential")
-    specbench("run", str(STUDY), "--results", str(out / "results"), "--no-report")
-    return run_folder(out / "results")
+def sequential(request, tmp_path_factory) -> Path:
+    # Run in the first phase by tests/run/test_shards_sequential.py when this code measured
+    # it there (tests/run/shards_sequential.py); here otherwise.
+    return kept(request.config) or run_sequential(tmp_path_factory.mktemp("sequential"))
 
 
 @pytest.fixture(scope="module")
