@@ -69,6 +69,16 @@ def _card_patterns(snapshot: Path, config: str, split: str) -> list[str] | None:
     return None
 
 
+def config_patterns(snapshot: Path, config: str, split: str = "test") -> list[str]:
+    """What a download of the configuration alone asks the hub for (snapshot_download's
+    allow_patterns, fnmatch on the path): the card's `configs:` patterns, else the parquet
+    files under a folder named after the configuration or named `<config>-*.parquet`, as
+    config_files reads them."""
+    return _card_patterns(snapshot, config, split) or [
+        f"{config}/*.parquet", f"*/{config}/*.parquet", f"{config}-*.parquet",
+        f"*/{config}-*.parquet"]
+
+
 def config_files(snapshot: Path, config: str, split: str = "test") -> list[Path]:
     """The configuration's parquet files in a snapshot, in a stable order: as the dataset
     card's `configs:` names them, else those under a folder named after the configuration
@@ -128,8 +138,10 @@ def file_digests(source: DatasetSource, cache: Path | None = None) -> dict[str, 
 
 def fetch_dataset(source: DatasetSource, console: Console, cache: Path | None = None,
                   offline: bool = False) -> list[Path]:
-    """Download the dataset at its revision into the hub cache (offline: find it there),
-    then its configuration's files. huggingface_hub skips what the cache already holds."""
+    """Download the registered configuration of the dataset at its revision into the hub
+    cache (offline: find it there): first the dataset card, then the files the card names
+    for the configuration, not the whole repository (SPEED-Bench holds every config,
+    ~100 MB). huggingface_hub skips what the cache already holds."""
     cache = cache or hub_cache_dir()
     if offline:
         return locate(source, cache)
@@ -139,8 +151,12 @@ def fetch_dataset(source: DatasetSource, console: Console, cache: Path | None = 
     from harness.weights.hub import download_problem
 
     try:
+        card = snapshot_download(source.dataset, repo_type="dataset",
+                                 revision=source.revision, cache_dir=cache,
+                                 allow_patterns=["README.md"])
         snapshot_download(source.dataset, repo_type="dataset", revision=source.revision,
-                          cache_dir=cache)
+                          cache_dir=cache,
+                          allow_patterns=config_patterns(Path(card), source.config))
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as err:
         raise DatasetNotFetched(download_problem(err, source.label, source.revision,
                                                  "dataset")) from None

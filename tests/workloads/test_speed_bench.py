@@ -156,3 +156,45 @@ def _line_of(path: Path, text: str) -> int:
         if text in line:
             return i
     raise AssertionError(text)
+
+
+def test_fetch_downloads_the_card_then_only_the_registered_configuration(tmp_path,
+                                                                         monkeypatch):
+    """`specbench fetch` asks the hub for the dataset card, then for the files the card names
+    for the registered config: another config's parquet stays on the hub."""
+    import fnmatch
+    import io
+    import shutil
+
+    import huggingface_hub
+    from rich.console import Console
+
+    from harness.weights.datasets import DatasetSource, dataset_folder, fetch_dataset
+
+    commit = "d" * 40
+    remote = build_speed_bench_cache(tmp_path / "remote", commit=commit,
+                                     configs=("qualitative", "throughput_1k"))
+    remote_snapshot = dataset_folder(remote.root, "nvidia/SPEED-Bench") / "snapshots" / commit
+    cache = tmp_path / "hub"
+    asked: list[list[str]] = []
+
+    def snapshot_download(repo_id, *, repo_type, revision, cache_dir, allow_patterns):
+        # What huggingface_hub does with allow_patterns: fnmatch on each repository path.
+        assert (repo_id, repo_type, revision) == ("nvidia/SPEED-Bench", "dataset", commit)
+        asked.append(list(allow_patterns))
+        snapshot = dataset_folder(Path(cache_dir), repo_id) / "snapshots" / revision
+        for path in remote_snapshot.rglob("*"):
+            name = path.relative_to(remote_snapshot).as_posix()
+            if path.is_file() and any(fnmatch.fnmatch(name, p) for p in allow_patterns):
+                (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, snapshot / name)
+        return str(snapshot)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    files = fetch_dataset(DatasetSource("nvidia/SPEED-Bench", commit, "qualitative"),
+                          Console(file=io.StringIO()), cache=cache)
+    assert asked == [["README.md"], ["qualitative/test-*"]]
+    snapshot = dataset_folder(cache, "nvidia/SPEED-Bench") / "snapshots" / commit
+    assert [p.relative_to(snapshot).as_posix() for p in files] == [
+        "qualitative/test-00000-of-00001.parquet"]
+    assert not (snapshot / "throughput_1k").exists()
