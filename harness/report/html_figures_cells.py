@@ -10,12 +10,11 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
-from harness.analysis.acceptance import per_second_acceptance
 from harness.analysis.gpu import gpu_series
 from harness.analysis.open_loop import engine_groups
 from harness.analysis.tables import Analysis
-from harness.engines import get_engine_kind
 from harness.prereg.schema import Arm
+from harness.report.acceptance_series import NO_SERIES, acceptance_by_level, no_positions_line
 from harness.report.html_plotly import empty, floats, grid
 from harness.report.pages_speed import arm_colours
 
@@ -35,20 +34,16 @@ def acceptance_figure(a: Analysis, arm: Arm, task: str) -> go.Figure:
     fig = grid(2, 1, [f"{task}: tokens per drafting round (engine), each second",
                       f"{task}: acceptance rate at draft position i"], height=620)
     any_series = any_pos = False
-    for c in levels:
-        cell = a.run.find(arm.name, task, "speed", c)
-        if not cell.usable:
-            continue
-        series = per_second_acceptance(cell.samples).dropna(subset=["acceptance_length"])
-        if not series.empty:
-            fig.add_trace(go.Scatter(x=floats(series["t_s"]),
-                                     y=floats(series["acceptance_length"]), mode="lines",
-                                     name=f"c={c}", legendgroup=f"c={c}",
+    for level in acceptance_by_level(a, arm, task):
+        c = level.concurrency
+        if not level.per_second.empty:
+            fig.add_trace(go.Scatter(x=floats(level.per_second["t_s"]),
+                                     y=floats(level.per_second["acceptance_length"]),
+                                     mode="lines", name=f"c={c}", legendgroup=f"c={c}",
                                      line={"color": colours[c], "width": 1.5}), row=1, col=1)
             any_series = True
-        row = a.cells[a.cells["cell_id"] == cell.id].iloc[0]
-        rates = [row[k] for k in row.index if k.startswith("accept_rate_pos") and not _nan(row[k])]
-        if rates:
+        if level.position_rates:
+            rates = level.position_rates
             fig.add_trace(go.Scatter(x=list(range(1, len(rates) + 1)), y=floats(rates),
                                      mode="lines+markers", name=f"c={c}", legendgroup=f"c={c}",
                                      showlegend=not any_series, line={"color": colours[c]}),
@@ -58,17 +53,10 @@ def acceptance_figure(a: Analysis, arm: Arm, task: str) -> go.Figure:
     fig.update_xaxes(title_text="draft position i", dtick=1, row=2, col=1)
     fig.update_yaxes(range=[0, 1.05], row=2, col=1)
     if not any_series:
-        empty(fig, "no per-second acceptance (no usable cells or no drafts)", 1, 1)
+        empty(fig, NO_SERIES, 1, 1)
     if not any_pos:
-        # SGLang's dialect exports no per-position counters (whatever the kind's name).
-        empty(fig, f"per-position acceptance not exported by {arm.engine}"
-              if get_engine_kind(arm.engine).dialect_for(arm) == "sglang"
-              else "no per-position data", 2, 1)
+        empty(fig, no_positions_line(arm), 2, 1)
     return fig
-
-
-def _nan(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def consistency_figure(a: Analysis) -> go.Figure:

@@ -8,10 +8,14 @@ import matplotlib
 import numpy as np
 from matplotlib.backends.backend_pdf import PdfPages
 
-from harness.analysis.acceptance import per_second_acceptance
 from harness.analysis.acceptance_requests import AGREE_WITHIN
 from harness.analysis.tables import Analysis
-from harness.engines import get_engine_kind
+from harness.report.acceptance_series import (
+    NO_SERIES,
+    acceptance_by_level,
+    is_nan,
+    no_positions_line,
+)
 from harness.report.layout import empty_axes, new_page, save, table_lines, text_pages
 from harness.report.pages_speed import arm_colours
 
@@ -43,20 +47,16 @@ def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
         for j, task in enumerate(tasks):
             top, bottom = axes[0][j], axes[1][j]
             any_series = any_pos = False
-            for c in levels:
-                cell = a.run.find(arm.name, task, "speed", c)
-                if not cell.usable:
-                    continue
-                series = per_second_acceptance(cell.samples).dropna(subset=["acceptance_length"])
-                if not series.empty:
-                    (h,) = top.plot(series["t_s"], series["acceptance_length"], "-",
+            for level in acceptance_by_level(a, arm, task):
+                c = level.concurrency
+                if not level.per_second.empty:
+                    (h,) = top.plot(level.per_second["t_s"],
+                                    level.per_second["acceptance_length"], "-",
                                     color=colours[c], lw=1)
                     handles[f"c={c}"] = h
                     any_series = True
-                row = a.cells[a.cells["cell_id"] == cell.id].iloc[0]
-                rates = [row[k] for k in row.index if k.startswith("accept_rate_pos")
-                         and not _nan(row[k])]
-                if rates:
+                if level.position_rates:
+                    rates = level.position_rates
                     bottom.plot(range(1, len(rates) + 1), rates, "o-", color=colours[c], ms=4)
                     any_pos = True
             top.set_title(f"task: {task}", fontsize=11)
@@ -68,12 +68,9 @@ def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
             bottom.set_ylim(0, 1.05)
             bottom.grid(alpha=0.3)
             if not any_series:
-                empty_axes(top, "no per-second acceptance (no usable cells or no drafts)")
+                empty_axes(top, NO_SERIES)
             if not any_pos:
-                # SGLang's dialect exports no per-position counters (whatever the kind's name).
-                empty_axes(bottom, f"per-position acceptance not exported by {arm.engine}"
-                           if get_engine_kind(arm.engine).dialect_for(arm) == "sglang"
-                           else "no per-position data")
+                empty_axes(bottom, no_positions_line(arm))
             else:
                 bottom.set_xticks(range(1, arm.drafter.num_draft_tokens + 1))
         fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles) or 1,
@@ -81,10 +78,6 @@ def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
         save(pdf, fig)
         pages += 1
     return pages
-
-
-def _nan(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def consistency_page(pdf: PdfPages, a: Analysis) -> int:
@@ -138,7 +131,7 @@ def consistency_page(pdf: PdfPages, a: Analysis) -> int:
 
 
 def _shown(v) -> str:
-    return "-" if _nan(v) else f"{float(v):.3f}"
+    return "-" if is_nan(v) else f"{float(v):.3f}"
 
 
 def three_figures_pages(pdf: PdfPages, a: Analysis) -> int:
@@ -155,7 +148,7 @@ def three_figures_lines(a: Analysis) -> list[str]:
     rows, flagged = [], []
     for r in cells.itertuples():
         agree = r.acceptance_agree
-        mark = "-" if agree is None or _nan(agree) else ("yes" if agree else "NO")
+        mark = "-" if agree is None or is_nan(agree) else ("yes" if agree else "NO")
         rows.append([r.cell_id, _shown(r.accept_length_per_round_engine),
                      _shown(r.accept_length_per_round_requests), _shown(r.tokens_per_step_client),
                      int(r.spec_requests), mark])
