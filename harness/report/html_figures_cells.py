@@ -16,6 +16,7 @@ from harness.analysis.tables import Analysis
 from harness.prereg.schema import Arm
 from harness.report.acceptance_series import NO_SERIES, acceptance_by_level, no_positions_line
 from harness.report.html_plotly import empty, floats, grid
+from harness.report.pages_gpu import alternate_cell_spans
 from harness.report.pages_speed import arm_colours
 
 
@@ -177,5 +178,9 @@ def gpu_figure(a: Analysis) -> go.Figure | None:
                                          showlegend=row == 1, legendgroup=f"hot{gpu}",
                                          marker={"symbol": "x", "color": "#c62828", "size": 8}),
                               row=row, col=1)
-    fig.update_xaxes(title_text="minutes since the run's first GPU reading", row=3, col=1)
+    for _cell, lo, hi in alternate_cell_spans(ok, minutes):
+        fig.add_vrect(x0=lo, x1=hi, fillcolor="#000000", opacity=0.05, line_width=0,
+                      row="all", col=1)
+    fig.update_xaxes(title_text="minutes since the run's first GPU reading (alternate"
+                     " shading: cells)", row=3, col=1)
     return fig

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.gpu import gpu_series
@@ -55,12 +56,21 @@ def gpu_pages(pdf: PdfPages, a: Analysis) -> int:
     return 1 + _cell_table(pdf, a)
 
 
-def _shade_cells(axes, ok, minutes) -> None:
-    for i, (_cell, rows) in enumerate(ok.groupby("cell_id", sort=False)):
+def alternate_cell_spans(ok: pd.DataFrame, minutes: pd.Series) -> list[tuple[str, float, float]]:
+    """Every other cell's (id, first, last reading in minutes), in the readings' order: the
+    shading that tells one cell from the next (the PDF page and the HTML figure)."""
+    spans = []
+    for i, (cell, rows) in enumerate(ok.groupby("cell_id", sort=False)):
         if i % 2:
-            lo, hi = float(minutes[rows.index].min()), float(minutes[rows.index].max())
-            for ax in axes:
-                ax.axvspan(lo, hi, color="#000000", alpha=0.05, lw=0)
+            spans.append((str(cell), float(minutes[rows.index].min()),
+                          float(minutes[rows.index].max())))
+    return spans
+
+
+def _shade_cells(axes, ok, minutes) -> None:
+    for _cell, lo, hi in alternate_cell_spans(ok, minutes):
+        for ax in axes:
+            ax.axvspan(lo, hi, color="#000000", alpha=0.05, lw=0)
 
 
 def _cell_table(pdf: PdfPages, a: Analysis) -> int:

@@ -124,3 +124,31 @@ def test_a_missing_chromium_is_named_with_how_to_install_it(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(ChromiumMissing, match=r"apt-get install -y chromium"):
         find_chromium()
+
+
+def test_the_gpu_figure_shades_every_other_cell_as_the_pdf_does(monkeypatch):
+    """Three cells' readings: the second cell's span is shaded across the three panels, as
+    the PDF page's axvspan does, and a throttled reading is marked."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from harness.analysis.gpu import SERIES_COLUMNS
+    from harness.report import html_figures_cells
+    from harness.report.pages_gpu import alternate_cell_spans
+
+    rows = []
+    for i, cell in enumerate(["a/chat/speed/c001", "a/chat/speed/c002", "a/chat/speed/c004"]):
+        for j in range(3):
+            rows.append({column: None for column in SERIES_COLUMNS} | {
+                "cell_id": cell, "wall_time": 1000.0 + 60 * (3 * i + j), "gpu": 0, "ok": True,
+                "sm_clock_mhz": 1980.0, "mem_clock_mhz": 2619.0, "power_w": 300.0,
+                "power_limit_w": 350.0, "temperature_c": 60.0, "throttled": (i, j) == (2, 2)})
+    series = pd.DataFrame(rows, columns=SERIES_COLUMNS)
+    monkeypatch.setattr(html_figures_cells, "gpu_series", lambda run: series)
+    fig = html_figures_cells.gpu_figure(SimpleNamespace(run=None))
+    minutes = (series["wall_time"] - 1000.0) / 60.0
+    assert alternate_cell_spans(series, minutes) == [("a/chat/speed/c002", 3.0, 5.0)]
+    shaded = [(s.x0, s.x1) for s in fig.layout.shapes]
+    assert shaded == [(3.0, 5.0)] * 3  # one rectangle a panel
+    assert [t.name for t in fig.data if "throttled" in t.name] == ["GPU 0 throttled"] * 3
