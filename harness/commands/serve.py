@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness import interrupts
 from harness.engines.base import expand_study, expand_study_leaving_unset
 from harness.engines.command_line import invocation
 from harness.engines.lifecycle import start_engine
@@ -42,10 +43,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def run(args: argparse.Namespace) -> int:
     registered = load_study(args.prereg)
     names = [a.name for a in registered.arms]
@@ -62,11 +59,13 @@ def run(args: argparse.Namespace) -> int:
         print(line, flush=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     log_dir = Path(args.log_dir) if args.log_dir else CACHE_DIR / "serve" / f"{arm.name}-{stamp}"
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # Ctrl-C and SIGTERM alike, kept pending until caught (harness.interrupts: one that
+    # lands in an import's cleanup would otherwise be dropped, and serve would keep going).
+    previous = interrupts.install((signal.SIGINT, signal.SIGTERM), KeyboardInterrupt)
     try:
         return _serve(arm, study, log_dir, args.port)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        interrupts.restore(previous)
 
 
 def print_command(registered: Study, name: str, port: int | None) -> int:
@@ -98,6 +97,7 @@ def _serve(arm, study, log_dir: Path, port: int | None) -> int:
     try:
         engine = start_engine(arm, study, log_dir, port=port)
     except KeyboardInterrupt:
+        interrupts.handled()
         print("interrupted while starting; the engine was stopped", file=sys.stderr)
         return 130
     info = engine.info
@@ -119,7 +119,9 @@ def _serve(arm, study, log_dir: Path, port: int | None) -> int:
         print("press Ctrl-C to stop it", flush=True)
         while engine.alive():
             time.sleep(0.5)
+            interrupts.raise_pending()
     except KeyboardInterrupt:
+        interrupts.handled()
         print("stopping...", flush=True)
         engine.stop()
         print("stopped: the port is free and no engine process is left", flush=True)

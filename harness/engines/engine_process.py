@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import httpx
 
+from harness import interrupts
 from harness.dialects import Dialect
 from harness.engines.engine_log import LOG_TAIL_LINES
 from harness.engines.process import EngineGuard, stop_group, tail_lines, wait_port_free
@@ -145,17 +146,15 @@ def _stop_leftovers() -> None:
             engine.stop()
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def stop_engines_on_sigterm() -> None:
     """Make SIGTERM unwind like Ctrl-C, so `finally`, context managers and the atexit
     hook stop our engines (they run in their own session and would outlive us).
     Only from the main thread, and only where nobody installed a handler."""
     main = threading.current_thread() is threading.main_thread()
     if main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        # Kept pending until the process exits (harness.interrupts): a SystemExit raised
+        # inside an import's cleanup is dropped, and the run would go on.
+        signal.signal(signal.SIGTERM, interrupts.raising(lambda: SystemExit(128 + signal.SIGTERM)))
 
 
 __all__ = ["EngineProcess", "stop_engines_on_sigterm", "track"]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import httpx
 
+from harness import interrupts
 from harness.engines.drafting import wait_for_drafting
 from harness.engines.engine_log import LOG_TAIL_LINES, engine_error_line
 from harness.engines.engine_process import EngineProcess
@@ -60,6 +61,7 @@ def wait_ready(engine: EngineProcess, timeout_s: float, started: float,
     # The shared TLS context: httpx builds a CA store per client otherwise (~0.1 s a start).
     with httpx.Client(timeout=10, verify=shared_ssl_context()) as client:
         while True:
+            interrupts.raise_pending()  # a stop signal an import's cleanup swallowed
             code = engine.exit_code
             if code is not None:
                 raise start_failure(engine, f"the engine exited with code {code} while starting")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from harness import interrupts
 from harness.derived.throttle import gpu_throttle
 from harness.derived.usable import unusable_reason
 from harness.plan import Cell
@@ -102,6 +103,7 @@ def measure_cell(store: RunStore, study: Study, engine: ArmEngine, cell: Cell,
         progress.on_record(rec)
 
     for _ in range(budget):  # within one invocation engine deaths count as well
+        interrupts.raise_pending()  # a stop signal swallowed during the last attempt
         measured = store.measured_attempts(cell.id)
         if measured >= budget:
             break
