@@ -4,6 +4,7 @@ engine plays an engine release without the counter (`omit_series`), in both dial
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from pathlib import Path
 
@@ -32,11 +33,15 @@ def scripted_arms(dialect: str, omit: list[str], drafting_base: bool = False) ->
 
 
 def scripted_engines() -> list[psutil.Process]:
+    """This test process's scripted engines that omit a series: its own children only,
+    since the suite's other workers start such engines too (seen: an SGLang-dialect one
+    of another worker's, taken for a leftover here)."""
     out = []
-    for p in psutil.process_iter(["cmdline"]):
-        cmd = p.info["cmdline"] or []
-        if "harness.testengine" in cmd and any('"omit_series":["' in a for a in cmd):
-            out.append(p)
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            cmd = p.cmdline()
+            if "harness.testengine" in cmd and any('"omit_series":["' in a for a in cmd):
+                out.append(p)
     return out
 
 
