@@ -20,7 +20,6 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.engines.cpu_dtype import host_cpu_dtype
 from harness.engines.engine_process import EngineProcess
 from harness.engines.lifecycle import start_engine
 from harness.engines.process import descendants, group_members, port_in_use
@@ -31,11 +30,12 @@ from harness.measure.placement import pin_threads
 from harness.prereg.schema import Study
 
 # Flags for the CPU engine serving the tiny model (ENGINES.md): eager mode starts
-# in ~25 s instead of ~45 s; the dtype is the one the demo serves on this host
+# in ~25 s instead of ~45 s. The dtype is the demo's `launch.dtype: cpu_native`
 # (harness/engines/cpu_dtype.py: bfloat16 with AVX-512, float16 with AMX, float32 on AVX2
 # alone). A fixed bfloat16 ran on torch's slow fallback on an AVX2-only host, and with an
 # AVX-512 host held to AVX2 (ONEDNN_MAX_CPU_ISA) vLLM's engine core died on it.
-VLLM_CPU_EXTRA_ARGS = ["--enforce-eager", "--dtype", host_cpu_dtype().dtype]
+VLLM_CPU_EXTRA_ARGS = ["--enforce-eager"]
+VLLM_CPU_DTYPE = "cpu_native"
 VLLM_CPU_ENV = {"HF_HUB_OFFLINE": "1"}  # the kind adds VLLM_TARGET_DEVICE and the CPU settings
 VLLM_CPU_STARTUP_TIMEOUT_S = 900.0  # generous: the machine is shared and slow
 TINY_SERVED_NAME = "tiny"
@@ -124,6 +124,7 @@ def vllm_cpu_launch(python: str, **overrides: Any) -> dict[str, Any]:
         "python": python,
         "env": dict(VLLM_CPU_ENV),
         "extra_args": list(VLLM_CPU_EXTRA_ARGS),
+        "dtype": VLLM_CPU_DTYPE,
         "startup_timeout_s": VLLM_CPU_STARTUP_TIMEOUT_S,
         "stop_grace_s": 20.0,
         **overrides,
