@@ -10,7 +10,6 @@ location, unless the study registers `bars.pass.knee.beyond_top: pass`). Invalid
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -38,6 +37,7 @@ from harness.analysis.pays import speculation_pays
 from harness.analysis.regime import host_regime
 from harness.analysis.surface import surface_summary
 from harness.analysis.tables import Analysis, analyse
+from harness.atomic import write_json
 from harness.prereg.schema import Study
 from harness.rundir.verdict import VERDICT, Verdict
 
@@ -273,8 +273,5 @@ def write_verdict(run_dir: str | Path | RunData, study: Study | None = None,
     """Judge every bar and write verdict.json into the run folder; returns the verdict."""
     a = analysis or analyse(run_dir if isinstance(run_dir, RunData) else load_run(run_dir, study))
     verdict = evaluate(a)
-    path = a.run.run_dir / VERDICT
-    tmp = path.with_name(f".{VERDICT}.tmp")
-    tmp.write_text(json.dumps(verdict.to_json(), indent=2) + "\n")
-    tmp.replace(path)
+    write_json(a.run.run_dir / VERDICT, verdict.to_json())
     return verdict

@@ -21,6 +21,7 @@ from harness.analysis.surface import (
     schedule_verification,
     surface_table,
 )
+from harness.atomic import atomic_path
 from harness.calibration import run_hardware
 from harness.prereg.schema import Study
 
@@ -126,11 +127,10 @@ def write_tables(analysis: Analysis) -> list[Path]:
     for name, df in tables:
         for ext in ("parquet", "csv"):
             path = analysis.run.run_dir / f"{name}.{ext}"
-            tmp = path.with_name(f".{path.name}.tmp")
-            if ext == "parquet":
-                df.to_parquet(tmp, index=False)
-            else:
-                df.to_csv(tmp, index=False)
-            tmp.replace(path)
+            with atomic_path(path) as tmp:
+                if ext == "parquet":
+                    df.to_parquet(tmp, index=False)
+                else:
+                    df.to_csv(tmp, index=False)
             out.append(path)
     return out

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
+from harness.atomic import write_jsonl
 from harness.errors import InputError
 
 
@@ -88,22 +87,6 @@ def read_responses(path: Path, known_ids: set[str], task: str) -> dict[str, str]
     return out
 
 
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def run(args: argparse.Namespace) -> int:
     from harness.workloads import SCORED_KINDS, load_items, score_items, summarize
     from harness.workloads.sandbox import MAX_SLOTS, SandboxLimits
@@ -127,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         limits=SandboxLimits(timeout_s=args.timeout),
     )
     if args.per_item is not None:
-        _write_jsonl(args.per_item, [s.to_dict() for s in scores])
+        write_jsonl(args.per_item, [s.to_dict() for s in scores])
     print(json.dumps(summarize(args.task, scores)))
     return 0
 

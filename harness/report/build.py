@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 
 from harness.analysis.tables import Analysis
+from harness.atomic import atomic_path
 from harness.report.layout import PdfPages
 from harness.report.pages_acceptance import (
     acceptance_pages,
@@ -27,10 +28,8 @@ from harness.rundir.verdict import Verdict
 
 def write_pdf(a: Analysis, verdict: Verdict, out_pdf: Path) -> int:
     """Every page; returns the page count."""
-    out_pdf.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_pdf.with_name(f".{out_pdf.name}.tmp")
     pages = 0
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), atomic_path(out_pdf) as tmp:
         # Empty panels (a task with no usable cells) are drawn and labelled, not warned about.
         warnings.simplefilter("ignore", UserWarning)
         with PdfPages(tmp) as pdf:
@@ -53,5 +52,4 @@ def write_pdf(a: Analysis, verdict: Verdict, out_pdf: Path) -> int:
             info = pdf.infodict()
             info["Title"] = f"specbench report: {a.run.run_id}"
             info["Subject"] = a.run.study.title
-    tmp.replace(out_pdf)
     return pages

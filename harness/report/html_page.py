@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
+from harness.atomic import write_text
 from harness.report.html_text import escape
 
 STYLE = """
@@ -76,8 +77,5 @@ def html_page(title: str, subtitle: str, sections: Sequence[tuple[str, str, str,
 
 def write_page(text: str, out: Path) -> Path:
     """Written whole or not at all (a reader never opens half a page)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)
+    write_text(out, text)
     return out

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.atomic import write_bytes
 from harness.errors import InputError, SpecbenchError
 from harness.plan import Cell
 from harness.prereg.schema import Study
@@ -38,7 +39,7 @@ from harness.run.shard_worker import (
     folder_files,
 )
 from harness.run.smoke import SmokeFailed
-from harness.run.store import RunStore, write_bytes_atomic
+from harness.run.store import RunStore
 from harness.run.where import gpu_model_deviation
 from harness.rundir import COMPLETE, cell_dirname
 from harness.rundir.manifest import (
@@ -146,7 +147,7 @@ class ShardSink:
         for rel in sorted(files, key=lambda r: Path(r).name == COMPLETE):
             path = self.store.root / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(path, files[rel])
+            write_bytes(path, files[rel])
 
     def _merge(self, payload: dict[str, Any]) -> None:
         """The worker's manifest entries replace what that same worker sent before; each

@@ -23,6 +23,7 @@ from typing import Any
 
 from rich.console import Console
 
+from harness.atomic import write_json
 from harness.engines.base import expand_study
 from harness.engines.preflight import require_preflight
 from harness.errors import InputError, SpecbenchError
@@ -35,7 +36,7 @@ from harness.run.gpu_telemetry import RunTelemetry
 from harness.run.progress import RunProgress
 from harness.run.schedule import Batch, rerun_batch, rerun_cells, run_schedule
 from harness.run.smoke import SmokeStage
-from harness.run.store import RunStore, host_facts, specbench_commit, write_json_atomic
+from harness.run.store import RunStore, host_facts, specbench_commit
 from harness.rundir.manifest import (
     ControlArmRecord,
     Deviation,
@@ -85,7 +86,7 @@ def new_run(loaded: LoadedStudy, results_dir: Path, run_id: str | None = None) -
     for arm_path in loaded.arm_files.values():
         shutil.copy2(arm_path, root / "prereg" / arm_path.name)
     resolved = resolved_study(loaded.study)
-    write_json_atomic(root / "study.json", resolved)
+    write_json(root / "study.json", resolved)
     store = RunStore(root)
     store.create_manifest(Manifest(
         run_id=run_id,
@@ -117,7 +118,7 @@ def record_item_categories(root: Path, study: Study) -> None:
         except SpecbenchError:
             continue
         items_path(root, task.name).parent.mkdir(exist_ok=True)
-        write_json_atomic(items_path(root, task.name), categories)
+        write_json(items_path(root, task.name), categories)
 
 
 def find_run(results_dir: Path, loaded: LoadedStudy, which: str | None) -> RunStore:
@@ -159,7 +160,7 @@ def reopen_run(store: RunStore, loaded: LoadedStudy, allow_deviation: bool) -> N
         original = store.root / "study.original.json"
         if not original.exists():
             shutil.copy2(store.root / "study.json", original)
-        write_json_atomic(store.root / "study.json", resolved_study(loaded.study))
+        write_json(store.root / "study.json", resolved_study(loaded.study))
         deviation = Deviation(when=time.time(), what="resumed under a different seal",
                               old_seal=old_seal, new_seal=new_seal, changes=diffs)
 

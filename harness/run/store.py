@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel
 
+from harness.atomic import write_json
 from harness.host_gpus import gpu_lines
 from harness.paths import PROJECT_ROOT
 from harness.records import GpuSample, RequestRecord
@@ -35,22 +36,6 @@ from harness.rundir import (
     cell_dirname,
 )
 from harness.rundir.manifest import MANIFEST, Deviation, HostFacts, Manifest, read_manifest
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """The file whole or not at all, flushed to disk before it takes its name."""
-    # A temporary file per writer: two threads writing one file never share a temp file.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    text = json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
-    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def read_json(path: Path) -> Any:
@@ -153,7 +138,7 @@ class RunStore:
 
     def _write_manifest(self, manifest: Manifest) -> Manifest:
         checked = Manifest.model_validate(manifest.model_dump(mode="python"))
-        write_json_atomic(self.manifest_path, checked.to_json())
+        write_json(self.manifest_path, checked.to_json())
         return checked
 
     def record_deviation(self, deviation: Deviation) -> None:
@@ -212,7 +197,7 @@ class RunStore:
 
     def _write_cell(self, cell_id: str, info: dict[str, Any]) -> None:
         """cell.json, checked against its record first."""
-        write_json_atomic(self.cell_dir(cell_id) / "cell.json",
+        write_json(self.cell_dir(cell_id) / "cell.json",
                           CellFile.model_validate(info).model_dump(mode="json",
                                                                    exclude_none=False))
 
@@ -237,7 +222,7 @@ class RunStore:
         reason, and a later attempt (now or on resume) may replace it."""
         self.end_attempt(cell_id, attempt, "invalid" if unusable else "complete", unusable)
         record = CompleteFile(attempt=attempt, finished_wall=time.time(), outcome=outcome)
-        write_json_atomic(self.cell_dir(cell_id) / COMPLETE, record.model_dump(mode="json"))
+        write_json(self.cell_dir(cell_id) / COMPLETE, record.model_dump(mode="json"))
 
     def judge_attempt(self, cell_id: str, attempt: int, reason: str) -> None:
         """Record that a finished attempt turned out unusable (found so on resume)."""

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from harness import paths
+from harness.atomic import write_json
 from harness.errors import InputError
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
@@ -98,8 +98,5 @@ def weight_hashes(folder: Path) -> tuple[list[WeightFile], int]:
         entries[rel] = entry
         out.append(WeightFile(file=rel, size=entry.size, sha256=entry.sha256))
     if hashed or set(entries) != set(cached):
-        store.parent.mkdir(parents=True, exist_ok=True)
-        tmp = store.with_name(f".{store.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({k: v.model_dump() for k, v in entries.items()}, indent=1))
-        os.replace(tmp, store)
+        write_json(store, {k: v.model_dump() for k, v in entries.items()}, indent=1)
     return out, hashed
