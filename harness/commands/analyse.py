@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.calibration import run_hardware
-from harness.commands.output import add_format_option, number_text, write_json, write_table
+from harness.commands.output import add_format_option, number_text, print_json, write_table
 from harness.commands.report import resolve_run
 from harness.paths import RESULTS_DIR
 
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         write_table(list(sp.columns), sp.itertuples(index=False, name=None), fmt)
         return 0
     if fmt == "json":
-        write_json({"speedups": a.speedups.to_dict(orient="records"),
+        print_json({"speedups": a.speedups.to_dict(orient="records"),
                     "knees": a.knees.to_dict(orient="records"),
                     "verdict": verdict.to_json()})
         return 0

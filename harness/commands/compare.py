@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.commands.output import add_format_option, number_text, write_json, write_table
+from harness.commands.output import add_format_option, number_text, print_json, write_table
 from harness.commands.report import resolve_run
 from harness.paths import RESULTS_DIR
 
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         write_table(list(rows.columns), rows.itertuples(index=False, name=None), fmt)
         return 0
     if fmt == "json":
-        write_json({"run_a": a.run_id, "run_b": b.run_id, "level": a.level,
+        print_json({"run_a": a.run_id, "run_b": b.run_id, "level": a.level,
                     "rows": rows.to_dict(orient="records"),
                     "environment_differences": [{"what": k, "a": x, "b": y} for k, x, y in env]})
         return 0

@@ -71,7 +71,7 @@ def write_table(headers: Sequence[str], rows: Sequence[Sequence[object]], fmt: s
     out.flush()
 
 
-def write_json(obj: Any) -> None:
+def print_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=1, default=str)
     sys.stdout.write("\n")
 

@@ -8,7 +8,7 @@ from collections import Counter
 from rich.console import Console
 
 from harness.calibration import EffectiveHardware, effective_hardware
-from harness.commands.output import add_format_option, write_json, write_table
+from harness.commands.output import add_format_option, print_json, write_table
 from harness.errors import InputError
 from harness.plan import engine_blocks, estimate, plan_cells
 from harness.prereg import load_study_file
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     hardware = _calibrated(study) if getattr(args, "calibrate", False) else None
     est = estimate(study, cells, hardware)
     if fmt == "json":
-        write_json({"cells": [dict(zip(headers, r, strict=True)) for r in rows],
+        print_json({"cells": [dict(zip(headers, r, strict=True)) for r in rows],
                     "estimated_gpu_seconds": est.seconds, "assumptions": est.assumptions,
                     **({"roofline_inputs": hardware.line()} if hardware else {}),
                     "smoke": bool(study.recording.smoke and cells),

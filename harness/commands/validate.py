@@ -7,7 +7,7 @@ import functools
 
 from rich.console import Console
 
-from harness.commands.output import add_format_option, write_json, write_table
+from harness.commands.output import add_format_option, print_json, write_table
 from harness.errors import InputError
 from harness.prereg import LoadedStudy, load_study_file, seal_of
 from harness.prereg.drafter_base import base_line, check_drafter_bases
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             write_table(ARM_COLUMNS, arm_rows(study), fmt)
         else:
             report = pin_report(loaded)
-            write_json({"title": study.title, "seal": seal,
+            print_json({"title": study.title, "seal": seal,
                         "arms": [dict(zip(ARM_COLUMNS, r, strict=True)) for r in arm_rows(study)],
                         "unpinned": [f"{c.where}: {c.repo}" for c in report.unpinned],
                         "open_markers": [f"{m.file}:{m.line}: {m.text}" for m in report.markers],
