@@ -227,3 +227,36 @@ def test_a_command_loads_neither_the_run_stack_nor_the_engine_lifecycle(command,
     bad = sorted(m for m in set(loaded) | statically | set(plain) if _forbidden(m))
     assert not bad, f"{command} loads {', '.join(bad)}:\n" + "\n".join(
         " <- ".join(reversed(chain(command, m))) for m in bad if m in statically)
+
+
+def test_each_command_name_is_the_parser_its_module_registers() -> None:
+    """The CLI imports a command's module by its name alone, so the name must be what the
+    module registers; and the whole parser (help, the docs' reference) still has them all."""
+    import argparse
+
+    from harness.cli import COMMAND_MODULES, build_parser
+
+    def names(parser: argparse.ArgumentParser) -> set[str]:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return set(sub.choices)
+
+    for name in COMMAND_MODULES:
+        assert names(build_parser([name])) == {name}
+    assert names(build_parser()) == set(COMMAND_MODULES)
+
+
+def test_specbench_validate_loads_at_most_60_harness_modules() -> None:
+    """`specbench validate prereg.yaml` through the CLI's own entry, in a fresh interpreter:
+    only the chosen command's module is imported (it loaded about 146 while the CLI
+    imported every command to build its parser)."""
+    code = ("import json, sys\n"
+            "from harness.cli import main\n"
+            "rc = main(['validate', 'prereg.yaml'])\n"
+            "mods = sorted(k for k in sys.modules if k.split('.')[0] == 'harness')\n"
+            "print(json.dumps([rc, mods]), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    rc, mods = json.loads(done.stderr.strip().splitlines()[-1])
+    assert rc == 0, done.stderr
+    assert "harness.commands.validate" in mods and "harness.commands.run" not in mods
+    assert len(mods) <= 60, f"validate loads {len(mods)} harness modules: {mods}"

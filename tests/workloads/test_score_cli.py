@@ -26,7 +26,7 @@ def _run(capsys, *argv):
 
 
 def test_registered_in_the_cli():
-    assert "harness.commands.score" in COMMAND_MODULES
+    assert COMMAND_MODULES["score"] == "harness.commands.score"
 
 
 def test_gsm8k_summary_and_per_item(tmp_path, capsys):
