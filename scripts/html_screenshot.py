@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.report.headless_chromium import ChromiumMissing, check_page
+from headless_chromium import ChromiumMissing, check_page
 
 
 def main() -> int:

@@ -6,8 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.commands.output import add_format_option, number_text, print_json, write_table
+from harness.commands.output import add_format_option, print_json, write_table
 from harness.commands.report import resolve_run
+from harness.numbers import number_text
 from harness.paths import RESULTS_DIR
 
 

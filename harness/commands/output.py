@@ -21,15 +21,6 @@ def add_format_option(p: argparse.ArgumentParser) -> None:
                         " scripts (the main table only for csv)")
 
 
-def number_text(v: object, spec: str = ".2f") -> str:
-    """A figure in `spec`; "-" for a missing one (None, NaN); other text as it is."""
-    try:
-        x = float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return "-" if v is None else str(v)
-    return "-" if math.isnan(x) else format(x, spec)
-
-
 def cell_text(v: object) -> str:
     if v is None:
         return "-"

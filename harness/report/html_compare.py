@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from harness.commands.output import number_text
+from harness.numbers import number_text
 from harness.report.html_page import html_page
 from harness.report.html_plotly import empty, figure_div, floats, grid, log2_x
 from harness.report.html_text import escape, table_html

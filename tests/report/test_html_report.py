@@ -72,7 +72,7 @@ def test_the_same_lines_give_the_pdf_its_fixed_width_tables():
 
 @pytest.mark.alone  # a browser: phase 2, one at a time
 def test_html_report_renders_in_headless_chromium(tmp_path):
-    from harness.report.headless_chromium import ChromiumMissing, check_page, find_chromium
+    from scripts.headless_chromium import ChromiumMissing, check_page, find_chromium
 
     try:
         find_chromium()
@@ -97,7 +97,7 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
 def test_a_page_error_is_reported_by_the_browser_check(tmp_path):
     """The check itself: a console error, an exception, a figure that never draws and a
     request for the network are each a problem (else a broken page would pass)."""
-    from harness.report.headless_chromium import ChromiumMissing, check_page, find_chromium
+    from scripts.headless_chromium import ChromiumMissing, check_page, find_chromium
 
     try:
         find_chromium()
@@ -119,7 +119,7 @@ def test_a_page_error_is_reported_by_the_browser_check(tmp_path):
 
 def test_a_missing_chromium_is_named_with_how_to_install_it(monkeypatch):
     """The browser tests fail (never skip) on a machine without it, saying what to do."""
-    from harness.report.headless_chromium import ChromiumMissing, find_chromium
+    from scripts.headless_chromium import ChromiumMissing, find_chromium
 
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(ChromiumMissing, match=r"apt-get install -y chromium"):

@@ -153,7 +153,7 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
 
     # The same report as a web page (issue 33): opened in headless Chromium, every section
     # renders, every figure draws, no console error, nothing fetched from the network.
-    from harness.report.headless_chromium import check_page
+    from scripts.headless_chromium import check_page
 
     shot = tmp_path / "demo-html.png"
     check = check_page(pdf.with_suffix(".html"), screenshot=shot)
