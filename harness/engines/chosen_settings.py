@@ -12,6 +12,7 @@ kept in each engine start's `settings` beside the ones specbench resolves itself
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable
 
@@ -23,7 +24,11 @@ _VLLM_CONFIG = re.compile(r"Initializing a V1 LLM engine \(v[^)]*\) with config:
 _CUDAGRAPH_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)")
 _CAPTURE_SIZES = re.compile(r"'cudagraph_capture_sizes': \[([^\]]*)\]")
 _FLAG = re.compile(r"\b(enable_prefix_caching|enable_chunked_prefill)=(True|False)")
-# SGLang logs its resolved arguments once at start: `server_args=ServerArgs(...)`.
+# SGLang logs its arguments once at start. 0.5.23: `server_args={...}`, the dict of
+# ServerArgs.resolved_dict() (entrypoints/engine.py:173-174, 1185), whose decode graph cap
+# is cuda_graph_config['decode']['max_bs'] (the flag is --cuda-graph-max-bs-decode,
+# arg_groups/fields/exec_.py:629). Older releases: `server_args=ServerArgs(k=v, ...)`.
+_SGLANG_DICT = re.compile(r"server_args=(\{.*\})")
 _SGLANG_ARGS = re.compile(r"server_args=ServerArgs\((.*)\)")
 _SGLANG_FIELD = re.compile(r"\b(disable_overlap_schedule|cuda_graph_max_bs|disable_cuda_graph"
                            r"|speculative_algorithm)=([^,)]+)")
@@ -59,28 +64,43 @@ def vllm_chosen(log: Iterable[str], command: list[str], cpu: bool) -> dict[str, 
         mode = _CUDAGRAPH_MODE.search(config)
         sizes = _CAPTURE_SIZES.search(config)
         if mode is not None:
+            # The mode is the setting; the sizes are token counts, n x (k + 1) for a drafter
+            # (config/vllm.py:2341-2440), so they differ from its baseline's by design.
             sizes_list = [s.strip() for s in sizes.group(1).split(",") if s.strip()] if sizes else []
-            out["cuda_graphs"] = (
-                f"{mode.group(1)}" + (f", {len(sizes_list)} capture sizes {sizes_list[0]}-"
-                                      f"{sizes_list[-1]}" if sizes_list else ", no capture sizes"))
+            out["cuda_graphs"] = f"{mode.group(1)} (" + (
+                f"{len(sizes_list)} capture sizes {sizes_list[0]}-{sizes_list[-1]} tokens)"
+                if sizes_list else "no capture sizes)")
         for name, value in _FLAG.findall(config):
             key = name.removeprefix("enable_")
             out[key] = "on" if value == "True" else "off"
-    # Not in the logged config; vLLM 0.32's ModelConfig.disable_cascade_attn defaults True.
-    if "--no-disable-cascade-attn" in command:
-        out["cascade_attention"] = "on (--no-disable-cascade-attn)"
-    elif not cpu:
-        out["cascade_attention"] = ("off (--disable-cascade-attn)" if "--disable-cascade-attn"
-                                    in command else "off (vLLM 0.32's default)")
+    if not cpu:  # config/model.py:312-314: the flag is deprecated and does nothing
+        out["cascade_attention"] = ("off (removed in vLLM 0.32: --[no-]disable-cascade-attn has"
+                                    " no effect)")
     return out
+
+
+def _sglang_fields(lines: list[str]) -> dict[str, str] | None:
+    """The logged server_args' fields that matter here, as text (None: none logged)."""
+    for line in lines:
+        if (m := _SGLANG_DICT.search(line)) is not None:
+            try:
+                args = ast.literal_eval(m.group(1))
+            except (ValueError, SyntaxError):
+                continue
+            decode = (args.get("cuda_graph_config") or {}).get("decode") or {}
+            cap = decode.get("max_bs") or args.get("cuda_graph_max_bs_decode")
+            off = args.get("disable_cuda_graph") or decode.get("backend") == "disabled"
+            return {k: str(v) for k, v in [*args.items(), ("cuda_graph_max_bs", cap),
+                                           ("disable_cuda_graph", off)] if v is not None}
+    args = next((m.group(1) for line in lines if (m := _SGLANG_ARGS.search(line))), None)
+    return None if args is None else dict(_SGLANG_FIELD.findall(args))
 
 
 def sglang_chosen(log: Iterable[str]) -> dict[str, str]:
     """What an SGLang engine chose, from the resolved `server_args` it logs at start."""
-    args = next((m.group(1) for line in log if (m := _SGLANG_ARGS.search(line))), None)
-    if args is None:
+    fields = _sglang_fields(list(log))
+    if fields is None:
         return {}
-    fields = dict(_SGLANG_FIELD.findall(args))
     out: dict[str, str] = {}
     if "disable_overlap_schedule" in fields:
         out["overlap_schedule"] = ("off" if fields["disable_overlap_schedule"] == "True"

@@ -23,7 +23,7 @@ def test_a_real_vllm_cpu_log_reads_async_off_for_every_arm_and_its_graphs_and_ca
     # The CPU platform's hook has the last word: off for both, whatever the ngram line said.
     assert ngram["async_scheduling"] == base["async_scheduling"] == (
         "off (vLLM's CPU platform turns it off for every arm)")
-    assert ngram["cuda_graphs"] == base["cuda_graphs"] == "NONE, no capture sizes"
+    assert ngram["cuda_graphs"] == base["cuda_graphs"] == "NONE (no capture sizes)"
     assert (ngram["prefix_caching"], ngram["chunked_prefill"]) == ("on", "on")
     assert differences(ngram, base) == []
 
@@ -35,7 +35,7 @@ def test_a_vllm_gpu_log_reads_async_off_for_ngram_and_names_the_difference():
         "off (engine log: Async scheduling not supported with ngram-based speculative"
         " decoding and will be disabled.)")
     assert base["async_scheduling"] == "on (vLLM's default; no startup line turned it off)"
-    assert ngram["cuda_graphs"] == "FULL_AND_PIECEWISE, 19 capture sizes 1-128"
+    assert ngram["cuda_graphs"] == "FULL_AND_PIECEWISE (19 capture sizes 1-128 tokens)"
     assert ngram["prefix_caching"] == "off" and ngram["cascade_attention"].startswith("off")
     assert differences(ngram, base) == [
         "async_scheduling: off (engine log: Async scheduling not supported with ngram-based"
@@ -47,12 +47,40 @@ def test_a_vllm_gpu_log_reads_async_off_for_ngram_and_names_the_difference():
 
 
 def test_sglang_server_args_give_its_overlap_scheduler_and_graph_cap():
-    line = ("[2026-12-01 10:00:00] server_args=ServerArgs(model_path='Qwen/Qwen3-8B',"
-            " disable_cuda_graph=False, cuda_graph_max_bs=48, disable_overlap_schedule=True,"
-            " speculative_algorithm='DFLASH', tp_size=1)")
+    # The line as SGLang 0.5.23 logs it (entrypoints/engine.py:1185, the dict of
+    # resolved_dict()), made by the wheel itself (fixtures README): its decode graph cap
+    # is cuda_graph_config['decode']['max_bs'], 64 here.
+    line = log("sglang-0.5.23-dflash-server-args.log")[0]
     assert sglang_chosen(["starting", line]) == {
+        "overlap_schedule": "off (server_args)", "cuda_graph_max_bs": "64 (server_args)"}
+    # The flag alone, before resolution folds it into cuda_graph_config; graphs off.
+    flag = line.replace("'cuda_graph_max_bs_decode': None", "'cuda_graph_max_bs_decode': 32")
+    flag = flag.replace("'max_bs': 64", "'max_bs': None").replace("'backend': 'full'",
+                                                                  "'backend': 'disabled'")
+    assert sglang_chosen([flag]) == {"overlap_schedule": "off (server_args)",
+                                     "cuda_graphs": "off (server_args)",
+                                     "cuda_graph_max_bs": "32 (server_args)"}
+    # The form of releases before it is still read.
+    old = ("[2026-12-01 10:00:00] server_args=ServerArgs(model_path='Qwen/Qwen3-8B',"
+           " disable_cuda_graph=False, cuda_graph_max_bs=48, disable_overlap_schedule=True,"
+           " speculative_algorithm='DFLASH', tp_size=1)")
+    assert sglang_chosen(["starting", old]) == {
         "overlap_schedule": "off (server_args)", "cuda_graph_max_bs": "48 (server_args)"}
     assert sglang_chosen(["no args logged"]) == {}
+
+
+def test_a_drafters_capture_sizes_and_cascade_flags_are_no_difference():
+    # vLLM 0.32 captures a drafter's graphs in tokens, n x (k + 1) (config/vllm.py:2341-2440):
+    # only the mode is the setting. Cascade attention is gone (config/model.py:312-314).
+    base = vllm_chosen(log("vllm-gpu-0.32-base-start.log"), [], cpu=False)
+    sizes = "[1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128]"
+    drafter_log = [line.replace(sizes, "[4, 8, 16, 32, 64, 96, 128, 256]")
+                   for line in log("vllm-gpu-0.32-base-start.log")]
+    eagle = vllm_chosen(drafter_log, ["--no-disable-cascade-attn"], cpu=False)
+    assert eagle["cuda_graphs"] == "FULL_AND_PIECEWISE (8 capture sizes 4-256 tokens)"
+    assert eagle["cascade_attention"] == base["cascade_attention"] == (
+        "off (removed in vLLM 0.32: --[no-]disable-cascade-attn has no effect)")
+    assert differences(eagle, base) == []
 
 
 def test_preflight_names_the_ngram_arms_async_scheduling_against_its_baseline(tmp_path):

@@ -94,7 +94,8 @@ def test_start_records_the_resolved_settings(tmp_path: Path) -> None:
         assert engine.info.settings == {
             "drafter_precision": "fp8 (--speculative-config quantization)",
             "async_scheduling": "on (vLLM's default; no startup line turned it off)",
-            "cascade_attention": "off (vLLM 0.32's default)"}
+            "cascade_attention": "off (removed in vLLM 0.32: --[no-]disable-cascade-attn has"
+                                 " no effect)"}
         assert '"quantization":"fp8"' in " ".join(engine.info.command)
         recorded = json.loads((tmp_path / "logs" / "engine-head.json").read_text())
         assert recorded["settings"] == engine.info.settings
