@@ -37,7 +37,7 @@ PREDICTION_COLUMNS = ["engine_tokens_per_round", "engine_tokens_source", "predic
                       "predicted_round_cost_ratio", "prediction_gap", "round_cost_gap",
                       "prediction_note", "tokens_per_round_note"]
 # Methods whose drafts cost no forward pass of a model of their own.
-MODEL_FREE = ("ngram", "suffix")
+MODEL_FREE = ("ngram", "ngram_gpu", "suffix")
 AGREE_WITHIN = 0.05
 
 

@@ -167,6 +167,13 @@ class SglangKind(EngineKind):
         if d is not None and d.synthetic is not None and d.synthetic.rates is not None:
             return ("SGLang 0.5.23 takes a mean acceptance length only"
                     " (SGLANG_SIMULATE_ACC_LEN), not per-position rates")
+        length = d.synthetic.acceptance_length if d is not None and d.synthetic else None
+        if length is not None and sglang_algorithm(arm) == "DFLASH" and length > d.num_draft_tokens:
+            # speculative/dflash_utils.py:872-875 clamps it to [1, block_size]: the block is
+            # the whole verify window, so a round commits at most k tokens, not k + 1.
+            return (f"synthetic.acceptance_length {length:g} is above the DFLASH block size"
+                    f" k = {d.num_draft_tokens}: SGLang 0.5.23 clamps it to the block"
+                    " (dflash_utils.py), so a DFLASH round keeps at most k tokens")
         return None
 
     def environment(self, arm: Arm) -> dict[str, str]:

@@ -855,6 +855,10 @@ class Study(Strict):
                 if surface_arm_name(k, length) in names:
                     out.append((("surface",), f"arm name {surface_arm_name(k, length)!r} is"
                                 " the surface's own; rename the registered arm"))
+        if template is not None and not out:  # each control arm as its engine can set it
+            out += [(("surface", "acceptance_length"), f"arm {arm.name!r}: {problem}")
+                    for arm in self.surface_arms()
+                    if (problem := get_engine_kind(arm.engine).synthetic_problem(arm))]
         return out
 
     def surface_tasks(self) -> list[str]:

@@ -125,6 +125,29 @@ def test_the_formula_predicts_from_the_roofline_and_the_engine_counters():
     assert predicted(study, "vllm-ngram", 1, 2.0) == pytest.approx((2.0, 1.0))
 
 
+def test_ngram_gpu_is_model_free_like_ngram():
+    # vLLM's GPU n-gram proposer has no draft weights either: its prediction carries no
+    # "register the draft model's size" note (analysis/predict.py MODEL_FREE).
+    import pandas as pd
+
+    from harness.analysis.predict import add_predictions
+    from harness.prereg.schema import Study
+    from tests.analysis.runfolder import study_dict
+
+    data = study_dict()
+    ngram = next(a for a in data["arms"] if a["name"] == "vllm-ngram")
+    notes = {}
+    for method in ("ngram", "ngram_gpu", "eagle3"):
+        ngram["drafter"]["method"] = method
+        study = Study.model_validate(data)
+        speedups = pd.DataFrame([{"arm": "vllm-ngram", "concurrency": 1, "status": "ok",
+                                  "drafter_cell": "d", "speedup": 1.5}])
+        cells = pd.DataFrame([{"cell_id": "d", "accept_rate_sum": 0.8}])
+        notes[method] = add_predictions(study, speedups, cells)["prediction_note"][0]
+    assert notes["ngram"] is None and notes["ngram_gpu"] is None
+    assert notes["eagle3"].startswith("draft cost counted as 0")
+
+
 def test_the_split_over_sessions_takes_the_speedups_own_draws_and_rule():
     """Three paired sessions whose drafter rounds cost 12, 13 and 11 ms (the baseline's
     steps 10 ms): with requests alike within a session, each session's explained speedup

@@ -197,6 +197,29 @@ def test_sglang_carries_a_length_in_its_environment_and_refuses_rates():
     assert problem is not None and "mean acceptance length only" in problem
 
 
+def test_a_dflash_synthetic_length_above_its_block_is_refused_on_load_and_in_a_surface():
+    # SGLang 0.5.23 clamps a DFLASH synthetic length to the block size k (dflash_utils.py
+    # 872-875: [1, block_size]), not k + 1 as for the EAGLE family: 17 at k = 16 would
+    # run as 16.
+    data = yaml.safe_load(PREREG.read_text())
+    data["arms"] = [yaml.safe_load((ROOT / a["file"]).read_text()) for a in data["arms"]]
+    dflash = data["arms"][1]
+    control = {**dflash, "name": "control", "drafter": {
+        **dflash["drafter"], "synthetic": {"acceptance_length": 17}}}
+    with pytest.raises(ValueError, match=r"above the DFLASH block size k = 16: SGLang 0.5.23"
+                                         r" clamps it to the block"):
+        Study.model_validate({**data, "arms": [*data["arms"], control]})
+    control["drafter"]["synthetic"] = {"acceptance_length": 16}
+    Study.model_validate({**data, "arms": [*data["arms"], control]})
+    # A surface over the DFLASH arm: L = 9 at k = 8 is k + 1, which DFLASH cannot set.
+    surface = {"drafter": "sglang-dflash", "k": [8, 16], "acceptance_length": [2, 9],
+               "concurrency": [1]}
+    with pytest.raises(ValueError, match=r"arm 'surface-k8-L9': synthetic.acceptance_length 9"
+                                         r" is above the DFLASH block size k = 8"):
+        Study.model_validate({**data, "surface": surface})
+    Study.model_validate({**data, "surface": {**surface, "acceptance_length": [2, 8]}})
+
+
 def test_the_cpu_build_refuses_it_with_one_line(tmp_path):
     text = (ROOT / "examples" / "cpu.yaml").read_text(encoding="utf-8")
     text = text.replace("num_draft_tokens: 3,\n",
