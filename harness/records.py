@@ -45,11 +45,30 @@ class RequestSpeculation(RecordModel):
 
 class TokenLogprob(RecordModel):
     """One output token as the engine scored it (identity cells ask for these): its text,
-    its logprob, and the target's top alternatives at that position, best first."""
+    its logprob, and the target's top alternatives at that position, best first.
+
+    Tokens are compared by `key`, never by text: a fragment of a multi-byte character
+    prints as U+FFFD whatever its bytes. vLLM is asked for token ids
+    (`return_tokens_as_token_ids`: the text is `token_id:N`); SGLang sends each token's
+    true bytes, kept in `bytes` (and as a third element of a `top` entry) where they
+    differ from the text's. `lost`: a token the engine counted (usage) but never sent an
+    entry for (SGLang 0.5.23 drops a streamed step whose text is empty), a placeholder."""
 
     token: str
     logprob: float
-    top: list[tuple[str, float]] = Field(default_factory=list)
+    top: list[tuple[str, float] | tuple[str, float, list[int]]] = Field(default_factory=list)
+    bytes: list[int] | None = None
+    lost: bool = False
+
+    @property
+    def key(self) -> bytes:
+        """What the token is, exactly: its bytes (or vLLM's `token_id:N`)."""
+        return token_key(self.token, self.bytes)
+
+    @property
+    def shown(self) -> str:
+        """The text to show: a fragment's bytes escaped (\\xe4), never a bare U+FFFD."""
+        return self.key.decode("utf-8", "backslashreplace") if self.bytes else self.token
 
     @property
     def margin(self) -> float | None:
@@ -58,6 +77,17 @@ class TokenLogprob(RecordModel):
         if len(self.top) < 2:
             return None
         return self.top[0][1] - self.top[1][1]
+
+
+def token_key(text: str, raw: list[int] | None) -> bytes:
+    return bytes(raw) if raw is not None else text.encode()
+
+
+def kept_bytes(text: str, raw: object) -> list[int] | None:
+    """An engine's `bytes` for a token, kept only where its text does not carry them."""
+    if not isinstance(raw, list) or not all(isinstance(b, int) and 0 <= b < 256 for b in raw):
+        return None
+    return None if bytes(raw) == text.encode() else list(raw)
 
 
 class RequestRecord(RecordModel):

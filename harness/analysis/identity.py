@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from harness.analysis.load import CellData
-from harness.records import RequestRecord, TokenLogprob
+from harness.derived.tokens import filled, first_difference
+from harness.records import RequestRecord, TokenLogprob, token_key
 
 CONTEXT_CHARS = 40
 MAX_TOKENS_FINISH = "length"  # the OpenAI API's finish reason for hitting max_tokens
@@ -113,33 +114,38 @@ class IdentityResult:
 
 
 def token_divergence(drafter: list[TokenLogprob] | None, baseline: list[TokenLogprob] | None,
-                     near_tie_margin: float) -> TokenDivergence:
+                     near_tie_margin: float, drafter_text: str | None = None,
+                     baseline_text: str | None = None) -> TokenDivergence:
     """The first divergent token of two scored outputs whose texts differ, and its kind
-    (`unknown` when a side sent no logprobs, or every token agrees all the same)."""
+    (`unknown` when a side sent no logprobs, when the divergence falls among tokens an
+    engine never scored, or when every token agrees all the same). Tokens are compared
+    by key (bytes or token id: harness/derived/tokens.py), never by text."""
     if drafter is None or baseline is None:
         side = " and ".join(n for n, v in (("drafter", drafter), ("baseline", baseline))
                             if v is None)
         return TokenDivergence(None, None, None, None, None, "unknown",
                                f"the engine sent no logprobs for the {side}")
-    i = next((j for j, (d, b) in enumerate(zip(drafter, baseline, strict=False))
-              if d.token != b.token), None)
+    drafter, baseline = filled(drafter, drafter_text), filled(baseline, baseline_text)
+    i, lost = first_difference(drafter, baseline, drafter_text, baseline_text)
+    if lost is not None:
+        return TokenDivergence(i, None, None, None, None, "unknown", lost)
     if i is None:
         if len(drafter) == len(baseline):
             return TokenDivergence(None, None, None, None, None, "unknown",
                                    "the tokens agree but the texts differ")
         i = min(len(drafter), len(baseline))  # one side stopped: the other's token there
-    d = drafter[i] if i < len(drafter) else None
-    b = baseline[i] if i < len(baseline) else None
+    d = drafter[i] if i < len(drafter) and not drafter[i].lost else None
+    b = baseline[i] if i < len(baseline) and not baseline[i].lost else None
     dm, bm = (d.margin if d else None), (b.margin if b else None)
-    tokens = (d.token if d else None, b.token if b else None)
+    tokens = (d.shown if d else None, b.shown if b else None)
     if dm is None and bm is None:
         return TokenDivergence(i, *tokens, None, None, "unknown",
                                "no top-2 alternatives at the divergent token")
     tie = any(m is not None and m < near_tie_margin for m in (dm, bm))
     # The two emitted tokens must be the tied pair, on each side that sent its top two: a
     # near-tie between two other tokens says nothing about a token the target ranked lower.
-    emitted = {t for t in tokens if t is not None}
-    pair = all(emitted <= {a for a, _ in side.top[:2]}
+    emitted = {t.key for t in (d, b) if t is not None}
+    pair = all(emitted <= {token_key(a[0], a[2] if len(a) > 2 else None) for a in side.top[:2]}
                for side in (d, b) if side is not None and len(side.top) >= 2)
     if tie and pair:
         return TokenDivergence(i, *tokens, dm, bm, "numeric",
@@ -219,7 +225,8 @@ def compare_identity(drafter: CellData, baseline: CellData,
         notes = [n for n in (_max_tokens_note(d, b),
                              "the words agree; only whitespace differs" if w is None else "")
                  if n]
-        divergence = token_divergence(d.token_logprobs, b.token_logprobs, near_tie_margin)
+        divergence = token_divergence(d.token_logprobs, b.token_logprobs, near_tie_margin,
+                                      d.output_text, b.output_text)
         result.mismatches.append(Mismatch(
             item, i, w, _around(d.output_text, i), _around(b.output_text, i), d.finish_reason,
             b.finish_reason, d.completion_tokens, b.completion_tokens, "; ".join(notes),

@@ -25,11 +25,16 @@ def next_turn_messages(messages: list[dict], answer: str, turn: str) -> list[dic
             {"role": "user", "content": turn}]
 
 
-# Asked of identity cells and the smoke (never of speed cells: logprobs cost the engine
-# time): each output token's logprob and the target's two best alternatives, so a
-# divergence from the baseline is placed at its token with the target's margin there
-# (harness/analysis/identity.py). The OpenAI chat API's fields, served by vLLM and SGLang.
-SCORED_OUTPUT_FIELDS: dict = {"logprobs": True, "top_logprobs": 2}
+def scored_output_fields(dialect: str) -> dict:
+    """Asked of identity cells and the smoke (never of speed cells: logprobs cost the
+    engine time): each output token's logprob and the target's two best alternatives, so
+    a divergence from the baseline is placed at its token with the target's margin there
+    (harness/analysis/identity.py). vLLM is asked for token ids in place of token text
+    (`return_tokens_as_token_ids`, its ChatCompletionRequest), since two fragments of a
+    multi-byte character both print as U+FFFD; SGLang sends each token's true bytes
+    unasked (serving_chat.py `_build_token_logprobs_from_raw`)."""
+    fields: dict = {"logprobs": True, "top_logprobs": 2}
+    return {**fields, "return_tokens_as_token_ids": True} if dialect == "vllm" else fields
 
 
 __all__ = ["RequestSpec", "next_turn_messages", "session_item_id", "turn_item_id"]

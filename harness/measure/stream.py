@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from harness.derived.tokens import tiled_prefix
 from harness.engines.request_spec import request_speculation
 from harness.measure.transport import arrival_time, request_left_time
-from harness.records import RequestRecord, TokenLogprob
+from harness.records import RequestRecord, TokenLogprob, kept_bytes
 
 
 class StreamError(Exception):
@@ -108,16 +109,39 @@ def complete_record(rec: RequestRecord, got: Received) -> None:
 
 def token_logprobs(content: list) -> list[TokenLogprob]:
     """The OpenAI chat `logprobs.content` entries (vLLM's and SGLang's shape): each
-    token's text, logprob and its top alternatives, best first."""
+    token's text, logprob and its top alternatives, best first, with the bytes a text
+    cannot carry (records.TokenLogprob)."""
     out = []
     for entry in content:
         if not isinstance(entry, dict) or "token" not in entry:
             raise StreamError("malformed", f"malformed logprobs entry: {str(entry)[:120]}")
-        top = sorted(((str(a.get("token", "")), float(a.get("logprob", -9999.0)))
-                      for a in entry.get("top_logprobs") or []), key=lambda a: -a[1])
-        out.append(TokenLogprob(token=str(entry["token"]),
-                                logprob=float(entry.get("logprob", -9999.0)), top=top))
+        top = []
+        for a in entry.get("top_logprobs") or []:
+            text, raw = str(a.get("token", "")), kept_bytes(str(a.get("token", "")), a.get("bytes"))
+            logprob = float(a.get("logprob", -9999.0))
+            top.append((text, logprob) if raw is None else (text, logprob, raw))
+        text = str(entry["token"])
+        out.append(TokenLogprob(token=text, logprob=float(entry.get("logprob", -9999.0)),
+                                top=sorted(top, key=lambda a: -a[1]),
+                                bytes=kept_bytes(text, entry.get("bytes"))))
     return out
+
+
+LOST = TokenLogprob(token="", logprob=0.0, lost=True)
+
+
+def place_lost(scored: list[TokenLogprob], chunk: list[TokenLogprob], tokens: int | None,
+               placed: bool) -> bool:
+    """Append a chunk's entries, led by a placeholder for each token its usage counted
+    that no entry was sent for (SGLang 0.5.23 sends no chunk for a step whose text is
+    empty, entrypoints/openai/serving_chat.py `if delta:`, and its tokens' logprobs are
+    lost). Returns whether every token so far is placed (False once a chunk's count is
+    unknown: the missing ones, if any, are then added at the end, unplaced)."""
+    if tokens is None:
+        scored.extend(chunk)
+        return False
+    scored.extend([LOST] * max(0, tokens - len(chunk)) + chunk)
+    return placed
 
 
 def _fail(rec: RequestRecord, events: list[tuple[float, bytes]], kind: str, message: str) -> None:
@@ -137,6 +161,7 @@ def _fill_from_events(rec: RequestRecord, events: list[tuple[float, bytes]],
     rec.chunk_times, rec.chunk_tokens, rec.first_token_t = [], [], None
     text: list[str] = []
     scored: list[TokenLogprob] | None = None
+    placed = True  # every output token's entry, or its placeholder, is in place
     malformed: str | None = None
     for t, event in events:
         data = b"\n".join(
@@ -160,14 +185,13 @@ def _fill_from_events(rec: RequestRecord, events: list[tuple[float, bytes]],
         choices = obj.get("choices") or []
         content = "".join((c.get("delta") or {}).get("content") or "" for c in choices)
         text.append(content)
+        chunk: list[TokenLogprob] | None = None
         for c in choices:
             if c.get("finish_reason"):
                 rec.finish_reason = c["finish_reason"]
             logprobs = c.get("logprobs")
             if isinstance(logprobs, dict) and logprobs.get("content") is not None:
-                if scored is None:
-                    scored = []
-                scored.extend(token_logprobs(logprobs["content"]))
+                chunk = (chunk or []) + token_logprobs(logprobs["content"])
         usage = obj.get("usage")
         tokens: int | None
         if usage and usage.get("completion_tokens") is not None:
@@ -182,10 +206,20 @@ def _fill_from_events(rec: RequestRecord, events: list[tuple[float, bytes]],
                 rec.first_token_t = t
             rec.chunk_times.append(t)
             rec.chunk_tokens.append(tokens)
+        if chunk is not None or (scored is not None and tokens):
+            scored = scored if scored is not None else []
+            placed = place_lost(scored, chunk or [], tokens, placed)
         found = request_speculation(obj)
         if found is not None:
             rec.spec, rec.speculation = found
     rec.output_text = "".join(text)
+    if scored is not None and rec.completion_tokens is not None and (
+            len(scored) < rec.completion_tokens):
+        # Tokens counted and never scored. With every chunk counted they are the last ones;
+        # otherwise only the entries whose bytes tile the text from its start are placed
+        # for sure, and everything after them is lost.
+        keep = len(scored) if placed else tiled_prefix(scored, rec.output_text)
+        scored = scored[:keep] + [LOST] * (rec.completion_tokens - keep)
     rec.token_logprobs = scored
     if malformed:
         raise StreamError("malformed", malformed)

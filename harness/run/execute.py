@@ -18,7 +18,7 @@ from harness.engines import get_engine_kind
 from harness.measure.driver import run_cell
 from harness.measure.host_cpu import HostCpuMeter, engine_group
 from harness.measure.patterns import ClosedLoop, OpenLoop
-from harness.measure.requests import SCORED_OUTPUT_FIELDS
+from harness.measure.requests import scored_output_fields
 from harness.measure.scrape import scrape_metrics
 from harness.plan import Cell
 from harness.prereg.schema import Arm, Study
@@ -106,7 +106,8 @@ async def _execute(
             requests=cell_request_specs(study, cell), pattern=pattern,
             sampling=sampling_fields(study),
             extra_body={**kind.request_fields(arm, study),
-                        **(SCORED_OUTPUT_FIELDS if cell.kind == "identity" else {})},
+                        **(scored_output_fields(engine.metrics_dialect)
+                           if cell.kind == "identity" else {})},
             cell_id=cell.id, attempt=attempt, on_record=record,
             timeout_s=study.recording.request_timeout_s,
             error_rate_limit=study.recording.error_rate_limit,

@@ -47,7 +47,7 @@ from harness.errors import SpecbenchError
 from harness.measure.driver import run_cell
 from harness.measure.host_cpu import engine_group
 from harness.measure.patterns import ClosedLoop
-from harness.measure.requests import SCORED_OUTPUT_FIELDS, RequestSpec
+from harness.measure.requests import RequestSpec, scored_output_fields
 from harness.prereg.schema import Drafter, Study, TaskSpec
 from harness.records import (
     RequestRecord,
@@ -164,7 +164,8 @@ def compare_answers(drafter: str, baseline: str, key: str, mine: list[SmokeAnswe
         if answer.output_text == other.output_text:
             continue
         div = SmokeDivergence(item_id=answer.item_id, **asdict(token_divergence(
-            answer.token_logprobs, other.token_logprobs, near_tie_margin)))
+            answer.token_logprobs, other.token_logprobs, near_tie_margin, answer.output_text,
+            other.output_text)))
         if div.kind == "numeric":
             near_ties.append(div)
             continue
@@ -402,7 +403,7 @@ class SmokeStage:
             pattern=ClosedLoop(concurrency=1, requests=len(self.requests), warmup=0),
             sampling=sampling_fields(study),
             extra_body={**get_engine_kind(arm.engine).request_fields(arm, study),
-                        **SCORED_OUTPUT_FIELDS},
+                        **scored_output_fields(process.metrics_dialect)},
             cell_id=f"{SMOKE_DIR}/{name}", attempt=attempt, on_record=record,
             timeout_s=study.recording.request_timeout_s, error_rate_limit=None,
             lag_limit_ms=study.recording.lag_limit_p99_ms, judge_timing=False))

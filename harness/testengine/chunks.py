@@ -62,15 +62,12 @@ def usage_chunk(rid: str, model: str, usage_now: dict | None, extra: dict | None
     return body
 
 
-def token_logprob(token: str, logprob: float, top: list[tuple[str, float]]) -> dict:
+def token_logprob(token: dict, logprob: float, top: list[tuple[dict, float]]) -> dict:
     """One token's entry in `logprobs.content` (vLLM's ChatCompletionLogProbsContent):
-    its text, logprob and bytes, and its top alternatives, best first."""
-    return {
-        "token": token,
-        "logprob": logprob,
-        "bytes": list(token.encode()),
-        "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in top],
-    }
+    its text and bytes (`token`: harness.testengine.tokens.logprob_fields), its logprob,
+    and its top alternatives, best first."""
+    return {**token, "logprob": logprob,
+            "top_logprobs": [{**t, "logprob": lp} for t, lp in top]}
 
 
 def completion(rid: str, model: str, text: str, finish_reason: str, usage_now: dict,

@@ -23,37 +23,17 @@ from typing import IO, Protocol
 from harness.testengine import chunks
 from harness.testengine.metrics_text import EngineCounters
 from harness.testengine.spec import FailureInjection, ScriptedEngineSpec
+from harness.testengine.tokens import WORDS, StreamedText, candidates, logprob_fields, token_bytes
 
-_WORDS = ["the", "of", "and", "to", "in", "is", "that", "it", "for", "on", "with", "as", "was", "at", "by", "an", "be", "this", "from", "or", "are", "not", "have", "one", "all", "were", "which", "when", "there", "can", "more", "if", "will", "each", "about", "how", "up", "out", "them"]
-
-
-# Mixed into the prompt key to draw each position's runner-up apart from its top-1 word.
-_RUNNER_UP_SALT = 0x5EC0_4D00_0000_0029
 # How far below the runner-up further alternatives sit (top_logprobs > 2): well clear of
 # both candidates, so they never change a margin.
 _FAR_BELOW = 20.0
-
-
-def _mix(key: int, position: int) -> int:
-    """A fixed 64-bit integer hash (splitmix64) of a prompt key and a position."""
-    z = (key * 0x9E3779B97F4A7C15 + position + 1) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return z ^ (z >> 31)
 
 
 def prompt_key(messages: list) -> int:
     """A stable key for a request's messages (independent of the process's hash seed)."""
     data = json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
-
-
-def _candidates(key: int, index: int) -> tuple[int, int]:
-    """The scripted model's top-1 and runner-up word (indices into _WORDS) at output
-    index `index` (0-based): the top-1 is the text's word, the runner-up another one."""
-    top = _mix(key, index) % len(_WORDS)
-    runner = _mix(key ^ _RUNNER_UP_SALT, index) % (len(_WORDS) - 1)
-    return top, runner + (runner >= top)  # skips the top-1, so the two always differ
 
 
 class Sink(Protocol):
@@ -93,7 +73,7 @@ class Sequence:
     # SGLang sends its per-request figures only when the request asks
     # (`return_spec_tokens_details`); vLLM whenever its serve flag is on.
     spec_details: bool = False
-    text: list[str] = field(default_factory=list)
+    text: list[bytes] = field(default_factory=list)
     done: asyncio.Future | None = None
     prompt_key: int = 0  # the text is a function of the prompt, as greedy decoding is
     held: list[tuple[bytes, list[int]]] = field(default_factory=list)  # flush_every_steps
@@ -101,7 +81,10 @@ class Sequence:
     # entry, kept alongside text for per_request chunking and the non-streamed body.
     logprobs: bool = False
     top_logprobs: int = 0
+    token_ids: bool = False  # vLLM's return_tokens_as_token_ids
     scores: list[dict] = field(default_factory=list)
+    streamed: StreamedText | None = None  # the text as the engine streams it
+    unsent: int = 0  # tokens of steps that sent no chunk (SGLang: empty text)
 
 
 class ScriptedEngine:
@@ -281,22 +264,19 @@ class ScriptedEngine:
         self._emit(seq, n, finish)
 
     # --- output -------------------------------------------------------------
-    def _words(self, seq: Sequence, n: int) -> list[str]:
-        """The words at positions [generated - n, generated): a function of the prompt
-        (and the spec's output_salt and flip_at_token) and the position only, so like
-        greedy decoding the text does not depend on drafting, batching or which attempt
-        it is (identity cells can compare arms)."""
-        first = seq.generated - n
-        key = seq.prompt_key ^ self.spec.output_salt  # salt 0: the prompt's own words
-        words = [" " + _WORDS[_mix(key, first + i) % len(_WORDS)] for i in range(n)]
-        flip = self.spec.flip_at_token
-        if flip is not None and first < flip <= first + n:
-            # This arm keeps the runner-up there (output positions are 1-based).
-            words[flip - 1 - first] = " " + _WORDS[_candidates(key, flip - 1)[1]]
-        return words
+    def _ids(self, seq: Sequence, n: int) -> list[int]:
+        """The tokens at positions [generated - n, generated): a function of the prompt
+        (and the spec's output_salt, split_char_at_token and flip_at_token) and the
+        position only, so like greedy decoding the text does not depend on drafting,
+        batching or which attempt it is (identity cells can compare arms)."""
+        first, spec = seq.generated - n, self.spec
+        key = seq.prompt_key ^ spec.output_salt  # salt 0: the prompt's own words
+        # This arm keeps the runner-up at flip_at_token (output positions are 1-based).
+        return [candidates(key, i, spec.split_char_at_token)[int(i + 1 == spec.flip_at_token)]
+                for i in range(first, first + n)]
 
     def _scores(self, seq: Sequence, n: int) -> list[dict]:
-        """The `logprobs.content` entries of the words at [generated - n, generated): the
+        """The `logprobs.content` entries of the tokens at [generated - n, generated): the
         target's top-1 and runner-up with the spec's margin there, as this arm reports
         them (see ScriptedEngineSpec.flip_at_token)."""
         spec, first = self.spec, seq.generated - n
@@ -304,7 +284,7 @@ class ScriptedEngine:
         out = []
         for i in range(first, first + n):
             position = i + 1
-            top, runner = _candidates(key, i)
+            top, runner = candidates(key, i, spec.split_char_at_token)
             margin = spec.tie_margin if position == spec.tie_at_token else spec.logprob_margin
             # Two-way log-softmax: the pair is a distribution and the margin is exact.
             top_lp = -math.log1p(math.exp(-margin))
@@ -319,19 +299,21 @@ class ScriptedEngine:
                     logprob = runner_lp  # a bug: kept a token the target did not prefer
             ranked = ranked[:seq.top_logprobs]
             if seq.top_logprobs > 2:
-                others = (w for w in ((runner + j) % len(_WORDS) for j in range(1, len(_WORDS)))
+                others = (w for w in ((runner + j) % len(WORDS) for j in range(1, len(WORDS)))
                           if w != top)
                 ranked += [(w, runner_lp - _FAR_BELOW - j)
                            for j, w in zip(range(seq.top_logprobs - 2), others, strict=False)]
-            out.append(chunks.token_logprob(" " + _WORDS[token], logprob,
-                                            [(" " + _WORDS[w], lp) for w, lp in ranked]))
+            sglang = spec.metrics_dialect == "sglang"
+            out.append(chunks.token_logprob(
+                logprob_fields(token, sglang, seq.token_ids), logprob,
+                [(logprob_fields(w, sglang, seq.token_ids), lp) for w, lp in ranked]))
         return out
 
     def _emit(self, seq: Sequence, n: int, finish: str | None) -> None:
         """Send this step's tokens (and, when finishing, the end of the stream)."""
         spec = self.spec
-        words = self._words(seq, n)
-        seq.text.extend(words)
+        ids = self._ids(seq, n)
+        seq.text.extend(token_bytes(t) for t in ids)
         if seq.logprobs:
             seq.scores.extend(self._scores(seq, n))
         if not seq.stream:
@@ -344,19 +326,29 @@ class ScriptedEngine:
                 return  # held back: the whole output leaves in one write at the end
             groups, done_so_far = [list(seq.text)], 0
         elif spec.chunking == "per_step":
-            groups = [words]
+            groups = [[token_bytes(t) for t in ids]]
         else:
-            groups = [[w] for w in words]
+            groups = [[token_bytes(t)] for t in ids]
+        if seq.streamed is None:
+            seq.streamed = StreamedText(sglang=spec.metrics_dialect == "sglang")
         out: list[bytes] = []
+        sizes: list[int] = []
         for gi, group in enumerate(groups):
             scored = seq.scores[done_so_far:done_so_far + len(group)] if seq.logprobs else None
             done_so_far += len(group)
             last = gi == len(groups) - 1
+            text = seq.streamed.delta(b"".join(group), last and finish is not None)
+            if not text and seq.streamed.sglang and not (last and finish is not None):
+                seq.unsent += len(group)  # SGLang sends no chunk: these logprobs are lost
+                continue
             use = chunks.usage(seq.prompt_tokens, done_so_far) if seq.continuous_usage else None
             out.append(chunks.sse(chunks.stream_chunk(
-                seq.rid, spec.served_model, {"content": "".join(group)},
-                finish if last else None, use, scored)))
-        sizes = [len(g) for g in groups]
+                seq.rid, spec.served_model, {"content": text}, finish if last else None, use,
+                scored)))
+            sizes.append(len(group) + seq.unsent)
+            seq.unsent = 0
+        if not out:
+            return
         position = seq.generated - n + 1  # this step's first token, 1-based
         if spec.flush_every_steps > 1 and (position >= spec.flush_from_token or seq.held):
             # held until N steps are waiting or the stream ends
@@ -431,7 +423,8 @@ class ScriptedEngine:
             self.running.remove(seq)
         if not seq.stream and error is None:
             extra = self._spec_extra(seq)
-            body = chunks.completion(seq.rid, self.spec.served_model, "".join(seq.text), reason,
+            text = b"".join(seq.text).decode("utf-8", "replace")
+            body = chunks.completion(seq.rid, self.spec.served_model, text, reason,
                                      chunks.usage(seq.prompt_tokens, seq.generated), extra,
                                      seq.scores if seq.logprobs else None)
             end_t = seq.sink.finish(json.dumps(body).encode())

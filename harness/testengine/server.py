@@ -230,6 +230,7 @@ class ScriptedServer:
             prompt_key=prompt_key(messages),
             spec_details=bool(req.get("return_spec_tokens_details", False)),
             logprobs=logprobs, top_logprobs=top_logprobs,
+            token_ids=spec.metrics_dialect == "vllm" and bool(req.get("return_tokens_as_token_ids")),
         )
         if stream:
             seq.sink.start()

@@ -120,6 +120,9 @@ class ScriptedEngineSpec(StrictModel):
     # emitted word first, margin tie_margin). Elsewhere it is a real bug: it reports the
     # target's ranking unchanged, and the emitted token's logprob is the runner-up's.
     flip_at_token: int | None = Field(default=None, ge=1)
+    # Output token N (1-based) is the first two bytes of a three-byte character and N + 1
+    # its last byte (harness/testengine/tokens.py): a step can end inside a character.
+    split_char_at_token: int | None = Field(default=None, ge=1)
     # Speed: every step takes step_s / speed_factor. Per engine session (a fresh start in
     # a run's repeated sessions) the factor is further multiplied by one drawn uniformly
     # from [1 - session_speed_spread, 1 + session_speed_spread], seeded by

@@ -37,7 +37,8 @@ def run(base_url: str, pattern, *, requests: list[RequestSpec] | None = None,
 
 def scripted_text(messages: list[dict], n: int) -> str:
     """What the scripted engine answers these messages with (a function of them alone)."""
-    from harness.testengine.engine import _WORDS, _mix, prompt_key
+    from harness.testengine.engine import prompt_key
+    from harness.testengine.tokens import WORDS, mix
 
     key = prompt_key(messages)
-    return "".join(" " + _WORDS[_mix(key, i) % len(_WORDS)] for i in range(n))
+    return "".join(" " + WORDS[mix(key, i) % len(WORDS)] for i in range(n))
