@@ -17,6 +17,7 @@ from harness.weights.cache import hub_cache_dir
 from harness.weights.datasets import DatasetNotFetched, fetch_dataset, file_digests, task_dataset
 from harness.weights.hashes import weight_hashes
 from harness.weights.hub import NotFetched, fetch, offline, pinned_text, size_text
+from harness.workloads.speed_bench import counts_text, task_placeholders
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -95,5 +96,8 @@ def fetch_datasets(study, console: Console, cache: Path, failed: list[str]) -> i
             continue
         for name, digest in digests.items():
             console.print(f"  sha256 {digest}  {name}")
+        counts = task_placeholders(task.source)
+        console.print(f"  placeholder rows (never sent), by category: {counts_text(counts)}",
+                      markup=False)
         done += 1
     return done

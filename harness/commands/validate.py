@@ -11,6 +11,7 @@ from harness.commands.output import add_format_option, print_json, write_table
 from harness.errors import InputError
 from harness.prereg import LoadedStudy, load_study_file, seal_of
 from harness.prereg.drafter_base import base_line, check_drafter_bases
+from harness.prereg.load import format_loc
 from harness.prereg.pins import MARKER, pin_report
 from harness.prereg.schema import Study
 from harness.weights.datasets import dataset_problems
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     missing = dataset_problems(study, loaded)
     if missing:
         raise InputError(*missing)
+    task_lines = check_prompts(loaded)
     seal = seal_of(study)
     fmt = getattr(args, "format", "table")
     if fmt != "table":
@@ -88,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         for t in study.tasks
     )
     console.print(f"tasks: {tasks}")
+    for line in task_lines:
+        console.print(line, markup=False)
     b = study.bars
     sp = b.pass_.speed
     spread = " or the sessions' spread" if b.check.agreement == "session_spread" else ""
@@ -112,6 +116,22 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(*problems)
     print(f"seal: {seal}")
     return 0
+
+
+def check_prompts(loaded: LoadedStudy) -> list[str]:
+    """What the tasks' prompts hold (harness/workloads/fit.py): SPEED-Bench placeholder
+    rows by category, and every prompt plus max_tokens against the model's context. A
+    problem is an InputError naming the file and line of the field it is about."""
+    from harness.workloads.fit import context_report, placeholder_report
+
+    lines, problems = placeholder_report(loaded.study)
+    refused = {loaded.study.tasks[loc[1]].name for loc, _ in problems}
+    more_lines, more = context_report(loaded.study, skip=refused)
+    if problems + more:
+        raise InputError(*(f"{w.file}:{w.line}: {format_loc(loc)}: {message}"
+                           for loc, message in problems + more
+                           for w in [loaded.where(loc)]))
+    return lines + more_lines
 
 
 def print_pins(console: Console, loaded: LoadedStudy) -> None:

@@ -399,9 +399,10 @@ class HubSource(Strict):
     revision: str
     config: str | None = None  # the dataset's configuration (e.g. "main" for openai/gsm8k)
     split: str | None = None
-    # speed_bench: the categories kept, in the dataset's order (None: every one). Filled
-    # from the task's own `categories` (TaskSpec below), like config and revision.
+    # speed_bench: the categories kept, in the dataset's order (None: every one), and what
+    # to do with placeholder rows. Filled from the task's own fields (TaskSpec below).
     categories: list[str] | None = None
+    placeholders: Literal["refuse", "drop"] | None = None
 
 
 # SPEED-Bench (nvidia/SPEED-Bench): its configurations, from its dataset card.
@@ -431,6 +432,10 @@ class TaskSpec(Strict):
     config: SpeedBenchConfig | None = None
     categories: list[str] | None = None
     revision: str | None = None
+    # Rows the hub publishes as a placeholder sentence (harness/workloads/speed_bench.py):
+    # never sent. refuse (None: the default) refuses the study; drop measures the rest,
+    # the dropped counted by category in the manifest and on the report.
+    placeholders: Literal["refuse", "drop"] | None = None
 
     @field_validator("uses")
     @classmethod
@@ -461,7 +466,8 @@ class TaskSpec(Strict):
 
     @model_validator(mode="after")
     def _speed_bench(self) -> TaskSpec:
-        own = {"config": self.config, "categories": self.categories, "revision": self.revision}
+        own = {"config": self.config, "categories": self.categories, "revision": self.revision,
+               "placeholders": self.placeholders}
         if self.kind != "speed_bench":
             given = [k for k, v in own.items() if v is not None]
             if given:
@@ -474,7 +480,8 @@ class TaskSpec(Strict):
             raise ValueError(f"revision {self.revision!r}: expected a 40-hex commit sha of"
                              f" {SPEED_BENCH_DATASET} (a branch moves)")
         source = HubSource(dataset=SPEED_BENCH_DATASET, revision=self.revision,
-                           config=self.config, split="test", categories=self.categories)
+                           config=self.config, split="test", categories=self.categories,
+                           placeholders=self.placeholders)
         if self.source is not None and self.source != source:
             raise ValueError("a speed_bench task names its data by config, categories and"
                              " revision, not by source")

@@ -37,13 +37,17 @@ def _speed_bench_fields_where_used(study: dict) -> dict:
     from harness.workloads.kinds import CACHED_KINDS
 
     for task in study.get("tasks", []):
+        source = task.get("source") if isinstance(task.get("source"), dict) else {}
+        for fields in (task, source):  # added later: left out while unset, on every task
+            if fields.get("placeholders", "") is None:
+                fields.pop("placeholders")
         if task.get("kind") in CACHED_KINDS:
             continue
         for key in ("config", "categories", "revision"):
             if task.get(key) is None:
                 task.pop(key, None)
-        if isinstance(task.get("source"), dict) and task["source"].get("categories") is None:
-            task["source"].pop("categories", None)
+        if source.get("categories", "") is None:
+            source.pop("categories")
     return study
 
 

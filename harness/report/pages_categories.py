@@ -63,9 +63,15 @@ def category_subtitle(a: Analysis, task: str) -> str:
     turns = ("every turn of a multi-turn item, sent as one session (turns: all)"
              if a.run.study.task(task).turns == "all"
              else "a multi-turn item's first turn only (turns: first)")
+    dropped = a.run.manifest.speed_bench_placeholders.get(task, {})
+    held = [f"{c} {h} of {n}" for c, (h, n) in dropped.items() if h]
+    empty = [c for c, (h, n) in dropped.items() if h == n]
     return (f"per drafter arm and concurrency; bars = {level:.0%} intervals (speedup and"
             " tokens per round: the speedup's registered rule; acceptance: a bootstrap over"
-            f" the category's requests); {turns}")
+            f" the category's requests); {turns}"
+            + (f". Placeholder rows dropped, never sent (placeholders: drop): {', '.join(held)}"
+               + (f"; categories left empty: {', '.join(empty)}" if empty else "")
+               if held else ""))
 
 
 def category_table_lines(rows: pd.DataFrame) -> list[str]:

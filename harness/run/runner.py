@@ -97,10 +97,28 @@ def new_run(loaded: LoadedStudy, results_dir: Path, run_id: str | None = None) -
         started_wall=time.time(),
         # Arms measured for the cost of a round at a set acceptance, never judged.
         control_arms=[ControlArmRecord(**c) for c in loaded.study.control_arms()],
+        speed_bench_placeholders=dropped_placeholders(loaded.study),
         status="running",
     ))
     record_item_categories(root, loaded.study)
     return store
+
+
+def dropped_placeholders(study: Study) -> dict[str, dict[str, tuple[int, int]]]:
+    """Each SPEED-Bench task's placeholder rows it drops and its rows, by category (none:
+    not listed; a dataset not in the cache is left to pre-flight)."""
+    from harness.workloads.speed_bench import task_placeholders
+
+    out = {}
+    for task in study.tasks:
+        if task.placeholders == "drop" and task.source is not None:
+            try:
+                counts = task_placeholders(task.source)
+            except (SpecbenchError, ValueError, OSError):
+                continue
+            if any(held for held, _ in counts.values()):
+                out[task.name] = counts
+    return out
 
 
 def record_item_categories(root: Path, study: Study) -> None:

@@ -42,8 +42,9 @@ MANIFEST = "manifest.json"
 #    there is nothing to say).
 # 3: the schedule verification's k schedules (`Manifest.k_schedules`) and its rows in
 #    verdict.json (`SurfaceSummary.verification`).
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# 4: the SPEED-Bench placeholder rows a task dropped (`Manifest.speed_bench_placeholders`).
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 # Validation context: the file's format_version. From format 2 every key that format
 # writes is required (a key the file lacks is refused); a key added later says so with
 # since(N) and is required only from format N.
@@ -415,6 +416,9 @@ class Manifest(RunRecord):
     # proposed once stage 4 was measured, kept so a resumed run runs the same one.
     k_schedules: dict[str, KScheduleRecord] = Field(default_factory=dict,
                                                      json_schema_extra=since(3))
+    # By task and category: SPEED-Bench placeholder rows left out (placeholders: drop), rows.
+    speed_bench_placeholders: dict[str, dict[str, tuple[int, int]]] = Field(
+        default_factory=dict, json_schema_extra=since(4))
 
     def to_json(self) -> dict[str, Any]:
         """Every field, nulls and empties too: what the current format writes."""

@@ -31,6 +31,7 @@ from harness.workloads.speed_bench import (
     keep_categories,
     read_rows,
     speed_bench_digests,
+    without_placeholders,
 )
 from harness.workloads.templates import TaskSpec, load_task
 
@@ -396,6 +397,7 @@ def load_items(
         try:
             rows = keep_categories(read_rows(source), getattr(source, "categories", None),
                                    where)
+            rows = without_placeholders(rows, getattr(source, "placeholders", None), where)
         except ValueError as err:
             raise DataIntegrityError(str(err)) from None
         items = _BUILDERS[kind](spec, rows, where)

@@ -58,6 +58,53 @@ def keep_categories(rows: list[dict], categories: list[str] | None, where: str) 
     return [r for r in rows if r["category"] in categories]
 
 
+# The sentence a row's first turn starts with when the hub publishes only a pointer to
+# its text: NVIDIA-NeMo/Skills nemo_skills/dataset/speed-bench/prepare.py TURNS_PLACEHOLDER,
+# sometimes followed by a template with {article}/{question} holes. Its text must be
+# rebuilt from one of twelve external datasets (specdec_bench); specbench does not.
+PLACEHOLDER = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE USING SPECDEC_BENCH"
+
+
+def is_placeholder(row: dict) -> bool:
+    turns = row.get("turns")
+    return bool(turns) and isinstance(turns[0], str) and turns[0].startswith(PLACEHOLDER)
+
+
+def placeholder_counts(rows: list[dict]) -> dict[str, tuple[int, int]]:
+    """{category: (placeholder rows, rows)}, in the dataset's order."""
+    out: dict[str, tuple[int, int]] = {}
+    for row in rows:
+        held, total = out.get(str(row.get("category")), (0, 0))
+        out[str(row.get("category"))] = (held + is_placeholder(row), total + 1)
+    return out
+
+
+def counts_text(counts: dict[str, tuple[int, int]]) -> str:
+    return ", ".join(f"{c} {held} of {total}" for c, (held, total) in counts.items())
+
+
+def without_placeholders(rows: list[dict], policy: str | None, where: str) -> list[dict]:
+    """The rows to send: a placeholder row never is. `refuse` (the default) refuses a
+    task that has any; `drop` leaves them out, and refuses a task left with none."""
+    counts = placeholder_counts(rows)
+    if not any(held for held, _ in counts.values()):
+        return rows
+    kept = [r for r in rows if not is_placeholder(r)]
+    if policy != "drop" or not kept:
+        raise ValueError(
+            f"{where}: rows whose text is the placeholder {PLACEHOLDER[:40]!r}... (its text"
+            f" lives in another dataset), by category: {counts_text(counts)}; never sent:"
+            + (" no row is left" if kept == [] and policy == "drop" else
+               " register `placeholders: drop` on the task to measure the rest"))
+    return kept
+
+
+def task_placeholders(source: Any) -> dict[str, tuple[int, int]]:
+    """{category: (placeholder rows, rows)} of the registered categories, from the cache."""
+    where = f"{source.dataset}@{source.revision} {source.config}"
+    return placeholder_counts(keep_categories(read_rows(source), source.categories, where))
+
+
 def speed_bench_digests(source: Any) -> dict[str, str]:
     """{dataset@revision/file: sha256} of the parquet files the task reads (the seal's)."""
     return file_digests(dataset_source(source))

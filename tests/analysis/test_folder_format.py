@@ -137,13 +137,22 @@ def test_the_current_format_refuses_a_key_it_writes_but_the_file_lacks(tmp_path)
 
 
 def test_a_key_a_later_format_added_is_required_only_from_that_format(tmp_path):
-    """Format 3 added the schedule verification's k_schedules: a format 2 folder, written
-    before it, reads with none; a format 3 file without it is refused."""
+    """Format 3 added the schedule verification's k_schedules, format 4 the SPEED-Bench
+    placeholder rows dropped: a folder written before each reads with none; a file of
+    that format without it is refused."""
     run = RunBuilder(tmp_path)
     run.speed_cells()
     path = run.root / "manifest.json"
     data = json.loads(path.read_text())
-    assert FORMAT_VERSION == 3 and data["k_schedules"] == {}
+    assert FORMAT_VERSION == 4 and data["speed_bench_placeholders"] == {}
+    del data["speed_bench_placeholders"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"key 'speed_bench_placeholders' is missing"):
+        read_manifest(path)
+    data["format_version"] = 3
+    path.write_text(json.dumps(data))
+    assert read_manifest(path).speed_bench_placeholders == {}
+    assert data["k_schedules"] == {}
     del data["k_schedules"]
     path.write_text(json.dumps(data))
     with pytest.raises(InputError, match=r"manifest.json: key 'k_schedules' is missing"):
