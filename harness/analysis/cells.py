@@ -130,9 +130,9 @@ def cell_row(cell: CellData) -> dict:
         row.update(_request_stats(cell.requests, num_draft_tokens))
     acc = cell_acceptance(cell.samples)
     per_request = request_acceptance(cell.requests)
-    # Three figures side by side: per drafting round from the counters and from the
-    # engine's per-request figures (vLLM counts a draft only on steps that had draft
-    # tokens), and per decode step from the client's chunks.
+    # Three figures side by side: per round as the engine counts rounds (`engine_round`)
+    # from the counters and from its per-request figures, and per decode step from the
+    # client's chunks.
     row["accept_length_per_round_engine"] = acc.accept_length_per_round
     row["accept_length_per_round_requests"] = (
         per_request.accept_length_per_round if per_request else None)
@@ -169,4 +169,19 @@ def cell_table(run: RunData) -> pd.DataFrame:
     df = pd.DataFrame([cell_row(c) for c in run.cells.values()])
     for col in ("concurrency", "stage", "session", "attempt"):
         df[col] = df[col].astype("Int64")
+    df["engine_round"] = df["arm"].map(engine_rounds(run)) if len(df) else None
     return df
+
+
+def engine_rounds(run: RunData) -> dict[str, str]:
+    """Per drafter arm, what its engine's acceptance figures are per (EngineKind.
+    engine_round), from the async scheduling its engine chose as recorded at its start."""
+    from harness.engines import get_engine_kind
+
+    out = {}
+    for arm in [*run.study.arms, *run.study.surface_arms(), *run.study.schedule_arms()]:
+        if arm.drafter is not None:
+            starts = run.manifest.engines.get(arm.name) or [None]
+            chosen = starts[-1].settings.get("async_scheduling") if starts[-1] else None
+            out[arm.name] = get_engine_kind(arm.engine).engine_round(arm, chosen)
+    return out

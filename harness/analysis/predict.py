@@ -13,14 +13,17 @@ cost is the denominator over t_target(B, 1).
 
 The roofline flatters speculation (launches, sampling, ragged accepts are not in it):
 `prediction_gap` = measured / predicted - 1 shows by how much. Where the engine has no
-per-position counters (SGLang), E[tokens] falls back to its tokens per drafting round,
+per-position counters (SGLang), E[tokens] falls back to its tokens per round,
 and the source column says so.
 
-The client's tokens per round and the engine's 1 + sum(p_i) count different things
-where some steps carry no draft (n-gram finds no match; vLLM counts a draft only on
-steps that had draft tokens, so the engine's figure is per drafting round, the
-client's per step), so `tokens_per_round` may sit below `engine_tokens_per_round`;
-`tokens_per_round_note` says why when they part by more than 5 %.
+The client's tokens per round are per decode step; the engine's 1 + sum(p_i) per the
+round its engine counts (the cell table's `engine_round`): per drafting round where vLLM
+counts a draft only on steps with draft tokens (n-gram without async scheduling: no
+match, no draft), so `tokens_per_round` may sit below `engine_tokens_per_round`; per
+scheduled decode step under vLLM's async scheduling, which counts a draft on every
+decode step (ngram_gpu and EAGLE-3 on a GPU), and per decode step for a drafter that
+always drafts: then a round is the step the prediction costs. `tokens_per_round_note`
+says why when they part by more than 5 %.
 """
 
 from __future__ import annotations
@@ -58,13 +61,14 @@ def predicted(study: Study, arm_name: str, concurrency: int, e_tokens: float,
 
 def engine_tokens(cell: pd.Series) -> tuple[float | None, str | None]:
     """E[tokens] of a drafter cell from the engine: 1 + sum of per-position rates, else
-    its tokens per drafting round."""
+    its tokens per round; each per the round its engine counts (cells.engine_rounds)."""
+    per = f"per {cell.get('engine_round') or 'drafting round'}"
     s = cell.get("accept_rate_sum")
     if s is not None and not _nan(s):
-        return 1.0 + float(s), "1 + sum(p_i), per-position counters"
+        return 1.0 + float(s), f"1 + sum(p_i), per-position counters, {per}"
     per_round = cell.get("accept_length_per_round_engine")
     if per_round is not None and not _nan(per_round):
-        return float(per_round), "engine tokens per drafting round (no per-position counters)"
+        return float(per_round), f"engine tokens {per} (no per-position counters)"
     return None, None
 
 
@@ -91,23 +95,23 @@ def add_predictions(study: Study, speedups: pd.DataFrame, cells: pd.DataFrame,
             if not _nan(r.get("round_cost_ratio")):
                 out["round_cost_gap"] = float(r["round_cost_ratio"]) / cost - 1.0
             out["tokens_per_round_note"] = _tokens_note(r.get("tokens_per_round"), e,
-                                                        study.arm(r["arm"]).drafter.method)
+                                                        cell.get("engine_round"))
         rows.append(out)
     extra = pd.DataFrame(rows, columns=PREDICTION_COLUMNS, index=speedups.index)
     return pd.concat([speedups, extra], axis=1)
 
 
-def _tokens_note(client: float | None, engine: float, method: str) -> str | None:
+def _tokens_note(client: float | None, engine: float, round_: str | None) -> str | None:
     if client is None or _nan(client):
         return None
     gap = client / engine - 1.0
     if abs(gap) <= AGREE_WITHIN:
         return None
     if gap < 0:
-        why = ("steps without a draft (no n-gram match) count in the client's figure, not the"
-               " engine's per-drafting-round one" if method == "ngram" else
-               "the engine counts per drafting round, the client per step: steps that ran"
-               " without drafts lower the client's figure")
+        why = ("steps without a draft (no n-gram match) count in the client's per-step figure,"
+               " not the engine's per-drafting-round one" if round_ == "drafting round" else
+               f"both count per {round_ or 'step'} (every step a round, drafted or not), so"
+               " steps without drafts do not explain it: look at the engine's counters")
     else:
         why = ("chunks carrying several steps (stream_interval > 1, or a late flush) raise"
                " the client's figure")

@@ -102,6 +102,11 @@ class EngineKind(ABC):
             settings["dtype"] = self.dtype_setting(arm)
         return settings
 
+    def engine_round(self, arm: Arm, async_scheduling: str | None = None) -> str:
+        """What the engine's acceptance figures (drafts counter, per-request rounds) are per
+        for this drafter arm; `async_scheduling`: the setting its engine chose, if known."""
+        return "decode step"
+
     def chosen_settings(self, arm: Arm, log: list[str], command: list[str]) -> dict[str, str]:
         """Settings the engine chose by itself, read from its startup log once it is
         ready (harness/engines/chosen_settings.py); merged over resolved_settings."""

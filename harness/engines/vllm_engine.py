@@ -212,6 +212,16 @@ class VllmKind(EngineKind):
     def chosen_settings(self, arm: Arm, log: list[str], command: list[str]) -> dict[str, str]:
         return vllm_chosen(log, command, cpu=not self.gpu)
 
+    def engine_round(self, arm: Arm, async_scheduling: str | None = None) -> str:
+        # Under async scheduling every scheduled decode step carries k draft placeholders
+        # and counts as a draft, drafted or not (v1/core/sched/async_scheduler.py:25-50,
+        # scheduler.py:2110-2135); without it a proposer that found nothing (n-gram, no
+        # match) schedules no draft and the step is not counted.
+        if (async_scheduling or self.async_scheduling(arm)).startswith("on"):
+            return "scheduled decode step"
+        method = VLLM_METHODS.get(arm.drafter.method, arm.drafter.method) if arm.drafter else ""
+        return "drafting round" if method in WEIGHTLESS_METHODS else "decode step"
+
     def request_fields(self, arm: Arm, study: Study) -> dict[str, Any]:
         fields = super().request_fields(arm, study)
         # Cumulative completion_tokens on every chunk: how many tokens each chunk added.

@@ -32,7 +32,7 @@ def acceptance_figure(a: Analysis, arm: Arm, task: str) -> go.Figure:
     assert arm.drafter is not None
     levels = a.run.study.loads.closed_loop.concurrency
     colours = _level_colours(levels)
-    fig = grid(2, 1, [f"{task}: tokens per drafting round (engine), each second",
+    fig = grid(2, 1, [f"{task}: tokens per round as its engine counts them, each second",
                       f"{task}: acceptance rate at draft position i"], height=620)
     any_series = any_pos = False
     for level in acceptance_by_level(a, arm, task):
@@ -68,7 +68,7 @@ def consistency_figure(a: Analysis) -> go.Figure:
     cells = a.cells[(a.cells["kind"] == "speed") & a.cells["arm"].isin(drafters)
                     & (a.cells["status"] == "complete")]
     fig = grid(1, 2, ["engine counters against each other",
-                      "per decode step (client) vs per drafting round (engine)"], height=440)
+                      "per decode step (client) vs per engine round (engine_round)"], height=440)
     for col, xcol, xlabel in ((1, "accept_rate_sum", "1 + sum of per-position acceptance rates"),
                               (2, "tokens_per_step_client", "client: tokens per decode step")):
         lo, hi = math.inf, -math.inf
@@ -83,7 +83,7 @@ def consistency_figure(a: Analysis) -> go.Figure:
                                      marker={"color": colours[arm], "size": 9}), row=1, col=col)
             lo, hi = min(lo, x[ok].min(), y[ok].min()), max(hi, x[ok].max(), y[ok].max())
         fig.update_xaxes(title_text=xlabel, row=1, col=col)
-        fig.update_yaxes(title_text="engine: tokens per drafting round", row=1, col=col)
+        fig.update_yaxes(title_text="engine: tokens per round", row=1, col=col)
         if math.isfinite(lo):
             pad = 0.1 * max(hi - lo, 0.5)
             fig.add_trace(go.Scatter(x=[lo - pad, hi + pad], y=[lo - pad, hi + pad], mode="lines",

@@ -174,7 +174,7 @@ def acceptance_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
         body.append(_grid([fig(cells.acceptance_figure(a, arm, t)) for t in tasks])
                     or _note("no speed task"))
     return Section("acceptance", "Acceptance", "\n".join(body) or _note("no drafter arm"),
-                   "top: the engine's tokens per drafting round each second of each speed cell"
+                   "top: the engine's tokens per round (as its engine counts rounds) each second of each speed cell"
                    " (counter deltas between scrapes); bottom: share of rounds keeping >= i drafts")
 
 

@@ -9,6 +9,7 @@ import numpy as np
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.acceptance_requests import AGREE_WITHIN
+from harness.analysis.cells import engine_rounds
 from harness.analysis.tables import Analysis
 from harness.report.acceptance_series import (
     NO_SERIES,
@@ -33,13 +34,13 @@ def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
     levels = study.loads.closed_loop.concurrency
     colours = _level_colours(levels)
     tasks = [t.name for t in study.tasks if "speed" in t.uses][:MAX_TASKS]
-    pages = 0
+    pages, rounds = 0, engine_rounds(a.run)
     for arm in (x for x in study.arms if x.drafter is not None):
         fig = new_page(f"Acceptance: {arm.name} ({arm.engine}, {arm.drafter.method},"
                        f" k={arm.drafter.num_draft_tokens})",
-                       "top: the engine's tokens per drafting round each second of each speed"
-                       " cell (counter deltas between scrapes; a step without drafts is no round);"
-                       " bottom: share of rounds keeping >= i drafts")
+                       f"top: the engine's tokens per {rounds.get(arm.name, 'round')} each"
+                       " second of each speed cell (counter deltas between scrapes: what its"
+                       " engine counts as a round); bottom: share of rounds keeping >= i drafts")
         axes = fig.subplots(2, max(1, len(tasks)), squeeze=False)
         fig.subplots_adjust(left=0.07, right=0.98, top=0.85, bottom=0.14, wspace=0.28,
                             hspace=0.4)
@@ -61,7 +62,7 @@ def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
                     any_pos = True
             top.set_title(f"task: {task}", fontsize=11)
             top.set_xlabel("seconds since the cell's first scrape")
-            top.set_ylabel("tokens per drafting round (engine)")
+            top.set_ylabel(f"tokens per {rounds.get(arm.name, 'round')} (engine)")
             top.grid(alpha=0.3)
             bottom.set_xlabel("draft position i")
             bottom.set_ylabel("acceptance rate at position i")
@@ -95,11 +96,11 @@ def consistency_page(pdf: PdfPages, a: Analysis) -> int:
     handles = {}
     for ax, xcol, ycol, xlabel, ylabel in (
         (left, "accept_rate_sum", "accept_length_per_round_engine",
-         "1 + sum of per-position acceptance rates", ("engine: tokens per drafting round\n"
+         "1 + sum of per-position acceptance rates", ("engine: tokens per round\n"
          "(1 + accepted / drafts)")),
         (right, "tokens_per_step_client", "accept_length_per_round_engine",
          "client: tokens per decode step (per streamed chunk)",
-         "engine: tokens per drafting round"),
+         "engine: tokens per round"),
     ):
         lo, hi = math.inf, -math.inf
         for arm, grp in cells.groupby("arm", sort=False):
@@ -122,7 +123,7 @@ def consistency_page(pdf: PdfPages, a: Analysis) -> int:
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     left.set_title("engine counters against each other", fontsize=11)
-    right.set_title("per decode step (client) vs per drafting round (engine)", fontsize=11)
+    right.set_title("per decode step (client) vs per engine round (engine_round)", fontsize=11)
     if handles:
         fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=5, fontsize=8,
                    frameon=False)
@@ -151,12 +152,14 @@ def three_figures_lines(a: Analysis) -> list[str]:
         mark = "-" if agree is None or is_nan(agree) else ("yes" if agree else "NO")
         rows.append([r.cell_id, _shown(r.accept_length_per_round_engine),
                      _shown(r.accept_length_per_round_requests), _shown(r.tokens_per_step_client),
-                     int(r.spec_requests), mark])
+                     int(r.spec_requests), mark, r.engine_round or "-"])
         if mark == "NO":
             flagged.append(f"  {r.cell_id}: {r.acceptance_disagreement}")
     lines = [
-        "engine counters: tokens per drafting round from /metrics over the cell's window"
-        " (it holds the cell's warm-up requests too)",
+        "engine counters: tokens per round as its engine counts rounds (`engine round`: per drafting"
+        " round, a step with drafts; per scheduled decode step under vLLM's async scheduling,"
+        " drafted or not; per decode step for a drafter that always drafts), from /metrics"
+        " over the cell's window (it holds the cell's warm-up requests too)",
         "per-request: the same count summed over the measured requests' own figures (vLLM"
         " metrics.speculative_decoding, SGLang sglext.spec_tokens_details)",
         "client: tokens per decode step from the streamed chunks (lower where steps ran"
@@ -168,7 +171,7 @@ def three_figures_lines(a: Analysis) -> list[str]:
     ]
     if rows:
         lines += table_lines(["cell", "engine counters", "per-request", "client",
-                              "requests with figures", "agree"], rows)
+                              "requests with figures", "agree", "engine round"], rows)
     else:
         lines.append("no complete drafter speed or open-loop cell")
     lines += ["", f"disagreements beyond {AGREE_WITHIN:.0%} ({len(flagged)}):"]

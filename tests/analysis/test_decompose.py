@@ -183,3 +183,43 @@ def test_the_split_over_sessions_takes_the_speedups_own_draws_and_rule():
     assert ratio.method == "bootstrap"
     assert row["explained_speedup_ci_lower"] == pytest.approx(ratio.ci_lower, rel=0.01)
     assert row["explained_speedup_ci_upper"] == pytest.approx(ratio.ci_upper, rel=0.01)
+
+
+def test_each_engine_figure_says_what_its_round_is_under_async_scheduling():
+    """vLLM 0.32 counts a draft on every scheduled decode step under async scheduling
+    (v1/core/sched/async_scheduler.py:25-50, scheduler.py:2110-2135): the ngram_gpu and
+    EAGLE-3 arms' acceptance is per decode step, drafted or not, like the client's; an
+    n-gram arm without it counts its drafting rounds only."""
+    import pandas as pd
+
+    from harness.analysis.predict import add_predictions, engine_tokens
+    from harness.engines import get_engine_kind
+    from harness.prereg.schema import Study
+    from tests.analysis.runfolder import study_dict
+
+    data = study_dict()
+    ngram = next(a for a in data["arms"] if a["name"] == "vllm-ngram")
+    kind = get_engine_kind("vllm")
+    rounds = {}
+    for method in ("ngram", "ngram_gpu"):
+        ngram["drafter"]["method"] = method
+        study = Study.model_validate(data)
+        rounds[method] = kind.engine_round(study.arm("vllm-ngram"))
+    eagle = study.arm("vllm-eagle3")
+    assert rounds == {"ngram": "drafting round", "ngram_gpu": "scheduled decode step"}
+    assert kind.engine_round(eagle) == "scheduled decode step"
+    # As its engine chose at start (the manifest's settings win over the paper).
+    assert kind.engine_round(eagle, "off (engine log: ...)") == "decode step"
+    assert get_engine_kind("vllm-cpu").engine_round(study.arm("vllm-ngram")) == "drafting round"
+    # The prediction's source says it, and a client figure below the engine's is not
+    # put down to steps without drafts where every step is a round.
+    cell = pd.Series({"accept_rate_sum": 1.2, "engine_round": "scheduled decode step"})
+    assert engine_tokens(cell)[1] == ("1 + sum(p_i), per-position counters, per scheduled"
+                                      " decode step")
+    speedups = pd.DataFrame([{"arm": "vllm-ngram", "concurrency": 1, "status": "ok",
+                              "drafter_cell": "d", "speedup": 1.5, "tokens_per_round": 1.6}])
+    notes = {r: add_predictions(study, speedups, pd.DataFrame([{
+        "cell_id": "d", "accept_rate_sum": 1.2, "engine_round": r}]))["tokens_per_round_note"][0]
+        for r in ("drafting round", "scheduled decode step")}
+    assert "no n-gram match" in notes["drafting round"]
+    assert "both count per scheduled decode step" in notes["scheduled decode step"]
