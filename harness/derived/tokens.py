@@ -1,15 +1,12 @@
 """Two scored outputs token by token, exactly: by each token's key (its bytes, or vLLM's
-token id), never its text, and across the tokens an engine counted but never scored.
+token id), never its text, across the tokens an engine counted but never scored.
 
-SGLang 0.5.23 streams no chunk for a step whose text is empty (a step ending inside a
-multi-byte character: entrypoints/openai/serving_chat.py `if delta:`), so that step's
-logprobs never arrive; usage counts its tokens and the text carries their bytes later.
-The client puts a placeholder (`lost`) for each (harness.measure.stream). A run of lost
-tokens is compared by the bytes the text gives it: where both outputs cover the same
-bytes over the same token positions they agree there; a divergence inside a run, or in
-a list whose known tokens tile its text no way or several ways, cannot be read (the
-identity check calls it `unknown`, never `real`).
-"""
+SGLang 0.5.23 sends no chunk for a step whose text is empty (one ending inside a
+multi-byte character: serving_chat.py `if delta:`), so its logprobs are lost; usage counts
+its tokens and the text carries their bytes later. The client puts a `lost` placeholder
+for each (harness.measure.stream). A run of them is compared by the bytes the text gives
+it; a divergence inside one, or in lists whose known tokens tile their text no way or
+several, cannot be read (identity calls it `unknown`, never `real`)."""
 
 from __future__ import annotations
 

