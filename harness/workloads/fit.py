@@ -120,7 +120,9 @@ def context_report(study: Study, skip: set[str]) -> tuple[list[str], list[Proble
     lines, problems = [f"prompt + max_tokens against the context, {context} tokens ({where});"
                        f" {how}:"], []
     for i, task in enumerate(study.tasks):
-        if task.name in skip:
+        if task.name in skip or (task.source is not None and task.kind not in CACHED_KINDS):
+            lines += [] if task.name in skip else [f"  task {task.name}: not checked (read from"
+                                                   " the hub when the run starts)"]
             continue
         items = load_items(task.kind, source=task.source, subset=task.subset,
                            subset_seed=task.subset_seed)

@@ -154,3 +154,17 @@ def test_a_prompt_longer_than_the_context_is_refused_naming_its_items(hub, tmp_p
     data["model"] = {**data["model"], "id": "org/not-fetched", "max_model_len": 40}
     assert main(["validate", str(write(tmp_path / "estimate.yaml", data))]) == 2
     assert "ESTIMATED at 4 characters a token" in capsys.readouterr().err
+
+
+def test_a_task_read_from_the_hub_at_run_time_is_not_fetched_by_validate(monkeypatch):
+    from harness.prereg import load_study
+    from harness.prereg.schema import Study
+    from harness.workloads import fit
+
+    data = load_study(Path(__file__).parents[2] / "prereg.yaml").model_dump(
+        mode="json", by_alias=True, exclude_none=True)
+    data["tasks"][1]["source"] = {"dataset": "openai/gsm8k", "config": "main",
+                                  "revision": "e53f048856ff4f594e959d75785d2c2d37b678ee"}
+    lines, problems = fit.context_report(Study.model_validate(data), skip=set())
+    assert "  task gsm8k: not checked (read from the hub when the run starts)" in lines
+    assert problems == [] and "  task chat: at most 947; 0 of 80 items over" in lines
