@@ -48,7 +48,7 @@ class TokenLogprob(RecordModel):
     its logprob, and the target's top alternatives at that position, best first.
 
     Tokens are compared by `key`, never by text: a fragment of a multi-byte character
-    prints as U+FFFD whatever its bytes. vLLM is asked for token ids
+    prints as U+FFFD (SGLang) or "" (vLLM) whatever its bytes. vLLM is asked for token ids
     (`return_tokens_as_token_ids`: the text is `token_id:N`); SGLang sends each token's
     true bytes, kept in `bytes` (and as a third element of a `top` entry) where they
     differ from the text's. `lost`: a token the engine counted (usage) but never sent an
