@@ -130,6 +130,10 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
                 scored = r["token_logprobs"]
                 assert scored and len(scored) == r["completion_tokens"], (cell, task, r["item_id"])
                 assert all(len(t["top"]) == 2 for t in scored), (cell, task)
+                # By id, never by text (vLLM prints a byte fragment as ""), none lost.
+                assert all(t["token"].startswith("token_id:") and not t["lost"]
+                           and all(a[0].startswith("token_id:") for a in t["top"])
+                           for t in scored), (cell, task)
     identity = analyse(run).identity
     for row in identity.itertuples():
         assert (row.status, row.n_compared) == ("ok", 6), row
