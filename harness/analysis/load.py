@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from harness.derived.throttle import gpu_throttle
-from harness.derived.usable import unusable_reason
+from harness.derived.usable import Cause, unusable
 from harness.errors import InputError
 from harness.plan import Cell, plan_cells
 from harness.prereg.schema import Study
@@ -35,6 +35,7 @@ from harness.records import (
 from harness.rundir import (
     RERUN_DIR,
     SCORES,
+    Attempt,
     CellFile,
     CompleteFile,
     OpenLoopInfo,
@@ -60,6 +61,10 @@ class CellData:
     stage: int | None
     status: CellStatus
     reason: str | None = None
+    # Why an invalid or missing cell is so, typed (harness.derived.usable): what the
+    # verdict of an unfinished run counts, and what --remeasure-invalid measures again.
+    causes: tuple[Cause, ...] = ()
+    attempts: list[Attempt] = field(default_factory=list)  # cell.json's, every one
     folder: Path | None = None
     complete: CompleteFile | None = None
     open_loop: OpenLoopInfo | None = None
@@ -203,12 +208,15 @@ def _load_cell(folder: Path, planned: Cell | None, cell_id: str,
     base.rate_relative = c.get("rate_relative", base.rate_relative)
     base.stage = c.get("stage", base.stage)
     base.open_loop = cell_file.open_loop
+    base.attempts = cell_file.attempts
     base.where = cell_file.where
     complete_path = folder / "complete.json"
     if not complete_path.exists():
         last = cell_file.attempts[-1] if cell_file.attempts else None
         base.reason = (f"no complete attempt (last: {last.status}: {last.error})"
                        if last else "started, never completed")
+        died = last is not None and last.status == "failed"
+        base.causes = (Cause("engine_died" if died else "not_measured"),)
         return base
     done: CompleteFile = _validate(CompleteFile, _read_json(complete_path), str(complete_path))
     base.complete = done
@@ -224,11 +232,14 @@ def _load_cell(folder: Path, planned: Cell | None, cell_id: str,
     ]
     if (folder / SCORES).exists():
         base.scores = {s.id: s.correct for s in _read_jsonl(folder / SCORES, ScoreRecord)}
-    reason = unusable_reason(
+    judged = unusable(
         kind=base.kind, requests=base.requests, aborted=done.outcome.aborted,
         abort_reason=done.outcome.reason, health=done.outcome.health,
         gpu_throttle=gpu_throttle(base.gpu_samples), gpu_throttle_policy=gpu_throttle_policy)
-    base.status, base.reason = ("invalid", reason) if reason else ("complete", None)
+    if judged is None:
+        base.status, base.reason = "complete", None
+    else:
+        base.status, base.reason, base.causes = "invalid", judged.reason, judged.causes
     return base
 
 
