@@ -99,6 +99,9 @@ class CellFile(_Record):
     attempts: list[Attempt] = []
     open_loop: OpenLoopInfo | None = None
     where: dict[str, Any] | None = None  # harness.run.where writes it; gpu_key reads it
+    # `--remeasure-invalid` gave the cell a fresh cell_retries budget after this many
+    # attempts had measured to their end (None: never); harness.run.attempts counts from it.
+    fresh_budget_after: int | None = None
 
 
 def gpu_key(where: dict[str, Any]) -> str:

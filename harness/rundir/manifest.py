@@ -20,19 +20,14 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    model_validator,
-)
+from pydantic import Field, ValidationError
 
 from harness.calibration import CalibrationRecord
 from harness.dialects import Dialect
 from harness.errors import InputError
+from harness.rundir.record import EVERY_KEY, RunRecord, since
 from harness.rundir.regime import BaselineRegime
+from harness.rundir.remeasure import RemeasureRecord
 
 MANIFEST = "manifest.json"
 # The run folder's format; a folder written by a newer format is refused, not misread.
@@ -42,41 +37,12 @@ MANIFEST = "manifest.json"
 #    there is nothing to say).
 # 3: the schedule verification's k schedules (`Manifest.k_schedules`) and its rows in
 #    verdict.json (`SurfaceSummary.verification`).
-# 4: the SPEED-Bench placeholder rows a task dropped (`Manifest.speed_bench_placeholders`).
+# 4: the SPEED-Bench placeholder rows a task dropped (`Manifest.speed_bench_placeholders`);
+#    cells measured again by `--remeasure-invalid` (`Manifest.remeasured`, cell.json's
+#    `fresh_budget_after`), the wrapper a run was started by (`RunnerRecord.invoked_as`),
+#    and verdict.json's `unfinished` and `remeasured`.
 FORMAT_VERSION = 4
 READABLE_VERSIONS = (1, 2, 3, 4)
-# Validation context: the file's format_version. From format 2 every key that format
-# writes is required (a key the file lacks is refused); a key added later says so with
-# since(N) and is required only from format N.
-EVERY_KEY = "every_key"
-
-
-def since(version: int) -> dict[str, Any]:
-    """A field's json_schema_extra: the format that first writes it."""
-    return {"since": version}
-
-
-def required_in(field: Any, version: int) -> bool:
-    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-    return version >= 2 and int(extra.get("since", 2)) <= version
-
-
-class RunRecord(BaseModel):
-    """A part of the manifest: unknown keys refused; in the current format every named
-    key present."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _every_key_present(cls, data: Any, info: ValidationInfo) -> Any:
-        if isinstance(data, dict) and info.context and info.context.get(EVERY_KEY):
-            version = info.context[EVERY_KEY]
-            for name, field in cls.model_fields.items():
-                if required_in(field, version) and (field.alias or name) not in data:
-                    raise ValueError(f"key {name!r} is missing")
-        return data
-
 
 # --- the host and the process that runs the study ---------------------------------------
 
@@ -96,6 +62,9 @@ class RunnerRecord(RunRecord):
     pid: int
     started_wall: float
     cmdline: list[str]
+    # The command that stands for `specbench run FILE` where a script wraps it
+    # (scripts/demo.sh sets SPECBENCH_INVOKED_AS): the verdict's command to finish a run.
+    invoked_as: str | None = Field(None, json_schema_extra=since(4))
 
 
 # --- engines ----------------------------------------------------------------------------
@@ -419,6 +388,8 @@ class Manifest(RunRecord):
     # By task and category: SPEED-Bench placeholder rows left out (placeholders: drop), rows.
     speed_bench_placeholders: dict[str, dict[str, tuple[int, int]]] = Field(
         default_factory=dict, json_schema_extra=since(4))
+    # `--resume --remeasure-invalid`: each cell given a fresh cell_retries budget, when, why.
+    remeasured: list[RemeasureRecord] = Field(default_factory=list, json_schema_extra=since(4))
 
     def to_json(self) -> dict[str, Any]:
         """Every field, nulls and empties too: what the current format writes."""
@@ -490,7 +461,7 @@ def validation_problem(err: ValidationError, limit: int = 3) -> str:
 
 
 __all__ = [
-    "FORMAT_VERSION", "MANIFEST", "CheckpointRecord", "ControlArmRecord", "Deviation", "KScheduleRecord", "ScheduledLevel",
+    "FORMAT_VERSION", "MANIFEST", "CheckpointRecord", "RemeasureRecord", "ControlArmRecord", "Deviation", "KScheduleRecord", "ScheduledLevel",
     "EngineEnvironment", "EngineInfo", "EngineSession", "EngineStart", "FailedCell",
     "HostFacts", "Manifest", "RerunRecord", "RunGpuTelemetry", "RunRecord", "RunnerRecord",
     "SessionRecord", "ShardPlan", "ShardRecord", "ShardUnit", "ShardWorkerRecord", "Sharding",

@@ -27,6 +27,7 @@ from harness.rundir.manifest import (
     since,
     validation_problem,
 )
+from harness.rundir.remeasure import RemeasuredCell, Unfinished
 
 VERDICT = "verdict.json"
 
@@ -209,6 +210,10 @@ class Verdict(RunRecord):
     host_regime: list[HostRegimeLine]
     surface: SurfaceSummary | None = None  # a study that registers `surface:`
     generated_wall: float
+    # INCOMPLETE: each cause with its cells and the command that finishes the run; and
+    # the cells `--remeasure-invalid` measured again (harness.analysis.unfinished).
+    unfinished: Unfinished | None = Field(None, json_schema_extra=since(4))
+    remeasured: list[RemeasuredCell] = Field(default_factory=list, json_schema_extra=since(4))
 
     def bar(self, name: str) -> BarRecord:
         return next(b for b in self.bars if b.name == name)

@@ -167,6 +167,38 @@ def test_a_key_a_later_format_added_is_required_only_from_that_format(tmp_path):
         read_manifest(path)
 
 
+def test_format_4_keys_are_required_of_format_4_and_absent_from_format_3(tmp_path):
+    """Format 4 added what --remeasure-invalid records (the manifest's remeasured, the
+    runner's invoked_as) and the verdict's unfinished and remeasured: a format 3 folder,
+    written before them, reads with none; a format 4 file without one is refused."""
+    from harness.analysis.bars import write_verdict
+
+    run = RunBuilder(tmp_path)
+    run.speed_cells()
+    write_verdict(run.root)
+    path, verdict_path = run.root / "manifest.json", run.root / "verdict.json"
+    data, verdict = json.loads(path.read_text()), json.loads(verdict_path.read_text())
+    assert FORMAT_VERSION == 4 and data["remeasured"] == [] and verdict["remeasured"] == []
+    del data["remeasured"], verdict["unfinished"]
+    path.write_text(json.dumps(data))
+    verdict_path.write_text(json.dumps(verdict))
+    with pytest.raises(InputError, match=r"manifest.json: key 'remeasured' is missing"):
+        read_manifest(path)
+    with pytest.raises(InputError, match=r"verdict.json: key 'unfinished' is missing"):
+        read_verdict(verdict_path, 4)
+    data["format_version"] = 3
+    path.write_text(json.dumps(data))
+    assert read_manifest(path).remeasured == []
+    assert read_verdict(verdict_path, 3).unfinished is None
+    data["runner"] = {"pid": 1, "started_wall": 0.0, "cmdline": ["specbench"]}  # as format 3
+    path.write_text(json.dumps(data))
+    assert read_manifest(path).runner.invoked_as is None
+    data["format_version"], data["remeasured"] = 4, []
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"key 'invoked_as' is missing in runner"):
+        read_manifest(path)
+
+
 def test_a_run_written_now_is_read_back_whole(tmp_path):
     """What a scripted study writes reads back through the models, every key present."""
     run = RunBuilder(tmp_path)
