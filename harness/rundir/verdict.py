@@ -81,6 +81,8 @@ class RerunOutcome(RunRecord):
     # not judged yet: what is missing or not finished
     missing: list[str] | None = None
     behind: list[str] | None = None
+    # a rerun left invalid: why (before format 4 such a verdict could not be written)
+    reason: str | None = Field(None, json_schema_extra=since(4))
 
 
 class PaysRow(RunRecord):
