@@ -37,6 +37,7 @@ from harness.analysis.pays import speculation_pays
 from harness.analysis.regime import host_regime
 from harness.analysis.surface import surface_summary
 from harness.analysis.tables import Analysis, analyse
+from harness.analysis.unfinished import remeasured_cells, unfinished
 from harness.atomic import write_json
 from harness.prereg.schema import Study
 from harness.rundir.verdict import VERDICT, Verdict
@@ -236,6 +237,13 @@ def evaluate(a: Analysis) -> Verdict:
                 reasons.append("failed: " + ", ".join(failed))
             if any(b.status == "not_located" for b in judged):
                 reasons.append(f"not located: pass.knee ({NOT_LOCATED_REASON})")
+    finish = None
+    if verdict == "INCOMPLETE":  # each cause, its cells per bar, the command that finishes it
+        unfinished_bars = [b.name for b in judged if b.status == "incomplete"]
+        unfinished_bars += ["check"] if check.status == "unresolved" else []
+        finish = unfinished(run, unfinished_bars,
+                            [r.get("state") for r in check.evidence.get("reruns", [])])
+        reasons.extend(finish.lines)
     excluded = [{"cell": c.id, "reason": c.reason} for c in run.cells.values()
                 if c.status == "invalid"]
     out = {
@@ -262,6 +270,8 @@ def evaluate(a: Analysis) -> Verdict:
         # The round-cost surface, outside the bars (analysis/surface.py).
         "surface": surface_summary(a) if run.study.surface is not None else None,
         "generated_wall": time.time(),
+        "unfinished": finish.model_dump() if finish is not None else None,
+        "remeasured": [r.model_dump() for r in remeasured_cells(run)],
     }
     # Checked against verdict.json's model as it is made, so a bar that writes what the
     # report cannot read fails here, not after the hours.

@@ -67,11 +67,12 @@ def _note(text: str) -> str:
 
 def verdict_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     colour = VERDICT_COLOURS.get(v.verdict, "black")
-    reasons = "; ".join(v.reasons) or "every registered bar passes"
+    # One line a reason: an unfinished verdict's causes and its command stay whole.
+    reasons = "<br>".join(escape(r) for r in v.reasons) or "every registered bar passes"
     statuses = "".join(f'<li><b>{escape(b.name)}</b>: {escape(b.status)}</li>' for b in v.bars)
     notice = verdict_notice(a)
     body = [f'<p class="verdict" style="color:{colour}">{escape(v.verdict)}</p>',
-            f"<p>{escape(reasons)}</p>", f'<ul class="bars">{statuses}</ul>']
+            f"<p>{reasons}</p>", f'<ul class="bars">{statuses}</ul>']
     if notice:
         body.append(f'<pre class="text notice">{escape(chr(10).join(notice))}</pre>')
     figures = []

@@ -22,6 +22,10 @@ VERDICT_COLOURS = {"PASS": "#1a7f37", "FAIL": "#c62828", "STOP": "#b26a00",
 
 
 NOTICE_LINES = 6  # deviations shown on page one (all of them on the bars page)
+# Lines of the verdict's reasons on page one: an unfinished verdict's causes and the
+# command that finishes the run (harness.analysis.unfinished) must not be cut.
+REASON_LINES = 9
+LINE_HEIGHT = 0.02  # one 8.5 pt line at 1.4 spacing, as a share of the page's height
 
 
 def headline_page(pdf: PdfPages, a: Analysis, verdict: Verdict, notice: list[str] = ()) -> int:
@@ -31,18 +35,22 @@ def headline_page(pdf: PdfPages, a: Analysis, verdict: Verdict, notice: list[str
                    f"  |  seal {str(verdict.seal)[:16]}...")
     fig.text(0.03, 0.905, verdict.verdict, fontsize=26, fontweight="bold",
              color=VERDICT_COLOURS.get(verdict.verdict, "black"), va="top")
-    reasons = "; ".join(verdict.reasons) or "every registered bar passes"
+    reasons = wrap_lines(list(verdict.reasons) or ["every registered bar passes"], 150)
+    if len(reasons) > REASON_LINES:
+        reasons = reasons[:REASON_LINES - 1] + [f"  ... {len(reasons) - REASON_LINES + 1} more"
+                                                " lines on the next page"]
     statuses = "   ".join(f"{b.name}: {b.status}" for b in verdict.bars)
     # Below the verdict word, never beside it: a long word (INCOMPLETE) would overlap.
-    fig.text(0.03, 0.845, "\n".join(wrap_lines([reasons], 150)[:2] + [statuses]), fontsize=8.5,
+    fig.text(0.03, 0.845, "\n".join(reasons + [statuses]), fontsize=8.5,
              va="top", linespacing=1.4)
-    top = 0.74
+    below = LINE_HEIGHT * max(0, len(reasons) - 2)  # what the reasons take past two lines
+    top = 0.74 - below
     if notice:
         shown = wrap_lines(list(notice), 170)
         if len(shown) > NOTICE_LINES:
             shown = shown[:NOTICE_LINES - 1] + [f"  ... {len(shown) - NOTICE_LINES + 1} more"
                                                 " lines on the next page"]
-        fig.text(0.03, 0.775, "\n".join(shown), va="top", ha="left", color="#b26a00",
+        fig.text(0.03, 0.775 - below, "\n".join(shown), va="top", ha="left", color="#b26a00",
                  fontdict={"family": "monospace", "size": 7}, linespacing=1.3)
         top -= 0.022 * len(shown)
     tasks = speed_tasks(a)[:HEADLINE_TASKS] or [""]

@@ -66,10 +66,17 @@ def bar_lines(a: Analysis, verdict: Verdict) -> list[str]:
     lines.extend(surface_lines(verdict))
     lines.extend(stops_paying_lines(verdict))
     lines.extend(decomposition_flag_lines(a))
+    if verdict.unfinished is not None:
+        lines += ["", "Why the run is unfinished, and how to finish it:"]
+        lines += [f"  {line}" for line in verdict.unfinished.lines]
     if verdict.excluded_cells:
         lines.append("")
         lines.append("Excluded (invalid) cells, never used by a bar:")
         lines.extend(f"  {e.cell}: {e.reason}" for e in verdict.excluded_cells)
+    if verdict.remeasured:
+        lines += ["", "Cells measured again after they ended invalid (--remeasure-invalid;"
+                      " every earlier attempt kept):"]
+        lines += [f"  {r.line}" for r in verdict.remeasured]
     if deviations:
         lines.append("")
         lines.append("Deviations from the registered study (manifest.json):")
