@@ -16,6 +16,15 @@ from harness.analysis.tables import Analysis, analyse, write_tables
 from harness.prereg.schema import Study
 from harness.rundir.verdict import Verdict
 
+# A command that measures (`run`, `rerun-baseline`) exits 0 with a complete answer
+# (PASS, FAIL, STOP) and this with an INCOMPLETE verdict, which a script can tell apart
+# from both a complete answer and a failed run (1) or a bad invocation (2).
+EXIT_INCOMPLETE = 3
+
+
+def verdict_exit(verdict: Verdict) -> int:
+    return EXIT_INCOMPLETE if verdict.verdict == "INCOMPLETE" else 0
+
 
 @dataclass(frozen=True)
 class FinishedRun:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The demo study on the CPU build of vLLM: sets up, builds the draft and target pair offline,
 # runs examples/cpu.yaml and writes reports/<run>.pdf. Extra arguments go to
-# `specbench run` (e.g. --resume).
+# `specbench run` (e.g. --resume RUN --remeasure-invalid, which finishes a run a busy host
+# left INCOMPLETE). Its exit is specbench run's: 0 for a complete verdict (PASS, FAIL,
+# STOP), 3 for INCOMPLETE, 1 for a failed run, 2 for a bad invocation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -11,4 +13,7 @@ export SPECBENCH_TINY_PAIR=${SPECBENCH_TINY_PAIR:-$CACHE/models/tiny-pair-seed0}
 if [ ! -f "$SPECBENCH_TINY_PAIR/target/config.json" ] || [ ! -f "$SPECBENCH_TINY_PAIR/draft/config.json" ]; then
   .venv/bin/specbench tiny-model "$SPECBENCH_TINY_PAIR" --pair --seed 0
 fi
+# The verdict's command to finish a disturbed demo starts with this, not `specbench run`
+# (which would lack the variables above).
+export SPECBENCH_INVOKED_AS="bash scripts/demo.sh"
 exec .venv/bin/specbench run examples/cpu.yaml "$@"

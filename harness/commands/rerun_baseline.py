@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     if not (root / "study.json").exists():
         raise InputError(f"{args.run}: not a run folder (no study.json)")
     from harness.engines.preflight import require_preflight
-    from harness.finalize import finalize_run
+    from harness.finalize import finalize_run, verdict_exit
 
     study = Study.model_validate(json.loads((root / "study.json").read_text())["study"])
     study = expand_environment(study)
@@ -46,4 +46,6 @@ def run(args: argparse.Namespace) -> int:
             runner.close()
     verdict = finalize_run(root, study).verdict
     console.print(f"verdict: {verdict.verdict}")
-    return 0
+    for line in verdict.reasons:
+        console.print(f"  {line}", markup=False, soft_wrap=True)
+    return verdict_exit(verdict)

@@ -21,6 +21,7 @@ from harness.run.calibrate import record_calibration
 from harness.run.environments import record_environments
 from harness.run.leftovers import clear_leftovers, record_runner
 from harness.run.progress import RunProgress
+from harness.run.remeasure import remeasure_invalid
 from harness.run.runner import Runner, find_run, new_run, prepare, reopen_run
 from harness.run.schedule import run_schedule
 from harness.run.store import RunStore
@@ -36,6 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", nargs="?", const="", default=None, metavar="RUN",
                    help="continue a run (its id or folder; default: the newest run of FILE),"
                         " skipping complete cells")
+    p.add_argument("--remeasure-invalid", action="store_true",
+                   help="with --resume: measure again every cell left invalid by a cause that"
+                        " passes (host busy, client lag, delivered load short, bursts, a dead"
+                        " engine, GPU throttling under remeasure), each with a fresh"
+                        " cell_retries budget; every earlier attempt is kept")
     p.add_argument("--allow-deviation", action="store_true",
                    help="resume even though the study's seal changed, or run a drafter below its"
                         " drafter.expect floor in the smoke; the deviation is recorded")
@@ -61,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_study_file(args.file)
     if args.resume is not None and args.run_id:
         raise InputError("give --resume or --run-id, not both")
+    if args.remeasure_invalid and args.resume is None:
+        raise InputError("--remeasure-invalid needs --resume [RUN]: it measures again the"
+                         " invalid cells of an earlier run")
     sharded = args.gpus is not None or args.ray is not None
     if sharded:  # a bad invocation is refused before any folder or engine exists
         from harness.run.ray_executor import import_ray
@@ -78,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         clear_leftovers(store, console)  # an earlier attempt's runner or engines
         reopen_run(store, loaded, args.allow_deviation)
         console.print(f"resuming run {store.run_id} in {store.root}")
+        if args.remeasure_invalid:
+            remeasure_invalid(store, study, lambda line: console.print(line, markup=False))
     else:
         store = new_run(loaded, args.results, args.run_id)
         console.print(f"run {store.run_id} in {store.root}")
@@ -95,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         runner.where = placement(study, store.manifest().engine_environments)
         runner.run()
     record_split_units(store, study)
-    from harness.finalize import finalize_run
+    from harness.finalize import finalize_run, verdict_exit
 
     pdf = None if args.no_report else args.reports / f"{store.run_id}.pdf"
     done = finalize_run(store.root, study, report=pdf)  # tables, verdict, report: one analysis
@@ -103,14 +114,17 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"[bold]verdict: {verdict.verdict}[/bold]  ({store.root / 'verdict.json'})")
     for bar in verdict.bars:
         console.print(f"  {bar.name}: {bar.status}")
+    for line in verdict.reasons:  # an unfinished one: each cause and the command to finish it
+        console.print(f"  {line}", markup=False, soft_wrap=True)
     for path in done.tables:
         console.print(f"table: {path}")
     if done.report is not None:
         console.print(f"report: {done.report}")
     if done.html is not None:
         console.print(f"html report: {done.html}")
-    print(json.dumps({"run": str(store.root), "verdict": verdict.verdict}))
-    return 0
+    finish = verdict.unfinished.command if verdict.unfinished is not None else None
+    print(json.dumps({"run": str(store.root), "verdict": verdict.verdict, "finish": finish}))
+    return verdict_exit(verdict)
 
 
 def run_sharded(args: argparse.Namespace, store: RunStore, study: Study, as_written: Study,

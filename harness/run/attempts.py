@@ -8,7 +8,9 @@ took more of the host's CPU than `recording.host_foreign_cpu_limit`, and under
 measured again while fewer than cell_retries + 1 attempts have measured it. Earlier
 runs of the same folder count, so `--resume` remeasures a complete but unusable cell
 only while attempts remain, and repeating a run can never fish for a good
-measurement. Every attempt stays in cell.json and requests.jsonl; complete.json names
+measurement. `--remeasure-invalid` (harness.run.remeasure) gives a cell left invalid by a
+cause that passes (a busy host, a client that fell behind) a fresh budget: that waits for
+a quiet moment, never for a figure, since a valid cell is never measured again. Every attempt stays in cell.json and requests.jsonl; complete.json names
 the latest attempt that measured to its end, and a cell that stayed unusable keeps its
 reason for analysis to report.
 """
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from harness import interrupts
 from harness.derived.throttle import gpu_throttle
-from harness.derived.usable import unusable_reason
+from harness.derived.usable import Unusable, unusable
 from harness.plan import Cell
 from harness.prereg.schema import Study
 from harness.records import GpuSample, RequestRecord
@@ -35,9 +37,9 @@ if TYPE_CHECKING:
 
 def attempt_unusable(study: Study, cell: Cell, outcome: Outcome,
                      requests: list[RequestRecord],
-                     gpu_samples: list[GpuSample] | None = None) -> str | None:
+                     gpu_samples: list[GpuSample] | None = None) -> Unusable | None:
     """Why one attempt measured nothing a bar can use (None: usable)."""
-    return unusable_reason(
+    return unusable(
         kind=cell.kind, requests=requests, aborted=outcome.aborted,
         abort_reason=outcome.reason, health=outcome.health,
         gpu_throttle=gpu_throttle(gpu_samples or []),
@@ -57,25 +59,31 @@ def attempt_budget(study: Study) -> int:
     return study.recording.cell_retries + 1
 
 
-def needs_measuring(store: RunStore, study: Study, cell: Cell, progress: RunProgress) -> bool:
+def needs_measuring(store: RunStore, study: Study, cell: Cell,
+                    progress: RunProgress | None) -> bool:
     """Not complete, or complete but unusable with attempts left (an interrupted
-    remeasure, or a folder written before such cells were measured again)."""
+    remeasure, or a folder written before such cells were measured again); said on
+    `progress` unless it is None."""
+    note = progress.note if progress is not None else (lambda _: None)
     done = store.completion(cell.id)
     if done is None:
         return True
     attempt = done.attempt
-    reason = attempt_unusable(study, cell, done.outcome, store.attempt_requests(cell.id, attempt),
+    judged = attempt_unusable(study, cell, done.outcome, store.attempt_requests(cell.id, attempt),
                               store.attempt_gpu_samples(cell.id, attempt))
-    if reason is None:
+    if judged is None:
         return False
+    reason = judged.reason
     store.judge_attempt(cell.id, attempt, reason)
     measured, budget = store.measured_attempts(cell.id), attempt_budget(study)
     if measured >= budget:
-        progress.note(f"{cell.id} stays invalid: {reason} (all {budget} measurements"
-                      " that cell_retries allows are spent)")
+        again = ("; `--remeasure-invalid` measures it again with a fresh budget"
+                 if judged.passes else "")
+        note(f"{cell.id} stays invalid: {reason} (all {budget} measurements"
+             f" that cell_retries allows are spent{again})")
         return False
-    progress.note(f"remeasuring {cell.id}: attempt {attempt} is unusable: {reason}"
-                  f" ({measured} of at most {budget} measurements used)")
+    note(f"remeasuring {cell.id}: attempt {attempt} is unusable: {reason}"
+         f" ({measured} of at most {budget} measurements used)")
     return True
 
 
@@ -130,7 +138,8 @@ def measure_cell(store: RunStore, study: Study, engine: ArmEngine, cell: Cell,
             store.end_attempt(cell.id, attempt, "failed", f"{type(err).__name__}: {err}")
             progress.end_cell(cell, "FAILED", str(err))
             raise
-        reason = attempt_unusable(study, cell, outcome, records, gpu_samples)
+        judged = attempt_unusable(study, cell, outcome, records, gpu_samples)
+        reason = judged.reason if judged else None
         # Written even when unusable: a crash now leaves a complete but unusable cell,
         # which a resume remeasures while attempts remain.
         store.mark_complete(cell.id, attempt, outcome, unusable=reason)

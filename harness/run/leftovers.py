@@ -20,10 +20,15 @@ from harness.errors import SpecbenchError
 from harness.run.store import RunStore
 from harness.rundir.manifest import RunnerRecord, StaleEngineRecord
 
+# Set by a script that wraps `specbench run FILE` (scripts/demo.sh): what the verdict's
+# command to finish a run starts with instead.
+INVOKED_AS = "SPECBENCH_INVOKED_AS"
+
 
 def record_runner(store: RunStore) -> None:
     me = psutil.Process()
-    runner = RunnerRecord(pid=me.pid, started_wall=me.create_time(), cmdline=me.cmdline())
+    runner = RunnerRecord(pid=me.pid, started_wall=me.create_time(), cmdline=me.cmdline(),
+                          invoked_as=os.environ.get(INVOKED_AS) or None)
     store.edit_manifest(lambda m: setattr(m, "runner", runner))
 
 

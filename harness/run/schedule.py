@@ -29,9 +29,10 @@ from typing import Protocol
 from harness.errors import SpecbenchError
 from harness.plan import Cell
 from harness.prereg.schema import Study
+from harness.run.attempts import needs_measuring
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
-from harness.rundir import RERUN_SUFFIX
+from harness.rundir import RERUN_SUFFIX, rerun_of
 from harness.rundir.manifest import Manifest, RerunRecord, SkippedCell, StopDecision
 
 
@@ -84,10 +85,16 @@ def rerun_batch(store: RunStore, study: Study, cells: list[Cell],
                 progress: RunProgress) -> Batch | None:
     """The check bar's batch, recorded in the manifest (None: the bar did not fire)."""
     targets = _analysis().check_bar_targets(store.root, study)
-    if not targets:
+    # A rerun left invalid is not rerun again, unless `--remeasure-invalid` gave it a fresh
+    # budget (harness.run.remeasure): then it is measured again like the first time.
+    granted = [o for r in store.manifest().remeasured if (o := rerun_of(r.cell))]
+    again = [c.id.removesuffix(RERUN_SUFFIX) for c in rerun_cells(cells, list(dict.fromkeys(
+        o for o in granted if o not in targets))) if needs_measuring(store, study, c, None)]
+    if not targets and not again:
         return None
-    progress.note(f"check bar fired: rerunning baseline cells {', '.join(targets)}")
-    reruns = rerun_cells(cells, targets)
+    if targets:
+        progress.note(f"check bar fired: rerunning baseline cells {', '.join(targets)}")
+    reruns = rerun_cells(cells, targets + again)
     recorded = {r.cell for r in store.manifest().reruns}
     new = [RerunRecord(cell=cell.id, of=cell.id[: -len(RERUN_SUFFIX)], reason="check bar fired",
                        when=time.time()) for cell in reruns if cell.id not in recorded]

@@ -233,10 +233,23 @@ class RunStore:
                 self._write_cell(cell_id, info)
 
     def measured_attempts(self, cell_id: str) -> int:
-        """Attempts that measured to their end, usable or not: what cell_retries bounds
-        across runs and resumes (engine deaths and interruptions are not counted)."""
-        attempts = self.cell_info(cell_id).get("attempts", [])
-        return sum(1 for a in attempts if a.get("status") in ("complete", "invalid"))
+        """Attempts that measured to their end, usable or not, within the cell's budget:
+        what cell_retries bounds across runs and resumes (engine deaths and interruptions
+        are not counted), since `--remeasure-invalid` gave it a fresh budget if it did."""
+        info = self.cell_info(cell_id)
+        measured = sum(1 for a in info.get("attempts", [])
+                       if a.get("status") in ("complete", "invalid"))
+        return measured - (info.get("fresh_budget_after") or 0)
+
+    def give_fresh_budget(self, cell_id: str) -> int:
+        """A fresh cell_retries budget from now (`--remeasure-invalid`); returns the
+        attempts measured to their end before it, every one kept."""
+        info = self.cell_info(cell_id)
+        before = sum(1 for a in info.get("attempts", [])
+                     if a.get("status") in ("complete", "invalid"))
+        info["fresh_budget_after"] = before
+        self._write_cell(cell_id, info)
+        return before
 
     def attempt_requests(self, cell_id: str, attempt: int) -> list[RequestRecord]:
         """The measured requests of one attempt, as requests.jsonl holds them."""
