@@ -77,9 +77,11 @@ def remeasure_invalid(store: RunStore, study: Study,
     if records:
         store.edit_manifest(add)
     budget = study.recording.cell_retries + 1
+    if not records:
+        say("--remeasure-invalid: no cell is invalid for a cause that passes")
+        return records
     say(f"--remeasure-invalid: {len(records)} cells invalid for a cause that passes are"
-        f" measured again, each with a fresh budget of {budget} measurements"
-        + ("" if records else " (none is)"))
+        f" measured again, each with a fresh budget of {budget} measurements")
     for r in records:
         kept = f"; kept as measured: {', '.join(r.partners)}" if r.partners else ""
         say(f"  {r.cell} (after {r.attempts_before} attempts): {r.reason}{kept}")

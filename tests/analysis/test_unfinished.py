@@ -91,3 +91,38 @@ def test_a_complete_verdict_has_no_unfinished_part(tmp_path):
     b = full_run(tmp_path)
     v = write_verdict(b.root)
     assert v.verdict == "PASS" and v.unfinished is None and v.remeasured == []
+
+
+def test_the_pdfs_first_page_and_the_html_report_show_the_same_lines(tmp_path):
+    import html
+    import shutil
+    import subprocess
+
+    from matplotlib.backends.backend_pdf import PdfPages
+
+    from harness.analysis import analyse, evaluate
+    from harness.report.html_sections import Figures, verdict_section
+    from harness.report.pages_text import verdict_page
+
+    b = full_run(tmp_path)
+    for cell, share in {"vllm-eagle3/chat/speed/c001": 0.42,
+                        "vllm-base/chat/speed/c016": 0.83}.items():
+        edit_health(b, cell, host_foreign_cpu_share=share, host_steal_share=0.0,
+                    host_foreign_cpu_limit=0.25)
+    edit_health(b, "sglang-base/chat/speed/c004", lag_p99_ms=31.0, valid=False,
+                reason="client stamp lag p99 31.00 ms exceeds the limit 5 ms")
+    a = analyse(b.root)
+    v = evaluate(a)
+    assert v.unfinished is not None and len(v.unfinished.causes) == 2
+    out = tmp_path / "verdict.pdf"
+    with PdfPages(out) as pdf:
+        verdict_page(pdf, a, v)
+    tool = shutil.which("pdftotext")
+    assert tool, "pdftotext not found: install poppler-utils"
+    first = subprocess.run([tool, "-f", "1", "-l", "1", str(out), "-"], capture_output=True,
+                           text=True, check=True).stdout
+    first = " ".join(first.split())
+    page = " ".join(html.unescape(verdict_section(a, v, Figures()).body).split())
+    for line in v.reasons:  # each cause, and the command, whole
+        assert line in first, line
+        assert line in page, line
