@@ -148,8 +148,10 @@ def unfinished(run: RunData, incomplete: list[str], rerun_states: list[str]) -> 
         lines.append(f"to finish the run: {command}")
     else:
         command = None
-        lines.append("no command finishes the run as registered: what is left is the engine's"
-                     " or the study's to fix (the cell lines say what)")
+        left = ("what is left is the engine's or the study's to fix (the cell lines say what)"
+                if counts else "no cell is missing or invalid (the bars' lines say what is"
+                " left)")
+        lines.append(f"no command finishes the run as registered: {left}")
     return Unfinished(causes=counts, command=command, lines=lines)
 
 
