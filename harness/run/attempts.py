@@ -10,9 +10,10 @@ runs of the same folder count, so `--resume` remeasures a complete but unusable 
 only while attempts remain, and repeating a run can never fish for a good
 measurement. `--remeasure-invalid` (harness.run.remeasure) gives a cell left invalid by a
 cause that passes (a busy host, a client that fell behind) a fresh budget: that waits for
-a quiet moment, never for a figure, since a valid cell is never measured again. Every attempt stays in cell.json and requests.jsonl; complete.json names
-the latest attempt that measured to its end, and a cell that stayed unusable keeps its
-reason for analysis to report.
+a quiet moment, never for a figure, since a valid cell is never measured again. Every
+attempt stays in cell.json and requests.jsonl; complete.json names the latest attempt
+that measured to its end, and a cell that stayed unusable keeps its reason for analysis
+to report.
 """
 
 from __future__ import annotations
