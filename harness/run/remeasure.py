@@ -80,8 +80,10 @@ def remeasure_invalid(store: RunStore, study: Study,
     if not records:
         say("--remeasure-invalid: no cell is invalid for a cause that passes")
         return records
-    say(f"--remeasure-invalid: {len(records)} cells invalid for a cause that passes are"
-        f" measured again, each with a fresh budget of {budget} measurements")
+    n = len(records)
+    say(f"--remeasure-invalid: {n} {'cells' if n > 1 else 'cell'} invalid for a cause that"
+        f" passes {'are' if n > 1 else 'is'} measured again, each with a fresh budget of"
+        f" {budget} measurement{'s' if budget > 1 else ''}")
     for r in records:
         kept = f"; kept as measured: {', '.join(r.partners)}" if r.partners else ""
         say(f"  {r.cell} (after {r.attempts_before} attempts): {r.reason}{kept}")
