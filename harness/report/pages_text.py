@@ -133,8 +133,8 @@ def stops_paying_lines(verdict: Verdict) -> list[str]:
     rows = verdict.speculation_pays
     if not rows:
         return []
-    out = ["", "Where speculation stops paying (highest level whose speedup interval stays"
-               " above 1.0), and the engine setting that gates it there:"]
+    out = ["", "Where speculation pays (lower bound above 1.0) and where its gain is gone (upper"
+               " bound below 1.0), and the engine setting that would gate it there:"]
     for r in rows:
         out.append(f"  {r.arm} / {r.task}: {r.label}")
         if r.gate:

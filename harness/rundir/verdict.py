@@ -86,7 +86,9 @@ class RerunOutcome(RunRecord):
 
 
 class PaysRow(RunRecord):
-    """Per drafter and task: the highest level whose speedup interval stays above 1.0."""
+    """Per drafter and task: the highest level up to which the gain is shown (lower bound
+    above 1.0), the first where it is gone (upper bound below 1.0), and the gate there
+    (harness.analysis.pays)."""
 
     arm: str
     task: str
