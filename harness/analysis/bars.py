@@ -3,8 +3,9 @@
 Verdict: STOP if the stop bar fired; else INCOMPLETE if a cell some bar needs is
 missing or invalid, or a fired check bar's baseline rerun is missing or disagrees;
 else PASS if every registered pass bar passes, else FAIL (a bar failed, or the knee
-was not located: a gain still present at the top registered level is a bound, not a
-location, unless the study registers `bars.pass.knee.beyond_top: pass`). Invalid cells
+was not located: the knee is read on the point estimates, and a point still above 1.0
+at the top registered level, or at or below it at the first, is a bound, not a location,
+unless the study registers `bars.pass.knee.beyond_top` / `below_first: pass`). Invalid cells
 (client unhealthy, or aborted at the error-rate limit) are never used, and are named.
 """
 
@@ -161,10 +162,19 @@ def accuracy_bar(a: Analysis) -> BarResult:
     return BarResult("pass.accuracy", per.status, per.summary, ev)
 
 
-KNEE_READING = ("the knee is the first level whose interval's lower bound is <= 1,"
-                " interpolated linearly in the lower bound over log2(concurrency), judged on"
-                " the pass bar's best drafter(s); a gain still present at the top registered"
-                " level is a bound (> top), not a located knee")
+KNEE_READING = ("the knee is where the best drafter's speedup crosses 1.0, read on the point"
+                " estimates and interpolated linearly in the speedup over log2(concurrency)"
+                " between the measured levels around it; its interval runs from where the"
+                " speedup's lower bound crosses 1.0 to where its upper bound falls below it;"
+                " a point still above 1.0 at the top registered level is a bound (> top), and"
+                " one at or below 1.0 at the first level a bound (<= first): neither is a"
+                " located knee")
+
+
+def _knee_bound(kb, status: str) -> str | None:
+    """The registered reading a bound is held to (bars.pass.knee), or None: not a bound."""
+    return {"beyond": kb.beyond_top, "beyond_skipped": "not_located",
+            "below_first": kb.below_first}.get(status)
 
 
 @register_bar("pass.knee", "pass")
@@ -178,15 +188,19 @@ def knee_bar(a: Analysis) -> BarResult:
         k = by_key.get((arm, task))
         if k is None:
             return ArmJudgement("incomplete", {}, "no knee row")
-        detail = {"knee": k["label"], "knee_status": k["status"], "note": k["note"]}
-        if k["status"] in ("located", "below_first"):
-            return ArmJudgement("pass", detail, f"knee {k['label']} ({k['note']})")
-        if k["status"] == "beyond" and kb.beyond_top == "pass":
+        detail = {"knee": k["label"], "knee_status": k["status"], "interval": k["interval"],
+                  "note": k["note"]}
+        if k["status"] == "located":
+            return ArmJudgement("pass", detail, f"knee {k['label']} users, interval"
+                                f" {k['interval']} ({k['note']})")
+        reading = _knee_bound(kb, k["status"])
+        field = "beyond_top" if k["status"] == "beyond" else "below_first"
+        if reading == "pass":
             return ArmJudgement("pass", detail, f"knee {k['label']}: a bound, accepted as"
-                                " registered (bars.pass.knee.beyond_top: pass)")
-        if k["status"] in ("beyond", "beyond_skipped"):
-            return ArmJudgement("not_located", detail, f"not located: knee {k['label']}, a bound"
-                                f" ({k['note']})")
+                                f" registered (bars.pass.knee.{field}: pass)")
+        if reading is not None:
+            return ArmJudgement("not_located", detail, f"not located: knee {k['label']}, a"
+                                f" bound ({k['note']})")
         return ArmJudgement("incomplete", detail, f"incomplete ({k['note']})")
 
     per = judge_per_task(a, speed_tasks(a.run.study), "best_drafter", judge)
@@ -196,18 +210,21 @@ def knee_bar(a: Analysis) -> BarResult:
                              for k in others]
     status: BarStatus = per.status if kb.required else "not_required"
     if status == "not_located":
-        summary.append(f"a gain still present at c={top}, the top registered level, is a bound"
-                       f" (> {top}), not a located knee; a study that accepts the bound"
-                       " registers bars.pass.knee.beyond_top: pass")
-    ev = {"required": kb.required, "beyond_top": kb.beyond_top, "top_level": top,
-          "rule": KNEE_READING, "tasks": per.tasks, "knees": knees}
+        summary.append(f"a point still above 1.0 at c={top}, the top registered level, or"
+                       " already at or below it at the first, is a bound, not a located"
+                       " knee; a study that accepts a bound registers"
+                       " bars.pass.knee.beyond_top (or below_first): pass")
+    summary.append(f"reading: {KNEE_READING}")
+    ev = {"required": kb.required, "beyond_top": kb.beyond_top, "below_first": kb.below_first,
+          "top_level": top, "rule": KNEE_READING, "tasks": per.tasks, "knees": knees}
     return BarResult("pass.knee", status, summary, ev)
 
 
 # --- the verdict -------------------------------------------------------------------------
 
-NOT_LOCATED_REASON = ("a gain still present at the top registered level is a bound, not a"
-                      " located knee (bars.pass.knee.beyond_top: pass registers otherwise)")
+NOT_LOCATED_REASON = ("a speedup still above 1.0 at the top registered level, or already at"
+                      " or below it at the first, is a bound, not a located knee"
+                      " (bars.pass.knee.beyond_top / below_first: pass registers otherwise)")
 
 
 def evaluate(a: Analysis) -> Verdict:
@@ -259,8 +276,8 @@ def evaluate(a: Analysis) -> Verdict:
         "gpu_throttle_policy": run.study.recording.gpu_throttle,
         "gpu_throttled_cells": throttled_cells(run),
         "skipped_cells": [s.model_dump() for s in run.manifest.skipped],
-        # Per drafter and task: the highest level whose speedup interval stays above 1.0,
-        # and the engine setting that would gate speculation there (analysis/pays.py).
+        # Per drafter and task: where the gain is shown and where it is gone, and the
+        # engine setting that would gate speculation where it is gone (analysis/pays.py).
         "speculation_pays": speculation_pays(run.study, a.speedups),
         # Arms with synthetic acceptance (drafter.synthetic): in the tables, read by no bar.
         "control_arms": run.study.control_arms(),

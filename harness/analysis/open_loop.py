@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.cells import cell_speeds, measure_span_s, percentile_or_nan
+from harness.analysis.knee import knee_table
 from harness.analysis.load import CellData, RunData
-from harness.analysis.speedup import knee_table, speedup_table
+from harness.analysis.speedup import speedup_table
 from harness.errors import SpecbenchError
 
 

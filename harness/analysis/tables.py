@@ -11,10 +11,11 @@ from harness.analysis.accuracy import wilson_interval
 from harness.analysis.categories import category_table
 from harness.analysis.cells import cell_table
 from harness.analysis.identity import compare_identity
+from harness.analysis.knee import knee_table
 from harness.analysis.load import RunData, load_run
 from harness.analysis.open_loop import fleet_table, open_loop_table
 from harness.analysis.predict import add_predictions
-from harness.analysis.speedup import knee_table, speedup_table
+from harness.analysis.speedup import speedup_table
 from harness.analysis.surface import (
     break_even_table,
     drafter_placements,

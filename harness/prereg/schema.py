@@ -597,9 +597,12 @@ class AccuracyBar(Strict):
 
 class KneeBar(Strict):
     required: bool = True  # the pass bar needs the knee of the best drafter(s) located
-    # A gain still present at the top registered level is a bound ("> 64"), not a
-    # location: not_located unless the study registers that a bound passes.
+    # The knee is read on the point estimates (harness/analysis/knee.py). A point still
+    # above 1.0 at the top registered level is a bound ("> 64"), and one already at or
+    # below 1.0 at the first level a bound ("<= 1"): neither is a located crossing, so
+    # not_located unless the study registers that such a bound passes.
     beyond_top: Literal["not_located", "pass"] = "not_located"
+    below_first: Literal["not_located", "pass"] = "not_located"
 
 
 class PassBar(Strict):

@@ -8,6 +8,7 @@ import math
 
 import plotly.graph_objects as go
 
+from harness.analysis.knee import knee_span
 from harness.analysis.tables import Analysis
 from harness.report.html_plotly import band, empty, floats, grid, log2_x
 from harness.report.pages_speed import arm_colours
@@ -55,7 +56,13 @@ def speedup_figure(a: Analysis, task: str) -> go.Figure:
             fig.add_trace(go.Scatter(
                 x=[knee.iloc[0]["knee_concurrency"]], y=[1.0], mode="markers",
                 marker={"symbol": "triangle-down", "size": 13, "color": c},
-                name=f"{arm} knee (interval reaches 1.0)", legendgroup=arm))
+                name=f"{arm} knee (speedup crosses 1.0)", legendgroup=arm))
+            if (span := knee_span(knee.iloc[0], study.loads.closed_loop.concurrency)):
+                fig.add_trace(go.Scatter(
+                    x=list(span), y=[1.0, 1.0], mode="lines", opacity=0.35,
+                    line={"color": c, "width": 6}, name=f"{arm} knee interval",
+                    legendgroup=arm, hovertemplate=f"knee interval {knee.iloc[0]['interval']}"
+                    "<extra></extra>"))
     fig.add_hline(1.0, line={"color": "black", "width": 1})
     fig.add_hline(bars.pass_.speed.threshold, line={"color": "#1a7f37", "dash": "dash"},
                   annotation_text=f"pass {bars.pass_.speed.threshold:g}x")

@@ -6,6 +6,7 @@ import math
 
 from matplotlib.backends.backend_pdf import PdfPages
 
+from harness.analysis.knee import knee_span
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, log2_axis, new_page, save
 
@@ -49,8 +50,8 @@ def speedup_note(a: Analysis) -> str:
     bars = study.bars
     note = (f"median per-user speed ratio vs the same-engine baseline; band = "
             f"{bars.intervals.level:.0%} interval (within a session a bootstrap of"
-            f" {bars.intervals.bootstrap_resamples} resamples); knee = where the band's lower"
-            " edge reaches 1.0")
+            f" {bars.intervals.bootstrap_resamples} resamples); knee = where the speedup crosses"
+            " 1.0, its interval (the bar at 1.0) where the band's edges do")
     if study.recording.sessions > 1:
         # The band over sessions is by the registered method (harness.analysis.intervals).
         how = bars.intervals.method
@@ -109,7 +110,8 @@ def speedup_axes(ax, a: Analysis, task: str, handles: dict, colours: dict[str, s
 
 
 def speedup_legend(fig, ax, a: Analysis, handles: dict, bottom: float = 0.0) -> None:
-    handles["knee (interval reaches 1.0)"] = ax.plot([], [], "v", color="gray", ms=8)[0]
+    handles["knee (speedup crosses 1.0) and its interval"] = ax.plot([], [], "v-", color="gray",
+                                                                     ms=8)[0]
     if a.knees["status"].isin(["beyond", "beyond_skipped"]).any():
         handles["knee beyond the highest level"] = ax.plot([], [], ">", color="gray", ms=6)[0]
     fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=4, fontsize=8,
@@ -124,6 +126,8 @@ def _mark_knee(ax, a: Analysis, arm: str, task: str, colour: str, levels: list[i
     if k["status"] in ("located", "below_first") and not math.isnan(k["knee_concurrency"]):
         ax.axvline(k["knee_concurrency"], color=colour, ls="--", lw=0.8, alpha=0.7)
         ax.plot([k["knee_concurrency"]], [1.0], "v", color=colour, ms=8)
+        if (span := knee_span(k, levels)) is not None:
+            ax.plot(span, [1.0, 1.0], "-", color=colour, lw=4, alpha=0.35, solid_capstyle="butt")
     elif k["status"] in ("beyond", "beyond_skipped"):
         ax.annotate("", xy=(levels[-1] * 1.22, 1.0), xytext=(levels[-1], 1.0),
                     arrowprops={"arrowstyle": "->", "color": colour})

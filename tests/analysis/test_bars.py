@@ -16,6 +16,7 @@ from .runfolder import (
     ACCURACY_ITEMS,
     BASE_SPEED,
     IDENTITY_ITEMS,
+    LEVELS,
     PASSING_SPEEDUPS,
     RunBuilder,
     session_factor,
@@ -158,9 +159,10 @@ def test_stop_fires_and_skipped_cells_are_reported(tmp_path):
     assert len(stop["evidence"]["skipped_cells"]) == 20
     assert any("fastest vllm-eagle3 1.29 at c=4" in line for line in stop["summary"])
     knees = {(k["arm"], k["task"]): k for k in bar(v, "pass.knee")["evidence"]["knees"]}
-    # ngram's lower bounds ~1.23, ~1.08, ~0.79: the knee lies between c=2 and c=4
+    # ngram's points 1.25, 1.1, 0.8: the knee lies between c=2 and c=4, at 2^(1 + 1/3)
     ngram = knees[("vllm-ngram", "chat")]
     assert (ngram["status"], ngram["bracket_low"], ngram["bracket_high"]) == ("located", 2, 4)
+    assert ngram["knee_concurrency"] == pytest.approx(2.519842, rel=1e-6)
     # eagle3's gain is left at c=4, the highest level measured: a bound, the rest skipped
     assert knees[("vllm-eagle3", "chat")]["status"] == "beyond_skipped"
     assert knees[("vllm-eagle3", "chat")]["label"] == "> 4"
@@ -540,7 +542,7 @@ def test_a_gain_left_at_the_top_level_is_not_a_located_knee(tmp_path):
     assert (arm["status"], arm["knee"]) == ("not_located", "> 16")
     assert v["verdict"] == "FAIL"
     assert len(v["reasons"]) == 1 and v["reasons"][0].startswith("not located: pass.knee")
-    assert "beyond_top: pass" in v["reasons"][0]
+    assert "beyond_top / below_first: pass" in v["reasons"][0]
     assert all(bar(v, n)["status"] == "pass" for n in ("pass.speed", "pass.identity",
                                                         "pass.accuracy"))
 
@@ -551,6 +553,26 @@ def test_a_registered_beyond_top_pass_accepts_the_bound(tmp_path):
     assert knee["status"] == "pass" and v["verdict"] == "PASS"
     assert knee["evidence"]["beyond_top"] == "pass"
     assert any("> 16: a bound, accepted as registered" in line for line in knee["summary"])
+
+
+@pytest.mark.parametrize("below_first", ["not_located", "pass"])
+def test_a_point_at_or_below_one_at_the_first_level_is_a_bound(tmp_path, below_first):
+    """No drafter gains at one user: the best one's knee is "<= 1", a bound held to the
+    registered reading (bars.pass.knee.below_first)."""
+    losing = {arm: {c: 0.95 - 0.05 * i for i, c in enumerate(LEVELS)}
+              for arm in PASSING_SPEEDUPS}
+    study = study_dict()
+    study["bars"]["pass"]["knee"]["below_first"] = below_first
+    b = RunBuilder(tmp_path, study)
+    b.speed_cells(losing)
+    v = write_verdict(b.root).to_json()
+    knee = bar(v, "pass.knee")
+    arm = knee["evidence"]["tasks"]["chat"]["arms"]["vllm-ngram"]
+    assert (arm["knee_status"], arm["knee"]) == ("below_first", "<= 1")
+    assert knee["status"] == below_first and arm["status"] == below_first
+    assert knee["evidence"]["below_first"] == below_first
+    assert knee["summary"][-1].startswith("reading: the knee is where the best drafter's"
+                                          " speedup crosses 1.0, read on the point estimates")
 
 
 # --- identity: what a mismatch says, and a failed request --------------------------------

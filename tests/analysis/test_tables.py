@@ -21,21 +21,46 @@ from .runfolder import BASE_SPEED, PASSING_SPEEDUPS, RunBuilder, study_dict
 # --- the knee ------------------------------------------------------------------------
 
 
-def test_knee_interpolates_in_log2_concurrency():
-    # lower bounds 1.5 at c=4, 0.5 at c=8: halfway in the lower bound -> 2^2.5
+def test_knee_is_read_on_the_point_and_interpolated_in_log2_concurrency():
+    # points 1.5 at c=4, 0.5 at c=8: halfway in the speedup -> 2^2.5
     k = locate_knee([1, 2, 4, 8], [3.0, 2.0, 1.5, 0.5])
     assert k.status == "located" and k.bracket == (4, 8)
-    assert k.concurrency == pytest.approx(2**2.5)
-    # a quarter of the way from c=2 to c=8 is not a level pair; c=16 -> c=64 at 1/4:
-    k = locate_knee([16, 64], [1.2, 0.4])
-    assert k.concurrency == pytest.approx(2 ** (4 + 0.25 * 2))
+    assert k.concurrency == pytest.approx(5.656854, rel=1e-6)
+    k = locate_knee([16, 64], [1.2, 0.4])  # a quarter of the way in log2: 2^(4 + 0.5)
+    assert k.concurrency == pytest.approx(22.627417, rel=1e-6)
     # exactly 1.0 at a level: the knee is that level
     assert locate_knee([1, 2, 4], [2.0, 1.5, 1.0]).concurrency == pytest.approx(4.0)
 
 
+def test_the_knee_follows_the_effect_not_the_width_of_its_interval():
+    """A gain that never goes, measured noisily, keeps its knee beyond the top level however
+    low its lower bounds reach; the interval says where 1.0 is inside the band."""
+    levels = [1, 2, 4, 8, 16, 32, 64]
+    point = [1.5] * 7
+    lower = [1.2, 1.1, 0.95, 0.9, 0.85, 0.8, 0.9]  # the old rule located a knee at c=3.4
+    upper = [1.9] * 7
+    k = locate_knee(levels, point, lower, upper)
+    assert (k.status, k.label(), k.bound) == ("beyond", "> 64", 64)
+    # lower bound crosses 1.0 a third of the way from 2 to 4 (1.1 -> 0.95): 2^(1 + 2/3)
+    assert k.low.at == pytest.approx(3.174802, rel=1e-6)
+    assert k.high.at is None and k.high.above == 64
+    assert k.interval_label() == "3.2 to > 64"
+    # A curve crossing between 16 and 32: point 1.12 -> 0.91 at 4/7 of the way: 2^(4 + 4/7)
+    point = [2.6, 2.1, 1.7, 1.38, 1.12, 0.91, 0.74]
+    lower = [2.2, 1.8, 1.4, 1.1, 0.95, 0.78, 0.6]  # crosses at 2^(3 + 2/3) = 12.70
+    upper = [3.0, 2.5, 2.0, 1.7, 1.3, 1.05, 0.8]  # falls below 1.0 at 2^(5 + 1/5) = 36.76
+    k = locate_knee(levels, point, lower, upper)
+    assert k.status == "located" and k.bracket == (16, 32)
+    assert k.concurrency == pytest.approx(23.775909, rel=1e-6)
+    assert (k.low.at, k.high.at) == (pytest.approx(12.699208, rel=1e-6),
+                                     pytest.approx(36.758347, rel=1e-6))
+    assert k.interval_label() == "12.7 to 36.8"
+
+
 def test_knee_edge_cases():
-    below = locate_knee([1, 2, 4], [0.9, 0.8, 0.7])
+    below = locate_knee([1, 2, 4], [0.9, 0.8, 0.7], [0.8, 0.7, 0.6], [1.1, 0.95, 0.8])
     assert below.status == "below_first" and below.concurrency == 1.0
+    assert below.label() == "<= 1" and below.interval_label() == "<= first level to 1.6"
     beyond = locate_knee([1, 2, 4], [2.0, 1.8, 1.1])
     assert beyond.status == "beyond" and beyond.concurrency is None
     assert beyond.label() == "> 4" and beyond.bound == 4 and "top level" in beyond.note
@@ -44,6 +69,8 @@ def test_knee_edge_cases():
     skipped = locate_knee([1, 2, 4, 8], [2.0, 1.8, 1.5, None], skipped_after=4)
     assert skipped.status == "beyond_skipped" and "stop bar" in skipped.note
     assert skipped.label() == "> 4"
+    again = locate_knee([1, 2, 4, 8], [2.0, 0.9, 1.2, 0.8])
+    assert again.bracket == (1, 2) and again.note.endswith("above 1.0 again at c=4")
 
 
 def test_knee_table_from_a_run(tmp_path):
@@ -51,13 +78,16 @@ def test_knee_table_from_a_run(tmp_path):
     b.speed_cells()
     a = analyse(b.root)
     rows = {(r.arm, r.task): r for r in a.knees.itertuples()}
+    # PASSING_SPEEDUPS: ngram's points 1.5 at c=8, 0.8 at c=16 -> 2^(3 + 0.5 / 0.7)
+    ngram = rows[("vllm-ngram", "chat")]
+    assert ngram.knee_concurrency == pytest.approx(13.125366, rel=1e-6)
+    assert (ngram.status, ngram.bracket_low, ngram.bracket_high) == ("located", 8, 16)
+    # dflash 1.6 at c=8, 0.9 at c=16 -> 2^(3 + 0.6 / 0.7)
+    dflash = rows[("sglang-dflash", "chat")]
+    assert dflash.knee_concurrency == pytest.approx(14.491579, rel=1e-6)
     sp = a.speedups.set_index(["arm", "task", "concurrency"])
-    lb8 = sp.loc[("vllm-ngram", "chat", 8), "ci_lower"]
-    lb16 = sp.loc[("vllm-ngram", "chat", 16), "ci_lower"]
-    want = 2 ** (3 + (lb8 - 1) / (lb8 - lb16))
-    assert rows[("vllm-ngram", "chat")].knee_concurrency == pytest.approx(want)
-    assert rows[("sglang-dflash", "chat")].status == "located"
-    assert rows[("sglang-dflash", "chat")].bracket_low == 8
+    lb8, lb16 = (sp.loc[("vllm-ngram", "chat", c), "ci_lower"] for c in (8, 16))
+    assert ngram.interval_low < ngram.knee_concurrency and lb8 > 1 > lb16
 
 
 def test_a_gain_left_at_the_top_level_is_a_bound(tmp_path):
