@@ -109,16 +109,21 @@ def _stage_speed_cells(study: Study, arm: Arm, levels: list[int], stage: int,
     return out
 
 
+def speed_stage(study: Study, concurrency: int) -> int:
+    """The stage a speed level is measured in: 1 at the stop bar's levels, 2 above. One
+    engine start serves an arm's whole stage of a session (its levels and tasks)."""
+    return 1 if concurrency in study.bars.stop.concurrencies else 2
+
+
 def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
     """All cells in run order. `sizes` (task name -> item count) avoids loading data."""
     if sizes is None:
         sizes = {t.name: task_size(t) for t in study.tasks}
-    early = set(study.bars.stop.concurrencies)
     levels = study.loads.closed_loop.concurrency
     identity = study.bars.pass_.identity
     identity_c = identity.concurrency if identity else 1
     n = study.recording.sessions
-    stage_levels = {1: [c for c in levels if c in early], 2: [c for c in levels if c not in early]}
+    stage_levels = {s: [c for c in levels if speed_stage(study, c) == s] for s in (1, 2)}
     cells: list[Cell] = []
     forward = False  # flipped before each session: stage 1's first runs the arms forward
     for stage in (1, 2):

@@ -32,6 +32,7 @@ from harness.analysis.intervals import (
     session_units,
 )
 from harness.analysis.load import CellData, RunData
+from harness.analysis.pooling import pool_session_variance
 from harness.derived.throttle import gpu_throttle
 
 
@@ -50,7 +51,10 @@ SPEEDUP_COLUMNS = [
     # the sessions fixed.
     "sessions", "interval_method", "ci_lower_within", "ci_upper_within", "session_speeds_drafter",
     "session_speeds_baseline", "session_spread_drafter", "session_spread_baseline",
-    "resample_unit", "interval_caveat", *DECOMPOSITION_COLUMNS,
+    "resample_unit", "interval_caveat",
+    # bars.intervals.pooling (harness.analysis.pooling): each level's own t interval, the
+    # degrees of freedom the interval rests on, and whether its variance was pooled.
+    "ci_lower_level", "ci_upper_level", "interval_df", "pooling", *DECOMPOSITION_COLUMNS,
 ]
 
 
@@ -149,7 +153,7 @@ def speedup_table(run: RunData) -> pd.DataFrame:
                 row["gpu_throttled_cells"] = _throttled(*d_sessions, *b_sessions)
                 row.update(_rerun_figures(run, b_sessions, row.get("speed_baseline")))
                 rows.append(row)
-    return framed(rows, SPEEDUP_COLUMNS)
+    return pool_session_variance(framed(rows, SPEEDUP_COLUMNS), study)[SPEEDUP_COLUMNS]
 
 
 # --- the best drafter --------------------------------------------------------------

@@ -648,6 +648,11 @@ class Intervals(Strict):
     # "95 %" covered ~75 % at 3 sessions; benchmarks/interval_coverage.py). One session:
     # the within-session bootstrap, whatever this says, marked as such.
     method: Literal["auto", "t_sessions", "bootstrap"] = "auto"
+    # The t interval's session variance (harness/analysis/pooling.py): per_level, each
+    # level's own sessions (n - 1 df); stage_cells, pooled over the cells one engine start
+    # measures (a plan stage's levels and tasks, per drafter arm), with Satterthwaite df,
+    # where a test of equal spread across those cells holds, else per level.
+    pooling: Literal["per_level", "stage_cells"] = "per_level"
     bootstrap_resamples: PositiveInt = 2000
     seed: int = 0
 

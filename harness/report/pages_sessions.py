@@ -37,7 +37,8 @@ def interval_lines(a: Analysis) -> list[str]:
     sp = a.speedups[a.speedups["status"] == "ok"]
     lines = [
         f"Registered: recording.sessions {rec.sessions} (sessions_for {rec.sessions_for});"
-        f" {iv.level:.0%} intervals, method {iv.method}, {iv.bootstrap_resamples} resamples.",
+        f" {iv.level:.0%} intervals, method {iv.method}, pooling {iv.pooling},"
+        f" {iv.bootstrap_resamples} resamples.",
         "interval: over sessions by its method (t_sessions: a t interval on the paired",
         "sessions' log ratios; bootstrap: sessions resampled first, then their units); one",
         "session: the within-session interval alone. within: the sessions held fixed, users",
@@ -56,6 +57,11 @@ def interval_lines(a: Analysis) -> list[str]:
             for r in sp.itertuples()]
     lines += ["", *table_lines(["arm", "task", "c", "drafter by session", "spread d",
                                 "baseline by session", "spread b", "unit"], rows)]
+    pooled = dict.fromkeys(f"  {r.arm}: {r.pooling}" for r in sp.itertuples()
+                           if isinstance(r.pooling, str))
+    if pooled:  # bars.intervals.pooling: stage_cells (harness.analysis.pooling)
+        lines += ["", "Session variance pooled over the cells one engine start measures"
+                  " (t_pooled), where their spread tested equal:", *pooled]
     marked = sum(1 for r in sp.itertuples() if r.interval_caveat)
     lines += ["", f"{marked} of {len(sp)} intervals are marked: built on one session, or on"
               f" fewer than {MIN_REQUESTS} measured requests of an arm."]
