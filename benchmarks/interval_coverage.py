@@ -20,59 +20,33 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from _synthetic import (
+    LAB_SD,
+    REQUEST_SD,
+    ROOT,
+    SESSION_SDS,
+    USER_SD,
+    Design,
+    design_of,
+    session_medians,
+    speeds,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness.analysis.decompose import decompose
+from harness.analysis.intervals import draw_pair, session_ratio, session_units
+from harness.analysis.load import CellData
+from harness.analysis.stop_check import agreement
+from harness.prereg import load_study_file
+from harness.prereg.schema import Study
+from harness.records import RequestRecord
 
-from harness.analysis.decompose import decompose  # noqa: E402
-from harness.analysis.intervals import draw_pair, session_ratio, session_units  # noqa: E402
-from harness.analysis.load import CellData  # noqa: E402
-from harness.analysis.stop_check import agreement  # noqa: E402
-from harness.prereg import load_study_file  # noqa: E402
-from harness.prereg.schema import Intervals, Study  # noqa: E402
-from harness.records import RequestRecord  # noqa: E402
-
-SESSION_SDS = (0.0, 0.03, 0.086)
-LAB_SD = 0.086
 TRUE_SPEEDUP = 2.0
 TRUE_TPR = 2.5  # the drafter's tokens per round; the round costs TRUE_TPR / TRUE_SPEEDUP
 ROUNDS = 10  # chunks after the first per request
-
-
-@dataclass(frozen=True)
-class Design:
-    sessions: int
-    levels: list[int]
-    requests_min: int
-    requests_per_user: int
-    pass_levels: list[int]
-    sessions_for: str
-    intervals: Intervals
-
-    def requests(self, c: int) -> int:
-        return max(self.requests_min, self.requests_per_user * c)
-
-    def sessions_at(self, c: int) -> int:
-        """The plan's rule (harness.plan.repeats)."""
-        repeats = self.sessions > 1 and (self.sessions_for == "speed_cells"
-                                         or c in self.pass_levels)
-        return self.sessions if repeats else 1
-
-
-def design_of(study: Study, resamples: int | None) -> Design:
-    closed = study.loads.closed_loop
-    iv = study.bars.intervals
-    if resamples:
-        iv = iv.model_copy(update={"bootstrap_resamples": resamples})
-    return Design(study.recording.sessions, list(closed.concurrency), closed.requests.min,
-                  closed.requests.per_user, list(study.bars.pass_.speed.concurrencies),
-                  study.recording.sessions_for, iv)
 
 
 # --- synthetic cells --------------------------------------------------------------------
@@ -94,12 +68,6 @@ def _cell(cell_id: str, c: int, speeds: np.ndarray, tpr: np.ndarray) -> CellData
     return CellData(cell_id, "a", "t", "speed", c, None, 1, "complete", requests=recs)
 
 
-def _speeds(rng: np.random.Generator, c: int, n: int, session_shift: float, user_sd: float,
-            request_sd: float) -> np.ndarray:
-    users = rng.normal(0.0, user_sd, size=c)
-    return np.exp(session_shift + users[np.arange(n) % c] + rng.normal(0.0, request_sd, size=n))
-
-
 def pair(rng: np.random.Generator, d: Design, c: int, sessions: int, session_sd: float,
          user_sd: float, request_sd: float, tpr_sd: float) -> tuple[list, list]:
     """Paired sessions of a drafter (TRUE_SPEEDUP x the baseline) and its baseline, each
@@ -109,9 +77,9 @@ def pair(rng: np.random.Generator, d: Design, c: int, sessions: int, session_sd:
     for s in range(sessions):
         sd_d, sd_b = rng.normal(0.0, session_sd, size=2)
         tpr = TRUE_TPR * np.exp(rng.normal(0.0, tpr_sd, size=n))
-        drafter.append(_cell(f"d/s{s}", c, TRUE_SPEEDUP * _speeds(
+        drafter.append(_cell(f"d/s{s}", c, TRUE_SPEEDUP * speeds(
             rng, c, n, sd_d, user_sd, request_sd), tpr))
-        baseline.append(_cell(f"b/s{s}", c, _speeds(rng, c, n, sd_b, user_sd, request_sd),
+        baseline.append(_cell(f"b/s{s}", c, speeds(rng, c, n, sd_b, user_sd, request_sd),
                               np.ones(n)))
     return drafter, baseline
 
@@ -164,16 +132,6 @@ def replicate(rng: np.random.Generator, d: Design, session_sd: float, args) -> d
 # --- the check bar -----------------------------------------------------------------------
 
 
-def session_medians(rng: np.random.Generator, d: Design, c: int, sessions: int,
-                    session_sd: float, shift: float, args) -> list[float]:
-    """The baseline's session medians, simulated as its cells' (the medians of the same
-    user and request noise)."""
-    n = d.requests(c)
-    return [float(np.median(_speeds(rng, c, n, math.log(shift) + rng.normal(0, session_sd),
-                                     args.user_sd, args.request_sd)))
-            for _ in range(sessions)]
-
-
 def check_rates(rng: np.random.Generator, d: Design, study: Study, reps: int, args
                 ) -> dict[str, tuple[float, float]]:
     """(false disagreement of a sound baseline, disagreement of one 30 % off) per rule."""
@@ -183,8 +141,8 @@ def check_rates(rng: np.random.Generator, d: Design, study: Study, reps: int, ar
     out: dict[str, list[list[bool]]] = {}
     for shift in (1.0, 1.3):
         for _ in range(reps):
-            original = session_medians(rng, d, c, n, LAB_SD, 1.0, args)
-            rerun = session_medians(rng, d, c, n, LAB_SD, shift, args)
+            original = session_medians(rng, d, c, n, LAB_SD, 1.0, args.user_sd, args.request_sd)
+            rerun = session_medians(rng, d, c, n, LAB_SD, shift, args.user_sd, args.request_sd)
             for rule in ("session_spread", "fixed_share"):
                 a = agreement(original, rerun, check.agree_within, rule, d.intervals.level)
                 out.setdefault(f"{rule} ({n} sessions rerun)", [[], []])[shift > 1].append(
@@ -192,6 +150,11 @@ def check_rates(rng: np.random.Generator, d: Design, study: Study, reps: int, ar
             # The old rule: session 1 rerun once against the mean of the session medians.
             old = abs(rerun[0] / float(np.mean(original)) - 1.0) > check.agree_within
             out.setdefault("old: one rerun of session 1, +-10 %", [[], []])[shift > 1].append(old)
+            # A study of one session (recording.sessions: 1): no spread, agree_within alone.
+            one = agreement(original[:1], rerun[:1], check.agree_within, check.agreement,
+                            d.intervals.level)
+            out.setdefault("one session a side (recording.sessions: 1)", [[], []])[
+                shift > 1].append(one["state"] == "disagrees")
     return {k: (float(np.mean(v[0])), float(np.mean(v[1]))) for k, v in out.items()}
 
 
@@ -202,8 +165,9 @@ def main() -> int:
     p.add_argument("--resamples", type=int, default=1000,
                    help="bootstrap resamples (the registered count: 0)")
     p.add_argument("--knee-level", type=int, default=16)
-    p.add_argument("--user-sd", type=float, default=0.03, help="log sd between users")
-    p.add_argument("--request-sd", type=float, default=0.10, help="log sd between requests")
+    p.add_argument("--user-sd", type=float, default=USER_SD, help="log sd between users")
+    p.add_argument("--request-sd", type=float, default=REQUEST_SD,
+                   help="log sd between requests")
     p.add_argument("--tpr-sd", type=float, default=0.10,
                    help="log sd of a request's tokens per round")
     p.add_argument("--seed", type=int, default=1)
