@@ -112,6 +112,7 @@ def tiny_study(model_dir: Path | str, arms: list[dict[str, Any]], **model: Any) 
             "arms": arms,
             "loads": {"closed_loop": {"concurrency": [1, 2, 4, 8]}},
             "tasks": [{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 64}],
+            "recording": {"sessions": 1},  # an engine test, not a study's intervals
             "bars": {
                 "pass": {"speed": {"concurrencies": [1]}, "identity": None},
                 "stop": {"concurrencies": [1]},

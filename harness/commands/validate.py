@@ -12,6 +12,7 @@ from harness.errors import InputError
 from harness.prereg import LoadedStudy, load_study_file, seal_of
 from harness.prereg.drafter_base import base_line, check_drafter_bases
 from harness.prereg.load import format_loc
+from harness.prereg.operating import design_warnings
 from harness.prereg.pins import MARKER, pin_report
 from harness.prereg.schema import Study
 from harness.weights.datasets import dataset_problems
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             write_table(ARM_COLUMNS, arm_rows(study), fmt)
         else:
             report = pin_report(loaded)
-            print_json({"title": study.title, "seal": seal,
+            print_json({"title": study.title, "seal": seal, "warnings": design_warnings(study),
                         "arms": [dict(zip(ARM_COLUMNS, r, strict=True)) for r in arm_rows(study)],
                         "unpinned": [f"{c.where}: {c.repo}" for c in report.unpinned],
                         "open_markers": [f"{m.file}:{m.line}: {m.text}" for m in report.markers],
@@ -114,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
     problems = [c.problem for c in checks if c.problem]
     if problems:
         raise InputError(*problems)
+    for warning in design_warnings(study):
+        console.print(f"warning: {warning}", markup=False)
     print(f"seal: {seal}")
     return 0
 

@@ -31,7 +31,7 @@ def study(folder: Path, name: str, drafter_speed: float) -> Path:
                                "warmup_per_user": 1, "stagger_warmup": True}},
         tasks=[{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32,
                 "subset": 16}],
-        recording={"lag_limit_p99_ms": 25, "min_delivered_share": 0.9, "smoke": False,
+        recording={"sessions": 1, "lag_limit_p99_ms": 25, "min_delivered_share": 0.9, "smoke": False,
                    "regime": {"enabled": False}},
         bars={"pass": {"speed": {"threshold": 1.2, "concurrencies": [1]}, "identity": None,
                        "accuracy": None, "knee": {"beyond_top": "pass"}},

@@ -104,12 +104,24 @@ def test_sessions_widen_the_interval_where_they_disagree():
     assert session_ratio(drafter, baseline, IV, key="other") != r
 
 
-def test_sessions_that_agree_keep_the_interval_close_to_the_within_session_one():
+def test_sessions_that_agree_get_the_t_interval_on_their_log_ratios():
+    """Three sessions off +-2 %: the interval is exp(mean +- t_2 sd / sqrt(3)) of the
+    sessions' log ratios (t_2 = 4.3027 from any table), not the two-level bootstrap's
+    (which cannot reach past the extreme sessions) nor the within-session one."""
     rng = np.random.default_rng(4)
-    drafter = _sessions(rng, 150.0, [1.0, 1.0, 1.0])
-    baseline = _sessions(rng, 100.0, [1.0, 1.0, 1.0])
+    drafter = _sessions(rng, 150.0, [1.02, 0.98, 1.0])
+    baseline = _sessions(rng, 100.0, [0.99, 1.01, 1.0])
     r = session_ratio(drafter, baseline, IV, key="k")
-    assert r is not None and r.ci_lower > 1.45 and r.ci_upper < 1.55
+    logs = np.log([np.median(d.values) / np.median(b.values)
+                   for d, b in zip(drafter, baseline, strict=True)])
+    half = 4.302653 * logs.std(ddof=1) / np.sqrt(3)
+    assert r.method == "t_sessions"
+    assert (r.ci_lower, r.ci_upper) == (pytest.approx(np.exp(logs.mean() - half), rel=1e-6),
+                                        pytest.approx(np.exp(logs.mean() + half), rel=1e-6))
+    boot = session_ratio(drafter, baseline, IV.model_copy(update={"method": "bootstrap"}), "k")
+    assert boot.method == "bootstrap"
+    assert r.ci_upper - r.ci_lower > 1.5 * (boot.ci_upper - boot.ci_lower)
+    assert r.ci_upper - r.ci_lower > 1.5 * (r.within_upper - r.within_lower)
 
 
 def test_one_session_uses_its_within_session_interval_and_the_plain_median_ratio():
@@ -147,7 +159,7 @@ def test_stop_bar_waits_for_every_session_and_the_table_pairs_them(tmp_path):
     from .runfolder import BASE_SPEED, LEVELS, PASSING_SPEEDUPS, RunBuilder, study_dict
 
     study = study_dict()
-    study["recording"] = {"sessions": 2}
+    study["recording"] = {"sessions": 2, "sessions_for": "pass_cells"}
     b = RunBuilder(tmp_path, study)
     for task in ("chat", "gsm8k"):  # session 1 alone, every arm at its figure
         for c in LEVELS:

@@ -405,3 +405,33 @@ def test_a_fetched_drafter_is_checked_in_the_hub_cache(tmp_path, capsys, monkeyp
     assert code == 0
     assert ("v-eagle3: drafter checkpoint not on disk here: its base is checked after"
             " `specbench fetch`") in out
+
+
+# --- sessions: the defaults are the registered design; fewer are said --------------------
+
+
+def test_a_study_that_says_nothing_of_sessions_gets_the_registered_design(tmp_path, capsys):
+    study = load_study(write(tmp_path, BASE))
+    assert (study.recording.sessions, study.recording.sessions_for) == (3, "speed_cells")
+    code, out, _ = run_cli(capsys, "validate", str(write(tmp_path, BASE)))
+    assert code == 0 and "warning:" not in out
+
+
+@pytest.mark.parametrize("recording, said", [
+    ({"sessions": 1}, "recording.sessions: 1: every speedup interval is one session's and"
+                      " leaves out the session-to-session variation: it covered 0."),
+    ({"sessions": 3, "sessions_for": "pass_cells"},
+     "recording.sessions_for: pass_cells: c=8 are measured in one session, their intervals"
+     " (the knee's, where speculation pays) covering 0."),
+])
+def test_fewer_sessions_are_warned_of_with_the_coverage_they_give(tmp_path, capsys, recording,
+                                                                  said):
+    data = copy.deepcopy(BASE) | {"recording": recording}
+    code, out, _ = run_cli(capsys, "validate", str(write(tmp_path, data)))
+    assert code == 0
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("warning: ")]
+    assert line.startswith(f"warning: {said}"), line
+    assert "benchmarks/interval_coverage.py" in line
+    assert main(["validate", str(write(tmp_path, data)), "--format", "json"]) == 0
+    (warning,) = json.loads(capsys.readouterr().out)["warnings"]
+    assert warning == line.removeprefix("warning: ")

@@ -56,7 +56,7 @@ def control_study(folder: Path, synthetic: dict | None = None) -> Path:
                 "max_tokens": 32, "subset": 16, "identity_items": 4},
                {"name": "gsm8k", "kind": "gsm8k", "uses": ["accuracy"], "max_tokens": 16,
                 "subset": 4}],
-        recording={"lag_limit_p99_ms": 25, "min_delivered_share": 0.9, "smoke": True,
+        recording={"sessions": 1, "lag_limit_p99_ms": 25, "min_delivered_share": 0.9, "smoke": True,
                    "regime": {"enabled": False}, "accuracy_concurrency": 4},
         bars={"pass": {"speed": {"threshold": 1.2, "concurrencies": [1]},
                        "accuracy": {"tasks": ["gsm8k"]}, "knee": {"beyond_top": "pass"}},

@@ -77,7 +77,7 @@ def toy_study(folder: Path) -> Path:
                                   "warmup_per_user": 1}},
         "tasks": [{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32,
                    "subset": 16}],
-        "recording": {"lag_limit_p99_ms": 25, "min_delivered_share": 0.9, "smoke": True,
+        "recording": {"sessions": 1, "lag_limit_p99_ms": 25, "min_delivered_share": 0.9, "smoke": True,
                       "regime": {"enabled": False}},
         "bars": {"pass": {"speed": {"concurrencies": [1]}, "identity": None, "accuracy": None,
                           "knee": {"beyond_top": "pass"}},

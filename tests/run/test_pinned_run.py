@@ -40,7 +40,7 @@ def study(base_url: str, draft_url: str) -> dict:
                                   "warmup_per_user": 1}},
         "tasks": [{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 16,
                    "subset": 8}],
-        "recording": {"lag_limit_p99_ms": 1000, "min_delivered_share": 0.5, "cell_retries": 0},
+        "recording": {"sessions": 1, "lag_limit_p99_ms": 1000, "min_delivered_share": 0.5, "cell_retries": 0},
         "bars": {"pass": {"speed": {"concurrencies": [1]}, "identity": None,
                           "knee": {"required": False}},
                  "stop": {"concurrencies": [1], "threshold": 0.01},

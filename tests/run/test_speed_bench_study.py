@@ -35,7 +35,7 @@ def test_a_scripted_study_breaks_speed_bench_down_by_category(tmp_path: Path) ->
         tasks=[speed_bench_task(cache.commit, max_tokens=16, turns="all"),
                speed_bench_task(cache.commit, name="long", config="throughput_1k",
                                 categories=["math"], max_tokens=16)],
-        recording={"lag_limit_p99_ms": 25, "min_delivered_share": 0.9,
+        recording={"sessions": 1, "lag_limit_p99_ms": 25, "min_delivered_share": 0.9,
                    "regime": {"enabled": False}},
         bars={"pass": {"speed": {"threshold": 1.2, "concurrencies": [1]}, "identity": None,
                        "knee": {"beyond_top": "pass"}},
