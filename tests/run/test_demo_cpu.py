@@ -86,9 +86,16 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
     chat = speed["evidence"]["tasks"]["chat"]
     figures = {f["concurrency"]: f for f in chat["figures"]}
     assert chat["best_drafter"] == "cpu-draft" and figures[1]["speedup"] >= 1.5, chat
-    knee = next(k for k in bar(verdict, "pass.knee")["evidence"]["knees"]
+    # The knee on the point: inside the levels, or (the demo registers beyond_top: pass)
+    # a gain still left at 32 users, accepted as a bound; never below the first level.
+    knee_bar = bar(verdict, "pass.knee")
+    knee = next(k for k in knee_bar["evidence"]["knees"]
                 if k["arm"] == "cpu-draft" and k["task"] == "chat")
-    assert knee["status"] == "located" and 2 < knee["knee_concurrency"] < 32, knee
+    assert knee_bar["status"] == "pass" and knee_bar["evidence"]["beyond_top"] == "pass"
+    if knee["status"] == "located":
+        assert 2 < knee["knee_concurrency"] < 32, knee
+    else:
+        assert (knee["status"], knee["label"]) == ("beyond", "> 32"), knee
     assert bar(verdict, "stop")["status"] == "not_fired"
 
     assert manifest["status"] == "complete"
