@@ -39,8 +39,8 @@ from harness.prereg.schema import Study
 NULL_DRAWS = 4000  # tables drawn for the test's null distribution (its p to ~0.004 at 0.05)
 # The session mean square counts twice in the degrees of freedom: a margin for its own
 # n - 1 df. Plain Satterthwaite covered 0.93 where the cells' own noise is a fifth to half
-# the shared effect (3 sessions x 9 cells); counted twice, 0.946-0.958 from a shared
-# effect alone to none at 3 x 3, 3 x 9, 3 x 12 and 5 x 9 (tests/analysis/test_pooling.py).
+# the shared effect (3 sessions x 9 cells); counted twice, 0.94-0.97 from a shared effect
+# alone to none, at 3 x 3, 3 x 9, 3 x 12 and 5 x 9 (tests/analysis/test_pooling.py).
 SESSION_WEIGHT = 2.0
 MIN_SESSIONS = 3  # with 2, its 1 df left the pooled interval covering 0.92
 

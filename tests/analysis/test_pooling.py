@@ -142,3 +142,21 @@ def test_a_run_whose_sessions_differ_only_together_keeps_its_level_intervals(tmp
     assert set(ok["pooling"]) == {"stage 1: no residual spread to test",
                                   "stage 2: no residual spread to test"}
     assert (ok["ci_lower"] == ok["ci_lower_level"]).all() and (ok["interval_df"] == 2).all()
+
+
+@pytest.mark.parametrize("sessions, cells", [(3, 3), (3, 12), (5, 9)])
+def test_the_pooled_interval_covers_at_other_shapes_where_satterthwaite_alone_did_not(sessions,
+                                                                                      cells):
+    """Where the cells' own noise is 0.4 of the shared effect, the hardest case for the
+    degrees of freedom (plain Satterthwaite: 0.93 at 3 x 9)."""
+    rng = np.random.default_rng(3)
+    covered = []
+    for _ in range(2000):
+        table = rng.normal(0, 0.1, (sessions, 1)) + rng.normal(0, 0.04, (sessions, cells))
+        p = pool(table, 0.95)
+        sd = table.std(axis=0, ddof=1) / math.sqrt(sessions)
+        df = math.floor(p.df) if p.pooled else sessions - 1
+        half = t_quantile(0.95, max(sessions - 1, df)) * (
+            math.sqrt(p.variance / sessions) if p.pooled else sd)
+        covered.append(np.abs(table.mean(axis=0)) <= half)
+    assert 0.94 <= np.mean(covered) <= 0.97
