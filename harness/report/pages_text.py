@@ -13,6 +13,7 @@ from harness.analysis.regime import regime_lines
 from harness.analysis.smoke import compares, smoke_line
 from harness.analysis.tables import Analysis
 from harness.engines.chosen_settings import differences
+from harness.prereg.operating import operating_lines
 from harness.records import SmokeArmCheck, SmokeIdentityCheck
 from harness.report.layout import table_lines, text_pages, wrap_lines
 from harness.report.pages_headline import headline_page
@@ -58,6 +59,8 @@ def bar_lines(a: Analysis, verdict: Verdict) -> list[str]:
         lines.append(f"[{bar.status.upper():>14}]  {bar.name}")
         lines.extend(f"{'':18}{s}" for s in bar.summary)
     lines.append("")
+    # How often each bar is right on this design (harness/prereg/operating.py).
+    lines.extend([*operating_lines(a.run.study, a.run.manifest.study_file or "prereg.yaml"), ""])
     lines.extend(smoke_summary(a.run))
     lines.extend(engine_choice_lines(a.run))
     lines.extend(regime)
