@@ -62,7 +62,8 @@ def test_scripted_check_study_reruns_the_baseline(results, tmp_path):
         assert cell in done
         assert cell.removesuffix("/rerun1") in done  # both runs kept
     assert bar(verdict, "check")["status"] == "agreed", bar(verdict, "check")
-    # ~7.4x at one user, ~2x at four, the gain gone by c=16: every pass bar holds.
+    # ~7.4x at one user, ~3x at four: every pass bar it registers holds (the knee is not
+    # required: the example's speedup flattens at 1.0-1.2x above 16 users).
     assert verdict["verdict"] == "PASS", verdict["reasons"]
 
     # By hand: with the reruns gone, `specbench rerun-baseline RUN` makes them again.
