@@ -8,7 +8,8 @@ interpolated the same way. A point still above 1.0 at the top registered level i
 bound ("> top"), and one already at or below 1.0 at the first level a bound ("<= first"):
 neither is a located knee (bars.pass.knee.beyond_top / below_first register otherwise).
 Read on the lower bound instead, the knee measured the intervals' width: a drafter flat
-at 1.5x was "located" 80 % of the time at the lab's session variation (issue 46).
+at 1.5x was "located" 47 % of the time at the lab's session variation, a crossing at 23.4
+users put at a median of 14.1 (benchmarks/bar_characteristics.py).
 """
 
 from __future__ import annotations
