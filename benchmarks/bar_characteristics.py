@@ -12,8 +12,8 @@ P(PASS) and P(STOP) against the true speedup at the pass levels, P(check fires) 
 the true speedup and P(rerun disagrees) against baseline drift, the knee's error in
 levels, and the coverage of every interval the verdict prints (speedup per level, its
 pooled variant, the knee's interval, the accuracy bar's Wilson interval). The intervals of
-`specbench compare` and of the k schedule are measured by their own benchmark (the
-section "compare and the k schedule" of docs/_incoming/i46.md says where).
+`specbench compare` and of the k schedule are measured by their own benchmark
+(docs/benchmarks/bar-characteristics.md says where).
 
     flock /tmp/specbench-heavy.lock nice -n 19 .venv/bin/python benchmarks/bar_characteristics.py
         [--reps 120] [--workers 2] [--write]
