@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     write_table(["task", "arm", "knee", "note"],
                 [[k.task, k.arm, k.label, k.note] for k in a.knees.itertuples()], fmt,
-                title="knee (interval's lower bound reaches 1.0):")
+                title="knee (the point speedup crosses 1.0, interpolated in log2 users; interval from the bounds' crossings):")
     for p in verdict.speculation_pays:
         console.print(f"speculation pays: {p.arm} / {p.task}: {p.label}"
                       + (f"; gate: {p.gate}" if p.gate else ""), markup=False)
