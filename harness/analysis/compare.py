@@ -1,33 +1,44 @@
 """Two runs side by side (`specbench compare RUN_A RUN_B`): per arm x task x level, each
-run's speedup with its interval, and B's over A's with an interval of its own.
+run's speedup with its interval, and B's over A's with an interval of its own taken from
+the session-level data in both folders (harness/analysis/compare_sessions.py: a t
+interval on the difference of the runs' session log ratios; one session in each run,
+the within-session bootstrap, said with a warning). Beside it, which arm moved, by the
+same test on each arm's own per-user speed.
 
-The ratio's interval combines the two runs' intervals on the log scale, each read as a
-normal one at the study's level: se = (log upper - log lower) / (2 z), and the ratio's is
-exp(log(B/A) +- z sqrt(se_A^2 + se_B^2)). A run folder keeps its intervals, not its
-resamples, so this is the combination the folders allow; two independent runs make the
-variances add. Beside it, each arm's own per-user speed B over A (the drafter's and the
-baseline's), which says which arm moved: a speedup that fell because the drafter slowed
-reads "drafter x0.90, baseline x1.00".
+Across rows: each row's status is at the study's level on its own, so when nothing
+changed about 1 - level of the rows compared over sessions still read "slower" or
+"faster". The family-wise reading is Holm's: a row holds family-wise when its adjusted
+p-value is below 1 - level, and then the chance that any row so marked is a false
+finding is at most 1 - level, whatever the rows' dependence (they share sessions).
+Rows with no session variation measured are left out of it.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
 import pandas as pd
 
+from harness.analysis.compare_sessions import Side, compare_row
+from harness.analysis.frame import framed
+from harness.analysis.intervals import session_units
+from harness.analysis.load import RunData, load_run
+from harness.analysis.two_sample import holm
 from harness.errors import InputError
-from harness.rundir.manifest import Manifest, read_manifest
+from harness.rundir.manifest import Manifest
 
 KEY = ["arm", "task", "concurrency"]
-# A speed moved when B's is this far from A's (a point figure: the arms' own speeds
-# carry no interval in speedups.csv).
-MOVED_SHARE = 0.03
+COMPARE_COLUMNS = [
+    *KEY, *(f"{col}_{side}" for side in ("a", "b") for col in (
+        "status", "speedup", "ci_lower", "ci_upper", "tokens_per_round", "round_cost_ratio",
+        "engine_tokens_per_round")),
+    "level", "sessions_a", "sessions_b", "ratio", "ratio_lower", "ratio_upper",
+    "interval_method", "df", "p_value", "equal_spread_p", "family_p", "family_wise",
+    "drafter_speed_ratio", "drafter_ratio_lower", "drafter_ratio_upper", "baseline_speed_ratio",
+    "baseline_ratio_lower", "baseline_ratio_upper", "moved", "status", "warning",
+]
 
 
 @dataclass(frozen=True)
@@ -35,95 +46,128 @@ class RunTables:
     root: Path
     run_id: str
     manifest: Manifest
-    study: dict[str, Any]
     speedups: pd.DataFrame
+    data: RunData  # the folder's cells, read for their sessions
 
     @property
     def level(self) -> float:
-        # study.json holds the resolved study under "study" (beside its data digests).
-        study = self.study.get("study", self.study)
-        return float(((study.get("bars") or {}).get("intervals") or {}).get("level", 0.95))
+        return self.data.study.bars.intervals.level
 
 
 def read_run(root: Path) -> RunTables:
-    """A finished run folder's speedups, manifest and study, or a one-line refusal."""
+    """A finished run folder's speedups and cells, or a one-line refusal."""
     files = {name: root / name for name in ("manifest.json", "study.json", "speedups.csv")}
     for name, path in files.items():
         if not path.exists():
             hint = " (run `specbench analyse` on it first)" if name == "speedups.csv" else ""
             raise InputError(f"{root}: no {name}{hint}")
-    manifest = read_manifest(files["manifest.json"])
+    data = load_run(root)
     try:
-        study = json.loads(files["study.json"].read_text())
         speedups = pd.read_csv(files["speedups.csv"])
     except (OSError, ValueError) as err:
         raise InputError(f"{root}: unreadable run folder: {err}") from err
     missing = [c for c in (*KEY, "status", "speedup", "ci_lower", "ci_upper") if c not in speedups]
     if missing:
         raise InputError(f"{files['speedups.csv']}: no column {', '.join(missing)}")
-    return RunTables(root, manifest.run_id or root.name, manifest, study, speedups)
+    return RunTables(root, data.run_id, data.manifest, speedups, data)
 
 
-def _log_se(lower: float, upper: float, z: float) -> float | None:
-    if not (lower > 0 and upper > 0) or math.isnan(lower) or math.isnan(upper):
-        return None
-    return (math.log(upper) - math.log(lower)) / (2 * z)
-
-
-def _ratio(b: Any, a: Any) -> float | None:
+def run_side(run: RunData, arm: str, task: str, concurrency: int) -> Side | None:
+    """The row's sessions in one run (None: the arms' sessions do not pair up)."""
     try:
-        x, y = float(b), float(a)
-    except (TypeError, ValueError):
+        baseline = run.study.arm(arm).baseline
+    except KeyError:
         return None
-    return x / y if y > 0 and not (math.isnan(x) or math.isnan(y)) else None
-
-
-def moved_text(drafter: float | None, baseline: float | None) -> str:
-    parts = [f"drafter x{drafter:.2f}" if drafter is not None else "drafter -",
-             f"baseline x{baseline:.2f}" if baseline is not None else "baseline -"]
-    moved = [name for name, r in (("drafter", drafter), ("baseline", baseline))
-             if r is not None and abs(r - 1) > MOVED_SHARE]
-    verdict = {0: "neither arm moved", 2: "both arms moved"}.get(
-        len(moved), f"the {moved[0]} moved" if moved else "")
-    return f"{', '.join(parts)}: {verdict}"
+    if baseline is None:
+        return None
+    drafter = run.sessions_of(run.find(arm, task, "speed", concurrency))
+    base = run.sessions_of(run.find(baseline, task, "speed", concurrency))
+    if len(drafter) != len(base) or not all(c.usable for c in drafter + base):
+        return None
+    side = Side([session_units(c) for c in drafter], [session_units(c) for c in base])
+    return side if all(u.n for u in side.drafter + side.baseline) else None
 
 
 def compare_speedups(a: RunTables, b: RunTables) -> pd.DataFrame:
     """One row per arm x task x level the two runs share."""
     level = a.level
-    z = NormalDist().inv_cdf(0.5 + level / 2)
     merged = a.speedups.merge(b.speedups, on=KEY, suffixes=("_a", "_b"))
     rows = []
     for r in merged.to_dict(orient="records"):
         row: dict[str, Any] = {k: r[k] for k in KEY}
         for side in ("a", "b"):
             for col in ("status", "speedup", "ci_lower", "ci_upper", "tokens_per_round",
-                         "round_cost_ratio", "engine_tokens_per_round"):
+                        "round_cost_ratio", "engine_tokens_per_round"):
                 row[f"{col}_{side}"] = r.get(f"{col}_{side}")
-        ok = r["status_a"] == "ok" and r["status_b"] == "ok"
-        ratio = _ratio(r["speedup_b"], r["speedup_a"]) if ok else None
-        se_a = _log_se(r["ci_lower_a"], r["ci_upper_a"], z) if ok else None
-        se_b = _log_se(r["ci_lower_b"], r["ci_upper_b"], z) if ok else None
-        lo = hi = None
-        if ratio is not None and se_a is not None and se_b is not None:
-            half = z * math.hypot(se_a, se_b)
-            lo, hi = ratio * math.exp(-half), ratio * math.exp(half)
-        drafter = _ratio(r.get("speed_drafter_b"), r.get("speed_drafter_a"))
-        baseline = _ratio(r.get("speed_baseline_b"), r.get("speed_baseline_a"))
-        if lo is None:
-            status = "not compared: " + (f"A {r['status_a']}, B {r['status_b']}" if not ok
-                                         else "an interval is missing")
-        elif hi < 1.0:
-            status = "B slower"
-        elif lo > 1.0:
-            status = "B faster"
+        row["level"] = level
+        sides = None
+        if r["status_a"] == "ok" and r["status_b"] == "ok":
+            c = int(r["concurrency"])
+            sides = (run_side(a.data, r["arm"], r["task"], c),
+                     run_side(b.data, r["arm"], r["task"], c))
+        if sides is None or None in sides:
+            why = (f"A {r['status_a']}, B {r['status_b']}" if sides is None
+                   else "the sessions of a run do not pair up")
+            row.update(status=f"not compared: {why}", moved="")
         else:
-            status = "same within the interval"
-        row.update(ratio=ratio, ratio_lower=lo, ratio_upper=hi, level=level,
-                   drafter_speed_ratio=drafter, baseline_speed_ratio=baseline,
-                   moved=moved_text(drafter, baseline), status=status)
+            row.update(compare_row(*sides, a.data.study.bars.intervals,
+                                   f"{r['arm']}|{r['task']}|{r['concurrency']}"))
         rows.append(row)
-    return pd.DataFrame(rows)
+    return family_wise(framed(rows, COMPARE_COLUMNS), level)
+
+
+def family_wise(rows: pd.DataFrame, level: float) -> pd.DataFrame:
+    """Holm's adjusted p-value over the rows compared over sessions, and whether each
+    row's difference holds family-wise at 1 - level."""
+    rows = rows.astype({"family_p": object, "family_wise": object})
+    tested = rows.index[pd.to_numeric(rows["p_value"], errors="coerce").notna()]
+    adjusted = holm([float(rows.at[i, "p_value"]) for i in tested])
+    for i, p in zip(tested, adjusted, strict=True):
+        rows.at[i, "family_p"] = p
+        rows.at[i, "family_wise"] = p < 1.0 - level
+    return rows
+
+
+def family_summary(rows: pd.DataFrame, level: float) -> str:
+    """What the table says across its rows (the module's family-wise reading)."""
+    tested = rows[rows["family_p"].notna()]
+    differ = tested[tested["status"].isin(["B slower", "B faster"])]
+    hold = tested[tested["family_wise"] == True]  # noqa: E712 (object column)
+    alpha = 1.0 - level
+    return (f"{len(differ)} of {len(tested)} rows compared over sessions differ at {level:.0%}"
+            f" each (about {alpha * len(tested):.1f} would by chance if nothing changed);"
+            f" {len(hold)} hold family-wise (Holm: the chance that any of those is false is at"
+            f" most {alpha:.0%})")
+
+
+def row_warnings(rows: pd.DataFrame) -> list[str]:
+    """Each distinct warning with the rows it applies to."""
+    out: dict[str, list[str]] = {}
+    for r in rows.itertuples():
+        if isinstance(r.warning, str):
+            out.setdefault(r.warning, []).append(f"{r.arm}/{r.task} c={r.concurrency}")
+    return [f"WARNING: {len(where)} row{'s' if len(where) > 1 else ''}"
+            f" ({', '.join(where[:4])}{', ...' if len(where) > 4 else ''}): {text}"
+            for text, where in out.items()]
+
+
+def interval_label(row: Any) -> str:
+    """How B/A's interval was taken: the t's kind and df, or within sessions."""
+    method = getattr(row, "interval_method", None)
+    if not isinstance(method, str):
+        return "-"
+    if method == "within":
+        return "within sessions"
+    name = {"student": "Student", "welch": "Welch", "a_spread": "t, A's spread",
+            "b_spread": "t, B's spread"}[method]
+    return f"{name} df={int(row.df)} p={row.p_value:.3g}"
+
+
+def family_label(row: Any) -> str:
+    p = getattr(row, "family_p", None)
+    if p is None or p != p:
+        return "-"
+    return f"{'holds' if row.family_wise else 'no'} (Holm p={p:.3g})"
 
 
 def _engine_facts(manifest: Manifest) -> dict[str, str]:

@@ -25,12 +25,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.analysis.compare import compare_speedups, environment_differences, read_run
+    from harness.analysis.compare import (
+        compare_speedups,
+        environment_differences,
+        family_label,
+        family_summary,
+        interval_label,
+        read_run,
+        row_warnings,
+    )
 
     a = read_run(resolve_run(args.run_a, args.results))
     b = read_run(resolve_run(args.run_b, args.results))
     rows = compare_speedups(a, b)
     env = environment_differences(a, b)
+    warnings, family = row_warnings(rows), family_summary(rows, a.level)
     if getattr(args, "html", None) is not None:
         from harness.report.html_compare import compare_page
         from harness.report.html_page import write_page
@@ -43,21 +52,26 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if fmt == "json":
         print_json({"run_a": a.run_id, "run_b": b.run_id, "level": a.level,
-                    "rows": rows.to_dict(orient="records"),
+                    "rows": rows.astype(object).where(rows.notna(), None).to_dict(orient="records"), "warnings": warnings,
+                    "family_wise": family,
                     "environment_differences": [{"what": k, "a": x, "b": y} for k, x, y in env]})
         return 0
-    headers = ["task", "arm", "c", "A speedup", "B speedup", "B/A", "interval", "tok/round A/B",
-               "cost A/B", "which arm moved", "status"]
+    headers = ["task", "arm", "c", "A speedup", "B speedup", "B/A", "interval", "test",
+               "family-wise", "tok/round A/B", "cost A/B", "which arm moved", "status"]
     table = [[r.task, r.arm, r.concurrency,
               f"{number_text(r.speedup_a)} [{number_text(r.ci_lower_a)}, {number_text(r.ci_upper_a)}]",
               f"{number_text(r.speedup_b)} [{number_text(r.ci_lower_b)}, {number_text(r.ci_upper_b)}]",
               number_text(r.ratio, ".3f"), f"[{number_text(r.ratio_lower, '.3f')}, {number_text(r.ratio_upper, '.3f')}]",
+              interval_label(r), family_label(r),
               f"{number_text(r.tokens_per_round_a)} / {number_text(r.tokens_per_round_b)}",
               f"{number_text(r.round_cost_ratio_a)} / {number_text(r.round_cost_ratio_b)}", r.moved, r.status]
              for r in rows.itertuples()]
+    for line in warnings:
+        print(line)
     write_table(headers, table, fmt, right=("c", "B/A"),
                 title=f"A = {a.run_id}, B = {b.run_id}: speedups with their {a.level:.0%}"
-                      " intervals; B/A with one from both (log scale, variances added)")
+                      " intervals; B/A with a t interval on the runs' session log ratios")
+    print(family)
     print()
     if env:
         write_table(["what differs", "A", "B"], [list(e) for e in env], fmt,
@@ -65,3 +79,4 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("environment: nothing recorded differs (seal, host, engine versions and settings)")
     return 0
+

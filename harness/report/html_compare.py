@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from harness.analysis.compare import family_label, family_summary, interval_label, row_warnings
 from harness.numbers import number_text
 from harness.report.html_page import html_page
 from harness.report.html_plotly import empty, figure_div, floats, grid, log2_x
@@ -54,11 +55,11 @@ def _with_interval(v: object, lo: object, hi: object, spec: str = ".2f") -> str:
 
 def speedup_table(rows: pd.DataFrame, level: float) -> str:
     headers = ["task", "arm", "users", f"A speedup [{level:.0%}]", f"B speedup [{level:.0%}]",
-               "B/A", "B/A interval", "status", "which arm moved"]
+               "B/A", "B/A interval", "test", "family-wise", "status", "which arm moved"]
     body = [[r.task, r.arm, r.concurrency, _with_interval(r.speedup_a, r.ci_lower_a, r.ci_upper_a),
              _with_interval(r.speedup_b, r.ci_lower_b, r.ci_upper_b), number_text(r.ratio, ".3f"),
              f"[{number_text(r.ratio_lower, '.3f')}, {number_text(r.ratio_upper, '.3f')}]",
-             r.status, r.moved] for r in rows.itertuples()]
+             interval_label(r), family_label(r), r.status, r.moved] for r in rows.itertuples()]
     return table_html(headers, body, numeric=("users", "B/A"))
 
 
@@ -76,12 +77,16 @@ def compare_page(rows: pd.DataFrame, env: list[tuple[str, str, str]], run_a: str
                  level: float) -> str:
     """The page; rows from analysis.compare.compare_speedups, env from
     environment_differences."""
-    z_note = (f"each run's speedup with its {level:.0%} interval; B/A with an interval from"
-              " both (log scale, the two runs' variances added)")
+    z_note = (f"each run's speedup with its {level:.0%} interval; B/A with a t interval on the"
+              " difference of the runs' session log ratios (Student's, or Welch's where the"
+              " spreads differ); one session in each run: within sessions only")
     moved = [f"{r.arm}/{r.task} c={r.concurrency}: {r.status} ({r.moved})"
-             for r in rows.itertuples() if r.status in ("B slower", "B faster")]
-    summary = (f"<p>{len(rows)} arm x task x level rows shared;"
-               f" {len(moved)} outside the interval of 1.0.</p>")
+             for r in rows.itertuples() if str(r.status).startswith(("B slower", "B faster"))]
+    summary = "".join(f'<p class="note">{escape(w)}</p>' for w in row_warnings(rows)) if len(
+        rows) else ""
+    summary += (f"<p>{len(rows)} arm x task x level rows shared;"
+                f" {len(moved)} outside the interval of 1.0."
+                + (f" {escape(family_summary(rows, level))}.</p>" if len(rows) else "</p>"))
     if moved:
         summary += "<ul>" + "".join(f"<li>{escape(m)}</li>" for m in moved) + "</ul>"
     env_html = (table_html(["what differs", "A", "B"], [list(e) for e in env]) if env else

@@ -1,5 +1,5 @@
 """`specbench compare RUN_A RUN_B --html PATH`: the comparison's own page, from two
-hand-made run folders whose second has one drafter 10 % slower."""
+hand-made run folders of three sessions whose second has one drafter 10 % slower."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from harness.report.html_page import plotly_js
 
 def test_compare_writes_a_self_contained_page_with_ratios_and_differences(tmp_path, capsys):
     # 90 % intervals, read from study.json (where the resolved study is under "study").
-    data = study_dict(intervals={"level": 0.9, "bootstrap_resamples": 300, "seed": 7})
+    data = study_dict(sessions=3, sessions_for="speed_cells",
+                      intervals={"level": 0.9, "bootstrap_resamples": 300, "seed": 7})
     a = RunBuilder(tmp_path / "a", data, run_id="run-a")
     a.speed_cells(tasks=("chat",))
     b = RunBuilder(tmp_path / "b", data, run_id="run-b")
@@ -45,12 +46,16 @@ def test_compare_writes_a_self_contained_page_with_ratios_and_differences(tmp_pa
     # One table row per arm x task x level, A's and B's speedups with their intervals.
     speedups = text[text.index('id="speedups"'):text.index('id="acceptance"')]
     assert speedups.count("<tr>") == 1 + 3 * 2 * 5  # gsm8k's too, not compared
-    assert "B slower" in speedups and "drafter x0.90, baseline x1.00: the drafter moved" in speedups
+    assert "B slower" in speedups and "Student df=4" in speedups
+    moved = rows[("vllm-ngram", "chat", 1)]["moved"]
+    assert moved.startswith("drafter x0.90 [") and moved.endswith("the drafter moved"), moved
+    assert moved in speedups
     assert "A speedup [90%]" in speedups and rows[("vllm-ngram", "chat", 1)]["level"] == 0.9
     assert "tokens/round A" in text and "round cost B" in text
     env = text[text.index('id="environment"'):]
     assert "<td class=\"\">seal</td><td class=\"\">" + "f" * 64 in env and "e" * 64 in env
     assert "vllm-ngram/chat c=1: B slower" in text  # the summary above the figure
+    assert "rows compared over sessions differ at 90% each" in text  # its family-wise reading
 
 
 def test_compare_page_of_runs_with_nothing_in_common_is_labelled_not_an_error():
