@@ -8,9 +8,10 @@ Order (engines are started once per arm per stage):
            accuracy cells;
   stage 3  per arm: open-loop cells at rates relative to the knee;
   stage 4  the round-cost surface (`surface:`): each of its control arms at its levels,
-           paired with the baseline's stage 1-2 cells at the same levels.
+           paired with the baseline's stage 1-2 cells at the same levels, in as many
+           sessions as the baseline's cells there (session s with the baseline's s).
   stage 5  the k schedule the surface proposed, per task, at every registered level
-           (`surface.verify_schedule`).
+           (`surface.verify_schedule`), in sessions the same way.
 Stage 2 takes the arms in reverse order, so the arm that ends one stage begins
 the next and its engine is not restarted in between. Before stage 1 the runner's
 smoke stage (harness.run.smoke) starts every arm once, ending on the first cell's arm.
@@ -152,21 +153,42 @@ def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
     return cells
 
 
+def _later_stage_cells(study: Study, stage: int, arms: list[Arm],
+                       tasks: list[TaskSpec], levels: list[int]) -> list[Cell]:
+    """A stage after the registered ones (4, 5): each arm at each task and level, in the
+    sessions its baseline's cells there were measured in (harness.plan.repeats), so each
+    of its sessions pairs with one of the baseline's: each session a fresh start of every
+    arm, the arms' order alternating; a level measured once is measured once here too
+    (in the first session's engine)."""
+    repeating = any(repeats(study, c) for c in levels)
+    sessions: list[int | None] = (list(range(1, study.recording.sessions + 1)) if repeating
+                                  else [None])
+    cells = []
+    for i, session in enumerate(sessions):
+        for arm in (arms if i % 2 == 0 else list(reversed(arms))):
+            for task in tasks:
+                for c in levels:
+                    if session is not None and repeats(study, c):
+                        cells.append(_speed_cell(study, arm, task, c, stage, session))
+                    elif session in (None, 1):
+                        cells.append(_speed_cell(study, arm, task, c, stage))
+    return cells
+
+
 def surface_cells(study: Study) -> list[Cell]:
-    """Stage 4: every surface arm at every surface level and task, one engine each."""
+    """Stage 4: every surface arm at every surface level and task."""
     if study.surface is None:
         return []
     tasks = [study.task(name) for name in study.surface_tasks()]
-    return [_speed_cell(study, arm, task, c, 4)
-            for arm in study.surface_arms() for task in tasks
-            for c in study.surface.concurrency]
+    return _later_stage_cells(study, 4, study.surface_arms(), tasks, study.surface.concurrency)
 
 
 def schedule_cells(study: Study) -> list[Cell]:
     """Stage 5 (surface.verify_schedule): each task's schedule arm at every registered
-    closed-loop level of that task, one engine each; its schedule is set after stage 4."""
-    return [_speed_cell(study, arm, study.task(arm.name.removeprefix(SCHEDULE_PREFIX)), c, 5)
-            for arm in study.schedule_arms() for c in study.loads.closed_loop.concurrency]
+    closed-loop level of that task; its schedule is set after stage 4."""
+    levels = study.loads.closed_loop.concurrency
+    return [cell for arm in study.schedule_arms() for cell in _later_stage_cells(
+        study, 5, [arm], [study.task(arm.name.removeprefix(SCHEDULE_PREFIX))], levels)]
 
 
 def _identity_cells(arm: Arm, study: Study, sizes: dict[str, int], concurrency: int) -> list[Cell]:

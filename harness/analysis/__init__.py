@@ -4,11 +4,11 @@ Everything here reads the run folder alone, so it can be rerun on an old run.
 """
 
 from harness.analysis.bars import evaluate, write_verdict
+from harness.analysis.k_schedule import k_schedule_records
 from harness.analysis.knee import locate_knee
 from harness.analysis.load import RunData, load_run
 from harness.analysis.open_loop import fleet_table, open_loop_reference_rps
 from harness.analysis.stop_check import StopDecision, check_bar_targets, judge_stop
-from harness.analysis.surface import k_schedule_records
 from harness.analysis.tables import Analysis, analyse, write_tables
 
 __all__ = [

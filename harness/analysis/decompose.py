@@ -31,6 +31,7 @@ already out of the speed (bursts.py).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -58,6 +59,9 @@ FACTORS = ("tokens_per_round", "baseline_tokens_per_round", "round_time_s",
 DECOMPOSITION_COLUMNS = [
     *(f"{name}{suffix}" for name in FACTORS for suffix in ("", "_ci_lower", "_ci_upper")),
     "explained_gap", "decomposition_flag", "decomposition_note",
+    # Each session's round cost ratio (a JSON list in session order): the k schedule's
+    # interval pairs it with the drafter's acceptance in the same session (k_schedule.py).
+    "round_cost_ratio_sessions",
 ]
 
 
@@ -150,6 +154,8 @@ def decompose(drafter: list[CellData], baseline: list[CellData], intervals: Inte
         row[name] = _finite(figs[name].point)
         lo, hi = bounds.ci or (None, None)
         row[f"{name}_ci_lower"], row[f"{name}_ci_upper"] = _finite(lo), _finite(hi)
+    row["round_cost_ratio_sessions"] = json.dumps(
+        [round(v, 6) if np.isfinite(v) else None for v in figs["round_cost_ratio"].per_session])
     explained = row["explained_speedup"]
     if explained is None or not speedup:
         row.update(explained_gap=None, decomposition_flag=None,

@@ -4,7 +4,9 @@ apart from any drafter's quality, and the acceptance a drafter needs there to pa
 The surface stage's control arms (Study.surface_arms: the registered `surface.drafter`
 at each k, its acceptance set to each L) are paired with that drafter's baseline at the
 surface's levels, like any speedup (harness.analysis.speedup.session_figures: the ratio,
-its interval, tokens per round x round cost). From those rows:
+its interval, tokens per round x round cost), in the baseline's sessions there (session s
+beside the baseline's s: harness.plan), so their intervals are over sessions too. From
+those rows:
 
 - `surface.csv|parquet`: one row per k x L x task x level, the speedup with its interval,
   the measured tokens per round and the round cost over a plain step with theirs;
@@ -13,7 +15,8 @@ its interval, tokens per round x round cost). From those rows:
   on either side); below every L measured, or above every L ("no round is cheap enough
   here"), is said, not extrapolated;
 - every real drafter placed on it: at each surface level, its own measured tokens per
-  round (the speedups table) against the break-even L for its k.
+  round (the speedups table) against the break-even L for its k;
+- the k schedule it proposes, with its interval (k_schedule.py).
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from harness.analysis.frame import framed
+from harness.analysis.k_schedule import proposed_schedule, schedule_ranges
 from harness.analysis.load import RunData
 from harness.analysis.speedup import pair_figures, pair_key
-from harness.prereg.schema import Study, schedule_arm_name
-from harness.rundir.manifest import KScheduleRecord, ScheduledLevel
+from harness.prereg.schema import Study
 
 if TYPE_CHECKING:
     from harness.analysis.tables import Analysis
@@ -37,8 +40,8 @@ SURFACE_COLUMNS = [
     "arm", "baseline", "task", "concurrency", "k", "acceptance_length", "status", "reason",
     "speedup", "ci_lower", "ci_upper", "tokens_per_round", "tokens_per_round_ci_lower",
     "tokens_per_round_ci_upper", "round_cost_ratio", "round_cost_ratio_ci_lower",
-    "round_cost_ratio_ci_upper", "speed_drafter", "speed_baseline", "drafter_cell",
-    "baseline_cell",
+    "round_cost_ratio_ci_upper", "round_cost_ratio_sessions", "sessions", "interval_method",
+    "speed_drafter", "speed_baseline", "drafter_cell", "baseline_cell",
 ]
 BREAK_EVEN_COLUMNS = [
     "task", "k", "concurrency", "status", "break_even_length", "round_cost_ratio",
@@ -64,9 +67,11 @@ def surface_table(run: RunData) -> pd.DataFrame:
                         "concurrency": c, "k": arm.drafter.num_draft_tokens,
                         "acceptance_length": arm.drafter.synthetic.acceptance_length,
                         "drafter_cell": dc.id, "baseline_cell": bc.id}
-                    # A surface cell is measured once: paired with the baseline's first
-                    # session (its only one outside repeated sessions).
-                    row.update(pair_figures(study, [dc], run.sessions_of(bc)[:1],
+                    # Measured in the baseline's sessions there (harness.plan), session
+                    # s beside the baseline's s.
+                    sessions = run.sessions_of(dc)
+                    row["sessions"] = len(sessions)
+                    row.update(pair_figures(study, sessions, run.sessions_of(bc),
                                             pair_key(dc, bc)))
                     rows.append(row)
     return framed(rows, SURFACE_COLUMNS)
@@ -235,204 +240,12 @@ def loss_of_gain(placements: list[dict]) -> list[str]:
     return lines
 
 
-def proposed_schedule(study: Study, cells: pd.DataFrame, breaks: pd.DataFrame,
-                      speedups: pd.DataFrame) -> list[dict]:
-    """Per task and surface level, the k the surface's drafter would best run there:
-    its own per-position acceptance at that level (the engine's counters,
-    accept_rate_pos<i> of its speed cell) gives the tokens a round of every k up to its
-    own, E(k) = 1 + sum of the first k rates; the surface gives that k's round cost; the
-    predicted speedup E(k) / cost, its interval from the cost's. k = 0 (no drafts) is 1.0.
-    Only the k on the surface and at most the drafter's own are candidates."""
-    surface = study.surface
-    if surface is None or breaks.empty:
-        return []
-    arm = study.arm(surface.drafter)
-    assert arm.drafter is not None
-    own_k = arm.drafter.num_draft_tokens
-    out = []
-    for task in study.surface_tasks():
-        for c in surface.concurrency:
-            rows = cells[(cells["arm"] == arm.name) & (cells["task"] == task)
-                         & (cells["kind"] == "speed") & (cells["concurrency"] == c)
-                         & cells["rerun_of"].isna()]
-            rates = _position_rates(rows, own_k)
-            entry: dict = {"task": task, "concurrency": c, "candidates": {"0": 1.0}}
-            if rates is None:
-                out.append(entry | {"k": None, "predicted_speedup": None, "ci_lower": None,
-                                    "ci_upper": None, "own_k_measured": None,
-                                    "label": f"{arm.name}'s per-position"
-                                    f" acceptance at {c} users is not measured"})
-                continue
-            best = {"k": 0, "predicted_speedup": 1.0, "ci_lower": 1.0, "ci_upper": 1.0}
-            for k in (k for k in surface.k if k <= own_k):
-                at = breaks[(breaks["task"] == task) & (breaks["k"] == k)
-                            & (breaks["concurrency"] == c)]
-                if at.empty or pd.isna(at["round_cost_ratio"].iloc[0]):
-                    continue
-                tokens = 1.0 + sum(rates[:k])
-                cost = float(at["round_cost_ratio"].iloc[0])
-                point = tokens / cost
-                entry["candidates"][str(k)] = round(point, 4)
-                if point > best["predicted_speedup"]:
-                    hi_cost, lo_cost = (at["round_cost_ratio_ci_upper"].iloc[0],
-                                        at["round_cost_ratio_ci_lower"].iloc[0])
-                    best = {"k": k, "predicted_speedup": point,
-                            "ci_lower": tokens / float(hi_cost) if pd.notna(hi_cost) else None,
-                            "ci_upper": tokens / float(lo_cost) if pd.notna(lo_cost) else None}
-            label = (f"k={best['k']}: predicted x{best['predicted_speedup']:.2f}"
-                     if best["k"] else "k=0: no k on the surface is predicted to pay; do not draft")
-            # The one k a registered cell measured: the drafter's own.
-            mine = speedups[(speedups["arm"] == arm.name) & (speedups["task"] == task)
-                            & (speedups["concurrency"] == c) & (speedups["status"] == "ok")]
-            own = entry["candidates"].get(str(own_k))
-            measured = float(mine["speedup"].iloc[0]) if len(mine) else None
-            entry["own_k_measured"] = measured
-            if own is not None and measured is not None:
-                label += f"; at its own k={own_k}: predicted x{own:.2f}, measured x{measured:.2f}"
-            out.append(entry | best | {"label": label})
-    return out
-
-
-def _position_rates(rows: pd.DataFrame, k: int) -> list[float] | None:
-    if rows.empty:
-        return None
-    row = rows.iloc[0]
-    rates = [row.get(f"accept_rate_pos{i}") for i in range(1, k + 1)]
-    if any(r is None or pd.isna(r) for r in rates):
-        return None
-    return [float(r) for r in rates]
-
-
-def schedule_ranges(schedule: list[dict], task: str) -> list[tuple[int, int | None, int]]:
-    """One task's schedule as inclusive batch-size ranges from 1: each level's k up to
-    that level, the last one open; neighbours with the same k merged."""
-    rows = sorted((r for r in schedule if r["task"] == task and r["k"] is not None),
-                  key=lambda r: r["concurrency"])
-    ranges: list[tuple[int, int | None, int]] = []
-    start = 1
-    for i, r in enumerate(rows):
-        end = None if i == len(rows) - 1 else r["concurrency"]
-        if ranges and ranges[-1][2] == r["k"]:
-            ranges[-1] = (ranges[-1][0], end, r["k"])
-        else:
-            ranges.append((start, end, r["k"]))
-        start = r["concurrency"] + 1
-    return ranges
-
-
-SCHEDULE_COLUMNS = [
-    "arm", "baseline", "task", "concurrency", "k", "threshold", "predicted_speedup",
-    "predicted_ci_lower", "predicted_ci_upper", "status", "reason", "speedup", "ci_lower",
-    "ci_upper", "tokens_per_round", "round_cost_ratio", "collapse", "label", "drafter_cell",
-    "baseline_cell",
-]
-
-
-def k_schedule_records(a: Analysis, when: float) -> tuple[list[KScheduleRecord], dict[str, str]]:
-    """Per surface task, the k schedule the surface proposes (proposed_schedule) as the
-    verification arm runs it; and, per task it proposes none for, why."""
-    study = a.run.study
-    assert study.surface is not None
-    schedule = proposed_schedule(study, a.cells, a.surface, a.speedups)
-    template = study.arm(study.surface.drafter)
-    from harness.engines import get_engine_kind
-
-    kind = get_engine_kind(template.engine)
-    records, missing = [], {}
-    for task in study.surface_tasks():
-        rows = [r for r in schedule if r["task"] == task]
-        ranges = schedule_ranges(schedule, task)
-        if not ranges:
-            missing[task] = ("; ".join(r["label"] for r in rows)
-                             or "no surface level has a round cost measured")
-            continue
-        records.append(KScheduleRecord(
-            arm=schedule_arm_name(task), task=task, ranges=ranges,
-            levels=[ScheduledLevel(concurrency=r["concurrency"], k=r["k"],
-                                   predicted_speedup=r["predicted_speedup"],
-                                   ci_lower=r["ci_lower"], ci_upper=r["ci_upper"])
-                    for r in rows if r["k"] is not None],
-            setting=kind.k_schedule_setting(template, ranges), proposed_wall=when))
-    return records, missing
-
-
-def k_in(ranges: list[tuple[int, int | None, int]], batch: int) -> int:
-    for first, last, k in ranges:
-        if first <= batch and (last is None or batch <= last):
-            return k
-    return ranges[-1][2]
-
-
-def schedule_verification(run: RunData) -> pd.DataFrame:
-    """Stage 5: per task and registered level, the schedule arm's measured speedup over
-    the baseline beside the surface's prediction for the k in force there (1.0 where it
-    drafts nothing; none at a level off the surface that drafts). A threshold level is
-    the first whose k differs from the level below's; a collapse, a level measured
-    below surface.collapse_below x its prediction (its interval's upper bound)."""
-    study = run.study
-    rows = []
-    surface = study.surface
-    if surface is not None and surface.verify_schedule:
-        for record in run.manifest.k_schedules.values():
-            arm = study.arm(record.arm)
-            assert arm.baseline is not None
-            predicted = {lv.concurrency: lv for lv in record.levels}
-            before: int | None = None
-            for c in study.loads.closed_loop.concurrency:
-                k = k_in(record.ranges, c)
-                dc = run.find(arm.name, record.task, "speed", c)
-                bc = run.find(arm.baseline, record.task, "speed", c)
-                row: dict = {"arm": arm.name, "baseline": arm.baseline, "task": record.task,
-                             "concurrency": c, "k": k,
-                             "threshold": before is not None and k != before,
-                             "drafter_cell": dc.id, "baseline_cell": bc.id}
-                before = k
-                if c in predicted:
-                    lv = predicted[c]
-                    row.update(predicted_speedup=lv.predicted_speedup,
-                               predicted_ci_lower=lv.ci_lower, predicted_ci_upper=lv.ci_upper)
-                elif k == 0:  # no drafts: the baseline's speed, exactly
-                    row.update(predicted_speedup=1.0, predicted_ci_lower=1.0,
-                               predicted_ci_upper=1.0)
-                row.update(pair_figures(study, [dc], run.sessions_of(bc)[:1], pair_key(dc, bc)))
-                row["collapse"] = row.get("status") == "ok" and collapsed(
-                    row.get("ci_upper"), row.get("predicted_speedup"), surface.collapse_below)
-                row["label"] = _verified_label(row, surface.collapse_below)
-                rows.append(row)
-    return framed(rows, SCHEDULE_COLUMNS)
-
-
-def collapsed(measured_upper: float | None, predicted: float | None, below: float) -> bool:
-    """A level collapsed: even its measured speedup's upper bound is below `below` x the
-    prediction (a level without either is not judged)."""
-    if measured_upper is None or predicted is None:
-        return False
-    return bool(measured_upper < below * predicted)
-
-
-def _verified_label(row: dict, collapse_below: float) -> str:
-    where = f"k={row['k']} at {row['concurrency']} users"
-    if row["threshold"]:
-        where += " (a threshold: k changes here)"
-    predicted = row.get("predicted_speedup")
-    said = (f"predicted x{predicted:.2f}" if predicted is not None
-            else "no prediction (not a surface level)")
-    if row.get("status") != "ok":
-        return f"{where}: {said}; not measured ({row.get('status')}: {row.get('reason')})"
-    measured = (f"measured x{row['speedup']:.2f} [{row['ci_lower']:.2f}, {row['ci_upper']:.2f}]")
-    line = f"{where}: {said}, {measured}"
-    if row["collapse"]:
-        line += (f"; COLLAPSE: below {collapse_below:g} x the prediction (the failure"
-                 " vllm#49548 reports at a schedule's threshold)")
-    return line
-
-
 def surface_summary(a: Analysis) -> dict:
     """verdict.json's `surface` (outside the bars)."""
     study = a.run.study
     assert study.surface is not None
     rows = a.surface.astype(object).where(pd.notna(a.surface), None).to_dict(orient="records")
-    schedule = proposed_schedule(study, a.cells, a.surface, a.speedups)
+    schedule = proposed_schedule(study, a.cells, a.surface_cells, a.speedups)
     arm = study.arm(study.surface.drafter)
     from harness.engines import get_engine_kind
 
@@ -448,7 +261,6 @@ def surface_summary(a: Analysis) -> dict:
                           if r["collapse"]]}
 
 
-__all__ = ["BREAK_EVEN_COLUMNS", "SCHEDULE_COLUMNS", "SURFACE_COLUMNS", "BreakEven",
-           "break_even", "break_even_table", "collapsed", "drafter_placements", "k_in",
-           "k_schedule_records", "loss_of_gain", "proposed_schedule", "schedule_ranges",
-           "schedule_verification", "surface_summary", "surface_table"]
+__all__ = ["BREAK_EVEN_COLUMNS", "SURFACE_COLUMNS", "BreakEven", "break_even",
+           "break_even_table", "drafter_placements", "loss_of_gain", "surface_summary",
+           "surface_table"]

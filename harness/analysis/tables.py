@@ -11,17 +11,13 @@ from harness.analysis.accuracy import wilson_interval
 from harness.analysis.categories import category_table
 from harness.analysis.cells import cell_table
 from harness.analysis.identity import compare_identity
+from harness.analysis.k_schedule import schedule_verification
 from harness.analysis.knee import knee_table
 from harness.analysis.load import RunData, load_run
 from harness.analysis.open_loop import fleet_table, open_loop_table
 from harness.analysis.predict import add_predictions
 from harness.analysis.speedup import speedup_table
-from harness.analysis.surface import (
-    break_even_table,
-    drafter_placements,
-    schedule_verification,
-    surface_table,
-)
+from harness.analysis.surface import break_even_table, drafter_placements, surface_table
 from harness.atomic import atomic_path
 from harness.calibration import run_hardware
 from harness.prereg.schema import Study
@@ -43,7 +39,7 @@ class Analysis:
     surface: pd.DataFrame
     placements: list[dict]
     # The k schedule verified (surface.verify_schedule): per task and registered level,
-    # predicted against measured (analysis/surface.py schedule_verification).
+    # predicted against measured (analysis/k_schedule.py schedule_verification).
     schedule: pd.DataFrame
     # SPEED-Bench tasks by category (analysis/categories.py; empty without such a task).
     categories: pd.DataFrame = field(default_factory=pd.DataFrame)

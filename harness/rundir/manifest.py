@@ -333,7 +333,7 @@ class ScheduledLevel(RunRecord):
 
 
 class KScheduleRecord(RunRecord):
-    """A k schedule proposed from the surface (harness.analysis.surface), for one task,
+    """A k schedule proposed from the surface (harness.analysis.k_schedule), for one task,
     as the verification arm runs it."""
 
     arm: str

@@ -155,7 +155,7 @@ class ScheduleRow(RunRecord):
 
 class VerifiedLevel(RunRecord):
     """The k schedule at one registered level: predicted against measured
-    (harness.analysis.surface.schedule_verification)."""
+    (harness.analysis.k_schedule.schedule_verification)."""
 
     arm: str
     baseline: str
@@ -188,7 +188,7 @@ class SurfaceSummary(RunRecord):
     # Per drafter and task: whether its gain fell with load for its acceptance or for
     # the round's cost (harness.analysis.surface.loss_of_gain).
     loss_of_gain: list[str]
-    # The k schedule proposed from the surface (harness.analysis.surface.proposed_schedule)
+    # The k schedule proposed from the surface (harness.analysis.k_schedule.proposed_schedule)
     # and, per task, the drafter engine's own setting for it (or why it has none).
     schedule: list[ScheduleRow]
     schedule_settings: dict[str, str]

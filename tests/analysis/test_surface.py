@@ -5,19 +5,21 @@ and a drafter's place on it (issue 32, parts 2 and 3)."""
 
 from __future__ import annotations
 
+import json
+import math
+import statistics
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
+from harness.analysis.k_schedule import predict, proposed_schedule, schedule_ranges
 from harness.analysis.surface import (
     break_even,
     break_even_table,
     drafter_placements,
     loss_of_gain,
-    proposed_schedule,
-    schedule_ranges,
 )
 from harness.engines import get_engine_kind
 from harness.errors import InputError
@@ -122,7 +124,7 @@ def test_a_k_schedule_is_run_by_vllm_and_the_scripted_engine_and_refused_elsewhe
 
 
 def test_a_level_far_below_its_prediction_is_a_collapse():
-    from harness.analysis.surface import _verified_label, collapsed, k_in
+    from harness.analysis.k_schedule import _verified_label, collapsed, k_in
 
     assert collapsed(0.79, 1.0, 0.8) and not collapsed(0.81, 1.0, 0.8)
     assert collapsed(1.4, 1.8, 0.8) and not collapsed(1.5, 1.8, 0.8)  # 0.8 x 1.8 = 1.44
@@ -144,9 +146,11 @@ def test_the_break_even_length_is_interpolated_on_the_lower_bound():
 
 
 def surface_rows(k: int, c: int, lowers: list[float], cost: float) -> list[dict]:
+    """A surface measured in one session: each L's round cost `cost`, +-2 % within it."""
     return [{"task": "chat", "k": k, "concurrency": c, "acceptance_length": length,
              "status": "ok", "ci_lower": lower, "round_cost_ratio": cost,
-             "round_cost_ratio_ci_lower": cost * 0.98, "round_cost_ratio_ci_upper": cost * 1.02}
+             "round_cost_ratio_ci_lower": cost * 0.98, "round_cost_ratio_ci_upper": cost * 1.02,
+             "round_cost_ratio_sessions": json.dumps([cost])}
             for length, lower in zip([1.5, 2.5, 3.5], lowers, strict=True)]
 
 
@@ -181,9 +185,9 @@ def test_each_real_drafter_is_placed_and_its_loss_of_gain_named():
 
 def test_a_k_schedule_is_proposed_per_level_and_written_as_the_engines_setting():
     study = load_study(EXAMPLE)
-    breaks = break_even_table(pd.DataFrame(
+    surface = pd.DataFrame(
         surface_rows(2, 2, [1.2, 2.2, 3.2], 1.0) + surface_rows(3, 2, [1.2, 2.2, 3.2], 1.0)
-        + surface_rows(2, 10, [0.8, 1.5, 2.2], 1.4) + surface_rows(3, 10, [0.6, 1.2, 1.7], 1.9)))
+        + surface_rows(2, 10, [0.8, 1.5, 2.2], 1.4) + surface_rows(3, 10, [0.6, 1.2, 1.7], 1.9))
     # The drafter's own (k = 3) per-position acceptance from the engine's counters.
     cells = pd.DataFrame([
         {"arm": "drafter", "task": "chat", "kind": "speed", "concurrency": c, "rerun_of": None,
@@ -191,13 +195,18 @@ def test_a_k_schedule_is_proposed_per_level_and_written_as_the_engines_setting()
         for c in (2, 10)])
     speedups = pd.DataFrame([{"arm": "drafter", "task": "chat", "concurrency": 10,
                               "status": "ok", "speedup": 1.65}])
-    rows = {r["concurrency"]: r for r in proposed_schedule(study, cells, breaks, speedups)}
+    rows = {r["concurrency"]: r for r in proposed_schedule(study, cells, surface, speedups)}
     # 2 users: every round one plain step, so the most drafts: k = 3, 3.1 tokens.
     assert rows[2]["k"] == 3 and rows[2]["predicted_speedup"] == pytest.approx(3.1)
     # 10 users: k = 2 gives 2.6 / 1.4 = 1.86, k = 3 gives 3.1 / 1.9 = 1.63.
     assert rows[10]["k"] == 2 and rows[10]["predicted_speedup"] == pytest.approx(2.6 / 1.4)
     assert rows[10]["candidates"] == {"0": 1.0, "2": round(2.6 / 1.4, 4), "3": round(3.1 / 1.9, 4)}
-    assert rows[10]["label"].endswith("at its own k=3: predicted x1.63, measured x1.65")
+    assert rows[10]["label"] == (
+        "k=2: predicted x1.86 (one session: session variation not in the interval); at its"
+        " own k=3: predicted x1.63, measured x1.65")
+    # One session: the cost's within-session interval alone divides the tokens.
+    assert (rows[10]["ci_lower"], rows[10]["ci_upper"]) == pytest.approx(
+        (2.6 / (1.4 * 1.02), 2.6 / (1.4 * 0.98)))
     ranges = schedule_ranges(list(rows.values()), "chat")
     assert ranges == [(1, 2, 3), (3, None, 2)]
     vllm = get_engine_kind("vllm").k_schedule_setting(study.arm("drafter"), ranges)
@@ -220,3 +229,64 @@ def test_a_surface_on_the_cpu_build_is_refused_with_its_reason(tmp_path):
     with pytest.raises(InputError, match="surface.drafter: vLLM 0.32's CPU build has no"
                                          " synthetic acceptance"):
         load_study(path)
+
+
+def test_the_schedules_interval_is_a_t_over_sessions_of_tokens_over_cost():
+    """Three sessions: session s's tokens a round (the drafter's own acceptance in its
+    session-s cell) over session s's round cost (the geometric mean over L of the surface's
+    session-s cells over the baseline's session s); a t interval on their logs, df 2."""
+    study = load_study(EXAMPLE)
+    rates = {1: [0.90, 0.70, 0.5], 2: [0.85, 0.65, 0.5], 3: [0.95, 0.75, 0.5]}
+    cells = pd.DataFrame([
+        {"arm": "drafter", "task": "chat", "kind": "speed", "concurrency": 10, "rerun_of": None,
+         "session": s, **{f"accept_rate_pos{i}": r for i, r in enumerate(rates[s], 1)}}
+        for s in (3, 1, 2)])  # in any order: read in session order
+    costs = {(2, 1.25): [1.40, 1.45, 1.35], (2, 2.25): [1.42, 1.38, 1.40],
+             (3, 1.25): [2.0, 2.1, 1.9], (3, 2.25): [2.0, 1.95, 2.05], (3, 3.25): [1.9, 2.0, 2.1]}
+    surface = pd.DataFrame([
+        {"task": "chat", "k": k, "concurrency": 10, "acceptance_length": length, "status": "ok",
+         "round_cost_ratio_sessions": json.dumps(by_session),
+         "round_cost_ratio_ci_lower": 1.0, "round_cost_ratio_ci_upper": 3.0}
+        for (k, length), by_session in costs.items()])
+    (row,) = [r for r in proposed_schedule(study, cells, surface, pd.DataFrame(
+        columns=["arm", "task", "concurrency", "status", "speedup"])) if r["concurrency"] == 10]
+    # By hand: E_s(2) = 1 + p1 + p2 = 2.6, 2.5, 2.7; C_s = sqrt(cost at L 1.25 x at 2.25).
+    logs = [math.log(e) - (math.log(a) + math.log(b)) / 2 for e, a, b in zip(
+        [2.6, 2.5, 2.7], costs[(2, 1.25)], costs[(2, 2.25)], strict=True)]
+    half = 4.302652729749464 * statistics.stdev(logs) / math.sqrt(3)  # t_{0.975, 2}
+    mean = statistics.mean(logs)
+    assert row["k"] == 2 and row["predicted_speedup"] == pytest.approx(math.exp(mean))
+    assert (row["ci_lower"], row["ci_upper"]) == pytest.approx(
+        (math.exp(mean - half), math.exp(mean + half)))
+    assert (round(row["ci_lower"], 3), round(row["ci_upper"], 3)) == (1.627, 2.118)
+    assert "session variation not in" not in row["label"]
+    # k = 3: E_s(3) = 3.1, 3.0, 3.2 over the mean log cost of three L.
+    k3 = [math.log(e) - statistics.mean(math.log(costs[(3, L)][s]) for L in (1.25, 2.25, 3.25))
+          for s, e in enumerate([3.1, 3.0, 3.2])]
+    assert row["candidates"]["3"] == round(math.exp(statistics.mean(k3)), 4)
+    # Sessions that do not pair (the surface measured once): the within-session rule.
+    one = predict([2.6, 2.5, 2.7], [[1.4], [1.42]], surface, "chat", 2, 10, 0.95)
+    assert one["interval_method"] == "within" and one["ci_lower"] == pytest.approx(2.6 / 3.0)
+
+
+def test_the_surface_and_the_schedule_are_measured_in_the_baselines_sessions():
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["recording"] |= {"sessions": 3, "sessions_for": "pass_cells"}  # pass level c=2
+    study = Study.model_validate(data)
+    cells = plan_cells(study)
+    surface = [c for c in cells if c.stage == 4]
+    # c=2 repeats (3 sessions, each a fresh start of every arm, their order alternating),
+    # c=10 is measured once, with the first session: 5 arms x (3 + 1) cells.
+    assert len(surface) == 20 and {c.session for c in surface if c.concurrency == 10} == {None}
+    assert [c.id for c in surface if c.arm == "surface-k2-L1.25"] == [
+        "surface-k2-L1.25/chat/speed/c002", "surface-k2-L1.25/chat/speed/c010",
+        "surface-k2-L1.25/chat/speed/c002/s2", "surface-k2-L1.25/chat/speed/c002/s3"]
+    assert [c.arm for c in surface if c.session == 2][0] == "surface-k3-L3.25"  # reversed
+    from harness.plan import engine_blocks
+
+    assert len(engine_blocks(surface)) == 15  # 5 arms x 3 sessions
+    verify = [c for c in cells if c.stage == 5]
+    assert [(c.concurrency, c.session) for c in verify] == [(2, 1), (10, None), (2, 2), (2, 3)]
+    assert len(engine_blocks(verify)) == 3
+    # Measured once (sessions: 1): one cell each, as before.
+    assert len([c for c in plan_cells(load_study(EXAMPLE)) if c.stage == 4]) == 10

@@ -141,8 +141,8 @@ def test_plan_says_what_a_surface_would_cost_on_the_registered_h100(tmp_path):
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     out = specbench("plan", str(path)).stdout
     (line,) = [x for x in out.splitlines() if x.startswith("round-cost surface")]
-    assert "7 control arms of vllm-eagle3" in line and "28 cells, estimated" in line, line
+    assert "7 control arms of vllm-eagle3" in line and "84 cells, estimated" in line, line
     assert "of the GPU time below" in line
     planned = json.loads(specbench("plan", str(path), "--format", "json").stdout)
-    assert planned["surface"]["cells"] == 28 and planned["surface"]["estimated_gpu_seconds"] > 0
-    assert sum(1 for c in planned["cells"] if c["stage"] == 4) == 28
+    assert planned["surface"]["cells"] == 84 and planned["surface"]["estimated_gpu_seconds"] > 0
+    assert sum(1 for c in planned["cells"] if c["stage"] == 4) == 84  # 3 sessions each
