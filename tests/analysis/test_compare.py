@@ -96,7 +96,7 @@ def test_b_over_a_is_a_t_interval_on_the_session_log_ratios(tmp_path, capsys):
     assert 2 < (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 2) < 3
     diff, se = statistics.mean(xb) - statistics.mean(xa), math.sqrt(va + vb)
     r = rows[("vllm-ngram", 2)]
-    assert (r["interval_method"], r["df"]) == ("welch", 2) and r["equal_spread_p"] < 0.05
+    assert (r["interval_method"], r["df"]) == ("welch", 2) and r["equal_spread_p"] < 0.01
     assert r["ratio_lower"] == pytest.approx(math.exp(diff - T_975[2] * se), rel=1e-9)
     assert r["ratio_upper"] == pytest.approx(math.exp(diff + T_975[2] * se), rel=1e-9)
     assert (round(r["ratio_lower"], 4), round(r["ratio_upper"], 4)) == (0.7907, 1.0270)
@@ -176,6 +176,13 @@ def test_the_two_sample_arithmetic_against_tables():
     assert equal_spread_p(1.0, 2, 39.0, 2) == pytest.approx(0.05, abs=1e-9)  # F(2,2) 0.975 = 39
     assert equal_spread_p(1.0, 6, 4.534, 4) == pytest.approx(0.10, abs=1e-3)  # F(4,6) 0.95
     assert equal_spread_p(2.0, 3, 2.0, 3) == pytest.approx(1.0)
+    # "The spreads differ" at the F test's 1 %: F(2,2)'s two-sided p is 2 / (1 + F).
+    a = [0.0, 0.1, 0.2]  # variance 0.01
+    at_99 = log_difference(a, [0.0, 0.995, 1.99], 0.95)  # variance 0.99: p 0.02
+    at_299 = log_difference(a, [0.0, 2.99 ** 0.5, 2 * 2.99 ** 0.5], 0.95)  # p 0.0067
+    assert at_99.equal_spread_p == pytest.approx(0.02, abs=1e-5) and at_99.method == "student"
+    assert at_299.equal_spread_p == pytest.approx(2 / 300) and at_299.method == "welch"
+    assert (at_99.df, at_299.df) == (4, 2)
     # Sessions that do not differ at all: nothing to scale, None (the caller bootstraps).
     assert log_difference([0.1, 0.1], [0.2, 0.2], 0.95) is None
     assert log_difference([0.1], [0.2], 0.95) is None
