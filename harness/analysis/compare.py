@@ -23,7 +23,7 @@ import pandas as pd
 
 from harness.analysis.compare_sessions import Side, compare_row
 from harness.analysis.frame import framed
-from harness.analysis.intervals import session_units
+from harness.analysis.intervals import Units, session_units
 from harness.analysis.load import RunData, load_run
 from harness.analysis.two_sample import holm
 from harness.errors import InputError
@@ -72,8 +72,11 @@ def read_run(root: Path) -> RunTables:
     return RunTables(root, data.run_id, data.manifest, speedups, data)
 
 
-def run_side(run: RunData, arm: str, task: str, concurrency: int) -> Side | None:
-    """The row's sessions in one run (None: the arms' sessions do not pair up)."""
+def run_side(run: RunData, arm: str, task: str, concurrency: int,
+             units: dict[str, Units] | None = None) -> Side | None:
+    """The row's sessions in one run (None: the arms' sessions do not pair up). `units`:
+    each cell's session_units by cell id, kept across rows (drafters share a baseline)."""
+    units = {} if units is None else units
     try:
         baseline = run.study.arm(arm).baseline
     except KeyError:
@@ -84,7 +87,10 @@ def run_side(run: RunData, arm: str, task: str, concurrency: int) -> Side | None
     base = run.sessions_of(run.find(baseline, task, "speed", concurrency))
     if len(drafter) != len(base) or not all(c.usable for c in drafter + base):
         return None
-    side = Side([session_units(c) for c in drafter], [session_units(c) for c in base])
+    for c in drafter + base:
+        if c.id not in units:
+            units[c.id] = session_units(c)
+    side = Side([units[c.id] for c in drafter], [units[c.id] for c in base])
     return side if all(u.n for u in side.drafter + side.baseline) else None
 
 
@@ -93,6 +99,8 @@ def compare_speedups(a: RunTables, b: RunTables) -> pd.DataFrame:
     level = a.level
     merged = a.speedups.merge(b.speedups, on=KEY, suffixes=("_a", "_b"))
     rows = []
+    units_a: dict[str, Units] = {}
+    units_b: dict[str, Units] = {}
     for r in merged.to_dict(orient="records"):
         row: dict[str, Any] = {k: r[k] for k in KEY}
         for side in ("a", "b"):
@@ -103,8 +111,8 @@ def compare_speedups(a: RunTables, b: RunTables) -> pd.DataFrame:
         sides = None
         if r["status_a"] == "ok" and r["status_b"] == "ok":
             c = int(r["concurrency"])
-            sides = (run_side(a.data, r["arm"], r["task"], c),
-                     run_side(b.data, r["arm"], r["task"], c))
+            sides = (run_side(a.data, r["arm"], r["task"], c, units_a),
+                     run_side(b.data, r["arm"], r["task"], c, units_b))
         if sides is None or None in sides:
             why = (f"A {r['status_a']}, B {r['status_b']}" if sides is None
                    else "the sessions of a run do not pair up")
