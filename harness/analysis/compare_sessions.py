@@ -15,7 +15,7 @@ ratio of the runs' geometric-mean session speedups, so it always lies in its int
   (users or time blocks resampled, as the run's own within-session interval) and leaves
   session variation out; the status says "within sessions only" and `warning` says what
   that means (at the lab's session variation it covers about a third of the time:
-  benchmarks/compare_coverage.py).
+  benchmarks/compare_schedule_coverage.py).
 
 Which arm moved is the same test on each arm's own log session medians, B over A, at
 1 - (1 - level) / 2 each (Bonferroni over the two arms): when neither moved, "neither arm
