@@ -3,8 +3,11 @@ round cost is declared (examples/scripted-surface.yaml): the surface's cost rati
 break-even acceptance lengths match the declaration within 2 %, a drafter above and one
 below break-even are labelled pays and does not pay, and the report has its page
 (issue 32, parts 2, 3, 5 and 6). Then the k schedule it proposes (k = 3 up to 2 users, 2
-above) is run at every registered level and measured as predicted (part 4). And `specbench plan` on the registered study with a
-surface says what that stage would cost on the H100."""
+above) is run at every registered level and measured as predicted (part 4). Run here with
+the pass level (2 users) in 3 sessions: the surface's and the schedule's cells there are
+measured in the baseline's sessions, so the schedule's interval there is over sessions and
+at 10 users (measured once) says it is not (issue 46 part 4). And `specbench plan` on the
+registered study with a surface says what that stage would cost on the H100."""
 
 from __future__ import annotations
 
@@ -49,20 +52,30 @@ def declared_break_even(k: int, users: int, lengths: list[float]) -> float:
 @pytest.mark.timing
 def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_drafter(tmp_path):
     results, reports = tmp_path / "results", tmp_path / "reports"
-    specbench("run", str(EXAMPLE), "--results", str(results), "--reports", str(reports))
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["recording"] |= {"sessions": 3, "sessions_for": "pass_cells"}  # c=2 repeats
+    study_file = tmp_path / "scripted-surface.yaml"
+    study_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    specbench("run", str(study_file), "--results", str(results), "--reports", str(reports))
     run = run_folder(results)
 
-    # Stage 4 ran after the registered stages, one engine start per control arm.
+    # Stage 4 ran after the registered stages, one engine start per control arm and session.
     manifest = read_manifest(run / "manifest.json")
     surface_arms = [a for a in manifest.engines if a.startswith("surface-k")]
     assert sorted(surface_arms) == ["surface-k2-L1.25", "surface-k2-L2.25", "surface-k3-L1.25",
                                     "surface-k3-L2.25", "surface-k3-L3.25"]
-    assert all(len(manifest.engines[a]) == 1 for a in surface_arms)
+    assert all(len(manifest.engines[a]) == 3 for a in surface_arms)
+    assert len(manifest.engines["surface-schedule-chat"]) == 3
     study = load_study_json(run)  # read back: the registration's arms, no generated ones
     assert [a.name for a in study.arms] == ["base", "drafter", "weak"]
 
     cells = pd.read_csv(run / "surface_cells.csv")
     assert len(cells) == 10 and (cells["status"] == "ok").all(), cells
+    by_level = cells.groupby("concurrency")
+    assert set(by_level.get_group(2)["interval_method"]) == {"t_sessions"}
+    assert (by_level.get_group(2)["sessions"] == 3).all()
+    assert all(len(json.loads(v)) == 3 for v in by_level.get_group(2)["round_cost_ratio_sessions"])
+    assert set(by_level.get_group(10)["interval_method"]) == {"within"}
     for r in cells.itertuples():
         want = declared_cost(r.k, r.concurrency, r.acceptance_length)
         assert r.round_cost_ratio == pytest.approx(want, rel=0.02), (r.arm, r.concurrency, want)
@@ -88,6 +101,9 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
     # at 10, k = 2 (2.6 tokens over x1.4) beats k = 3 (3.1 over x1.8).
     schedule = {r["concurrency"]: r for r in verdict["surface"]["schedule"]}
     assert (schedule[2]["k"], schedule[10]["k"]) == (3, 2), schedule
+    # At 2 users the prediction's interval is over the 3 sessions; at 10, measured once.
+    assert "one session" not in schedule[2]["label"]
+    assert "(one session: session variation not in the interval)" in schedule[10]["label"]
     assert schedule[10]["candidates"]["2"] > 1.05 * schedule[10]["candidates"]["3"]
     assert verdict["surface"]["schedule_settings"] == {
         "chat": "scripted: drafter.k_schedule [[1, 2, 3], [3, null, 2]] (the spec's k_schedule)"}
@@ -96,8 +112,8 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
     # command, measured at both registered levels beside the prediction.
     record = manifest.k_schedules["surface-schedule-chat"]
     assert record.ranges == [(1, 2, 3), (3, None, 2)]
-    (start,) = manifest.engines["surface-schedule-chat"]
-    assert '"k_schedule":[[1,2,3],[3,null,2]]' in " ".join(start.command)
+    for start in manifest.engines["surface-schedule-chat"]:
+        assert '"k_schedule":[[1,2,3],[3,null,2]]' in " ".join(start.command)
     verified = pd.read_csv(run / "schedule.csv").set_index("concurrency")
     assert list(verified["k"]) == [3, 2] and list(verified["threshold"]) == [False, True]
     assert (verified["status"] == "ok").all() and not verified["collapse"].any(), verified
