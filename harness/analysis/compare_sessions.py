@@ -14,7 +14,7 @@ ratio of the runs' geometric-mean session speedups, so it always lies in its int
   is measured. The interval is then the within-session bootstrap of the four cells
   (users or time blocks resampled, as the run's own within-session interval) and leaves
   session variation out; the status says "within sessions only" and `warning` says what
-  that means (at the lab's session variation it covers about a third of the time:
+  that means (at the lab's session variation it holds the truth 0.31 of the time:
   benchmarks/compare_schedule_coverage.py).
 
 Which arm moved is the same test on each arm's own log session medians, B over A, at
