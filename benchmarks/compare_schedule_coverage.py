@@ -36,10 +36,11 @@ from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
-from interval_coverage import LAB_SD, ROOT, SESSION_SDS, _cell, design_of
+from _synthetic import LAB_SD, REQUEST_SD, ROOT, SESSION_SDS, USER_SD, design_of, speeds, units
+from interval_coverage import _cell
 
 from harness.analysis.compare_sessions import Side, compare_row
-from harness.analysis.intervals import Units, _blocks, session_ratio, session_units, t_quantile
+from harness.analysis.intervals import session_ratio, session_units, t_quantile
 from harness.analysis.k_schedule import proposed_schedule
 from harness.analysis.speedup import pair_figures
 from harness.prereg import load_study_file
@@ -52,26 +53,15 @@ SLOWDOWN = 0.9
 
 
 def _noisy(rng: np.random.Generator, c: int, n: int, shift: float, args) -> np.ndarray:
-    """n requests' speeds over c users: exp(session shift + user effect + request noise)."""
-    users = rng.normal(0.0, args.user_sd, size=c)
-    return np.exp(shift + users[np.arange(n) % c] + rng.normal(0.0, args.request_sd, size=n))
-
-
-def units_of(speeds: np.ndarray, c: int) -> Units:
-    """A cell's speeds grouped as intervals.session_units groups a closed loop's records
-    (user i % c; one user: time blocks), without building the records (checked against
-    session_units at the start: same_units_as_the_harness)."""
-    unit = np.arange(len(speeds)) % c if c > 1 else _blocks(len(speeds)).astype(int)
-    order = np.argsort(speeds, kind="stable")
-    return Units(speeds[order], unit[order], int(unit.max()) + 1,
-                 "user" if c > 1 else "time block", order)
+    """n requests' speeds over c users at the command line's user and request noise."""
+    return speeds(rng, c, n, shift, args.user_sd, args.request_sd)
 
 
 def same_units_as_the_harness(rng: np.random.Generator) -> None:
     for c in (1, 4):
-        speeds = _noisy(rng, c, 64, 0.0, argparse.Namespace(user_sd=0.03, request_sd=0.1))
-        ours = units_of(speeds, c)
-        theirs = session_units(_cell("x", c, speeds, np.full(64, 2.5)))
+        values = speeds(rng, c, 64, 0.0)
+        ours = units(values, c)
+        theirs = session_units(_cell("x", c, values, np.full(64, 2.5)))
         assert np.allclose(ours.values, theirs.values) and ours.n_units == theirs.n_units
         assert [set(np.round(ours.values[ours.unit_of == u], 9)) for u in range(ours.n_units)] \
             == [set(np.round(theirs.values[theirs.unit_of == u], 9))
@@ -86,8 +76,8 @@ def run_side(rng: np.random.Generator, d, c: int, sessions: int, sd: float, args
     drafter, baseline = [], []
     for _ in range(sessions):
         shift_d, shift_b = rng.normal(0.0, sd, size=2)
-        drafter.append(units_of(2.0 * drafter_factor * _noisy(rng, c, n, shift_d, args), c))
-        baseline.append(units_of(_noisy(rng, c, n, shift_b, args), c))
+        drafter.append(units(2.0 * drafter_factor * _noisy(rng, c, n, shift_d, args), c))
+        baseline.append(units(_noisy(rng, c, n, shift_b, args), c))
     return Side(drafter, baseline)
 
 
@@ -270,8 +260,8 @@ def main() -> int:
                    help="pairs of runs per line of the 10 %% slowdown (compare)")
     p.add_argument("--schedule-reps", type=int, default=150, help="runs per cell (schedule)")
     p.add_argument("--resamples", type=int, default=500, help="within-session resamples")
-    p.add_argument("--user-sd", type=float, default=0.03, help="log sd between users")
-    p.add_argument("--request-sd", type=float, default=0.10, help="log sd between requests")
+    p.add_argument("--user-sd", type=float, default=USER_SD, help="log sd between users")
+    p.add_argument("--request-sd", type=float, default=REQUEST_SD, help="log sd between requests")
     p.add_argument("--tpr-sd", type=float, default=0.10,
                    help="log sd of a request's tokens per round")
     p.add_argument("--rate-sd", type=float, default=0.02,
