@@ -52,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if fmt == "json":
         print_json({"run_a": a.run_id, "run_b": b.run_id, "level": a.level,
-                    "rows": rows.astype(object).where(rows.notna(), None).to_dict(orient="records"), "warnings": warnings,
-                    "family_wise": family,
+                    # NaN is not JSON: a missing figure is null
+                    "rows": rows.astype(object).where(rows.notna(), None).to_dict(orient="records"),
+                    "warnings": warnings, "family_wise": family,
                     "environment_differences": [{"what": k, "a": x, "b": y} for k, x, y in env]})
         return 0
     headers = ["task", "arm", "c", "A speedup", "B speedup", "B/A", "interval", "test",
