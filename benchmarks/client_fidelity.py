@@ -33,7 +33,7 @@ import numpy as np
 from harness.derived.itl import token_itl
 from harness.engines.tiny_model import build_tiny_model
 from harness.engines.vllm_engine import default_vllm_cpu_python
-from harness.measure import transport
+from harness.measure import arrival_stamps
 from harness.measure.driver import run_cell
 from harness.measure.health import ClientHealthMonitor
 from harness.measure.patterns import ClosedLoop
@@ -179,7 +179,7 @@ def main() -> int:
                              "kernel's receive timestamps (the fallback path)")
     args = parser.parse_args()
     if args.thread_stamps:
-        transport.KERNEL_STAMPS = False
+        arrival_stamps.KERNEL_STAMPS = False
     deadline = time.monotonic() + args.wait_quiet
     while os.getloadavg()[0] >= 1.0 and time.monotonic() < deadline:
         time.sleep(5)

@@ -305,8 +305,8 @@ def cell_process_main(spec_path: str, out: str) -> int:
 
     spec = json.loads(Path(spec_path).read_text())
     if spec["reader_thread"]:
-        from harness.measure import transport
-        transport.READ_IN_LOOP = False
+        from harness.measure import arrival_stamps
+        arrival_stamps.READ_IN_LOOP = False
     engine = SimpleNamespace(base_url=spec["base_url"], metrics_url=spec["metrics_url"],
                              served_model=spec["served_model"])
     run = asyncio.run(specbench_cell(engine, spec["prompts"], ClosedLoop(
@@ -443,8 +443,8 @@ def main() -> int:
                      if busy else ""))
             gauge = ServerGauge(engine.metrics_url, tmp / "gauge.txt")
             if args.reader_thread:
-                from harness.measure import transport
-                transport.READ_IN_LOOP = False
+                from harness.measure import arrival_stamps
+                arrival_stamps.READ_IN_LOOP = False
             placed = None if args.no_placement else place_client(engine.pid)
             print(f"engine: nice {psutil.Process(engine.pid).nice()}, session "
                   f"{_autogroup(engine.pid)}; client: nice {os.getpriority(os.PRIO_PROCESS, 0)},"

@@ -3,7 +3,7 @@
 Three things can put the client into what it measures, and each is measured per cell:
 - the **stamp lag**: how late an arrival is stamped. A probe thread writes into a
   loopback connection the stream reader waits on like any chunk, stamped the same way
-  (`transport.StampPathProbe`); the stamp's delay is the delay any chunk stamp could
+  (`arrival_stamps.StampPathProbe`); the stamp's delay is the delay any chunk stamp could
   carry. With the kernel's receive stamps it stays near zero however busy the client
   is; on the fallback (the reader thread's clock) it is the wait for a CPU and the GIL;
 - the **stamp bound**: a client that falls a whole engine step behind reads two chunks
@@ -41,8 +41,8 @@ import time
 import numpy as np
 import psutil
 
+from harness.measure.arrival_stamps import StampPathProbe
 from harness.measure.delivered import Span, delivered_load
-from harness.measure.transport import StampPathProbe
 from harness.records import ClientHealth
 
 

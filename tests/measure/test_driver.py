@@ -244,7 +244,7 @@ class Holds:
             return
         if self.delay_s:
             # The wait leaves the event loop running: it reads kernel-stamped streams
-            # itself (transport.READ_IN_LOOP), so a sleep here would hold their reads too.
+            # itself (arrival_stamps.READ_IN_LOOP), so a sleep here would hold their reads too.
             asyncio.get_running_loop().call_later(self.delay_s, self._hold)
         else:
             self._hold()
@@ -353,7 +353,7 @@ def test_a_client_a_step_behind_is_bounded_and_marks_the_cell_invalid(tmp_path) 
 
 
 def test_a_loop_blocked_across_two_writes_gives_bounded_stamps(tmp_path) -> None:
-    # The price of reading in the loop (transport.READ_IN_LOOP): a loop blocked with the
+    # The price of reading in the loop (arrival_stamps.READ_IN_LOOP): a loop blocked with the
     # interpreter free (here a 120 ms sleep after each short request, 50 ms steps) does
     # not read, and the kernel merges a stream's next segment into the unread one and
     # keeps the later stamp. Those chunks are late, by at most their bound, and said.
@@ -375,9 +375,9 @@ def test_a_loop_blocked_across_two_writes_gives_bounded_stamps(tmp_path) -> None
 
 
 def test_thread_stamps_under_a_held_interpreter_mark_the_cell_invalid(tmp_path, monkeypatch) -> None:
-    from harness.measure import transport
+    from harness.measure import arrival_stamps
 
-    monkeypatch.setattr(transport, "KERNEL_STAMPS", False)
+    monkeypatch.setattr(arrival_stamps, "KERNEL_STAMPS", False)
     # 50 ms steps; after each short request a 20 ms wait, then a 110 ms hold: the window
     # [20, 130] ms covers the long stream's writes at 50 and 100 ms.
     holds = Holds(hold_s=0.11, delay_s=0.02, only="short")

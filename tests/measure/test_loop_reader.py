@@ -6,7 +6,7 @@ import asyncio
 import socket
 import time
 
-from harness.measure import transport
+from harness.measure import arrival_stamps, transport
 
 
 def test_a_kernel_stamped_stream_is_read_in_the_loop_with_its_arrival_stamp():
@@ -23,7 +23,7 @@ def test_a_kernel_stamped_stream_is_read_in_the_loop_with_its_arrival_stamp():
             server.send(b"data: x\n\n")
             data = await asyncio.wait_for(stream.read(65536), 5)
             # ...and the reader thread does not wait on it.
-            assert stream.fd not in transport._ReaderThread.get().streams
+            assert stream.fd not in arrival_stamps.ReaderThread.get().streams
             return stream.in_loop, wrote, stream.last_arrival_t, data
         finally:
             await stream.aclose()
