@@ -17,21 +17,36 @@ class Launch(Strict):
     """How the harness starts an engine: from its own interpreter or command,
     never by importing it (vLLM and SGLang cannot share an environment)."""
 
-    python: str | None = None  # the engine environment's interpreter
-    command: list[str] | None = None  # or an explicit executable prefix, e.g. ["vllm"]
-    env: dict[str, str] = Field(default_factory=dict)
-    extra_args: list[str] = Field(default_factory=list)
-    # The dtype the engine computes in (vLLM --dtype). `cpu_native` (CPU build only):
-    # bfloat16 where oneDNN builds a bfloat16 matmul (AVX-512), float32 elsewhere (AVX2),
-    # float16 where bfloat16 would run on AMX tiles (no knee inside tens of users), so a
-    # step is memory-bound at one user and its ridge within reach on each kind of host
-    # (harness/engines/cpu_dtype.py);
-    # what it resolved to is recorded with each engine start. None: the engine decides.
-    dtype: Literal["auto", "bfloat16", "float16", "float32", "cpu_native"] | None = None
-    host: str = "127.0.0.1"
-    port: Annotated[int, Field(ge=1, le=65535)] | None = None  # None: pick a free port
-    startup_timeout_s: Positive = 1200.0
-    stop_grace_s: Positive = 30.0
+    python: str | None = Field(
+        None, description="The engine environment's Python interpreter, which runs the"
+                          " engine's server module (`${VAR}` is expanded when the engine"
+                          " starts). Give this or `command`, not both.")
+    command: list[str] | None = Field(
+        None, description="Or an explicit executable prefix the engine's arguments follow,"
+                          " e.g. `[\"vllm\"]`.")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Environment variables set for the engine process"
+                                          " (`${VAR}` expanded).")
+    extra_args: list[str] = Field(
+        default_factory=list, description="Engine flags appended after the ones specbench"
+                                          " writes, so they win (`${VAR}` expanded).")
+    # cpu_native: a step memory-bound at one user, with its ridge within reach, on each
+    # kind of host (no knee inside tens of users with bfloat16 on AMX tiles).
+    dtype: Literal["auto", "bfloat16", "float16", "float32", "cpu_native"] | None = Field(
+        None, description="The dtype the engine computes in (--dtype). `cpu_native`, for the"
+                          " CPU build only: bfloat16 where oneDNN builds a bfloat16 matmul"
+                          " (AVX-512), float32 elsewhere (AVX2), float16 where bfloat16 would"
+                          " run on AMX tiles (harness/engines/cpu_dtype.py); what it resolved"
+                          " to is recorded with each engine start. null: the engine decides.")
+    host: str = Field("127.0.0.1", description="The address the engine listens on.")
+    port: Annotated[int, Field(ge=1, le=65535)] | None = Field(
+        None, description="The engine's port; null: a free port picked at each start.")
+    startup_timeout_s: Positive = Field(
+        1200.0, description="Seconds an engine start may take to answer ready before it is"
+                            " stopped and the start counted as failed.")
+    stop_grace_s: Positive = Field(
+        30.0, description="Seconds a stopped engine gets after SIGTERM before its process"
+                          " group is killed.")
 
     @model_validator(mode="after")
     def _one_way_to_start(self) -> Launch:
@@ -43,9 +58,10 @@ class Launch(Strict):
 class Attach(Strict):
     """An OpenAI-compatible endpoint the user runs; the harness neither starts nor stops it."""
 
-    base_url: str
-    metrics: Dialect
-    served_model: str
+    base_url: str = Field(description="The endpoint's http:// or https:// URL, without"
+                                      " `/v1` (a trailing `/` is dropped).")
+    metrics: Dialect = Field(description="Which engine's /metrics names the endpoint exports.")
+    served_model: str = Field(description="The model name its requests use.")
 
     @field_validator("base_url")
     @classmethod
@@ -56,9 +72,13 @@ class Attach(Strict):
 
 
 class DrafterExpect(Strict):
-    # Tokens per round at one user, from the client's chunks over the smoke prompts: a
-    # drafter below it (a head left stale by a changed target) stops the run there.
-    acceptance_length_min: Annotated[float, Field(ge=1)] | None = None
+    """What a drafter must at least reach, checked in the smoke stage (run/smoke.py)."""
+
+    # Catches a head left stale by a changed target before any cell is measured.
+    acceptance_length_min: Annotated[float, Field(ge=1)] | None = Field(
+        None, description="Tokens per round at one user, from the client's chunks over the"
+                          " smoke prompts: a drafter below it stops the run in the smoke"
+                          " stage. null: not checked.")
 
 
 class SyntheticAcceptance(Strict):
@@ -70,8 +90,13 @@ class SyntheticAcceptance(Strict):
     SGLANG_SIMULATE_ACC_LEN) or `rates` (per-position unconditional chances that the
     first i + 1 drafts are all kept, non-increasing; vLLM's synthetic_acceptance_rates)."""
 
-    acceptance_length: Annotated[float, Field(ge=1)] | None = None
-    rates: list[Annotated[float, Field(ge=0, le=1)]] | None = None
+    acceptance_length: Annotated[float, Field(ge=1)] | None = Field(
+        None, description="Mean tokens a round, 1 to k + 1 (vLLM's"
+                          " synthetic_acceptance_length, SGLang's SGLANG_SIMULATE_ACC_LEN).")
+    rates: list[Annotated[float, Field(ge=0, le=1)]] | None = Field(
+        None, description="Per draft position i, the unconditional chance that the first"
+                          " i + 1 drafts are all kept: k entries, non-increasing (vLLM's"
+                          " synthetic_acceptance_rates).")
 
     @model_validator(mode="after")
     def _one(self) -> SyntheticAcceptance:
@@ -128,39 +153,62 @@ def k_schedule_problem(ranges: list[tuple[int, int | None, int]], max_k: int) ->
 
 
 class Drafter(Strict):
-    # specbench spelling, lowercase (ngram, eagle3, eagle, draft_model, dflash, mtp,
-    # standalone, suffix, ...). Free text on purpose: the engine is the authority on
-    # which methods exist, and pre-flight names unknown ones.
-    method: str
-    model: str | None = None
-    revision: str | None = None
-    num_draft_tokens: PositiveInt
-    # The draft weights' precision: `checkpoint` keeps the draft checkpoint's own (its
-    # config.json quantization_config, else unquantized); any other value is an engine
-    # quantization method (fp8, ...). Registered because SGLang otherwise gives the
-    # draft the target's --quantization, quantizing a BF16 drafter on the fly.
-    quantization: Annotated[str, Field(min_length=1)] = "checkpoint"
-    options: dict[str, Any] = Field(default_factory=dict)  # engine-specific extras
-    # Only for the plan's GPU-time estimate, never for a verdict.
-    assumed_acceptance_length: Positive | None = None
-    # The roofline prediction beside each measured speedup (analysis/predict.py): the
-    # draft model's size (None: no draft weights, e.g. n-gram lookup, costed at 0) and
-    # its forward passes per round (None: one per draft token; a block drafter: 1).
-    params_billion: Positive | None = None
-    draft_steps: PositiveInt | None = None
-    # What this drafter must at least reach, checked in the smoke stage (run/smoke.py).
-    expect: DrafterExpect | None = None
-    # The base model this checkpoint was trained against, when it is not the study's
-    # target on purpose: `validate` then accepts a checkpoint config naming it
-    # (prereg/drafter_base.py), and the verdict page shows it.
-    trained_against: str | None = None
-    # A control arm: the engine accepts drafts by these chances, not by their content.
-    synthetic: SyntheticAcceptance | None = None
-    # Draft tokens by running batch size: inclusive [first, last, k] ranges from batch 1,
-    # the last open (null), k = 0 drafting nothing, none above num_draft_tokens (vLLM
-    # 0.32's num_speculative_tokens_per_batch_size). The surface's verification arm
-    # carries the schedule the surface proposed (Study.schedule_arms).
-    k_schedule: list[KRange] | None = None
+    """A speculative drafter: its method, weights and k, as the engine is told them."""
+
+    # Free text on purpose: the engine is the authority on which methods exist, and
+    # pre-flight names unknown ones.
+    method: str = Field(
+        description="The speculative method in specbench's spelling, lowercase (ngram, eagle3,"
+                    " eagle, draft_model, dflash, mtp, standalone, suffix, ...), mapped to the"
+                    " engine's own name.")
+    model: str | None = Field(
+        None, description="The draft checkpoint: a hub id or local path (`${VAR}` expanded);"
+                          " null for a method without draft weights (ngram) or one that"
+                          " uses the target's own (mtp).")
+    revision: str | None = Field(
+        None, description="The draft checkpoint's hub commit; only a 40-hex sha pins it.")
+    num_draft_tokens: PositiveInt = Field(
+        description="k: draft tokens proposed per round.")
+    # Registered because SGLang otherwise gives the draft the target's --quantization,
+    # quantizing a BF16 drafter on the fly.
+    quantization: Annotated[str, Field(min_length=1)] = Field(
+        "checkpoint", description="The draft weights' precision: `checkpoint` keeps the draft"
+                                  " checkpoint's own (its config.json quantization_config,"
+                                  " else unquantized); any other value is an engine"
+                                  " quantization method (fp8, ...).")
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Engine-specific extras, passed verbatim: keys of vLLM's"
+                    " --speculative-config (e.g. prompt_lookup_max), or SGLang"
+                    " `--speculative-<key>` flags (true: the bare flag).")
+    assumed_acceptance_length: Positive | None = Field(
+        None, description="Tokens per round assumed for the plan's GPU-time estimate only,"
+                          " never for a verdict; null: plan_estimate's.")
+    params_billion: Positive | None = Field(
+        None, description="The draft model's parameters in billions, for the roofline"
+                          " prediction beside each measured speedup (analysis/predict.py);"
+                          " null: no draft weights (e.g. n-gram lookup), costed at 0.")
+    draft_steps: PositiveInt | None = Field(
+        None, description="The draft model's forward passes per round in that prediction;"
+                          " null: one per draft token (a block drafter: 1).")
+    expect: DrafterExpect | None = Field(
+        None, description="What this drafter must at least reach in the smoke stage; null:"
+                          " nothing checked.")
+    trained_against: str | None = Field(
+        None, description="The base model this checkpoint was trained against, when it is"
+                          " not the study's target on purpose: `validate` then accepts a"
+                          " checkpoint config naming it (prereg/drafter_base.py), and the"
+                          " verdict page shows it.")
+    synthetic: SyntheticAcceptance | None = Field(
+        None, description="Makes this a control arm: the engine keeps drafts by these"
+                          " chances, not by their content; never judged by a bar.")
+    k_schedule: list[KRange] | None = Field(
+        None, description="Draft tokens by running batch size: inclusive [first, last, k]"
+                          " ranges from batch 1, the last open (null), k = 0 drafting"
+                          " nothing, none above num_draft_tokens (vLLM 0.32's"
+                          " num_speculative_tokens_per_batch_size). null: k at every batch"
+                          " size. The surface's verification arm carries the schedule the"
+                          " surface proposed (Study.schedule_arms).")
 
     @model_validator(mode="after")
     def _synthetic_fits(self) -> Drafter:
@@ -192,21 +240,36 @@ class Drafter(Strict):
 
 
 class Arm(Strict):
-    name: Name
-    engine: EngineName
-    description: str | None = None
-    launch: Launch | None = None
-    attach: Attach | None = None
-    drafter: Drafter | None = None
-    baseline: Name | None = None  # its no-drafter arm on the same engine; None = a baseline
-    max_running_requests: PositiveInt | None = None
-    # SGLang only: --min-free-slots-delay, admissions held until this many running
-    # slots are free (0 or 1: off). None leaves SGLang's default, which turns it on by
-    # itself for DFLASH and DSPARK only, so a drafter arm and its baseline would queue
-    # new requests differently (harness/engines/sglang_engine.py).
-    min_free_slots_delay: Annotated[int, Field(ge=0)] | None = None
-    # The declared model of the scripted test engine (dry runs, tests).
-    scripted: ScriptedEngineSpec | None = None
+    """An arm: one engine serving the target, with a drafter or without (a baseline)."""
+
+    name: Name = Field(description="The arm's name, unique in the study; cell ids and"
+                                   " folders carry it.")
+    engine: EngineName = Field(description="The engine kind that serves it: vllm, sglang,"
+                                           " vllm-cpu or scripted (harness/engines"
+                                           " registry).")
+    description: str | None = Field(None, description="Free text shown with the arm.")
+    launch: Launch | None = Field(
+        None, description="How specbench starts the engine; give this or `attach`.")
+    attach: Attach | None = Field(
+        None, description="A running endpoint to use instead; give this or `launch`.")
+    drafter: Drafter | None = Field(
+        None, description="The speculative drafter; null: a no-drafter (baseline) arm.")
+    baseline: Name | None = Field(
+        None, description="A drafter arm's no-drafter arm on the same engine, its speedups'"
+                          " denominator; required with a drafter, null on a baseline.")
+    max_running_requests: PositiveInt | None = Field(
+        None, description="The engine's cap on requests running at once (vLLM"
+                          " --max-num-seqs, SGLang --max-running-requests); null: the"
+                          " engine's default.")
+    # Unset, SGLang turns it on by itself for DFLASH and DSPARK only, so a drafter arm and
+    # its baseline would queue new requests differently (harness/engines/sglang_engine.py).
+    min_free_slots_delay: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="SGLang only (--min-free-slots-delay): admissions held until this"
+                          " many running slots are free (0 or 1: off). null: SGLang's"
+                          " default.")
+    scripted: ScriptedEngineSpec | None = Field(
+        None, description="The scripted test engine's declared model (dry runs, tests);"
+                          " required for, and only for, engine `scripted`.")
 
     @model_validator(mode="after")
     def _consistent(self) -> Arm:

@@ -12,23 +12,34 @@ from harness.prereg.schema.base import Name, Positive, PositiveInt, Strict
 class RequestCount(Strict):
     """Measured requests per closed-loop cell: max(min, per_user x concurrency)."""
 
-    min: PositiveInt = 64
-    per_user: PositiveInt = 8
+    min: PositiveInt = Field(64, description="The fewest measured requests a cell sends.")
+    per_user: PositiveInt = Field(8, description="Measured requests per user (per unit of"
+                                                 " concurrency).")
 
     def for_concurrency(self, concurrency: int) -> int:
         return max(self.min, self.per_user * concurrency)
 
 
 class ClosedLoop(Strict):
-    concurrency: list[PositiveInt]
-    requests: RequestCount = Field(default_factory=RequestCount)
-    warmup_per_user: Annotated[int, Field(ge=0)] = 1
-    # Users' first warm-up requests cut to 1/N, 2/N, ... N/N of max_tokens, so users whose
-    # requests all have one length do not end on one engine step, every round, in
-    # lockstep (N sends at once: a turnaround the client cannot meet at 32 users, and a
-    # load no deployment sees). Warm-ups are never measured (harness/measure/patterns.py).
-    stagger_warmup: bool = False
-    max_duration_s: Positive | None = None
+    """Closed loop: N users, each sending its next request when its last one ends."""
+
+    concurrency: list[PositiveInt] = Field(
+        description="The concurrency levels (users), distinct, in increasing order; cells"
+                    " run low concurrency first.")
+    requests: RequestCount = Field(default_factory=RequestCount,
+                                   description="Measured requests per cell.")
+    warmup_per_user: Annotated[int, Field(ge=0)] = Field(
+        1, description="Unmeasured warm-up requests per user before a cell's measured ones.")
+    # Users whose requests all have one length otherwise end on one engine step, every
+    # round, in lockstep (N sends at once: a turnaround the client cannot meet at 32
+    # users, and a load no deployment sees).
+    stagger_warmup: bool = Field(
+        False, description="Cut the users' first warm-up requests to 1/N, 2/N, ... N/N of"
+                           " max_tokens, so the users leave lockstep before anything is"
+                           " measured (harness/measure/patterns.py).")
+    max_duration_s: Positive | None = Field(
+        None, description="A cap in seconds on a speed cell's wall clock: after it users"
+                          " send no further request. null: no cap.")
 
     @field_validator("concurrency")
     @classmethod
@@ -45,22 +56,44 @@ class ClosedLoop(Strict):
 class LatencyObjective(Strict):
     """What 'sustains' means for the fleet figure."""
 
-    metric: Literal["ttft", "tpot", "latency"] = "ttft"
-    percentile: Annotated[float, Field(gt=0, lt=100)] = 99.0
-    max_s: Positive = 2.0
+    metric: Literal["ttft", "tpot", "latency"] = Field(
+        "ttft", description="What is timed per request: time to first token, time per"
+                            " output token after the first, or the whole request.")
+    percentile: Annotated[float, Field(gt=0, lt=100)] = Field(
+        99.0, description="The percentile of `metric` over a cell's measured requests (a"
+                          " failed request counts as infinitely slow).")
+    max_s: Positive = Field(2.0, description="A rate is sustained when that percentile is at"
+                                             " most this many seconds.")
 
 
 class OpenLoop(Strict):
-    task: Name  # which task's prompts the arrivals draw
-    rates_relative_to_knee: list[Positive]
-    arrival: Literal["poisson", "gamma"] = "poisson"
-    burstiness: Positive = 1.0  # gamma shape; 1.0 is Poisson
-    seed: int = 0
-    duration_s: Positive | None = None
-    requests: PositiveInt | None = None
-    warmup: Annotated[int, Field(ge=0)] = 0
-    objective: LatencyObjective = Field(default_factory=LatencyObjective)
-    fleet_traffic_rps: Positive = 100.0  # the stated traffic the GPU count is given for
+    """Open loop (stage 3): requests arrive on a schedule, whatever the engine's pace, at
+    rates set from the knee, for the fleet figure (GPUs a stated traffic needs)."""
+
+    task: Name = Field(description="The task whose prompts the arrivals draw.")
+    rates_relative_to_knee: list[Positive] = Field(
+        description="The offered rates, each a multiple of the reference rate: the"
+                    " baseline's request throughput at the engine group's knee level (the"
+                    " smallest knee among its drafters, the highest measured level when"
+                    " none is located). One cell per arm and rate.")
+    arrival: Literal["poisson", "gamma"] = Field(
+        "poisson", description="The inter-arrival distribution.")
+    burstiness: Positive = Field(
+        1.0, description="The gamma distribution's shape (below 1: burstier); 1.0 is"
+                         " Poisson. Read for `gamma` only.")
+    seed: int = Field(0, description="Seeds the arrival times.")
+    duration_s: Positive | None = Field(
+        None, description="Seconds of arrivals per cell; give this, `requests`, or both (a"
+                          " cell ends at the first reached).")
+    requests: PositiveInt | None = Field(
+        None, description="Measured requests per cell.")
+    warmup: Annotated[int, Field(ge=0)] = Field(
+        0, description="Unmeasured requests sent first in each cell.")
+    objective: LatencyObjective = Field(default_factory=LatencyObjective,
+                                        description="What sustaining a rate means.")
+    fleet_traffic_rps: Positive = Field(
+        100.0, description="The stated traffic in requests/s that the fleet figure gives the"
+                           " GPU count for (ceil(traffic / the highest sustained rate)).")
 
     @model_validator(mode="after")
     def _bounded(self) -> OpenLoop:
@@ -72,5 +105,9 @@ class OpenLoop(Strict):
 
 
 class Loads(Strict):
-    closed_loop: ClosedLoop
-    open_loop: OpenLoop | None = None
+    """The loads every arm is measured under."""
+
+    closed_loop: ClosedLoop = Field(description="The closed-loop levels every speed task is"
+                                                " measured at.")
+    open_loop: OpenLoop | None = Field(None, description="The open-loop stage; null: not"
+                                                          " run.")

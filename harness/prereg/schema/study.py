@@ -27,25 +27,39 @@ from harness.prereg.schema.tasks import Sampling, TaskSpec
 class PlanEstimate(Strict):
     """Assumptions behind `specbench plan`'s GPU-time estimate (never a result)."""
 
-    assumed_acceptance_length: Positive = 2.5  # for drafters that state none
-    mean_output_tokens: Literal["max_tokens"] | PositiveInt = "max_tokens"
-    engine_start_s: Positive = 180.0
-
+    assumed_acceptance_length: Positive = Field(
+        2.5, description="Tokens per round for drafters that state no"
+                         " assumed_acceptance_length.")
+    mean_output_tokens: Literal["max_tokens"] | PositiveInt = Field(
+        "max_tokens", description="Output tokens per request assumed; `max_tokens`: each"
+                                  " task's max_tokens.")
+    engine_start_s: Positive = Field(180.0, description="Seconds assumed per engine start.")
 
 
 class Study(Strict):
-    title: str
-    registered: str  # registration date, ISO 8601
-    hardware: Hardware
-    model: ModelSpec
-    arms: list[Arm]
-    loads: Loads
-    tasks: list[TaskSpec]
-    sampling: Sampling = Field(default_factory=Sampling)
-    recording: Recording = Field(default_factory=Recording)
-    bars: Bars = Field(default_factory=Bars)
-    plan_estimate: PlanEstimate = Field(default_factory=PlanEstimate)
-    surface: Surface | None = None
+    """A pre-registration: what a study runs, how it measures, and the bars it is judged
+    by, fixed and sealed before GPU time is spent."""
+
+    title: str = Field(description="The study's title, shown on its reports.")
+    registered: str = Field(description="The registration date, YYYY-MM-DD.")
+    hardware: Hardware = Field(description="The hardware it is registered for.")
+    model: ModelSpec = Field(description="The target model.")
+    arms: list[Arm] = Field(
+        description="The arms, at least one; an item may be `file: arms/x.yaml`, an arm in a"
+                    " file of its own (the seal covers it).")
+    loads: Loads = Field(description="The loads the arms are measured under.")
+    tasks: list[TaskSpec] = Field(description="The tasks, at least one with the speed use.")
+    sampling: Sampling = Field(default_factory=Sampling,
+                               description="How every request samples.")
+    recording: Recording = Field(default_factory=Recording,
+                                 description="How cells are measured and judged valid.")
+    bars: Bars = Field(default_factory=Bars, description="The bars the run is judged by.")
+    plan_estimate: PlanEstimate = Field(
+        default_factory=PlanEstimate, description="Assumptions of the plan's GPU-time"
+                                                  " estimate, never a result.")
+    surface: Surface | None = Field(
+        None, description="The round-cost surface, a stage after the registered ones, never"
+                          " read by a bar; null: not measured.")
 
     @field_validator("registered", mode="before")
     @classmethod

@@ -14,14 +14,21 @@ from harness.workloads.kinds import SCORED_KINDS, TaskKind
 class HubSource(Strict):
     """Load the task from a hub dataset instead of the vendored copy (needs network)."""
 
-    dataset: str
-    revision: str
-    config: str | None = None  # the dataset's configuration (e.g. "main" for openai/gsm8k)
-    split: str | None = None
-    # speed_bench: the categories kept, in the dataset's order (None: every one), and what
-    # to do with placeholder rows. Filled from the task's own fields (TaskSpec below).
-    categories: list[str] | None = None
-    placeholders: Literal["refuse", "drop"] | None = None
+    dataset: str = Field(description="The hub dataset id (e.g. `openai/gsm8k`).")
+    revision: str = Field(description="The dataset commit it is read at.")
+    config: str | None = Field(
+        None, description="The dataset's configuration (e.g. `main` for openai/gsm8k); null:"
+                          " the kind's own (its task.yaml) for the kind's dataset, else the"
+                          " dataset's default.")
+    split: str | None = Field(None, description="The split read; null: the kind's own, else"
+                                                " `test`.")
+    # Filled from a speed_bench task's own fields (TaskSpec below).
+    categories: list[str] | None = Field(
+        None, description="speed_bench: the categories kept, in the dataset's order (null:"
+                          " every one).")
+    placeholders: Literal["refuse", "drop"] | None = Field(
+        None, description="speed_bench: what is done with placeholder rows (TaskSpec's"
+                          " `placeholders`).")
 
 
 # SPEED-Bench (nvidia/SPEED-Bench): its configurations, from its dataset card.
@@ -32,29 +39,47 @@ _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
 class TaskSpec(Strict):
-    name: Name
-    kind: TaskKind
-    uses: list[TaskUse]
-    max_tokens: PositiveInt
-    source: HubSource | None = None  # None: the vendored, sha256-checked copy
-    subset: PositiveInt | None = None  # a seeded sample of this many items (small studies)
-    subset_seed: int = 0
-    # Identity cells compare this many prompts (the first of the task's order).
-    identity_items: PositiveInt = 32
-    # first: each item's first turn only. all: a multi-turn item (MT-Bench's two turns,
-    # SPEED-Bench's multi-turn rows) is one user session, each later turn sent after the
-    # answer before it arrives, with that answer in its messages; every turn a request.
-    turns: Literal["first", "all"] = "first"
-    # speed_bench only: the dataset's configuration, the categories kept (None: all) and
-    # the commit it is read at, from the hub cache (`specbench fetch` puts it there). They
-    # fill `source`, which the loaders read (harness/workloads/speed_bench.py).
-    config: SpeedBenchConfig | None = None
-    categories: list[str] | None = None
-    revision: str | None = None
-    # Rows the hub publishes as a placeholder sentence (harness/workloads/speed_bench.py):
-    # never sent. refuse (None: the default) refuses the study; drop measures the rest,
-    # the dropped counted by category in the manifest and on the report.
-    placeholders: Literal["refuse", "drop"] | None = None
+    """A task: a data set of prompts, what it is used for, and how much each answer may be."""
+
+    name: Name = Field(description="The task's name, unique in the study; cell ids carry it.")
+    kind: TaskKind = Field(description="Which data set and scorer (workloads/<kind>/): chat"
+                                       " (MT-Bench), gsm8k, humaneval, mmlu, speed_bench.")
+    uses: list[TaskUse] = Field(
+        description="What it is measured for, each once: `speed` (closed-loop cells at every"
+                    " level), `accuracy` (scored cells; scored kinds only), `identity`"
+                    " (greedy outputs compared with the baseline's).")
+    max_tokens: PositiveInt = Field(description="The most output tokens a request asks for.")
+    source: HubSource | None = Field(
+        None, description="Read from a hub dataset instead; null: the vendored,"
+                          " sha256-checked copy. A speed_bench task's is filled from its"
+                          " own fields.")
+    subset: PositiveInt | None = Field(
+        None, description="A seeded sample of this many items (small studies); null: every"
+                          " item.")
+    subset_seed: int = Field(0, description="Seeds that sample.")
+    identity_items: PositiveInt = Field(
+        32, description="Identity cells compare this many prompts (the first in the task's"
+                        " order).")
+    turns: Literal["first", "all"] = Field(
+        "first", description="`first`: each item's first turn only. `all`: a multi-turn item"
+                             " (MT-Bench's two turns, SPEED-Bench's multi-turn rows) is one"
+                             " user session, each later turn sent once the answer before it"
+                             " arrives, with that answer in its messages; every turn a"
+                             " request. `all` is for chat and speed_bench only.")
+    # The three fill `source`, which the loaders read (harness/workloads/speed_bench.py).
+    config: SpeedBenchConfig | None = Field(
+        None, description="speed_bench only (required there): the dataset's configuration.")
+    categories: list[str] | None = Field(
+        None, description="speed_bench only: the categories kept, distinct (null: all).")
+    revision: str | None = Field(
+        None, description="speed_bench only (required there): the 40-hex nvidia/SPEED-Bench"
+                          " commit it is read at, from the hub cache (`specbench fetch` puts"
+                          " it there).")
+    placeholders: Literal["refuse", "drop"] | None = Field(
+        None, description="speed_bench only: rows the hub publishes as a placeholder sentence"
+                          " are never sent. `refuse` (null: the default) refuses the study;"
+                          " `drop` measures the rest, the dropped counted by category in the"
+                          " manifest and on the report.")
 
     @field_validator("uses")
     @classmethod
@@ -110,7 +135,10 @@ class TaskSpec(Strict):
 
 
 class Sampling(Strict):
-    temperature: Annotated[float, Field(ge=0)] = 0.0
-    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
-    seed: int = 0
-    ignore_eos: bool = False
+    """How every request samples (sent in each request's body)."""
+
+    temperature: Annotated[float, Field(ge=0)] = Field(0.0, description="0: greedy.")
+    top_p: Annotated[float, Field(gt=0, le=1)] = Field(1.0, description="Nucleus sampling's"
+                                                                         " mass; 1: off.")
+    seed: int = Field(0, description="Each request's seed, and the engine's (--seed).")
+    ignore_eos: bool = Field(False, description="Decode to max_tokens past end of sequence.")
