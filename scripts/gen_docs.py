@@ -36,10 +36,8 @@ from scripts.docgen.commands import command_reference  # noqa: E402
 from scripts.docgen.models import model_reference  # noqa: E402
 
 # The parts whose every field must carry Field(description=...): a field without one fails
-# the build, naming it. Add "registration" once schema.py's field comments have become
-# descriptions (issue 49, with its split into a package); until then a field's comment is
-# shown in its place.
-DESCRIBED_PARTS: set[str] = set()
+# the build, naming it. The run folder's models still show a field's comment in its place.
+DESCRIBED_PARTS: set[str] = {"registration"}
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
 
 

@@ -184,9 +184,10 @@ def model_reference(roots: dict[str, list[type[BaseModel]]], heading: str = "##"
         raise DocsError(f"{len(missing)} fields have no Field(description=...): "
                         + ", ".join(missing))
     total = sum(len(defs[name].get("properties", {})) for name in order)
-    out = [f"{len(order)} models, {total} fields; {total - len(missing)} fields described by"
-           f" `Field(description=...)`, the rest by the comment beside them in the source"
-           f" (*in italics*).", ""]
+    head = f"{len(order)} models, {total} fields"
+    out = [f"{head}, each described by its `Field(description=...)`." if not missing else
+           f"{head}; {total - len(missing)} fields described by `Field(description=...)`, the"
+           f" rest by the comment beside them in the source (*in italics*).", ""]
     for name in order:
         d = defs[name]
         module, _, cls = d["x-class"].rpartition(".")

@@ -101,6 +101,39 @@ def test_every_registration_field_is_in_the_registration_reference() -> None:
     assert assert_every_field_documented(gen_docs.registration(), [Study]) > 150
 
 
+def test_every_registration_field_is_described_by_its_own_description() -> None:
+    """Every field of every model a registration reaches carries Field(description=...),
+    read here from pydantic's own fields (not the generator's output)."""
+    from harness.prereg.schema import Study
+
+    assert "registration" in gen_docs.DESCRIBED_PARTS
+    undescribed = [f"{model.__name__}.{name}" for model in models_reached(Study)
+                   for name, field in model.model_fields.items()
+                   if not (field.description or "").strip()]
+    assert not undescribed, undescribed
+    assert "each described by its `Field(description=...)`" in gen_docs.registration()
+
+
+def test_a_registration_field_without_a_description_fails_the_reference(monkeypatch) -> None:
+    """Two models below the top, with a comment beside it: the reference refuses it, naming
+    it (the strict build runs this part: tests/docs/test_site_build.py)."""
+    from harness.prereg import schema
+
+    class LooseRegime(schema.RegimeCheck):
+        max_skew: float = 1.0  # a comment beside it is not a description
+
+    class LooseRecording(schema.Recording):
+        regime: LooseRegime = Field(default_factory=LooseRegime, description="the regime")
+
+    class LooseStudy(schema.Study):
+        recording: LooseRecording = Field(default_factory=LooseRecording, description="r")
+
+    monkeypatch.setattr(schema, "Study", LooseStudy)
+    with pytest.raises(DocsError, match=r"^1 fields have no Field\(description=\.\.\.\):"
+                                        r" LooseRegime\.max_skew$"):
+        gen_docs.registration()
+
+
 def test_every_run_folder_record_field_is_in_the_run_folder_reference() -> None:
     from harness.records import GpuSample, MetricSample, RequestRecord
     from harness.rundir import CellFile, CompleteFile, ScoreRecord
