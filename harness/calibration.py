@@ -19,11 +19,12 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness.prereg.schema import Study
+from harness.prereg.schema.base import Positive
 
 if TYPE_CHECKING:
     from harness.rundir.manifest import Manifest
@@ -34,7 +35,6 @@ DTYPES = ("bfloat16", "float16", "float32", "float8")
 # loaded host and a first CUDA context take the rest.
 TIMEOUT_S = 120.0
 
-Positive = Annotated[float, Field(gt=0)]
 CalibrationStatus = Literal["ok", "failed", "skipped"]
 
 

@@ -311,7 +311,7 @@ class GpuSample(RecordModel):
 # --- the smoke stage (harness/run/smoke.py): smoke/arms.jsonl ---------------------------
 
 
-SmokeStatus = Literal["passed", "failed"]
+SmokeOutcome = Literal["passed", "failed"]
 
 
 class SmokeAnswer(RecordModel):
@@ -369,7 +369,7 @@ class SmokeArmCheck(RecordModel):
     started_wall: float
     ended_wall: float
     engine: Literal["started", "reused", "attached", "not started"]
-    status: SmokeStatus
+    status: SmokeOutcome
     failed_check: Literal["start", "answer", "counter", "draft_count", "acceptance"] | None = None
     reason: str | None = None  # one line naming the arm
     log_line: str | None = None  # the engine log's last relevant line
@@ -387,7 +387,7 @@ class SmokeIdentityCheck(RecordModel):
     baseline: str
     key: str  # the drafter's check key (it covers the baseline's definition)
     wall: float
-    status: SmokeStatus
+    status: SmokeOutcome
     compared: int
     item_id: str | None = None  # the first item that differs
     char_index: int | None = None

@@ -21,7 +21,7 @@ from harness.engines.base import parse_version_output, version_probe_code
 from harness.engines.pins import EnginePin
 from harness.errors import SpecbenchError
 
-Runner = Callable[[Sequence[str]], int]
+CommandRunner = Callable[[Sequence[str]], int]
 
 
 def _run(cmd: Sequence[str]) -> int:
@@ -105,7 +105,7 @@ def install_engine(
     python: str | None = None,
     quiet: bool = False,
     force: bool = False,
-    run: Runner = _run,
+    run: CommandRunner = _run,
     say: Callable[[str], None] = print,
 ) -> Path:
     """Create (or reuse) the pin's venv; returns its python. Raises SpecbenchError."""

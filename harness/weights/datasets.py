@@ -117,7 +117,7 @@ def absent_line(source: DatasetSource, cache: Path | None = None) -> str | None:
     return None
 
 
-def locate(source: DatasetSource, cache: Path | None = None) -> list[Path]:
+def dataset_files(source: DatasetSource, cache: Path | None = None) -> list[Path]:
     """The configuration's parquet files in the cache, offline. Raises DatasetNotFetched."""
     problem = absent_line(source, cache)
     if problem is not None:
@@ -129,7 +129,7 @@ def locate(source: DatasetSource, cache: Path | None = None) -> list[Path]:
 
 def file_digests(source: DatasetSource, cache: Path | None = None) -> dict[str, str]:
     """{dataset@revision/path in the snapshot: sha256} of the files the task reads."""
-    files = locate(source, cache)
+    files = dataset_files(source, cache)
     snapshot = snapshot_of(source, cache)
     assert snapshot is not None
     return {f"{source.dataset}@{source.revision}/{p.relative_to(snapshot).as_posix()}":
@@ -144,7 +144,7 @@ def fetch_dataset(source: DatasetSource, console: Console, cache: Path | None = 
     ~100 MB). huggingface_hub skips what the cache already holds."""
     cache = cache or hub_cache_dir()
     if offline:
-        return locate(source, cache)
+        return dataset_files(source, cache)
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
@@ -160,7 +160,7 @@ def fetch_dataset(source: DatasetSource, console: Console, cache: Path | None = 
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as err:
         raise DatasetNotFetched(download_problem(err, source.label, source.revision,
                                                  "dataset")) from None
-    return locate(source, cache)
+    return dataset_files(source, cache)
 
 
 def task_dataset(task: object) -> DatasetSource | None:

@@ -26,7 +26,7 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CHUNK = 8 << 20
 
 
-class WeightFile(BaseModel):
+class FileHash(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     file: str  # relative to the checkpoint folder
@@ -71,13 +71,13 @@ def _read_cache(path: Path) -> dict[str, _Entry]:
         return {}  # absent or unreadable: hash again
 
 
-def weight_hashes(folder: Path) -> tuple[list[WeightFile], int]:
+def weight_hashes(folder: Path) -> tuple[list[FileHash], int]:
     """(each weight file with its sha256, how many were hashed now rather than cached)."""
     folder = Path(folder)
     store = cache_file(folder)
     cached = _read_cache(store)
     entries: dict[str, _Entry] = {}
-    out: list[WeightFile] = []
+    out: list[FileHash] = []
     hashed = 0
     for path in weight_files(folder):
         rel = path.relative_to(folder).as_posix()
@@ -96,7 +96,7 @@ def weight_hashes(folder: Path) -> tuple[list[WeightFile], int]:
                     f"{path}: sha256 {entry.sha256} differs from the hub's {real.name} for this"
                     f" blob ({real}): a corrupt download; delete the blob and fetch again")
         entries[rel] = entry
-        out.append(WeightFile(file=rel, size=entry.size, sha256=entry.sha256))
+        out.append(FileHash(file=rel, size=entry.size, sha256=entry.sha256))
     if hashed or set(entries) != set(cached):
         write_json(store, {k: v.model_dump() for k, v in entries.items()}, indent=1)
     return out, hashed

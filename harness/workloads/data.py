@@ -33,7 +33,7 @@ from harness.workloads.speed_bench import (
     speed_bench_digests,
     without_placeholders,
 )
-from harness.workloads.templates import TaskSpec, load_task
+from harness.workloads.templates import TaskTemplate, load_task
 
 # The registered MMLU draw (also in workloads/mmlu/PROVENANCE.json and
 # workloads/mmlu/draw_sample.py; a test checks the three agree).
@@ -58,7 +58,7 @@ class Item:
 
 
 @runtime_checkable
-class HubSource(Protocol):
+class HubSourceLike(Protocol):
     """A study's optional hub dataset: `load_dataset(dataset, revision=..., split=...)`.
 
     An optional `config` (or `name`) attribute selects the dataset's
@@ -125,7 +125,7 @@ def verify_files(kind: str) -> dict[str, str]:
     return out
 
 
-def data_digests(kind: str, source: HubSource | None = None) -> dict[str, str]:
+def data_digests(kind: str, source: HubSourceLike | None = None) -> dict[str, str]:
     """{path under workloads/: sha256} of every file the task uses.
 
     That is each vendored data file (verified against PROVENANCE.json) and the
@@ -179,7 +179,7 @@ def _read_json_rows(path: Path, digest: str) -> list[dict]:
         return ds.to_list()
 
 
-def _read_hub_rows(kind: str, spec: TaskSpec, source: HubSource) -> list[dict]:
+def _read_hub_rows(kind: str, spec: TaskTemplate, source: HubSourceLike) -> list[dict]:
     hint = spec.hub_hint
     config = getattr(source, "config", None) or getattr(source, "name", None)
     if config is None and hint and hint.get("dataset") == source.dataset:
@@ -205,7 +205,7 @@ def _need(row: dict, key: str, where: str) -> Any:
     return row[key]
 
 
-def _items_gsm8k(spec: TaskSpec, rows: list[dict], where: str) -> list[Item]:
+def _items_gsm8k(spec: TaskTemplate, rows: list[dict], where: str) -> list[Item]:
     items = []
     for i, row in enumerate(rows):
         question = _need(row, "question", f"{where} line {i}")
@@ -224,7 +224,7 @@ def _items_gsm8k(spec: TaskSpec, rows: list[dict], where: str) -> list[Item]:
     return items
 
 
-def _items_chat(spec: TaskSpec, rows: list[dict], where: str) -> list[Item]:
+def _items_chat(spec: TaskTemplate, rows: list[dict], where: str) -> list[Item]:
     items = []
     for i, row in enumerate(rows):
         qid = row.get("question_id", row.get("prompt_id"))
@@ -243,7 +243,7 @@ def _items_chat(spec: TaskSpec, rows: list[dict], where: str) -> list[Item]:
     return items
 
 
-def _items_humaneval(spec: TaskSpec, rows: list[dict], where: str) -> list[Item]:
+def _items_humaneval(spec: TaskTemplate, rows: list[dict], where: str) -> list[Item]:
     items = []
     for i, row in enumerate(rows):
         ref = {
@@ -261,7 +261,7 @@ def _items_humaneval(spec: TaskSpec, rows: list[dict], where: str) -> list[Item]
     return items
 
 
-def _mmlu_item(spec: TaskSpec, row_id: str, subject: str, question, choices, answer) -> Item:
+def _mmlu_item(spec: TaskTemplate, row_id: str, subject: str, question, choices, answer) -> Item:
     if len(choices) != 4 or answer not in _LETTERS:
         raise DataIntegrityError(f"mmlu {row_id}: needs 4 choices and an answer letter A-D")
     fields = {"question": question, **dict(zip(_LETTERS, choices, strict=True))}
@@ -273,7 +273,7 @@ def _mmlu_item(spec: TaskSpec, row_id: str, subject: str, question, choices, ans
     )
 
 
-def _items_mmlu(spec: TaskSpec, rows: list[dict], where: str) -> list[Item]:
+def _items_mmlu(spec: TaskTemplate, rows: list[dict], where: str) -> list[Item]:
     items = []
     for i, row in enumerate(rows):
         w = f"{where} line {i}"
@@ -295,7 +295,7 @@ def mmlu_draw_key(row_id: str, seed: int = MMLU_DRAW_SEED) -> str:
     return hashlib.sha256(f"{seed}:{row_id}".encode()).hexdigest()
 
 
-def _items_mmlu_hub(spec: TaskSpec, rows: list[dict], where: str) -> list[Item]:
+def _items_mmlu_hub(spec: TaskTemplate, rows: list[dict], where: str) -> list[Item]:
     """Hub MMLU (cais/mmlu layout: question, subject, choices, answer index or letter).
 
     Row ids count rows per subject in the split's order; the registered draw
@@ -322,7 +322,7 @@ def _items_mmlu_hub(spec: TaskSpec, rows: list[dict], where: str) -> list[Item]:
     return sorted(keep, key=_mmlu_order)
 
 
-def _items_speed_bench(spec: TaskSpec, rows: list[dict], where: str) -> list[Item]:
+def _items_speed_bench(spec: TaskTemplate, rows: list[dict], where: str) -> list[Item]:
     """SPEED-Bench rows (harness.workloads.speed_bench): the reference keeps the row's
     category, sub-category, difficulty, source, multiturn and how many turns it has."""
     items = []
@@ -379,7 +379,7 @@ def subset_items(items: list[Item], n: int, seed: int = 0) -> list[Item]:
 def load_items(
     kind: str,
     *,
-    source: HubSource | None = None,
+    source: HubSourceLike | None = None,
     subset: int | None = None,
     subset_seed: int = 0,
 ) -> list[Item]:

@@ -7,10 +7,10 @@ steps; here nothing imports back.
 
 from __future__ import annotations
 
-from harness.workloads.templates import TaskSpec, load_task
+from harness.workloads.templates import TaskTemplate, load_task
 
 
-def _declared(kind: str) -> TaskSpec:
+def _declared(kind: str) -> TaskTemplate:
     return load_task(kind)
 
 

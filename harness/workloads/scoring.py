@@ -14,7 +14,7 @@ from harness.workloads.extract import gsm8k_equal, humaneval_program
 from harness.workloads.kinds import SCORED_KINDS, TASK_KINDS
 from harness.workloads.sandbox import SandboxLimits, default_parallel, run_programs
 from harness.workloads.stats import wilson_interval
-from harness.workloads.templates import TaskSpec, load_task
+from harness.workloads.templates import TaskTemplate, load_task
 
 
 class NoScorerError(ValueError):
@@ -50,7 +50,7 @@ def _check_item(kind: str, item: Item, response) -> None:
 
 
 def humaneval_program_for(
-    item: Item, response: str, spec: TaskSpec | None = None
+    item: Item, response: str, spec: TaskTemplate | None = None
 ) -> tuple[str, str]:
     """(extracted code, full program to run) for a HumanEval response; `spec` is the
     loaded humaneval task (loaded here when not given)."""
@@ -60,7 +60,7 @@ def humaneval_program_for(
     return code, humaneval_program(ref["prompt"], code, ref["test"], ref["entry_point"])
 
 
-def _score_text(kind: str, spec: TaskSpec, item: Item, response: str) -> ItemScore:
+def _score_text(kind: str, spec: TaskTemplate, item: Item, response: str) -> ItemScore:
     if kind == "gsm8k":
         gold = item.reference["answer"]
         found = spec.extract_answer(response)

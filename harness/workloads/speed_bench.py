@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.weights.datasets import DatasetSource, file_digests, locate
+from harness.weights.datasets import DatasetSource, dataset_files, file_digests
 
 COLUMNS = ("question_id", "category", "sub_category", "turns", "source", "src_id",
            "difficulty", "multiturn")
@@ -36,7 +36,7 @@ def read_rows(source: Any) -> list[dict]:
     import pyarrow.parquet as pq
 
     rows: list[dict] = []
-    for path in locate(dataset_source(source)):
+    for path in dataset_files(dataset_source(source)):
         table = pq.read_table(path)
         missing = [c for c in COLUMNS if c not in table.column_names]
         if missing:

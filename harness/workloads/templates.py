@@ -21,7 +21,7 @@ from harness import paths
 from harness.workloads.kinds import SCORED_KINDS, TASK_KINDS
 from harness.workloads.steps import Extraction, ScorerSection, StepCall, describe, run_steps
 
-__all__ = ["TASK_KINDS", "TaskDefinitionError", "TaskSpec", "load_task", "task_path"]
+__all__ = ["TASK_KINDS", "TaskDefinitionError", "TaskTemplate", "load_task", "task_path"]
 _ROLES = ("system", "user", "assistant")
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
@@ -31,7 +31,7 @@ class TaskDefinitionError(ValueError):
 
 
 @dataclass(frozen=True)
-class TaskSpec:
+class TaskTemplate:
     kind: str
     path: Path
     description: str
@@ -64,7 +64,7 @@ def task_path(kind: str) -> Path:
     return paths.WORKLOADS_DIR / kind / "task.yaml"
 
 
-def load_task(kind: str) -> TaskSpec:
+def load_task(kind: str) -> TaskTemplate:
     if kind not in TASK_KINDS:
         raise ValueError(f"unknown task kind {kind!r}; known: {', '.join(TASK_KINDS)}")
     path = task_path(kind)
@@ -117,7 +117,7 @@ def load_task(kind: str) -> TaskSpec:
     else:
         need(scorer is None, f"'scorer.name' must be null ({kind!r} has no correctness scorer)")
         need(not section.extract, "'scorer.extract' is for scored tasks; this one has no scorer")
-    return TaskSpec(
+    return TaskTemplate(
         kind=kind,
         path=path,
         description=str(doc.get("description", "")),

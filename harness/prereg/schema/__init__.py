@@ -39,7 +39,13 @@ from harness.prereg.schema.base import (
     TaskUse,
     registered_engine,
 )
-from harness.prereg.schema.loads import ClosedLoop, LatencyObjective, Loads, OpenLoop, RequestCount
+from harness.prereg.schema.loads import (
+    ClosedLoopSpec,
+    LatencyObjective,
+    Loads,
+    OpenLoopSpec,
+    RequestCount,
+)
 from harness.prereg.schema.recording import Recording, RegimeCheck
 from harness.prereg.schema.study import CrossReferenceError, PlanEstimate, Study
 from harness.prereg.schema.surface import (
@@ -60,9 +66,9 @@ from harness.prereg.schema.tasks import (
 
 __all__ = [
     "SCHEDULE_PREFIX", "SPEED_BENCH_DATASET", "SURFACE_PREFIX", "AccuracyBar", "Arm", "Attach",
-    "Bars", "CheckBar", "ClosedLoop", "CrossReferenceError", "Decomposition", "Drafter",
+    "Bars", "CheckBar", "ClosedLoopSpec", "CrossReferenceError", "Decomposition", "Drafter",
     "DrafterExpect", "EngineName", "Hardware", "HubSource", "IdentityBar", "Intervals", "KRange",
-    "KneeBar", "LatencyObjective", "Launch", "Loads", "ModelSpec", "Name", "OpenLoop", "PassBar",
+    "KneeBar", "LatencyObjective", "Launch", "Loads", "ModelSpec", "Name", "OpenLoopSpec", "PassBar",
     "PlanEstimate", "Positive", "PositiveInt", "Recording", "RegimeCheck", "RequestCount",
     "Sampling", "SpeedBar", "SpeedBenchConfig", "StopBar", "Strict", "Study", "Surface",
     "SyntheticAcceptance", "TaskSpec", "TaskUse", "k_schedule_problem", "registered_engine",

@@ -20,7 +20,7 @@ class RequestCount(Strict):
         return max(self.min, self.per_user * concurrency)
 
 
-class ClosedLoop(Strict):
+class ClosedLoopSpec(Strict):
     """Closed loop: N users, each sending its next request when its last one ends."""
 
     concurrency: list[PositiveInt] = Field(
@@ -66,7 +66,7 @@ class LatencyObjective(Strict):
                                              " most this many seconds.")
 
 
-class OpenLoop(Strict):
+class OpenLoopSpec(Strict):
     """Open loop (stage 3): requests arrive on a schedule, whatever the engine's pace, at
     rates set from the knee, for the fleet figure (GPUs a stated traffic needs)."""
 
@@ -96,7 +96,7 @@ class OpenLoop(Strict):
                            " GPU count for (ceil(traffic / the highest sustained rate)).")
 
     @model_validator(mode="after")
-    def _bounded(self) -> OpenLoop:
+    def _bounded(self) -> OpenLoopSpec:
         if self.duration_s is None and self.requests is None:
             raise ValueError("give duration_s or requests, so each open-loop cell ends")
         if not self.rates_relative_to_knee:
@@ -107,7 +107,7 @@ class OpenLoop(Strict):
 class Loads(Strict):
     """The loads every arm is measured under."""
 
-    closed_loop: ClosedLoop = Field(description="The closed-loop levels every speed task is"
-                                                " measured at.")
-    open_loop: OpenLoop | None = Field(None, description="The open-loop stage; null: not"
-                                                          " run.")
+    closed_loop: ClosedLoopSpec = Field(description="The closed-loop levels every speed task is"
+                                                    " measured at.")
+    open_loop: OpenLoopSpec | None = Field(None, description="The open-loop stage; null: not"
+                                                              " run.")
