@@ -55,7 +55,7 @@ from harness.measure.delivered import (
 from harness.measure.driver import run_cell
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.placement import place_client
-from harness.measure.priority import match_engine_priority, restore
+from harness.measure.priority import match_engine_priority, restore_priority
 from harness.measure.requests import RequestSpec
 from harness.measure.scrape import MetricsScraper
 from harness.prereg import load_study
@@ -488,7 +488,7 @@ def main() -> int:
                     return server_side(asyncio.run(specbench_cell(
                         engine, prompts, ClosedLoop(concurrency=c, requests=len(prompts)))))
                 finally:
-                    restore()
+                    restore_priority()
 
             def peer(i: int) -> Run:
                 return server_side(vllm_bench(python, engine, model, data, len(prompts),
@@ -522,7 +522,7 @@ def main() -> int:
                     ours_open = asyncio.run(specbench_cell(
                         engine, prompts, OpenLoop(rate=rate, requests=arrivals, seed=1)))
                 finally:
-                    restore()
+                    restore_priority()
                 opened = [ours_open,
                           vllm_bench(python, engine, model, data, arrivals, tmp / "open.json",
                                      rate=rate, seed=1)]

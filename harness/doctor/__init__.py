@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.doctor.check import Check
-from harness.doctor.gpu import read_gpus
+from harness.doctor.gpu import gpu_report
 from harness.doctor.gpu_checks import gpu_checks
 from harness.doctor.host_checks import (
     environment_checks,
@@ -28,7 +28,7 @@ def run_doctor(study: Study, results_dir: Path, *, stop_stale: bool = False,
                doctor_cmd: str = "specbench doctor FILE") -> list[Check]:
     """Every check, in the order they are printed. `study` is the text as registered."""
     stale = find_stale_in(results_dir)
-    report = read_gpus()
+    report = gpu_report()
     checks = gpu_checks(study, report, stale)
     try:
         expanded = expand_study(study)

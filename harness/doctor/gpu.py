@@ -1,6 +1,6 @@
 """What the GPU host's driver says, through NVML (the nvidia-ml-py package, `pynvml`).
 
-`read_gpus()` never raises: on a host without a GPU, a driver or the library, it
+`gpu_report()` never raises: on a host without a GPU, a driver or the library, it
 returns a report with `error` set and no devices, and the doctor says "no GPU".
 """
 
@@ -21,7 +21,7 @@ class GpuProcess:
 
 
 @dataclass
-class Gpu:
+class GpuStatus:
     index: int
     name: str
     total_bytes: int
@@ -34,7 +34,7 @@ class GpuReport:
     error: str | None = None  # why there are no GPU facts
     driver: str | None = None
     cuda: str | None = None  # the highest CUDA version the driver supports, "12.4"
-    gpus: list[Gpu] = field(default_factory=list)
+    gpus: list[GpuStatus] = field(default_factory=list)
 
 
 def load_nvml() -> ModuleType:
@@ -63,7 +63,7 @@ def _processes(nvml: Any, handle: Any) -> list[GpuProcess]:
     return list(seen.values())
 
 
-def read_gpus() -> GpuReport:
+def gpu_report() -> GpuReport:
     try:
         nvml = load_nvml()
     except ImportError:
@@ -82,8 +82,8 @@ def read_gpus() -> GpuReport:
         for i in range(int(nvml.nvmlDeviceGetCount())):
             handle = nvml.nvmlDeviceGetHandleByIndex(i)
             mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-            report.gpus.append(Gpu(i, _text(nvml.nvmlDeviceGetName(handle)), int(mem.total),
-                                   int(mem.free), _processes(nvml, handle)))
+            report.gpus.append(GpuStatus(i, _text(nvml.nvmlDeviceGetName(handle)), int(mem.total),
+                                         int(mem.free), _processes(nvml, handle)))
         if not report.gpus:
             report.error = "NVML reports no GPU"
         return report
@@ -103,7 +103,7 @@ def _tokens(name: str) -> list[str]:
     return [t for t in re.split(r"[^a-z0-9]+", name.lower()) if t and t != "nvidia"]
 
 
-def gpu_matches(registered: str, gpu: Gpu) -> bool:
+def gpu_matches(registered: str, gpu: GpuStatus) -> bool:
     """Whether a device is the registered GPU: every word of the registered name is in
     the device's name ("H100-PCIe-80GB" is "NVIDIA H100 PCIe", not "NVIDIA H100 80GB
     HBM3"), and a memory size ("80GB") is within 10 % of the device's memory."""

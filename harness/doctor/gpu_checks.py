@@ -6,7 +6,7 @@ from __future__ import annotations
 import psutil
 
 from harness.doctor.check import Check
-from harness.doctor.gpu import GIB, Gpu, GpuReport, gpu_matches
+from harness.doctor.gpu import GIB, GpuReport, GpuStatus, gpu_matches
 from harness.engines import get_engine_kind
 from harness.engines.base import option_value
 from harness.engines.stale import StaleEngine
@@ -89,7 +89,7 @@ def gpu_checks(study: Study, report: GpuReport, stale: list[StaleEngine]) -> lis
     return out
 
 
-def _process_check(judged: list[Gpu], stale: list[StaleEngine]) -> Check:
+def _process_check(judged: list[GpuStatus], stale: list[StaleEngine]) -> Check:
     held = [(g, p) for g in judged for p in g.processes]
     if not held:
         return Check("other GPU processes", "ok",
@@ -101,7 +101,7 @@ def _process_check(judged: list[Gpu], stale: list[StaleEngine]) -> Check:
                  f"stop them (kill {pids}); a run must have the GPU to itself")
 
 
-def _free_check(study: Study, judged: list[Gpu]) -> Check:
+def _free_check(study: Study, judged: list[GpuStatus]) -> Check:
     want = memory_fraction(study)
     free = "; ".join(f"GPU {g.index} {_gib(g.free_bytes)} of {_gib(g.total_bytes)} free"
                      for g in judged)

@@ -34,7 +34,7 @@ import psutil
 _ORIGINAL: set[int] | None = None  # this process's CPUs before any placement
 
 
-def engine_processes(engine_pid: int) -> list[psutil.Process]:
+def engine_process_tree(engine_pid: int) -> list[psutil.Process]:
     """The engine's process and every descendant (its engine core, workers); [] when gone."""
     try:
         root = psutil.Process(engine_pid)
@@ -44,7 +44,7 @@ def engine_processes(engine_pid: int) -> list[psutil.Process]:
 
 
 @dataclass
-class Placement:
+class CpuPlacement:
     allowed_cpus: list[int]
     engine_bound_cpus: list[int]
     client_cpus: list[int] | None  # None: not pinned (see reason)
@@ -89,7 +89,7 @@ def engine_outranks(engine_pid: int, client_pid: int | None = None) -> str | Non
     and kept 1-3 of 4 users at the server). With autogroup scheduling, sessions are
     ranked by their autogroup's nice first; inside one, by each process's nice."""
     client_pid = client_pid or os.getpid()
-    engine = engine_processes(engine_pid)
+    engine = engine_process_tree(engine_pid)
     try:
         client_nice = psutil.Process(client_pid).nice()
     except psutil.Error:
@@ -126,7 +126,7 @@ def autogroup(pid: int | str = "self") -> str | None:
 def engine_bound_cpus(pid: int, allowed: set[int]) -> set[int]:
     """CPUs any thread of the engine's process tree is pinned to (narrower than `allowed`)."""
     bound: set[int] = set()
-    for proc in engine_processes(pid):
+    for proc in engine_process_tree(pid):
         try:
             threads = proc.threads()
         except psutil.Error:
@@ -151,7 +151,7 @@ def confine_engine_core(engine_pid: int, cpus: set[int]) -> tuple[list[str], lis
     processes ("name pid") and a note per thread that could not be moved."""
     moved: list[str] = []
     notes: list[str] = []
-    for proc in engine_processes(engine_pid):
+    for proc in engine_process_tree(engine_pid):
         try:
             name = proc.name()
             threads = proc.threads()
@@ -180,11 +180,11 @@ def pin_threads(cpus: set[int]) -> list[str]:
     return notes
 
 
-def place_client(engine_pid: int | None) -> Placement:
+def place_client(engine_pid: int | None) -> CpuPlacement:
     """Pin this process's threads to the allowed CPUs the engine's threads do not use."""
     global _ORIGINAL
     if not hasattr(os, "sched_setaffinity"):
-        return Placement([], [], None, "the host has no CPU affinity (not Linux)")
+        return CpuPlacement([], [], None, "the host has no CPU affinity (not Linux)")
     if _ORIGINAL is None:
         _ORIGINAL = os.sched_getaffinity(0)
     allowed = set(_ORIGINAL)
@@ -207,10 +207,10 @@ def place_client(engine_pid: int | None) -> Placement:
             nice = psutil.Process(engine_pid).nice()
         except psutil.Error:
             pass
-    return Placement(sorted(allowed), sorted(bound), free if target != allowed else None,
-                     reason, nice, autogroup(engine_pid) if engine_pid else None,
-                     autogroup(os.getpid()), notes,
-                     engine_outranks(engine_pid) if engine_pid else None, confined)
+    return CpuPlacement(sorted(allowed), sorted(bound), free if target != allowed else None,
+                        reason, nice, autogroup(engine_pid) if engine_pid else None,
+                        autogroup(os.getpid()), notes,
+                        engine_outranks(engine_pid) if engine_pid else None, confined)
 
 
 def local_listener_pid(base_url: str) -> int | None:

@@ -17,7 +17,7 @@ priority, never above it:
   engine's lowest; lowering a nice needs CAP_SYS_NICE or RLIMIT_NICE, so an unprivileged
   client may not manage it, and says so.
 
-What was changed is put back by `restore()` (the run's end, or the benchmark between two
+What was changed is put back by `restore_priority()` (the run's end, or the benchmark between two
 clients): the session is the user's shell's too.
 """
 
@@ -36,7 +36,7 @@ import psutil
 from harness.measure.placement import (
     autogroup,
     autogroups_on,
-    engine_processes,
+    engine_process_tree,
     group_nice,
 )
 
@@ -71,7 +71,7 @@ def _autogroup_name(pid: int | str = "self") -> str | None:
 
 def _engine_nices(engine_pid: int) -> list[int]:
     nices = []
-    for proc in engine_processes(engine_pid):
+    for proc in engine_process_tree(engine_pid):
         with contextlib.suppress(psutil.Error):
             nices.append(proc.nice())
     return nices
@@ -152,12 +152,12 @@ def match_engine_priority(engine_pid: int) -> PriorityLift:
                                 " RLIMIT_NICE)")
         lift.client_nice = os.getpriority(os.PRIO_PROCESS, 0)
     if lift.changed and not _restore_registered:
-        atexit.register(restore)
+        atexit.register(restore_priority)
         _restore_registered = True
     return lift
 
 
-def restore() -> list[str]:
+def restore_priority() -> list[str]:
     """Put back what match_engine_priority changed (raising a nice is always allowed);
     what was put back, in words."""
     global _saved_group

@@ -24,7 +24,7 @@ from harness.measure.transport import shared_ssl_context
 from harness.records import MetricSample
 
 
-async def scrape_metrics(
+async def scrape_metrics_loop(
     *,
     metrics_url: str,
     dialect: Dialect,
@@ -92,7 +92,7 @@ async def _scrape_once(client: httpx.AsyncClient, url: str, dialect: Dialect, du
 
 
 class MetricsScraper:
-    """scrape_metrics as a task started and stopped around a cell; keeps its samples."""
+    """scrape_metrics_loop as a task started and stopped around a cell; keeps its samples."""
 
     def __init__(self, *, metrics_url: str, dialect: Dialect, interval_s: float = 1.0,
                  cell_id: str, attempt: int = 1,
@@ -112,7 +112,7 @@ class MetricsScraper:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
-            scrape_metrics(on_sample=self._keep, stop=self._stop, **self._kwargs))
+            scrape_metrics_loop(on_sample=self._keep, stop=self._stop, **self._kwargs))
 
     async def stop(self) -> list[MetricSample]:
         self._stop.set()

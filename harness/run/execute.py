@@ -19,7 +19,7 @@ from harness.measure.driver import run_cell
 from harness.measure.host_cpu import HostCpuMeter, engine_group
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.requests import scored_output_fields
-from harness.measure.scrape import scrape_metrics
+from harness.measure.scrape import scrape_metrics_loop
 from harness.plan import Cell
 from harness.prereg.schema import Arm, Study
 from harness.records import GpuSample, MetricSample, RequestRecord
@@ -94,7 +94,7 @@ async def _execute(
         cell_id=cell.id, attempt=attempt, interval_s=study.recording.scrape_interval_s,
         on_sample=on_gpu_sample)
     scraper = asyncio.create_task(
-        scrape_metrics(
+        scrape_metrics_loop(
             metrics_url=engine.metrics_url, dialect=engine.metrics_dialect,
             interval_s=study.recording.scrape_interval_s, cell_id=cell.id, attempt=attempt,
             on_sample=sample, stop=stop,

@@ -33,7 +33,7 @@ from harness.run.attempts import needs_measuring
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
 from harness.rundir import RERUN_SUFFIX, rerun_of
-from harness.rundir.manifest import Manifest, RerunRecord, SkippedCell, StopDecision
+from harness.rundir.manifest import Manifest, RerunRecord, SkippedCell, StopDecisionRecord
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def study_schedule(store: RunStore, study: Study, cells: list[Cell],
     analysis = _analysis()
     yield Batch("stage 1", [c for c in cells if c.stage == 1], smoke=True)
     stop = analysis.judge_stop(store.root, study)
-    decision = StopDecision(fired=stop.fired, judged_wall=time.time(), evidence=stop.evidence)
+    decision = StopDecisionRecord(fired=stop.fired, judged_wall=time.time(), evidence=stop.evidence)
     store.edit_manifest(lambda m: setattr(m, "stop", decision))
     stage2 = [c for c in cells if c.stage == 2]
     if stop.fired:

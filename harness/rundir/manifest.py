@@ -113,7 +113,7 @@ class EngineStart(EngineInfo):
     started_for: str | None = None  # the cell or stage it was started for
     session: EngineSession | None = None  # the registered session it belongs to
     # harness.measure.priority.PriorityLift.to_dict and
-    # harness.measure.placement.Placement.to_dict: read by the report's text only.
+    # harness.measure.placement.CpuPlacement.to_dict: read by the report's text only.
     client_priority: dict[str, Any] | None = None
     client_placement: dict[str, Any] | None = None
     # harness.run.gpu_telemetry.RunTelemetry.for_arm: the GPUs sampled for this arm.
@@ -241,7 +241,7 @@ class RerunRecord(RunRecord):
     when: float
 
 
-class StopDecision(RunRecord):
+class StopDecisionRecord(RunRecord):
     """The stop bar, judged after stage 1 (harness.run.schedule)."""
 
     fired: bool | None
@@ -373,7 +373,7 @@ class Manifest(RunRecord):
     smoke: SmokeSummary | None = None
     regime: dict[str, BaselineRegime] = {}
     sessions: list[SessionRecord] = []
-    stop: StopDecision | None = None
+    stop: StopDecisionRecord | None = None
     skipped: list[SkippedCell] = []
     reruns: list[RerunRecord] = []
     failed_cells: list[FailedCell] = []
@@ -465,6 +465,6 @@ __all__ = [
     "EngineEnvironment", "EngineInfo", "EngineSession", "EngineStart", "FailedCell",
     "HostFacts", "Manifest", "RerunRecord", "RunGpuTelemetry", "RunRecord", "RunnerRecord",
     "SessionRecord", "ShardPlan", "ShardRecord", "ShardUnit", "ShardWorkerRecord", "Sharding",
-    "SkippedCell", "SmokeSummary", "StaleEngineRecord", "StopDecision", "check_format", "since",
+    "SkippedCell", "SmokeSummary", "StaleEngineRecord", "StopDecisionRecord", "check_format", "since",
     "manifest_from", "read_manifest", "validation_problem",
 ]

@@ -10,7 +10,7 @@ import pytest
 
 from harness.analysis import analyse, check_bar_targets, judge_stop, write_verdict
 from harness.analysis.stop_check import agreement
-from harness.rundir.manifest import SkippedCell, StopDecision
+from harness.rundir.manifest import SkippedCell, StopDecisionRecord
 
 from .runfolder import (
     ACCURACY_ITEMS,
@@ -144,7 +144,7 @@ def test_stop_fires_and_skipped_cells_are_reported(tmp_path):
     assert chat["maximum"]["value"] == pytest.approx(1.29)
     assert chat["maximum"]["figure"]["drafter_cell"] == "vllm-eagle3/chat/speed/c004"
     assert len(chat["figures"]) == 9  # every drafter at every stop level, with its cells
-    b.manifest.stop = StopDecision(fired=True, judged_wall=1.0, evidence={})
+    b.manifest.stop = StopDecisionRecord(fired=True, judged_wall=1.0, evidence={})
     b.manifest.skipped = [SkippedCell(cell=f"{a['name']}/{t}/speed/c{c:03d}",
                                       reason="stop bar fired")
                           for a in b.study_data["arms"] for t in ("chat", "gsm8k")

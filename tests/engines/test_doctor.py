@@ -14,7 +14,7 @@ from conftest import tiny_study
 
 from harness.doctor import gpu as gpu_module
 from harness.doctor import run_doctor
-from harness.doctor.gpu import GIB, Gpu, gpu_matches
+from harness.doctor.gpu import GIB, GpuStatus, gpu_matches
 from harness.prereg import load_study
 from harness.weights.cache import find_checkpoint
 
@@ -186,10 +186,10 @@ def test_cpu_study_needs_no_gpu(tmp_path, hub, monkeypatch) -> None:
 
 
 def test_gpu_names_and_hub_cache_revisions() -> None:
-    pcie = Gpu(0, "NVIDIA H100 PCIe", 81559 * 1024**2, 0)
+    pcie = GpuStatus(0, "NVIDIA H100 PCIe", 81559 * 1024**2, 0)
     assert gpu_matches("H100-PCIe-80GB", pcie)
-    assert not gpu_matches("H100-PCIe-80GB", Gpu(0, "NVIDIA H100 80GB HBM3", pcie.total_bytes, 0))
-    assert not gpu_matches("H100-PCIe-80GB", Gpu(0, "NVIDIA H100 PCIe", 40 * GIB, 0))
+    assert not gpu_matches("H100-PCIe-80GB", GpuStatus(0, "NVIDIA H100 80GB HBM3", pcie.total_bytes, 0))
+    assert not gpu_matches("H100-PCIe-80GB", GpuStatus(0, "NVIDIA H100 PCIe", 40 * GIB, 0))
     assert not gpu_matches("A100", pcie)
 
 

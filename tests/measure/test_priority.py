@@ -64,10 +64,10 @@ def test_an_attached_engine_on_this_host_is_found_by_its_port():
 CLIENT_MATCHES = ("import json, os, sys\n"
                   "open('/proc/self/autogroup', 'w').write('10')\n"
                   "os.nice(10)\n"
-                  "from harness.measure.priority import match_engine_priority, restore, _autogroup_nice\n"
+                  "from harness.measure.priority import match_engine_priority, restore_priority, _autogroup_nice\n"
                   "lift = match_engine_priority(int(sys.argv[1]))\n"
                   "lifted = _autogroup_nice()\n"
-                  "restored = restore()\n"
+                  "restored = restore_priority()\n"
                   "print(json.dumps({'lift': lift.to_dict(), 'lifted': lifted,"
                   " 'after': _autogroup_nice(), 'restored': restored}))\n")
 
@@ -82,10 +82,10 @@ CLIENT_BESIDE_ENGINE = (
     "    tid.append(threading.get_native_id()); gate.wait()\n"
     "t = threading.Thread(target=worker); t.start()\n"
     "while not tid: time.sleep(0.01)\n"
-    "from harness.measure.priority import match_engine_priority, restore\n"
+    "from harness.measure.priority import match_engine_priority, restore_priority\n"
     "lift = match_engine_priority(engine.pid)\n"
     "nices = [os.getpriority(os.PRIO_PROCESS, 0), os.getpriority(os.PRIO_PROCESS, tid[0])]\n"
-    "restore()\n"
+    "restore_priority()\n"
     "back = [os.getpriority(os.PRIO_PROCESS, 0), os.getpriority(os.PRIO_PROCESS, tid[0])]\n"
     "gate.set(); t.join(); engine.kill()\n"
     "print(json.dumps({'lift': lift.to_dict(), 'nices': nices, 'back': back}))\n")

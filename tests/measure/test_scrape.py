@@ -10,7 +10,7 @@ import pytest
 from harness.derived.itl import tokens_per_chunk
 from harness.measure.driver import run_cell
 from harness.measure.patterns import ClosedLoop
-from harness.measure.scrape import MetricsScraper, per_second_series, scrape_metrics
+from harness.measure.scrape import MetricsScraper, per_second_series, scrape_metrics_loop
 from harness.records import EngineSnapshot, MetricSample
 from harness.testengine.server import serve_in_thread
 from harness.testengine.spec import ScriptedEngineSpec
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timing
 async def scrape_for(url: str, seconds: float, interval: float) -> list[MetricSample]:
     samples: list[MetricSample] = []
     stop = asyncio.Event()
-    task = asyncio.create_task(scrape_metrics(
+    task = asyncio.create_task(scrape_metrics_loop(
         metrics_url=url, dialect="vllm", interval_s=interval, cell_id="c", attempt=1,
         on_sample=samples.append, stop=stop))
     await asyncio.sleep(seconds)

@@ -15,7 +15,7 @@ from analysis.runfolder import PASSING_SPEEDUPS, RunBuilder, engine_start, study
 
 from harness.cli import main
 from harness.finalize import build_report
-from harness.rundir.manifest import Deviation, SkippedCell, StopDecision
+from harness.rundir.manifest import Deviation, SkippedCell, StopDecisionRecord
 
 # verdict, evidence, speedup, speed curves, 3 x acceptance, consistency, the three
 # acceptance figures, accuracy x 2, identity, open loop, environment: at least one page each
@@ -100,7 +100,7 @@ def test_report_of_a_stopped_run_with_missing_and_invalid_cells(tmp_path):
     b.speed("vllm-base", "gsm8k", 1, 40.0, cell_id="vllm-base/gsm8k/speed/c001/rerun1")
     b.identity_cells({"vllm-ngram": {f"item{i}": f"other text {i}" for i in range(8)}})
     b.identity("vllm-eagle3", "chat", {"item0": "x"}, valid=False)
-    b.manifest.stop = StopDecision(fired=True, judged_wall=1_700_000_100.0, evidence={})
+    b.manifest.stop = StopDecisionRecord(fired=True, judged_wall=1_700_000_100.0, evidence={})
     b.manifest.skipped = [SkippedCell(cell=f"{a}/{t}/speed/c{c:03d}", reason="stop bar fired")
                           for a in ("vllm-base", *PASSING_SPEEDUPS, "sglang-base")
                           for t in ("chat", "gsm8k") for c in (8, 16)]
