@@ -6,28 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from harness.analysis.load import CellData
-from harness.workloads import paired_comparison as shared_paired
-from harness.workloads import wilson_interval as shared_wilson
-
-
-@dataclass(frozen=True)
-class Paired:
-    n: int
-    both_right: int
-    only_a: int
-    only_b: int
-    both_wrong: int
-    mcnemar_p: float
-
-
-def wilson_interval(correct: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    lo, hi = shared_wilson(correct, n, level=level)
-    return (lo, hi)
-
-
-def paired_comparison(a: dict[str, bool], b: dict[str, bool]) -> Paired:
-    r = shared_paired(a, b)
-    return Paired(r.n, r.both_right, r.only_a, r.only_b, r.both_wrong, r.mcnemar_p)
+from harness.workloads.stats import PairedComparison, paired_comparison, wilson_interval
 
 
 @dataclass(frozen=True)
@@ -40,7 +19,7 @@ class AccuracyComparison:
     baseline_accuracy: float
     baseline_interval: tuple[float, float]
     within: bool
-    paired: Paired  # a = the drafter arm, b = the baseline
+    paired: PairedComparison  # a = the drafter arm, b = the baseline
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -163,7 +163,7 @@ class ArmJudgement:
 _SEVERITY: tuple[BarStatus, ...] = ("incomplete", "fail", "not_located", "pass")
 
 
-def combine(statuses: Iterable[str]) -> BarStatus:
+def worst_status(statuses: Iterable[str]) -> BarStatus:
     present = set(statuses)
     for s in _SEVERITY:
         if s in present:
@@ -199,9 +199,9 @@ def judge_per_task(a: Analysis, tasks: Iterable[str], arms_rule: str,
             states.append(j.status)
             entry["arms"][arm] = {"status": j.status, "why_judged": why} | j.detail
             summary.append(f"{task}/{arm}: {j.line}")
-        entry["status"] = combine(states)
+        entry["status"] = worst_status(states)
         out[task] = entry
-    return PerTask(combine(e["status"] for e in out.values()), out, summary)
+    return PerTask(worst_status(e["status"] for e in out.values()), out, summary)
 
 
 # --- JSON ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from harness.analysis.speedup import speedup_table
 from harness.errors import SpecbenchError
 
 
-def engine_groups(run: RunData) -> dict[str, list[str]]:
+def drafters_by_baseline(run: RunData) -> dict[str, list[str]]:
     """Baseline arm -> its drafter arms."""
     groups: dict[str, list[str]] = {a.name: [] for a in run.study.arms if a.baseline is None}
     for arm in run.study.arms:
@@ -41,7 +41,7 @@ def reference_levels(run: RunData) -> dict[str, dict]:
     task = open_loop.task
     knees = knee_table(run, speedup_table(run))
     out: dict[str, dict] = {}
-    for baseline, drafters in engine_groups(run).items():
+    for baseline, drafters in drafters_by_baseline(run).items():
         measured = _measured_levels(run, baseline, task)
         if not measured:
             raise SpecbenchError(f"open loop: no usable {baseline}/{task} speed cell to take a "
@@ -84,7 +84,7 @@ def open_loop_reference_rps(run_dir, study=None) -> dict[str, float]:
     refs: dict[str, float] = {}
     for baseline, info in reference_levels(run).items():
         rps = request_throughput(run.find(baseline, task, "speed", info["level"]))
-        for arm in [baseline, *engine_groups(run)[baseline]]:
+        for arm in [baseline, *drafters_by_baseline(run)[baseline]]:
             refs[arm] = rps
     return refs
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis.accuracy import wilson_interval
 from harness.analysis.categories import category_table
 from harness.analysis.cells import cell_table
 from harness.analysis.identity import compare_identity
@@ -21,6 +20,7 @@ from harness.analysis.surface import break_even_table, drafter_placements, surfa
 from harness.atomic import atomic_path
 from harness.calibration import run_hardware
 from harness.prereg.schema import Study
+from harness.workloads.stats import wilson_interval
 
 
 @dataclass

@@ -53,7 +53,7 @@ def _with_interval(v: object, lo: object, hi: object, spec: str = ".2f") -> str:
     return f"{number_text(v, spec)} [{number_text(lo, spec)}, {number_text(hi, spec)}]"
 
 
-def speedup_table(rows: pd.DataFrame, level: float) -> str:
+def speedup_table_html(rows: pd.DataFrame, level: float) -> str:
     headers = ["task", "arm", "users", f"A speedup [{level:.0%}]", f"B speedup [{level:.0%}]",
                "B/A", "B/A interval", "test", "family-wise", "status", "which arm moved"]
     body = [[r.task, r.arm, r.concurrency, _with_interval(r.speedup_a, r.ci_lower_a, r.ci_upper_a),
@@ -96,7 +96,7 @@ def compare_page(rows: pd.DataFrame, env: list[tuple[str, str, str]], run_a: str
         ("ratios", "B's speedup over A's", z_note,
          summary + f'<div class="figure">{figure_div(ratio_figure(rows), "fig-1")}</div>'),
         ("speedups", "Speedups per arm x task x level", z_note,
-         speedup_table(rows, level) if len(rows) else '<p class="note">no shared cell</p>'),
+         speedup_table_html(rows, level) if len(rows) else '<p class="note">no shared cell</p>'),
         ("acceptance", "Acceptance and round cost side by side",
          "tokens per round from the client's chunks and from the engine's counters; a round's"
          " cost over the baseline's plain step", acceptance_table(rows) if len(rows) else ""),

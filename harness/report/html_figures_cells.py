@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
 from harness.analysis.gpu import gpu_series
-from harness.analysis.open_loop import engine_groups
+from harness.analysis.open_loop import drafters_by_baseline
 from harness.analysis.tables import Analysis
 from harness.prereg.schema import Arm
 from harness.report.acceptance_series import NO_SERIES, acceptance_by_level, no_positions_line
@@ -125,7 +125,7 @@ def open_loop_figure(a: Analysis) -> go.Figure:
     assert ol is not None
     obj = ol.objective
     label = f"p{obj.percentile:g} {obj.metric.upper()}"
-    groups = engine_groups(a.run) or {"(none)": []}
+    groups = drafters_by_baseline(a.run) or {"(none)": []}
     colours = arm_colours(a)
     table = a.open_loop[a.open_loop["status"] == "complete"]
     fig = grid(2, len(groups), [f"engine group: {b}" for b in groups] + [""] * len(groups),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
+from harness.analysis.bar_common import speed_tasks
 from harness.analysis.tables import Analysis
 from harness.report import html_figures as speed
 from harness.report import html_figures_cells as cells
@@ -26,7 +27,7 @@ from harness.report.pages_load import delivered_load_lines
 from harness.report.pages_open import fleet_lines
 from harness.report.pages_quality import identity_lines, paired_lines
 from harness.report.pages_sessions import interval_lines
-from harness.report.pages_speed import speed_tasks, speedup_note
+from harness.report.pages_speed import speedup_note
 from harness.report.pages_surface import surface_text_lines, verification_lines
 from harness.report.pages_text import (
     bar_lines,
@@ -76,7 +77,7 @@ def verdict_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     if notice:
         body.append(f'<pre class="text notice">{escape(chr(10).join(notice))}</pre>')
     figures = []
-    for task in speed_tasks(a)[:HEADLINE_TASKS]:
+    for task in speed_tasks(a.run.study)[:HEADLINE_TASKS]:
         figures += [fig(speed.speedup_figure(a, task)), fig(speed.factors_figure(a, task))]
     body.append(_grid(figures) or _note("no speed task"))
     body += ["<h3>The bars</h3>", lines_html(bar_lines(a, v)),
@@ -88,7 +89,7 @@ def verdict_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def speedup_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    items = [fig(speed.speedup_figure(a, t)) for t in speed_tasks(a)]
+    items = [fig(speed.speedup_figure(a, t)) for t in speed_tasks(a.run.study)]
     return Section("speedups", "Speedup vs concurrency", _grid(items) or _note("no speed task"),
                    speedup_note(a))
 
@@ -100,7 +101,7 @@ def interval_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 def decomposition_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     body = []
-    for task in speed_tasks(a):
+    for task in speed_tasks(a.run.study):
         body += [f"<h3>Why this speedup: task {escape(task)}</h3>",
                  fig(speed.decomposition_figure(a, task), wide=True),
                  lines_html(decomposition_lines(a, task))]
@@ -159,7 +160,7 @@ def _num(v: float | None) -> str:
 
 
 def speed_curves_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    items = [fig(speed.speed_curves_figure(a, t), wide=True) for t in speed_tasks(a)]
+    items = [fig(speed.speed_curves_figure(a, t), wide=True) for t in speed_tasks(a.run.study)]
     return Section("speed-curves", "Per-user speed and throughput vs concurrency",
                    "\n".join(items) or _note("no speed task"),
                    "per-user speed = median over requests of (tokens - 1) / (end - first token);"
@@ -167,7 +168,7 @@ def speed_curves_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def acceptance_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    tasks = speed_tasks(a)[:MAX_TASKS]
+    tasks = speed_tasks(a.run.study)[:MAX_TASKS]
     body = []
     for arm in (x for x in a.run.study.arms if x.drafter is not None):
         body.append(f"<h3>{escape(arm.name)} ({escape(arm.engine)}, {escape(arm.drafter.method)},"

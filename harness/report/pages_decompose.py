@@ -13,18 +13,19 @@ import math
 
 from matplotlib.backends.backend_pdf import PdfPages
 
+from harness.analysis.bar_common import speed_tasks
 from harness.analysis.decompose import factor_shift
 from harness.analysis.tables import Analysis
 from harness.calibration import run_hardware
 from harness.report.layout import MONO, empty_axes, log2_axis, new_page, save, table_lines
-from harness.report.pages_speed import arm_colours, speed_tasks
+from harness.report.pages_speed import arm_colours
 
 ROWS_ON_PAGE = 14
 
 
 def decomposition_pages(pdf: PdfPages, a: Analysis) -> int:
     pages = 0
-    for task in speed_tasks(a):
+    for task in speed_tasks(a.run.study):
         _task_page(pdf, a, task)
         pages += 1
     return pages

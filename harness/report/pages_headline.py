@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from matplotlib.backends.backend_pdf import PdfPages
 
+from harness.analysis.bar_common import speed_tasks
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, log2_axis, new_page, save, wrap_lines
-from harness.report.pages_speed import arm_colours, speed_tasks, speedup_axes, speedup_legend
+from harness.report.pages_speed import arm_colours, speedup_axes, speedup_legend
 from harness.rundir.verdict import Verdict
 
 HEADLINE_TASKS = 3  # columns on page one; further tasks are on the speedup pages
@@ -53,7 +54,7 @@ def headline_page(pdf: PdfPages, a: Analysis, verdict: Verdict, notice: list[str
         fig.text(0.03, 0.775 - below, "\n".join(shown), va="top", ha="left", color="#b26a00",
                  fontdict={"family": "monospace", "size": 7}, linespacing=1.3)
         top -= 0.022 * len(shown)
-    tasks = speed_tasks(a)[:HEADLINE_TASKS] or [""]
+    tasks = speed_tasks(a.run.study)[:HEADLINE_TASKS] or [""]
     colours = arm_colours(a)
     n = len(tasks)
     grid = fig.add_gridspec(2, n, height_ratios=[2.6, 1.0], left=0.06, right=0.98, top=top,

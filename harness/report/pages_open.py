@@ -6,7 +6,7 @@ import math
 
 from matplotlib.backends.backend_pdf import PdfPages
 
-from harness.analysis.open_loop import engine_groups
+from harness.analysis.open_loop import drafters_by_baseline
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, new_page, save, table_lines
 from harness.report.pages_speed import arm_colours
@@ -24,7 +24,7 @@ def open_loop_page(pdf: PdfPages, a: Analysis) -> int:
                    f"{ol.arrival} arrivals on task {ol.task}; objective {label} <= {obj.max_s:g} s"
                    " (measured from the scheduled send, so client queueing counts; a failed"
                    " request counts as too slow)")
-    groups = engine_groups(a.run)
+    groups = drafters_by_baseline(a.run)
     grid = fig.subplots(2, max(1, len(groups)), squeeze=False, sharex="col",
                         gridspec_kw={"height_ratios": [2, 1]})
     axes, queue_axes = grid[0], grid[1]

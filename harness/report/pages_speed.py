@@ -6,6 +6,7 @@ import math
 
 from matplotlib.backends.backend_pdf import PdfPages
 
+from harness.analysis.bar_common import speed_tasks
 from harness.analysis.knee import knee_span
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, log2_axis, new_page, save
@@ -19,10 +20,6 @@ def arm_colours(a: Analysis) -> dict[str, str]:
     return {arm.name: palette[i % len(palette)] for i, arm in enumerate(a.run.study.arms)}
 
 
-def speed_tasks(a: Analysis) -> list[str]:
-    return [t.name for t in a.run.study.tasks if "speed" in t.uses]
-
-
 def _chunks(items: list[str], n: int) -> list[list[str]]:
     return [items[i:i + n] for i in range(0, len(items), n)] or [[]]
 
@@ -31,7 +28,7 @@ def speedup_pages(pdf: PdfPages, a: Analysis) -> int:
     colours = arm_colours(a)
     note = speedup_note(a)
     pages = 0
-    for tasks in _chunks(speed_tasks(a), TASKS_PER_PAGE):
+    for tasks in _chunks(speed_tasks(a.run.study), TASKS_PER_PAGE):
         fig = new_page("Speedup vs concurrency", note)
         axes = fig.subplots(1, max(1, len(tasks)), squeeze=False)[0]
         fig.subplots_adjust(left=0.06, right=0.98, top=0.83, bottom=0.2, wspace=0.25)
@@ -140,7 +137,7 @@ def speed_curve_pages(pdf: PdfPages, a: Analysis) -> int:
     cells = a.cells[(a.cells["kind"] == "speed") & (a.cells["status"] == "complete")
                     & a.cells["rerun_of"].isna()]
     pages = 0
-    for tasks in _chunks(speed_tasks(a), TASKS_PER_PAGE):
+    for tasks in _chunks(speed_tasks(a.run.study), TASKS_PER_PAGE):
         fig = new_page("Per-user speed and throughput vs concurrency",
                        "per-user speed = median over requests of (tokens - 1) / (end - first "
                        "token); throughput = output tokens / measured wall time")
