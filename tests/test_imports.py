@@ -1,6 +1,7 @@
-"""Each command imports what it needs, and no harness module imports itself back.
+"""Each command imports what it needs, no harness module imports itself back, and no two
+harness modules define the same public name.
 
-Both tests read the harness package's imports statically (ast), so they see every
+The import tests read the harness package's imports statically (ast), so they see every
 import a command can reach, including those inside functions that a plain
 `import harness.commands.report` does not run; the loaded-modules test then imports
 them in a fresh interpreter and reads sys.modules, which also catches what a package's
@@ -260,3 +261,51 @@ def test_specbench_validate_loads_at_most_60_harness_modules() -> None:
     assert rc == 0, done.stderr
     assert "harness.commands.validate" in mods and "harness.commands.run" not in mods
     assert len(mods) <= 60, f"validate loads {len(mods)} harness modules: {mods}"
+
+
+# The commands' protocol (harness/commands/<name>.py each define register and run) and the
+# `main` of a module run as a script are meant to repeat; nothing else public may.
+PROTOCOL_NAMES = {"register": "harness.commands.", "run": "harness.commands.", "main": "harness."}
+
+
+def public_definitions(tree: ast.Module) -> list[str]:
+    """The public classes, functions and type aliases a module defines at top level; module
+    constants (ALL_CAPS) are settings read beside their module's code, so left out."""
+    names = []
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+    return [n for n in names if not n.startswith("_") and not n.isupper() and n != "__all__"]
+
+
+def shared_names(modules: dict[str, Path]) -> dict[str, list[str]]:
+    where: dict[str, list[str]] = {}
+    for module, path in modules.items():
+        for name in public_definitions(ast.parse(path.read_text())):
+            if not module.startswith(PROTOCOL_NAMES.get(name, "\0")):
+                where.setdefault(name, []).append(module)
+    return {name: mods for name, mods in where.items() if len(mods) > 1}
+
+
+def test_no_two_harness_modules_define_the_same_public_name() -> None:
+    shared = shared_names(harness_modules())
+    assert not shared, "one name, two things (rename the one whose name says less): " + "; ".join(
+        f"{name} in {', '.join(mods)}" for name, mods in sorted(shared.items()))
+
+
+def test_the_same_name_check_sees_classes_functions_and_aliases(tmp_path) -> None:
+    (tmp_path / "a.py").write_text("class Gpu: ...\ndef locate(): ...\nStatus = int\nLIMIT = 1\n")
+    (tmp_path / "b.py").write_text("Gpu = int\nasync def locate(): ...\nStatus: type = str\n"
+                                   "LIMIT = 2\ndef run(): ...\n_private = 1\n")
+    (tmp_path / "c.py").write_text("def run(): ...\n")
+    modules = {"harness.x.a": tmp_path / "a.py", "harness.x.b": tmp_path / "b.py",
+               "harness.commands.c": tmp_path / "c.py", "harness.commands.d": tmp_path / "c.py"}
+    assert shared_names(modules) == {"Gpu": ["harness.x.a", "harness.x.b"],
+                                     "locate": ["harness.x.a", "harness.x.b"],
+                                     "Status": ["harness.x.a", "harness.x.b"]}
+    modules["harness.x.e"] = tmp_path / "c.py"  # two `run`s outside the commands clash
+    assert shared_names(modules)["run"] == ["harness.x.b", "harness.x.e"]
