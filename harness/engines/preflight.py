@@ -32,6 +32,7 @@ from harness.engines.pins import pin_for_interpreter
 from harness.engines.process import port_in_use
 from harness.engines.sglang_engine import SPECULATIVE_RUNNING_CAP, SglangKind
 from harness.engines.versions import probe_version
+from harness.engines.vllm_engine import WEIGHTLESS_METHODS
 from harness.errors import SpecbenchError
 from harness.weights.datasets import dataset_problems
 from harness.weights.record import weights_problems
@@ -41,8 +42,8 @@ if TYPE_CHECKING:
 
 # Methods that draft without weights of their own (vLLM and SGLang spellings).
 MODEL_FREE_METHODS = {"ngram", "ngram_gpu", "suffix", "mtp", "nextn"}
-# ... and of those, the ones with no draft weights at all (an MTP head has the target's).
-WEIGHTLESS_METHODS = {"ngram", "ngram_gpu", "suffix"}
+# ... and of those, vllm_engine.WEIGHTLESS_METHODS have no draft weights at all (an MTP head
+# has the target's).
 
 
 def preflight(study: Study, arms: list[str] | None = None) -> list[str]:
