@@ -10,13 +10,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import tiny_study
 
 from harness.doctor import gpu as gpu_module
 from harness.doctor import run_doctor
 from harness.doctor.gpu import GIB, GpuStatus, gpu_matches
 from harness.prereg import load_study
 from harness.weights.cache import find_checkpoint
+from tests.tiny_study import tiny_study
 
 ROOT = Path(__file__).resolve().parents[2]
 SHA = "a" * 40

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import tiny_study
 
 from harness.engines.process import port_in_use
 from harness.engines.stale import find_stale_engines, find_stale_in, stop_stale_engine
+from tests.tiny_study import tiny_study
 
 FAKE = Path(__file__).with_name("fake_engine.py")
 HARNESS = Path(__file__).with_name("lifetime_harness.py")

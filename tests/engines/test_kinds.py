@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import tiny_study
 
 from harness.engines import ENGINE_KINDS, get_engine_kind
 from harness.engines.base import EngineKind, expand_arm, option_value, parse_version_output
 from harness.engines.sglang_engine import SglangKind, min_free_slots, speculative_args
 from harness.engines.vllm_engine import VLLM_CPU_LAUNCHER, VllmCpuKind, VllmKind
 from harness.errors import SpecbenchError
+from tests.tiny_study import tiny_study
 
 
 def arm(name: str, engine: str, drafter: dict | None = None, **extra) -> dict:

@@ -15,11 +15,11 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from conftest import tiny_study
 
 from harness.engines.lifecycle import start_engine
 from harness.engines.process import free_port, port_in_use
 from harness.errors import SpecbenchError
+from tests.tiny_study import tiny_study
 
 FAKE = Path(__file__).with_name("fake_engine.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -243,8 +243,8 @@ def test_serve_command_unknown_arm_is_an_input_error(tmp_path: Path) -> None:
 
 HARNESS_SCRIPT = """
 import sys, time
-sys.path.insert(0, {tests!r})
-from conftest import tiny_study
+sys.path.insert(0, {root!r})
+from tests.tiny_study import tiny_study
 from harness.engines.lifecycle import start_engine
 study = tiny_study({tmp!r}, [{arm!r}])
 engine = start_engine(study.arms[0], study, {tmp!r})
@@ -258,7 +258,7 @@ def test_harness_interrupted_stops_a_running_engine(tmp_path: Path, sig: signal.
     """Ctrl-C (or SIGTERM) to a harness holding a running engine takes the engine down."""
     pids = tmp_path / "pids"
     arm = fake_arm(pids=pids, startup_timeout_s=120)
-    script = HARNESS_SCRIPT.format(tests=str(ROOT / "tests"), tmp=str(tmp_path), arm=arm)
+    script = HARNESS_SCRIPT.format(root=str(ROOT), tmp=str(tmp_path), arm=arm)
     proc = subprocess.Popen(
         [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True,

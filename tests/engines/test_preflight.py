@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from conftest import tiny_study
 
 from harness.engines.preflight import preflight, require_preflight, settings_lines
 from harness.engines.process import free_port
 from harness.engines.sglang_engine import DFLASH_WORKER
 from harness.errors import SpecbenchError
+from tests.tiny_study import tiny_study
 
 
 def fake_python(tmp_path: Path, name: str, printed: str) -> str:

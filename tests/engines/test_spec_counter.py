@@ -10,11 +10,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import tiny_study
 
 from harness.engines.lifecycle import start_engine
 from harness.errors import SpecbenchError
 from harness.testengine import __version__ as SCRIPTED_VERSION
+from tests.tiny_study import tiny_study
 
 COUNTER = {"vllm": "vllm:spec_decode_num_drafts_total",
            "sglang": "sglang:spec_verify_calls_total"}

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import tiny_study, vllm_cpu_arms, vllm_cpu_launch
 
 from harness.analysis.acceptance_requests import request_acceptance
 from harness.analysis.identity import token_divergence
@@ -32,6 +31,7 @@ from harness.measure.patterns import ClosedLoop
 from harness.measure.requests import RequestSpec, scored_output_fields
 from harness.records import RequestRecord
 from harness.rundir.manifest import EngineInfo
+from tests.tiny_study import tiny_study, vllm_cpu_arms, vllm_cpu_launch
 
 pytestmark = pytest.mark.vllm
 

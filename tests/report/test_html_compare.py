@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import re
 
-from analysis.runfolder import PASSING_SPEEDUPS, RunBuilder, study_dict
-
 from harness.cli import main
 from harness.finalize import finalize_run
 from harness.report.html_page import plotly_js
+from tests.analysis.runfolder import PASSING_SPEEDUPS, RunBuilder, study_dict
 
 
 def test_compare_writes_a_self_contained_page_with_ratios_and_differences(tmp_path, capsys):

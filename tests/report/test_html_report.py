@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from analysis.runfolder import RunBuilder
 
 from harness.analysis import analyse, evaluate
 from harness.report.html_build import html_report, write_html
 from harness.report.html_page import plotly_js
+from tests.analysis.runfolder import RunBuilder
 
 # The PDF's order (harness/report/build.py): one <section> each, always present.
 SECTIONS = ["verdict", "speedups", "intervals", "decomposition", "categories", "surface", "speed-curves",

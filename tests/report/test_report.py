@@ -11,11 +11,11 @@ import matplotlib.image as mpimg
 import numpy as np
 import pandas as pd
 import pytest
-from analysis.runfolder import PASSING_SPEEDUPS, RunBuilder, engine_start, study_dict
 
 from harness.cli import main
 from harness.finalize import build_report
 from harness.rundir.manifest import Deviation, SkippedCell, StopDecisionRecord
+from tests.analysis.runfolder import PASSING_SPEEDUPS, RunBuilder, engine_start, study_dict
 
 # verdict, evidence, speedup, speed curves, 3 x acceptance, consistency, the three
 # acceptance figures, accuracy x 2, identity, open loop, environment: at least one page each
