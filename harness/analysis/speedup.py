@@ -70,12 +70,14 @@ def _rerun_figures(run: RunData, baseline: list[CellData], original: float | Non
     if not reruns:
         return {}
     bad = [r for r in reruns if not r.usable]
-    out = {"baseline_rerun_cell": "; ".join(r.id for r in reruns),
-           "baseline_rerun_status": bad[0].status if bad else reruns[0].status}
+    out: dict[str, str | float] = {
+        "baseline_rerun_cell": "; ".join(r.id for r in reruns),
+        "baseline_rerun_status": bad[0].status if bad else reruns[0].status}
     medians = [float(np.median(s)) for r in reruns if len(s := cell_speeds(r))]
     if not bad and len(medians) == len(reruns) and original:
-        out["baseline_rerun_speed"] = float(np.mean(medians))
-        out["baseline_rerun_ratio"] = out["baseline_rerun_speed"] / original
+        speed = float(np.mean(medians))
+        out["baseline_rerun_speed"] = speed
+        out["baseline_rerun_ratio"] = speed / original
     return out
 
 
@@ -180,13 +182,17 @@ def best_drafter(speedups: pd.DataFrame, tasks: list[str], concurrencies: list[i
     for arm in dict.fromkeys(speedups["arm"]):
         rows = sel[sel["arm"] == arm]
         bad = rows[rows["status"] != "ok"]
-        if len(bad) or len(rows) == 0:
+        if len(rows) == 0:  # no row at the levels: undetermined (was a TypeError in max)
+            minima[arm] = None
+            missing.append(f"{arm}: no row on task(s) {', '.join(tasks)} at {concurrencies}")
+        elif len(bad):
             minima[arm] = None
             missing.extend(f"{r.arm}/{r.task} c={r.concurrency}: {r.status}"
                            for r in bad.itertuples())
         else:
             minima[arm] = float(rows[statistic].min())
-    if missing or not minima:
+    judged = {arm: m for arm, m in minima.items() if m is not None}
+    if missing or not judged:
         return BestDrafter(None, minima, rule, missing)
-    best = max(minima, key=lambda a: minima[a])  # max keeps the first of equals
+    best = max(judged, key=judged.__getitem__)  # max keeps the first of equals
     return BestDrafter(best, minima, rule, missing)
