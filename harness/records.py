@@ -7,6 +7,7 @@ the client's monotonic clock unless a name says `wall`.
 
 from __future__ import annotations
 
+import builtins
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -61,7 +62,7 @@ class TokenLogprob(RecordModel):
     lost: bool = False
 
     @property
-    def key(self) -> bytes:
+    def key(self) -> builtins.bytes:  # the builtin: `bytes` is a field here
         """What the token is, exactly: its bytes (or vLLM's `token_id:N`)."""
         return token_key(self.token, self.bytes)
 

@@ -46,15 +46,14 @@ def request_acceptance(records: list[RequestRecord], phases: tuple[str, ...] = (
                        ) -> RequestAcceptance | None:
     """The figures summed over the successful requests of those phases (by default the
     cell's measured ones); None when none carried any."""
-    with_figures = [r for r in records
-                    if r.ok and r.phase in phases and r.speculation is not None]
+    with_figures = [(r, s) for r in records
+                    if r.ok and r.phase in phases and (s := r.speculation) is not None]
     if not with_figures:
         return None
-    engine = with_figures[0].speculation.engine
+    engine = with_figures[0][1].engine
     rounds = draft_tokens = accepted = completion = 0
     histogram: list[int] = []
-    for rec in with_figures:
-        s = rec.speculation
+    for rec, s in with_figures:
         rounds += s.rounds
         draft_tokens += s.draft_tokens
         accepted += s.accepted

@@ -102,6 +102,7 @@ def identity_bar(a: Analysis) -> BarResult:
 
     def judge(task: str, name: str) -> ArmJudgement:
         arm = a.run.study.arm(name)
+        assert arm.baseline is not None  # drafter_arms: each judged arm has its baseline
         d, b = a.run.find(name, task, "identity"), a.run.find(arm.baseline, task, "identity")
         if not (d.usable and b.usable):
             return ArmJudgement("incomplete", {"cells": _unusable(d, b)}, "incomplete")
@@ -144,6 +145,7 @@ def accuracy_bar(a: Analysis) -> BarResult:
 
     def judge(task: str, name: str) -> ArmJudgement:
         arm = a.run.study.arm(name)
+        assert arm.baseline is not None  # drafter_arms: each judged arm has its baseline
         d, b = a.run.find(name, task, "accuracy"), a.run.find(arm.baseline, task, "accuracy")
         if not (d.usable and b.usable and d.scores is not None and b.scores is not None):
             cells = {x.id: f"{x.status} ({x.reason or 'no scores'})" for x in (d, b)}

@@ -101,8 +101,9 @@ def acceptance_interval(cells: list[CellData], intervals: Intervals, key: str) -
     summed = request_acceptance(records)
     if summed is None or not summed.draft_tokens:
         return {"spec_requests": len(records)}
-    accepted = np.array([r.speculation.accepted for r in records], dtype=float)
-    drafted = np.array([r.speculation.draft_tokens for r in records], dtype=float)
+    figures = [s for r in records if (s := r.speculation) is not None]
+    accepted = np.array([s.accepted for s in figures], dtype=float)
+    drafted = np.array([s.draft_tokens for s in figures], dtype=float)
     rng = np.random.default_rng([intervals.seed, zlib.crc32(key.encode())])
     picks = rng.integers(0, len(records), size=(intervals.bootstrap_resamples, len(records)))
     with np.errstate(invalid="ignore", divide="ignore"):

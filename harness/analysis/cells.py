@@ -181,7 +181,7 @@ def engine_rounds(run: RunData) -> dict[str, str]:
     out = {}
     for arm in [*run.study.arms, *run.study.surface_arms(), *run.study.schedule_arms()]:
         if arm.drafter is not None:
-            starts = run.manifest.engines.get(arm.name) or [None]
-            chosen = starts[-1].settings.get("async_scheduling") if starts[-1] else None
+            starts = run.manifest.engines.get(arm.name)
+            chosen = starts[-1].settings.get("async_scheduling") if starts else None
             out[arm.name] = get_engine_kind(arm.engine).engine_round(arm, chosen)
     return out

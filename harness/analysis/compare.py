@@ -108,17 +108,18 @@ def compare_speedups(a: RunTables, b: RunTables) -> pd.DataFrame:
                         "round_cost_ratio", "engine_tokens_per_round"):
                 row[f"{col}_{side}"] = r.get(f"{col}_{side}")
         row["level"] = level
-        sides = None
-        if r["status_a"] == "ok" and r["status_b"] == "ok":
+        ok = r["status_a"] == "ok" and r["status_b"] == "ok"
+        side_a = side_b = None
+        if ok:
             c = int(r["concurrency"])
-            sides = (run_side(a.data, r["arm"], r["task"], c, units_a),
-                     run_side(b.data, r["arm"], r["task"], c, units_b))
-        if sides is None or None in sides:
-            why = (f"A {r['status_a']}, B {r['status_b']}" if sides is None
+            side_a = run_side(a.data, r["arm"], r["task"], c, units_a)
+            side_b = run_side(b.data, r["arm"], r["task"], c, units_b)
+        if side_a is None or side_b is None:
+            why = (f"A {r['status_a']}, B {r['status_b']}" if not ok
                    else "the sessions of a run do not pair up")
             row.update(status=f"not compared: {why}", moved="")
         else:
-            row.update(compare_row(*sides, a.data.study.bars.intervals,
+            row.update(compare_row(side_a, side_b, a.data.study.bars.intervals,
                                    f"{r['arm']}|{r['task']}|{r['concurrency']}"))
         rows.append(row)
     return family_wise(framed(rows, COMPARE_COLUMNS), level)

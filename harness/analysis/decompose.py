@@ -88,8 +88,9 @@ def request_rounds(rec: RequestRecord) -> RequestRounds | None:
     if rec.end_t is None or rec.first_token_t is None or not rec.chunk_times:
         return None
     first = rec.chunk_tokens[0] if rec.chunk_tokens and rec.chunk_tokens[0] is not None else 1
-    if rec.chunk_tokens and all(n is not None for n in rec.chunk_tokens):
-        tokens = float(sum(rec.chunk_tokens[1:]))
+    counts = [n for n in rec.chunk_tokens if n is not None]
+    if rec.chunk_tokens and len(counts) == len(rec.chunk_tokens):
+        tokens = float(sum(counts[1:]))
     else:
         tokens = float((rec.completion_tokens or 0) - first)
     return RequestRounds(tokens, len(rec.chunk_times) - 1, rec.end_t - rec.first_token_t)

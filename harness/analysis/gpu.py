@@ -25,11 +25,13 @@ SERIES_COLUMNS = ["cell_id", "attempt", "wall_time", "t", "gpu", "uuid", "ok", "
                   "throttled"]
 
 
-def _stat(values: list[float], how: str) -> float:
-    values = [v for v in values if v is not None and not math.isnan(v)]
+def _stat(readings: list[float | None], how: str) -> float:
+    values = [v for v in readings if v is not None and not math.isnan(v)]
     if not values:
         return math.nan
-    return float({"p50": np.median, "max": np.max, "min": np.min}[how](values))
+    if how == "p50":
+        return float(np.median(values))
+    return float({"max": max, "min": min}[how](values))
 
 
 def gpu_columns(cell: CellData) -> dict:

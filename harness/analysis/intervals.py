@@ -248,7 +248,7 @@ def combine(fn: Callable[..., np.ndarray | float], *figs: Figure) -> Figure:
     """A figure composed of others (a ratio of two arms' figures, say), at every level."""
     with np.errstate(all="ignore"):
         two = (None if any(f.two_level is None for f in figs)
-               else fn(*(f.two_level for f in figs)))
+               else np.asarray(fn(*(f.two_level for f in figs)), dtype=float))
         return Figure(float(fn(*(f.point for f in figs))),
                       np.asarray(fn(*(f.per_session for f in figs)), dtype=float),
                       np.asarray(fn(*(f.within for f in figs)), dtype=float), two)
@@ -316,6 +316,8 @@ def session_ratio(drafter: list[Units], baseline: list[Units], intervals: Interv
                             zip(baseline, draws.baseline, strict=True)], draws)
     ratio = combine(np.divide, fd, fb)
     bounds = figure_bounds(ratio, draws, intervals.level)
+    # Every speed is a positive 1/TPOT, so every resampled ratio is finite: both exist.
+    assert bounds.ci is not None and bounds.within is not None
     (lo, hi), (w_lo, w_hi) = bounds.ci, bounds.within
     kinds = dict.fromkeys(u.kind for u in drafter + baseline)
     return SessionRatio(ratio.point, lo, hi, w_lo, w_hi, med_d, med_b, " and ".join(kinds),

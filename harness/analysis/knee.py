@@ -162,8 +162,9 @@ def knee_table(run: RunData, speedups: pd.DataFrame) -> pd.DataFrame:
             if any(s not in ("ok", "skipped") for c, s in zip(levels, statuses, strict=True)
                    if c > skip_mark):
                 skip_mark = None
-        knee = locate_knee(levels, *(_column(by_c, levels, name) for name in
-                                     ("speedup", "ci_lower", "ci_upper")), skip_mark)
+        point, lower, upper = (_column(by_c, levels, name)
+                               for name in ("speedup", "ci_lower", "ci_upper"))
+        knee = locate_knee(levels, point, lower, upper, skip_mark)
         rows.append({"arm": arm, "task": task, "status": knee.status,
                      "knee_concurrency": knee.concurrency,
                      "bracket_low": knee.bracket[0] if knee.bracket else None,

@@ -73,7 +73,8 @@ def _label(status: str, up_to: int | None, gone_at: int | None, missing_at: int 
     if status == "never":
         return f"never pays: at {gone_at} users the upper bound is already below 1.0"
     if status == "stops":
-        between = "" if up_to is not None and levels.index(gone_at) == levels.index(up_to) + 1 \
+        between = "" if up_to is not None and gone_at is not None \
+            and levels.index(gone_at) == levels.index(up_to) + 1 \
             else "; between, the data cannot tell"
         return f"{shown}; gone from {gone_at} users (upper bound below 1.0){between}"
     if status == "not_shown_gone":

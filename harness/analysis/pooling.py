@@ -143,15 +143,15 @@ def pool_session_variance(speedups: pd.DataFrame, study: Study) -> pd.DataFrame:
     sub = out[sessions]
     stages = sub["concurrency"].map(lambda c: speed_stage(study, int(c)))
     for (_arm, stage), grp in sub.groupby([sub["arm"], stages], sort=False):
-        logs = [_logs(r) for r in grp.itertuples()]
-        if any(x is None for x in logs) or len({len(x) for x in logs}) != 1:
+        logs = [x for r in grp.itertuples() if (x := _logs(r)) is not None]
+        if len(logs) < len(grp) or len({len(x) for x in logs}) != 1:
             out.loc[grp.index, "pooling"] = (f"stage {stage}: cells not in the same sessions:"
                                              " each level keeps its own interval")
             continue
         table = np.stack(logs, axis=1)
         p = pool(table, iv.level)
         out.loc[grp.index, "pooling"] = f"stage {stage}: {p.note}"
-        if not p.pooled:
+        if p.variance is None or p.df is None:  # not pooled
             continue
         n = table.shape[0]
         half = t_quantile(iv.level, max(n - 1, math.floor(p.df))) * math.sqrt(p.variance / n)

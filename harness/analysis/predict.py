@@ -82,11 +82,12 @@ def add_predictions(study: Study, speedups: pd.DataFrame, cells: pd.DataFrame,
         out = dict.fromkeys(PREDICTION_COLUMNS)
         cell = by_id.loc[r["drafter_cell"]] if r["drafter_cell"] in by_id.index else None
         e, source = engine_tokens(cell) if cell is not None else (None, None)
-        if e is not None and r.get("status") == "ok":
+        if cell is not None and e is not None and r.get("status") == "ok":
             speed, cost = predicted(study, r["arm"], int(r["concurrency"]), e, figures)
             out.update(engine_tokens_per_round=e, engine_tokens_source=source,
                        predicted_speedup=speed, predicted_round_cost_ratio=cost)
             drafter = study.arm(r["arm"]).drafter
+            assert drafter is not None  # a speedup row is a drafter arm's
             if drafter.params_billion is None and drafter.method not in MODEL_FREE:
                 out["prediction_note"] = ("draft cost counted as 0: register the draft model's"
                                           " size as drafter.params_billion")

@@ -30,6 +30,7 @@ from harness.analysis.load import CellData
 from harness.analysis.tables import Analysis, analyse
 from harness.prereg.schema import Study
 from harness.rundir import RERUN_SUFFIX
+from harness.rundir.verdict import BarStatus
 
 # --- stop -------------------------------------------------------------------------------
 
@@ -210,7 +211,7 @@ def rerun_states(a: Analysis) -> list[dict]:
         elif invalid:
             entry.update(state="invalid", reason="; ".join(f"{r.id}: {r.reason}" for r in invalid))
         else:
-            speeds = [_session_median(r) for r in reruns]
+            speeds = [_session_median(r) for r in reruns if r is not None]  # none missing
             entry.update(rerun_speed=float(np.mean(speeds)), rerun_session_speeds=speeds)
             entry.update(agreement(original, speeds, check.agree_within, check.agreement,
                                    a.run.study.bars.intervals.level))
@@ -244,5 +245,5 @@ def check_bar(a: Analysis) -> BarResult:
                            f" limit {r['tolerance']:.0%}); behind {', '.join(r['behind'])}")
         else:
             summary.append(f"{r['of']}: {what} {r['state']}; behind {', '.join(r['behind'])}")
-    status = "agreed" if all(r["state"] == "agrees" for r in reruns) else "unresolved"
+    status: BarStatus = "agreed" if all(r["state"] == "agrees" for r in reruns) else "unresolved"
     return BarResult("check", status, summary, ev)

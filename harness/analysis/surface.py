@@ -200,6 +200,7 @@ def _placed(at: pd.Series, reaches: float | None) -> dict:
         return {"status": "unknown", "needs": None,
                 "label": f"not placed: it reaches {reaches:.2f}, below every L measured"
                          f" (from {min(lengths):g}), all of which pay"}
+    needs = float(at["break_even_length"])  # "located", the one status left
     verdict = "pays" if reaches >= needs else "does not pay"
     return {"status": verdict.replace(" ", "_"), "needs": needs,
             "label": f"{verdict}: needs {needs:.2f}, reaches {reaches:.2f}"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -55,7 +56,7 @@ def identity_table(run: RunData) -> pd.DataFrame:
         for task in (t for t in run.study.tasks if "identity" in t.uses):
             d, b = run.find(arm.name, task.name, "identity"), run.find(arm.baseline, task.name,
                                                                       "identity")
-            row = {"arm": arm.name, "baseline": arm.baseline, "task": task.name,
+            row: dict[str, Any] = {"arm": arm.name, "baseline": arm.baseline, "task": task.name,
                    "drafter_cell": d.id, "baseline_cell": b.id}
             if d.usable and b.usable:
                 bar = run.study.bars.pass_.identity
@@ -81,8 +82,8 @@ def accuracy_table(run: RunData) -> pd.DataFrame:
     for cell in run.cells.values():
         if cell.kind != "accuracy" or cell.rerun_of is not None:
             continue
-        row = {"arm": cell.arm, "task": cell.task, "cell_id": cell.id, "status": cell.status,
-               "level": level}
+        row: dict[str, Any] = {"arm": cell.arm, "task": cell.task, "cell_id": cell.id,
+                               "status": cell.status, "level": level}
         if cell.usable and cell.scores is not None:
             n, k = len(cell.scores), sum(cell.scores.values())
             lo, hi = wilson_interval(k, n, level)

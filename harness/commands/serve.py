@@ -72,9 +72,10 @@ def print_command(registered: Study, name: str, port: int | None) -> int:
     """Print the arm's engine invocation (comments, then the line); start nothing."""
     study, unset = expand_study_leaving_unset(registered)
     arm = study.arm(name)
-    if arm.launch is None:
+    if arm.attach is not None:
         print(f"# arm {name} attaches to {arm.attach.base_url}: specbench starts no engine for it")
         return 0
+    assert arm.launch is not None  # Arm: exactly one of launch and attach
     chosen = port or arm.launch.port
     shown = invocation(arm, study, chosen or free_port(arm.launch.host), unset)
     print(f"# arm {name} ({arm.engine}): the engine `specbench run` would start; nothing was"

@@ -22,10 +22,11 @@ def chunk_itl(rec: RequestRecord) -> list[float]:
 
 def token_itl(rec: RequestRecord) -> list[float] | None:
     """One entry per token after the first chunk: its chunk's interval / its token count."""
-    if any(n is None for n in rec.chunk_tokens):
+    counts = [n for n in rec.chunk_tokens if n is not None]
+    if len(counts) < len(rec.chunk_tokens):
         return None
     out: list[float] = []
-    for gap, n in zip(chunk_itl(rec), rec.chunk_tokens[1:], strict=True):
+    for gap, n in zip(chunk_itl(rec), counts[1:], strict=True):
         out.extend([gap / n] * n)
     return out
 
@@ -38,9 +39,10 @@ def tokens_per_chunk(records: Iterable[RequestRecord], skip_first: bool = True) 
     """
     tokens = chunks = 0
     for rec in records:
-        if not rec.ok or any(n is None for n in rec.chunk_tokens):
+        known = [n for n in rec.chunk_tokens if n is not None]
+        if not rec.ok or len(known) < len(rec.chunk_tokens):
             continue
-        counts = rec.chunk_tokens[1:] if skip_first else rec.chunk_tokens
+        counts = known[1:] if skip_first else known
         tokens += sum(counts)
         chunks += len(counts)
     return tokens / chunks if chunks else None

@@ -87,7 +87,7 @@ def filled(tokens: list[TokenLogprob], text: str | None) -> list[TokenLogprob]:
     text gives it (a one-token step SGLang never scored): its key is then known, its
     logprobs are not. Unchanged where the tokens cannot be aligned with the text."""
     offsets = align(tokens, text) if text is not None and any(t.lost for t in tokens) else None
-    if offsets is None:
+    if offsets is None or text is None:
         return tokens
     data, out = text.encode(), list(tokens)
     for i, t in enumerate(tokens):

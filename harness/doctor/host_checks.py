@@ -114,7 +114,8 @@ def _checkpoints(study: Study) -> list[tuple[str, str, str | None, float | None]
     if not real:
         return []
     m = study.model
-    out = [("model", m.id, m.revision, m.params_billion * 1e9 * m.weight_bytes_per_param)]
+    out: list[tuple[str, str, str | None, float | None]] = [
+        ("model", m.id, m.revision, m.params_billion * 1e9 * m.weight_bytes_per_param)]
     for arm in real:
         d = arm.drafter
         if d is not None and d.model and (d.model, d.revision) not in {(o[1], o[2]) for o in out}:
@@ -144,7 +145,7 @@ def weight_checks(study: Study) -> list[Check]:
         at = f"{model}@{revision or 'main (none registered)'}"
         get = (f"specbench fetch on this registration (it downloads {model} at"
                f" {found.commit or revision or 'main'} with the other checkpoints)")
-        if found.present:
+        if found.commit is not None and found.present:
             pinned = is_commit(revision)
             out.append(Check(name, "ok" if pinned else "warn",
                              f"{at} in the hub cache: snapshot {found.commit[:12]},"

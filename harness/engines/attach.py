@@ -24,6 +24,8 @@ def attach_problem(arm: Arm, study: Study, timeout_s: float = 10.0) -> str | Non
     /v1/models, list the arm's served model, and that model must be the study's
     (by name, or by the path or id it was loaded from)."""
     attach = arm.attach
+    if attach is None:
+        return f"arm {arm.name!r} attaches to no endpoint (it has launch)"
     url = attach.base_url + "/v1/models"
     try:
         response = httpx.get(url, timeout=timeout_s)

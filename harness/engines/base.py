@@ -12,7 +12,7 @@ import json
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -72,6 +72,11 @@ class EngineKind(ABC):
     @abstractmethod
     def command(self, arm: Arm, study: Study, host: str, port: int) -> list[str]:
         """The full argv that starts this arm's engine listening on host:port."""
+
+    def prefix(self, arm: Arm) -> list[str]:
+        """What precedes the engine's own flags in `command` (its interpreter and entry
+        point, or the arm's launch.command): the rest is what its parser reads."""
+        raise NotImplementedError(f"engine {self.name!r} has no parser to read its flags")
 
     def environment(self, arm: Arm) -> dict[str, str]:
         """Variables added over os.environ for the engine process (the arm's own win)."""
@@ -218,7 +223,7 @@ def compact_json(obj: Any) -> str:
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def _expand(value: str, environ: dict[str, str] | os._Environ, missing: set[str]) -> str:
+def _expand(value: str, environ: Mapping[str, str], missing: set[str]) -> str:
     def sub(match: re.Match) -> str:
         name = match.group(1)
         if name not in environ:
@@ -236,7 +241,7 @@ def _machine_environment() -> dict[str, str]:
     return machine_environment()
 
 
-def expand_arm(arm: Arm, environ: dict[str, str] | None = None) -> tuple[Arm, list[str]]:
+def expand_arm(arm: Arm, environ: Mapping[str, str] | None = None) -> tuple[Arm, list[str]]:
     """The arm with `${VAR}` in its launch fields and drafter model replaced from the
     environment (by default this machine's: os.environ over the pinned engine
     interpreters, harness/engines/pins.py), and the names of variables that are not
@@ -261,7 +266,7 @@ def expand_arm(arm: Arm, environ: dict[str, str] | None = None) -> tuple[Arm, li
     return arm.model_copy(update=update), sorted(missing)
 
 
-def expand_study(study: Study, environ: dict[str, str] | None = None) -> Study:
+def expand_study(study: Study, environ: Mapping[str, str] | None = None) -> Study:
     """The study as executed on this machine: `${VAR}` replaced in the model id and in
     every arm (expand_arm). The one expander: `run`, `serve` and `rerun-baseline` use it,
     after the seal is taken over the text as written. Raises InputError naming the first
@@ -282,7 +287,7 @@ def expand_study(study: Study, environ: dict[str, str] | None = None) -> Study:
 
 
 def expand_study_leaving_unset(
-    study: Study, environ: dict[str, str] | None = None
+    study: Study, environ: Mapping[str, str] | None = None
 ) -> tuple[Study, list[str]]:
     """expand_study for showing a command: unset `${VAR}`s are left as written and
     named, not raised (`serve --print-command` on a machine without the engines)."""

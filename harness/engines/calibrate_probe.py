@@ -231,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
             dtype, note = "bfloat16", f"{why}: measured bfloat16 instead"
     timer = Timer(torch, args.device)
     with torch.no_grad():
-        bandwidth = read_bandwidth(torch, args.device, timer, settings["bandwidth_mib"], settings)
+        bandwidth = read_bandwidth(torch, args.device, timer, int(settings["bandwidth_mib"]),
+                                   settings)
         matmul = matmul_throughput(torch, args.device, dtype, timer, settings)
     print(json.dumps({
         "device": args.device, "device_name": name, "dtype": dtype,

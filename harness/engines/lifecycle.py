@@ -73,6 +73,7 @@ def start_engine(
             + ", ".join(missing)
         )
     launch = arm.launch
+    assert launch is not None  # Arm: exactly one of launch and attach
     host = launch.host
     port = port or launch.port or free_port(host)
     if port_in_use(host, port):
@@ -169,6 +170,7 @@ def _url_host(host: str) -> str:
 def attach_engine(arm: Arm, study: Study) -> EngineProcess:
     """An attach arm's endpoint as an engine handle, once it passes attach_problem."""
     attach = arm.attach
+    assert attach is not None  # start_engine's branch
     now = time.time()
     version = None
     with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError):
@@ -198,6 +200,7 @@ def _request_kind(arm: Arm) -> EngineKind | None:
     speaks the endpoint's metrics dialect, else the plain kind of that dialect."""
     from harness.engines import ENGINE_KINDS
 
+    assert arm.attach is not None
     own = ENGINE_KINDS.get(arm.engine)
     if own is not None and own.dialect_for(arm) == arm.attach.metrics:
         return own

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -108,7 +109,7 @@ def parse_metrics(text: str, dialect: Dialect) -> EngineSnapshot:
         rows = samples.get(name)
         return sum(v for _, v in rows) / len(rows) if rows else None
 
-    fields: dict[str, object] = {"engine": dialect}
+    fields: dict[str, Any] = {"engine": dialect}
     for field, name in _COUNTERS[dialect].items():
         fields[field] = total(name)
     for field, name in _GAUGES[dialect].items():

@@ -87,28 +87,27 @@ def preflight(study: Study, arms: list[str] | None = None) -> list[str]:
                 out.append(launcher)
             else:
                 probes[arm.name] = (kind, arm)
-            port = arm.launch.port
-            if port is not None and port_in_use(arm.launch.host, port):
-                out.append(f"launch.port {port} on {arm.launch.host} is already in use")
+            launch = arm.launch
+            assert launch is not None  # Arm: exactly one of launch and attach
+            if launch.port is not None and port_in_use(launch.host, launch.port):
+                out.append(f"launch.port {launch.port} on {launch.host} is already in use")
 
     # Version probes import the engine (seconds each): run them side by side, and once
     # per distinct command.
     commands = {name: tuple(_version_command(kind, arm)) for name, (kind, arm) in probes.items()}
     unique = {cmd: probes[name] for name, cmd in commands.items()}
     with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {cmd: pool.submit(probe_version, kind, arm) for cmd, (kind, arm) in unique.items()}
-        for arm in attached:
-            futures[("attach", arm.name)] = pool.submit(attach_problem, arm, study)
-        results = {key: f.result() for key, f in futures.items()}
+        versions = {cmd: pool.submit(probe_version, kind, arm) for cmd, (kind, arm) in unique.items()}
+        endpoints = {arm.name: pool.submit(attach_problem, arm, study) for arm in attached}
     for name, cmd in commands.items():
         kind, arm = probes[name]
-        problem = _version_problem(kind, arm, *results[cmd])
+        problem = _version_problem(kind, arm, *versions[cmd].result())
         if problem:
             problems[name].append(problem)
-    for arm in attached:
-        problem = results[("attach", arm.name)]
+    for name, endpoint in endpoints.items():
+        problem = endpoint.result()
         if problem:
-            problems[arm.name].append(problem)
+            problems[name].append(problem)
     # The tasks' hub-cache datasets (SPEED-Bench) are read offline, like the weights
     # (not for one arm served alone: `serve` sends no task).
     return ([f"arm {name!r}: {p}" for name, ps in problems.items() for p in ps]
@@ -241,6 +240,8 @@ def _cap_problems(arm: Arm, kind: EngineKind, highest: int) -> list[str]:
 
 def launcher_problem(arm: Arm, kind: EngineKind) -> str | None:
     launch = arm.launch
+    if launch is None:
+        return None  # attached: specbench starts nothing
     if launch.command:
         exe = launch.command[0]
         if shutil.which(exe) is None and not (Path(exe).is_file() and os.access(exe, os.X_OK)):
@@ -267,7 +268,8 @@ def launcher_problem(arm: Arm, kind: EngineKind) -> str | None:
 
 
 def _version_problem(kind: EngineKind, arm: Arm, version: str | None, output: str) -> str | None:
-    where = kind.interpreter(arm) or " ".join((arm.launch.command or [])[:1])
+    command = arm.launch.command if arm.launch is not None else None
+    where = kind.interpreter(arm) or " ".join((command or [])[:1])
     if version is None:
         last = [line for line in output.strip().splitlines() if line.strip()][-1:] or ["no output"]
         return f"{where} does not import {kind.engine_module}: {last[0].strip()}"

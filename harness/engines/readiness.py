@@ -154,7 +154,7 @@ def speculation_counter_problem(engine: EngineProcess, client: httpx.Client) -> 
 
     def read() -> tuple[float | None, str | None]:
         result = scrape_metrics(engine.metrics_url, dialect, client=client)
-        if not result.ok:
+        if result.snapshot is None:
             return None, f"/metrics is unusable: {result.error}"
         return result.snapshot.drafts, None
 

@@ -71,15 +71,18 @@ def parse_request_speculation(dialect: Dialect, figures: dict) -> RequestSpecula
     """The figures in specbench's names; None when a count is missing or not a count
     (a figure that cannot be summed is no figure)."""
     names = FIELDS[dialect]
-    counts = {field: _count(figures.get(names[field]))
-              for field in ("rounds", "draft_tokens", "accepted")}
-    if any(v is None for v in counts.values()):
+    rounds, draft_tokens, accepted = (_count(figures.get(names[field]))
+                                      for field in ("rounds", "draft_tokens", "accepted"))
+    if rounds is None or draft_tokens is None or accepted is None:
         return None
     raw = figures.get(names["histogram"]) or []
-    histogram = [_count(v) for v in raw] if isinstance(raw, list) else [None]
-    if any(v is None for v in histogram):
+    if not isinstance(raw, list):
         return None
-    return RequestSpeculation(engine=dialect, histogram=histogram, **counts)
+    histogram = [n for v in raw if (n := _count(v)) is not None]
+    if len(histogram) < len(raw):
+        return None
+    return RequestSpeculation(engine=dialect, rounds=rounds, draft_tokens=draft_tokens,
+                              accepted=accepted, histogram=histogram)
 
 
 def request_speculation(obj: dict) -> tuple[dict, RequestSpeculation | None] | None:

@@ -168,7 +168,8 @@ class SglangKind(EngineKind):
             return ("SGLang 0.5.23 takes a mean acceptance length only"
                     " (SGLANG_SIMULATE_ACC_LEN), not per-position rates")
         length = d.synthetic.acceptance_length if d is not None and d.synthetic else None
-        if length is not None and sglang_algorithm(arm) == "DFLASH" and length > d.num_draft_tokens:
+        if (d is not None and length is not None and sglang_algorithm(arm) == "DFLASH"
+                and length > d.num_draft_tokens):
             # speculative/dflash_utils.py:872-875 clamps it to [1, block_size]: the block is
             # the whole verify window, so a round commits at most k tokens, not k + 1.
             return (f"synthetic.acceptance_length {length:g} is above the DFLASH block size"

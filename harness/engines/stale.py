@@ -102,6 +102,7 @@ def stale_engine(run: str, record: dict[str, Any]) -> StaleEngine | None:
     pid = int(record["pid"])
     pgid = record.get("pgid") or pid  # records before pgid was kept: the leader's own
     alive: list[int] = []
+    leader: psutil.Process | None
     try:
         leader = psutil.Process(pid)
         if leader.status() == psutil.STATUS_ZOMBIE:
@@ -121,7 +122,7 @@ def stale_engine(run: str, record: dict[str, Any]) -> StaleEngine | None:
     return StaleEngine(
         run=run, arm=str(record.get("arm")), pid=pid, pgid=int(pgid), host=host, port=port,
         command=list(record.get("command") or []), processes=sorted(alive),
-        port_held=bool(port) and port_in_use(host, int(port)),
+        port_held=port_in_use(host, int(port)) if port else False,
     )
 
 

@@ -110,7 +110,11 @@ def write_model_files(out: Path, shape: dict, dtype: str) -> int:
     vocabulary size the weights must have."""
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer(CORPUS.read_text(encoding="utf-8"))
-    ids = {t: tokenizer.token_to_id(t) for t in SPECIAL_TOKENS}
+    ids: dict[str, int] = {}
+    for t in SPECIAL_TOKENS:  # trained in as special tokens: each has its id
+        token_id = tokenizer.token_to_id(t)
+        assert token_id is not None, t
+        ids[t] = token_id
     # Round the embedding rows up to a multiple of 64, as real checkpoints do.
     vocab = -(-tokenizer.get_vocab_size() // 64) * 64
     tokenizer.save(str(out / "tokenizer.json"), pretty=False)

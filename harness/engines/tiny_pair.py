@@ -46,7 +46,7 @@ def _bf16_bits(values: np.ndarray) -> np.ndarray:
 
 def write_bf16_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
     """The safetensors layout (u64 header size, JSON header, raw data), in bfloat16."""
-    header: dict[str, dict] = {"__metadata__": {"format": "pt"}}  # type: ignore[dict-item]
+    header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, t in tensors.items():
         size = t.size * 2

@@ -70,6 +70,7 @@ def warm_sglang(prereg: str, *, arm_name: str | None = None, timeout_s: int = 36
     # stays in a printed line and stops a real compile.
     study, unset = expand_study_leaving_unset(registered, machine_environment())
     arm = warm_arm(study, arm_name)
+    assert arm.launch is not None  # warm_arm: an arm specbench starts
     python = interpreter_for("sglang")
     host = arm.launch.host
     cmd = compile_command(arm, study, python, host, port or free_port(host), timeout_s)

@@ -49,14 +49,13 @@ _OFFSET_REFRESH_S = 0.5  # re-read realtime - monotonic this often (a stepped wa
 def _realtime_minus_monotonic_ns() -> int:
     """The realtime clock's offset from the monotonic one, from the tightest of three
     bracketed readings (tens of ns)."""
-    best: tuple[int, int] | None = None
+    readings = []  # (width, offset)
     for _ in range(3):
         a = time.monotonic_ns()
         r = time.time_ns()
         b = time.monotonic_ns()
-        if best is None or b - a < best[0]:
-            best = (b - a, r - (a + b) // 2)
-    return best[1]
+        readings.append((b - a, r - (a + b) // 2))
+    return min(readings, key=lambda w_o: w_o[0])[1]
 
 
 def enable_kernel_stamps(sock: socket.socket) -> bool:
@@ -116,7 +115,8 @@ class ReaderThread:
             woken: dict[asyncio.AbstractEventLoop, list[TimedStream]] = {}
             for fd, _ in events:
                 stream = self.streams.get(fd)
-                if stream is not None and stream.take(t):
+                # A probe's take records its lags and wakes no one (it returns False).
+                if stream is not None and stream.take(t) and isinstance(stream, TimedStream):
                     woken.setdefault(stream.loop, []).append(stream)
             for loop, streams in woken.items():
                 try:

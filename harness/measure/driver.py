@@ -13,6 +13,7 @@ import gc
 import time
 from collections import Counter, deque
 from collections.abc import Callable
+from typing import Literal
 
 from harness.derived.bursts import is_burst
 from harness.measure.delivered import Span
@@ -58,7 +59,7 @@ class _CellState:
         self.total = total
         self.done = self.failed = 0  # every record, warm-up included (progress)
         self.measured = self.measured_failed = 0  # what the error-rate limit judges
-        self.outcome = Counter()
+        self.outcome: Counter[tuple[str, str]] = Counter()  # (phase, status)
         self.errors_by_kind: Counter[str] = Counter()
         self.abort_reason: str | None = None
         self.in_flight: set[asyncio.Task] = set()
@@ -132,13 +133,14 @@ async def run_cell(
     # turnaround and the concurrency they delivered are judged instead.
     # A cell of fewer requests than users (a small accuracy cell) can keep only that many
     # in flight: it is judged against what it could deliver.
-    users = min(pattern.concurrency, pattern.total or pattern.concurrency) if closed else None
+    users = (min(pattern.concurrency, pattern.total or pattern.concurrency)
+             if isinstance(pattern, ClosedLoop) else None)
     health = ClientHealthMonitor(lag_limit_ms, judge_send_lag=not closed, concurrency=users,
                                  min_delivered_share=min_delivered_share,
                                  burst_limit=burst_limit, judge_timing=judge_timing)
     warmup = pattern.warmup
 
-    latency_from = "sent" if closed else "scheduled"
+    latency_from: Literal["sent", "scheduled"] = "sent" if closed else "scheduled"
     # Parsing a finished stream and handing its record on wait for the next turn of the
     # loop, so a closed-loop user sends its next request first: that work is the
     # client's, and would otherwise sit between one request and the next.
@@ -159,7 +161,8 @@ async def run_cell(
         the same user the moment the answer before it is parsed, that answer in its
         messages). Returns when the last of them ended (None: the cell was aborted)."""
         spec = requests[index % len(requests)]
-        max_tokens = pattern.max_tokens_for(index, spec.max_tokens) if closed else spec.max_tokens
+        max_tokens = (pattern.max_tokens_for(index, spec.max_tokens)
+                      if isinstance(pattern, ClosedLoop) else spec.max_tokens)
         session = len(spec.later_turns) > 0
         messages = spec.messages
         end_t = await send_one(index, scheduled_t, user, spec.item_id, messages, max_tokens,
@@ -185,6 +188,7 @@ async def run_cell(
                             turn=turn, scheduled_t=scheduled_t, sent_t=scheduled_t,
                             latency_from=latency_from)
         task = asyncio.current_task()
+        assert task is not None  # each request is sent from its own task
         state.in_flight.add(task)
         body = chat_body(model, messages, max_tokens, sampling, extra_body)
         try:
@@ -204,6 +208,7 @@ async def run_cell(
                 slots.release(client)
             if rec.phase == "measure":
                 health.request_sent(rec.sent_t - rec.scheduled_t - queued)
+            assert rec.end_t is not None  # receive_chat sets it, whatever happened
             health.request_done(Span(rec.sent_t, rec.end_t, user, rec.phase == "measure"))
         except asyncio.CancelledError:
             rec.end_t = time.monotonic()

@@ -75,38 +75,39 @@ class ClientHealthMonitor:
         cpu = self._process.cpu_times()
         self._cpu0, self._t0 = cpu.user + cpu.system, time.monotonic()
         loop = asyncio.get_running_loop()
-        self._stamp_probe = StampPathProbe()
-        reader = self._stamp_probe.reader
+        probe = self._stamp_probe = StampPathProbe()
+        reader = probe.reader
         self._stamped0 = (reader.kernel_stamped, reader.thread_stamped)
-        if self._stamp_probe.in_loop:
+        if probe.in_loop:
             # The loop reads (and the kernel stamps) every stream: its own timer ticks,
             # with no second thread to wake 100 times a second and take the GIL (on a
             # starved host each such hand-over waits for the scheduler once more).
             due = time.monotonic() + self.tick_s
-            self._timer = loop.call_at(due, self._tick_in_loop, loop, due)
+            self._timer = loop.call_at(due, self._tick_in_loop, loop, due, probe)
             return
-        self._thread = threading.Thread(target=self._probe, args=(loop,), daemon=True,
+        self._thread = threading.Thread(target=self._probe, args=(loop, probe), daemon=True,
                                         name="specbench-lag-probe")
         self._thread.start()
 
-    def _tick_in_loop(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
+    def _tick_in_loop(self, loop: asyncio.AbstractEventLoop, due: float,
+                      probe: StampPathProbe) -> None:
         if self._stop.is_set():
             return
         now = time.monotonic()  # the loop's clock: asyncio's loop.time() is monotonic
         self.loop_lags_ms.append(max(0.0, (now - due) * 1e3))
-        self._stamp_probe.tick(due)
+        probe.tick(due)
         due += self.tick_s
         if due < now:  # held up: resume from now, no burst of catch-up ticks
             due = now + self.tick_s
-        self._timer = loop.call_at(due, self._tick_in_loop, loop, due)
+        self._timer = loop.call_at(due, self._tick_in_loop, loop, due, probe)
 
-    def _probe(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _probe(self, loop: asyncio.AbstractEventLoop, probe: StampPathProbe) -> None:
         due = time.monotonic() + self.tick_s
         while not self._stop.is_set():
             delay = due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            self._stamp_probe.tick(due)
+            probe.tick(due)
             try:
                 loop.call_soon_threadsafe(self._on_tick, due)
             except RuntimeError:  # the loop closed under us

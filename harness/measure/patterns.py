@@ -13,9 +13,9 @@ import asyncio
 import itertools
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -23,7 +23,7 @@ import numpy as np
 # slowest build of a request measured on a contended 2-core VM (p99 ~15 ms).
 READY_AHEAD_S = 0.025
 
-Issue = Callable[[int, float, "int | None"], Awaitable["float | None"]]
+Issue = Callable[[int, float, "int | None"], Coroutine[Any, Any, "float | None"]]
 ShouldStop = Callable[[], bool]
 
 

@@ -13,7 +13,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable
-from typing import Self
+from typing import Any, Self
 
 import httpx
 import pandas as pd
@@ -101,7 +101,7 @@ class MetricsScraper:
         self.samples: list[MetricSample] = []
         self._on_sample = on_sample
         self._stop = asyncio.Event()
-        self._kwargs = {"metrics_url": metrics_url, "dialect": dialect, "interval_s": interval_s,
+        self._kwargs: dict[str, Any] = {"metrics_url": metrics_url, "dialect": dialect, "interval_s": interval_s,
                             "cell_id": cell_id, "attempt": attempt, "timeout_s": timeout_s}
         self._task: asyncio.Task | None = None
 

@@ -75,7 +75,7 @@ async def receive_chat(client: httpx.AsyncClient, url: str, body: dict, rec: Req
                     while (cut := pending.find(b"\n\n")) >= 0:
                         events.append((last_t, pending[:cut]))
                         pending = pending[cut + 2:]
-                if pending.strip():
+                if pending.strip() and last_t is not None:  # last_t: set by any read
                     events.append((last_t, pending))
         rec.end_t = last_t if last_t is not None else time.monotonic()
     except StreamError as err:

@@ -36,7 +36,8 @@ from harness.tls import shared_ssl_context
 # sniffio is not installed each attempt scans sys.path on disk, inside the event loop.
 # Cache the miss once, so the import fails at once and httpcore assumes asyncio.
 if importlib.util.find_spec("sniffio") is None:
-    sys.modules.setdefault("sniffio", None)
+    # None there is the import system's cached miss; typeshed allows modules only.
+    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 
 def _uncontended_locks_do_not_yield() -> None:
     """httpcore guards each connection with anyio locks that yield to the event loop on
@@ -59,7 +60,7 @@ def _uncontended_locks_do_not_yield() -> None:
         if self._backend == "asyncio":
             self._anyio_lock = anyio.Lock(fast_acquire=True)
 
-    sync.AsyncLock.setup = setup
+    sync.AsyncLock.setup = setup  # type: ignore[method-assign]  # the patch is the point
 
 
 _uncontended_locks_do_not_yield()

@@ -53,10 +53,10 @@ def paired_lines(a: Analysis) -> list[str]:
     lines = [("Paired comparisons, each drafter arm (A) against its baseline (B) on the same items;"
              " exact McNemar p over the discordant pairs."), ""]
     rows_out = []
-    for arm in (x for x in a.run.study.arms if x.baseline is not None and not x.is_control):
+    for arm, baseline in ((x, x.baseline) for x in a.run.study.arms
+                          if x.baseline is not None and not x.is_control):
         for task in dict.fromkeys(a.accuracy["task"]):
-            d, b = a.run.find(arm.name, task, "accuracy"), a.run.find(arm.baseline, task,
-                                                                      "accuracy")
+            d, b = a.run.find(arm.name, task, "accuracy"), a.run.find(baseline, task, "accuracy")
             if not (d.usable and b.usable and d.scores is not None and b.scores is not None):
                 rows_out.append([task, arm.name, arm.baseline, "-", "-", "-", "-", "-", "-", "-",
                                  "-", "cells not usable"])
