@@ -101,7 +101,7 @@ def _stage_speed_cells(study: Study, arm: Arm, levels: list[int], stage: int,
     """One arm's speed cells of a stage within one session: the repeating ones as that
     session's, the others only in the first (session None: no sessions at all)."""
     speed_tasks = [t for t in study.tasks if "speed" in t.uses]
-    out = []
+    out: list[Cell] = []
     for c in levels:
         if session is not None and repeats(study, c):
             out.extend(_speed_cell(study, arm, t, c, stage, session) for t in speed_tasks)
@@ -273,7 +273,7 @@ def cell_seconds(study: Study, cell: Cell, figures: RooflineFigures | None = Non
         c = cell.concurrency or 1
     requests = (cell.requests or 0) + cell.warmup
     if arm.drafter is None:
-        per_step_tokens, emitted = c, c
+        per_step_tokens, emitted = c, float(c)
     else:
         k = arm.drafter.num_draft_tokens
         accept = arm.drafter.assumed_acceptance_length or est.assumed_acceptance_length

@@ -199,10 +199,11 @@ def sharded_estimate(study: Study, cells: list[Cell], gpus: int) -> ShardedEstim
     from harness.engines.deepgemm import plan_note, sglang_arms
 
     note = plan_note(study)
-    compiling = {a.name for a in sglang_arms(study)} if note and note[1] else set()
+    compile_s = note[1] if note else 0.0
+    compiling = {a.name for a in sglang_arms(study)} if compile_s else set()
     for s in shards:
         if compiling & {c.arm for c in by_shard[s.name]}:
-            per_shard[s.name][1] += note[1]
+            per_shard[s.name][1] += compile_s
     wall = sum(max(p[stage] for p in per_shard.values()) for stage in STAGES)
     busy = sum(sum(p.values()) for p in per_shard.values()) * study.hardware.count
     return ShardedEstimate(gpus, shards, per_shard, wall, busy)

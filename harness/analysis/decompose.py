@@ -192,13 +192,15 @@ def _which_factor(drafter: list[CellData], baseline: list[CellData], row: dict, 
             f"all rounds pooled (requests unlike each other)")
 
 
-def factor_shift(tpr_lo: float, cost_lo: float, tpr: float, cost: float,
-                 min_change: float = 0.005) -> tuple[float, float] | None:
+def factor_shift(tpr_lo: float | None, cost_lo: float | None, tpr: float | None,
+                 cost: float | None, min_change: float = 0.005) -> tuple[float, float] | None:
     """How much of the explained speedup's change from the lowest level to this one
     each factor made, as shares of the change in log(explained speedup): (tokens per
     round over the baseline's, round cost ratio). Positive shares moved it the way it
-    went. None when the explained speedup moved less than `min_change` (log)."""
-    if not all(x and x > 0 for x in (tpr_lo, cost_lo, tpr, cost)):
+    went. None when the explained speedup moved less than `min_change` (log), or a figure
+    is missing or not positive."""
+    if (tpr_lo is None or cost_lo is None or tpr is None or cost is None
+            or not all(x > 0 for x in (tpr_lo, cost_lo, tpr, cost))):
         return None
     from_tokens = math.log(tpr / tpr_lo)
     from_cost = -math.log(cost / cost_lo)

@@ -8,6 +8,7 @@ calls level B compute-bound, where no drafter can pay whatever it accepts.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,7 @@ class LevelTiming:
 
 
 def judge(arm: str, key: str, max_tokens: int, tolerance: float,
-          steps: dict[int, tuple[float | None, int] | LevelTiming],
+          steps: Mapping[int, tuple[float | None, int] | LevelTiming],
           host_busy_limit: float | None = None) -> BaselineRegime:
     """The record from the step times (users -> timing, or (median step in ms, requests))."""
     timed = {u: t if isinstance(t, LevelTiming) else LevelTiming(*t) for u, t in steps.items()}

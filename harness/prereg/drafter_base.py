@@ -49,15 +49,16 @@ class BaseCheck:
 
 def config_path(arm: Arm) -> Path | None:
     """The drafter checkpoint's config.json on this machine, None when it is not here."""
-    model = arm.drafter.model if arm.drafter else None
-    if not model or "${" in model:
+    drafter = arm.drafter
+    model = drafter.model if drafter else None
+    if drafter is None or not model or "${" in model:
         return None
     local = Path(os.path.expanduser(model))
     if local.is_dir():
         return local / "config.json" if (local / "config.json").is_file() else None
     if model.count("/") != 1:
         return None
-    found = find_checkpoint(model, arm.drafter.revision)
+    found = find_checkpoint(model, drafter.revision)
     if found.snapshot is None:
         return None
     config = found.snapshot / "config.json"

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from harness.errors import InputError
 from harness.prereg.schema import CrossReferenceError, Study
@@ -161,7 +162,7 @@ def _resolve_arm_files(
     for i, entry in enumerate(arms):
         if not (isinstance(entry, dict) and "file" in entry):
             continue
-        where = lines.lookup(("arms", i))
+        where = lines.lookup(("arms", i)) or Where(study_path, 1)
         if set(entry) != {"file"} or not isinstance(entry["file"], str):
             problems.append(
                 f"{where.file}:{where.line}: arms[{i}]: an arm reference is exactly"
@@ -216,7 +217,7 @@ def _unwrap(annotation: Any) -> Any:
     return annotation
 
 
-def _message(err: dict, loc: Loc) -> str:
+def _message(err: ErrorDetails, loc: Loc) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         model = _model_at(loc)

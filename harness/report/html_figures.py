@@ -202,11 +202,11 @@ def surface_figure(a: Analysis, verdict: Verdict, task: str) -> go.Figure:
                     marker={"symbol": "triangle-down" if below else "triangle-up", "size": 11,
                             "color": "black"}), row=1, col=2)
     colours = arm_colours(a)
-    for arm, mine in placed_drafters(a, verdict, task):
+    for arm, drafter, mine in placed_drafters(a, verdict, task):
         if mine:
             fig.add_trace(go.Scatter(
                 x=[p.concurrency for p in mine], y=[p.reaches for p in mine], mode="markers",
-                name=f"{arm.name} (k={arm.drafter.num_draft_tokens}) reaches",
+                name=f"{arm.name} (k={drafter.num_draft_tokens}) reaches",
                 text=[p.label for p in mine], marker={"symbol": "circle-open", "size": 13,
                                                       "color": colours[arm.name],
                                                       "line": {"width": 2}}), row=1, col=2)
@@ -233,15 +233,13 @@ def verification_figure(a: Analysis, verdict: Verdict, task: str) -> go.Figure:
                              mode="lines+markers", name="measured (95 % interval)",
                              legendgroup="measured", text=[r.label for r in ok],
                              line={"color": "black"}), row=1, col=1)
-    predicted = [r for r in rows if r.predicted_speedup is not None]
+    predicted = [(r, p) for r in rows if (p := r.predicted_speedup) is not None]
     fig.add_trace(go.Scatter(
-        x=[r.concurrency for r in predicted], y=[r.predicted_speedup for r in predicted],
+        x=[r.concurrency for r, _ in predicted], y=[p for _, p in predicted],
         mode="lines+markers", name="predicted from the surface",
         error_y={"type": "data", "symmetric": False,
-                 "array": [(r.predicted_ci_upper or r.predicted_speedup) - r.predicted_speedup
-                           for r in predicted],
-                 "arrayminus": [r.predicted_speedup - (r.predicted_ci_lower or r.predicted_speedup)
-                                for r in predicted]},
+                 "array": [(r.predicted_ci_upper or p) - p for r, p in predicted],
+                 "arrayminus": [p - (r.predicted_ci_lower or p) for r, p in predicted]},
         marker={"symbol": "square-open"}, line={"color": "#636efa", "dash": "dash"}),
         row=1, col=1)
     own = a.speedups[(a.speedups["arm"] == study.surface.drafter)

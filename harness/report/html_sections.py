@@ -170,9 +170,9 @@ def speed_curves_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 def acceptance_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     tasks = speed_tasks(a.run.study)[:MAX_TASKS]
     body = []
-    for arm in (x for x in a.run.study.arms if x.drafter is not None):
-        body.append(f"<h3>{escape(arm.name)} ({escape(arm.engine)}, {escape(arm.drafter.method)},"
-                    f" k={arm.drafter.num_draft_tokens})</h3>")
+    for arm, drafter in ((x, x.drafter) for x in a.run.study.arms if x.drafter is not None):
+        body.append(f"<h3>{escape(arm.name)} ({escape(arm.engine)}, {escape(drafter.method)},"
+                    f" k={drafter.num_draft_tokens})</h3>")
         body.append(_grid([fig(cells.acceptance_figure(a, arm, t)) for t in tasks])
                     or _note("no speed task"))
     return Section("acceptance", "Acceptance", "\n".join(body) or _note("no drafter arm"),

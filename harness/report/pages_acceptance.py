@@ -35,9 +35,9 @@ def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
     colours = _level_colours(levels)
     tasks = [t.name for t in study.tasks if "speed" in t.uses][:MAX_TASKS]
     pages, rounds = 0, engine_rounds(a.run)
-    for arm in (x for x in study.arms if x.drafter is not None):
-        fig = new_page(f"Acceptance: {arm.name} ({arm.engine}, {arm.drafter.method},"
-                       f" k={arm.drafter.num_draft_tokens})",
+    for arm, drafter in ((x, x.drafter) for x in study.arms if x.drafter is not None):
+        fig = new_page(f"Acceptance: {arm.name} ({arm.engine}, {drafter.method},"
+                       f" k={drafter.num_draft_tokens})",
                        f"top: the engine's tokens per {rounds.get(arm.name, 'round')} each"
                        " second of each speed cell (counter deltas between scrapes: what its"
                        " engine counts as a round); bottom: share of rounds keeping >= i drafts")
@@ -73,7 +73,7 @@ def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
             if not any_pos:
                 empty_axes(bottom, no_positions_line(arm))
             else:
-                bottom.set_xticks(range(1, arm.drafter.num_draft_tokens + 1))
+                bottom.set_xticks(range(1, drafter.num_draft_tokens + 1))
         fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles) or 1,
                    fontsize=8, frameon=False, title="concurrency", title_fontsize=8)
         save(pdf, fig)

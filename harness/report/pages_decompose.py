@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.bar_common import speed_tasks
@@ -73,8 +74,8 @@ def _task_page(pdf: PdfPages, a: Analysis, task: str) -> None:
         ax.set_xlabel("concurrent users", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-        top = max((max(line.get_ydata(), default=0) for line in ax.get_lines()
-                   if len(line.get_ydata())), default=1.0)
+        drawn = [np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()]
+        top = max((max(y) for y in drawn if len(y)), default=1.0)
         ax.set_ylim(0, float(top) * 1.15 if top and top == top else 1.0)
         if sp.empty:
             empty_axes(ax, "no usable speed cells")

@@ -9,6 +9,8 @@ dearer round.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.bar_common import speed_tasks
@@ -29,7 +31,8 @@ REASON_LINES = 9
 LINE_HEIGHT = 0.02  # one 8.5 pt line at 1.4 spacing, as a share of the page's height
 
 
-def headline_page(pdf: PdfPages, a: Analysis, verdict: Verdict, notice: list[str] = ()) -> int:
+def headline_page(pdf: PdfPages, a: Analysis, verdict: Verdict,
+                  notice: Sequence[str] = ()) -> int:
     """`notice`: lines a reader of the verdict must not miss (recorded deviations)."""
     study = a.run.study
     fig = new_page(f"Verdict: {verdict.verdict}", f"{study.title}  |  run {a.run.run_id}"

@@ -51,7 +51,7 @@ def speedup_note(a: Analysis) -> str:
             " 1.0, its interval (the bar at 1.0) where the band's edges do")
     if study.recording.sessions > 1:
         # The band over sessions is by the registered method (harness.analysis.intervals).
-        how = bars.intervals.method
+        how: str = bars.intervals.method
         if how == "auto":
             how += " (below 30 sessions a t interval on the sessions' log ratios)"
         note += f"; over {study.recording.sessions} sessions by interval method {how}"

@@ -10,7 +10,7 @@ import math
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.tables import Analysis
-from harness.prereg.schema import Arm, schedule_arm_name
+from harness.prereg.schema import Arm, Drafter, schedule_arm_name
 from harness.report.layout import MONO, log2_axis, new_page, save, wrap_lines
 from harness.report.pages_speed import arm_colours
 from harness.rundir.verdict import Placement, Verdict
@@ -64,11 +64,12 @@ def _task_page(pdf: PdfPages, a: Analysis, verdict: Verdict, task: str) -> None:
             elif r.status == "above_measured":  # no L measured pays: above the highest
                 need.plot([r.concurrency], [max(lengths)], "^", color="black", ms=7)
     colours = arm_colours(a)
-    for arm, mine in placed_drafters(a, verdict, task):
+    for arm, drafter, mine in placed_drafters(a, verdict, task):
         if mine:
-            need.plot([p.concurrency for p in mine], [p.reaches for p in mine], "o",
+            reaches = [math.nan if p.reaches is None else p.reaches for p in mine]
+            need.plot([p.concurrency for p in mine], reaches, "o",
                       color=colours[arm.name], ms=8, mfc="none", mew=1.6,
-                      label=f"{arm.name} (k={arm.drafter.num_draft_tokens}) reaches")
+                      label=f"{arm.name} (k={drafter.num_draft_tokens}) reaches")
     cost.axhline(1.0, color="grey", lw=0.8)
     cost.set_title("round cost (x plain step)", fontsize=9)
     need.set_title("acceptance a round needs to pay (tokens a round)", fontsize=9)
@@ -101,12 +102,11 @@ def _verification_page(pdf: PdfPages, a: Analysis, verdict: Verdict, task: str) 
     grid = fig.add_gridspec(2, 1, height_ratios=[1.3, 1.0], left=0.07, right=0.98, top=0.84,
                             bottom=0.05, hspace=0.3)
     ax = fig.add_subplot(grid[0, 0])
-    ok = [r for r in rows if r.status == "ok" and r.speedup is not None]
+    ok = [(r, s) for r in rows if r.status == "ok" and (s := r.speedup) is not None]
     if ok:
-        x = [r.concurrency for r in ok]
-        ax.errorbar(x, [r.speedup for r in ok],
-                    yerr=[[r.speedup - (r.ci_lower or r.speedup) for r in ok],
-                          [(r.ci_upper or r.speedup) - r.speedup for r in ok]],
+        ax.errorbar([r.concurrency for r, _ in ok], [s for _, s in ok],
+                    yerr=[[s - (r.ci_lower or s) for r, s in ok],
+                          [(r.ci_upper or s) - s for r, s in ok]],
                     fmt="o-", color="black", capsize=3, label="measured (95 % interval)")
     # The drafter at its own fixed k, measured in the registered stages: what the
     # schedule is meant to beat where it drafts fewer.
@@ -115,13 +115,11 @@ def _verification_page(pdf: PdfPages, a: Analysis, verdict: Verdict, task: str) 
     if len(own):
         ax.plot(own["concurrency"].astype(float), own["speedup"].astype(float), "^:",
                 color="grey", label=f"{study.surface.drafter} at its own k (registered cells)")
-    predicted = [r for r in rows if r.predicted_speedup is not None]
+    predicted = [(r, p) for r in rows if (p := r.predicted_speedup) is not None]
     if predicted:
-        ax.errorbar([r.concurrency for r in predicted], [r.predicted_speedup for r in predicted],
-                    yerr=[[r.predicted_speedup - (r.predicted_ci_lower or r.predicted_speedup)
-                           for r in predicted],
-                          [(r.predicted_ci_upper or r.predicted_speedup) - r.predicted_speedup
-                           for r in predicted]],
+        ax.errorbar([r.concurrency for r, _ in predicted], [p for _, p in predicted],
+                    yerr=[[p - (r.predicted_ci_lower or p) for r, p in predicted],
+                          [(r.predicted_ci_upper or p) - p for r, p in predicted]],
                     fmt="s--", color="tab:blue", mfc="none", capsize=3,
                     label="predicted from the surface")
     for r in rows:
@@ -147,12 +145,15 @@ def _verification_page(pdf: PdfPages, a: Analysis, verdict: Verdict, task: str) 
     save(pdf, fig)
 
 
-def placed_drafters(a: Analysis, verdict: Verdict, task: str) -> list[tuple[Arm, list[Placement]]]:
-    """Each real drafter arm with its placements on a task's surface that reach a figure."""
+def placed_drafters(a: Analysis, verdict: Verdict, task: str
+                    ) -> list[tuple[Arm, Drafter, list[Placement]]]:
+    """Each real drafter arm (with its drafter) and its placements on a task's surface that
+    reach a figure."""
     assert verdict.surface is not None
-    return [(arm, [p for p in verdict.surface.placements if p.arm == arm.name
-                   and p.task == task and p.reaches is not None])
-            for arm in a.run.study.arms if arm.drafter is not None and not arm.is_control]
+    return [(arm, drafter, [p for p in verdict.surface.placements if p.arm == arm.name
+                            and p.task == task and p.reaches is not None])
+            for arm in a.run.study.arms
+            if (drafter := arm.drafter) is not None and not arm.is_control]
 
 
 def surface_text_lines(a: Analysis, verdict: Verdict, task: str) -> list[str]:

@@ -204,7 +204,8 @@ def smoke_summary(run: RunData) -> list[str]:
             own[rec.arm] = rec
         else:
             compared[rec.arm] = rec
-    failed = [r for r in [*own.values(), *compared.values()] if r.status == "failed"]
+    latest: list[SmokeArmCheck | SmokeIdentityCheck] = [*own.values(), *compared.values()]
+    failed = [r for r in latest if r.status == "failed"]
     if failed:
         worst = failed[-1]
         return [f"Smoke stage: FAILED at arm {worst.arm}: {worst.reason}",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from harness.calibration import (
     TIMEOUT_S,
@@ -127,7 +128,7 @@ def calibrate_study(study: Study, gpu: int | None = None, python: str | None = N
     if target.request is None:
         return CalibrationRecord(status="skipped", reason=target.skip, registered=registered)
     req = target.request
-    facts = {"interpreter": req.python, "device": req.device, "dtype": req.dtype,
+    facts: dict[str, Any] = {"interpreter": req.python, "device": req.device, "dtype": req.dtype,
              "dtype_why": target.dtype_why, "registered": registered}
     try:
         measured = run_probe(req, timeout_s, probe=probe)

@@ -18,7 +18,7 @@ from rich.console import Console
 from harness.engines.stale import find_stale_engines, stop_stale_engine
 from harness.errors import SpecbenchError
 from harness.run.store import RunStore
-from harness.rundir.manifest import RunnerRecord, StaleEngineRecord
+from harness.rundir.manifest import Manifest, RunnerRecord, StaleEngineRecord
 
 # Set by a script that wraps `specbench run FILE` (scripts/demo.sh): what the verdict's
 # command to finish a run starts with instead.
@@ -65,4 +65,7 @@ def clear_leftovers(store: RunStore, console: Console) -> None:
         record = StaleEngineRecord(
             when=time.time(), arm=stale.arm, pid=stale.pid, pgid=stale.pgid, port=stale.port,
             port_held=stale.port_held, processes=stale.processes, action="stopped on resume")
-        store.edit_manifest(lambda m, r=record: m.stale_engines.append(r))
+        def add_stale(m: Manifest, r: StaleEngineRecord = record) -> None:
+            m.stale_engines.append(r)
+
+        store.edit_manifest(add_stale)

@@ -49,6 +49,7 @@ from harness.rundir.manifest import (
     ShardPlan,
     ShardRecord,
     ShardWorkerRecord,
+    SmokeStatus,
     SmokeSummary,
     manifest_from,
 )
@@ -189,8 +190,10 @@ class ShardSink:
 
 def _overall_smoke(shards: dict[str, ShardRecord]) -> SmokeSummary:
     """The run's smoke: passed when every shard's passed (or was off)."""
-    states = {name: s.smoke.status if s.smoke else None for name, s in shards.items()}
+    states: dict[str, str | None] = {name: s.smoke.status if s.smoke else None
+                                     for name, s in shards.items()}
     known = [v for v in states.values() if v]
+    status: SmokeStatus
     if known and all(v == "off" for v in known):
         status = "off"
     elif known and all(v in ("passed", "off") for v in known):

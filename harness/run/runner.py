@@ -172,7 +172,7 @@ def reopen_run(store: RunStore, loaded: LoadedStudy, allow_deviation: bool) -> N
         if not allow_deviation:
             raise InputError(
                 f"{loaded.path}: its seal {new_seal[:12]} differs from run {store.run_id}'s"
-                f" {old_seal[:12]} ({len(diffs)} changes, first: {diffs[0] if diffs else '?'});"
+                f" {(old_seal or 'none')[:12]} ({len(diffs)} changes, first: {diffs[0] if diffs else '?'});"
                 " resume with --allow-deviation to record the deviation and continue"
             )
         original = store.root / "study.original.json"
@@ -272,7 +272,10 @@ class Runner:
             if session is not None:
                 record = SessionRecord(stage=session[0], session=session[1], arm=arm_name,
                                        cells=[c.id for c in pending], started_wall=time.time())
-                self.store.edit_manifest(lambda m, r=record: m.sessions.append(r))
+                def add_session(m: Manifest, r: SessionRecord = record) -> None:
+                    m.sessions.append(r)
+
+                self.store.edit_manifest(add_session)
             for cell in pending:
                 self._run_one(engine, cell, progress)
 
@@ -289,7 +292,7 @@ class Runner:
                               f" for {stage} (no restart)")
             engine.stage = stage or engine.stage
             return engine
-        if engine is not None:
+        if engine is not None and session is not None:  # else it was returned above
             progress.note(f"session {session[1]} of arm {arm_name}: a fresh engine start")
             self.close_engine(arm_name)
         while self._engines and len(self._engines) >= self.study.recording.engines_alive:

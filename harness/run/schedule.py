@@ -33,7 +33,13 @@ from harness.run.attempts import needs_measuring
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
 from harness.rundir import RERUN_SUFFIX, rerun_of
-from harness.rundir.manifest import Manifest, RerunRecord, SkippedCell, StopDecisionRecord
+from harness.rundir.manifest import (
+    Manifest,
+    RerunRecord,
+    RunStatus,
+    SkippedCell,
+    StopDecisionRecord,
+)
 
 
 @dataclass(frozen=True)
@@ -211,7 +217,7 @@ def run_schedule(store: RunStore, study: Study, cells: list[Cell], executor: Exe
     it ended (the caller then finishes the run: harness.finalize)."""
     from harness.run.smoke import SmokeFailed
 
-    status = "interrupted"
+    status: RunStatus = "interrupted"
     try:
         for batch in study_schedule(store, study, cells, progress):
             executor.run_batch(batch, progress)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.analysis.identity import DEFAULT_NEAR_TIE_MARGIN, token_divergence
 from harness.analysis.regime import REGIME_FILE, regime_levels
@@ -294,8 +294,8 @@ class SmokeStage:
         arm = self.study.arm(name)
         engine = self.engine_for(name)
         started = time.time()
-        fields = {"arm": name, "key": self.keys[name], "attempt": attempt,
-                  "started_wall": started, "log_path": str(self.log_path(name))}
+        fields: dict[str, Any] = {"arm": name, "key": self.keys[name], "attempt": attempt,
+                                  "started_wall": started, "log_path": str(self.log_path(name))}
         was_up = engine.running() and not getattr(engine, "prestarted", False)
         engine.prestarted = False
         try:
@@ -319,7 +319,7 @@ class SmokeStage:
                         f" prompts answered; item {failed[0].item_id}: {what}"),
                 log_line=self._log_line(self.log_path(name)), answers=answers)
         counter = None
-        if arm.drafter is not None:
+        if arm.drafter is not None and before is not None:  # before: read for a drafter
             counter = self._counter(process, dialect, before)
             if not counter.moved:
                 return SmokeArmCheck(
@@ -421,7 +421,7 @@ class SmokeStage:
     def _drafts(process: EngineProcess) -> tuple[float | None, str | None]:
         """The drafts counter now (None: the series is absent), or why /metrics failed."""
         result = scrape_metrics(process.metrics_url, process.metrics_dialect)
-        if not result.ok:
+        if result.snapshot is None:
             return None, f"/metrics failed: {result.error}"
         return result.snapshot.drafts, None
 

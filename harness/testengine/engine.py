@@ -125,13 +125,15 @@ class ScriptedEngine:
                 return f
         return None
 
-    def submit(self, seq: Sequence) -> None:
-        seq.done = asyncio.get_running_loop().create_future()
+    def submit(self, seq: Sequence) -> asyncio.Future:
+        """Queue the request; the future is done when it has finished."""
+        done = seq.done = asyncio.get_running_loop().create_future()
         self.waiting.append(seq)
         self.counters.requests_total += 1
         self._wake.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._loop())
+        return done
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -47,7 +47,7 @@ def _error(status: int, message: str) -> bytes:
 class HttpSink:
     """One response on one connection: chunked SSE, or a single JSON body."""
 
-    def __init__(self, transport: asyncio.Transport, stream: bool) -> None:
+    def __init__(self, transport: asyncio.WriteTransport, stream: bool) -> None:
         self.transport, self.stream = transport, stream
 
     @property
@@ -107,7 +107,12 @@ class ScriptedServer:
         self.exit_on_die = exit_on_die
         self.engine: ScriptedEngine | None = None
         self._server: asyncio.base_events.Server | None = None
-        self._conns: set[asyncio.Transport] = set()
+        self._conns: set[asyncio.WriteTransport] = set()
+
+    def _started(self) -> ScriptedEngine:
+        if self.engine is None:
+            raise RuntimeError("the scripted server has not started")
+        return self.engine
 
     async def start(self) -> None:
         self.engine = ScriptedEngine(self.spec, self.truth_file, on_die=self._die)
@@ -130,11 +135,13 @@ class ScriptedServer:
             self.truth_file.flush()
         if self.exit_on_die:
             os._exit(3)
-        self._server.close()
+        if self._server is not None:
+            self._server.close()
         for t in list(self._conns):
             t.abort()
-        self.engine.running.clear()
-        self.engine.waiting.clear()
+        if self.engine is not None:
+            self.engine.running.clear()
+            self.engine.waiting.clear()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         transport = writer.transport
@@ -170,7 +177,7 @@ class ScriptedServer:
                 transport.close()
 
     async def _dispatch(self, method: str, path: str, body: bytes,
-                        transport: asyncio.Transport, arrival_t: float) -> None:
+                        transport: asyncio.WriteTransport, arrival_t: float) -> None:
         spec = self.spec
         if path == "/v1/chat/completions" and method == "POST":
             await self._chat(body, transport, arrival_t)
@@ -179,9 +186,9 @@ class ScriptedServer:
         elif path == "/health":
             transport.write(_response(200, b""))
         elif path == "/metrics":
-            text = metrics_text(self.engine.counters, spec.metrics_dialect, spec.served_model,
-                                spec.num_draft_tokens, self.engine.created_wall,
-                                spec.omit_series)
+            engine = self._started()
+            text = metrics_text(engine.counters, spec.metrics_dialect, spec.served_model,
+                                spec.num_draft_tokens, engine.created_wall, spec.omit_series)
             transport.write(_response(200, text, "text/plain; version=0.0.4; charset=utf-8"))
         elif path == "/version":
             transport.write(_response(200, json.dumps({"version": VERSION}).encode()))
@@ -192,8 +199,8 @@ class ScriptedServer:
         else:
             transport.write(_error(404, f"no route {path}"))
 
-    async def _chat(self, body: bytes, transport: asyncio.Transport, arrival_t: float) -> None:
-        engine, spec = self.engine, self.spec
+    async def _chat(self, body: bytes, transport: asyncio.WriteTransport, arrival_t: float) -> None:
+        engine, spec = self._started(), self.spec
         try:
             req = json.loads(body)
             messages = req["messages"]
@@ -237,8 +244,7 @@ class ScriptedServer:
             use = chunks.usage(seq.prompt_tokens, 0) if seq.continuous_usage else None
             seq.sink.send(chunks.sse(chunks.stream_chunk(
                 rid, spec.served_model, {"role": "assistant", "content": ""}, None, use)))
-        engine.submit(seq)
-        await seq.done
+        await engine.submit(seq)
 
 
 @dataclass

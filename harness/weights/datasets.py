@@ -17,12 +17,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from harness.errors import InputError
 from harness.weights.cache import hub_cache_dir, is_commit
 from harness.weights.hashes import sha256_of
+
+if TYPE_CHECKING:  # the registration is read above this package
+    from harness.prereg.load import LoadedStudy
 
 
 class DatasetNotFetched(InputError):
@@ -174,7 +178,7 @@ def task_dataset(task: object) -> DatasetSource | None:
     return DatasetSource(source.dataset, source.revision, source.config)
 
 
-def dataset_problems(study: object, loaded: object | None = None) -> list[str]:
+def dataset_problems(study: object, loaded: LoadedStudy | None = None) -> list[str]:
     """One line per task whose dataset is not in the hub cache: with `loaded` (a
     prereg.LoadedStudy), `file:line: tasks[i].revision: ...`, as validate prints it."""
     out = []

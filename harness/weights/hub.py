@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -110,12 +111,14 @@ def fetch(ckpt: Checkpoint, console: Console, cache: Path | None = None) -> Snap
 
     try:
         info = HfApi().model_info(ckpt.repo, revision=ckpt.revision, files_metadata=True)
-        files = [s for s in info.siblings or [] if s.size is not None]
-        total = sum(s.size for s in files)
-        console.print(f"  on the hub: commit {info.sha}, {len(files)} files, {size_text(total)}")
+        sizes = [s.size for s in info.siblings or [] if s.size is not None]
+        total = sum(sizes)
+        console.print(f"  on the hub: commit {info.sha}, {len(sizes)} files, {size_text(total)}")
         with rich_progress(console):
+            # Typed as tqdm.auto's class, any tqdm works (RichTqdm: a plain one, on purpose).
+            bars: Any = RichTqdm
             path = snapshot_download(ckpt.repo, revision=ckpt.revision, cache_dir=cache,
-                                     tqdm_class=RichTqdm)
+                                     tqdm_class=bars)
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as err:
         raise NotFetched(download_problem(err, ckpt.label, ckpt.revision)) from None
     return Snapshot(ckpt.repo, ckpt.revision, Path(path).name, Path(path))

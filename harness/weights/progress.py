@@ -54,10 +54,11 @@ class RichTqdm(tqdm):
         super().__init__(*args, **kwargs)
         if RichTqdm.progress is not None:
             self._task = RichTqdm.progress.add_task(
-                self.desc or "", total=self.total or None, completed=self.n, unit=self.unit
+                self.desc or "", total=self.total or None, completed=int(self.n), unit=self.unit
             )
 
-    def display(self, msg: str | None = None, pos: int | None = None) -> bool:
+    # types-tqdm says display returns None; tqdm.std's close() reads its bool.
+    def display(self, msg: str | None = None, pos: int | None = None) -> bool:  # type: ignore[override]
         progress = RichTqdm.progress
         if self._task is not None and progress is not None:
             progress.update(self._task, completed=self.n, total=self.total or None,

@@ -190,6 +190,7 @@ def _collect(proc: subprocess.Popen, res_r: int, t0: float, timeout_s: float):
     out = _Capped(_TAIL)
     res = _Capped(_TAIL)
     sel = selectors.DefaultSelector()
+    assert proc.stdout is not None  # started with stdout=PIPE
     out_fd = proc.stdout.fileno()
     for fd, sink in ((out_fd, out), (res_r, res)):
         os.set_blocking(fd, False)
@@ -267,7 +268,7 @@ def _wait_uid_gone(uid: int, deadline: float) -> None:
         time.sleep(0.01)
 
 
-_SIGNAL_NOTES = {
+_SIGNAL_NOTES: dict[int, str] = {
     signal.SIGXCPU: "CPU time limit",
     signal.SIGXFSZ: "file size limit",
     signal.SIGKILL: "killed",

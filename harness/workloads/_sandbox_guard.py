@@ -126,7 +126,8 @@ def _main():
     def _exit(code=None):
         raise SystemExit(code)
 
-    builtins.exit = builtins.quit = _exit  # what site.py would provide
+    # What site.py would provide (typeshed types them as site's Quitter objects).
+    builtins.exit = builtins.quit = _exit  # type: ignore[assignment]
     if hook:
         _install_hook(workdir)
     sys.argv = ["program.py"]

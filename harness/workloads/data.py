@@ -393,7 +393,8 @@ def load_items(
     spec = load_task(kind)
     if kind in CACHED_KINDS:
         # From the hub cache only, offline (`specbench fetch` put it there).
-        where = f"{source.dataset}@{source.revision} {source.config}" if source else kind
+        where = (f"{source.dataset}@{source.revision} {getattr(source, 'config', None)}"
+                 if source else kind)
         try:
             rows = keep_categories(read_rows(source), getattr(source, "categories", None),
                                    where)

@@ -32,7 +32,8 @@ Problem = tuple[tuple, str]  # the field path it is about, and what is wrong
 def placeholder_report(study: Study) -> tuple[list[str], list[Problem]]:
     """(lines, problems): each SPEED-Bench task's placeholder rows by category, and a
     problem for a task that refuses them (placeholders unset or `refuse`)."""
-    lines, problems = [], []
+    lines: list[str] = []
+    problems: list[Problem] = []
     for i, task in enumerate(study.tasks):
         if task.kind not in CACHED_KINDS or task.source is None:
             continue

@@ -67,7 +67,9 @@ PLACEHOLDER = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE USING SPECD
 
 def is_placeholder(row: dict) -> bool:
     turns = row.get("turns")
-    return bool(turns) and isinstance(turns[0], str) and turns[0].startswith(PLACEHOLDER)
+    if not turns:
+        return False
+    return isinstance(turns[0], str) and turns[0].startswith(PLACEHOLDER)
 
 
 def placeholder_counts(rows: list[dict]) -> dict[str, tuple[int, int]]:

@@ -260,7 +260,7 @@ class Extraction:
 
 def run_steps(steps: tuple[StepCall, ...] | list[StepCall], text: str) -> Extraction:
     """Run a declared pipeline on one reply."""
-    value: str | None = text
+    value = text
     label = last = None
     for call in steps:
         if call.first_of is not None:
@@ -272,10 +272,10 @@ def run_steps(steps: tuple[StepCall, ...] | list[StepCall], text: str) -> Extrac
             else:
                 return Extraction(None, "none")
         else:
-            value = STEPS[call.name].fn(value, call.args)
-            if value is None:
+            stepped = STEPS[call.name].fn(value, call.args)
+            if stepped is None:
                 return Extraction(None, "none")
-            last = call.name
+            value, last = stepped, call.name
     return Extraction(value, label or last or "as-is")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import yaml
 from pydantic import ValidationError
@@ -77,28 +78,35 @@ def load_task(kind: str) -> TaskTemplate:
     if not isinstance(doc, dict):
         raise TaskDefinitionError(f"{path}: expected a mapping")
 
-    def need(cond: bool, what: str) -> None:
+    def fail(what: str) -> NoReturn:
+        raise TaskDefinitionError(f"{path}: {what}")
+
+    def need(cond: object, what: str) -> None:
         if not cond:
-            raise TaskDefinitionError(f"{path}: {what}")
+            fail(what)
 
     need(doc.get("task") == kind, f"'task' must be {kind!r}")
     data = doc.get("data")
-    need(isinstance(data, dict), "'data' must be a mapping")
+    if not isinstance(data, dict):
+        fail("'data' must be a mapping")
     files = data.get("files")
-    need(
-        isinstance(files, list) and files and all(isinstance(f, str) for f in files),
-        "'data.files' must be a non-empty list of file names",
-    )
+    if not (isinstance(files, list) and files and all(isinstance(f, str) for f in files)):
+        fail("'data.files' must be a non-empty list of file names")
     fields = doc.get("fields")
-    need(isinstance(fields, dict) and fields, "'fields' must map field names to descriptions")
+    if not (isinstance(fields, dict) and fields):
+        fail("'fields' must map field names to descriptions")
     messages = doc.get("messages")
-    need(isinstance(messages, list) and messages, "'messages' must be a non-empty list")
+    if not (isinstance(messages, list) and messages):
+        fail("'messages' must be a non-empty list")
     rendered: list[tuple[str, str]] = []
     for i, msg in enumerate(messages):
-        need(isinstance(msg, dict), f"messages[{i}] must be a mapping")
+        if not isinstance(msg, dict):
+            fail(f"messages[{i}] must be a mapping")
         role, content = msg.get("role"), msg.get("content")
-        need(role in _ROLES, f"messages[{i}].role must be one of {_ROLES}")
-        need(isinstance(content, str) and content, f"messages[{i}].content must be text")
+        if not (isinstance(role, str) and role in _ROLES):
+            fail(f"messages[{i}].role must be one of {_ROLES}")
+        if not (isinstance(content, str) and content):
+            fail(f"messages[{i}].content must be text")
         for name in _PLACEHOLDER.findall(content):
             need(name in fields, f"messages[{i}] uses {{{{ {name} }}}}, not declared in 'fields'")
         rendered.append((role, content))

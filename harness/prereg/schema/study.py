@@ -116,10 +116,10 @@ class Study(Strict):
                 problems.append((key, f"concurrencies {missing} are not closed-loop levels"))
         if self.bars.pass_.accuracy is not None:
             for k, name in enumerate(self.bars.pass_.accuracy.tasks):
-                task = next((t for t in self.tasks if t.name == name), None)
-                if task is None:
+                named = next((t for t in self.tasks if t.name == name), None)
+                if named is None:
                     problems.append((("bars", "pass", "accuracy", "tasks", k), f"no task named {name!r}"))
-                elif "accuracy" not in task.uses:
+                elif "accuracy" not in named.uses:
                     problems.append(
                         (("bars", "pass", "accuracy", "tasks", k), f"task {name!r} lacks the accuracy use")
                     )
