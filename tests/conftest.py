@@ -183,10 +183,12 @@ class VllmCpuEngines:
         engine = self.running.pop(name, None)
         if engine is None:
             return
-        pids = {p.pid for p in descendants(engine.pid) + group_members(engine.pid)} | {engine.pid}
+        pid = engine.pid
+        assert pid is not None and engine.arm.launch is not None  # an engine it started
+        pids = {p.pid for p in descendants(pid) + group_members(pid)} | {pid}
         host, port = engine.arm.launch.host, int(engine.base_url.rsplit(":", 1)[1])
         engine.stop()
-        left = [p.pid for p in group_members(engine.pid) if p.pid in pids]
+        left = [p.pid for p in group_members(pid) if p.pid in pids]
         assert not left, f"{name}: processes left after stop: {left}"
         assert not port_in_use(host, port), f"{name}: port {port} still in use after stop"
 

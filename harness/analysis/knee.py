@@ -15,6 +15,7 @@ users put at a median of 14.1 (benchmarks/bar_characteristics.py).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -38,7 +39,8 @@ class Crossing:
         return "<= first level" if self.below_first else f"> {self.above}"
 
 
-def crossing(levels: list[int], values: list[float | None], strict: bool = False) -> Crossing:
+def crossing(levels: Sequence[int], values: Sequence[float | None],
+             strict: bool = False) -> Crossing:
     """The first level whose value is <= 1.0 (< 1.0 with strict), interpolated linearly in
     the value over log2(concurrency) from the level before it."""
     last: int | None = None
@@ -84,9 +86,9 @@ class Knee:
         return f"{self.low.label()} to {self.high.label()}"
 
 
-def locate_knee(levels: list[int], point: list[float | None],
-                lower: list[float | None] | None = None,
-                upper: list[float | None] | None = None,
+def locate_knee(levels: Sequence[int], point: Sequence[float | None],
+                lower: Sequence[float | None] | None = None,
+                upper: Sequence[float | None] | None = None,
                 skipped_after: int | None = None) -> Knee:
     """The knee on the point estimates, with its interval from the bounds (when given).
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 from typing import Any
 
 from harness.engines import get_engine_kind
@@ -83,7 +84,7 @@ def gpu_model_deviation(placements: dict[str, dict[str, Any]]) -> str | None:
             " shards are not one GPU's")
 
 
-def split_units(cells: list[dict[str, Any]], groups: list[tuple[str, ...]]) -> list[str]:
+def split_units(cells: list[dict[str, Any]], groups: Sequence[tuple[str, ...]]) -> list[str]:
     """A sentence for each engine group x task whose cells were measured on more than one
     GPU (a shard resumed elsewhere, a run resumed on another host): its ratios then divide
     cells from two GPUs. `cells` are cell.json contents."""

@@ -38,7 +38,7 @@ def _argument_row(action: argparse.Action) -> str:
             name += f" {metavar}" if action.nargs is None else f" [{metavar}]" \
                 if action.nargs == "?" else f" {metavar} ..."
     else:
-        name = action.metavar or action.dest
+        name = str(action.metavar or action.dest)  # a tuple metavar is for options only
         if action.choices:
             name += " (" + ", ".join(map(str, action.choices)) + ")"
     default = action.default

@@ -77,7 +77,7 @@ class _WithComments(GenerateJsonSchema):
             if "description" not in prop and name in comments:
                 prop["x-comment"] = comments[name]
             if field is not None and field.default_factory is not None and "default" not in prop:
-                value = field.default_factory()  # type: ignore[call-arg]
+                value = field.default_factory()
                 prop["x-default"] = "its own defaults" if isinstance(value, BaseModel) \
                     else f"`{json.dumps(value)}`"
         return js

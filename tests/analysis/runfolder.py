@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from harness.prereg.schema import Study
 from harness.records import (
@@ -137,7 +139,7 @@ class RunBuilder:
     # --- one cell ---------------------------------------------------------------------
 
     def write_cell(self, cell_id: str, cell: dict, requests: list[RequestRecord],
-                   samples: list[MetricSample] = (), scores: dict[str, bool] | None = None,
+                   samples: Sequence[MetricSample] = (), scores: dict[str, bool] | None = None,
                    complete: bool = True, valid: bool = True, aborted: bool = False,
                    attempt: int = 1, open_loop: dict | None = None) -> Path:
         folder = self.root / "cells" / cell_dir(cell_id)
@@ -307,7 +309,8 @@ class RunBuilder:
 # --- records ----------------------------------------------------------------------------
 
 
-def speed_requests(cell_id: str, speed: float, n: int, spread: float, phase: str = "measure",
+def speed_requests(cell_id: str, speed: float, n: int, spread: float,
+                   phase: Literal["warmup", "measure"] = "measure",
                    attempt: int = 1, concurrency: int = 1) -> list[RequestRecord]:
     """n requests whose per-user speeds spread +-spread around `speed` (median exactly it)."""
     out = []
@@ -323,7 +326,7 @@ def speed_requests(cell_id: str, speed: float, n: int, spread: float, phase: str
             cell_id=cell_id, attempt=attempt, index=i, item_id=f"p{i}", phase=phase, user=user,
             scheduled_t=start, sent_t=start, first_token_t=first, end_t=end,
             prompt_tokens=50, completion_tokens=TOKENS, chunk_times=times,
-            chunk_tokens=[1] + [10] * 10, finish_reason="length", output_text="x"))
+            chunk_tokens=[1, *[10] * 10], finish_reason="length", output_text="x"))
     return out
 
 

@@ -5,6 +5,7 @@ invalid cells excluded, INCOMPLETE on missing cells."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -370,7 +371,7 @@ def test_the_fixed_share_reading_is_a_registration_away(tmp_path):
 @pytest.mark.parametrize("kind", ["unhealthy", "aborted"])
 def test_invalid_cells_are_excluded_and_named(tmp_path, kind):
     b = RunBuilder(tmp_path).full_passing_run()
-    flag = {"valid": False} if kind == "unhealthy" else {"aborted": True}
+    flag: dict[str, Any] = {"valid": False} if kind == "unhealthy" else {"aborted": True}
     b.speed("sglang-dflash", "chat", 2, BASE_SPEED * 2.8, **flag)
     v = write_verdict(b.root).to_json()
     assert v["verdict"] == "INCOMPLETE"

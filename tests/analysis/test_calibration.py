@@ -132,6 +132,7 @@ def test_the_probe_is_run_with_the_device_dtype_and_cores_asked_for(tmp_path):
 def test_a_probe_that_fails_or_hangs_is_recorded_not_raised(tmp_path, body, timeout, says):
     study = cpu_study()
     record = calibrate_study(study, timeout_s=timeout, probe=fake_probe(tmp_path, body))
+    assert record.reason is not None
     assert record.status == "failed" and says in record.reason
     assert record.measured is None and record.interpreter == sys.executable
     assert record.registered.memory_bandwidth_gb_s == 1000
@@ -144,6 +145,7 @@ def test_a_probe_that_fails_or_hangs_is_recorded_not_raised(tmp_path, body, time
 def test_a_missing_interpreter_is_a_failure_not_an_exception(tmp_path):
     record = calibrate_study(cpu_study(), python=str(tmp_path / "no-python"),
                              probe=fake_probe(tmp_path))
+    assert record.reason is not None
     assert record.status == "failed" and "cannot run it" in record.reason
 
 
@@ -154,6 +156,7 @@ def test_a_scripted_study_is_skipped_without_starting_a_process(monkeypatch):
     monkeypatch.setattr("harness.calibration.subprocess.run", refuse)
     study = load_study_file(ROOT / "examples" / "scripted-pass.yaml").study
     record = calibrate_study(study)
+    assert record.reason is not None
     assert record.status == "skipped" and "scripted test engine" in record.reason
     assert record.registered.dense_tflops == 40
 
@@ -166,13 +169,17 @@ def test_a_scripted_study_is_skipped_without_starting_a_process(monkeypatch):
 def test_the_dtype_follows_the_models_precision(weight_bytes, dtype):
     probe = study_probe(cpu_study(weight_bytes))
     assert probe.request is not None and probe.request.dtype == dtype
+    assert probe.dtype_why is not None
     assert f"weight_bytes_per_param {weight_bytes:g}" in probe.dtype_why
 
 
 def test_the_dtype_the_baseline_engine_computes_in_comes_first():
     probe = study_probe(cpu_study(2.0, dtype="float16"))
+    assert probe.request is not None
+    assert probe.dtype_why is not None
     assert probe.request.dtype == "float16" and "cpu-base" in probe.dtype_why
-    assert study_probe(cpu_study(2.0), dtype="float32").request.dtype == "float32"  # --dtype
+    forced = study_probe(cpu_study(2.0), dtype="float32").request
+    assert forced is not None and forced.dtype == "float32"  # --dtype
 
 
 def test_a_cpu_engine_is_measured_on_its_workers_cores(monkeypatch):
@@ -182,8 +189,10 @@ def test_a_cpu_engine_is_measured_on_its_workers_cores(monkeypatch):
     assert cpu_engine_cores("1-2|3") == [1, 2]  # an explicit list: the first worker's
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
     request = study_probe(cpu_study()).request
+    assert request is not None
     assert (request.device, request.cpus, request.threads) == ("cpu", [0], 1)
     assert request.python == sys.executable
+    assert request.env is not None
     assert request.env["VLLM_CPU_OMP_THREADS_BIND"] == "auto"  # the arm's environment
 
 
@@ -193,12 +202,16 @@ def test_a_gpu_engine_is_measured_on_the_gpu_its_arm_sees():
     data["arms"][0]["launch"] = {"python": "/gpu/venv/bin/python",
                                  "env": {"CUDA_VISIBLE_DEVICES": "3"}}
     request = study_probe(Study.model_validate(data)).request
+    assert request is not None
     assert (request.device, request.python, request.cpus) == ("cuda:0", "/gpu/venv/bin/python",
                                                               None)
+    assert request.env is not None
     assert request.env["CUDA_VISIBLE_DEVICES"] == "3"
-    assert study_probe(Study.model_validate(data), gpu=2).request.device == "cuda:2"
+    chosen = study_probe(Study.model_validate(data), gpu=2).request
+    assert chosen is not None and chosen.device == "cuda:2"
     # An arm attached to an endpoint has no engine environment here.
     skipped = study_probe(Study.model_validate(study_dict()))
+    assert skipped.skip is not None
     assert skipped.request is None and "attaches" in skipped.skip
 
 
@@ -280,7 +293,8 @@ def store_in(tmp_path: Path) -> RunStore:
 
 
 def test_the_run_records_a_failure_and_goes_on(tmp_path):
-    store, study, notes = store_in(tmp_path), cpu_study(), []
+    store, study = store_in(tmp_path), cpu_study()
+    notes: list[str] = []
 
     def broken(_study):
         raise RuntimeError("the engine kind could not say")
@@ -295,7 +309,8 @@ def test_the_run_records_a_failure_and_goes_on(tmp_path):
 
 
 def test_the_run_records_its_calibration_once_and_a_resume_keeps_it(tmp_path):
-    store, study, notes = store_in(tmp_path), cpu_study(), []
+    store, study = store_in(tmp_path), cpu_study()
+    notes: list[str] = []
     probe = fake_probe(tmp_path, bandwidth=14.1, tflops=0.05)
     calls = []
 

@@ -25,14 +25,17 @@ from tests.run.conftest import SCRIPTED_ENGINE, write_scripted_study
 T_975 = {2: 4.302652729749464, 4: 2.7764451051977987}
 
 
-def tiny_run(root: Path, run_id: str, sessions: int,
-             cells: dict[tuple[str, int], tuple[list[float], list[float]]]) -> Path:
+Cells = dict[tuple[str, int], tuple[list[float], list[float]]]  # (arm, level) -> speeds
+
+
+def tiny_run(root: Path, run_id: str, sessions: int, cells: Cells) -> Path:
     """A run folder of chat speed cells whose session medians are the speeds given:
     (arm, level) -> (the drafter's per session, its baseline's per session)."""
     run = RunBuilder(root, study_dict(sessions=sessions, sessions_for="speed_cells"),
                      run_id=run_id)
     for (arm, c), (drafter, baseline) in cells.items():
         base = run.study.arm(arm).baseline
+        assert base is not None
         for s, (d, b) in enumerate(zip(drafter, baseline, strict=True), 1):
             suffix = f"/s{s}" if s > 1 else ""
             run.speed(arm, "chat", c, d, cell_id=f"{arm}/chat/speed/c{c:03d}{suffix}")
@@ -54,10 +57,10 @@ def logs(drafter: list[float], baseline: list[float]) -> list[float]:
 # Run A and run B, three sessions each. At c=1 the drafter fell 10 % and the spreads agree
 # (Student's t, df 4); at c=2 B's sessions barely differ while A's swing (variance ratio
 # ~1400: Welch's, df 2); at c=4 a 10 % fall with wider sessions (p 0.030 on its own).
-A_CELLS = {("vllm-ngram", 1): ([80, 82, 78], [40, 40.5, 39.5]),
+A_CELLS: Cells = {("vllm-ngram", 1): ([80, 82, 78], [40, 40.5, 39.5]),
            ("vllm-ngram", 2): ([80, 85, 75], [40, 40.4, 39.6]),
            ("vllm-ngram", 4): ([80, 86, 76], [40, 41, 39])}
-B_CELLS = {("vllm-ngram", 1): ([72, 73, 71], [40.5, 39.5, 40]),
+B_CELLS: Cells = {("vllm-ngram", 1): ([72, 73, 71], [40.5, 39.5, 40]),
            ("vllm-ngram", 2): ([72, 72.1, 71.9], [40, 40, 40]),
            ("vllm-ngram", 4): ([72, 75, 70.2], [40.5, 39.5, 40])}
 
@@ -135,8 +138,8 @@ def test_b_over_a_is_a_t_interval_on_the_session_log_ratios(tmp_path, capsys):
 
 
 def test_runs_of_one_session_are_compared_only_with_the_warning(tmp_path, capsys):
-    one_a = {("vllm-ngram", 1): ([80], [40])}
-    one_b = {("vllm-ngram", 1): ([72], [40])}
+    one_a: Cells = {("vllm-ngram", 1): ([80], [40])}
+    one_b: Cells = {("vllm-ngram", 1): ([72], [40])}
     a = tiny_run(tmp_path / "a", "run-a", 1, one_a)
     b = tiny_run(tmp_path / "b", "run-b", 1, one_b)
     out = compared(capsys, a, b)
@@ -180,6 +183,7 @@ def test_the_two_sample_arithmetic_against_tables():
     a = [0.0, 0.1, 0.2]  # variance 0.01
     at_99 = log_difference(a, [0.0, 0.995, 1.99], 0.95)  # variance 0.99: p 0.02
     at_299 = log_difference(a, [0.0, 2.99 ** 0.5, 2 * 2.99 ** 0.5], 0.95)  # p 0.0067
+    assert at_99 is not None and at_299 is not None
     assert at_99.equal_spread_p == pytest.approx(0.02, abs=1e-5) and at_99.method == "student"
     assert at_299.equal_spread_p == pytest.approx(2 / 300) and at_299.method == "welch"
     assert (at_99.df, at_299.df) == (4, 2)

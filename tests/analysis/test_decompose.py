@@ -21,10 +21,11 @@ def request(cell: str, i: int, tokens_per_round: int, round_s: float, rounds: in
     """One request: the prefill's token, then `rounds` chunks of tokens_per_round."""
     first = 100.0 * i + 0.5
     times = [first + round_s * j for j in range(rounds + 1)]
-    counts = [1] + [tokens_per_round] * rounds
+    counts: list[int | None] = [1, *[tokens_per_round] * rounds]
     return RequestRecord(cell_id=cell, index=i, item_id=f"q{i}", scheduled_t=100.0 * i,
                          sent_t=100.0 * i, first_token_t=first, end_t=times[-1],
-                         completion_tokens=sum(counts), chunk_times=times, chunk_tokens=counts)
+                         completion_tokens=1 + tokens_per_round * rounds, chunk_times=times,
+                         chunk_tokens=counts)
 
 
 def cell(cell_id: str, shapes: list[tuple[int, float]]) -> CellData:
@@ -41,12 +42,14 @@ def test_a_request_is_split_into_tokens_per_round_and_round_time():
                         first_token_t=1.0, end_t=1.3, completion_tokens=9,
                         chunk_times=[1.0, 1.1, 1.2, 1.3], chunk_tokens=[1, 3, 2, 3])
     r = request_rounds(rec)
+    assert r is not None
     assert (r.tokens, r.rounds) == (8.0, 3)
     assert r.tokens_per_round == pytest.approx(8 / 3)
     assert r.round_time_s == pytest.approx(0.1)
     # Without per-chunk counts the tokens after the first chunk come from the usage.
     bare = rec.model_copy(update={"chunk_tokens": [None] * 4})
-    assert request_rounds(bare).tokens == 8.0
+    bare_rounds = request_rounds(bare)
+    assert bare_rounds is not None and bare_rounds.tokens == 8.0
 
 
 def test_alike_requests_explain_the_speedup_exactly_with_its_intervals():
@@ -97,7 +100,9 @@ def test_which_factor_moved_the_speedup_between_levels():
     # Tokens per round halved, cost unchanged: all of it is the tokens.
     assert factor_shift(2.5, 1.25, 1.25, 1.25) == pytest.approx((1.0, 0.0))
     # Both: log shares.
-    tok, cost = factor_shift(2.5, 1.25, 2.0, 1.5)
+    shares = factor_shift(2.5, 1.25, 2.0, 1.5)
+    assert shares is not None
+    tok, cost = shares
     total = math.log(2.0 / 2.5) - math.log(1.5 / 1.25)
     assert tok == pytest.approx(math.log(2.0 / 2.5) / total) and tok + cost == pytest.approx(1)
     assert factor_shift(2.5, 1.25, 2.5, 1.25) is None  # nothing moved
@@ -167,6 +172,7 @@ def test_the_split_over_sessions_takes_the_speedups_own_draws_and_rule():
     units = ([session_units(c) for c in d], [session_units(c) for c in b])
     draws = draw_pair(*units, INTERVALS, "k")
     ratio = session_ratio(*units, INTERVALS, "k", draws)
+    assert ratio is not None
     assert ratio.method == "t_sessions" and draws.method == "t_sessions"
     row = decompose(d, b, INTERVALS, ratio.point, 0.05, units, draws)
     assert row["explained_speedup_ci_lower"] == pytest.approx(ratio.ci_lower, rel=1e-6)
@@ -179,6 +185,7 @@ def test_the_split_over_sessions_takes_the_speedups_own_draws_and_rule():
     boot = INTERVALS.model_copy(update={"method": "bootstrap"})
     draws = draw_pair(*units, boot, "k")
     ratio = session_ratio(*units, boot, "k", draws)
+    assert ratio is not None
     row = decompose(d, b, boot, ratio.point, 0.05, units, draws)
     assert ratio.method == "bootstrap"
     assert row["explained_speedup_ci_lower"] == pytest.approx(ratio.ci_lower, rel=0.01)

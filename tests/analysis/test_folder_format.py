@@ -200,7 +200,8 @@ def test_format_4_keys_are_required_of_format_4_and_absent_from_format_3(tmp_pat
     assert read_verdict(verdict_path, 3).unfinished is None
     data["runner"] = {"pid": 1, "started_wall": 0.0, "cmdline": ["specbench"]}  # as format 3
     path.write_text(json.dumps(data))
-    assert read_manifest(path).runner.invoked_as is None
+    runner = read_manifest(path).runner
+    assert runner is not None and runner.invoked_as is None
     data["format_version"], data["remeasured"] = 4, []
     path.write_text(json.dumps(data))
     with pytest.raises(InputError, match=r"key 'invoked_as' is missing in runner"):

@@ -28,7 +28,7 @@ def _request(i: int, speed: float, user: int | None, start: float) -> RequestRec
                          sent_t=start, first_token_t=start + 0.01, end_t=start + 0.01 + span,
                          completion_tokens=TOKENS,
                          chunk_times=[start + 0.01 + span * k / 10 for k in range(11)],
-                         chunk_tokens=[1] + [10] * 10)
+                         chunk_tokens=[1, *[10] * 10])
 
 
 def cell(speeds: list[float], users: int | None = 2, kind: str = "speed") -> CellData:
@@ -112,6 +112,7 @@ def test_sessions_that_agree_get_the_t_interval_on_their_log_ratios():
     drafter = _sessions(rng, 150.0, [1.02, 0.98, 1.0])
     baseline = _sessions(rng, 100.0, [0.99, 1.01, 1.0])
     r = session_ratio(drafter, baseline, IV, key="k")
+    assert r is not None
     logs = np.log([np.median(d.values) / np.median(b.values)
                    for d, b in zip(drafter, baseline, strict=True)])
     half = 4.302653 * logs.std(ddof=1) / np.sqrt(3)
@@ -119,6 +120,7 @@ def test_sessions_that_agree_get_the_t_interval_on_their_log_ratios():
     assert (r.ci_lower, r.ci_upper) == (pytest.approx(np.exp(logs.mean() - half), rel=1e-6),
                                         pytest.approx(np.exp(logs.mean() + half), rel=1e-6))
     boot = session_ratio(drafter, baseline, IV.model_copy(update={"method": "bootstrap"}), "k")
+    assert boot is not None
     assert boot.method == "bootstrap"
     assert r.ci_upper - r.ci_lower > 1.5 * (boot.ci_upper - boot.ci_lower)
     assert r.ci_upper - r.ci_lower > 1.5 * (r.within_upper - r.within_lower)
@@ -208,6 +210,7 @@ def test_three_sessions_take_a_t_interval_on_their_log_ratios():
     drafter = _sessions(rng, 150.0, [1.05, 0.97, 1.0])
     baseline = _sessions(rng, 100.0, [0.98, 1.02, 1.0])
     r = session_ratio(drafter, baseline, IV, key="k")
+    assert r is not None
     assert r.method == "t_sessions"
     logs = np.log(np.array(r.speeds_drafter) / np.array(r.speeds_baseline))
     half = 4.302653 * logs.std(ddof=1) / np.sqrt(3)
@@ -215,6 +218,7 @@ def test_three_sessions_take_a_t_interval_on_their_log_ratios():
     assert r.ci_upper == pytest.approx(np.exp(logs.mean() + half), rel=1e-5)
     # The registered bootstrap reading gives the old two-level interval, narrower here.
     boot = session_ratio(drafter, baseline, IV.model_copy(update={"method": "bootstrap"}), "k")
+    assert boot is not None
     assert boot.method == "bootstrap" and boot.ci_upper - boot.ci_lower < r.ci_upper - r.ci_lower
     assert (boot.within_lower, boot.within_upper) != (None, None)
     # auto turns to the bootstrap only from 30 sessions.

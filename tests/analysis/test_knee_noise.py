@@ -38,7 +38,9 @@ def _curve_knees(truth: list[float], runs: int, seed: int) -> list:
             stage = 1 if c <= 4 else 2
             d = [_units(rng, c, math.log(s) + starts[("d", stage)][k]) for k in range(3)]
             b = [_units(rng, c, starts[("b", stage)][k]) for k in range(3)]
-            rows.append(session_ratio(d, b, IV, f"c{c}"))
+            ratio = session_ratio(d, b, IV, f"c{c}")
+            assert ratio is not None
+            rows.append(ratio)
         out.append((locate_knee(LEVELS, [r.point for r in rows], [r.ci_lower for r in rows],
                                 [r.ci_upper for r in rows]),
                     crossing(LEVELS, [r.ci_lower for r in rows])))

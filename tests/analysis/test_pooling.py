@@ -24,6 +24,7 @@ def test_a_small_table_by_hand():
     # twice: (2/3 + 1/3)^2 / ((2/3)^2 / 2 + (1/3)^2 / 4) = 4.
     p = pool(np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 2.0], [2.0, 2.0, 2.0]]), 0.95)
     assert p.pooled and p.variance == pytest.approx(2 / 3) and p.df == pytest.approx(4.0)
+    assert p.spread_p is not None
     assert p.spread_p > 0.99
     assert p.note == "pooled over 3 cells, 4.0 df; equal spread p=1.00"
 
@@ -33,6 +34,7 @@ def test_unequal_spread_is_rejected_and_too_little_is_never_pooled():
     table = rng.normal(0.0, 0.01, size=(3, 6))
     table[:, 5] = [0.4, -0.3, -0.1]  # one cell far noisier than the others
     p = pool(table, 0.95)
+    assert p.spread_p is not None
     assert not p.pooled and p.spread_p < 0.05
     assert p.note.startswith("equal spread rejected (p=")
     # A table whose sessions differ by one shared effect alone has no residual to test.
@@ -61,7 +63,7 @@ def test_the_pooled_interval_covers_and_its_df_follow_what_is_shared(shared_sd, 
         table = mu + rng.normal(0, shared_sd, size=(3, 1)) + rng.normal(0, cell_sd, (3, 9))
         p = pool(table, 0.95)
         rejected.append(not p.pooled)
-        if p.pooled:
+        if p.variance is not None and p.df is not None:  # pooled
             dfs.append(p.df)
             half = t_quantile(0.95, max(2, math.floor(p.df))) * math.sqrt(p.variance / 3)
             covered.append(np.abs(table.mean(axis=0) - mu) <= half)
@@ -82,7 +84,7 @@ def test_the_test_of_equal_spread_catches_a_noisier_cell_and_pooling_then_costs_
         table = rng.normal(0, 0.05, (3, 9)) * scale
         p = pool(table, 0.95)
         caught.append(not p.pooled)
-        if p.pooled:
+        if p.variance is not None and p.df is not None:  # pooled
             half = t_quantile(0.95, max(2, math.floor(p.df))) * math.sqrt(p.variance / 3)
             odd.append(abs(table[:, -1].mean()) <= half)
     assert 0.15 <= np.mean(caught) <= 0.35
@@ -155,8 +157,10 @@ def test_the_pooled_interval_covers_at_other_shapes_where_satterthwaite_alone_di
         table = rng.normal(0, 0.1, (sessions, 1)) + rng.normal(0, 0.04, (sessions, cells))
         p = pool(table, 0.95)
         sd = table.std(axis=0, ddof=1) / math.sqrt(sessions)
-        df = math.floor(p.df) if p.pooled else sessions - 1
-        half = t_quantile(0.95, max(sessions - 1, df)) * (
-            math.sqrt(p.variance / sessions) if p.pooled else sd)
+        if p.variance is not None and p.df is not None:  # pooled
+            df, spread = math.floor(p.df), math.sqrt(p.variance / sessions)
+        else:
+            df, spread = sessions - 1, sd
+        half = t_quantile(0.95, max(sessions - 1, df)) * spread
         covered.append(np.abs(table.mean(axis=0)) <= half)
     assert 0.94 <= np.mean(covered) <= 0.97

@@ -22,6 +22,7 @@ from harness.analysis.surface import (
     loss_of_gain,
 )
 from harness.engines import get_engine_kind
+from harness.engines.scripted import ScriptedKind
 from harness.errors import InputError
 from harness.plan import plan_cells
 from harness.prereg import load_study
@@ -37,6 +38,8 @@ def test_the_stage_expands_into_control_arms_and_cells_after_the_registered_stag
     assert [a.name for a in arms] == ["surface-k2-L1.25", "surface-k2-L2.25", "surface-k3-L1.25",
                                       "surface-k3-L2.25", "surface-k3-L3.25"]  # 3.25 > k + 1 at 2
     assert all(a.is_control and a.baseline == "base" for a in arms)
+    assert arms[1].drafter is not None
+    assert arms[1].drafter.synthetic is not None
     assert arms[1].drafter.synthetic.acceptance_length == 2.25
     assert arms[1].drafter.num_draft_tokens == 2
     assert study.arm("surface-k3-L3.25") == arms[-1]
@@ -48,11 +51,13 @@ def test_the_stage_expands_into_control_arms_and_cells_after_the_registered_stag
         ("surface-schedule-chat/chat/speed/c002", 5), ("surface-schedule-chat/chat/speed/c010", 5)]
     (schedule_arm,) = study.schedule_arms()
     assert schedule_arm.baseline == "base" and not schedule_arm.is_control
+    assert schedule_arm.drafter is not None
     assert schedule_arm.drafter.k_schedule is None  # set once stage 4 proposes one
     ranges = [(1, 2, 3), (3, None, 2)]
     (set_arm,) = study.schedule_arms({"surface-schedule-chat": ranges})
+    assert set_arm.drafter is not None
     assert set_arm.drafter.k_schedule == ranges
-    assert get_engine_kind("scripted").spec(set_arm).k_schedule == ranges
+    assert ScriptedKind.spec(set_arm).k_schedule == ranges
     assert {c.concurrency for c in surface} == {2, 10} and {c.kind for c in surface} == {"speed"}
     # study.json holds the registration; read back, it makes the same arms and no more.
     again = Study.model_validate(study.model_dump(mode="json", by_alias=True))
@@ -106,14 +111,16 @@ def test_a_k_schedule_is_run_by_vllm_and_the_scripted_engine_and_refused_elsewhe
     # vLLM 0.32 takes inclusive [start, end, k] with a positive end; it clips the open
     # one to max_num_seqs; num_speculative_tokens stays the largest k.
     config = speculative_config(arm.model_copy(update={"engine": "vllm", "scripted": None}))
+    assert config is not None
     assert config["num_speculative_tokens"] == 3
     assert config["num_speculative_tokens_per_batch_size"] == [[1, 8, 3], [9, 31, 1],
                                                                [32, 65536, 0]]
-    spec = get_engine_kind("scripted").spec(arm)
+    spec = ScriptedKind.spec(arm)
     assert [spec.k_at(b) for b in (1, 8, 9, 31, 32, 500)] == [3, 3, 1, 1, 0, 0]
     for engine, said in (("sglang", "engine 'sglang' has no per-batch-size k schedule"),
                          ("vllm-cpu", "not verified vLLM 0.32's per-batch-size k schedule")):
-        assert said in get_engine_kind(engine).k_schedule_problem(arm), engine
+        problem = get_engine_kind(engine).k_schedule_problem(arm)
+        assert problem is not None and said in problem, engine
     # The surface's verification needs a drafter engine that can run one.
     cpu = yaml.safe_load((ROOT / "examples" / "cpu.yaml").read_text())
     cpu_arm = next(a for a in cpu["arms"] if a.get("drafter"))
@@ -266,7 +273,7 @@ def test_the_schedules_interval_is_a_t_over_sessions_of_tokens_over_cost():
     assert row["candidates"]["3"] == round(math.exp(statistics.mean(k3)), 4)
     # Sessions that do not pair (the surface measured once): the within-session rule.
     one = predict([2.6, 2.5, 2.7], [[1.4], [1.42]], surface, "chat", 2, 10, 0.95)
-    assert one["interval_method"] == "within" and one["ci_lower"] == pytest.approx(2.6 / 3.0)
+    assert one is not None and one["interval_method"] == "within" and one["ci_lower"] == pytest.approx(2.6 / 3.0)
 
 
 def test_the_surface_and_the_schedule_are_measured_in_the_baselines_sessions():

@@ -42,7 +42,9 @@ def test_the_knee_follows_the_effect_not_the_width_of_its_interval():
     k = locate_knee(levels, point, lower, upper)
     assert (k.status, k.label(), k.bound) == ("beyond", "> 64", 64)
     # lower bound crosses 1.0 a third of the way from 2 to 4 (1.1 -> 0.95): 2^(1 + 2/3)
+    assert k.low is not None
     assert k.low.at == pytest.approx(3.174802, rel=1e-6)
+    assert k.high is not None
     assert k.high.at is None and k.high.above == 64
     assert k.interval_label() == "3.2 to > 64"
     # A curve crossing between 16 and 32: point 1.12 -> 0.91 at 4/7 of the way: 2^(4 + 4/7)
@@ -52,6 +54,8 @@ def test_the_knee_follows_the_effect_not_the_width_of_its_interval():
     k = locate_knee(levels, point, lower, upper)
     assert k.status == "located" and k.bracket == (16, 32)
     assert k.concurrency == pytest.approx(23.775909, rel=1e-6)
+    assert k.low is not None
+    assert k.high is not None
     assert (k.low.at, k.high.at) == (pytest.approx(12.699208, rel=1e-6),
                                      pytest.approx(36.758347, rel=1e-6))
     assert k.interval_label() == "12.7 to 36.8"
@@ -113,11 +117,14 @@ def test_bootstrap_is_seeded_and_brackets_the_point():
     d, s = units(rng.normal(80, 8, 64)), units(rng.normal(40, 4, 64))
     iv = Intervals(level=0.95, bootstrap_resamples=500, seed=3)
     one, two = session_ratio([d], [s], iv, "k"), session_ratio([d], [s], iv, "k")
+    assert one is not None
     assert one == two and one.method == "within"
     assert one.ci_lower < one.point < one.ci_upper
     other = session_ratio([d], [s], Intervals(level=0.95, bootstrap_resamples=500, seed=4), "k")
+    assert other is not None
     assert other.ci_lower != one.ci_lower
     wider = session_ratio([d], [s], Intervals(level=0.99, bootstrap_resamples=500, seed=3), "k")
+    assert wider is not None
     assert wider.ci_upper - wider.ci_lower > one.ci_upper - one.ci_lower
 
 

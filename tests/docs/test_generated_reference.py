@@ -49,7 +49,7 @@ def test_every_command_and_option_is_in_the_command_reference() -> None:
         for action in sub._actions:
             if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
                 continue
-            names = action.option_strings or [action.metavar or action.dest]
+            names = action.option_strings or [str(action.metavar or action.dest)]
             for name in names:
                 assert f"| `{name}" in body or f", {name}" in body, \
                     f"{sub.prog}: {name} is not in its table"
@@ -141,8 +141,8 @@ def test_every_run_folder_record_field_is_in_the_run_folder_reference() -> None:
     from harness.rundir.verdict import Verdict
 
     reference = gen_docs.run_folder()
-    roots = [Manifest, Verdict, CellFile, CompleteFile, ScoreRecord, RequestRecord,
-             MetricSample, GpuSample]
+    roots: list[type[BaseModel]] = [Manifest, Verdict, CellFile, CompleteFile, ScoreRecord,
+                                    RequestRecord, MetricSample, GpuSample]
     assert assert_every_field_documented(reference, roots) > 300
     # Each section says which file it is found in.
     assert "At `manifest.json`." in reference

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -15,7 +16,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def site_copy(tmp_path: Path, hooks_first: list[Path] = ()) -> tuple[Path, Path]:
+def site_copy(tmp_path: Path, hooks_first: Sequence[Path] = ()) -> tuple[Path, Path]:
     """A copy of docs/ and of mkdocs.yml pointing at it (its hooks by absolute path, after
     `hooks_first`): (the docs folder, the config)."""
     docs = tmp_path / "docs"

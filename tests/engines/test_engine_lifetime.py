@@ -70,6 +70,7 @@ class Harness:
              *(["thread"] if thread else [])],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True,
         )
+        assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert line, f"the harness exited {self.proc.wait(timeout=10)} before its engine was up"
         self.info = json.loads(line)

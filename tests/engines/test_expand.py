@@ -38,7 +38,8 @@ def test_run_and_serve_expand_the_demo_alike(monkeypatch: pytest.MonkeyPatch) ->
     command = get_engine_kind("vllm-cpu").command(seen["arm"], seen["study"], "127.0.0.1", 8000)
     assert command[0] == "/venv/bin/python" and "/models/pair/target" in command
     assert not any("${" in part for part in command), command
-    assert ran.arm("cpu-draft").drafter.model == "/models/pair/draft"
+    drafter = ran.arm("cpu-draft").drafter
+    assert drafter is not None and drafter.model == "/models/pair/draft"
 
 
 def test_an_unset_variable_is_named_with_where_it_is_used() -> None:

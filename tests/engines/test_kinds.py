@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,12 @@ from harness.engines.sglang_engine import SglangKind, min_free_slots, speculativ
 from harness.engines.vllm_engine import VLLM_CPU_LAUNCHER, VllmCpuKind, VllmKind
 from harness.errors import SpecbenchError
 from tests.tiny_study import tiny_study
+
+
+def json_option(args: list[str], flag: str) -> Any:
+    value = option_value(args, flag)
+    assert value is not None, f"{flag} is not in {args}"
+    return json.loads(value)
 
 
 def arm(name: str, engine: str, drafter: dict | None = None, **extra) -> dict:
@@ -58,7 +65,7 @@ def test_vllm_command_with_ngram_drafter() -> None:
     assert option_value(cmd, "--max-model-len") == "1024"
     assert option_value(cmd, "--max-num-seqs") == "64"
     assert option_value(cmd, "--seed") == "0"
-    assert json.loads(option_value(cmd, "--speculative-config")) == {
+    assert json_option(cmd, "--speculative-config") == {
         "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2,
     }
     assert option_value(cmd, "--per-request-spec-decode-metrics") == "summary"
@@ -77,7 +84,7 @@ def test_vllm_draft_model_and_passthrough_method() -> None:
     kind = get_engine_kind("vllm")
 
     def spec(name: str) -> dict:
-        return json.loads(option_value(kind.command(study.arm(name), study, "h", 1), "--speculative-config"))
+        return json_option(kind.command(study.arm(name), study, "h", 1), "--speculative-config")
 
     assert spec("eagle") == {"method": "eagle3", "num_speculative_tokens": 2, "model": "org/head", "revision": "r1"}
     assert spec("alias")["method"] == "draft_model"
@@ -161,8 +168,8 @@ def test_per_request_spec_metrics_off_asks_no_engine_for_them() -> None:
         kind = get_engine_kind("scripted")
         for dialect in ("vllm", "sglang"):
             sc = study("scripted", on, scripted={**scripted, "metrics_dialect": dialect})
-            spec = json.loads(option_value(kind.command(sc.arm("ngram"), sc, "h", 1),
-                                           "--spec-json"))
+            spec = json_option(kind.command(sc.arm("ngram"), sc, "h", 1),
+                                           "--spec-json")
             asked = "return_spec_tokens_details" in kind.request_fields(sc.arm("ngram"), sc)
             assert (spec["per_request_spec_metrics"] if dialect == "vllm" else asked) is on
             assert "return_spec_tokens_details" not in kind.request_fields(sc.arm("base"), sc)
@@ -255,7 +262,9 @@ def test_expand_arm_variables(tmp_path: Path) -> None:
     study = study_with(a)
     expanded, missing = expand_arm(study.arm("d"), {"PY": "/p/python", "DRAFTS": "/d", "X_VAL": "1"})
     assert missing == ["DL"]
+    assert expanded.launch is not None
     assert expanded.launch.python == "/p/python" and expanded.launch.env == {"X": "1"}
+    assert expanded.drafter is not None
     assert expanded.drafter.model == "/d/small"
     assert expanded.launch.extra_args == ["--download-dir", "${DL}"]
     assert study.arm("d").launch.python == "${PY}"  # the registered arm is untouched
@@ -335,6 +344,7 @@ def test_sglang_admission_delay_flag_and_words() -> None:
             max_running_requests=64, min_free_slots_delay=1),
     )
     kind = get_engine_kind("sglang")
+    assert isinstance(kind, SglangKind)  # admission_threshold is its own
     assert option_value(kind.command(study.arm("off"), study, "h", 1), "--min-free-slots-delay") == "1"
     assert "--min-free-slots-delay" not in kind.command(study.arm("dflash"), study, "h", 1)
     settings = {n: kind.resolved_settings(study.arm(n), study)["min_free_slots_delay"]
@@ -367,7 +377,7 @@ def test_vllm_drafter_precision_goes_in_the_speculative_config() -> None:
     kind = get_engine_kind("vllm")
 
     def spec(name: str) -> dict:
-        return json.loads(option_value(kind.command(study.arm(name), study, "h", 1), "--speculative-config"))
+        return json_option(kind.command(study.arm(name), study, "h", 1), "--speculative-config")
 
     assert "quantization" not in spec("eagle") and spec("fp8")["quantization"] == "fp8"
     words = {n: kind.drafter_precision(study.arm(n), study) for n in ("eagle", "fp8", "mtp", "ngram")}

@@ -204,6 +204,7 @@ def test_serve_command_runs_until_ctrl_c(tmp_path: Path) -> None:
     lines = []
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
+        assert proc.stdout is not None
         line = proc.stdout.readline()
         lines.append(line)
         if "press Ctrl-C" in line or not line:
@@ -263,6 +264,7 @@ def test_harness_interrupted_stops_a_running_engine(tmp_path: Path, sig: signal.
         [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True,
     )
+    assert proc.stdout is not None
     first = proc.stdout.readline()
     assert first.strip() == "ready", first + proc.stdout.read()
     assert len(read_pids(pids)) == 2

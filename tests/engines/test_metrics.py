@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.dialects import Dialect
 from harness.engines.metrics import (
     MetricsParseError,
     acceptance_window,
@@ -76,6 +77,7 @@ def test_vllm_window_between_two_scrapes_is_a_delta() -> None:
                 "accepted_per_position": [78, 54, 33], "generation_tokens": 430}
     )
     w = acceptance_window(before, after)
+    assert w is not None
     assert w.acceptance_length == pytest.approx(1 + 15 / 10)
     assert w.per_position_rates == pytest.approx([0.8, 0.4, 0.3])
 
@@ -137,7 +139,7 @@ def test_bad_input() -> None:
     with pytest.raises(MetricsParseError):
         parse_metrics('vllm:generation_tokens_total{engine="0" 5\n', "vllm")
     with pytest.raises(ValueError, match="unknown metrics dialect"):
-        parse_metrics("", "tgi")
+        parse_metrics("", "tgi")  # type: ignore[arg-type]  # not a dialect, on purpose
     t0 = parse_metrics(fixture("sglang/sglang-dflash.t0.metrics.txt"), "sglang")
     with pytest.raises(ValueError, match="different dialects"):
         acceptance_window(t0, vllm_zero())
@@ -171,14 +173,17 @@ def test_scrape_ok_and_gaps(metrics_server) -> None:
     url = f"http://127.0.0.1:{metrics_server.server_address[1]}/metrics"
     _Metrics.status, _Metrics.body = 200, fixture("sglang/sglang-dflash.t0.metrics.txt").encode()
     ok = scrape_metrics(url, "sglang")
+    assert ok.snapshot is not None
     assert ok.ok and ok.error is None and ok.snapshot.drafts == 402 and ok.took_s >= 0
     _Metrics.status = 503
     gap = scrape_metrics(url, "sglang")
     assert not gap.ok and gap.error == "HTTP 503"
     _Metrics.status, _Metrics.body = 200, b"this is { not prometheus"
     gap = scrape_metrics(url, "sglang")
+    assert gap.error is not None
     assert not gap.ok and "not Prometheus text" in gap.error
     unreachable = scrape_metrics(f"http://127.0.0.1:{free_port()}/metrics", "vllm", timeout_s=2)
+    assert unreachable.error is not None
     assert not unreachable.ok and "ConnectError" in unreachable.error
 
 
@@ -190,7 +195,7 @@ def test_parsing_only_the_read_series_gives_the_full_parse(
     the client's event loop); every field must be what parsing the whole page gives."""
     import harness.engines.metrics as metrics
 
-    dialect = name.split("/")[0]
+    dialect: Dialect = "vllm" if name.startswith("vllm/") else "sglang"
     text = fixture(name)
     assert metrics._wanted_lines(text, dialect)  # the fast path is the one taken
     fast = parse_metrics(text, dialect)

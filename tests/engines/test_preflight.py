@@ -66,7 +66,7 @@ def test_all_problems_are_listed_together(tmp_path: Path, monkeypatch: pytest.Mo
     sglang = fake_python(tmp_path, "sglang-python", "specbench-engine-version 0.5.23")
     model = tmp_path / "model"
     model.mkdir()
-    arms = [
+    arms: list[dict] = [
         {"name": "base", "engine": "vllm", "launch": {"python": "/nonexistent/bin/python"},
          "max_running_requests": 64},
         {"name": "no-engine", "engine": "vllm", "launch": {"python": sys.executable},
@@ -187,7 +187,7 @@ def test_engines_kept_up_together_are_refused_on_a_gpu_engine(tmp_path: Path) ->
 def test_clean_study_passes_and_selects_arms(tmp_path: Path, endpoint: str) -> None:
     vllm = fake_python(tmp_path, "vllm-python", "specbench-engine-version 0.32.0")
     _Models.models = [{"id": "tiny", "root": str(tmp_path / "elsewhere" / "model")}]
-    arms = [
+    arms: list[dict] = [
         {"name": "base", "engine": "vllm", "launch": {"python": vllm}, "max_running_requests": 64},
         {"name": "ngram", "engine": "vllm", "launch": {"python": vllm}, "max_running_requests": 64,
          "baseline": "base", "drafter": {"method": "ngram", "num_draft_tokens": 3}},

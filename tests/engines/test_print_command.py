@@ -36,6 +36,8 @@ def prereg_argv(python: str) -> dict[str, list[str]]:
     """Every flag of every registered arm, in order (the revisions are the study's own)."""
     study = load_study(PREREG)
     rev = study.model.revision
+    eagle3, dflash = study.arm("vllm-eagle3").drafter, study.arm("sglang-dflash").drafter
+    assert rev and eagle3 and eagle3.revision and dflash and dflash.revision  # all pinned
     vllm = [python % "vllm", "-m", "vllm.entrypoints.cli.main", "serve", "Qwen/Qwen3-8B-FP8",
             "--host", "127.0.0.1", "--port", "8000", "--served-model-name", "qwen3-8b-fp8",
             "--revision", rev, "--quantization", "fp8", "--max-model-len", "8192", "--seed", "0",
@@ -50,7 +52,7 @@ def prereg_argv(python: str) -> dict[str, list[str]]:
     sglang_tail = ["--mem-fraction-static", "0.85", "--disable-radix-cache"]
     eagle = {"method": "eagle3", "num_speculative_tokens": 3,
              "model": "RedHatAI/Qwen3-8B-speculator.eagle3",
-             "revision": study.arm("vllm-eagle3").drafter.revision}
+             "revision": eagle3.revision}
     ngram = {"method": "ngram_gpu", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
              "prompt_lookup_min": 2}
     return {
@@ -63,7 +65,7 @@ def prereg_argv(python: str) -> dict[str, list[str]]:
         "sglang-dflash": [
             *sglang, "--speculative-algorithm", "DFLASH",
             "--speculative-draft-model-path", "z-lab/Qwen3-8B-DFlash-b16",
-            "--speculative-draft-model-revision", study.arm("sglang-dflash").drafter.revision,
+            "--speculative-draft-model-revision", dflash.revision,
             "--speculative-num-draft-tokens", "16",
             "--speculative-draft-model-quantization", "unquant", *sglang_tail,
         ],

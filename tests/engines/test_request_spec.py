@@ -43,9 +43,12 @@ def test_a_stream_carries_the_engines_figures_into_the_record(path, expected, co
     assert rec.speculation == expected
     # The raw figures are kept as sent, in the engine's own names.
     if expected.engine == "vllm":
+        assert rec.spec is not None
         assert rec.spec["num_spec_steps"] == 10 and rec.spec["mean_acceptance_length"] == 2.1
     else:
+        assert rec.spec is not None
         assert rec.spec["spec_verify_ct"] == 43
+        assert rec.spec is not None
         assert rec.spec["spec_accept_length"] == pytest.approx(106 / 43)
     # Both engines' histograms count rounds by drafts kept.
     assert sum(expected.histogram) == expected.rounds
@@ -55,7 +58,9 @@ def test_a_stream_carries_the_engines_figures_into_the_record(path, expected, co
 @pytest.mark.parametrize(("path", "expected"), [(VLLM_JSON, VLLM_FIGURES),
                                                 (SGLANG_JSON, SGLANG_FIGURES)])
 def test_a_plain_response_carries_them_at_its_top_level(path, expected):
-    raw, parsed = request_speculation(json.loads(path.read_text()))
+    found = request_speculation(json.loads(path.read_text()))
+    assert found is not None
+    raw, parsed = found
     assert parsed == expected and raw
 
 
@@ -67,7 +72,8 @@ def test_chunks_without_figures_and_figures_that_are_not_counts():
         is None
     good = {"num_spec_steps": 2, "num_accepted_draft_tokens": 1, "num_draft_tokens": 6,
             "acceptance_histogram": [1, 1, 0, 0]}
-    assert parse_request_speculation("vllm", good).rounds == 2
+    parsed = parse_request_speculation("vllm", good)
+    assert parsed is not None and parsed.rounds == 2
     for broken in ({**good, "num_spec_steps": None}, {**good, "num_draft_tokens": -1},
                    {**good, "num_accepted_draft_tokens": True}, {**good, "num_spec_steps": 1.5},
                    {**good, "acceptance_histogram": [1, "x"]},
@@ -79,12 +85,14 @@ def test_chunks_without_figures_and_figures_that_are_not_counts():
 
 def test_summed_over_a_cell_in_each_engines_own_formula():
     vllm = request_acceptance([streamed(VLLM_SSE, 0), streamed(VLLM_SSE, 1)])
+    assert vllm is not None
     assert (vllm.engine, vllm.requests, vllm.rounds, vllm.accepted) == ("vllm", 2, 20, 22)
     assert vllm.draft_tokens == 58  # what the counters moved by (fixture README)
     assert vllm.histogram == [8, 6, 2, 4]
     assert vllm.accept_length_per_round == pytest.approx(1 + 22 / 20)  # vLLM's formula
     assert vllm.acceptance_rate == pytest.approx(22 / 58)
     sglang = request_acceptance([streamed(SGLANG_SSE)])
+    assert sglang is not None
     # SGLang's: completion tokens per verify call (its spec_accept_length), pooled.
     assert sglang.accept_length_per_round == pytest.approx(106 / 43)
     assert sglang.histogram == SGLANG_FIGURES.histogram
@@ -96,7 +104,8 @@ def test_warmup_failed_and_figureless_requests_are_not_the_cells():
     failed.error, failed.error_kind = "stream dropped", "dropped"
     bare.speculation = None
     assert request_acceptance([warm, failed, bare]) is None
-    assert request_acceptance([warm, failed, bare, streamed(VLLM_SSE, 3)]).requests == 1
+    summed = request_acceptance([warm, failed, bare, streamed(VLLM_SSE, 3)])
+    assert summed is not None and summed.requests == 1
 
 
 def test_client_steps_sit_below_the_rounds_where_steps_ran_without_drafts():
@@ -105,14 +114,17 @@ def test_client_steps_sit_below_the_rounds_where_steps_ran_without_drafts():
     for path in (VLLM_SSE, SGLANG_SSE):
         rec = streamed(path)
         client = tokens_per_chunk([rec])
-        rounds = request_acceptance([rec]).accept_length_per_round
-        assert client < rounds
+        summed = request_acceptance([rec])
+        assert summed is not None and client is not None
+        rounds = summed.accept_length_per_round
+        assert rounds is not None and client < rounds
         assert acceptance_disagreement(rounds, rounds, client) == (True, None)
 
 
 def test_disagreement_beyond_the_tolerance_is_named():
     assert acceptance_disagreement(2.5, 2.45, 2.0) == (True, None)  # 2% apart
     agree, why = acceptance_disagreement(2.0, 2.5, 2.2)
+    assert why is not None
     assert agree is False and "engine counters 2.000 vs per-request 2.500 (-20.0%)" in why
     agree, why = acceptance_disagreement(2.5, 2.5, 2.8)
     assert agree is False and why == "client 2.800 above per-request 2.500 (+12.0%)"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import socket
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -18,7 +19,7 @@ from tests.tiny_study import tiny_study
 
 COUNTER = {"vllm": "vllm:spec_decode_num_drafts_total",
            "sglang": "sglang:spec_verify_calls_total"}
-FAST = {"weight_bytes": 1e9, "bandwidth_bytes_per_s": 1e12}
+FAST: dict[str, Any] = {"weight_bytes": 1e9, "bandwidth_bytes_per_s": 1e12}
 
 
 def scripted_arms(dialect: str, omit: list[str], drafting_base: bool = False) -> list[dict]:

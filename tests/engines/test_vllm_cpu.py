@@ -89,9 +89,9 @@ def _greedy_outputs(engine, token_ids: bool = True) -> list[RequestRecord]:
         on_record=records.append, timeout_s=300, lag_limit_ms=1e6))
     assert outcome.n_ok == len(IDENTITY_PROMPTS)
     for r in records:  # every token scored, none lost, two alternatives each
-        assert r.completion_tokens == IDENTITY_MAX_TOKENS == len(r.token_logprobs or [])
-        assert not any(t.lost for t in r.token_logprobs) and all(
-            len(t.top) == 2 for t in r.token_logprobs)
+        tokens = r.token_logprobs or []
+        assert r.completion_tokens == IDENTITY_MAX_TOKENS == len(tokens)
+        assert not any(t.lost for t in tokens) and all(len(t.top) == 2 for t in tokens)
     return sorted(records, key=lambda r: int(r.item_id))
 
 
@@ -136,15 +136,18 @@ def test_ngram_counters_move(vllm_ngram, chat) -> None:
     for _ in range(3):
         chat(engine, REPETITIVE, max_tokens=64, ignore_eos=True)
     after = scrape_metrics(engine.metrics_url, "vllm", timeout_s=30)
-    assert after.ok, after.error
+    assert after.snapshot is not None and before.snapshot is not None, after.error
     w = acceptance_window(before.snapshot, after.snapshot)
     assert w is not None
+    assert w.draft_tokens is not None
+    assert w.accepted is not None
     assert w.drafts > 0 and w.draft_tokens > 0 and w.accepted > 0
     assert w.accepted <= w.draft_tokens <= 3 * w.drafts
     assert w.generation_tokens == 3 * 64
-    assert len(w.per_position_rates) == 3
     # keeping position i+1 requires keeping position i
+    assert w.per_position_rates is not None and len(w.per_position_rates) == 3
     assert w.per_position_rates[0] >= w.per_position_rates[1] >= w.per_position_rates[2]
+    assert w.acceptance_length is not None
     assert 1.0 < w.acceptance_length <= 4.0
     assert w.acceptance_length == pytest.approx(1 + sum(w.per_position_rates))
 
@@ -158,7 +161,7 @@ def test_ngram_requests_carry_their_own_acceptance_which_sums_to_the_counters(
     cmd = engine.info.command
     assert cmd[cmd.index("--per-request-spec-decode-metrics") + 1] == "summary"
     before = scrape_metrics(engine.metrics_url, "vllm", timeout_s=30)
-    records = []
+    records: list[RequestRecord] = []
     outcome = asyncio.run(run_cell(
         base_url=engine.base_url, model=engine.served_model,
         requests=[RequestSpec("repetitive", [{"role": "user", "content": REPETITIVE}], 48)],
@@ -167,21 +170,26 @@ def test_ngram_requests_carry_their_own_acceptance_which_sums_to_the_counters(
         extra_body=engine.request_fields, cell_id="spec", attempt=1,
         on_record=records.append, timeout_s=300, lag_limit_ms=1e6))
     after = scrape_metrics(engine.metrics_url, "vllm", timeout_s=30)
-    assert outcome.n_ok == 4 and before.ok and after.ok
+    assert outcome.n_ok == 4 and before.snapshot is not None and after.snapshot is not None
     window = acceptance_window(before.snapshot, after.snapshot)
+    assert window is not None
     for rec in records:
         s = rec.speculation
         assert s is not None and s.engine == "vllm", rec.spec
         assert len(s.histogram) == 3 + 1 and sum(s.histogram) == s.rounds > 0
         assert sum(j * n for j, n in enumerate(s.histogram)) == s.accepted <= s.draft_tokens
+        assert rec.spec is not None
         assert rec.spec["mean_acceptance_length"] == pytest.approx(1 + s.accepted / s.rounds)
     summed = request_acceptance(records)
+    assert summed is not None
     assert summed.requests == 4
     assert (summed.rounds, summed.draft_tokens, summed.accepted) == (
         window.drafts, window.draft_tokens, window.accepted)
     assert summed.accept_length_per_round == pytest.approx(window.acceptance_length)
     # n-gram drafts on some steps only: per streamed chunk the client sees fewer tokens.
-    assert tokens_per_chunk(records) <= summed.accept_length_per_round
+    per_chunk = tokens_per_chunk(records)
+    assert summed.accept_length_per_round is not None and per_chunk is not None
+    assert per_chunk <= summed.accept_length_per_round
 
 
 @pytest.fixture(scope="module")
@@ -201,6 +209,7 @@ def draft_self_in_a_harness(vllm_cpu_study, tiny_model_dir: Path, tmp_path_facto
     kind = get_engine_kind(arm.engine)
     engine = EngineProcess(arm=arm, kind=kind, info=info,
                            request_fields=kind.request_fields(arm, vllm_cpu_study))
+    assert info.pid is not None and info.guard_pid is not None  # a harness started it
     pids = [info.pid, info.guard_pid, *(c.pid for c in descendants(info.pid))]
     yield harness, engine
     harness.cleanup(pids)  # the SIGKILL test has killed it; here after a failure
@@ -212,9 +221,11 @@ def test_target_as_its_own_draft_accepts_every_draft(draft_self_in_a_harness, ch
     out = chat(engine, "Tell me about the sea.", max_tokens=48, ignore_eos=True)
     assert out["usage"]["completion_tokens"] == 48
     after = scrape_metrics(engine.metrics_url, "vllm", timeout_s=30).snapshot
+    assert before is not None and after is not None
     w = acceptance_window(before, after)
-    assert w is not None and w.draft_tokens > 0
+    assert w is not None and w.draft_tokens is not None and w.draft_tokens > 0
     assert w.accepted == w.draft_tokens
+    assert w.per_position_rates is not None
     assert w.per_position_rates[-1] == pytest.approx(w.per_position_rates[0])
 
 

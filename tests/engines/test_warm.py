@@ -26,14 +26,22 @@ from harness.engines.deepgemm import (
 )
 from harness.plan import estimate, plan_cells
 from harness.prereg import load_study
+from harness.prereg.schema import Study
 
 ROOT = Path(__file__).resolve().parents[2]
 PREREG = ROOT / "prereg.yaml"
 
 
+def compile_s(study: Study) -> float | None:
+    """The seconds the plan counts for DeepGEMM's compile (None: no SGLang arm)."""
+    note = plan_note(study)
+    return None if note is None else note[1]
+
+
 def registered_flags() -> list[str]:
     """sglang-base's launch flags in prereg.yaml (port 30000), then what the warm adds."""
     rev = load_study(PREREG).model.revision
+    assert rev is not None  # pinned
     return ["--model-path", "Qwen/Qwen3-8B-FP8", "--host", "127.0.0.1", "--port", "30000",
             "--served-model-name", "qwen3-8b-fp8", "--enable-metrics", "--revision", rev,
             "--quantization", "fp8", "--context-length", "8192", "--random-seed", "0",
@@ -99,6 +107,7 @@ def test_print_command_runs_the_compile_module_with_the_arms_flags_in_the_sglang
 def test_the_arms_own_tensor_parallel_size_is_kept() -> None:
     study = load_study(PREREG)
     base = study.arm("sglang-base")
+    assert base.launch is not None
     launch = base.launch.model_copy(update={"extra_args": [*base.launch.extra_args, "--tp", "2"]})
     arm = base.model_copy(update={"launch": launch, "name": "tp2"})
     study = study.model_copy(update={"arms": [arm]})
@@ -134,7 +143,9 @@ def test_warm_runs_the_compile_with_progress_and_the_plan_then_counts_no_compile
     study = load_study(PREREG)
     cells = plan_cells(study)
     cold = estimate(study, cells)
-    line, added = plan_note(study)
+    note = plan_note(study)
+    assert note is not None
+    line, added = note
     assert added == COMPILE_ESTIMATE_S
     assert line in cold.assumptions
     assert "includes DeepGEMM's JIT compile of the FP8 kernels (Qwen/Qwen3-8B-FP8, tp 1" in line
@@ -151,7 +162,9 @@ def test_warm_runs_the_compile_with_progress_and_the_plan_then_counts_no_compile
     assert ": compiling; log: Begin DeepGEMM Kernels compilation..." in out  # progress
     assert "done in" in out and str(machine / "deep_gemm") in out
 
-    warm_line, added = plan_note(study)
+    note = plan_note(study)
+    assert note is not None
+    warm_line, added = note
     assert added == 0.0
     assert warm_line.startswith("the first SGLang start includes no DeepGEMM compile:"
                                 " `specbench engines warm sglang` compiled the FP8 kernels for"
@@ -170,7 +183,7 @@ def test_a_failed_compile_is_exit_1_with_the_log_tail_and_leaves_no_record(
     err = capsys.readouterr().err
     assert "specbench: DeepGEMM compile failed (exit 1)" in err
     assert "specbench:   | RuntimeError: boom" in err
-    assert plan_note(load_study(PREREG))[1] == COMPILE_ESTIMATE_S
+    assert compile_s(load_study(PREREG)) == COMPILE_ESTIMATE_S
 
 
 def test_the_plan_says_nothing_of_deepgemm_without_an_sglang_arm(machine: Path) -> None:
@@ -185,7 +198,7 @@ def test_a_record_whose_kernel_cache_is_gone_counts_as_cold(machine: Path) -> No
     cache.mkdir()
     (cache / "kernel.cubin").touch()
     write_marker(study, warm_arm(study), cache, 600.0)
-    assert plan_note(study)[1] == 0.0
+    assert compile_s(study) == 0.0
     (cache / "kernel.cubin").unlink()
     cache.rmdir()
-    assert plan_note(study)[1] == COMPILE_ESTIMATE_S
+    assert compile_s(study) == COMPILE_ESTIMATE_S

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from harness.measure.driver import run_cell
 from harness.measure.requests import RequestSpec
@@ -10,7 +11,7 @@ from harness.records import RequestRecord
 from harness.rundir import Outcome
 
 # 1 ms memory-bound steps: cells finish in well under a second.
-FAST = {"weight_bytes": 1e9, "bandwidth_bytes_per_s": 1e12}
+FAST: dict[str, Any] = {"weight_bytes": 1e9, "bandwidth_bytes_per_s": 1e12}
 
 
 def prompts(n: int = 5, max_tokens: int = 16) -> list[RequestSpec]:

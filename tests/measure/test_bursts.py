@@ -19,7 +19,7 @@ from .cells import prompts, run
 def record(times: list[float], tokens: list[int]) -> RequestRecord:
     return RequestRecord(cell_id="c", index=0, item_id="i", scheduled_t=0.0, sent_t=0.0,
                          first_token_t=times[0], end_t=times[-1], chunk_times=times,
-                         chunk_tokens=tokens, completion_tokens=sum(tokens))
+                         chunk_tokens=list[int | None](tokens), completion_tokens=sum(tokens))
 
 
 def test_most_tokens_under_one_stamp_is_a_burst_with_no_speed() -> None:
@@ -119,7 +119,9 @@ def test_a_server_flushing_many_steps_at_once_makes_the_cell_invalid() -> None:
     measured = [r for r in records if r.phase == "measure"]
     assert len(measured) == 6 and all(r.ok and is_burst(r) for r in measured)
     health = outcome.health
+    assert health is not None
     assert not health.valid and health.burst_share == 1.0 and health.burst_limit == 0.10
+    assert health.reason is not None
     assert "6/6 requests arrived in bursts" in health.reason
 
 
@@ -136,6 +138,7 @@ def test_one_token_chunks_a_step_apart_are_valid() -> None:
     measured = [r for r in records if r.phase == "measure"]
     assert all(r.ok and r.chunk_tokens == [1] * 12 for r in measured)
     assert not any(is_burst(r) for r in measured)
+    assert outcome.health is not None
     assert outcome.health.valid and outcome.health.burst_share == 0.0
 
 
@@ -149,8 +152,13 @@ def test_cells_read_for_texts_report_late_stamps_but_stay_valid() -> None:
         judged, _ = run(eng.base_url, ClosedLoop(concurrency=1, requests=2), lag_limit_ms=5)
         texts, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=2), lag_limit_ms=5,
                              judge_timing=False)
+    assert judged.health is not None
+    assert judged.health.reason is not None
     assert not judged.health.valid and "stamp bound p99" in judged.health.reason
+    assert texts.health is not None
     assert texts.health.valid and not texts.health.timing_judged
+    assert texts.health.stamp_bound_p99_ms is not None
+    assert texts.health.burst_share is not None
     assert texts.health.stamp_bound_p99_ms > 5 and texts.health.burst_share == 1.0
     assert all(r.ok and r.output_text for r in records)
 
@@ -175,6 +183,8 @@ def test_steps_written_back_to_back_mid_stream_move_no_figure() -> None:
         assert len(set(r.chunk_times)) == 7, r.chunk_times
         assert request_speed(r) == pytest.approx(50.0, rel=0.05)
     health = outcome.health
+    assert health is not None
+    assert health.stamp_bound_p99_ms is not None
     assert health.stamp_bound_p99_ms >= 15  # the pairs are seen and reported...
     assert health.first_token_bound_p99_ms == 0.0  # ...but no stamp of a figure is late
     # Nothing about the stamps invalidates the cell. (The user's turnaround is judged too,
@@ -193,5 +203,8 @@ def test_a_first_token_read_with_the_next_chunk_makes_the_cell_invalid() -> None
         outcome, _ = run(eng.base_url, ClosedLoop(concurrency=1, requests=3),
                          requests=prompts(max_tokens=12), lag_limit_ms=5, burst_limit=0.10)
     health = outcome.health
+    assert health is not None
+    assert health.first_token_bound_p99_ms is not None
     assert health.first_token_bound_p99_ms >= 15
+    assert health.reason is not None
     assert not health.valid and "first-token stamp bound p99" in health.reason

@@ -43,9 +43,11 @@ def test_users_with_no_turnaround_deliver_every_user() -> None:
 def test_turnaround_is_the_shortfall_and_the_ramp_down_does_not_count() -> None:
     # Users offset in time, so they run dry one after another: the window ends when the
     # first one does, and inside it each user idles 0.1 s per 1.1 s.
-    spans = [Span(s.sent_t + 0.25 * s.user, s.end_t + 0.25 * s.user, s.user, s.measured)
-             for s in _loop(users=4, per_user=6, length=1.0, gap=0.1)]
-    start, end = measured_window(spans)
+    spans = [Span(s.sent_t + 0.25 * (s.user or 0), s.end_t + 0.25 * (s.user or 0), s.user,
+                  s.measured) for s in _loop(users=4, per_user=6, length=1.0, gap=0.1)]
+    window = measured_window(spans)
+    assert window is not None
+    start, end = window
     assert start == 0.0 and end == pytest.approx(6 * 1.1 - 0.1)  # user 0's last end
     load = delivered_load(spans)
     assert load.turnaround_p50_ms == pytest.approx(100.0)
@@ -56,8 +58,8 @@ def test_turnaround_is_the_shortfall_and_the_ramp_down_does_not_count() -> None:
 
 def test_warmups_count_as_load_but_open_no_window() -> None:
     spans = _loop(users=2, per_user=3, length=1.0, gap=0.0, warmup=1)
-    start, _ = measured_window(spans)
-    assert start == 1.0  # the first measured send, after the warm-ups
+    window = measured_window(spans)
+    assert window is not None and window[0] == 1.0  # the first measured send, after the warm-ups
     assert delivered_load(spans).concurrency == pytest.approx(2.0)
     assert len(turnarounds_s(spans)) == 4  # only sends of measured requests
 
@@ -77,7 +79,7 @@ class SlowTurnaroundLoop(ClosedLoop):
     delay_s = 0.5
 
     async def drive(self, issue, should_stop) -> None:
-        first: set[int] = set()
+        first: set[int | None] = set()
 
         async def slow(index: int, due: float, user: int | None):
             if user in first:
@@ -95,10 +97,15 @@ def test_a_slow_turnaround_makes_a_closed_loop_cell_invalid() -> None:
         outcome, _ = run(eng.base_url, SlowTurnaroundLoop(concurrency=2, requests=6))
         fine, _ = run(eng.base_url, ClosedLoop(concurrency=2, requests=6))
     health = outcome.health
+    assert health is not None
     assert not health.valid
+    assert health.reason is not None
     assert "user turnaround p99" in health.reason and "delivered concurrency" in health.reason
+    assert health.turnaround_p50_ms is not None
+    assert health.delivered_share is not None
     assert health.turnaround_p50_ms >= 499 and health.delivered_share < 0.97
     assert health.registered_concurrency == 2
     # The same cell without the delay reports its delivered load too.
+    assert fine.health is not None
     assert fine.health.delivered_concurrency is not None
     assert fine.health.registered_concurrency == 2

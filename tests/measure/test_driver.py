@@ -17,7 +17,8 @@ from harness.measure.driver import MIN_ERRORS_TO_ABORT
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.requests import RequestSpec
 from harness.measure.stamp_bounds import stamp_bounds
-from harness.records import RequestRecord
+from harness.records import ClientHealth, RequestRecord
+from harness.rundir import Outcome
 from harness.testengine.server import serve_in_thread
 from harness.testengine.spec import FailureInjection, ScriptedEngineSpec
 
@@ -40,15 +41,23 @@ def test_closed_loop_records_every_request_in_registered_order() -> None:
     assert [r.phase for r in by_index] == ["warmup"] * 2 + ["measure"] * 12
     assert {r.user for r in records} == {0, 1, 2}
     for r in records:
-        assert r.ok and r.completion_tokens == 16 and sum(r.chunk_tokens) == 16
+        assert r.ok and r.completion_tokens == 16 and sum(n or 0 for n in r.chunk_tokens) == 16
+        assert None not in r.chunk_tokens
+        assert r.first_token_t is not None
+        assert r.end_t is not None
         assert r.scheduled_t <= r.sent_t <= r.first_token_t <= r.end_t
         assert r.chunk_times == sorted(r.chunk_times) and r.chunk_times[0] == r.first_token_t
+        assert r.speculation is not None
         assert r.speculation.engine == "vllm" and r.speculation.rounds >= 1
+        assert r.spec is not None
         assert r.spec["num_spec_steps"] == r.speculation.rounds
+        assert r.response_id is not None
         assert r.response_id.startswith("chatcmpl-")
         assert r.tpot_s is not None and r.tpot_s > 0
-    assert 1.0 <= tokens_per_chunk(records) <= 4.0
+    per_chunk = tokens_per_chunk(records)
+    assert per_chunk is not None and 1.0 <= per_chunk <= 4.0
     health = outcome.health
+    assert health is not None
     assert health.lag_limit_ms == 5.0 and health.lag_p99_ms >= health.lag_p50_ms >= 0
 
 
@@ -63,9 +72,12 @@ def test_records_reach_on_record_while_the_cell_runs() -> None:
     # the client's work does not sit between one request and the next.
     assert [r.index for _, r in handed] == [r.index for r in records] == [0, 1, 2, 3]
     for (at, rec), (_, nxt) in zip(handed, handed[1:], strict=False):
+        assert rec.end_t is not None
+        assert nxt.end_t is not None
         assert rec.end_t <= nxt.sent_t <= at <= nxt.end_t, (rec.index, rec.end_t, nxt.sent_t,
                                                            at, nxt.end_t)
-    assert handed[-1][1].end_t <= handed[-1][0]
+    last_end = handed[-1][1].end_t
+    assert last_end is not None and last_end <= handed[-1][0]
 
 
 def test_the_heap_alive_at_the_first_cell_is_set_aside_from_the_collector_once(
@@ -119,6 +131,7 @@ def test_error_rate_limit_aborts_the_cell_and_keeps_every_record() -> None:
     with serve_in_thread(spec) as eng:
         outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=100),
                                error_rate_limit=0.5)
+    assert outcome.reason is not None
     assert outcome.aborted and "error rate" in outcome.reason
     assert outcome.records == len(records) and MIN_ERRORS_TO_ABORT <= len(records) < 100
     assert all(not r.ok for r in records)
@@ -163,13 +176,15 @@ def test_the_abort_needs_three_measured_errors() -> None:
     with _refusing([1, 2, 3]) as eng:
         outcome, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=32),
                                error_rate_limit=0.05)
+    assert outcome.reason is not None
     assert outcome.aborted and "error rate 3/3 measured requests" in outcome.reason
     # The user had sent its next request before the third refusal was counted: that
     # one is cancelled, and recorded as aborted.
     kinds = [r.error_kind for r in sorted(records, key=lambda r: r.index)]
     assert kinds[:3] == ["http"] * 3 and set(kinds[3:]) <= {"aborted"} and len(kinds) <= 4
-    assert unusable_reason(kind="speed", requests=records, aborted=True,
-                           abort_reason=outcome.reason).startswith("aborted: error rate 3/3")
+    reason = unusable_reason(kind="speed", requests=records, aborted=True,
+                             abort_reason=outcome.reason)
+    assert reason is not None and reason.startswith("aborted: error rate 3/3")
 
 
 def test_a_cell_where_nothing_succeeded_is_unusable_without_an_abort() -> None:
@@ -212,6 +227,8 @@ def test_open_loop_past_capacity_shows_client_queueing_in_latency() -> None:
     assert sum(delays[-10:]) > sum(delays[:10])  # the queue grows over the cell
     for r in records:
         # Latency runs from the scheduled time, so the client queue is inside it.
+        assert r.ttft_s is not None
+        assert r.first_token_t is not None
         assert r.ttft_s == pytest.approx(r.first_token_t - r.scheduled_t)
         assert r.ttft_s >= r.queue_delay_s >= 0
     scheduled = [r.scheduled_t for r in records]
@@ -260,11 +277,16 @@ class Holds:
 
 @dataclass
 class HeldCell:
-    outcome: object
-    records: list
+    outcome: Outcome
+    records: list[RequestRecord]
     holds: Holds
     # Per chunk, in record order: (client stamp, engine's write began, write returned, bound)
     chunks: list[tuple[float, float, float, float]]
+
+    @property
+    def health(self) -> ClientHealth:
+        assert self.outcome.health is not None  # every measured cell is judged
+        return self.outcome.health
 
     def errors_ms(self) -> list[float]:
         """Client stamp minus the engine's write time, per chunk."""
@@ -320,7 +342,7 @@ def test_kernel_stamps_stay_true_while_the_client_holds_its_interpreter(tmp_path
                       holds=holds, requests=short_and_long(6, long_tokens=30))
     assert len(cell.records) == 7 and all(r.ok for r in cell.records)
     assert len(holds.windows) == 6
-    health = cell.outcome.health
+    health = cell.health
     assert health.kernel_stamped_fraction == 1.0
     # The client really was held while chunks arrived...
     assert any(holds.held(wrote) for _, _, wrote, _ in cell.chunks)
@@ -347,9 +369,9 @@ def test_a_client_a_step_behind_is_bounded_and_marks_the_cell_invalid(tmp_path) 
     assert max(cell.errors_ms()) >= 5  # stamps really were late...
     for mine, began, wrote, bound in cell.chunks:  # ...but never by more than their bound
         assert began - CLOCK_TOLERANCE_S <= mine <= wrote + bound + CLOCK_TOLERANCE_S
-    health = cell.outcome.health
-    assert not health.valid and "first-token stamp bound p99" in health.reason
-    assert health.stamp_bound_p99_ms >= 5 and health.first_token_bound_p99_ms >= 5
+    health = cell.health
+    assert not health.valid and "first-token stamp bound p99" in (health.reason or "")
+    assert (health.stamp_bound_p99_ms or 0) >= 5 and (health.first_token_bound_p99_ms or 0) >= 5
 
 
 def test_a_loop_blocked_across_two_writes_gives_bounded_stamps(tmp_path) -> None:
@@ -366,12 +388,12 @@ def test_a_loop_blocked_across_two_writes_gives_bounded_stamps(tmp_path) -> None
     cell = _held_cell(tmp_path, ClosedLoop(concurrency=2, requests=7), step_s=0.05,
                       holds=holds, requests=short_and_long(6, long_tokens=40))
     assert len(cell.records) == 7 and all(r.ok for r in cell.records)
-    assert cell.outcome.health.kernel_stamped_fraction == 1.0
+    assert cell.health.kernel_stamped_fraction == 1.0
     assert max(cell.errors_ms()) >= 40  # a chunk carried its successor's stamp...
     for mine, began, wrote, bound in cell.chunks:  # ...never beyond its bound
         assert began - CLOCK_TOLERANCE_S <= mine <= wrote + bound + CLOCK_TOLERANCE_S
-    assert cell.outcome.health.stamp_bound_p99_ms >= 40
-    assert cell.outcome.health.loop_lag_p99_ms >= 100
+    assert (cell.health.stamp_bound_p99_ms or 0) >= 40
+    assert (cell.health.loop_lag_p99_ms or 0) >= 100
 
 
 def test_thread_stamps_under_a_held_interpreter_mark_the_cell_invalid(tmp_path, monkeypatch) -> None:
@@ -384,7 +406,7 @@ def test_thread_stamps_under_a_held_interpreter_mark_the_cell_invalid(tmp_path, 
     cell = _held_cell(tmp_path, ClosedLoop(concurrency=2, requests=7), step_s=0.05,
                       holds=holds, requests=short_and_long(6, long_tokens=40))
     assert len(cell.records) == 7 and len(holds.windows) == 6
-    health = cell.outcome.health
+    health = cell.health
     assert health.kernel_stamped_fraction == 0.0
     # Stamped by the reader thread, which cannot run during a hold, a chunk written
     # inside one carries the rest of it (the write at 50 ms is stamped at 130 ms or later).
@@ -392,7 +414,7 @@ def test_thread_stamps_under_a_held_interpreter_mark_the_cell_invalid(tmp_path, 
     # The stamp-lag probe, which waits the same way (each hold delays at least one of its
     # 10 ms ticks by 100 ms or more; six holds are over 2 % of the cell's ticks), marks
     # the cell invalid.
-    assert not health.valid and "stamp lag p99" in health.reason
+    assert not health.valid and "stamp lag p99" in (health.reason or "")
     assert health.lag_max_ms >= 50
 
 
@@ -403,11 +425,12 @@ def test_an_open_loop_client_sending_late_marks_the_cell_invalid(tmp_path) -> No
     cell = _held_cell(tmp_path, OpenLoop(rate=50, requests=40, seed=3), step_s=0.005,
                       holds=holds)
     assert len(cell.records) == 40 and all(r.ok for r in cell.records)
-    health = cell.outcome.health
-    assert health.send_lag_p99_ms >= 10
-    assert not health.valid and "send lag p99" in health.reason
+    health = cell.health
+    assert (health.send_lag_p99_ms or 0) >= 10
+    assert not health.valid and "send lag p99" in (health.reason or "")
     # The late sends are inside the latency, which runs from the schedule.
-    assert all(r.latency_from == "scheduled" and r.ttft_s >= r.queue_delay_s
+    assert all(r.latency_from == "scheduled" and r.ttft_s is not None
+               and r.queue_delay_s is not None and r.ttft_s >= r.queue_delay_s
                for r in cell.records)
 
 
@@ -464,12 +487,13 @@ def test_a_multi_turn_item_is_one_users_session_each_turn_carrying_the_answer_be
         outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=2),
                                requests=specs)
     assert outcome.n_ok == 4 and outcome.records == 4 and not outcome.aborted
-    session = sorted((r for r in records if r.index == 0), key=lambda r: r.turn)
+    session = sorted((r for r in records if r.index == 0), key=lambda r: r.turn or 0)
     assert [(r.item_id, r.turn) for r in session] == [("mt-1", 1), ("mt-1#turn2", 2),
                                                       ("mt-1#turn3", 3)]
     assert len({r.user for r in session}) == 1
     # Each turn left after the one before had ended, and answers the whole conversation.
     for before, after in zip(session, session[1:], strict=False):
+        assert before.end_t is not None
         assert before.end_t <= after.sent_t
     messages = first
     for rec, turn in zip(session, ["shorter, please", "in French", None], strict=True):

@@ -29,8 +29,10 @@ TWO_GPUS = {"gpus": [{"uuid": UUID0}, {"uuid": UUID1, "name": "NVIDIA H100 80GB 
 def fake(monkeypatch):
     """The fake binding as `pynvml`; `fake.configure(scenario)` sets what it answers."""
     spec = importlib.util.spec_from_file_location("pynvml", FAKE)
+    assert spec is not None
     module = importlib.util.module_from_spec(spec)
     monkeypatch.delenv("FAKE_NVML", raising=False)
+    assert spec.loader is not None
     spec.loader.exec_module(module)
     monkeypatch.setitem(sys.modules, "pynvml", module)
     module.configure({})
@@ -245,6 +247,7 @@ def test_a_blocking_nvml_call_does_not_hold_the_event_loop(fake):
             await asyncio.sleep(0.005)
             n += 1
         await asyncio.to_thread(sampler.stop, 5.0)
+        assert samples[0].took_s is not None
         assert samples[0].took_s >= 0.3
         return n
 
@@ -266,6 +269,7 @@ def test_power_thermal_and_hardware_slowdowns_throttle_a_cell():
         assert t is not None and t.throttled and t.reasons == (reason,)
     t = gpu_throttle([sample(["sw_power_cap"], []), sample([], ["hw_thermal", "sw_power_cap"]),
                       sample([], [])])
+    assert t is not None
     assert (t.ticks, t.throttled_ticks, t.reasons, t.gpus) == (
         3, 2, ("sw_power_cap", "hw_thermal"), (0, 1))
     assert t.describe() == "sw_power_cap/hw_thermal in 2 of 3 samples (GPU 0, GPU 1)"

@@ -63,7 +63,9 @@ def test_the_nvml_boundary_needs_nothing_but_the_standard_library():
 
 def _module():
     spec = importlib.util.spec_from_file_location("gpu_telemetry_check", SCRIPT)
+    assert spec is not None
     module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
     spec.loader.exec_module(module)
     return module
 

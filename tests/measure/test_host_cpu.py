@@ -206,5 +206,6 @@ def test_texts_and_scores_are_not_judged_on_the_host():
 
 
 def test_an_attached_engine_is_named_in_the_reason():
-    assert judged("speed", health(0.5, engine_counted=False)).endswith(
+    reason = judged("speed", health(0.5, engine_counted=False))
+    assert reason is not None and reason.endswith(
         "the engine is attached, so its own CPU, if on this host, counts as other")

@@ -25,6 +25,7 @@ def test_the_client_leaves_the_engines_pinned_cpu_and_comes_back():
     child = subprocess.Popen([sys.executable, "-c", PINNED_CHILD.format(pinned)],
                              stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout is not None
         assert child.stdout.readline().strip() == "ready"
         placed = place_client(child.pid)
         assert placed.engine_bound_cpus == [pinned]
@@ -66,6 +67,7 @@ def test_the_engine_core_spinner_goes_to_the_workers_cpu():
     engine = subprocess.Popen([sys.executable, "-c", ENGINE_TREE.format(pinned)],
                               stdout=subprocess.PIPE, text=True)
     try:
+        assert engine.stdout is not None
         worker_pid, core_pid = (int(x) for x in engine.stdout.readline().split())
         core = psutil.Process(core_pid)
         assert core.name() == "VLLM::EngineCor" and len(core.threads()) == 2

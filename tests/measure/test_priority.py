@@ -25,6 +25,7 @@ SESSION_AT_NICE = ("import os, time\n"
 def _session_at(nice: int) -> subprocess.Popen:
     child = subprocess.Popen([sys.executable, "-c", SESSION_AT_NICE.format(nice)],
                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert child.stdout is not None
     assert child.stdout.readline().strip() == "ready"
     return child
 

@@ -11,7 +11,7 @@ from harness.derived.itl import tokens_per_chunk
 from harness.measure.driver import run_cell
 from harness.measure.patterns import ClosedLoop
 from harness.measure.scrape import MetricsScraper, per_second_series, scrape_metrics_loop
-from harness.records import EngineSnapshot, MetricSample
+from harness.records import EngineSnapshot, MetricSample, RequestRecord
 from harness.testengine.server import serve_in_thread
 from harness.testengine.spec import ScriptedEngineSpec
 
@@ -55,6 +55,7 @@ def test_scrapes_on_the_grid_against_the_scripted_engine() -> None:
         samples = asyncio.run(scrape_for(eng.metrics_url, 2.1, 0.5))
     assert len(samples) >= 5 and all(s.ok for s in samples), [s.error for s in samples]
     assert_on_grid(samples, 0.5)
+    assert samples[0].snapshot is not None
     assert samples[0].snapshot.engine == "vllm" and samples[0].snapshot.drafts == 0
 
 
@@ -124,7 +125,7 @@ def test_engine_acceptance_length_agrees_with_client_tokens_per_chunk() -> None:
                               accept_probs=[0.9, 0.7, 0.5])
 
     async def main(eng):
-        records = []
+        records: list[RequestRecord] = []
         # The first scrape (at once, 0.8 s to answer) comes before any request; the
         # one at the stop after the last.
         async with MetricsScraper(metrics_url=eng.metrics_url, dialect="vllm", interval_s=1.0,
@@ -145,6 +146,7 @@ def test_engine_acceptance_length_agrees_with_client_tokens_per_chunk() -> None:
     first, last = samples[0], samples[-1]
     assert first.ok and last.ok and last.final, [s.error for s in samples]
     window = acceptance_window(first.snapshot, last.snapshot)
+    assert window is not None
     client = tokens_per_chunk(records)
     assert window.acceptance_length == pytest.approx(client, rel=1e-9)
     series = per_second_series(samples)
@@ -159,7 +161,7 @@ def test_the_final_scrape_closes_the_window_at_the_end_of_the_cell() -> None:
                               accept_probs=[0.8, 0.5])
 
     async def main(eng):
-        records = []
+        records: list[RequestRecord] = []
         # A grid too coarse for a second tick within the cell, however slow the machine.
         async with MetricsScraper(metrics_url=eng.metrics_url, dialect="vllm", interval_s=600.0,
                                   cell_id="c") as scraper:

@@ -30,12 +30,13 @@ def test_continuous_usage_gives_tokens_per_chunk() -> None:
     _fill_from_events(rec, fixture_events("vllm-0.32-cpu-ngram-stream-continuous-usage.sse"))
     assert rec.completion_tokens == 96 and rec.finish_reason == "length"
     assert rec.chunk_tokens[:9] == [1, 1, 1, 1, 1, 3, 3, 1, 1]  # as the fixture README says
-    assert sum(rec.chunk_tokens) == 96 and max(rec.chunk_tokens) <= 4
+    counts = [n for n in rec.chunk_tokens if n is not None]
+    assert len(counts) == len(rec.chunk_tokens) and sum(counts) == 96 and max(counts) <= 4
     assert rec.first_token_t == pytest.approx(10.01)  # the role chunk carries no token
     assert rec.response_id == "chatcmpl-91b4deca1283b65c"
     assert rec.output_text.startswith(" (- boSET")
     per_token = token_itl(rec)
-    assert len(per_token) == 96 - rec.chunk_tokens[0]
+    assert per_token is not None and len(per_token) == 96 - counts[0]
     # A chunk that carried 3 tokens after a 10 ms gap means 3.3 ms per token, not 10.
     assert per_token[4:7] == pytest.approx([0.01 / 3] * 3)
     assert chunk_itl(rec) == pytest.approx([0.01] * (len(rec.chunk_times) - 1))
@@ -80,11 +81,13 @@ def test_a_real_vllm_stream_splits_into_rounds_with_or_without_per_chunk_counts(
     _fill_from_events(rec, fixture_events("vllm-0.32-cpu-ngram-stream-continuous-usage.sse"))
     rec.end_t = rec.chunk_times[-1]
     rounds = request_rounds(rec)
-    assert rounds.tokens == 96 - rec.chunk_tokens[0]
+    assert rounds is not None
+    assert rounds.tokens == 96 - (rec.chunk_tokens[0] or 0)
     assert rounds.rounds == len(rec.chunk_times) - 1
     assert rounds.tokens_per_round == pytest.approx(tokens_per_chunk([rec]))
     assert rounds.round_time_s == pytest.approx(0.01)  # the fixture's 10 ms a chunk
     bare = blank()
     _fill_from_events(bare, fixture_events("vllm-0.32-cpu-ngram-stream-final-usage.sse"))
     bare.end_t = bare.chunk_times[-1]
-    assert request_rounds(bare).tokens == 95  # completion_tokens less the first chunk's one
+    bare_rounds = request_rounds(bare)  # completion_tokens less the first chunk's one
+    assert bare_rounds is not None and bare_rounds.tokens == 95

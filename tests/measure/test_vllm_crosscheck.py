@@ -26,6 +26,7 @@ from harness.measure.driver import run_cell
 from harness.measure.patterns import ClosedLoop
 from harness.measure.requests import RequestSpec
 from harness.measure.scrape import MetricsScraper, per_second_series
+from harness.records import RequestRecord
 
 K = 3
 MAX_TOKENS = 64
@@ -42,7 +43,7 @@ def test_metrics_acceptance_agrees_with_client_tokens_per_chunk(vllm_ngram) -> N
     engine = vllm_ngram
     requests = [RequestSpec(f"p{i}", [{"role": "user", "content": p}], MAX_TOKENS)
                 for i, p in enumerate(PROMPTS)]
-    records = []
+    records: list[RequestRecord] = []
 
     async def cell():
         async with MetricsScraper(metrics_url=engine.metrics_url,
@@ -67,16 +68,18 @@ def test_metrics_acceptance_agrees_with_client_tokens_per_chunk(vllm_ngram) -> N
 
     # Every chunk's token count is known (continuous usage stats).
     assert all(None not in r.chunk_tokens for r in records)
-    generated = sum(r.completion_tokens for r in records)
+    generated = sum(r.completion_tokens or 0 for r in records)
     assert window.generation_tokens == generated
 
-    decode = [n for r in records for n in r.chunk_tokens[1:]]
+    decode = [n for r in records for n in r.chunk_tokens[1:] if n is not None]
     client_accepted = sum(n - 1 for n in decode)
     slack = K * len(records)
+    assert window.accepted is not None
     assert abs(window.accepted - client_accepted) <= slack, (
         f"engine accepted {window.accepted:.0f}, client saw {client_accepted}")
     client_tpc = tokens_per_chunk(records)
     assert client_tpc == pytest.approx(1 + client_accepted / len(decode))
+    assert window.acceptance_length is not None and client_tpc is not None
     assert client_tpc <= window.acceptance_length + slack / window.drafts, (
         f"client {client_tpc:.3f} tokens/chunk vs engine acceptance length "
         f"{window.acceptance_length:.3f}")

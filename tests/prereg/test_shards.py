@@ -101,6 +101,7 @@ def test_shards_on_two_gpu_models_are_a_deviation():
     assert gpu_model_deviation({"shard1": h100, "shard2": h100}) is None
     assert gpu_model_deviation({"shard1": {"gpus": []}, "shard2": {"gpus": []}}) is None
     sentence = gpu_model_deviation({"shard1": h100, "shard2": h200})
+    assert sentence is not None
     assert "NVIDIA H100 80GB HBM3 (shard1)" in sentence and "NVIDIA H200 (shard2)" in sentence
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from harness.analysis import analyse, evaluate
+from harness.analysis.tables import Analysis
 from harness.report.html_build import html_report, write_html
 from harness.report.html_page import plotly_js
 from tests.analysis.runfolder import RunBuilder
@@ -63,11 +65,12 @@ def test_html_is_self_contained_with_plotly_figures_and_html_tables(tmp_path):
 
 def test_the_same_lines_give_the_pdf_its_fixed_width_tables():
     """The tables keep their text lines: the PDF's pages print exactly what they did."""
-    from harness.report.layout import table_lines
+    from harness.report.layout import TableLine, table_lines
 
     lines = table_lines(["arm", "c"], [["vllm-ngram", 1], ["b", 16.0]])
     assert lines == ["arm         c ", "--------------", "vllm-ngram  1 ", "b           16"]
-    assert all(line.table.rows == [["vllm-ngram", "1"], ["b", "16"]] for line in lines)
+    assert all(isinstance(line, TableLine) and line.table.rows == [["vllm-ngram", "1"], ["b", "16"]]
+               for line in lines)
 
 
 @pytest.mark.alone  # a browser: phase 2, one at a time
@@ -146,7 +149,9 @@ def test_the_gpu_figure_shades_every_other_cell_as_the_pdf_does(monkeypatch):
                 "power_limit_w": 350.0, "temperature_c": 60.0, "throttled": (i, j) == (2, 2)})
     series = pd.DataFrame(rows, columns=SERIES_COLUMNS)
     monkeypatch.setattr(html_figures_cells, "gpu_series", lambda run: series)
-    fig = html_figures_cells.gpu_figure(SimpleNamespace(run=None))
+    # gpu_series is patched: the analysis is never read.
+    fig = html_figures_cells.gpu_figure(cast(Analysis, SimpleNamespace(run=None)))
+    assert fig is not None
     minutes = (series["wall_time"] - 1000.0) / 60.0
     assert alternate_cell_spans(series, minutes) == [("a/chat/speed/c002", 3.0, 5.0)]
     shaded = [(s.x0, s.x1) for s in fig.layout.shapes]

@@ -144,7 +144,7 @@ def test_finalize_run_writes_tables_verdict_and_report_from_one_analysis(tmp_pat
                                                    "speedups.csv", "speedups.parquet"]
     assert json.loads((b.root / "verdict.json").read_text()) == done.verdict.to_json()
     assert done.verdict.verdict == "PASS"
-    assert done.report == tmp_path / "r.pdf" and page_count(done.report) == done.pages
+    assert done.report == tmp_path / "r.pdf" and page_count(tmp_path / "r.pdf") == done.pages
     cells = pd.read_csv(b.root / "cells.csv")
     assert {"accept_length_per_round_engine", "accept_length_per_round_requests",
             "tokens_per_step_client", "acceptance_agree", "acceptance_disagreement",

@@ -63,6 +63,7 @@ def test_the_three_acceptance_figures_agree_on_a_scripted_study(tmp_path, result
         # engine's per-request figures sum to what its counters say.
         cell = loaded.cells[row.cell_id]
         window = request_acceptance(cell.warmup + cell.requests, ("warmup", "measure"))
+        assert window is not None
         assert len(cell.warmup) >= 1 and window.requests == len(cell.warmup) + row.n_ok
         assert engine == pytest.approx(window.accept_length_per_round, rel=0.01)
         assert 2.5 < requests < 4.5  # the declared acceptance: 1 + 0.9 + ... ~ 3.7

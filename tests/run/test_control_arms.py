@@ -10,6 +10,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -162,9 +163,11 @@ def test_vllm_on_a_gpu_carries_it_in_its_speculative_config():
         "SPECBENCH_VLLM_PYTHON": "/envs/vllm/bin/python",
         "SPECBENCH_SGLANG_PYTHON": "/envs/sglang/bin/python"})
     eagle = study.arm("vllm-eagle3")
-    for synthetic, fields in [
-            ({"acceptance_length": 2.5}, {"synthetic_acceptance_length": 2.5}),
-            ({"rates": [0.9, 0.6, 0.3]}, {"synthetic_acceptance_rates": [0.9, 0.6, 0.3]})]:
+    cases: list[tuple[dict[str, Any], dict[str, Any]]] = [
+        ({"acceptance_length": 2.5}, {"synthetic_acceptance_length": 2.5}),
+        ({"rates": [0.9, 0.6, 0.3]}, {"synthetic_acceptance_rates": [0.9, 0.6, 0.3]})]
+    for synthetic, fields in cases:
+        assert eagle.drafter is not None
         drafter = eagle.drafter.model_copy(
             update={"synthetic": SyntheticAcceptance.model_validate(synthetic)})
         control = eagle.model_copy(update={"name": "control", "drafter": drafter})
@@ -184,6 +187,7 @@ def test_sglang_carries_a_length_in_its_environment_and_refuses_rates():
         "SPECBENCH_SGLANG_PYTHON": "/envs/sglang/bin/python"})
     dflash = study.arm("sglang-dflash")
     kind = get_engine_kind("sglang")
+    assert dflash.drafter is not None
     drafter = dflash.drafter.model_copy(update={"synthetic": SyntheticAcceptance(
         acceptance_length=6.5)})
     control = dflash.model_copy(update={"name": "control", "drafter": drafter})

@@ -53,7 +53,8 @@ def test_a_slow_turnaround_is_invalid_and_the_cell_is_measured_again(tmp_path, m
     assert [a["status"] for a in attempts] == ["invalid", "complete"]
     assert "user turnaround p99" in attempts[0]["error"]
     assert "delivered concurrency" in attempts[0]["error"]
-    assert store.completion(CELL).attempt == 2
+    done = store.completion(CELL)
+    assert done is not None and done.attempt == 2
 
     row = analyse(store.root, study).cells.set_index("cell_id").loc[CELL]
     assert row["concurrency"] == 2 and row["attempt"] == 2

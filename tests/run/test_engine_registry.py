@@ -160,11 +160,12 @@ def test_a_cells_engine_version_is_its_kinds_distribution(tmp_path, toy_register
 def test_readiness_asks_only_that_a_drafters_counter_is_there(dialect):
     assert drafting_problem(dialect, drafter=True, after=0.0) is None
     problem = drafting_problem(dialect, drafter=True, after=None, over="its warm-up")
+    assert problem is not None
     assert problem.startswith("exports no ") and " after its warm-up, so this drafter" in problem
     assert missing_counter_hint(dialect) in problem
     assert drafting_problem(dialect, drafter=False, after=None) is None
-    assert "has no drafter but the engine exports" in drafting_problem(
-        dialect, drafter=False, after=3.0)
+    problem = drafting_problem(dialect, drafter=False, after=3.0)
+    assert problem is not None and "has no drafter but the engine exports" in problem
 
 
 def test_the_smoke_asks_that_it_moved_and_absent_before_is_zero_only_on_sglang():
@@ -189,5 +190,6 @@ def test_the_wait_reads_until_the_rule_holds_or_time_is_up():
     assert (reading.after, reading.error, reading.problem) == (5.0, None, None)
     reading = wait_for_drafting(lambda: (None, "/metrics failed: HTTP 500"), "vllm",
                                 drafter=True, wait_s=0.0, poll_s=0.0)
+    assert reading.problem is not None
     assert reading.error == "/metrics failed: HTTP 500" and reading.problem.startswith(
         "exports no vllm:spec_decode_num_drafts_total")

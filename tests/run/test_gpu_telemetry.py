@@ -231,13 +231,14 @@ def test_resume_remeasures_a_complete_cell_that_throttled_only_under_remeasure(t
                 out.write(GpuSample(cell_id=cell.id, attempt=attempt, t=t, wall_time=t, ok=True,
                                     gpus=[GpuReading(index=0, clock_events=events)]))
         store.mark_complete(cell.id, attempt, Outcome(n_ok=1, n_errors=0, aborted=False))
-        console = Console(file=io.StringIO(), width=200)
+        said = io.StringIO()
+        console = Console(file=said, width=200)
         assert needs_measuring(store, registered, cell, RunProgress(console, 0)) is again
         status = store.cell_info(cell.id)["attempts"][0]
         if again:
             assert (status["status"], status["error"]) == (
                 "invalid", "GPU throttled: hw_slowdown in 1 of 2 samples (GPU 0)")
             assert "remeasuring base/chat/speed/c001: attempt 1 is unusable: GPU throttled" \
-                in console.file.getvalue()
+                in said.getvalue()
         else:
             assert status["status"] == "complete"

@@ -11,12 +11,14 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from harness.plan import plan_cells
 from harness.prereg import load_study_file
 from harness.run.attempts import measure_cell
+from harness.run.progress import RunProgress
 from harness.run.runner import new_run
 from harness.rundir import cell_dirname
 from harness.testengine.server import serve_in_thread
@@ -36,11 +38,12 @@ def spin_outside_this_tree(cpu: int) -> int:
 
 
 class Progress:
-    """What measure_cell tells the runner's progress; the spinners stop when the first
-    attempt ends."""
+    """What measure_cell tells the runner's progress (a stand-in for RunProgress,
+    passed as one); the spinners stop when the first attempt ends."""
 
     def __init__(self, spinners: list[int]) -> None:
-        self.spinners, self.ends = spinners, []
+        self.spinners = spinners
+        self.ends: list[tuple[str, str]] = []
 
     def stop_spinners(self) -> None:
         while self.spinners:
@@ -83,7 +86,7 @@ def test_a_cell_run_beside_a_spinning_process_is_measured_again_and_the_quiet_on
     progress = Progress([spin_outside_this_tree(cpu) for cpu in cpus[:max(1, len(cpus) // 2)]])
     try:
         with scripted_arm(arm) as engine:
-            usable = measure_cell(store, loaded.study, engine, cell, progress)
+            usable = measure_cell(store, loaded.study, engine, cell, cast(RunProgress, progress))
     finally:
         progress.stop_spinners()
     folder = store.cell_dir(cell.id)
@@ -111,7 +114,7 @@ def test_every_cell_records_the_shares_even_with_no_limit_registered(tmp_path: P
     cell = next(c for c in plan_cells(loaded.study) if c.id == "base/chat/identity")
     arm = next(a for a in loaded.study.arms if a.name == "base")
     with scripted_arm(arm) as engine:
-        assert measure_cell(store, loaded.study, engine, cell, Progress([]))
+        assert measure_cell(store, loaded.study, engine, cell, cast(RunProgress, Progress([])))
     health = json.loads((store.cell_dir(cell.id) / "complete.json").read_text())[
         "outcome"]["health"]
     assert health["host_foreign_cpu_limit"] is None

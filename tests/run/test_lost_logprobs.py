@@ -112,7 +112,7 @@ def test_a_list_that_cannot_be_aligned_is_never_a_real_divergence():
     assert token_divergence(drafter, baseline, 0.5).kind == "unknown"
 
 
-def sse(content: str, tokens: int | None, entries: list[dict] | None) -> tuple[float, bytes]:
+def sse(content: str | None, tokens: int | None, entries: list[dict] | None) -> tuple[float, bytes]:
     import json
 
     chunk: dict = {"id": "x", "choices": [] if content is None else [
@@ -140,10 +140,10 @@ def test_the_client_places_a_placeholder_for_each_token_counted_and_not_scored()
     # The fragment's step sent nothing: usage jumps by 2 at the next chunk.
     rec = parsed([sse(" a", 1, [entry(" a")]), sse("中", 3, [entry("\ufffd", b"\xad")]),
                   sse(" b", 4, [entry(" b")])])
-    assert [(t.shown, t.lost) for t in rec.token_logprobs] == [
+    assert [(t.shown, t.lost) for t in rec.token_logprobs or []] == [
         (" a", False), ("", True), ("\\xad", False), (" b", False)]
     # Without per-chunk counts the entries after the first gap cannot be placed: those
     # whose bytes tile the text from its start are kept, the rest marked lost.
     rec = parsed([sse(" a", None, [entry(" a")]), sse("中", None, [entry("\ufffd", b"\xad")]),
                   sse(" b", None, [entry(" b")]), sse(None, 4, None)])
-    assert [t.lost for t in rec.token_logprobs] == [False, True, True, True]
+    assert [t.lost for t in rec.token_logprobs or []] == [False, True, True, True]

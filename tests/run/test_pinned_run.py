@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -20,8 +21,9 @@ from harness.testengine.spec import ScriptedEngineSpec
 from tests.run.conftest import run_folder, specbench
 from tests.weights.hubcache import build_hub_cache
 
-ENGINE = {"weight_bytes": 2.0e10, "bandwidth_bytes_per_s": 2.0e12, "flops_per_token": 2.0e10,
-          "flops_per_s": 4.0e13, "served_model": "tiny", "seed": 1}
+ENGINE: dict[str, Any] = {"weight_bytes": 2.0e10, "bandwidth_bytes_per_s": 2.0e12,
+                          "flops_per_token": 2.0e10, "flops_per_s": 4.0e13,
+                          "served_model": "tiny", "seed": 1}
 
 
 def study(base_url: str, draft_url: str) -> dict:

@@ -130,8 +130,8 @@ def test_the_two_cells_of_every_speedup_ran_in_one_shard_on_one_gpu(sharded):
     assert kinds == {"speed", "identity", "accuracy", "open"}
     # The cell table says it too.
     with open(run / "cells.csv", encoding="utf-8") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["status"] == "complete"]
-    assert rows and all(r["shard"] == shard_of_arm[r["arm"]] and r["gpu"] for r in rows)
+        table = [r for r in csv.DictReader(fh) if r["status"] == "complete"]
+    assert table and all(r["shard"] == shard_of_arm[r["arm"]] and r["gpu"] for r in table)
 
 
 def _kill_a_worker_after(results: Path, cells: int, proc: subprocess.Popen) -> list[str]:

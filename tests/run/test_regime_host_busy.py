@@ -11,6 +11,7 @@ import harness.run.regime as regime_mod
 from harness.measure.host_cpu import HostCpu
 from harness.measure.requests import RequestSpec
 from harness.prereg import load_study
+from harness.records import RequestRecord
 from harness.testengine.server import serve_in_thread
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "scripted-pass.yaml"
@@ -50,7 +51,7 @@ def meter(monkeypatch):
 
 
 def time_regime(s, base_url: str):
-    seen = []
+    seen: list[RequestRecord] = []
     rec = regime_mod.measure_regime(s, "base", "k", base_url, "scripted", PROMPTS,
                                     on_record=seen.append, engine_group=4242)
     return rec, seen

@@ -109,6 +109,7 @@ def test_stage_five_runs_the_schedule_recorded_once_and_skips_a_task_without_one
         again = verification_batch(store, study, cells, progress)  # a resume
     assert proposed == [1] and store.manifest().k_schedules["surface-schedule-chat"] == record
     for b in (batch, again):
+        assert b is not None
         assert b.stage == "stage 5 (the k schedule verified)" and b.cells == cells
         assert b.k_schedules == {"surface-schedule-chat": [(1, 2, 3), (3, None, 2)]}
 

@@ -198,8 +198,12 @@ def test_a_stage_begins_with_the_arm_whose_engine_is_running(tmp_path, monkeypat
     store = new_run(loaded, tmp_path / "results")
     runner = Runner(store, prepare(loaded), Console(file=io.StringIO()))
     ran: list[str] = []
-    monkeypatch.setattr(Runner, "_run_one", lambda self, engine, cell, progress, rate=None,
-                        extra=None: ran.append(engine.arm.name) or True)
+
+    def run_one(self, engine, cell, progress, rate=None, extra=None) -> bool:
+        ran.append(engine.arm.name)
+        return True
+
+    monkeypatch.setattr(Runner, "_run_one", run_one)
     open_cells = [c for c in runner.cells if c.stage == 3]
     assert [c.arm for c in open_cells][:1] == ["base"]  # the plan's order
     with RunProgress(Console(file=io.StringIO()), 0) as progress:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, Literal, cast
 
 import pytest
 import yaml
@@ -15,11 +17,13 @@ from rich.console import Console
 from harness.analysis.smoke import smoke_line
 from harness.cli import main
 from harness.engines.engine_log import relevant_log_line
+from harness.engines.engine_process import EngineProcess
 from harness.errors import InputError, SpecbenchError
 from harness.plan import estimate, plan_cells
 from harness.prereg import load_study, load_study_file
 from harness.records import SmokeAnswer, SmokeArmCheck, SmokeIdentityCheck, TokenLogprob
 from harness.run import smoke
+from harness.run.arm_engine import ArmEngine
 from harness.run.progress import RunProgress
 from harness.run.runner import new_run
 from harness.run.smoke import (
@@ -36,7 +40,7 @@ from harness.testengine.server import serve_in_thread
 from tests.run.test_remeasure import study_file
 
 ROOT = Path(__file__).resolve().parents[2]
-FAST = {"weight_bytes": 1e9, "bandwidth_bytes_per_s": 1e12}
+FAST: dict[str, Any] = {"weight_bytes": 1e9, "bandwidth_bytes_per_s": 1e12}
 
 
 # --- the engine log's line -----------------------------------------------------------
@@ -101,7 +105,7 @@ def test_a_damaged_smoke_record_is_one_line_naming_file_line_and_field(tmp_path)
     assert err.value.lines[0].startswith(f"{folder / 'arms.jsonl'}: line 2: field arm.status: ")
 
 
-def _check(arm: str, key: str, status: str) -> SmokeArmCheck:
+def _check(arm: str, key: str, status: Literal["passed", "failed"]) -> SmokeArmCheck:
     return SmokeArmCheck(arm=arm, key=key, attempt=1, started_wall=0, ended_wall=1,
                          engine="started", status=status)
 
@@ -130,6 +134,7 @@ def test_compare_answers_names_the_first_difference_and_skips_unanswered_items()
     assert check.reason == ("arm 'd': its greedy output differs from its baseline 'b0' on item a"
                             " at character 5: ' x y w' vs ' x y z' -- unknown: the engine sent"
                             " no logprobs for the drafter and baseline")
+    assert check.divergence is not None
     assert check.divergence.kind == "unknown" and check.divergence.token_index is None
 
 
@@ -140,8 +145,8 @@ def _scored(words: list[str], margins: dict[int, tuple[str, float]] | None = Non
     out = []
     for i, w in enumerate(words):
         other, m = (margins or {}).get(i, (" zz", margin))
-        top = [(w, -0.1), (other, -0.1 - m)] if m >= 0 else [(other, -0.1), (w, -0.1 + m)]
-        out.append(TokenLogprob(token=w, logprob=dict(top)[w], top=top))
+        pair = [(w, -0.1), (other, -0.1 - m)] if m >= 0 else [(other, -0.1), (w, -0.1 + m)]
+        out.append(TokenLogprob(token=w, logprob=dict(pair)[w], top=list(pair)))
     return out
 
 
@@ -177,7 +182,9 @@ def test_a_real_divergence_stops_the_smoke_naming_the_token_and_margins():
                               *_scored([" z"])])
     check = compare_answers("d", "b0", "k", [mine], [theirs], near_tie_margin=0.5)
     assert check.status == "failed" and check.near_ties == []
+    assert check.divergence is not None
     assert (check.divergence.kind, check.divergence.token_index) == ("real", 1)
+    assert check.reason is not None
     assert ("on item a at token 1 ' w' vs ' y' (the target's margin 4 drafter, 4 baseline;"
             " a near-tie is below 0.5), character 3") in check.reason
     # A near-tie between two other tokens does not excuse a token the target ranked lower.
@@ -185,7 +192,9 @@ def test_a_real_divergence_stops_the_smoke_naming_the_token_and_margins():
            TokenLogprob(token=" w", logprob=-6.0, top=[(" y", -0.1), (" v", -0.15)]),
            *_scored([" z"])]
     check = compare_answers("d", "b0", "k", [_answer("a", bad, odd)], [theirs], near_tie_margin=0.5)
+    assert check.divergence is not None
     assert check.status == "failed" and check.divergence.kind == "real"
+    assert check.reason is not None
     assert "not the target's top two" in check.reason
 
 
@@ -205,6 +214,7 @@ class StubArmEngine:
         assert started_for == "smoke"
         if self.fail:
             raise SpecbenchError(self.fail, "command: ...", "last 40 lines of the log:")
+        assert self.url is not None
         return SimpleNamespace(base_url=self.url, metrics_url=self.url + "/metrics",
                                served_model="scripted", metrics_dialect=self.dialect)
 
@@ -222,20 +232,23 @@ def run_smoke(tmp_path: Path, dialect: str, drafter: dict, fail: str | None = No
         path.write_text(yaml.safe_dump(data, sort_keys=False))
     loaded = load_study_file(path)
     store = new_run(loaded, tmp_path / "results")
-    specs = {a.name: a.scripted for a in loaded.study.arms}
-    console = Console(file=io.StringIO(), width=300)
+    specs = {a.name: a.scripted for a in loaded.study.arms if a.scripted is not None}
+    said = io.StringIO()
+    console = Console(file=said, width=300)
     with serve_in_thread(specs["base"]) as base, serve_in_thread(specs["drafter"]) as draft, \
             RunProgress(console, 0) as progress:
         engines = {"base": StubArmEngine(base.base_url, dialect),
                    "drafter": StubArmEngine(draft.base_url, dialect, fail)}
-        stage = SmokeStage(store, loaded.study, progress, engines.__getitem__,
+        # The stubs stand in for ArmEngine (what the smoke asks of it).
+        stage = SmokeStage(store, loaded.study, progress,
+                           lambda name: cast(ArmEngine, engines[name]),
                            allow_deviation=allow_deviation)
         try:
             stage.run("base")
             error = None
         except SmokeFailed as err:
             error = err
-    return store, error, console.file.getvalue()
+    return store, error, said.getvalue()
 
 
 @pytest.mark.parametrize("dialect,counter", [
@@ -247,7 +260,9 @@ def test_a_drafter_passes_when_its_counter_moves_and_fails_naming_it_when_not(
     assert error is None, error
     records = smoke_records(store.root)
     drafter = next(r for r in records if r.kind == "arm" and r.arm == "drafter")
+    assert drafter.counter is not None
     assert drafter.counter.name == counter and drafter.counter.moved
+    assert drafter.counter.after is not None
     assert drafter.counter.after > (drafter.counter.before or 0)
     assert f"{counter} " in said and "smoke passed: 2 arms" in said
 
@@ -267,7 +282,9 @@ def test_a_drafter_below_its_floor_runs_under_allow_deviation_and_the_deviation_
     assert error is None, error
     drafter = next(r for r in smoke_records(store.root) if r.kind == "arm" and r.arm == "drafter")
     assert drafter.status == "passed"
+    assert drafter.acceptance is not None
     assert drafter.acceptance.below and drafter.acceptance.allowed
+    assert drafter.acceptance.tokens_per_round is not None
     assert drafter.acceptance.floor == 2.0 and drafter.acceptance.tokens_per_round < 1.5
     (deviation,) = store.manifest().to_json()["deviations"]
     assert deviation["arm"] == "drafter" and "below its drafter.expect" in deviation["reason"]
@@ -277,6 +294,8 @@ def test_a_drafter_below_its_floor_runs_under_allow_deviation_and_the_deviation_
                                 registration={"expect": {"acceptance_length_min": 2.0}})
     assert error is None, error
     drafter = next(r for r in smoke_records(store.root) if r.kind == "arm" and r.arm == "drafter")
+    assert drafter.acceptance is not None
+    assert drafter.acceptance.tokens_per_round is not None
     assert not drafter.acceptance.below and drafter.acceptance.tokens_per_round > 2.0
     assert store.manifest().to_json()["deviations"] == []
 
@@ -285,16 +304,17 @@ def test_an_absent_counter_is_zero_for_sglang_and_no_counter_for_vllm(monkeypatc
     # SGLang creates sglang:spec_verify_calls_total on the first finished request that
     # verified drafts; vLLM exports its counters from the start with a speculative config.
     monkeypatch.setattr(smoke, "COUNTER_WAIT_S", 0.6)
-    scrapes = iter([(None, None), (3.0, None)])
+    scrapes: Iterator[tuple[float | None, str | None]] = iter([(None, None), (3.0, None)])
     monkeypatch.setattr(SmokeStage, "_drafts", staticmethod(lambda process: next(scrapes)))
     stage = SmokeStage.__new__(SmokeStage)
-    counter = stage._counter(None, "sglang", (None, None))
+    no_process = cast(EngineProcess, None)  # _drafts is patched: no engine is read
+    counter = stage._counter(no_process, "sglang", (None, None))
     assert (counter.before, counter.after, counter.moved) == (None, 3.0, True)
     scrapes = iter([(None, None)] * 5)
-    counter = stage._counter(None, "vllm", (None, None))
+    counter = stage._counter(no_process, "vllm", (None, None))
     assert not counter.moved and counter.name == "vllm:spec_decode_num_drafts_total"
     scrapes = iter([(None, "/metrics failed: HTTP 500")] * 5)
-    counter = stage._counter(None, "vllm", (2.0, None))
+    counter = stage._counter(no_process, "vllm", (2.0, None))
     assert not counter.moved and counter.name.endswith("(/metrics failed: HTTP 500)")
 
 
@@ -306,6 +326,7 @@ def test_an_arm_that_does_not_start_fails_the_smoke_with_the_engines_own_line(tm
         "smoke: arm 'drafter': did not start: arm 'drafter' (scripted): the engine exited with"
         " code 1 while starting; the engine says: ValueError: bad method")
     (check,) = [r for r in smoke_records(store.root) if r.arm == "drafter"]
+    assert isinstance(check, SmokeArmCheck)
     assert (check.status, check.failed_check, check.engine) == ("failed", "start", "not started")
 
 
@@ -319,8 +340,8 @@ def test_the_plan_counts_the_smokes_engine_starts_and_says_so(tmp_path, capsys):
     off_study = study.model_copy(update={
         "recording": study.recording.model_copy(update={"smoke": False})})
     off = estimate(off_study, cells)
-    n_on = int(re.search(r"(\d+) engine starts", " ".join(on.assumptions)).group(1))
-    n_off = int(re.search(r"(\d+) engine starts", " ".join(off.assumptions)).group(1))
+    n_on, n_off = (int(m.group(1)) for e in (on, off)
+                   if (m := re.search(r"(\d+) engine starts", " ".join(e.assumptions))))
     assert n_on - n_off == len(study.arms) - 1  # the last smoked engine serves the first cell
     assert on.seconds - off.seconds == pytest.approx(4 * study.plan_estimate.engine_start_s)
     assert main(["plan", str(ROOT / "prereg.yaml")]) == 0

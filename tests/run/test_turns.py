@@ -14,13 +14,14 @@ import yaml
 from harness.errors import InputError
 from harness.plan import plan_cells
 from harness.prereg import load_study
+from harness.prereg.schema import Study
 from harness.run.cell_requests import cell_request_specs, task_items
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "scripted-surface.yaml"  # one chat task, speed only
 
 
-def study_with(tmp_path: Path, **task) -> object:
+def study_with(tmp_path: Path, **task) -> Study:
     data = yaml.safe_load(EXAMPLE.read_text())
     data["tasks"][0].update(task)
     path = tmp_path / "study.yaml"

@@ -4,6 +4,7 @@ diverges from its baseline's at a chosen token with a chosen margin (issue 29)."
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import pytest
@@ -12,7 +13,8 @@ from harness.testengine.server import serve_in_thread
 from harness.testengine.spec import ScriptedEngineSpec
 from tests.testengine.test_server import BODY, FAST, sse_objects
 
-DRAFTING = {"num_draft_tokens": 3, "accept_probs": [0.9, 0.8, 0.7], **FAST}  # multi-token chunks
+# Multi-token chunks.
+DRAFTING: dict[str, Any] = {"num_draft_tokens": 3, "accept_probs": [0.9, 0.8, 0.7], **FAST}
 SCORED = {**BODY, "logprobs": True, "top_logprobs": 2}
 
 

@@ -16,6 +16,7 @@ from harness.measure.driver import run_cell
 from harness.measure.patterns import ClosedLoop
 from harness.measure.requests import RequestSpec
 from harness.prereg import load_study
+from harness.records import RequestRecord
 from harness.testengine.spec import FailureInjection, ScriptedEngineSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +24,7 @@ REQUESTS = [RequestSpec("a", [{"role": "user", "content": "hi"}], 12)]
 
 
 def cell(base_url: str, model: str, n: int, extra_body: dict | None = None):
-    records = []
+    records: list[RequestRecord] = []
     outcome = asyncio.run(run_cell(
         base_url=base_url, model=model, requests=REQUESTS,
         pattern=ClosedLoop(concurrency=2, requests=n), sampling={"temperature": 0.0},
@@ -37,6 +38,7 @@ def test_scripted_arm_starts_serves_and_stops_like_any_engine(tmp_path) -> None:
     arm = study.arm("drafter")
     kind = get_engine_kind("scripted")
     assert kind.dialect_for(arm) == "vllm"
+    assert arm.scripted is not None
     assert kind.effective_max_running(arm) == arm.scripted.max_batch
     assert "--spec-json" in kind.command(arm, study, "127.0.0.1", 8000)
     engine = start_engine(arm, study, tmp_path)

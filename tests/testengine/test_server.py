@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -14,7 +15,8 @@ from harness.engines.metrics import acceptance_window, parse_metrics
 from harness.testengine.server import serve_in_thread
 from harness.testengine.spec import ScriptedEngineSpec
 
-FAST = {"weight_bytes": 1e9, "bandwidth_bytes_per_s": 1e12}  # 1 ms steps: tests stay quick
+# 1 ms steps: tests stay quick.
+FAST: dict[str, Any] = {"weight_bytes": 1e9, "bandwidth_bytes_per_s": 1e12}
 BODY = {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 40,
         "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
@@ -103,8 +105,8 @@ def test_metrics_read_by_the_project_parser_match_what_was_served(dialect) -> No
         assert window.drafts == sum(f["num_spec_steps"] for f in figures)
         assert window.accepted == sum(f["num_accepted_draft_tokens"] for f in figures)
         assert window.draft_tokens == sum(f["num_draft_tokens"] for f in figures)
-        assert len(window.per_position_rates) == 3
-        assert window.per_position_rates == sorted(window.per_position_rates, reverse=True)
+        rates = window.per_position_rates
+        assert rates is not None and len(rates) == 3 and rates == sorted(rates, reverse=True)
     else:
         figures = [f["sglext"]["spec_tokens_details"] for f in finals]
         assert window.drafts == sum(f["spec_verify_ct"] for f in figures)
@@ -204,12 +206,14 @@ def test_frozen_spec_counters_are_exported_but_never_move(dialect) -> None:
         assert reply.status_code == 200
         after = parse_metrics(httpx.get(eng.metrics_url).text, dialect)
     assert before.drafts == after.drafts == 0  # exported, still
+    assert after.generation_tokens is not None
+    assert before.generation_tokens is not None
     assert after.generation_tokens == before.generation_tokens + 40  # it did generate
 
 
 def test_output_salt_changes_the_text_and_only_the_text() -> None:
     body = {**BODY, "stream": False}
-    texts = {}
+    texts: dict[int, list[str]] = {}
     for salt in (0, 0, 7):
         spec = ScriptedEngineSpec(output_salt=salt, **FAST)
         with serve_in_thread(spec) as eng:
@@ -232,6 +236,7 @@ def test_the_engine_log_names_its_declared_faults(tmp_path) -> None:
                              spec.model_dump_json(), "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
+        assert proc.stdout is not None
         lines = [proc.stdout.readline().strip() for _ in range(3)]
     finally:
         proc.terminate()

@@ -35,7 +35,7 @@ def test_probabilities_must_match_draft_count() -> None:
     with pytest.raises(ValidationError, match="num_draft_tokens is 0"):
         ScriptedEngineSpec(accept_probs=[0.5])
     with pytest.raises(ValidationError):
-        ScriptedEngineSpec(unknown_field=1)
+        ScriptedEngineSpec.model_validate({"unknown_field": 1})
 
 
 def test_bad_spec_file_is_a_one_line_input_error(tmp_path) -> None:

@@ -3,7 +3,7 @@ of the hub's failures it was (harness.weights.hub.download_problem)."""
 
 from __future__ import annotations
 
-import httpx
+import httpx2  # what huggingface_hub raises its errors with
 import pytest
 from huggingface_hub.errors import (
     GatedRepoError,
@@ -14,7 +14,7 @@ from huggingface_hub.errors import (
 
 from harness.weights.hub import download_problem
 
-RESPONSE = httpx.Response(404, request=httpx.Request("GET", "https://huggingface.co/x"))
+RESPONSE = httpx2.Response(404, request=httpx2.Request("GET", "https://huggingface.co/x"))
 
 
 @pytest.mark.parametrize("err, said", [

@@ -131,7 +131,9 @@ def test_tiny_model_lays_itself_out_in_the_hub_cache(tmp_path) -> None:
         [sys.executable, "-m", "harness.cli", "tiny-model", str(tmp_path / "m"), "--hub-repo",
          "org/tiny"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    commit = re.search(r"org/tiny at commit ([0-9a-f]{40}) \(refs/main\)", proc.stdout).group(1)
+    said = re.search(r"org/tiny at commit ([0-9a-f]{40}) \(refs/main\)", proc.stdout)
+    assert said is not None, proc.stdout
+    commit = said.group(1)
     storage = repo_folder(tmp_path / "hub", "org/tiny")
     assert (storage / "refs" / "main").read_text() == commit
     weights = storage / "snapshots" / commit / "model.safetensors"

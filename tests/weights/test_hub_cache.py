@@ -72,6 +72,7 @@ def test_validate_doctor_and_fetch_look_in_one_cache(variable, cached, tmp_path,
     assert draft.present and draft.snapshot == (
         repo_folder(cache, "specbench/tiny-draft") / "snapshots" / cached.draft_commit)
     seen = what_each_command_sees(pinned_study(tmp_path, cached))
+    assert draft.snapshot is not None
     assert seen["validate: drafter config"] == draft.snapshot / "config.json"
     assert seen["validate: drafter base read"] == draft.snapshot / "config.json"
     assert seen["doctor: model"] == "ok" and seen["doctor: drafter"] == "ok"

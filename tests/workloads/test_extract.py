@@ -174,7 +174,8 @@ def test_mmlu_table_is_large_enough():
 
 def test_mmlu_regex_contains_the_readme_pattern():
     # The README's (?i)Answer[ \t]*:[ \t]*\$?([A-D])\$? plus the documented guards.
-    assert MMLU_ANSWER.search("Answer: $B$").group(1) == "B"
+    found = MMLU_ANSWER.search("Answer: $B$")
+    assert found is not None and found.group(1) == "B"
 
 
 def test_strip_think():

@@ -16,7 +16,9 @@ SCRIPT = paths.WORKLOADS_DIR / "mmlu" / "draw_sample.py"
 
 def _script_module():
     spec = importlib.util.spec_from_file_location("draw_sample", SCRIPT)
+    assert spec is not None
     mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
     spec.loader.exec_module(mod)
     return mod
 

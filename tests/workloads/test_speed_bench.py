@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -37,7 +38,7 @@ def hub(tmp_path, monkeypatch):
     return cache
 
 
-def study(commit: str, **task: object) -> dict:
+def study(commit: str, **task: Any) -> dict:
     return {
         "title": "speed bench", "registered": "2026-12-05",
         "hardware": {"gpu": "scripted", "memory_bandwidth_gb_s": 2000, "dense_tflops": 40},
