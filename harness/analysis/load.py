@@ -110,11 +110,13 @@ class RunData:
         return self.cell(f"{arm}/{task}/{kind}")
 
     def sessions_of(self, cell: CellData) -> list[CellData]:
-        """Every session of a planned cell in session order; [cell] for one measured once."""
+        """Every session of a planned cell in session order; [cell] for one measured once.
+        A later session skipped (a group-sequential look decided its bars) is left out."""
         if cell.session is None:
             return [cell]
         found = [c for c in self.cells.values() if c.rerun_of is None and c.session is not None
-                 and (c.id == cell.id or c.id.startswith(cell.id + "/s"))]
+                 and (c.id == cell.id or c.id.startswith(cell.id + "/s"))
+                 and (c.id == cell.id or c.status != "skipped")]
         return sorted(found, key=lambda c: c.session or 0)
 
     @property

@@ -33,6 +33,7 @@ from harness.analysis.intervals import (
 )
 from harness.analysis.load import CellData, RunData
 from harness.analysis.pooling import pool_session_variance
+from harness.analysis.sequential import intervals_at
 from harness.derived.throttle import gpu_throttle
 
 
@@ -90,8 +91,9 @@ def _throttled(*cells: CellData) -> str | None:
 def session_figures(drafter: list[CellData], baseline: list[CellData], study,
                      key: str) -> dict:
     """A pair's speeds, speedup, intervals and decomposition over its sessions (one: the
-    cells), the decomposition under the speedup's own draws."""
-    intervals = study.bars.intervals
+    cells), the decomposition under the speedup's own draws; under a group-sequential
+    design the interval is the repeated one of the look its sessions reach."""
+    intervals = intervals_at(study, len(drafter))
     d_units = [session_units(c) for c in drafter]
     b_units = [session_units(c) for c in baseline]
     n_d, n_b = sum(u.n for u in d_units), sum(u.n for u in b_units)
@@ -148,6 +150,9 @@ def speedup_table(run: RunData) -> pd.DataFrame:
                 row: dict = {"arm": arm.name, "baseline": arm.baseline, "task": task.name,
                              "concurrency": c, "drafter_cell": dc.id, "baseline_cell": bc.id}
                 d_sessions, b_sessions = run.sessions_of(dc), run.sessions_of(bc)
+                if study.design.kind != "fixed":  # paired sessions: the first n of each
+                    n = min(len(d_sessions), len(b_sessions))
+                    d_sessions, b_sessions = d_sessions[:n], b_sessions[:n]
                 row["sessions"] = len(d_sessions)
                 row.update(pair_figures(study, d_sessions, b_sessions, pair_key(dc, bc)))
                 # Flagged, not judged here: recording.gpu_throttle decides whether such a

@@ -15,7 +15,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from harness.prereg.schema import Study
+from harness.prereg.schema import Design, Study
 
 OC_FILE = Path(__file__).with_name("operating_characteristics.json")
 # Measured by benchmarks/interval_coverage.py on the registered cells (64 requests at
@@ -45,7 +45,10 @@ def design_summary(study: Study) -> dict:
                           if k in ("level", "method", "pooling")},
             "accuracy": None if accuracy is None else accuracy.model_dump() | {
                 "items": {t.name: [t.kind, t.subset] for t in study.tasks
-                          if t.name in accuracy.tasks}}}
+                          if t.name in accuracy.tasks}},
+            # A fixed design keeps the fingerprint it had before `design:` existed.
+            **({"design": study.design.model_dump(mode="json")}
+               if study.design.kind != "fixed" else {})}
 
 
 def design_fingerprint(study: Study) -> str:
@@ -53,11 +56,20 @@ def design_fingerprint(study: Study) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _stored() -> list[dict]:
+def _stored(part: str = "designs") -> list[dict]:
     try:
-        return json.loads(OC_FILE.read_text())["designs"]
+        return json.loads(OC_FILE.read_text()).get(part, [])
     except FileNotFoundError:
         return []
+
+
+def _write(part: str, key: str, entry: dict) -> Path:
+    """Keep `entry` under `key` in one part of the file, replacing an older one."""
+    data = {name: _stored(name) for name in ("designs", "costs")}
+    data[part] = [d for d in data[part] if d["fingerprint"] != key] + [
+        {"fingerprint": key} | entry]
+    OC_FILE.write_text(json.dumps(data, indent=1) + "\n")
+    return OC_FILE
 
 
 def characteristics(study: Study) -> dict | None:
@@ -68,11 +80,47 @@ def characteristics(study: Study) -> dict | None:
 
 def store(study: Study, record: dict) -> Path:
     """Keep `record` as this design's figures, replacing an older entry for it."""
-    key = design_fingerprint(study)
-    designs = [d for d in _stored() if d["fingerprint"] != key]
-    designs.append({"fingerprint": key, "design": design_summary(study)} | record)
-    OC_FILE.write_text(json.dumps({"designs": designs}, indent=1) + "\n")
-    return OC_FILE
+    return _write("designs", design_fingerprint(study), {"design": design_summary(study)}
+                  | record)
+
+
+# --- what each design costs at the registered assumed acceptance (benchmarks/
+# sequential_design.py --write): each cell's and engine start's chance to be measured,
+# for `specbench plan`'s expected GPU time; keyed by everything those chances read.
+
+
+def sequential_counterpart(study: Study) -> Design:
+    """The group-sequential design set beside a study's: its own, else the default one."""
+    return study.design if study.design.kind != "fixed" else Design(kind="group_sequential")
+
+
+def cost_fingerprint(study: Study) -> str:
+    """The same for a study under either design (its record holds both)."""
+    from harness.plan import plan_cells
+
+    est = study.plan_estimate
+    fixed = study.model_copy(update={"design": Design()})
+    drafters = {a.name: [a.drafter.num_draft_tokens, a.drafter.assumed_acceptance_length,
+                         a.drafter.params_billion, a.drafter.draft_steps]
+                for a in study.arms if a.drafter is not None}
+    keyed = {"design": design_summary(fixed),
+             "sequential": sequential_counterpart(study).model_dump(mode="json"),
+             "acceptance": est.assumed_acceptance_length, "drafters": drafters,
+             "hardware": study.hardware.model_dump(mode="json"),
+             "model": study.model.model_dump(mode="json", include={"params_billion",
+                                                                   "weight_bytes_per_param"}),
+             "cells": [c.id for c in plan_cells(study, {t.name: 1 for t in study.tasks})]}
+    text = json.dumps(keyed, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def stored_costs(study: Study) -> dict | None:
+    key = cost_fingerprint(study)
+    return next((d for d in _stored("costs") if d["fingerprint"] == key), None)
+
+
+def store_costs(study: Study, record: dict) -> Path:
+    return _write("costs", cost_fingerprint(study), record)
 
 
 def multiplicity(study: Study) -> dict[str, int]:

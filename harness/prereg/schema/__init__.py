@@ -39,6 +39,7 @@ from harness.prereg.schema.base import (
     TaskUse,
     registered_engine,
 )
+from harness.prereg.schema.design import Design, design_problems
 from harness.prereg.schema.loads import (
     ClosedLoopSpec,
     LatencyObjective,
@@ -66,11 +67,11 @@ from harness.prereg.schema.tasks import (
 
 __all__ = [
     "SCHEDULE_PREFIX", "SPEED_BENCH_DATASET", "SURFACE_PREFIX", "AccuracyBar", "Arm", "Attach",
-    "Bars", "CheckBar", "ClosedLoopSpec", "CrossReferenceError", "Decomposition", "Drafter",
+    "Bars", "CheckBar", "ClosedLoopSpec", "CrossReferenceError", "Decomposition", "Design", "Drafter",
     "DrafterExpect", "EngineName", "Hardware", "HubSource", "IdentityBar", "Intervals", "KRange",
     "KneeBar", "LatencyObjective", "Launch", "Loads", "ModelSpec", "Name", "OpenLoopSpec", "PassBar",
     "PlanEstimate", "Positive", "PositiveInt", "Recording", "RegimeCheck", "RequestCount",
     "Sampling", "SpeedBar", "SpeedBenchConfig", "StopBar", "Strict", "Study", "Surface",
-    "SyntheticAcceptance", "TaskSpec", "TaskUse", "k_schedule_problem", "registered_engine",
+    "SyntheticAcceptance", "TaskSpec", "TaskUse", "design_problems", "k_schedule_problem", "registered_engine",
     "schedule_arm_name", "surface_arm_name",
 ]

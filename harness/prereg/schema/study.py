@@ -12,6 +12,7 @@ from harness.engines import get_engine_kind
 from harness.prereg.schema.arms import Arm, KRange, SyntheticAcceptance
 from harness.prereg.schema.bars import Bars
 from harness.prereg.schema.base import Positive, PositiveInt, Strict
+from harness.prereg.schema.design import Design, design_problems
 from harness.prereg.schema.loads import Loads
 from harness.prereg.schema.recording import Recording
 from harness.prereg.schema.surface import (
@@ -60,6 +61,10 @@ class Study(Strict):
     surface: Surface | None = Field(
         None, description="The round-cost surface, a stage after the registered ones, never"
                           " read by a bar; null: not measured.")
+    design: Design = Field(
+        default_factory=Design, description="When the bars are read: once, after the last"
+                                            " session (fixed), or also at looks between"
+                                            " sessions (group_sequential).")
 
     @field_validator("registered", mode="before")
     @classmethod
@@ -129,6 +134,8 @@ class Study(Strict):
             problems.append((("tasks",), "expected at least one task with the speed use"))
         if self.surface is not None:
             problems.extend(self._surface_problems(by_name, levels))
+        problems.extend(design_problems(self.design, self.recording.sessions,
+                                        self.bars.intervals.method, self.bars.intervals.pooling))
         if problems:
             raise CrossReferenceError(problems)
         return self
