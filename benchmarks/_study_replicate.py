@@ -28,6 +28,7 @@ from harness.analysis.intervals import session_ratio
 from harness.analysis.knee import knee_table
 from harness.analysis.pays import speculation_pays
 from harness.analysis.pooling import pool_session_variance
+from harness.analysis.sequential import intervals_at
 from harness.analysis.stop_check import _check_figures, stop_decision
 from harness.plan import speed_stage
 from harness.prereg.schema import Study
@@ -83,17 +84,21 @@ OBJECT_COLUMNS = ["arm", "baseline", "task", "drafter_cell", "baseline_cell", "s
                   "pooling"]
 
 
-def measure(shape: StudyShape, truth: dict[str, list[float]], session_sd: float, share: float,
-            rng: np.random.Generator, levels: list[int] | None = None) -> pd.DataFrame:
-    """The speedup table of one simulated run; truth: each drafter's true speedup by level
-    (every task alike). `levels`: only these (the stage-1 bars read no other)."""
+Cells = dict[tuple[str, str, int], list]
+
+
+def draw(shape: StudyShape, truth: dict[str, list[float]], session_sd: float, share: float,
+         rng: np.random.Generator, levels: list[int] | None = None) -> Cells:
+    """Every cell's sessions (Units) of one simulated run, all that the plan could
+    measure; truth: each drafter's true speedup by level (every task alike). `levels`:
+    only these (the stage-1 bars read no other)."""
     d = shape.design
     levels = levels or shape.levels
     start_sd, cell_sd = session_sd * np.sqrt(share), session_sd * np.sqrt(1.0 - share)
     arms = [*shape.drafters, *dict.fromkeys(shape.baseline_of.values())]
     starts = {(arm, stage): rng.normal(0.0, start_sd, size=d.sessions)
               for arm in arms for stage in (1, 2)}
-    cells: dict[tuple, list] = {}
+    cells: Cells = {}
     for arm in arms:
         for task in shape.tasks:
             for c in levels:
@@ -103,16 +108,35 @@ def measure(shape: StudyShape, truth: dict[str, list[float]], session_sd: float,
                     units(factor * speeds(rng, c, d.requests(c), shift[s]
                                           + rng.normal(0.0, cell_sd)), c)
                     for s in range(d.sessions_at(c))]
+    return cells
+
+
+def table_of(shape: StudyShape, cells: Cells, sessions: dict | None = None,
+             missing: bool = False) -> pd.DataFrame:
+    """The speedup table of the cells drawn; `sessions`: (arm, task, c) -> how many of
+    each cell's sessions are measured (a pair reads the first n of both, its interval the
+    design's at n: harness.analysis.sequential); `missing`: rows for the levels not drawn,
+    as a run in progress has them."""
     rows = []
+    study = shape.study
     for arm in shape.drafters:
         base = shape.baseline_of[arm]
         for task in shape.tasks:
-            for c in levels:
+            for c in shape.levels:
+                key = f"{arm}/{task}/c{c}"
+                row = {"arm": arm, "baseline": base, "task": task, "concurrency": c,
+                       "drafter_cell": key, "baseline_cell": f"{base}/{task}/c{c}"}
+                if (arm, task, c) not in cells:
+                    if missing:
+                        rows.append(row | {"status": "missing"})
+                    continue
                 du, bu = cells[(arm, task, c)], cells[(base, task, c)]
-                r = session_ratio(du, bu, d.intervals, f"{arm}|{task}|{c}")
-                rows.append({
-                    "arm": arm, "baseline": base, "task": task, "concurrency": c,
-                    "drafter_cell": f"{arm}/{task}/c{c}", "baseline_cell": f"{base}/{task}/c{c}",
+                if sessions is not None:
+                    n = min(sessions[(arm, task, c)], sessions[(base, task, c)])
+                    du, bu = du[:n], bu[:n]
+                iv = intervals_at(study, len(du), shape.design.intervals)
+                r = session_ratio(du, bu, iv, f"{arm}|{task}|{c}")
+                rows.append(row | {
                     "status": "ok", "speedup": r.point, "ci_lower": r.ci_lower,
                     "ci_upper": r.ci_upper, "interval_method": r.method, "sessions": r.sessions,
                     "speed_drafter": float(np.mean(r.speeds_drafter)),
@@ -122,6 +146,12 @@ def measure(shape: StudyShape, truth: dict[str, list[float]], session_sd: float,
     # Plain Python strings, not pandas 3's Arrow-backed str: the bars' row iteration over
     # such columns costs most of a replicate, and the values read are the same.
     return framed(rows, BAR_COLUMNS).astype({c: object for c in OBJECT_COLUMNS})
+
+
+def measure(shape: StudyShape, truth: dict[str, list[float]], session_sd: float, share: float,
+            rng: np.random.Generator, levels: list[int] | None = None) -> pd.DataFrame:
+    """The speedup table of one simulated run under the fixed design (draw, table_of)."""
+    return table_of(shape, draw(shape, truth, session_sd, share, rng, levels))
 
 
 def judge(shape: StudyShape, speedups: pd.DataFrame, full: bool = True) -> dict:
