@@ -335,3 +335,12 @@ def estimate(study: Study, cells: list[Cell], hardware: EffectiveHardware | None
               and (repeated := sum(1 for c in cells if c.session is not None)) else []),
         ],
     )
+
+
+def expected_seconds(study: Study, cells: list[Cell], most: float, p_cell: dict[str, float],
+                     p_block: dict[str, float], figures: RooflineFigures | None = None) -> float:
+    """The estimate `most` (every cell measured) less each cell and engine start (its
+    block's first cell) at its chance not to be measured (1 where not given)."""
+    most -= sum((1.0 - p_cell.get(c.id, 1.0)) * cell_seconds(study, c, figures) for c in cells)
+    return most - sum(1.0 - p_block.get(b[0].id, 1.0)
+                      for b in engine_blocks(cells)) * study.plan_estimate.engine_start_s

@@ -103,13 +103,23 @@ class LookOutcome:
     needed: set[tuple[str, str, int]]  # (drafter arm, task, level) still read by a bar
 
 
+def run_at_look(run, stage: int, look: int):
+    """The run as it stood at a look: the stage's later sessions not yet due (not
+    missing)."""
+    run.cells = {k: c for k, c in run.cells.items()
+                 if c.stage != stage or c.session is None or c.session <= look}
+    return run
+
+
 def _at_end(a, column: str):
     """The analysis with every usable speedup at one end of its interval."""
     from harness.analysis.knee import knee_table
 
     table = a.speedups.copy()
     ok = table["status"] == "ok"
-    table.loc[ok, "speedup"] = table.loc[ok, column]
+    end = table.loc[ok, column].copy()
+    for name in ("speedup", "ci_lower", "ci_upper"):  # whichever a bar's statistic reads
+        table.loc[ok, name] = end
     out = copy.copy(a)
     out.speedups, out.knees = table, knee_table(a.run, table)
     return out
@@ -163,7 +173,8 @@ def judge_look(a) -> LookOutcome:
     if not open_check and not (table["status"] == "missing").any():
         decided.append(Decision("check", "", "fired" if lo["check"] else "not_fired"))
     needed |= open_check
-    for key, end in lo["knee"].items():
+    knees = lo["knee"] if study.bars.pass_.knee.required else {}
+    for key, end in knees.items():
         if end == hi["knee"].get(key) and end[0] != "incomplete":
             decided.append(Decision("pass.knee", "/".join(key), end[0]))
             continue
@@ -177,6 +188,16 @@ def judge_look(a) -> LookOutcome:
     return LookOutcome(decided, {k for k in needed if rows[k].status != "missing"})
 
 
+def reads_stage(study: Study, bar: str, stage: int) -> bool:
+    """Whether a bar reads speed cells of a plan stage (pass.speed and stop their levels,
+    the check and the knee every level): a look of a stage decides only those."""
+    from harness.plan import speed_stage
+
+    levels = {"pass.speed": study.bars.pass_.speed.concurrencies,
+              "stop": study.bars.stop.concurrencies}.get(bar, study.loads.closed_loop.concurrency)
+    return any(speed_stage(study, c) == stage for c in levels)
+
+
 def needed_cells(study: Study, outcome: LookOutcome) -> set[str]:
     """The speed cells (session 1 ids) the rows still needed read: drafter and baseline."""
     out = set()
@@ -184,3 +205,63 @@ def needed_cells(study: Study, outcome: LookOutcome) -> set[str]:
         for name in (arm, study.arm(arm).baseline):
             out.add(f"{name}/{task}/speed/c{c:03d}")
     return out
+
+
+# --- what the verdict says of the design ---------------------------------------------------
+
+_STAGE_OF = {"pass.speed": 1, "stop": 1, "check": 2, "pass.knee": 2}
+
+
+def design_record(a, results: list) -> dict | None:
+    """verdict.json's `design` (harness.rundir.looks.DesignSummary): per sequential bar,
+    the look that decided it, and the GPU-hours against the fixed design's; None for a
+    fixed design."""
+    from harness.analysis.load import planned_cells
+    from harness.plan import estimate
+
+    study, manifest = a.run.study, a.run.manifest
+    if study.design.kind == "fixed":
+        return None
+    n, levels = study.recording.sessions, look_levels(study)
+    first: dict[tuple[str, str], tuple] = {}
+    for r in manifest.looks:
+        for d in r.decided:
+            first.setdefault((d.bar, d.part), (r, d))
+    bars = []
+    for res in results:
+        if res.name not in _STAGE_OF or res.status in ("not_registered", "not_required"):
+            continue
+        hit = first.get((res.name, ""))
+        earlier = "; ".join(f"{p} at stage {r.stage} look {r.look} ({d.outcome})"
+                            for (b, p), (r, d) in first.items() if b == res.name and p)
+        if hit is not None:
+            r, d = hit
+            later = "" if d.outcome == res.status else (
+                f"; the later sessions of cells other bars kept read {res.status}")
+            line = (f"{res.name}: {d.outcome}, decided at look {r.look} of {n} (stage"
+                    f" {r.stage}) by the repeated {r.level:.1%} intervals (every speedup at"
+                    f" either end of its interval reads it){later}")
+            bars.append({"bar": res.name, "outcome": res.status, "stage": r.stage,
+                         "look": r.look, "of": n, "boundary": "interval", "line": line})
+        else:
+            line = (f"{res.name}: {res.status}, read at look {n} of {n}, the last (on the point"
+                    " estimates, as the fixed design reads them)"
+                    + (f"; decided before: {earlier}" if earlier else ""))
+            bars.append({"bar": res.name, "outcome": res.status, "stage": _STAGE_OF[res.name],
+                         "look": n, "of": n, "boundary": "final", "line": line})
+    by_looks = {c for r in manifest.looks for c in r.skipped}
+    skipped = set(manifest.skipped_reasons())
+    plan = planned_cells(study)
+    spent = estimate(study, [c for c in plan if c.id not in skipped]).seconds / 3600
+    fixed = estimate(study, [c for c in plan if c.id not in skipped - by_looks]).seconds / 3600
+    lines = [f"Design: group-sequential, looks after sessions"
+             f" {', '.join(map(str, levels))} of {n} ({study.design.spending} spending of"
+             f" {1 - study.bars.intervals.level:.0%}: repeated intervals at "
+             + ", ".join(f"{v:.2%}" for v in levels.values()) + ")",
+             *(f"  {b['line']}" for b in bars),
+             f"  {len(by_looks)} cells not measured after a look; GPU time (the plan's"
+             f" roofline): {spent:.2f} h against the fixed design's {fixed:.2f} h"]
+    return {"kind": study.design.kind, "spending": study.design.spending, "sessions": n,
+            "looks": list(levels), "levels": {str(k): v for k, v in levels.items()},
+            "bars": bars, "skipped_cells": sorted(by_looks), "gpu_hours": spent,
+            "gpu_hours_fixed": fixed, "lines": lines}

@@ -94,6 +94,69 @@ def _surface_estimate(study: Study, cells: list, hardware: EffectiveHardware | N
                                 if est_verify else 0.0}}
 
 
+MEASURE_COSTS = ("flock /tmp/specbench-heavy.lock nice -n 19 .venv/bin/python"
+                 " benchmarks/sequential_design.py --study {} --write")
+
+
+def _designs(study: Study, cells: list, most: float, hardware: EffectiveHardware | None,
+             study_file: str) -> dict:
+    """Both designs' GPU time: at most `most` (every cell), and expected at the registered
+    assumed acceptance where benchmarks/sequential_design.py measured the chances."""
+    from harness.analysis.intervals import t_quantile
+    from harness.analysis.sequential import look_levels
+    from harness.plan import expected_seconds
+    from harness.prereg.design import design_problems
+    from harness.prereg.operating import sequential_counterpart, stored_costs
+
+    seq = sequential_counterpart(study)
+    iv, n = study.bars.intervals, study.recording.sessions
+    record = stored_costs(study)
+    figures = hardware.used if hardware is not None else None
+    out: dict = {"registered": study.design.kind, "provenance": record and record["provenance"],
+                 "measure": MEASURE_COSTS.format(study_file), "designs": {}}
+    for name in ("fixed", "group_sequential"):
+        entry: dict = {"max_s": most, "expected_s": None}
+        if name == "group_sequential":
+            if problems := design_problems(seq, n, iv.method, iv.pooling):
+                out["designs"][name] = entry | {"refused": problems[0][1]}
+                continue
+            levels = look_levels(study.model_copy(update={"design": seq}))
+            entry["looks"] = [{"sessions": k, "level": v, "t": t_quantile(v, k - 1)}
+                              for k, v in levels.items()]
+            entry["spending"] = seq.spending
+        if record is not None:
+            p = record["designs"][name]
+            entry["expected_s"] = expected_seconds(study, cells, most, p["p_cell"], p["p_block"],
+                                                   figures)
+        out["designs"][name] = entry
+    return out
+
+
+def _print_designs(console: Console, d: dict) -> None:
+    pv = d["provenance"]
+    source = (f"expected at the registered assumed acceptance and the lab's session variation:"
+              f" {pv['reps']} simulated runs of {pv['benchmark']} at {pv['commit']}"
+              f"{' with uncommitted changes' * pv['dirty']}, {pv['date']}" if pv else
+              f"expected: not simulated for this study (`{d['measure']}`)")
+    console.print(f"GPU time by design (the plan's roofline; {source}):", markup=False)
+    for name, e in d["designs"].items():
+        mark = " (registered)" if name == d["registered"] else ""
+        if "refused" in e:
+            console.print(f"  {name}: not possible here: {e['refused']}", markup=False)
+            continue
+        hours = (f"expected {_hours(e['expected_s'])}, " if e["expected_s"] is not None else "")
+        looks = ("; looks after sessions " + ", ".join(
+            f"{x['sessions']} (repeated {x['level']:.2%} intervals, t {x['t']:.1f} on"
+            f" {x['sessions'] - 1} df)" for x in e["looks"]) + f", {e['spending']} spending"
+            if "looks" in e else "; the bars read once, after the last session")
+        console.print(f"  {name}{mark}: {hours}at most {_hours(e['max_s'])}{looks}", markup=False)
+    if "looks" in d["designs"]["group_sequential"]:
+        console.print("  group_sequential: pass.speed and stop may be decided at stage 1's"
+                      " looks, the check and the knee at stage 1's and stage 2's; a bar still"
+                      " open at the last look is read on the point estimates, as fixed reads it",
+                      markup=False)
+
+
 def run(args: argparse.Namespace) -> int:
     study = load_study_file(args.file).study
     cells = plan_cells(study)
@@ -114,9 +177,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     hardware = _calibrated(study) if getattr(args, "calibrate", False) else None
     est = estimate(study, cells, hardware)
+    designs = _designs(study, cells, est.seconds, hardware, args.file)
     if fmt == "json":
         print_json({"cells": [dict(zip(headers, r, strict=True)) for r in rows],
                     "estimated_gpu_seconds": est.seconds, "assumptions": est.assumptions,
+                    "designs": designs,
                     **({"roofline_inputs": hardware.line()} if hardware else {}),
                     "smoke": bool(study.recording.smoke and cells),
                     "control_arms": study.control_arms(),
@@ -181,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"  - {hardware.line()}", markup=False)
     for line in est.assumptions:
         console.print(f"  - {line}")
+    _print_designs(console, designs)
     if sharding is not None:
         _print_sharding(console, sharding, study.hardware.count)
     return 0

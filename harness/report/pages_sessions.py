@@ -10,6 +10,7 @@ import math
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.intervals import MIN_REQUESTS
+from harness.analysis.sequential import look_levels
 from harness.analysis.tables import Analysis
 from harness.report.layout import table_lines, text_pages
 
@@ -45,6 +46,10 @@ def interval_lines(a: Analysis) -> list[str]:
         "(closed loop) or time blocks resampled within each.",
         "spread: (max - min) / mean of an arm's session medians (tok/s per user).", "",
     ]
+    if (levels := look_levels(study)):  # design: group_sequential
+        lines[1:1] = [f"Group-sequential design: each interval is the repeated one of the look"
+                      f" its sessions reach ({', '.join(f'{k} sessions: {v:.2%}' for k, v in levels.items())}),"
+                      " which holds at whichever look a cell stopped."]
     # Two tables, so a row fits the page: the intervals, then each arm's sessions.
     rows = [[r.arm, r.task, int(r.concurrency), int(r.sessions), f"{r.speedup:.3f}",
              _interval(r.ci_lower, r.ci_upper), _interval(r.ci_lower_within, r.ci_upper_within),

@@ -61,6 +61,8 @@ def bar_lines(a: Analysis, verdict: Verdict) -> list[str]:
     lines.append("")
     # How often each bar is right on this design (harness/prereg/operating.py).
     lines.extend([*operating_lines(a.run.study, a.run.manifest.study_file or "prereg.yaml"), ""])
+    if verdict.design is not None:  # the looks of a group-sequential design
+        lines.extend([*verdict.design.lines, ""])
     lines.extend(smoke_summary(a.run))
     lines.extend(engine_choice_lines(a.run))
     lines.extend(regime)

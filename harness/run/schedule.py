@@ -7,6 +7,8 @@ harness.run.ray_executor's shards on several GPUs) and returns only when all of 
 done, which is the barrier:
 
   stage 1        the smoke stage, then identity cells and the stop bar's speed cells
+                 (under a group-sequential design, stages 1 and 2 session by session, the
+                 bars read at each look: harness.run.looks)
   (barrier)      the stop bar is judged on the whole of stage 1; if it fires the
                  remaining speed cells are skipped, never started
   stage 2        the remaining speed cells, the accuracy cells
@@ -115,8 +117,11 @@ def rerun_batch(store: RunStore, study: Study, cells: list[Cell],
 def study_schedule(store: RunStore, study: Study, cells: list[Cell],
                    progress: RunProgress) -> Iterator[Batch]:
     """The batches of a whole run, each decided once the one before is measured."""
+    from harness.run.looks import session_batches
+
     analysis = _analysis()
-    yield Batch("stage 1", [c for c in cells if c.stage == 1], smoke=True)
+    yield from session_batches(store, study, [c for c in cells if c.stage == 1], progress,
+                               "stage 1", smoke=True)
     stop = analysis.judge_stop(store.root, study)
     decision = StopDecisionRecord(fired=stop.fired, judged_wall=time.time(), evidence=stop.evidence)
     store.edit_manifest(lambda m: setattr(m, "stop", decision))
@@ -125,11 +130,12 @@ def study_schedule(store: RunStore, study: Study, cells: list[Cell],
         skipped = [c for c in stage2 if c.kind == "speed"]
         progress.note(f"stop bar fired: skipping {len(skipped)} speed cells")
         skips = [SkippedCell(cell=c.id, reason="stop bar fired") for c in skipped]
-        store.edit_manifest(lambda m: setattr(m, "skipped", skips))
+        store.edit_manifest(lambda m: setattr(m, "skipped", [
+            s for s in m.skipped if s.reason != "stop bar fired"] + skips))
         for c in skipped:
             progress.skip(c)
         stage2 = [c for c in stage2 if c.kind != "speed"]
-    yield Batch("stage 2", stage2)
+    yield from session_batches(store, study, stage2, progress, "stage 2")
     reruns = rerun_batch(store, study, cells, progress)
     if reruns is not None:
         yield reruns

@@ -25,6 +25,7 @@ from pydantic import Field, ValidationError
 from harness.calibration import CalibrationRecord
 from harness.dialects import Dialect
 from harness.errors import InputError
+from harness.rundir.looks import LookRecord
 from harness.rundir.record import EVERY_KEY, RunRecord, since
 from harness.rundir.regime import BaselineRegime
 from harness.rundir.remeasure import RemeasureRecord
@@ -41,8 +42,9 @@ MANIFEST = "manifest.json"
 #    cells measured again by `--remeasure-invalid` (`Manifest.remeasured`, cell.json's
 #    `fresh_budget_after`), the wrapper a run was started by (`RunnerRecord.invoked_as`),
 #    and verdict.json's `unfinished` and `remeasured`.
-FORMAT_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+# 5: a group-sequential design's looks (`Manifest.looks`) and verdict.json's `design`.
+FORMAT_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 # --- the host and the process that runs the study ---------------------------------------
 
@@ -390,6 +392,8 @@ class Manifest(RunRecord):
         default_factory=dict, json_schema_extra=since(4))
     # `--resume --remeasure-invalid`: each cell given a fresh cell_retries budget, when, why.
     remeasured: list[RemeasureRecord] = Field(default_factory=list, json_schema_extra=since(4))
+    # design: group_sequential: each look, the bars it decided, the cells it left out.
+    looks: list[LookRecord] = Field(default_factory=list, json_schema_extra=since(5))
 
     def to_json(self) -> dict[str, Any]:
         """Every field, nulls and empties too: what the current format writes."""

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from harness.errors import InputError
+from harness.rundir.looks import DesignSummary
 from harness.rundir.manifest import (
     EVERY_KEY,
     FORMAT_VERSION,
@@ -218,6 +219,8 @@ class Verdict(RunRecord):
     # the cells `--remeasure-invalid` measured again (harness.analysis.unfinished).
     unfinished: Unfinished | None = Field(None, json_schema_extra=since(4))
     remeasured: list[RemeasuredCell] = Field(default_factory=list, json_schema_extra=since(4))
+    # design: group_sequential: the look each bar was decided at, the hours against fixed.
+    design: DesignSummary | None = Field(None, json_schema_extra=since(5))
 
     def bar(self, name: str) -> BarRecord:
         return next(b for b in self.bars if b.name == name)
