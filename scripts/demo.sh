@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The demo study on the CPU build of vLLM: sets up, builds the draft and target pair offline,
-# runs examples/cpu.yaml and writes reports/<run>.pdf. Extra arguments go to
+# runs examples/cpu.yaml (or $SPECBENCH_DEMO_STUDY) and writes reports/<run>.pdf. Extra arguments go to
 # `specbench run` (e.g. --resume RUN --remeasure-invalid, which finishes a run a busy host
 # left INCOMPLETE). Its exit is specbench run's: 0 for a complete verdict (PASS, FAIL,
 # STOP), 3 for INCOMPLETE, 1 for a failed run, 2 for a bad invocation.
@@ -16,4 +16,5 @@ fi
 # The verdict's command to finish a disturbed demo starts with this, not `specbench run`
 # (which would lack the variables above).
 export SPECBENCH_INVOKED_AS="bash scripts/demo.sh"
-exec .venv/bin/specbench run examples/cpu.yaml "$@"
+# SPECBENCH_DEMO_STUDY runs another study on the same pair (examples/cpu-sequential.yaml).
+exec .venv/bin/specbench run "${SPECBENCH_DEMO_STUDY:-examples/cpu.yaml}" "$@"

@@ -178,6 +178,8 @@ def judge_look(a) -> LookOutcome:
         if end == hi["knee"].get(key) and end[0] != "incomplete":
             decided.append(Decision("pass.knee", "/".join(key), end[0]))
             continue
+        if key[0] not in _best_candidates(study, table, key[1]):
+            continue  # the knee bar judges the best drafter: this one cannot be it
         curve = ok[(ok["arm"] == key[0]) & (ok["task"] == key[1])].sort_values("concurrency")
         for r in curve.itertuples():  # up to the first level at or below 1.0 on every reading
             if r.ci_upper <= 1.0:
@@ -196,6 +198,20 @@ def reads_stage(study: Study, bar: str, stage: int) -> bool:
     levels = {"pass.speed": study.bars.pass_.speed.concurrencies,
               "stop": study.bars.stop.concurrencies}.get(bar, study.loads.closed_loop.concurrency)
     return any(speed_stage(study, c) == stage for c in levels)
+
+
+def _best_candidates(study: Study, table, task: str) -> set[str]:
+    """The drafters that may still be the best on a task: the highest minimum over the
+    pass levels (harness.analysis.speedup.best_drafter) at the upper ends reaches the
+    best at the lower ends. Every drafter while a pass-level row is not usable, or under
+    best_drafter: pooled."""
+    sp = study.bars.pass_.speed
+    rows = table[(table["task"] == task) & table["concurrency"].isin(sp.concurrencies)]
+    if sp.best_drafter == "pooled" or (rows["status"] != "ok").any():
+        return set(table["arm"])
+    by = rows.groupby("arm")
+    low, high = by["ci_lower"].min(), by["ci_upper"].min()
+    return set(high[high >= low.max()].index)
 
 
 def needed_cells(study: Study, outcome: LookOutcome) -> set[str]:

@@ -113,7 +113,8 @@ def _designs(study: Study, cells: list, most: float, hardware: EffectiveHardware
     record = stored_costs(study)
     figures = hardware.used if hardware is not None else None
     out: dict = {"registered": study.design.kind, "provenance": record and record["provenance"],
-                 "measure": MEASURE_COSTS.format(study_file), "designs": {}}
+                 "measure": MEASURE_COSTS.format(study_file), "designs": {},
+                 "stage_2_looks": any(c.session and c.stage == 2 for c in cells)}
     for name in ("fixed", "group_sequential"):
         entry: dict = {"max_s": most, "expected_s": None}
         if name == "group_sequential":
@@ -151,10 +152,11 @@ def _print_designs(console: Console, d: dict) -> None:
             if "looks" in e else "; the bars read once, after the last session")
         console.print(f"  {name}{mark}: {hours}at most {_hours(e['max_s'])}{looks}", markup=False)
     if "looks" in d["designs"]["group_sequential"]:
-        console.print("  group_sequential: pass.speed and stop may be decided at stage 1's"
-                      " looks, the check and the knee at stage 1's and stage 2's; a bar still"
-                      " open at the last look is read on the point estimates, as fixed reads it",
-                      markup=False)
+        later = (", the check and the knee at stage 1's and stage 2's" if d["stage_2_looks"]
+                 else ", the check and the knee too")
+        console.print(f"  group_sequential: pass.speed and stop may be decided at stage 1's"
+                      f" looks{later}; a bar still open at the last look is read on the point"
+                      " estimates, as fixed reads it", markup=False)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -208,6 +208,31 @@ def test_format_4_keys_are_required_of_format_4_and_absent_from_format_3(tmp_pat
         read_manifest(path)
 
 
+def test_format_5_keys_are_required_of_format_5_and_absent_from_format_4(tmp_path):
+    """Format 5 added a group-sequential design's looks (the manifest's) and what the
+    verdict says of them (its design): a format 4 folder reads with none; a format 5 file
+    without one is refused."""
+    from harness.analysis.bars import write_verdict
+
+    run = RunBuilder(tmp_path)
+    run.speed_cells()
+    write_verdict(run.root)
+    path, verdict_path = run.root / "manifest.json", run.root / "verdict.json"
+    data, verdict = json.loads(path.read_text()), json.loads(verdict_path.read_text())
+    assert FORMAT_VERSION == 5 and data["looks"] == [] and verdict["design"] is None
+    del data["looks"], verdict["design"]
+    path.write_text(json.dumps(data))
+    verdict_path.write_text(json.dumps(verdict))
+    with pytest.raises(InputError, match=r"manifest.json: key 'looks' is missing"):
+        read_manifest(path)
+    with pytest.raises(InputError, match=r"verdict.json: key 'design' is missing"):
+        read_verdict(verdict_path, 5)
+    data["format_version"] = 4
+    path.write_text(json.dumps(data))
+    assert read_manifest(path).looks == []
+    assert read_verdict(verdict_path, 4).design is None
+
+
 def test_a_run_written_now_is_read_back_whole(tmp_path):
     """What a scripted study writes reads back through the models, every key present."""
     run = RunBuilder(tmp_path)
