@@ -15,6 +15,6 @@ if [ ! -f "$SPECBENCH_TINY_PAIR/target/config.json" ] || [ ! -f "$SPECBENCH_TINY
 fi
 # The verdict's command to finish a disturbed demo starts with this, not `specbench run`
 # (which would lack the variables above).
-export SPECBENCH_INVOKED_AS="bash scripts/demo.sh"
+export SPECBENCH_INVOKED_AS="${SPECBENCH_DEMO_STUDY:+SPECBENCH_DEMO_STUDY=$SPECBENCH_DEMO_STUDY }bash scripts/demo.sh"
 # SPECBENCH_DEMO_STUDY runs another study on the same pair (examples/cpu-sequential.yaml).
 exec .venv/bin/specbench run "${SPECBENCH_DEMO_STUDY:-examples/cpu.yaml}" "$@"
