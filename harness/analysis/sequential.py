@@ -149,25 +149,23 @@ def judge_look(a) -> LookOutcome:
     ok = table[table["status"] == "ok"]
     rows = {(r.arm, r.task, int(r.concurrency)): r for r in table.itertuples()}
 
-    def read_by(levels: list[int], task: str) -> None:
-        needed.update(k for k in rows if k[1] == task and k[2] in levels)
-
-    def settle(bar: str, whole, parts: dict, lo_parts: dict, hi_parts: dict, levels) -> None:
-        if whole[0] == whole[1] and whole[0] not in (None, "incomplete"):
-            decided.append(Decision(bar, "", str(whole[0])))
+    def settle(bar: str, ends: tuple, lo_parts: dict, hi_parts: dict, levels) -> None:
+        """The bar as a whole if both ends agree on it, else each task that they agree on;
+        an open task keeps its rows at the bar's levels."""
+        if ends[0] == ends[1] and ends[0] not in (None, "incomplete"):
+            decided.append(Decision(bar, "", str(ends[0])))
             return
-        for task in parts:
-            if lo_parts[task] == hi_parts[task] and lo_parts[task] not in (None, "incomplete"):
-                decided.append(Decision(bar, task, str(lo_parts[task])))
+        for task, reading in lo_parts.items():
+            if reading == hi_parts[task] and reading not in (None, "incomplete"):
+                decided.append(Decision(bar, task, str(reading)))
             else:
-                read_by(levels, task)
+                needed.update(k for k in rows if k[1] == task and k[2] in levels)
 
-    sp, stop = study.bars.pass_.speed, study.bars.stop
-    settle("pass.speed", (lo["speed"], hi["speed"]), lo["speed_tasks"], lo["speed_tasks"],
-           hi["speed_tasks"], sp.concurrencies)
-    settle("stop", ({True: "fired", False: "not_fired"}.get(lo["stop"]),
-                    {True: "fired", False: "not_fired"}.get(hi["stop"])),
-           lo["stop_tasks"], lo["stop_tasks"], hi["stop_tasks"], stop.concurrencies)
+    fired = {True: "fired", False: "not_fired"}
+    settle("pass.speed", (lo["speed"], hi["speed"]), lo["speed_tasks"], hi["speed_tasks"],
+           study.bars.pass_.speed.concurrencies)
+    settle("stop", (fired.get(lo["stop"]), fired.get(hi["stop"])), lo["stop_tasks"],
+           hi["stop_tasks"], study.bars.stop.concurrencies)
     open_check = (hi["check"] - lo["check"]) | {k for k, r in rows.items() if r.status != "ok"
                                                  and r.status != "missing"}
     if not open_check and not (table["status"] == "missing").any():

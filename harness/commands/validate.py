@@ -104,6 +104,12 @@ def run(args: argparse.Namespace) -> int:
         f" {b.check.agree_within:.0%}"
         f"{spread})"
     )
+    if study.design.kind != "fixed":
+        from harness.analysis.sequential import look_levels
+
+        console.print(f"design: {study.design.kind}, looks after sessions " + ", ".join(
+            f"{k} ({v:.2%})" for k, v in look_levels(study).items())
+            + f" of {study.recording.sessions}, {study.design.spending} spending", markup=False)
     if loaded.arm_files:
         console.print("arm files: " + ", ".join(str(p) for p in loaded.arm_files.values()))
     print_pins(console, loaded)
