@@ -43,8 +43,8 @@ from harness.analysis.predict import predicted
 from harness.analysis.sequential import judge_look, look_levels, needed_cells
 from harness.plan import engine_blocks, estimate, plan_cells, speed_stage
 from harness.prereg import load_study_file
-from harness.prereg.design import Design
 from harness.prereg.operating import sequential_counterpart, store_costs
+from harness.prereg.schema import Design
 
 PASS_GRID = (1.1, 1.3, 1.6, 1.9, 2.0, 2.2, 3.0, 5.5)  # at the pass levels, knee at 23.4
 KNEES = (6.0, 12.0, 45.0, None)  # crossings at s = 2.5 (None: flat, a bound)

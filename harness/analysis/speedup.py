@@ -122,7 +122,12 @@ def session_figures(drafter: list[CellData], baseline: list[CellData], study,
 
 def pair_figures(study, drafter: list[CellData], baseline: list[CellData], key: str) -> dict:
     """A pair's figures over its sessions (session_figures), or why it has none: a cell
-    that is not usable, or the two arms measured in different numbers of sessions."""
+    that is not usable, or the two arms measured in different numbers of sessions (under
+    a group-sequential design, where one arm's cells stopped at an earlier look, the
+    sessions both measured)."""
+    if study.design.kind != "fixed":
+        n = min(len(drafter), len(baseline))
+        drafter, baseline = drafter[:n], baseline[:n]
     bad = [x for x in (*drafter, *baseline) if not x.usable]
     if bad:
         return {"status": bad[0].status,
@@ -150,9 +155,6 @@ def speedup_table(run: RunData) -> pd.DataFrame:
                 row: dict = {"arm": arm.name, "baseline": arm.baseline, "task": task.name,
                              "concurrency": c, "drafter_cell": dc.id, "baseline_cell": bc.id}
                 d_sessions, b_sessions = run.sessions_of(dc), run.sessions_of(bc)
-                if study.design.kind != "fixed":  # paired sessions: the first n of each
-                    n = min(len(d_sessions), len(b_sessions))
-                    d_sessions, b_sessions = d_sessions[:n], b_sessions[:n]
                 row["sessions"] = len(d_sessions)
                 row.update(pair_figures(study, d_sessions, b_sessions, pair_key(dc, bc)))
                 # Flagged, not judged here: recording.gpu_throttle decides whether such a

@@ -105,8 +105,8 @@ def _designs(study: Study, cells: list, most: float, hardware: EffectiveHardware
     from harness.analysis.intervals import t_quantile
     from harness.analysis.sequential import look_levels
     from harness.plan import expected_seconds
-    from harness.prereg.design import design_problems
     from harness.prereg.operating import sequential_counterpart, stored_costs
+    from harness.prereg.schema import design_problems
 
     seq = sequential_counterpart(study)
     iv, n = study.bars.intervals, study.recording.sessions

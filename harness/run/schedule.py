@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from harness.errors import SpecbenchError
-from harness.plan import Cell
+from harness.plan import Cell, session_id
 from harness.prereg.schema import Study
 from harness.run.attempts import needs_measuring
 from harness.run.progress import RunProgress
@@ -165,11 +165,12 @@ def surface_batch(store: RunStore, study: Study, cells: list[Cell],
     cell at the same level and task, so where the stop bar skipped that one, it is
     skipped too (there is nothing to divide by)."""
     skipped = store.manifest().skipped_reasons()
-    paired = {c.id: f"{study.arm(c.arm).baseline}/{c.task}/speed/c{c.concurrency:03d}"
-              for c in cells}
+    paired = {c.id: session_id(f"{study.arm(c.arm).baseline}/{c.task}/speed/c{c.concurrency:03d}",
+                               c.session) for c in cells}
     lost = [c for c in cells if paired[c.id] in skipped]
     if lost:
-        _skip(store, progress, lost, "its baseline's cell was skipped (stop bar fired)",
+        _skip(store, progress, lost, "its baseline's cell was skipped (stop bar fired, or a"
+              " look decided its bars)",
               f"surface: {len(lost)} cells skipped")
     return Batch("stage 4 (the round-cost surface)", [c for c in cells if c not in lost])
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 from harness.cli import main
-from harness.plan import cell_seconds, estimate, plan_cells
+from harness.plan import cell_seconds, engine_blocks, estimate, expected_seconds, plan_cells
 from harness.prereg import load_study
+from harness.prereg.operating import stored_costs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -166,3 +168,45 @@ def test_tables_stay_whole_in_a_narrow_pipe_and_come_as_csv_or_json(capsys, monk
     assert [a["arm"] for a in study["arms"]] == [
         "vllm-base", "sglang-dflash", "sglang-base", "vllm-eagle3", "vllm-ngram"]
     assert re.fullmatch(r"[0-9a-f]{64}", study["seal"])
+
+
+def test_expected_gpu_time_counts_each_cell_and_start_at_its_chance():
+    study = load_study(ROOT / "examples" / "scripted-sequential.yaml")
+    cells = plan_cells(study)
+    most = estimate(study, cells).seconds
+    assert expected_seconds(study, cells, most, {}, {}) == most
+    fourth = [c for c in cells if c.session == 4 and c.arm == "steady"]
+    blocks = [b for b in engine_blocks(cells) if b[0] in fourth]
+    assert len(fourth) == 2 and len(blocks) == 1
+    gone = expected_seconds(study, cells, most, {c.id: 0.0 for c in fourth},
+                            {blocks[0][0].id: 0.0})
+    assert gone == pytest.approx(most - sum(cell_seconds(study, c) for c in fourth)
+                                 - study.plan_estimate.engine_start_s)
+    half = expected_seconds(study, cells, most, {c.id: 0.5 for c in fourth},
+                            {blocks[0][0].id: 0.5})
+    assert half == pytest.approx((most + gone) / 2)
+
+
+def test_plan_prints_both_designs_expected_and_most_gpu_time(capsys):
+    """The expected hours at the registered assumed acceptance come from the chances
+    benchmarks/sequential_design.py --write stored for prereg.yaml; recomputed here they
+    must give what the benchmark averaged over its simulated runs."""
+    assert main(["plan", str(ROOT / "prereg.yaml"), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    d = out["designs"]
+    fixed, seq = d["designs"]["fixed"], d["designs"]["group_sequential"]
+    assert d["registered"] == "fixed"
+    assert fixed["max_s"] == seq["max_s"] == out["estimated_gpu_seconds"]
+    assert [(x["sessions"], round(x["level"], 4), round(x["t"], 1)) for x in seq["looks"]] == [
+        (2, 0.9836, 38.9), (3, 0.9562, 4.6)]
+    record = stored_costs(load_study(ROOT / "prereg.yaml"))
+    assert record is not None, f"no stored chances for prereg.yaml: `{d['measure']}`"
+    for name, entry in d["designs"].items():
+        assert entry["expected_s"] == pytest.approx(record["designs"][name]["expected_s"],
+                                                    rel=2e-3)
+    assert seq["expected_s"] <= fixed["expected_s"] <= fixed["max_s"]
+    assert main(["plan", str(ROOT / "examples" / "cpu.yaml")]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "fixed (registered): at most" in text
+    assert "group_sequential: not possible here: a group-sequential design needs at least" \
+           " two looks" in text
