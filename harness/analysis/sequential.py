@@ -230,8 +230,7 @@ def design_record(a, results: list) -> dict | None:
     """verdict.json's `design` (harness.rundir.looks.DesignSummary): per sequential bar,
     the look that decided it, and the GPU-hours against the fixed design's; None for a
     fixed design."""
-    from harness.analysis.load import planned_cells
-    from harness.plan import estimate
+    from harness.plan import estimate, plan_cells
 
     study, manifest = a.run.study, a.run.manifest
     if study.design.kind == "fixed":
@@ -265,7 +264,11 @@ def design_record(a, results: list) -> dict | None:
                          "look": n, "of": n, "boundary": "final", "line": line})
     by_looks = {c for r in manifest.looks for c in r.skipped}
     skipped = set(manifest.skipped_reasons())
-    plan = planned_cells(study)
+    # Each task's item count as its accuracy cells measured it (no data set loaded here).
+    sizes = {t.name: t.subset or max((len(c.requests) for c in a.run.cells.values()
+                                      if c.task == t.name and c.kind == "accuracy"),
+                                     default=t.identity_items) for t in study.tasks}
+    plan = plan_cells(study, sizes)
     spent = estimate(study, [c for c in plan if c.id not in skipped]).seconds / 3600
     fixed = estimate(study, [c for c in plan if c.id not in skipped - by_looks]).seconds / 3600
     lines = [f"Design: group-sequential, looks after sessions"
