@@ -145,12 +145,14 @@ def _print_designs(console: Console, d: dict) -> None:
         if "refused" in e:
             console.print(f"  {name}: not possible here: {e['refused']}", markup=False)
             continue
-        hours = (f"expected {_hours(e['expected_s'])}, " if e["expected_s"] is not None else "")
+        hours = (f"expected {e['expected_s'] / 3600:.2f} h, " if e["expected_s"] is not None
+                 else "")
         looks = ("; looks after sessions " + ", ".join(
             f"{x['sessions']} (repeated {x['level']:.2%} intervals, t {x['t']:.1f} on"
             f" {x['sessions'] - 1} df)" for x in e["looks"]) + f", {e['spending']} spending"
             if "looks" in e else "; the bars read once, after the last session")
-        console.print(f"  {name}{mark}: {hours}at most {_hours(e['max_s'])}{looks}", markup=False)
+        console.print(f"  {name}{mark}: {hours}at most {e['max_s'] / 3600:.2f} h{looks}",
+                      markup=False)
     if "looks" in d["designs"]["group_sequential"]:
         later = (", the check and the knee at stage 1's and stage 2's" if d["stage_2_looks"]
                  else ", the check and the knee too")
