@@ -23,12 +23,12 @@ from _synthetic import Design, speeds, units
 
 from harness.analysis.bar_common import drafter_arms, speed_tasks
 from harness.analysis.bars import knee_bar, speed_bar
+from harness.analysis.design import intervals_at
 from harness.analysis.frame import framed
 from harness.analysis.intervals import session_ratio
 from harness.analysis.knee import knee_table
 from harness.analysis.pays import speculation_pays
 from harness.analysis.pooling import pool_session_variance
-from harness.analysis.sequential import intervals_at
 from harness.analysis.stop_check import _check_figures, stop_decision
 from harness.plan import speed_stage
 from harness.prereg.schema import Study

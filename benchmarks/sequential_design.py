@@ -39,8 +39,9 @@ from _study_replicate import draw, judge, shape_of, table_of
 from _synthetic import LAB_SD, ROOT, design_of
 from bar_characteristics import commit, curve
 
+from harness.analysis.design import look_levels
 from harness.analysis.predict import predicted
-from harness.analysis.sequential import judge_look, look_levels, needed_cells
+from harness.analysis.sequential import judge_look, needed_cells
 from harness.plan import engine_blocks, estimate, plan_cells, speed_stage
 from harness.prereg import load_study_file
 from harness.prereg.operating import sequential_counterpart, store_costs

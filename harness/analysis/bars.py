@@ -31,12 +31,12 @@ from harness.analysis.bar_common import (
     speed_tasks,
     stat_column,
 )
+from harness.analysis.design import design_record
 from harness.analysis.gpu import throttled_cells
 from harness.analysis.identity import compare_identity
 from harness.analysis.load import CellData, RunData, load_run
 from harness.analysis.pays import speculation_pays
 from harness.analysis.regime import host_regime
-from harness.analysis.sequential import design_record
 from harness.analysis.surface import surface_summary
 from harness.analysis.tables import Analysis, analyse
 from harness.analysis.unfinished import remeasured_cells, unfinished
@@ -289,7 +289,7 @@ def evaluate(a: Analysis) -> Verdict:
         "host_regime": host_regime(run.manifest),
         # The round-cost surface, outside the bars (analysis/surface.py).
         "surface": surface_summary(a) if run.study.surface is not None else None,
-        # design: group_sequential: the look each bar was decided at (analysis/sequential.py).
+        # design: group_sequential: the look each bar was decided at (analysis/design.py).
         "design": design_record(a, [*passes, stop, check]),
         "generated_wall": time.time(),
         "unfinished": finish.model_dump() if finish is not None else None,

@@ -23,6 +23,7 @@ import pandas as pd
 
 from harness.analysis.cells import cell_speeds
 from harness.analysis.decompose import DECOMPOSITION_COLUMNS, decompose
+from harness.analysis.design import intervals_at
 from harness.analysis.frame import framed
 from harness.analysis.intervals import (
     draw_pair,
@@ -33,7 +34,6 @@ from harness.analysis.intervals import (
 )
 from harness.analysis.load import CellData, RunData
 from harness.analysis.pooling import pool_session_variance
-from harness.analysis.sequential import intervals_at
 from harness.derived.throttle import gpu_throttle
 
 

@@ -102,8 +102,8 @@ def _designs(study: Study, cells: list, most: float, hardware: EffectiveHardware
              study_file: str) -> dict:
     """Both designs' GPU time: at most `most` (every cell), and expected at the registered
     assumed acceptance where benchmarks/sequential_design.py measured the chances."""
+    from harness.analysis.design import look_levels
     from harness.analysis.intervals import t_quantile
-    from harness.analysis.sequential import look_levels
     from harness.plan import expected_seconds
     from harness.prereg.operating import sequential_counterpart, stored_costs
     from harness.prereg.schema import design_problems

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         f"{spread})"
     )
     if study.design.kind != "fixed":
-        from harness.analysis.sequential import look_levels
+        from harness.analysis.design import look_levels
 
         console.print(f"design: {study.design.kind}, looks after sessions " + ", ".join(
             f"{k} ({v:.2%})" for k, v in look_levels(study).items())

@@ -9,8 +9,8 @@ import math
 
 from matplotlib.backends.backend_pdf import PdfPages
 
+from harness.analysis.design import look_levels
 from harness.analysis.intervals import MIN_REQUESTS
-from harness.analysis.sequential import look_levels
 from harness.analysis.tables import Analysis
 from harness.report.layout import table_lines, text_pages
 

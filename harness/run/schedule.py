@@ -117,8 +117,6 @@ def rerun_batch(store: RunStore, study: Study, cells: list[Cell],
 def study_schedule(store: RunStore, study: Study, cells: list[Cell],
                    progress: RunProgress) -> Iterator[Batch]:
     """The batches of a whole run, each decided once the one before is measured."""
-    from harness.run.looks import session_batches
-
     analysis = _analysis()
     yield from session_batches(store, study, [c for c in cells if c.stage == 1], progress,
                                "stage 1", smoke=True)
@@ -157,6 +155,28 @@ def study_schedule(store: RunStore, study: Study, cells: list[Cell],
         batch = verification_batch(store, study, verify, progress)
         if batch is not None:
             yield batch
+
+
+def session_batches(store: RunStore, study: Study, cells: list[Cell], progress: RunProgress,
+                    name: str, smoke: bool = False) -> Iterator[Batch]:
+    """One stage's cells: one batch under a fixed design; else one per session, each
+    look taken after its session."""
+    if study.design.kind == "fixed" or not any(c.session for c in cells):
+        yield Batch(name, cells, smoke=smoke)
+        return
+    n = study.recording.sessions
+    looks = study.design.looks_of(n)
+    for s in range(1, n + 1):
+        skipped = store.manifest().skipped_reasons()
+        yield Batch(f"{name}, session {s} of {n}", [c for c in cells if (c.session or 1) == s
+                                                      and c.id not in skipped],
+                    smoke=smoke and s == 1)
+        if s in looks and s < n:
+            from harness.run.looks import take_look
+
+            take_look(store, study, cells[0].stage, s,
+                      [c for c in cells if (c.session or 0) > s], progress)
+
 
 
 def surface_batch(store: RunStore, study: Study, cells: list[Cell],

@@ -2,7 +2,7 @@
 each look (`LookRecord`: the bars decided there, the cells not measured after it) and
 verdict.json's `design` (`DesignSummary`: per bar, the look of N that decided it and by
 which boundary, and the GPU-hours spent against the fixed design's). Decided by
-harness.run.schedule through harness.analysis.sequential; summed up by the latter."""
+harness.run.schedule through harness.analysis.sequential; summed up by harness.analysis.design."""
 
 from __future__ import annotations
 

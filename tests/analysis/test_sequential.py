@@ -13,17 +13,10 @@ import pytest
 import yaml
 
 from harness.analysis import analyse
+from harness.analysis.design import intervals_at, look_levels, spent, z_boundaries
 from harness.analysis.intervals import t_interval
 from harness.analysis.load import load_run
-from harness.analysis.sequential import (
-    intervals_at,
-    judge_look,
-    look_levels,
-    needed_cells,
-    run_at_look,
-    spent,
-    z_boundaries,
-)
+from harness.analysis.sequential import judge_look, needed_cells, run_at_look
 from harness.errors import InputError
 from harness.prereg import load_study_file, seal_of
 from harness.prereg.schema import Study

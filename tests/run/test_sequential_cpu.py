@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from harness.analysis import analyse
+from harness.analysis.design import look_levels
 from harness.analysis.load import load_run
-from harness.analysis.sequential import judge_look, look_levels, needed_cells, run_at_look
+from harness.analysis.sequential import judge_look, needed_cells, run_at_look
 from harness.prereg import load_study
 from tests.run.conftest import run_folder, specbench, verdict_of
 

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from harness.analysis.design import look_levels
 from harness.analysis.intervals import t_interval
-from harness.analysis.sequential import look_levels
 from harness.prereg import load_study
 from harness.run.looks import take_look
 from harness.run.store import RunStore
