@@ -59,10 +59,11 @@ class Scenario:
 
 
 def scenarios() -> list[Scenario]:
-    return ([Scenario(f"{s:g}x, knee 23.4", s) for s in PASS_GRID]
-            + [Scenario(f"2.5x, knee {'flat' if k is None else f'{k:g}'}", 2.5, k)
-               for k in KNEES]
-            + [Scenario("assumed acceptance (plan)", None, None)])
+    return (
+        [Scenario(f"{s:g}x, knee 23.4", s) for s in PASS_GRID]
+        + [Scenario(f"2.5x, knee {'flat' if k is None else f'{k:g}'}", 2.5, k) for k in KNEES]
+        + [Scenario("assumed acceptance (plan)", None, None)]
+    )
 
 
 def assumed_truth(study, drafters: list[str], levels: list[int]) -> dict[str, list[float]]:
@@ -71,8 +72,9 @@ def assumed_truth(study, drafters: list[str], levels: list[int]) -> dict[str, li
     out = {}
     for name in drafters:
         d = study.arm(name).drafter
-        tokens = min(d.assumed_acceptance_length or est.assumed_acceptance_length,
-                     d.num_draft_tokens + 1)
+        tokens = min(
+            d.assumed_acceptance_length or est.assumed_acceptance_length, d.num_draft_tokens + 1
+        )
         out[name] = [predicted(study, name, c, tokens)[0] for c in levels]
     return out
 
@@ -82,8 +84,10 @@ def truth_of(shape, sc: Scenario) -> dict[str, list[float]]:
     if sc.s is None:
         return assumed_truth(study, shape.drafters, levels)
     top = max(study.bars.pass_.speed.concurrencies)
-    return {a: curve(sc.s, levels, top, sc.cross) if i == 0 else [1.0] * len(levels)
-            for i, a in enumerate(shape.drafters)}
+    return {
+        a: curve(sc.s, levels, top, sc.cross) if i == 0 else [1.0] * len(levels)
+        for i, a in enumerate(shape.drafters)
+    }
 
 
 def counterpart(study):
@@ -98,8 +102,11 @@ _CACHE: dict = {}
 def _context(study_path: str, resamples: int):
     if study_path not in _CACHE:
         study = load_study_file(Path(study_path)).study
-        fixed, seq = ((study, counterpart(study)) if study.design.kind == "fixed"
-                      else (counterpart(study), study))
+        fixed, seq = (
+            (study, counterpart(study))
+            if study.design.kind == "fixed"
+            else (counterpart(study), study)
+        )
         shape = shape_of(fixed, design_of(fixed, resamples))
         _CACHE[study_path] = (shape, replace(shape, study=seq), plan_cells(fixed))
     return _CACHE[study_path]
@@ -150,24 +157,41 @@ def needed_rows(study, outcome) -> set[tuple[str, str, int]]:
 def measured(plan, counts: dict, stop: bool) -> list:
     """The plan's cells a run measured: a speed cell's session within its count, stage 2's
     speed cells only where the stop bar did not fire."""
-    return [c for c in plan if c.kind != "speed" or (
-        (c.session or 1) <= counts.get((c.arm, c.task, c.concurrency), 1)
-        and not (stop and c.stage == 2))]
+    return [
+        c
+        for c in plan
+        if c.kind != "speed"
+        or (
+            (c.session or 1) <= counts.get((c.arm, c.task, c.concurrency), 1)
+            and not (stop and c.stage == 2)
+        )
+    ]
 
 
 def outcome(shape, table, truth, cross) -> dict:
     out = judge(shape, table, full=True)
     levels, first = shape.levels, shape.drafters[0]
     t = out["table"]
-    true = np.array([truth[a][levels.index(c)] for a, c in zip(t["arm"], t["concurrency"],
-                                                                strict=True)])
-    res = {"pass": out["speed"] == "pass", "stop": out["stop"], "check": out["check"],
-           "knee_status": out["knee"],
-           "cover": float(((t["ci_lower"] <= true) & (true <= t["ci_upper"])).mean())}
+    true = np.array(
+        [truth[a][levels.index(c)] for a, c in zip(t["arm"], t["concurrency"], strict=True)]
+    )
+    res = {
+        "pass": out["speed"] == "pass",
+        "stop": out["stop"],
+        "check": out["check"],
+        "knee_status": out["knee"],
+        "cover": float(((t["ci_lower"] <= true) & (true <= t["ci_upper"])).mean()),
+    }
     knees = out["knees"][out["knees"]["arm"] == first]
     if cross is not None and cross < max(levels):
-        res["knee_one"] = float(np.mean([k.status == "located" and abs(math.log2(
-            k.knee_concurrency / cross)) <= 1 for k in knees.itertuples()]))
+        res["knee_one"] = float(
+            np.mean(
+                [
+                    k.status == "located" and abs(math.log2(k.knee_concurrency / cross)) <= 1
+                    for k in knees.itertuples()
+                ]
+            )
+        )
     return res
 
 
@@ -196,12 +220,19 @@ def run_point(job: tuple) -> dict:
                 p_cell[name][c.id] += 1.0 / reps
             for b in blocks:
                 p_block[name][b[0].id] += any(c.id in ids for c in b) / reps
-        acc.setdefault("differ", []).append(any(fixed[k] != seq[k] for k in
-                                                ("pass", "stop", "check", "knee_status")))
+        acc.setdefault("differ", []).append(
+            any(fixed[k] != seq[k] for k in ("pass", "stop", "check", "knee_status"))
+        )
         acc.setdefault("interim", []).append(len(stopped))
-    return {"scenario": sc, "sd": sd, "reps": reps, "outcomes": acc,
-            "p_cell": p_cell, "p_block": p_block,
-            "max_seconds": estimate(study, plan).seconds}
+    return {
+        "scenario": sc,
+        "sd": sd,
+        "reps": reps,
+        "outcomes": acc,
+        "p_cell": p_cell,
+        "p_block": p_block,
+        "max_seconds": estimate(study, plan).seconds,
+    }
 
 
 def _mean(values) -> float | None:
@@ -217,37 +248,42 @@ def summarise(points: list[dict], study, seconds: float, workers: int) -> list[s
     seq = study if study.design.kind != "fixed" else counterpart(study)
     levels = look_levels(seq)
     reps = points[0]["reps"]
-    lines = [f"design: {study.recording.sessions} sessions ({study.recording.sessions_for}),"
-             f" group_sequential looks after sessions {', '.join(map(str, levels))}"
-             f" ({seq.design.spending}: repeated intervals at "
-             + ", ".join(f"{v:.2%}" for v in levels.values())
-             + f"); sd={LAB_SD} (the lab's), one engine start's effect shared by its stage;"
-             f" {reps} simulated runs per truth, both designs on the same runs"
-             f" (a share reads within +-{1 / math.sqrt(reps):.2f} at 0.5); {seconds:.0f} s"
-             f" on {workers} workers",
-             f"{'truth (first drafter; others 1.0)':<28}| {'P(pass.speed)':<14}| {'P(stop)':<12}"
-             f"| {'P(check)':<12}| {'knee +-1 lvl':<13}| {'coverage':<12}| {'GPU-h expected':<15}"
-             f"| differ | cells stopped early",
-             f"{'':<28}| fixed   seq   | fixed  seq  | fixed  seq  | fixed  seq   | fixed  seq"
-             f"  | fixed   seq   |        |"]
+    lines = [
+        f"design: {study.recording.sessions} sessions ({study.recording.sessions_for}),"
+        f" group_sequential looks after sessions {', '.join(map(str, levels))}"
+        f" ({seq.design.spending}: repeated intervals at "
+        + ", ".join(f"{v:.2%}" for v in levels.values())
+        + f"); sd={LAB_SD} (the lab's), one engine start's effect shared by its stage;"
+        f" {reps} simulated runs per truth, both designs on the same runs"
+        f" (a share reads within +-{1 / math.sqrt(reps):.2f} at 0.5); {seconds:.0f} s"
+        f" on {workers} workers",
+        f"{'truth (first drafter; others 1.0)':<28}| {'P(pass.speed)':<14}| {'P(stop)':<12}"
+        f"| {'P(check)':<12}| {'knee +-1 lvl':<13}| {'coverage':<12}| {'GPU-h expected':<15}"
+        f"| differ | cells stopped early",
+        f"{'':<28}| fixed   seq   | fixed  seq  | fixed  seq  | fixed  seq   | fixed  seq"
+        f"  | fixed   seq   |        |",
+    ]
     for p in points:
         o = p["outcomes"]
 
         def pair(key: str, spec: str = ".2f", o=o) -> str:
             return f"{_f(_mean(o['fixed_' + key]), spec):>5}  {_f(_mean(o['seq_' + key]), spec):>5}"
 
-        hours = (f"{_mean(o['fixed_seconds']) / 3600:>5.2f}  "
-                 f"{_mean(o['seq_seconds']) / 3600:>5.2f}")
-        lines.append(f"{p['scenario'].label:<28}| {pair('pass')}  | {pair('stop')} | "
-                     f"{pair('check')} | {pair('knee_one') if 'fixed_knee_one' in o else '    -      -'}"
-                     f"  | {pair('cover', '.3f')} | {hours}  | {_mean(o['differ']):.3f}  |"
-                     f" {_mean(o['interim']):.1f}")
+        hours = f"{_mean(o['fixed_seconds']) / 3600:>5.2f}  {_mean(o['seq_seconds']) / 3600:>5.2f}"
+        lines.append(
+            f"{p['scenario'].label:<28}| {pair('pass')}  | {pair('stop')} | "
+            f"{pair('check')} | {pair('knee_one') if 'fixed_knee_one' in o else '    -      -'}"
+            f"  | {pair('cover', '.3f')} | {hours}  | {_mean(o['differ']):.3f}  |"
+            f" {_mean(o['interim']):.1f}"
+        )
     most = points[0]["max_seconds"] / 3600
     assumed = next(p for p in points if p["scenario"].s is None)["outcomes"]
-    lines.append(f"GPU-hours (the plan's roofline): at most {most:.2f} under either design;"
-                 f" expected at the registered assumed acceptance: fixed"
-                 f" {_mean(assumed['fixed_seconds']) / 3600:.2f},"
-                 f" group_sequential {_mean(assumed['seq_seconds']) / 3600:.2f}")
+    lines.append(
+        f"GPU-hours (the plan's roofline): at most {most:.2f} under either design;"
+        f" expected at the registered assumed acceptance: fixed"
+        f" {_mean(assumed['fixed_seconds']) / 3600:.2f},"
+        f" group_sequential {_mean(assumed['seq_seconds']) / 3600:.2f}"
+    )
     return lines
 
 
@@ -255,17 +291,26 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--study", default=str(ROOT / "prereg.yaml"))
     p.add_argument("--reps", type=int, default=20, help="simulated runs per truth")
-    p.add_argument("--resamples", type=int, default=20,
-                   help="within-session bootstrap resamples (no bar reads them over sessions)")
+    p.add_argument(
+        "--resamples",
+        type=int,
+        default=20,
+        help="within-session bootstrap resamples (no bar reads them over sessions)",
+    )
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=51)
-    p.add_argument("--write", action="store_true",
-                   help="store the chances to be measured for the plan's expected GPU time")
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="store the chances to be measured for the plan's expected GPU time",
+    )
     args = p.parse_args()
     study = load_study_file(Path(args.study)).study
     started = time.monotonic()
-    jobs = [(args.study, args.resamples, sc, LAB_SD, args.reps, [args.seed, i])
-            for i, sc in enumerate(scenarios())]
+    jobs = [
+        (args.study, args.resamples, sc, LAB_SD, args.reps, [args.seed, i])
+        for i, sc in enumerate(scenarios())
+    ]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         points = list(pool.map(run_point, jobs))
     elapsed = time.monotonic() - started
@@ -274,17 +319,31 @@ def main() -> int:
     if args.write:
         head, dirty = commit()
         assumed = next(p for p in points if p["scenario"].s is None)
-        record = {"provenance": {"benchmark": "benchmarks/sequential_design.py", "commit": head,
-                                 "dirty": dirty, "date": time.strftime("%Y-%m-%d"),
-                                 "reps": args.reps, "seed": args.seed, "sd": LAB_SD},
-                  # Each design's chance that a cell (an engine start: its block's first
-                  # cell) is measured, where below 1.
-                  "designs": {("fixed" if d == "fixed" else "group_sequential"): {
-                      "expected_s": _mean(assumed["outcomes"][f"{d}_seconds"]),
-                      "p_cell": {k: round(v, 4) for k, v in assumed["p_cell"][d].items()
-                                 if v < 0.99995},
-                      "p_block": {k: round(v, 4) for k, v in assumed["p_block"][d].items()
-                                  if v < 0.99995}} for d in ("fixed", "seq")}}
+        record = {
+            "provenance": {
+                "benchmark": "benchmarks/sequential_design.py",
+                "commit": head,
+                "dirty": dirty,
+                "date": time.strftime("%Y-%m-%d"),
+                "reps": args.reps,
+                "seed": args.seed,
+                "sd": LAB_SD,
+            },
+            # Each design's chance that a cell (an engine start: its block's first
+            # cell) is measured, where below 1.
+            "designs": {
+                ("fixed" if d == "fixed" else "group_sequential"): {
+                    "expected_s": _mean(assumed["outcomes"][f"{d}_seconds"]),
+                    "p_cell": {
+                        k: round(v, 4) for k, v in assumed["p_cell"][d].items() if v < 0.99995
+                    },
+                    "p_block": {
+                        k: round(v, 4) for k, v in assumed["p_block"][d].items() if v < 0.99995
+                    },
+                }
+                for d in ("fixed", "seq")
+            },
+        }
         print(f"written: {store_costs(study, record)}")
     return 0
 

@@ -45,7 +45,7 @@ def z_boundaries(spending: str, alpha: float, fractions: tuple[float, ...]) -> t
         if out:  # Z_k = r Z_{k-1} + sqrt(1 - r^2) W, from the paths not yet stopped
             r = math.sqrt(t_prev / t)
             s = math.sqrt(1.0 - r * r)
-            kernel = np.exp(-((z[:, None] - r * z[None, :]) / s) ** 2 / 2.0)
+            kernel = np.exp(-(((z[:, None] - r * z[None, :]) / s) ** 2) / 2.0)
             density = kernel @ (density * (np.abs(z) < out[-1])) * h / (s * math.sqrt(2 * math.pi))
         # Bisection on c: the mass beyond +-c, from the trapezoid rule's running integral.
         cum = np.concatenate([[0.0], np.cumsum((density[1:] + density[:-1]) * h / 2.0)])
@@ -67,8 +67,7 @@ def look_levels(study: Study) -> dict[int, float]:
     if d.kind == "fixed":
         return {}
     looks = d.looks_of(n)
-    zs = z_boundaries(d.spending, 1.0 - study.bars.intervals.level,
-                      tuple(k / n for k in looks))
+    zs = z_boundaries(d.spending, 1.0 - study.bars.intervals.level, tuple(k / n for k in looks))
     return {k: 2.0 * _N.cdf(c) - 1.0 for k, c in zip(looks, zs, strict=True)}
 
 
@@ -104,40 +103,88 @@ def design_record(a, results: list) -> dict | None:
         if res.name not in _STAGE_OF or res.status in ("not_registered", "not_required"):
             continue
         hit = first.get((res.name, ""))
-        earlier = "; ".join(f"{p} at stage {r.stage} look {r.look} ({d.outcome})"
-                            for (b, p), (r, d) in first.items() if b == res.name and p)
+        earlier = "; ".join(
+            f"{p} at stage {r.stage} look {r.look} ({d.outcome})"
+            for (b, p), (r, d) in first.items()
+            if b == res.name and p
+        )
         if hit is not None:
             r, d = hit
-            later = "" if d.outcome == res.status else (
-                f"; the later sessions of cells other bars kept read {res.status}")
-            line = (f"{res.name}: {d.outcome}, decided at look {r.look} of {n} (stage"
-                    f" {r.stage}) by the repeated {r.level:.1%} intervals (every speedup at"
-                    f" either end of its interval reads it){later}")
-            bars.append({"bar": res.name, "outcome": res.status, "stage": r.stage,
-                         "look": r.look, "of": n, "boundary": "interval", "line": line})
+            later = (
+                ""
+                if d.outcome == res.status
+                else (f"; the later sessions of cells other bars kept read {res.status}")
+            )
+            line = (
+                f"{res.name}: {d.outcome}, decided at look {r.look} of {n} (stage"
+                f" {r.stage}) by the repeated {r.level:.1%} intervals (every speedup at"
+                f" either end of its interval reads it){later}"
+            )
+            bars.append(
+                {
+                    "bar": res.name,
+                    "outcome": res.status,
+                    "stage": r.stage,
+                    "look": r.look,
+                    "of": n,
+                    "boundary": "interval",
+                    "line": line,
+                }
+            )
         else:
-            line = (f"{res.name}: {res.status}, read at look {n} of {n}, the last (on the point"
-                    " estimates, as the fixed design reads them)"
-                    + (f"; decided before: {earlier}" if earlier else ""))
-            bars.append({"bar": res.name, "outcome": res.status, "stage": _STAGE_OF[res.name],
-                         "look": n, "of": n, "boundary": "final", "line": line})
+            line = (
+                f"{res.name}: {res.status}, read at look {n} of {n}, the last (on the point"
+                " estimates, as the fixed design reads them)"
+                + (f"; decided before: {earlier}" if earlier else "")
+            )
+            bars.append(
+                {
+                    "bar": res.name,
+                    "outcome": res.status,
+                    "stage": _STAGE_OF[res.name],
+                    "look": n,
+                    "of": n,
+                    "boundary": "final",
+                    "line": line,
+                }
+            )
     by_looks = {c for r in manifest.looks for c in r.skipped}
     skipped = set(manifest.skipped_reasons())
     # Each task's item count as its accuracy cells measured it (no data set loaded here).
-    sizes = {t.name: t.subset or max((len(c.requests) for c in a.run.cells.values()
-                                      if c.task == t.name and c.kind == "accuracy"),
-                                     default=t.identity_items) for t in study.tasks}
+    sizes = {
+        t.name: t.subset
+        or max(
+            (
+                len(c.requests)
+                for c in a.run.cells.values()
+                if c.task == t.name and c.kind == "accuracy"
+            ),
+            default=t.identity_items,
+        )
+        for t in study.tasks
+    }
     plan = plan_cells(study, sizes)
     spent = estimate(study, [c for c in plan if c.id not in skipped]).seconds / 3600
     fixed = estimate(study, [c for c in plan if c.id not in skipped - by_looks]).seconds / 3600
-    lines = [f"Design: group-sequential, looks after sessions"
-             f" {', '.join(map(str, levels))} of {n} ({study.design.spending} spending of"
-             f" {1 - study.bars.intervals.level:.0%}: repeated intervals at "
-             + ", ".join(f"{v:.2%}" for v in levels.values()) + ")",
-             *(f"  {b['line']}" for b in bars),
-             f"  {len(by_looks)} cells not measured after a look; GPU time (the plan's"
-             f" roofline): {spent:.2f} h against the fixed design's {fixed:.2f} h"]
-    return {"kind": study.design.kind, "spending": study.design.spending, "sessions": n,
-            "looks": list(levels), "levels": {str(k): v for k, v in levels.items()},
-            "bars": bars, "skipped_cells": sorted(by_looks), "gpu_hours": spent,
-            "gpu_hours_fixed": fixed, "lines": lines}
+    lines = [
+        f"Design: group-sequential, looks after sessions"
+        f" {', '.join(map(str, levels))} of {n} ({study.design.spending} spending of"
+        f" {1 - study.bars.intervals.level:.0%}: repeated intervals at "
+        + ", ".join(f"{v:.2%}" for v in levels.values())
+        + ")",
+        *(f"  {b['line']}" for b in bars),
+        f"  {len(by_looks)} cells not measured after a look; GPU time (the plan's"
+        f" roofline): {spent:.2f} h against the fixed design's {fixed:.2f} h",
+    ]
+    return {
+        "kind": study.design.kind,
+        "spending": study.design.spending,
+        "sessions": n,
+        "looks": list(levels),
+        "levels": {str(k): v for k, v in levels.items()},
+        "bars": bars,
+        "skipped_cells": sorted(by_looks),
+        "gpu_hours": spent,
+        "gpu_hours_fixed": fixed,
+        "lines": lines,
+    }

@@ -37,8 +37,11 @@ class LookOutcome:
 def run_at_look(run, stage: int, look: int):
     """The run as it stood at a look: the stage's later sessions not yet due (not
     missing)."""
-    run.cells = {k: c for k, c in run.cells.items()
-                 if c.stage != stage or c.session is None or c.session <= look}
+    run.cells = {
+        k: c
+        for k, c in run.cells.items()
+        if c.stage != stage or c.session is None or c.session <= look
+    }
     return run
 
 
@@ -56,13 +59,18 @@ def _at_end(a, column: str):
 
 def _readings(a) -> dict:
     speed, stop = speed_bar(a), stop_decision(a)
-    return {"speed": speed.status, "stop": stop.fired,
-            "speed_tasks": {t: e["status"] for t, e in speed.evidence["tasks"].items()},
-            "stop_tasks": {t: e["below_threshold_everywhere"]
-                           for t, e in stop.evidence["tasks"].items()},
-            "check": {(r.arm, r.task, int(r.concurrency)) for r in _check_figures(a).itertuples()},
-            "knee": {(k.arm, k.task): (k.status, k.bracket_low, k.bracket_high)
-                     for k in a.knees.itertuples()}}
+    return {
+        "speed": speed.status,
+        "stop": stop.fired,
+        "speed_tasks": {t: e["status"] for t, e in speed.evidence["tasks"].items()},
+        "stop_tasks": {
+            t: e["below_threshold_everywhere"] for t, e in stop.evidence["tasks"].items()
+        },
+        "check": {(r.arm, r.task, int(r.concurrency)) for r in _check_figures(a).itertuples()},
+        "knee": {
+            (k.arm, k.task): (k.status, k.bracket_low, k.bracket_high) for k in a.knees.itertuples()
+        },
+    }
 
 
 def judge_look(a) -> LookOutcome:
@@ -88,12 +96,23 @@ def judge_look(a) -> LookOutcome:
                 needed.update(k for k in rows if k[1] == task and k[2] in levels)
 
     fired = {True: "fired", False: "not_fired"}
-    settle("pass.speed", (lo["speed"], hi["speed"]), lo["speed_tasks"], hi["speed_tasks"],
-           study.bars.pass_.speed.concurrencies)
-    settle("stop", (fired.get(lo["stop"]), fired.get(hi["stop"])), lo["stop_tasks"],
-           hi["stop_tasks"], study.bars.stop.concurrencies)
-    open_check = (hi["check"] - lo["check"]) | {k for k, r in rows.items() if r.status != "ok"
-                                                 and r.status != "missing"}
+    settle(
+        "pass.speed",
+        (lo["speed"], hi["speed"]),
+        lo["speed_tasks"],
+        hi["speed_tasks"],
+        study.bars.pass_.speed.concurrencies,
+    )
+    settle(
+        "stop",
+        (fired.get(lo["stop"]), fired.get(hi["stop"])),
+        lo["stop_tasks"],
+        hi["stop_tasks"],
+        study.bars.stop.concurrencies,
+    )
+    open_check = (hi["check"] - lo["check"]) | {
+        k for k, r in rows.items() if r.status != "ok" and r.status != "missing"
+    }
     if not open_check and not (table["status"] == "missing").any():
         decided.append(Decision("check", "", "fired" if lo["check"] else "not_fired"))
     needed |= open_check
@@ -117,8 +136,10 @@ def judge_look(a) -> LookOutcome:
 def reads_stage(study: Study, bar: str, stage: int) -> bool:
     """Whether a bar reads speed cells of a plan stage (pass.speed and stop their levels,
     the check and the knee every level): a look of a stage decides only those."""
-    levels = {"pass.speed": study.bars.pass_.speed.concurrencies,
-              "stop": study.bars.stop.concurrencies}.get(bar, study.loads.closed_loop.concurrency)
+    levels = {
+        "pass.speed": study.bars.pass_.speed.concurrencies,
+        "stop": study.bars.stop.concurrencies,
+    }.get(bar, study.loads.closed_loop.concurrency)
     return any(speed_stage(study, c) == stage for c in levels)
 
 

@@ -16,8 +16,9 @@ from harness.rundir.looks import LookDecision, LookRecord
 from harness.rundir.manifest import SkippedCell
 
 
-def take_look(store: RunStore, study: Study, stage: int, look: int, later: list[Cell],
-              progress: RunProgress) -> None:
+def take_look(
+    store: RunStore, study: Study, stage: int, look: int, later: list[Cell], progress: RunProgress
+) -> None:
     """Read the bars after `look` sessions of `stage`; skip the later sessions' cells no
     undecided bar reads."""
     from harness.analysis import analyse
@@ -30,13 +31,23 @@ def take_look(store: RunStore, study: Study, stage: int, look: int, later: list[
         return
     outcome = judge_look(analyse(run_at_look(load_run(store.root, study), stage, look)))
     seen = {(d.bar, d.part) for r in taken for d in r.decided}
-    new = [LookDecision(bar=d.bar, part=d.part, outcome=d.outcome) for d in outcome.decided
-           if (d.bar, d.part) not in seen and reads_stage(study, d.bar, stage)]
+    new = [
+        LookDecision(bar=d.bar, part=d.part, outcome=d.outcome)
+        for d in outcome.decided
+        if (d.bar, d.part) not in seen and reads_stage(study, d.bar, stage)
+    ]
     keep = needed_cells(study, outcome)
     lost = [c for c in later if f"{c.arm}/{c.task}/speed/c{c.concurrency:03d}" not in keep]
     n = study.recording.sessions
-    record = LookRecord(stage=stage, look=look, of=n, level=look_levels(study)[look],
-                        decided=new, skipped=[c.id for c in lost], judged_wall=time.time())
+    record = LookRecord(
+        stage=stage,
+        look=look,
+        of=n,
+        level=look_levels(study)[look],
+        decided=new,
+        skipped=[c.id for c in lost],
+        judged_wall=time.time(),
+    )
     reason = f"decided at look {look} of {n} (stage {stage}): no undecided bar reads it"
 
     def edit(m) -> None:
@@ -47,6 +58,8 @@ def take_look(store: RunStore, study: Study, stage: int, look: int, later: list[
     for c in lost:
         progress.skip(c)
     said = ", ".join(f"{d.bar}{' ' + d.part if d.part else ''} ({d.outcome})" for d in new)
-    progress.note(f"look {look} of {n} (stage {stage}, repeated intervals at"
-                  f" {record.level:.2%}): decided {said or 'nothing new'}; {len(lost)} cells"
-                  f" of the later sessions not measured")
+    progress.note(
+        f"look {look} of {n} (stage {stage}, repeated intervals at"
+        f" {record.level:.2%}): decided {said or 'nothing new'}; {len(lost)} cells"
+        f" of the later sessions not measured"
+    )

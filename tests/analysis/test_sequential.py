@@ -25,9 +25,14 @@ from tests.run.conftest import ROOT, specbench
 from .runfolder import BASE_SPEED, LEVELS, PASSING_SPEEDUPS, RunBuilder, study_dict
 
 
-@pytest.mark.parametrize("spending, fractions", [
-    ("obrien_fleming", (2 / 3, 1.0)), ("obrien_fleming", (1 / 3, 2 / 3, 1.0)),
-    ("pocock", (1 / 3, 2 / 3, 1.0))])
+@pytest.mark.parametrize(
+    "spending, fractions",
+    [
+        ("obrien_fleming", (2 / 3, 1.0)),
+        ("obrien_fleming", (1 / 3, 2 / 3, 1.0)),
+        ("pocock", (1 / 3, 2 / 3, 1.0)),
+    ],
+)
 def test_the_boundaries_spend_the_error_rate_as_the_spending_function_says(spending, fractions):
     """Brownian paths under no effect: the share first crossing at each look is what the
     spending function adds there (Monte Carlo, 400,000 paths: +-0.0015)."""
@@ -66,23 +71,36 @@ def test_each_look_has_its_repeated_interval_and_a_fixed_design_none():
 def two_sessions(tmp_path: Path, speedups: dict[str, dict[int, float]]) -> RunBuilder:
     """Every speed cell in sessions 1 and 2 of 3, the drafters' two sessions 0.1 % apart
     (so every repeated interval is about +-2 % at 98.4 %), on chat and gsm8k."""
-    run = RunBuilder(tmp_path, study_dict(sessions=3, sessions_for="speed_cells")
-                     | {"design": {"kind": "group_sequential"}})
+    run = RunBuilder(
+        tmp_path,
+        study_dict(sessions=3, sessions_for="speed_cells")
+        | {"design": {"kind": "group_sequential"}},
+    )
     for task in ("chat", "gsm8k"):
         for c in LEVELS:
             for s in (1, 2):
                 suffix = "" if s == 1 else "/s2"
                 for base in ("vllm-base", "sglang-base"):
-                    run.speed(base, task, c, BASE_SPEED, cell_id=f"{base}/{task}/speed/c{c:03d}{suffix}")
+                    run.speed(
+                        base, task, c, BASE_SPEED, cell_id=f"{base}/{task}/speed/c{c:03d}{suffix}"
+                    )
                 for arm, by_c in speedups.items():
-                    run.speed(arm, task, c, BASE_SPEED * by_c[c] * (1.0005 if s == 1 else 0.9995),
-                              cell_id=f"{arm}/{task}/speed/c{c:03d}{suffix}")
+                    run.speed(
+                        arm,
+                        task,
+                        c,
+                        BASE_SPEED * by_c[c] * (1.0005 if s == 1 else 0.9995),
+                        cell_id=f"{arm}/{task}/speed/c{c:03d}{suffix}",
+                    )
     return run
 
 
 def look(run: RunBuilder, stage: int = 2):
-    data = run_at_look(run_at_look(load_run(run.root), 1, 2), 2, 2) if stage == 2 else \
-        run_at_look(load_run(run.root), 1, 2)
+    data = (
+        run_at_look(run_at_look(load_run(run.root), 1, 2), 2, 2)
+        if stage == 2
+        else run_at_look(load_run(run.root), 1, 2)
+    )
     return analyse(data)
 
 
@@ -92,13 +110,20 @@ def test_a_look_decides_every_bar_both_ends_of_the_intervals_agree_on(tmp_path):
     row = a.speedups.set_index(["arm", "task", "concurrency"]).loc[("vllm-ngram", "chat", 1)]
     logs = np.log([2.5 * 1.0005, 2.5 * 0.9995])
     assert row["sessions"] == 2 and (row["ci_lower"], row["ci_upper"]) == pytest.approx(
-        t_interval(logs, look_levels(run.study)[2]), rel=1e-6)
+        t_interval(logs, look_levels(run.study)[2]), rel=1e-6
+    )
     out = judge_look(a)
     decided = {(d.bar, d.part): d.outcome for d in out.decided}
-    assert decided == {("pass.speed", ""): "pass", ("stop", ""): "not_fired",
-                       ("check", ""): "not_fired",
-                       **{("pass.knee", f"{arm}/{task}"): "located" for arm in PASSING_SPEEDUPS
-                          for task in ("chat", "gsm8k")}}
+    assert decided == {
+        ("pass.speed", ""): "pass",
+        ("stop", ""): "not_fired",
+        ("check", ""): "not_fired",
+        **{
+            ("pass.knee", f"{arm}/{task}"): "located"
+            for arm in PASSING_SPEEDUPS
+            for task in ("chat", "gsm8k")
+        },
+    }
     assert out.needed == set() and needed_cells(run.study, out) == set()
 
 
@@ -116,8 +141,9 @@ def test_an_open_bar_keeps_the_rows_it_reads_and_nothing_else(tmp_path):
     # eagle3 falls below 1.0 at 8 users on every reading: its knee is decided there, and
     # its row at 16 (past the crossing) is read by no bar.
     assert decided[("pass.knee", "vllm-eagle3/chat")] == "located"
-    pass_rows = {(arm, task, c) for arm in speedups for task in ("chat", "gsm8k")
-                 for c in (1, 2, 4)}
+    pass_rows = {
+        (arm, task, c) for arm in speedups for task in ("chat", "gsm8k") for c in (1, 2, 4)
+    }
     assert out.needed == pass_rows
     cells = needed_cells(run.study, out)
     assert "vllm-base/chat/speed/c001" in cells and "vllm-eagle3/chat/speed/c016" not in cells
@@ -143,12 +169,18 @@ def test_a_stage_one_look_leaves_stage_two_to_its_own_looks(tmp_path):
 def test_the_design_is_checked_and_a_fixed_one_keeps_its_seal(tmp_path):
     base = yaml.safe_load((ROOT / "examples" / "scripted-sequential.yaml").read_text())
     for change, said in [
-        ({"recording": base["recording"] | {"sessions": 2}},
-         "design.kind: a group-sequential design needs at least two looks"),
-        ({"design": {"kind": "group_sequential", "looks": [1, 4]}},
-         "design.looks: expected ascending session counts from 2 on"),
-        ({"bars": base["bars"] | {"intervals": {"method": "bootstrap"}}},
-         "bars.intervals.method: a group-sequential design reads t intervals"),
+        (
+            {"recording": base["recording"] | {"sessions": 2}},
+            "design.kind: a group-sequential design needs at least two looks",
+        ),
+        (
+            {"design": {"kind": "group_sequential", "looks": [1, 4]}},
+            "design.looks: expected ascending session counts from 2 on",
+        ),
+        (
+            {"bars": base["bars"] | {"intervals": {"method": "bootstrap"}}},
+            "bars.intervals.method: a group-sequential design reads t intervals",
+        ),
     ]:
         path = tmp_path / "study.yaml"
         path.write_text(yaml.safe_dump(base | change, sort_keys=False))

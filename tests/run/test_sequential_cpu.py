@@ -27,34 +27,73 @@ def attach(engine) -> dict:
 
 @pytest.mark.timeout(1200)
 def test_a_sequential_study_on_the_cpu_engine_runs_the_looks_it_records(
-        tmp_path, tiny_model_dir, vllm_cpu_engines):
+    tmp_path, tiny_model_dir, vllm_cpu_engines
+):
     vllm_cpu_engines.start_together("nodrafter", "ngram")
     base, ngram = vllm_cpu_engines.get("nodrafter"), vllm_cpu_engines.get("ngram")
     data = {
-        "title": "sequential on the CPU engine", "registered": "2026-12-06",
-        "hardware": {"gpu": "none (CPU build of vLLM)", "memory_bandwidth_gb_s": 12,
-                     "dense_tflops": 0.15},
-        "model": {"id": str(tiny_model_dir), "served_name": base.served_model,
-                  "params_billion": 0.01},
-        "arms": [{"name": "base", "engine": "vllm-cpu", "attach": attach(base)},
-                 {"name": "ngram", "engine": "vllm-cpu", "attach": attach(ngram),
-                  "baseline": "base", "drafter": {"method": "ngram", "num_draft_tokens": 3}}],
-        "loads": {"closed_loop": {"concurrency": [1], "requests": {"min": 8, "per_user": 8},
-                                  "warmup_per_user": 1}},
-        "tasks": [{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32,
-                   "subset": 16}],
-        "recording": {"sessions": 3, "smoke": False, "lag_limit_p99_ms": 50,
-                      "min_delivered_share": 0.9},
+        "title": "sequential on the CPU engine",
+        "registered": "2026-12-06",
+        "hardware": {
+            "gpu": "none (CPU build of vLLM)",
+            "memory_bandwidth_gb_s": 12,
+            "dense_tflops": 0.15,
+        },
+        "model": {
+            "id": str(tiny_model_dir),
+            "served_name": base.served_model,
+            "params_billion": 0.01,
+        },
+        "arms": [
+            {"name": "base", "engine": "vllm-cpu", "attach": attach(base)},
+            {
+                "name": "ngram",
+                "engine": "vllm-cpu",
+                "attach": attach(ngram),
+                "baseline": "base",
+                "drafter": {"method": "ngram", "num_draft_tokens": 3},
+            },
+        ],
+        "loads": {
+            "closed_loop": {
+                "concurrency": [1],
+                "requests": {"min": 8, "per_user": 8},
+                "warmup_per_user": 1,
+            }
+        },
+        "tasks": [
+            {"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32, "subset": 16}
+        ],
+        "recording": {
+            "sessions": 3,
+            "smoke": False,
+            "lag_limit_p99_ms": 50,
+            "min_delivered_share": 0.9,
+        },
         "design": {"kind": "group_sequential"},
-        "bars": {"pass": {"speed": {"threshold": 1.0, "concurrencies": [1]}, "identity": None,
-                          "accuracy": None, "knee": {"required": False}},
-                 "stop": {"threshold": 0.5, "concurrencies": [1]},
-                 "intervals": {"bootstrap_resamples": 200}},
+        "bars": {
+            "pass": {
+                "speed": {"threshold": 1.0, "concurrencies": [1]},
+                "identity": None,
+                "accuracy": None,
+                "knee": {"required": False},
+            },
+            "stop": {"threshold": 0.5, "concurrencies": [1]},
+            "intervals": {"bootstrap_resamples": 200},
+        },
     }
     path = tmp_path / "cpu-sequential.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    proc = specbench("run", str(path), "--results", str(tmp_path / "results"), "--reports",
-                     str(tmp_path / "reports"), timeout=1200, check=False)
+    proc = specbench(
+        "run",
+        str(path),
+        "--results",
+        str(tmp_path / "results"),
+        "--reports",
+        str(tmp_path / "reports"),
+        timeout=1200,
+        check=False,
+    )
     assert proc.returncode in (0, 3), (proc.stdout + proc.stderr)[-4000:]
     run = run_folder(tmp_path / "results")
     manifest = json.loads((run / "manifest.json").read_text())
@@ -67,7 +106,8 @@ def test_a_sequential_study_on_the_cpu_engine_runs_the_looks_it_records(
     # the same cells left out.
     again = judge_look(analyse(run_at_look(load_run(run), 1, 2)))
     assert [(d.bar, d.part, d.outcome) for d in again.decided] == [
-        (d["bar"], d["part"], d["outcome"]) for d in look["decided"]]
+        (d["bar"], d["part"], d["outcome"]) for d in look["decided"]
+    ]
     keep = needed_cells(study, again)
     third = [f"{arm}/chat/speed/c001/s3" for arm in ("base", "ngram")]
     assert sorted(look["skipped"]) == sorted(c for c in third if c.rsplit("/", 1)[0] not in keep)

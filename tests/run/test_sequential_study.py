@@ -12,11 +12,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from rich.console import Console
 
 from harness.analysis.design import look_levels
 from harness.analysis.intervals import t_interval
 from harness.prereg import load_study
 from harness.run.looks import take_look
+from harness.run.progress import RunProgress
 from harness.run.store import RunStore
 from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
 
@@ -40,12 +42,15 @@ def test_a_look_skips_the_later_sessions_of_the_cells_no_open_bar_reads(sequenti
     (look,) = manifest["looks"]
     assert (look["stage"], look["look"], look["of"]) == (1, 3, 4)
     assert {(d["bar"], d["part"]): d["outcome"] for d in look["decided"]} == {
-        ("pass.speed", ""): "pass", ("stop", ""): "not_fired"}
+        ("pass.speed", ""): "pass",
+        ("stop", ""): "not_fired",
+    }
     # The check is still open on the noisy drafter's rows: they and the baseline's go on.
     assert sorted(look["skipped"]) == STEADY_LATER
     reasons = {s["cell"]: s["reason"] for s in manifest["skipped"]}
     assert {reasons[c] for c in STEADY_LATER} == {
-        "decided at look 3 of 4 (stage 1): no undecided bar reads it"}
+        "decided at look 3 of 4 (stage 1): no undecided bar reads it"
+    }
     for cell in STEADY_LATER:  # never started: no folder, no engine start for them
         assert not (run / "cells" / cell.replace("/", "__")).exists()
     for cell in ("noisy/chat/speed/c001/s4", "base/chat/speed/c002/s4"):
@@ -62,7 +67,8 @@ def test_a_look_skips_the_later_sessions_of_the_cells_no_open_bar_reads(sequenti
         d, b = (json.loads(row[f"session_speeds_{k}"]) for k in ("drafter", "baseline"))
         assert row["sessions"] == n and len(d) == len(b) == n
         assert (row["ci_lower"], row["ci_upper"]) == pytest.approx(
-            t_interval(np.log(np.array(d) / np.array(b)), levels[n]), rel=1e-3)
+            t_interval(np.log(np.array(d) / np.array(b)), levels[n]), rel=1e-3
+        )
     # At the look the steady drafter's lower ends cleared both bars; the noisy one's upper
     # end did not fall below the check's 5x.
     assert sp.loc[("steady", 2), "ci_lower"] > study.bars.pass_.speed.threshold
@@ -77,7 +83,10 @@ def test_the_verdict_says_when_each_bar_was_decided_and_what_it_cost(sequential_
     assert (bars["pass.speed"]["look"], bars["pass.speed"]["boundary"]) == (3, "interval")
     assert (bars["stop"]["look"], bars["stop"]["boundary"]) == (3, "interval")
     assert (bars["check"]["look"], bars["check"]["boundary"], bars["check"]["outcome"]) == (
-        4, "final", "not_fired")
+        4,
+        "final",
+        "not_fired",
+    )
     assert "pass.knee" not in bars  # not required
     assert design["skipped_cells"] == STEADY_LATER
     assert 0 < design["gpu_hours"] < design["gpu_hours_fixed"]
@@ -89,5 +98,6 @@ def test_the_verdict_says_when_each_bar_was_decided_and_what_it_cost(sequential_
 def test_a_resumed_run_reads_the_look_it_took(sequential_run):
     run, _ = sequential_run
     before = (run / "manifest.json").read_text()
-    take_look(RunStore(run), load_study(ROOT / STUDY), 1, 3, [], progress=None)
+    progress = RunProgress(Console(quiet=True), 0, bars=False)
+    take_look(RunStore(run), load_study(ROOT / STUDY), 1, 3, [], progress)
     assert (run / "manifest.json").read_text() == before
