@@ -85,9 +85,12 @@ def test_a_cell_invalid_for_client_lag_is_finished_by_the_command_the_verdict_na
                " --remeasure-invalid")
     assert unfinished["command"] == command
     causes = {c["cause"]: c for c in unfinished["causes"]}
-    assert set(causes) == {"client_lag", "delivered_short"}, causes
+    # The held-up users' requests may also arrive bunched, a third cause that passes with the
+    # moment; whether the burst check sees it hangs on the host's timing, so it may be there.
+    assert ({"client_lag", "delivered_short"} <= set(causes)
+            <= {"client_lag", "delivered_short", "bursts"}), causes
+    assert all(c["cells"] == [slow] for c in causes.values()), causes
     lag, short = causes["client_lag"], causes["delivered_short"]
-    assert lag["cells"] == short["cells"] == [slow]
     # Identity and accuracy judge the best drafter, which the pass levels' speed cells pick.
     costs = {"pass.speed": 1, "pass.identity": 1, "pass.accuracy": 1}
     assert lag["per_bar"] == short["per_bar"] == costs
@@ -100,8 +103,9 @@ def test_a_cell_invalid_for_client_lag_is_finished_by_the_command_the_verdict_na
                         r" kept in flight, below 0\.9", short["line"]), short["line"]
     # The same text in verdict.json's reasons and the terminal's summary.
     assert verdict["reasons"] == ["incomplete: pass.speed, pass.identity, pass.accuracy",
-                                  lag["line"], short["line"],
+                                  *[c["line"] for c in unfinished["causes"]],
                                   f"to finish the run: {command}"]
+    assert lag["line"] in verdict["reasons"] and short["line"] in verdict["reasons"]
     for line in verdict["reasons"]:
         assert line in first, line
     assert json.loads(raw.strip().splitlines()[-1])["finish"] == command
@@ -127,7 +131,7 @@ def test_a_cell_invalid_for_client_lag_is_finished_by_the_command_the_verdict_na
     assert [a["status"] for a in info["attempts"]] == ["invalid", "complete"]
     assert info["fresh_budget_after"] == 1
     (record,) = read_manifest(run / "manifest.json").remeasured
-    assert record.cell == slow and record.causes == ["client_lag", "delivered_short"]
+    assert record.cell == slow and set(record.causes) == set(causes)
     assert record.attempts_before == 1 and record.reason.startswith("client unhealthy: ")
     assert record.partners == ["base/chat/speed/c002"]  # kept as measured, not measured again
     (listed,) = verdict["remeasured"]
