@@ -109,6 +109,23 @@ class ReaderThread:
                 pass
 
     def _run(self) -> None:
+        try:
+            self._stamp_forever()
+        except BaseException as err:  # no stream may wait forever on a dead reader
+            self._fail_all(f"the stream-reading thread failed: {err!r}")
+
+    def _fail_all(self, error: str) -> None:
+        with self._lock:
+            self._started = False  # the next connection starts a fresh thread
+        for stream in list(self.streams.values()):
+            self.unregister(stream)
+            if isinstance(stream, StampPathProbe):
+                continue
+            stream.error, stream.closed = error, True
+            with contextlib.suppress(RuntimeError):  # that loop is closed already
+                stream.loop.call_soon_threadsafe(stream.wake)
+
+    def _stamp_forever(self) -> None:
         while True:
             events = self.epoll.poll(1.0)
             t = time.monotonic()
@@ -116,7 +133,8 @@ class ReaderThread:
             for fd, _ in events:
                 stream = self.streams.get(fd)
                 # A probe's take records its lags and wakes no one (it returns False).
-                if stream is not None and stream.take(t) and isinstance(stream, TimedStream):
+                if (stream is not None and stream.take(t)
+                        and not isinstance(stream, StampPathProbe)):
                     woken.setdefault(stream.loop, []).append(stream)
             for loop, streams in woken.items():
                 try:

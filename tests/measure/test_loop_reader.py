@@ -56,3 +56,50 @@ def test_the_health_monitor_ticks_in_the_loop_when_the_loop_reads():
     assert 12 <= len(monitor.loop_lags_ms) <= 22  # ~20 ticks of 10 ms, less the hold
     assert max(monitor.loop_lags_ms) >= 50
     assert len(monitor.lags_ms) >= 10 and health.lag_p99_ms < 5  # kernel stamps: exact
+
+
+def _thread_read(monkeypatch, recv=None) -> tuple[bool, bytes | Exception]:
+    """A loopback stream read by a fresh reader thread (no kernel stamps)."""
+    monkeypatch.setattr(arrival_stamps, "KERNEL_STAMPS", False)
+    monkeypatch.setattr(arrival_stamps.ReaderThread, "_instance", None)
+    if recv is not None:
+        monkeypatch.setattr(arrival_stamps.ReaderThread, "recv", recv)
+
+    async def main() -> tuple[bool, bytes | Exception]:
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            client = socket.create_connection(listener.getsockname())
+            server, _ = listener.accept()
+        client.setblocking(False)
+        stream = transport.TimedStream(client, asyncio.get_running_loop())
+        try:
+            server.send(b"data: x\n\n")
+            try:
+                got: bytes | Exception = await asyncio.wait_for(stream.read(65536), 5)
+            except Exception as err:  # noqa: BLE001 - the test reads what was raised
+                got = err
+            return stream.in_loop, got
+        finally:
+            await stream.aclose()
+            server.close()
+
+    return asyncio.run(main())
+
+
+def test_a_thread_stamped_stream_is_read_by_the_reader_thread(monkeypatch):
+    in_loop, got = _thread_read(monkeypatch)
+    assert not in_loop
+    assert got == b"data: x\n\n"
+
+
+def test_a_reader_thread_that_fails_fails_its_streams_instead_of_leaving_them_waiting(
+        monkeypatch):
+    import httpcore
+
+    def broken_recv(self, *args, **kwargs):
+        raise RuntimeError("a bug in the stamping code")
+
+    _, got = _thread_read(monkeypatch, recv=broken_recv)
+    assert isinstance(got, httpcore.ReadError), got
+    assert "stream-reading thread failed" in str(got) and "a bug in the stamping" in str(got)
