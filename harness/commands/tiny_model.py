@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from harness.engines.tiny_model import FILES, build_tiny_model
-from harness.engines.tiny_pair import TARGET_EXTRA_LAYERS, build_tiny_pair
+from harness.engines.tiny_pair import EAGLE3_DIR, TARGET_EXTRA_LAYERS, build_tiny_pair
 from harness.errors import InputError
 from harness.weights.cache import hub_cache_dir
 from harness.weights.local_hub import add_to_hub_cache
@@ -24,8 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="weight seed; same seed, same bytes")
     p.add_argument(
         "--pair", action="store_true",
-        help="build the demo's draft (DIR/draft) and a target that computes the same function"
-        " at several times its cost (DIR/target)",
+        help="build the demo's draft (DIR/draft), a target that computes the same function"
+        " at several times its cost (DIR/target), and an EAGLE-3 head for it (DIR/eagle3)",
     )
     p.add_argument("--extra-layers", type=int, default=TARGET_EXTRA_LAYERS,
                    help="with --pair: the target's layers beyond the draft's")
@@ -53,15 +53,18 @@ def run(args: argparse.Namespace) -> int:
             folders = [build_tiny_model(out, seed=args.seed)]
     except OSError as err:
         raise InputError(f"{out}: cannot write the model: {err}") from None
+    if args.pair:
+        folders.append(out / EAGLE3_DIR)
     for folder in folders:
         config = json.loads((folder / "config.json").read_text())
-        size = sum((folder / f).stat().st_size for f in FILES)
+        size = sum(f.stat().st_size for f in folder.iterdir())
         print(f"tiny model written to {folder} (seed {args.seed})")
         print(
             f"  {config['architectures'][0]}, {config['num_hidden_layers']} layers, hidden"
             f" {config['hidden_size']}, vocab {config['vocab_size']}, {size / 1e6:.1f} MB"
         )
-    print(f"  files: {', '.join(FILES)}")
+    print(f"  files: {', '.join(FILES)}" + (f" ({EAGLE3_DIR}: config.json, model.safetensors)"
+                                             if args.pair else ""))
     if args.hub_repo is not None:
         cache = args.hub_cache or hub_cache_dir()
         try:

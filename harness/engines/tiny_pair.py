@@ -9,6 +9,9 @@ memory-bound and lasts ~10-20 ms on one core (figures in benchmarks/README.md), 
 GPU decode at batch 1; verification of k + 1 positions then costs about one step, and
 only a larger batch turns it compute-bound.
 
+Beside them, an EAGLE-3 head constructed to predict the target (tiny_eagle3.py), so the
+registered study's vLLM drafter runs on the CPU build too.
+
 Weights are written as bfloat16 (what the CPU engine serves) by a small safetensors
 writer, since numpy has no bfloat16 type. Same seed, same bytes.
 """
@@ -36,9 +39,10 @@ PAIR_SHAPE = {
 }
 DRAFT_LAYERS = 1
 TARGET_EXTRA_LAYERS = 7
+EAGLE3_DIR = "eagle3"  # the EAGLE-3 head's folder beside draft/ and target/
 
 
-def _bf16_bits(values: np.ndarray) -> np.ndarray:
+def bf16_bits(values: np.ndarray) -> np.ndarray:
     """float32 -> bfloat16 bit patterns, rounded to nearest even."""
     u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
     return ((u + (((u >> 16) & 1) + 0x7FFF)) >> 16).astype(np.uint16)
@@ -59,7 +63,7 @@ def write_bf16_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
         fh.write(struct.pack("<Q", len(raw)))
         fh.write(raw)
         for t in tensors.values():
-            fh.write(_bf16_bits(t).tobytes())
+            fh.write(bf16_bits(t).tobytes())
 
 
 def _layer(rng: np.random.Generator, prefix: str, zero_output: bool) -> Iterator[tuple[str, np.ndarray]]:
@@ -108,7 +112,10 @@ def pair_weights(vocab: int, seed: int, extra_layers: int) -> tuple[dict, dict]:
 
 def build_tiny_pair(out_dir: str | Path, seed: int = 0,
                     extra_layers: int = TARGET_EXTRA_LAYERS) -> tuple[Path, Path]:
-    """Write out_dir/draft and out_dir/target; returns (target, draft)."""
+    """Write out_dir/draft, out_dir/target and the EAGLE-3 head for the target,
+    out_dir/eagle3 (tiny_eagle3.py); returns (target, draft)."""
+    from harness.engines.tiny_eagle3 import write_eagle3_head
+
     out = Path(out_dir)
     target_dir, draft_dir = out / "target", out / "draft"
     vocab = write_model_files(draft_dir, {**PAIR_SHAPE, "num_hidden_layers": DRAFT_LAYERS},
@@ -118,4 +125,6 @@ def build_tiny_pair(out_dir: str | Path, seed: int = 0,
     draft, target = pair_weights(vocab, seed, extra_layers)
     write_bf16_safetensors(draft_dir / "model.safetensors", draft)
     write_bf16_safetensors(target_dir / "model.safetensors", target)
+    write_eagle3_head(out / EAGLE3_DIR, draft, json.loads((target_dir / "config.json").read_text()),
+                      seed)
     return target_dir, draft_dir
