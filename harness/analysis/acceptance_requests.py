@@ -12,6 +12,10 @@ The counters' window also holds the cell's warm-up requests (at 4 users and 8 me
 requests, a third of what it counted), so the counters are checked against the same
 sum over every request of the attempt, warm-up included: two ways of one count.
 
+vLLM also counts, per draft position i, the rounds that kept at least i drafts; a round
+whose request kept j drafts adds one to positions 1..j, so the summed histograms give the
+same per-position figures, checked as well (SGLang exports no per-position counter).
+
 The client's tokens per decode step (one streamed chunk is one step) can only be lower:
 a step without drafts adds a chunk but no round (vLLM n-gram), and SGLang's formula
 counts the prefill's token; it is higher only when the stream merged steps into chunks.
@@ -40,6 +44,14 @@ class RequestAcceptance:
     histogram: list[int]  # rounds by drafts kept, summed over the requests
     accept_length_per_round: float | None  # None when no round ran
     acceptance_rate: float | None  # accepted / draft_tokens
+
+    @property
+    def per_position_rates(self) -> list[float] | None:
+        """Per draft position, the share of rounds that kept it (vLLM's
+        num_accepted_tokens_per_pos / num_drafts); None without rounds or a histogram."""
+        if not self.rounds or len(self.histogram) < 2:
+            return None
+        return [sum(self.histogram[i:]) / self.rounds for i in range(1, len(self.histogram))]
 
 
 def request_acceptance(records: list[RequestRecord], phases: tuple[str, ...] = ("measure",)
@@ -80,12 +92,19 @@ def _figure(value: float | None) -> float | None:
 
 def acceptance_disagreement(engine: float | None, requests: float | None,
                             client: float | None, window: float | None = None,
-                            within: float = AGREE_WITHIN) -> tuple[bool | None, str | None]:
+                            within: float = AGREE_WITHIN,
+                            engine_positions: list[float] | None = None,
+                            window_positions: list[float] | None = None,
+                            ) -> tuple[bool | None, str | None]:
     """(agree, why not) for one cell's three figures: the counters against the summed
     per-request figures of the requests in their window (`window`: warm-up included;
     the measured ones' `requests` when not given), on either side, and the client's
     tokens per step against the measured requests' figure (it may only be lower). agree
-    is None when there is no per-request figure, or neither other figure."""
+    is None when there is no per-request figure, or neither other figure. Where both
+    sides give per-position rates (the counters' and the same requests' histograms),
+    each position must agree within `within` of the first position's rate: one count,
+    read twice, so a position off by more is a parsing or labelling fault (a position
+    read as another, or a bonus token counted as a draft)."""
     engine, requests, client = _figure(engine), _figure(requests), _figure(client)
     window = _figure(window)
     if requests is None or (engine is None and client is None):
@@ -99,4 +118,13 @@ def acceptance_disagreement(engine: float | None, requests: float | None,
     if client is not None and client > requests * (1 + within):
         problems.append(f"client {client:.3f} above per-request {requests:.3f}"
                         f" ({(client - requests) / requests:+.1%})")
+    if engine_positions and window_positions:
+        scale = max(window_positions[0], engine_positions[0])
+        n = max(len(engine_positions), len(window_positions))
+        e = list(engine_positions) + [0.0] * (n - len(engine_positions))
+        r = list(window_positions) + [0.0] * (n - len(window_positions))
+        off = [i for i in range(n) if abs(e[i] - r[i]) > within * scale]
+        if off:
+            pairs = ", ".join(f"{i + 1}: {e[i]:.3f} vs {r[i]:.3f}" for i in off)
+            problems.append(f"per-position counters vs per-request histograms at position {pairs}")
     return (not problems), ("; ".join(problems) or None)

@@ -141,7 +141,9 @@ def cell_row(cell: CellData) -> dict:
     agree, why = acceptance_disagreement(
         acc.accept_length_per_round, row["accept_length_per_round_requests"],
         row["tokens_per_step_client"],
-        window=in_window.accept_length_per_round if in_window else None)
+        window=in_window.accept_length_per_round if in_window else None,
+        engine_positions=acc.per_position_rates,
+        window_positions=in_window.per_position_rates if in_window else None)
     row["acceptance_agree"] = agree
     row["acceptance_disagreement"] = why
     row["spec_requests"] = per_request.requests if per_request else 0

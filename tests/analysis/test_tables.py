@@ -298,9 +298,11 @@ def test_cells_csv_shows_the_delivered_load_beside_the_registered_users(tmp_path
 
 def test_cell_table_sums_per_request_figures_and_flags_disagreement(tmp_path):
     b = RunBuilder(tmp_path)
-    # 10 rounds keeping 15 drafts a request: 1 + 15/10 = 2.5, the counters' figure.
-    agreeing = RequestSpeculation(engine="vllm", rounds=10, draft_tokens=30, accepted=15,
-                                  histogram=[2, 3, 3, 2])
+    # 20 rounds keeping 30 drafts a request: 1 + 30/20 = 2.5, the counters' figure; the
+    # rounds keeping 1, 2, 3 drafts (6, 3, 6) give the counters' per-position rates too:
+    # 15, 9 and 6 of 20 kept positions 1, 2 and 3 (0.75, 0.45, 0.30).
+    agreeing = RequestSpeculation(engine="vllm", rounds=20, draft_tokens=60, accepted=30,
+                                  histogram=[5, 6, 3, 6])
     b.speed("vllm-ngram", "chat", 1, BASE_SPEED * 2, speculation=agreeing)
     # 12 kept of 10 rounds: 2.2, 12% below the counters' 2.5.
     low = RequestSpeculation(engine="vllm", rounds=10, draft_tokens=30, accepted=12)
@@ -314,7 +316,7 @@ def test_cell_table_sums_per_request_figures_and_flags_disagreement(tmp_path):
     assert ngram["spec_requests"] == 21  # the measured ones: warm-up and attempt 2 left out
     assert ngram["accept_length_per_round_requests"] == pytest.approx(2.5)
     assert ngram["accept_rate_requests"] == pytest.approx(0.5)
-    assert json.loads(ngram["accept_histogram_requests"]) == [42, 63, 63, 42]
+    assert json.loads(ngram["accept_histogram_requests"]) == [105, 126, 63, 126]
     # Counters agree; the hand-made chunks carry 10 tokens each, which no engine's
     # rounds explain: the client's figure is flagged.
     assert not ngram["acceptance_agree"]
@@ -328,3 +330,19 @@ def test_cell_table_sums_per_request_figures_and_flags_disagreement(tmp_path):
     assert "engine counters" not in dflash["acceptance_disagreement"]  # 2.5 vs 2.525: 1%
     base = cells.loc["vllm-base/chat/speed/c001"]
     assert base["spec_requests"] == 0 and pd.isna(base["acceptance_agree"])
+
+
+def test_per_position_counters_are_checked_against_the_request_histograms(tmp_path):
+    """The counters' per-position rates (0.75, 0.45, 0.30 in the hand-made scrapes) are
+    the rounds keeping at least i drafts; per-request histograms with the same total
+    (1.5 drafts a round) but another split (0.80, 0.50, 0.20) are a disagreement."""
+    b = RunBuilder(tmp_path)
+    split = RequestSpeculation(engine="vllm", rounds=10, draft_tokens=30, accepted=15,
+                               histogram=[2, 3, 3, 2])
+    b.speed("vllm-ngram", "chat", 1, BASE_SPEED * 2, speculation=split)
+    b.speed("vllm-base", "chat", 1, BASE_SPEED)
+    row = analyse(b.root).cells.set_index("cell_id").loc["vllm-ngram/chat/speed/c001"]
+    assert row["accept_length_per_round_requests"] == pytest.approx(2.5)  # the totals agree
+    assert not row["acceptance_agree"]
+    assert ("per-position counters vs per-request histograms at position 1: 0.750 vs 0.800,"
+            " 2: 0.450 vs 0.500, 3: 0.300 vs 0.200") in row["acceptance_disagreement"]

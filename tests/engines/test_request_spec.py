@@ -141,3 +141,25 @@ def test_counters_are_checked_against_the_requests_in_their_window():
     assert agree is False
     assert why == ("engine counters 3.380 vs per-request 3.000 over the same requests"
                    " (warm-up included) (+12.7%)")
+
+
+def test_per_position_rates_from_the_histograms_and_their_check():
+    """Rounds keeping j drafts count at positions 1..j, as vLLM's per-position counter."""
+    from harness.analysis.acceptance_requests import RequestAcceptance
+
+    summed = RequestAcceptance(engine="vllm", requests=1, rounds=20, draft_tokens=60,
+                               accepted=30, completion_tokens=0, histogram=[5, 6, 3, 6],
+                               accept_length_per_round=2.5, acceptance_rate=0.5)
+    assert summed.per_position_rates == pytest.approx([0.75, 0.45, 0.30])
+    assert acceptance_disagreement(2.5, 2.5, 2.4, engine_positions=[0.75, 0.45, 0.30],
+                                   window_positions=summed.per_position_rates) == (True, None)
+    # within 5 % of the first position's rate: 0.03 here
+    assert acceptance_disagreement(2.5, 2.5, 2.4, engine_positions=[0.77, 0.43, 0.30],
+                                   window_positions=[0.75, 0.45, 0.30])[0] is True
+    agree, why = acceptance_disagreement(2.5, 2.5, 2.4, engine_positions=[0.45, 0.75, 0.30],
+                                         window_positions=[0.75, 0.45, 0.30])
+    assert agree is False
+    assert why == ("per-position counters vs per-request histograms at position"
+                   " 1: 0.450 vs 0.750, 2: 0.750 vs 0.450")
+    assert acceptance_disagreement(2.5, 2.5, 2.4, engine_positions=None,
+                                   window_positions=[0.75]) == (True, None)  # SGLang: none
