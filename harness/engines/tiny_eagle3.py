@@ -33,23 +33,18 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.engines.tiny_pair import PAIR_SHAPE, bf16_bits, write_bf16_safetensors
+from harness.engines.bf16_safetensors import bf16_values, write_bf16_safetensors
 
 HEAD_LAYERS = 2
+SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+              "head_dim", "max_position_embeddings")
 # Target layers whose hidden states the head reads (fc's input); vLLM's default for 8
 # layers would be (2, 4, 5). fc is zero, so which ones changes the work, not the drafts.
 AUX_LAYER_IDS = [1, 4, 7]
-CODE_GROUPS = PAIR_SHAPE["num_key_value_heads"]  # one code slice per KV head
-CODE_WIDTH = PAIR_SHAPE["head_dim"]
 KEY_SCALE = 4.0  # query = key = 4 x the code slice: a self score of ~100 nats
 CODE_SCALE = 2.0 ** -7  # the code's size in the residual stream (exact in bfloat16)
 LOOKUP_GAIN, LOOKUP_THRESHOLD = 40.0, 0.6  # a unit fires at code cosine 1, is off below 0.3
 RMS_EPS = 1e-6
-
-
-def _bf16(values: np.ndarray) -> np.ndarray:
-    """The float32 values a bfloat16 file holds for these (what the engine loads)."""
-    return (bf16_bits(values).astype(np.uint32) << 16).view(np.float32)
 
 
 def _rms_norm(x: np.ndarray) -> np.ndarray:
@@ -61,12 +56,13 @@ def _silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
-def head_weights(draft: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
-    """The head's tensors (float32 values, written as bfloat16) from the draft's."""
-    h, inter = PAIR_SHAPE["hidden_size"], PAIR_SHAPE["intermediate_size"]
-    heads, kv = PAIR_SHAPE["num_attention_heads"], PAIR_SHAPE["num_key_value_heads"]
-    d = PAIR_SHAPE["head_dim"]
-    embed = _bf16(draft["model.embed_tokens.weight"])
+def head_weights(draft: dict[str, np.ndarray], shape: dict, seed: int) -> dict[str, np.ndarray]:
+    """The head's tensors (float32 values, written as bfloat16) from the draft's, for a
+    target of this shape (its config's sizes)."""
+    h, inter = shape["hidden_size"], shape["intermediate_size"]
+    heads, kv = shape["num_attention_heads"], shape["num_key_value_heads"]
+    d = shape["head_dim"]
+    embed = bf16_values(draft["model.embed_tokens.weight"])
     vocab = embed.shape[0]
     if vocab > inter:
         raise ValueError(f"vocabulary {vocab} larger than the lookup's {inter} units")
@@ -99,8 +95,8 @@ def head_weights(draft: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarra
     gate = np.zeros((inter, h), np.float32)
     gate_bias = np.zeros(inter, np.float32)
     up_bias = np.zeros(inter, np.float32)
-    gate[:vocab] = _bf16(unit * np.float32(LOOKUP_GAIN))
-    gate_bias[:vocab] = _bf16(np.full(vocab, -LOOKUP_GAIN * LOOKUP_THRESHOLD, np.float32))
+    gate[:vocab] = bf16_values(unit * np.float32(LOOKUP_GAIN))
+    gate_bias[:vocab] = bf16_values(np.full(vocab, -LOOKUP_GAIN * LOOKUP_THRESHOLD, np.float32))
     up_bias[:vocab] = 1.0
     fired = _silu(np.sum(gate[:vocab] * mlp_in, axis=1) + gate_bias[:vocab])
     down = np.zeros((h, inter), np.float32)
@@ -134,13 +130,12 @@ def head_weights(draft: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarra
 
 def head_config(target_config: dict) -> dict:
     """The draft's config with what vLLM's Eagle3LlamaForCausalLM reads added."""
-    keep = ("vocab_size", "hidden_act", "rms_norm_eps", "rope_theta", "max_position_embeddings",
-            "bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings")
+    keep = ("vocab_size", "hidden_act", "rms_norm_eps", "rope_theta", "bos_token_id",
+            "eos_token_id", "pad_token_id", "tie_word_embeddings", *SHAPE_KEYS)
     return {
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",
         **{key: target_config[key] for key in keep},
-        **PAIR_SHAPE,
         "num_hidden_layers": HEAD_LAYERS,
         "draft_vocab_size": target_config["vocab_size"],
         "norm_before_residual": True,
@@ -158,5 +153,6 @@ def write_eagle3_head(out: Path, draft: dict[str, np.ndarray], target_config: di
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(
         json.dumps(head_config(target_config), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    write_bf16_safetensors(out / "model.safetensors", head_weights(draft, seed))
+    shape = {key: target_config[key] for key in SHAPE_KEYS}
+    write_bf16_safetensors(out / "model.safetensors", head_weights(draft, shape, seed))
     return out

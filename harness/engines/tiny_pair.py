@@ -13,18 +13,19 @@ Beside them, an EAGLE-3 head constructed to predict the target (tiny_eagle3.py),
 registered study's vLLM drafter runs on the CPU build too.
 
 Weights are written as bfloat16 (what the CPU engine serves) by a small safetensors
-writer, since numpy has no bfloat16 type. Same seed, same bytes.
+writer (bf16_safetensors.py), since numpy has no bfloat16 type. Same seed, same bytes.
 """
 
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from harness.engines.bf16_safetensors import write_bf16_safetensors
+from harness.engines.tiny_eagle3 import write_eagle3_head
 from harness.engines.tiny_model import write_model_files
 
 # hidden 1024 and 16 x 64 heads: a step is weight-bound (29 MB a layer) rather than
@@ -40,30 +41,6 @@ PAIR_SHAPE = {
 DRAFT_LAYERS = 1
 TARGET_EXTRA_LAYERS = 7
 EAGLE3_DIR = "eagle3"  # the EAGLE-3 head's folder beside draft/ and target/
-
-
-def bf16_bits(values: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bit patterns, rounded to nearest even."""
-    u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-    return ((u + (((u >> 16) & 1) + 0x7FFF)) >> 16).astype(np.uint16)
-
-
-def write_bf16_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
-    """The safetensors layout (u64 header size, JSON header, raw data), in bfloat16."""
-    header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
-    offset = 0
-    for name, t in tensors.items():
-        size = t.size * 2
-        header[name] = {"dtype": "BF16", "shape": list(t.shape),
-                        "data_offsets": [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(raw)))
-        fh.write(raw)
-        for t in tensors.values():
-            fh.write(bf16_bits(t).tobytes())
 
 
 def _layer(rng: np.random.Generator, prefix: str, zero_output: bool) -> Iterator[tuple[str, np.ndarray]]:
@@ -114,8 +91,6 @@ def build_tiny_pair(out_dir: str | Path, seed: int = 0,
                     extra_layers: int = TARGET_EXTRA_LAYERS) -> tuple[Path, Path]:
     """Write out_dir/draft, out_dir/target and the EAGLE-3 head for the target,
     out_dir/eagle3 (tiny_eagle3.py); returns (target, draft)."""
-    from harness.engines.tiny_eagle3 import write_eagle3_head
-
     out = Path(out_dir)
     target_dir, draft_dir = out / "target", out / "draft"
     vocab = write_model_files(draft_dir, {**PAIR_SHAPE, "num_hidden_layers": DRAFT_LAYERS},
