@@ -19,6 +19,7 @@ COMMAND_MODULES = {
     "plan": "harness.commands.plan",
     "calibrate": "harness.commands.calibrate",
     "run": "harness.commands.run",
+    "rehearse": "harness.commands.rehearse",
     "rerun-baseline": "harness.commands.rerun_baseline",
     "tiny-model": "harness.commands.tiny_model",
     "serve": "harness.commands.serve",

@@ -62,7 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, deviations: list[str] | None = None) -> int:
+    """`deviations`: sentences recorded in the manifest before the smoke (a rehearsal's
+    differences from its registered study: harness/commands/rehearse.py)."""
     console = Console(highlight=False)
     loaded = load_study_file(args.file)
     if args.resume is not None and args.run_id:
@@ -93,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         store = new_run(loaded, args.results, args.run_id)
         console.print(f"run {store.run_id} in {store.root}")
     record_pins(store, study, unpinned)
+    for sentence in deviations or []:
+        store.record_deviation_once(sentence)
     record_runner(store)
     for change in record_environments(store, study):  # every engine venv's packages
         console.print(f"[yellow]deviation recorded:[/yellow] {change}")
