@@ -73,7 +73,8 @@ def prereg_argv(python: str) -> dict[str, list[str]]:
 
 
 def cpu_argv(python: str, pair: str) -> dict[str, list[str]]:
-    """The demo's arms on the pair in folder `pair` (pair/target, drafted by pair/draft)."""
+    """The demo's arms on the pair in folder `pair` (pair/target, drafted by pair/draft
+    and by the EAGLE-3 head pair/eagle3)."""
     model = f"{pair}/target"
     head = [python, str(VLLM_CPU_LAUNCHER), "serve", model, "--host", "127.0.0.1", "--port", "8000",
             "--served-model-name", "tiny", "--max-model-len", "1024", "--seed", "0",
@@ -83,10 +84,12 @@ def cpu_argv(python: str, pair: str) -> dict[str, list[str]]:
     per_request = ["--per-request-spec-decode-metrics", "summary"]
     ngram = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4,"prompt_lookup_min":2}'
     draft = f'{{"method":"draft_model","num_speculative_tokens":3,"model":"{pair}/draft"}}'
+    eagle3 = f'{{"method":"eagle3","num_speculative_tokens":3,"model":"{pair}/eagle3"}}'
     return {
         "cpu-base": [*head, *tail],
         "cpu-ngram": [*head, "--speculative-config", ngram, *per_request, *tail],
         "cpu-draft": [*head, "--speculative-config", draft, *per_request, *tail],
+        "cpu-eagle3": [*head, "--speculative-config", eagle3, *per_request, *tail],
     }
 
 

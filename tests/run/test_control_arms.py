@@ -239,7 +239,8 @@ def test_the_cpu_build_refuses_it_with_one_line(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     (line,) = [ln for ln in proc.stderr.splitlines() if "drafter.synthetic" in ln]
     assert "vLLM 0.32's CPU build has no synthetic acceptance" in line
-    assert line.startswith(f"specbench: {path}:42: arms[1]: drafter.synthetic: "), line
+    arm_line = text.splitlines().index("  - name: cpu-draft") + 1  # where the arm is written
+    assert line.startswith(f"specbench: {path}:{arm_line}: arms[1]: drafter.synthetic: "), line
 
 
 def test_the_scripted_engine_keeps_drafts_by_vllms_conditional_rates():
