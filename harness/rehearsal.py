@@ -158,6 +158,11 @@ def _cpu_arm(arm: Arm, pair: Path, diffs: list[Difference]) -> dict[str, Any] | 
                 " one, and its " + ("EAGLE-3 head is constructed to predict it"
                                     " (harness/engines/tiny_eagle3.py)" if method == "eagle3"
                                     else "draft computes its function"), name))
+        elif method in WEIGHTLESS and VllmCpuKind().method_problem(arm) is not None:
+            drafter["method"] = "ngram"  # the same prompt lookup, on the CPU
+            diffs.append(Difference("drafter.method", method, "ngram (the same"
+                                    " prompt_lookup_min/max)", VllmCpuKind().method_problem(arm)
+                                    or "", name))
         elif method not in WEIGHTLESS:
             diffs.append(Difference("drafter", f"method {method}" + (f" ({d.model})" if d.model
                                                                  else ""), "not run",

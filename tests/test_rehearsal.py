@@ -41,9 +41,11 @@ def test_prereg_rehearsal_keeps_every_vllm_arm_with_its_registered_settings() ->
         if written.drafter is None:
             continue
         d, w = arm.drafter, written.drafter
-        assert (d.method, d.num_draft_tokens, d.options) == (w.method, w.num_draft_tokens, w.options)
+        assert (d.num_draft_tokens, d.options) == (w.num_draft_tokens, w.options)
+        assert d.method == {"ngram_gpu": "ngram"}.get(w.method, w.method)
     assert cpu.arm("vllm-eagle3").drafter.model == str(PAIR / "eagle3")
-    assert cpu.arm("vllm-ngram").drafter.method == "ngram_gpu"
+    # The CPU build cannot start ngram_gpu; the same prompt lookup runs as ngram.
+    assert cpu.arm("vllm-ngram").drafter.method == "ngram"
     assert cpu.model.id == str(PAIR / "target") and cpu.model.quantization is None
     assert cpu.bars == study.bars and cpu.sampling == study.sampling  # the registered bars
     assert cpu.loads.closed_loop.concurrency == study.loads.closed_loop.concurrency
@@ -55,7 +57,9 @@ def test_prereg_rehearsal_keeps_every_vllm_arm_with_its_registered_settings() ->
                  "CUDA graphs (arms vllm-base, vllm-eagle3, vllm-ngram)",
                  "flag (arms vllm-base, vllm-eagle3, vllm-ngram): registered"
                  " --gpu-memory-utilization 0.90; here left out",
-                 "recording.lag_limit_p99_ms: registered 5; here 15"):
+                 "recording.lag_limit_p99_ms: registered 5; here 15",
+                 "drafter.method (arm vllm-ngram): registered ngram_gpu; here ngram (the same"
+                 " prompt_lookup_min/max) (vLLM 0.32's CPU build cannot start ngram_gpu"):
         assert text in said, text
     assert "recording.sessions" not in said  # kept as registered at full scale
 
@@ -126,3 +130,16 @@ def test_a_study_without_a_vllm_drafter_is_refused(tmp_path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip() == (f"specbench: {path}: no vLLM drafter arm of this study can"
                                    " run on the CPU build")
+
+
+def test_validate_refuses_ngram_gpu_on_the_cpu_build(tmp_path) -> None:
+    """Tried: vLLM 0.32's CPU worker dies at start allocating pinned memory for it."""
+    text = Path("examples/cpu.yaml").read_text(encoding="utf-8").replace(
+        "      method: ngram\n", "      method: ngram_gpu\n", 1)
+    path = tmp_path / "cpu.yaml"
+    path.write_text(text, encoding="utf-8")
+    proc = specbench("validate", str(path), check=False,
+                     env={"SPECBENCH_TINY_PAIR": "/models/pair"})
+    assert proc.returncode == 2
+    (line,) = [ln for ln in proc.stderr.splitlines() if "drafter.method" in ln]
+    assert "vLLM 0.32's CPU build cannot start ngram_gpu" in line and "pin_memory" in line

@@ -89,6 +89,11 @@ class EngineKind(ABC):
             fields["chat_template_kwargs"] = dict(study.model.chat_template_kwargs)
         return fields
 
+    def method_problem(self, arm: Arm) -> str | None:
+        """Why this kind cannot start the arm's drafter method at all (known from the
+        engine's own code); None: it can, or the engine's parser decides at start."""
+        return None
+
     def synthetic_problem(self, arm: Arm) -> str | None:
         """Why this kind cannot run the arm's synthetic acceptance (drafter.synthetic);
         None: it can, and its command or environment carries it."""

@@ -294,6 +294,15 @@ class VllmCpuKind(VllmKind):
                 " (num_speculative_tokens_per_batch_size) on the CPU build; use engine vllm"
                 " on a GPU or the scripted engine")
 
+    def method_problem(self, arm: Arm) -> str | None:
+        if arm.drafter is None or arm.drafter.method != "ngram_gpu":
+            return None
+        # Tried on vLLM 0.32's CPU build (issue 50): its worker dies at start.
+        return ("vLLM 0.32's CPU build cannot start ngram_gpu: its model runner allocates"
+                " pinned memory for it (v1/worker/gpu_model_runner.py:628, \"pin_memory=True"
+                " requires a CUDA or other accelerator backend\"); use method ngram with the"
+                " same prompt_lookup_min/max on the CPU")
+
     def synthetic_problem(self, arm: Arm) -> str | None:
         # vllm/utils/cpu_triton_utils.py, both rejection kernels: assert not SYNTHETIC_MODE,
         # "Synthetic acceptance not supported with CPU sampling".

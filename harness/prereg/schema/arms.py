@@ -290,6 +290,10 @@ class Arm(Strict):
         if (self.launch is not None and self.launch.dtype == "cpu_native"
                 and self.engine != "vllm-cpu"):
             raise ValueError("launch.dtype cpu_native is for the CPU build (engine 'vllm-cpu' only)")
+        if self.drafter is not None:
+            problem = get_engine_kind(self.engine).method_problem(self)
+            if problem is not None:
+                raise ValueError(f"drafter.method: {problem}")
         if self.is_control:
             if self.attach is not None:
                 raise ValueError("drafter.synthetic needs the engine started by specbench"
