@@ -292,7 +292,16 @@ def _scale_loads(data: dict, study: Study, scale: Scale, diffs: list[Difference]
 def _scale_tasks(data: dict, study: Study, scale: Scale, diffs: list[Difference]) -> None:
     speed = [t.name for t in study.tasks if "speed" in t.uses]
     keep = (study.loads.open_loop.task if study.loads.open_loop else speed[0]) if speed else None
+    accuracy = study.bars.pass_.accuracy
+    read = {keep, *(accuracy.tasks if accuracy is not None else [])}
+    kept = []
     for task, written in zip(data["tasks"], study.tasks, strict=True):
+        if scale.speed_on_one_task and written.name not in read:
+            diffs.append(Difference(f"task {written.name!r}", str(written.uses), "not run",
+                                    f"the {scale.name} scale: the speed task {keep!r} and the"
+                                    " accuracy bar's tasks only"))
+            continue
+        kept.append(task)
         if scale.speed_on_one_task and "speed" in written.uses and written.name != keep:
             task["uses"] = [u for u in written.uses if u != "speed"]
             diffs.append(Difference(f"task {written.name!r} uses", str(written.uses),
@@ -311,6 +320,7 @@ def _scale_tasks(data: dict, study: Study, scale: Scale, diffs: list[Difference]
                                                 " accuracy shows the machinery (drafted and"
                                                 " plain outputs scored alike)"
                                                 if "accuracy" in written.uses else "")))
+    data["tasks"] = kept
 
 
 def _recording(data: dict, study: Study, arms: int, scale: Scale,

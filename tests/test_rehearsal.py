@@ -69,12 +69,17 @@ def test_small_scale_cuts_levels_tasks_and_sessions_and_says_so() -> None:
     cpu, diffs = rehearsal_study(study, PAIR, SMALL)
     assert cpu.loads.closed_loop.concurrency == [1, 2, 4]  # the pass and stop bars' levels
     assert [t.name for t in cpu.tasks if "speed" in t.uses] == ["chat"]
+    # The speed task and the accuracy bar's tasks: HumanEval, which no bar reads but the
+    # identity bar beside chat and GSM8K, is left out.
+    assert [t.name for t in cpu.tasks] == ["chat", "gsm8k", "mmlu"]
     assert cpu.recording.sessions == 1
     assert all(t.max_tokens == 16 and t.identity_items <= t.subset for t in cpu.tasks)
     said = sentences(diffs)
     assert "loads.closed_loop.concurrency: registered [1, 2, 4, 8, 16, 32, 64]; here [1, 2, 4]" in said
     assert "recording.sessions: registered 3; here 1" in said
     assert "task 'gsm8k' uses: registered ['speed', 'accuracy', 'identity']" in said
+    assert ("task 'humaneval': registered ['speed', 'accuracy', 'identity']; here not run (the"
+            " small scale: the speed task 'chat' and the accuracy bar's tasks only)") in said
 
 
 def test_the_generated_study_is_one_specbench_reads_back(tmp_path) -> None:

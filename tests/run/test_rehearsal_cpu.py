@@ -44,7 +44,7 @@ def test_rehearsal_runs_every_vllm_arm_on_the_cpu_build_and_lists_the_difference
             assert spec[key] == value, key
     # The smoke: each drafter's speculation counter moved and its text matched its baseline.
     checks = [json.loads(line) for line in (run / "smoke" / "arms.jsonl").read_text().splitlines()]
-    drafting = {c["arm"] for c in checks if c["kind"] == "arm" and c["status"] == "ok"
+    drafting = {c["arm"] for c in checks if c["kind"] == "arm" and c["status"] == "passed"
                 and c["counter"] and c["counter"]["moved"]}
     assert drafting == {a.name for a in vllm_arms if a.drafter is not None}, checks
 
