@@ -4,9 +4,10 @@ not the GPU day. harness/engines/parse_probe.py runs in the engine's own interpr
 
 Covered, vLLM: each vLLM arm of prereg.yaml (the baseline, EAGLE-3, ngram_gpu), control
 arms with synthetic acceptance (a length, and per-position rates) on the EAGLE-3 arm, the
-round-cost surface's control arms over it and its k-schedule verification arm, and the
-CPU demo's arms, parsed by vLLM 0.32's own `vllm serve` parser in the CPU engine's venv
-(the same source as the GPU build), its serve validate and AsyncEngineArgs, then the
+round-cost surface's control arms over it and its k-schedule verification arm, the
+CPU demo's arms and those of prereg.yaml's CPU rehearsal (harness/rehearsal.py), parsed
+by vLLM 0.32's own `vllm serve` parser in the CPU engine's venv (the same source as the
+GPU build), its serve validate and AsyncEngineArgs, then the
 speculative config: the whole SpeculativeConfig for ngram_gpu; for EAGLE-3 its fields
 (method, types, extra keys forbidden) and _verify_args (num_speculative_tokens, the
 synthetic acceptance resolved); the k schedule by vLLM's own lookup builder. Not covered:
@@ -32,6 +33,7 @@ from harness.engines.base import expand_study_leaving_unset
 from harness.engines.engine_parse import parse_arms
 from harness.prereg import load_study_file
 from harness.prereg.schema import Study, SyntheticAcceptance
+from harness.rehearsal import SMALL, rehearsal_study
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"SPECBENCH_VLLM_PYTHON": "/envs/vllm/bin/python",
@@ -89,6 +91,14 @@ def test_every_registered_vllm_arms_command_parses_in_vllm(vllm_cpu_python, caps
     demo = expand_study_leaving_unset(load_study_file(ROOT / "examples" / "cpu.yaml").study,
                                       {**ENV, "SPECBENCH_VLLM_CPU_PYTHON": vllm_cpu_python})[0]
     assert all(r.ok for r in parse_arms(vllm_cpu_python, demo.arms, demo).values())
+    # The rehearsal of prereg.yaml on the CPU build (specbench rehearse), its arms as run.
+    rehearsal = rehearsal_study(load_study_file(ROOT / "prereg.yaml").study,
+                                Path("/models/tiny-pair"), SMALL)[0]
+    rehearsal = expand_study_leaving_unset(
+        rehearsal, {**ENV, "SPECBENCH_VLLM_CPU_PYTHON": vllm_cpu_python})[0]
+    parsed = parse_arms(vllm_cpu_python, rehearsal.arms, rehearsal)
+    assert {n: r.problem for n, r in parsed.items() if not r.ok} == {}
+    assert sorted(parsed) == ["vllm-base", "vllm-eagle3", "vllm-ngram"], parsed
 
     # What the suite would fail on: a flag vLLM 0.32 does not know, one it removed, a
     # speculative method and a speculative key it does not know.
