@@ -125,6 +125,17 @@ def test_rehearse_writes_the_study_and_lists_the_differences_without_running(tmp
     assert json.loads(validated.stdout)["seal"]
 
 
+def test_rehearse_hands_its_run_options_to_specbench_run(tmp_path, tiny_pair_dir) -> None:
+    """--remeasure-invalid goes through to `specbench run`, which refuses it without
+    --resume before anything starts (exit 2), as it does its own."""
+    proc = specbench("rehearse", "prereg.yaml", "--small", "--remeasure-invalid", "--pair",
+                     str(tiny_pair_dir), "--results", str(tmp_path / "results"), check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().startswith(
+        "specbench: --remeasure-invalid needs --resume [RUN]"), proc.stderr
+    assert not any(p.is_dir() for p in (tmp_path / "results").iterdir())  # no run folder
+
+
 def test_a_study_without_a_vllm_drafter_is_refused(tmp_path) -> None:
     data = registered().model_dump(mode="json", by_alias=True, exclude_none=True)
     data["arms"] = [a for a in data["arms"] if a["engine"] == "sglang" or "drafter" not in a]

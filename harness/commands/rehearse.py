@@ -11,6 +11,7 @@ import argparse
 import os
 from pathlib import Path
 
+from harness.atomic import write_text
 from harness.commands import run as run_command
 from harness.engines.tiny_pair import EAGLE3_DIR, build_tiny_pair
 from harness.errors import InputError
@@ -36,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write the study and print the differences; run nothing")
     p.add_argument("--resume", nargs="?", const="", default=None, metavar="RUN",
                    help="continue a rehearsal's run (as `specbench run --resume`)")
+    p.add_argument("--remeasure-invalid", action="store_true",
+                   help="with --resume: measure again every cell left invalid by a cause that"
+                        " passes (as `specbench run --remeasure-invalid`)")
     p.add_argument("--run-id", help="name of a new run folder")
     p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders go")
     p.add_argument("--reports", type=Path, default=REPORTS_DIR, help="where reports go")
@@ -65,8 +69,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{args.file}: {err}") from None
     stem = Path(args.file).stem + ("-rehearsal-small" if args.small else "-rehearsal")
     out = args.write or args.results / f"{stem}.yaml"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(study_yaml(study, diffs, Path(args.file)), encoding="utf-8")
+    write_text(out, study_yaml(study, diffs, Path(args.file)))
     print(f"rehearsal study: {out} ({len(study.arms)} arms: "
           f"{', '.join(a.name for a in study.arms)})")
     print("what differs from the GPU day:")
@@ -75,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     if args.no_run:
         return 0
     run_args = argparse.Namespace(
-        file=str(out), resume=args.resume, run_id=args.run_id, results=args.results,
-        reports=args.reports, no_report=args.no_report, allow_deviation=False,
-        allow_unpinned=False, gpus=None, ray=None)
+        file=str(out), resume=args.resume, remeasure_invalid=args.remeasure_invalid,
+        run_id=args.run_id, results=args.results, reports=args.reports,
+        no_report=args.no_report, allow_deviation=False, allow_unpinned=False, gpus=None,
+        ray=None)
     return run_command.run(run_args, deviations=[d.sentence() for d in diffs])
