@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.atomic import write_bytes
+
 
 def bf16_bits(values: np.ndarray) -> np.ndarray:
     """float32 -> bfloat16 bit patterns, rounded to nearest even."""
@@ -26,11 +28,9 @@ def write_bf16_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(raw)))
-        fh.write(raw)
-        for t in tensors.values():
-            fh.write(bf16_bits(t).tobytes())
+    # Whole or not at all: a cached model is reused when its files exist.
+    write_bytes(path, b"".join([struct.pack("<Q", len(raw)), raw,
+                                *(bf16_bits(t).tobytes() for t in tensors.values())]))
 
 
 def bf16_values(values: np.ndarray) -> np.ndarray:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.atomic import write_text
 from harness.engines.bf16_safetensors import bf16_values, write_bf16_safetensors
 
 HEAD_LAYERS = 2
@@ -150,9 +151,9 @@ def head_config(target_config: dict) -> dict:
 def write_eagle3_head(out: Path, draft: dict[str, np.ndarray], target_config: dict,
                       seed: int) -> Path:
     """Write the head's config.json and model.safetensors into `out`; returns `out`."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(
-        json.dumps(head_config(target_config), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     shape = {key: target_config[key] for key in SHAPE_KEYS}
     write_bf16_safetensors(out / "model.safetensors", head_weights(draft, shape, seed))
+    # The config last: a cached pair counts as built with its head once it exists.
+    write_text(out / "config.json",
+               json.dumps(head_config(target_config), indent=2, sort_keys=True) + "\n")
     return out

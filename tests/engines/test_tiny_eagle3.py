@@ -1,7 +1,8 @@
 """The EAGLE-3 head built with the demo's pair: vLLM 0.32's layout, byte-identical for a
 seed, and the construction's claim checked in numpy: its first layer writes each token's
 own embedding into the residual stream, so its second layer (the draft's) sees what the
-draft sees. The real engine's acceptance of it: tests/engines/test_vllm_cpu_eagle3.py."""
+draft sees. The real engine's acceptance of it: the demo's cpu-eagle3 arm
+(tests/run/test_demo_cpu.py) and benchmarks/tiny_eagle3_acceptance.py."""
 
 from __future__ import annotations
 
