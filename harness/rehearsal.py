@@ -311,15 +311,16 @@ def _scale_tasks(data: dict, study: Study, scale: Scale, diffs: list[Difference]
         task["subset"] = subset
         task["identity_items"] = min(written.identity_items, scale.identity_items, subset)
         task["max_tokens"] = min(written.max_tokens, scale.max_tokens)
+        identity = "identity" in task["uses"]  # the items said only where they are used
         diffs.append(Difference(
             f"task {written.name!r}",
-            f"max_tokens {written.max_tokens}, {written.subset or 'every'} item(s),"
-            f" {written.identity_items} identity items",
-            f"max_tokens {task['max_tokens']}, {subset} items, {task['identity_items']}"
-            " identity items", "laptop size" + ("; the tiny model answers nothing right, so"
-                                                " accuracy shows the machinery (drafted and"
-                                                " plain outputs scored alike)"
-                                                if "accuracy" in written.uses else "")))
+            f"max_tokens {written.max_tokens}, {written.subset or 'every'} item(s)"
+            + (f", {written.identity_items} identity items" if identity else ""),
+            f"max_tokens {task['max_tokens']}, {subset} items"
+            + (f", {task['identity_items']} identity items" if identity else ""),
+            "laptop size" + ("; the tiny model answers nothing right, so accuracy shows the"
+                             " machinery (drafted and plain outputs scored alike)"
+                             if "accuracy" in written.uses else "")))
     data["tasks"] = kept
 
 
@@ -330,7 +331,7 @@ def _recording(data: dict, study: Study, arms: int, scale: Scale,
         rec["lag_limit_p99_ms"] = CPU_LAG_LIMIT_MS
         diffs.append(Difference("recording.lag_limit_p99_ms", f"{registered.lag_limit_p99_ms:g}",
                                 f"{CPU_LAG_LIMIT_MS:g}", "the demo's: a CPU step lasts 20-70"
-                                " ms, against the GPU's few ms (benchmarks/README.md)"))
+                                " ms, against the GPU's few ms (examples/cpu.yaml)"))
     if registered.host_foreign_cpu_limit is None:
         rec["host_foreign_cpu_limit"] = CPU_FOREIGN_CPU_LIMIT
         diffs.append(Difference("recording.host_foreign_cpu_limit", "none",

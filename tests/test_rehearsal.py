@@ -80,6 +80,11 @@ def test_small_scale_cuts_levels_tasks_and_sessions_and_says_so() -> None:
     assert "task 'gsm8k' uses: registered ['speed', 'accuracy', 'identity']" in said
     assert ("task 'humaneval': registered ['speed', 'accuracy', 'identity']; here not run (the"
             " small scale: the speed task 'chat' and the accuracy bar's tasks only)") in said
+    # Identity items are said only for a task that has identity cells.
+    assert "task 'chat': registered max_tokens 512, every item(s), 32 identity items; here" \
+           " max_tokens 16, 3 items, 2 identity items (laptop size)" in said
+    assert "task 'mmlu': registered max_tokens 512, every item(s); here max_tokens 16, 3 items" \
+           " (laptop size;" in said
 
 
 def test_the_generated_study_is_one_specbench_reads_back(tmp_path) -> None:
