@@ -268,7 +268,7 @@ def _scale_loads(data: dict, study: Study, scale: Scale, diffs: list[Difference]
         closed["concurrency"] = levels
         diffs.append(Difference("loads.closed_loop.concurrency", str(registered.concurrency),
                                 str(levels), f"the {scale.name} scale: the pass and stop bars'"
-                                " levels, so the knee is not located"))
+                                f" levels, so a knee above {levels[-1]} users is not located"))
     requests = {"min": scale.requests_min, "per_user": 1}
     if registered.requests.model_dump() != requests:
         closed["requests"] = requests

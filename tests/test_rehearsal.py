@@ -75,7 +75,9 @@ def test_small_scale_cuts_levels_tasks_and_sessions_and_says_so() -> None:
     assert cpu.recording.sessions == 1
     assert all(t.max_tokens == 16 and t.identity_items <= t.subset for t in cpu.tasks)
     said = sentences(diffs)
-    assert "loads.closed_loop.concurrency: registered [1, 2, 4, 8, 16, 32, 64]; here [1, 2, 4]" in said
+    assert "loads.closed_loop.concurrency: registered [1, 2, 4, 8, 16, 32, 64]; here [1, 2, 4]" \
+           " (the small scale: the pass and stop bars' levels, so a knee above 4 users is not" \
+           " located)" in said
     assert "recording.sessions: registered 3; here 1" in said
     assert "task 'gsm8k' uses: registered ['speed', 'accuracy', 'identity']" in said
     assert ("task 'humaneval': registered ['speed', 'accuracy', 'identity']; here not run (the"
