@@ -129,7 +129,9 @@ def _cpu_arm(arm: Arm, pair: Path, diffs: list[Difference]) -> dict[str, Any] | 
         "env": {"HF_HUB_OFFLINE": "1", **(registered.env if registered else {})},
         "dtype": "cpu_native",
         "extra_args": [*kept, "--enforce-eager"],
-        "startup_timeout_s": 300, "stop_grace_s": 20,
+        # Every arm's engine starts together on a laptop's few cores: three were ready in
+        # 90-111 s on 2 cores, and on one busy with other work none was ready at 300 s.
+        "startup_timeout_s": 900, "stop_grace_s": 20,
     }
     diffs.extend(Difference("flag", flag, "left out", why, name) for flag, why in dropped)
     if "--enforce-eager" not in kept:
