@@ -23,7 +23,7 @@ one slot:
 So the head's greedy draft is the draft model's, but for one key: EAGLE feeds token t + 1
 at slot t, so the first token of a sequence (`<|im_start|>`) never enters the head's
 cache, and its term is missing from every attention sum. On the demo's chat prompts that
-alone changes the draft's next token at ~13 % of positions (benchmarks/README.md).
+alone changes the draft's next token at ~13 % of positions (docs/benchmarks/eagle3-head.md).
 """
 
 from __future__ import annotations
