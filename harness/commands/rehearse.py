@@ -1,6 +1,6 @@
 """`specbench rehearse FILE [--small] [--pair DIR] [--write STUDY] [--no-run]`: the
 registered study's vLLM arms, with their registered settings, on vLLM's CPU build and the
-demo's tiny target and drafters (harness/rehearsal.py); every difference from the GPU day
+demo's tiny target and drafters (harness/rehearsal/); every difference from the GPU day
 is printed, written into the generated study as comments and recorded in the run as a
 deviation, so the report's verdict page lists it. Then `specbench run` on it: the same
 smoke, cells, bars, verdict and report."""
@@ -21,25 +21,51 @@ from harness.rehearsal import FULL, SMALL, rehearsal_study, study_yaml
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("rehearse", help="run a registered study's vLLM arms on vLLM's CPU build"
-                                        " and the tiny pair, listing what differs from the GPU day")
+    p = sub.add_parser(
+        "rehearse",
+        help="run a registered study's vLLM arms on vLLM's CPU build"
+        " and the tiny pair, listing what differs from the GPU day",
+    )
     p.add_argument("file", help="the registered study's prereg YAML (e.g. prereg.yaml)")
-    p.add_argument("--small", action="store_true",
-                   help="one session, a few prompts of 16 tokens, a short open loop (minutes);"
-                        " default: every level and session, 32 tokens, laptop-sized cells")
-    p.add_argument("--pair", type=Path, default=None,
-                   help="the tiny pair's folder (default: $SPECBENCH_TINY_PAIR, else the cache's"
-                        " tiny-pair-seed0; built there if missing)")
-    p.add_argument("--write", type=Path, default=None, metavar="STUDY",
-                   help="where the generated study goes (default:"
-                        " RESULTS/<name>-rehearsal[-small].yaml)")
-    p.add_argument("--no-run", action="store_true",
-                   help="write the study and print the differences; run nothing")
-    p.add_argument("--resume", nargs="?", const="", default=None, metavar="RUN",
-                   help="continue a rehearsal's run (as `specbench run --resume`)")
-    p.add_argument("--remeasure-invalid", action="store_true",
-                   help="with --resume: measure again every cell left invalid by a cause that"
-                        " passes (as `specbench run --remeasure-invalid`)")
+    p.add_argument(
+        "--small",
+        action="store_true",
+        help="one session, a few prompts of 16 tokens, a short open loop (minutes);"
+        " default: every level and session, 32 tokens, laptop-sized cells",
+    )
+    p.add_argument(
+        "--pair",
+        type=Path,
+        default=None,
+        help="the tiny pair's folder (default: $SPECBENCH_TINY_PAIR, else the cache's"
+        " tiny-pair-seed0; built there if missing)",
+    )
+    p.add_argument(
+        "--write",
+        type=Path,
+        default=None,
+        metavar="STUDY",
+        help="where the generated study goes (default: RESULTS/<name>-rehearsal[-small].yaml)",
+    )
+    p.add_argument(
+        "--no-run",
+        action="store_true",
+        help="write the study and print the differences; run nothing",
+    )
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="RUN",
+        help="continue a rehearsal's run (as `specbench run --resume`)",
+    )
+    p.add_argument(
+        "--remeasure-invalid",
+        action="store_true",
+        help="with --resume: measure again every cell left invalid by a cause that"
+        " passes (as `specbench run --remeasure-invalid`)",
+    )
     p.add_argument("--run-id", help="name of a new run folder")
     p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders go")
     p.add_argument("--reports", type=Path, default=REPORTS_DIR, help="where reports go")
@@ -49,8 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def tiny_pair(folder: Path | None) -> Path:
     """The pair's folder, built (seed 0) when it or its head is missing."""
-    pair = folder or Path(os.environ.get("SPECBENCH_TINY_PAIR")
-                          or CACHE_DIR / "models" / "tiny-pair-seed0")
+    pair = folder or Path(
+        os.environ.get("SPECBENCH_TINY_PAIR") or CACHE_DIR / "models" / "tiny-pair-seed0"
+    )
     if not all((pair / part / "config.json").exists() for part in ("target", "draft", EAGLE3_DIR)):
         try:
             build_tiny_pair(pair, seed=0)
@@ -70,16 +97,25 @@ def run(args: argparse.Namespace) -> int:
     stem = Path(args.file).stem + ("-rehearsal-small" if args.small else "-rehearsal")
     out = args.write or args.results / f"{stem}.yaml"
     write_text(out, study_yaml(study, diffs, Path(args.file)))
-    print(f"rehearsal study: {out} ({len(study.arms)} arms: "
-          f"{', '.join(a.name for a in study.arms)})")
+    print(
+        f"rehearsal study: {out} ({len(study.arms)} arms: {', '.join(a.name for a in study.arms)})"
+    )
     print("what differs from the GPU day:")
     for d in diffs:
         print(f"  - {d.sentence().removeprefix('rehearsal on the CPU build: ')}")
     if args.no_run:
         return 0
     run_args = argparse.Namespace(
-        file=str(out), resume=args.resume, remeasure_invalid=args.remeasure_invalid,
-        run_id=args.run_id, results=args.results, reports=args.reports,
-        no_report=args.no_report, allow_deviation=False, allow_unpinned=False, gpus=None,
-        ray=None)
+        file=str(out),
+        resume=args.resume,
+        remeasure_invalid=args.remeasure_invalid,
+        run_id=args.run_id,
+        results=args.results,
+        reports=args.reports,
+        no_report=args.no_report,
+        allow_deviation=False,
+        allow_unpinned=False,
+        gpus=None,
+        ray=None,
+    )
     return run_command.run(run_args, deviations=[d.sentence() for d in diffs])

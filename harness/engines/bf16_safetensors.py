@@ -19,18 +19,25 @@ def bf16_bits(values: np.ndarray) -> np.ndarray:
 
 def write_bf16_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
     """The safetensors layout (u64 header size, JSON header, raw data), in bfloat16."""
-    header: dict[str, dict] = {"__metadata__": {"format": "pt"}}  # type: ignore[dict-item]
+    header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, t in tensors.items():
         size = t.size * 2
-        header[name] = {"dtype": "BF16", "shape": list(t.shape),
-                        "data_offsets": [offset, offset + size]}
+        header[name] = {
+            "dtype": "BF16",
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + size],
+        }
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned
     # Whole or not at all: a cached model is reused when its files exist.
-    write_bytes(path, b"".join([struct.pack("<Q", len(raw)), raw,
-                                *(bf16_bits(t).tobytes() for t in tensors.values())]))
+    write_bytes(
+        path,
+        b"".join(
+            [struct.pack("<Q", len(raw)), raw, *(bf16_bits(t).tobytes() for t in tensors.values())]
+        ),
+    )
 
 
 def bf16_values(values: np.ndarray) -> np.ndarray:

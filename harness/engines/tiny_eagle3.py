@@ -37,13 +37,19 @@ from harness.atomic import write_text
 from harness.engines.bf16_safetensors import bf16_values, write_bf16_safetensors
 
 HEAD_LAYERS = 2
-SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-              "head_dim", "max_position_embeddings")
+SHAPE_KEYS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+)
 # Target layers whose hidden states the head reads (fc's input); vLLM's default for 8
 # layers would be (2, 4, 5). fc is zero, so which ones changes the work, not the drafts.
 AUX_LAYER_IDS = [1, 4, 7]
 KEY_SCALE = 4.0  # query = key = 4 x the code slice: a self score of ~100 nats
-CODE_SCALE = 2.0 ** -7  # the code's size in the residual stream (exact in bfloat16)
+CODE_SCALE = 2.0**-7  # the code's size in the residual stream (exact in bfloat16)
 LOOKUP_GAIN, LOOKUP_THRESHOLD = 40.0, 0.6  # a unit fires at code cosine 1, is off below 0.3
 RMS_EPS = 1e-6
 
@@ -88,7 +94,7 @@ def head_weights(draft: dict[str, np.ndarray], shape: dict, seed: int) -> dict[s
     code[:, coords.ravel()] = normed[:, coords.ravel()] * np.float32(CODE_SCALE)
     mlp_in = _rms_norm(code)
     unit = mlp_in / np.sum(mlp_in * mlp_in, axis=1, keepdims=True)
-    cos = (mlp_in / np.linalg.norm(mlp_in, axis=1, keepdims=True))
+    cos = mlp_in / np.linalg.norm(mlp_in, axis=1, keepdims=True)
     cos = cos @ cos.T
     np.fill_diagonal(cos, 0.0)
     if cos.max() > LOOKUP_THRESHOLD - 0.15:  # never for a random embedding of this width
@@ -104,24 +110,41 @@ def head_weights(draft: dict[str, np.ndarray], shape: dict, seed: int) -> dict[s
     down[:, :vocab] = ((embed - code) / fired[:, None]).T
 
     layer0 = {
-        "self_attn.q_proj.weight": q, "self_attn.k_proj.weight": k,
-        "self_attn.v_proj.weight": v, "self_attn.o_proj.weight": o,
-        "mlp.gate_proj.weight": gate, "mlp.gate_proj.bias": gate_bias,
-        "mlp.up_proj.weight": np.zeros((inter, h), np.float32), "mlp.up_proj.bias": up_bias,
-        "mlp.down_proj.weight": down, "mlp.down_proj.bias": np.zeros(h, np.float32),
+        "self_attn.q_proj.weight": q,
+        "self_attn.k_proj.weight": k,
+        "self_attn.v_proj.weight": v,
+        "self_attn.o_proj.weight": o,
+        "mlp.gate_proj.weight": gate,
+        "mlp.gate_proj.bias": gate_bias,
+        "mlp.up_proj.weight": np.zeros((inter, h), np.float32),
+        "mlp.up_proj.bias": up_bias,
+        "mlp.down_proj.weight": down,
+        "mlp.down_proj.bias": np.zeros(h, np.float32),
         "input_layernorm.weight": np.ones(h, np.float32),
         "post_attention_layernorm.weight": np.ones(h, np.float32),
         "hidden_norm.weight": np.zeros(h, np.float32),  # the hidden-state input, off
     }
     src = "model.layers.0."
-    layer1 = {name: draft[src + name] for name in (
-        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-        "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
-        "mlp.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight")}
-    layer1 |= {"mlp.gate_proj.bias": np.zeros(inter, np.float32),
-               "mlp.up_proj.bias": np.zeros(inter, np.float32),
-               "mlp.down_proj.bias": np.zeros(h, np.float32),
-               "hidden_norm.weight": np.ones(h, np.float32)}  # read by layer 0 only
+    layer1 = {
+        name: draft[src + name]
+        for name in (
+            "self_attn.q_proj.weight",
+            "self_attn.k_proj.weight",
+            "self_attn.v_proj.weight",
+            "self_attn.o_proj.weight",
+            "mlp.gate_proj.weight",
+            "mlp.up_proj.weight",
+            "mlp.down_proj.weight",
+            "input_layernorm.weight",
+            "post_attention_layernorm.weight",
+        )
+    }
+    layer1 |= {
+        "mlp.gate_proj.bias": np.zeros(inter, np.float32),
+        "mlp.up_proj.bias": np.zeros(inter, np.float32),
+        "mlp.down_proj.bias": np.zeros(h, np.float32),
+        "hidden_norm.weight": np.ones(h, np.float32),
+    }  # read by layer 0 only
     tensors = {f"layers.0.{n}": t for n, t in layer0.items()}
     tensors |= {f"layers.1.{n}": t for n, t in layer1.items()}
     tensors["fc.weight"] = np.zeros((h, len(AUX_LAYER_IDS) * h), np.float32)
@@ -131,8 +154,17 @@ def head_weights(draft: dict[str, np.ndarray], shape: dict, seed: int) -> dict[s
 
 def head_config(target_config: dict) -> dict:
     """The draft's config with what vLLM's Eagle3LlamaForCausalLM reads added."""
-    keep = ("vocab_size", "hidden_act", "rms_norm_eps", "rope_theta", "bos_token_id",
-            "eos_token_id", "pad_token_id", "tie_word_embeddings", *SHAPE_KEYS)
+    keep = (
+        "vocab_size",
+        "hidden_act",
+        "rms_norm_eps",
+        "rope_theta",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "tie_word_embeddings",
+        *SHAPE_KEYS,
+    )
     return {
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",
@@ -143,17 +175,21 @@ def head_config(target_config: dict) -> dict:
         "attention_bias": False,
         "mlp_bias": True,  # the lookup's thresholds
         "torch_dtype": "bfloat16",
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": AUX_LAYER_IDS,
-                         "use_aux_hidden_state": True},
+        "eagle_config": {
+            "eagle_aux_hidden_state_layer_ids": AUX_LAYER_IDS,
+            "use_aux_hidden_state": True,
+        },
     }
 
 
-def write_eagle3_head(out: Path, draft: dict[str, np.ndarray], target_config: dict,
-                      seed: int) -> Path:
+def write_eagle3_head(
+    out: Path, draft: dict[str, np.ndarray], target_config: dict, seed: int
+) -> Path:
     """Write the head's config.json and model.safetensors into `out`; returns `out`."""
     shape = {key: target_config[key] for key in SHAPE_KEYS}
     write_bf16_safetensors(out / "model.safetensors", head_weights(draft, shape, seed))
     # The config last: a cached pair counts as built with its head once it exists.
-    write_text(out / "config.json",
-               json.dumps(head_config(target_config), indent=2, sort_keys=True) + "\n")
+    write_text(
+        out / "config.json", json.dumps(head_config(target_config), indent=2, sort_keys=True) + "\n"
+    )
     return out

@@ -5,7 +5,7 @@ not the GPU day. harness/engines/parse_probe.py runs in the engine's own interpr
 Covered, vLLM: each vLLM arm of prereg.yaml (the baseline, EAGLE-3, ngram_gpu), control
 arms with synthetic acceptance (a length, and per-position rates) on the EAGLE-3 arm, the
 round-cost surface's control arms over it and its k-schedule verification arm, the
-CPU demo's arms and those of prereg.yaml's CPU rehearsal (harness/rehearsal.py), parsed
+CPU demo's arms and those of prereg.yaml's CPU rehearsal (harness/rehearsal/), parsed
 by vLLM 0.32's own `vllm serve` parser in the CPU engine's venv (the same source as the
 GPU build), its serve validate and AsyncEngineArgs, then the
 speculative config: the whole SpeculativeConfig for ngram_gpu; for EAGLE-3 its fields

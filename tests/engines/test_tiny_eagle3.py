@@ -16,16 +16,17 @@ import pytest
 from harness.engines.tiny_eagle3 import AUX_LAYER_IDS, HEAD_LAYERS
 from harness.engines.tiny_pair import EAGLE3_DIR, PAIR_SHAPE, build_tiny_pair
 
-H, HEADS, KV, D = (PAIR_SHAPE[k] for k in
-                   ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim"))
+H, HEADS, KV, D = (
+    PAIR_SHAPE[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim")
+)
 
 
 def bf16_tensors(path: Path) -> dict[str, np.ndarray]:
     """A bfloat16 safetensors file as float32 arrays (numpy has no bfloat16)."""
     data = path.read_bytes()
     (size,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + size])
-    body = data[8 + size:]
+    header = json.loads(data[8 : 8 + size])
+    body = data[8 + size :]
     out = {}
     for name, meta in header.items():
         if name == "__metadata__":
@@ -53,7 +54,7 @@ def rope(x: np.ndarray, pos: np.ndarray) -> np.ndarray:
     inv = 1.0 / 10000 ** (np.arange(0, D, 2) / D)
     f = pos[:, None] * inv[None]
     cos, sin = np.cos(f)[:, None], np.sin(f)[:, None]
-    a, b = x[..., : D // 2], x[..., D // 2:]
+    a, b = x[..., : D // 2], x[..., D // 2 :]
     return np.concatenate([a * cos - b * sin, b * cos + a * sin], -1)
 
 
@@ -86,13 +87,21 @@ def test_head_has_the_layout_vllm_loads_and_the_same_bytes_for_a_seed(pair, tmp_
     head = pair / EAGLE3_DIR
     config = json.loads((head / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLMEagle3"]  # vLLM's registry name
-    assert config["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": AUX_LAYER_IDS,
-                                      "use_aux_hidden_state": True}
+    assert config["eagle_config"] == {
+        "eagle_aux_hidden_state_layer_ids": AUX_LAYER_IDS,
+        "use_aux_hidden_state": True,
+    }
     target = json.loads((pair / "target" / "config.json").read_text())
     assert config["draft_vocab_size"] == config["vocab_size"] == target["vocab_size"]
     assert config["num_hidden_layers"] == HEAD_LAYERS and config["norm_before_residual"]
-    for key in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                "rope_theta", "rms_norm_eps"):
+    for key in (
+        "hidden_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "rope_theta",
+        "rms_norm_eps",
+    ):
         assert config[key] == target[key], key  # the target's shape: one KV cache group
     w = bf16_tensors(head / "model.safetensors")
     assert w["fc.weight"].shape == (H, len(AUX_LAYER_IDS) * H)
@@ -119,7 +128,11 @@ def test_first_layer_writes_each_tokens_own_embedding(pair) -> None:
     embed = bf16_tensors(pair / "draft" / "model.safetensors")["model.embed_tokens.weight"]
     vocab = embed.shape[0]
     rng = np.random.default_rng(5)
-    for ids in (np.arange(vocab)[:300], rng.integers(0, vocab, 300), rng.permutation(vocab)[300:600]):
+    for ids in (
+        np.arange(vocab)[:300],
+        rng.integers(0, vocab, 300),
+        rng.permutation(vocab)[300:600],
+    ):
         out = layer0(w, embed, ids)
         err = np.abs(out - embed[ids]).max(axis=1) / np.abs(embed[ids]).max(axis=1)
         assert err.max() < 0.01, (int(ids[err.argmax()]), float(err.max()))

