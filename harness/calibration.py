@@ -29,8 +29,7 @@ from harness.prereg.schema.base import Positive
 if TYPE_CHECKING:
     from harness.rundir.manifest import Manifest
 
-PROBE = Path(__file__).parent / "engines" / "calibrate_probe.py"
-DTYPES = ("bfloat16", "float16", "float32", "float8")
+CALIBRATE_PROBE = Path(__file__).parent / "engines" / "calibrate_probe.py"
 # The probe takes ~5 s on one CPU core and under 20 s on a GPU; torch's import on a
 # loaded host and a first CUDA context take the rest.
 TIMEOUT_S = 120.0
@@ -120,7 +119,7 @@ class ProbeRequest:
     cpus: list[int] | None = None
     env: dict[str, str] | None = None  # over os.environ (an arm's CUDA_VISIBLE_DEVICES)
 
-    def command(self, probe: Path = PROBE) -> list[str]:
+    def command(self, probe: Path = CALIBRATE_PROBE) -> list[str]:
         cmd = [self.python, str(probe), "--device", self.device, "--dtype", self.dtype]
         if self.threads is not None:
             cmd += ["--threads", str(self.threads)]
@@ -136,7 +135,7 @@ def run_probe(request: ProbeRequest, timeout_s: float = TIMEOUT_S,
     env = {**os.environ, **(request.env or {})}
     when = time.time()
     try:
-        proc = subprocess.run(request.command(Path(probe or PROBE)), capture_output=True,
+        proc = subprocess.run(request.command(Path(probe or CALIBRATE_PROBE)), capture_output=True,
                               text=True,
                               timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:

@@ -269,8 +269,9 @@ PROTOCOL_NAMES = {"register": "harness.commands.", "run": "harness.commands.", "
 
 
 def public_definitions(tree: ast.Module) -> list[str]:
-    """The public classes, functions and type aliases a module defines at top level; module
-    constants (ALL_CAPS) are settings read beside their module's code, so left out."""
+    """The public classes, functions, type aliases and constants (ALL_CAPS) a module defines
+    at top level. An assignment defines; an import does not (a name imported from the one
+    module that defines it is that one thing, read where it is used)."""
     names = []
     for node in tree.body:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -279,7 +280,7 @@ def public_definitions(tree: ast.Module) -> list[str]:
             names += [t.id for t in node.targets if isinstance(t, ast.Name)]
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.append(node.target.id)
-    return [n for n in names if not n.startswith("_") and not n.isupper() and n != "__all__"]
+    return [n for n in names if not n.startswith("_") and n != "__all__"]
 
 
 def shared_names(modules: dict[str, Path]) -> dict[str, list[str]]:
@@ -293,19 +294,26 @@ def shared_names(modules: dict[str, Path]) -> dict[str, list[str]]:
 
 def test_no_two_harness_modules_define_the_same_public_name() -> None:
     shared = shared_names(harness_modules())
-    assert not shared, "one name, two things (rename the one whose name says less): " + "; ".join(
+    assert not shared, ("one name, two definitions (one thing: define it once and import it;"
+                        " two things: rename the one whose name says less): ") + "; ".join(
         f"{name} in {', '.join(mods)}" for name, mods in sorted(shared.items()))
 
 
 def test_the_same_name_check_sees_classes_functions_and_aliases(tmp_path) -> None:
-    (tmp_path / "a.py").write_text("class Gpu: ...\ndef locate(): ...\nStatus = int\nLIMIT = 1\n")
+    (tmp_path / "a.py").write_text("class Gpu: ...\ndef locate(): ...\nStatus = int\nLIMIT = 1\n"
+                                   "WIDTH = 3\nfrom harness.x.b import SHARED\n")
     (tmp_path / "b.py").write_text("Gpu = int\nasync def locate(): ...\nStatus: type = str\n"
-                                   "LIMIT = 2\ndef run(): ...\n_private = 1\n")
+                                   "LIMIT = 2\nWIDTH: int = 3\nSHARED = 4\ndef run(): ...\n"
+                                   "_private = 1\n_CAPS = 1\n")
+    (tmp_path / "f.py").write_text("_private = 2\n_CAPS = 2\nimport SHARED\n")
     (tmp_path / "c.py").write_text("def run(): ...\n")
     modules = {"harness.x.a": tmp_path / "a.py", "harness.x.b": tmp_path / "b.py",
-               "harness.commands.c": tmp_path / "c.py", "harness.commands.d": tmp_path / "c.py"}
+               "harness.commands.c": tmp_path / "c.py", "harness.commands.d": tmp_path / "c.py",
+               "harness.x.f": tmp_path / "f.py"}
     assert shared_names(modules) == {"Gpu": ["harness.x.a", "harness.x.b"],
                                      "locate": ["harness.x.a", "harness.x.b"],
-                                     "Status": ["harness.x.a", "harness.x.b"]}
+                                     "Status": ["harness.x.a", "harness.x.b"],
+                                     "LIMIT": ["harness.x.a", "harness.x.b"],
+                                     "WIDTH": ["harness.x.a", "harness.x.b"]}
     modules["harness.x.e"] = tmp_path / "c.py"  # two `run`s outside the commands clash
     assert shared_names(modules)["run"] == ["harness.x.b", "harness.x.e"]

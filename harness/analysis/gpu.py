@@ -19,10 +19,10 @@ GPU_COLUMNS = ["gpu_samples", "gpu_throttled", "gpu_throttle_reasons", "gpu_thro
                "gpu_power_w_max", "gpu_power_limit_w", "gpu_temperature_c_max",
                "gpu_util_pct_p50", "gpu_memory_used_mib_max", "gpu_gaps"]
 
-SERIES_COLUMNS = ["cell_id", "attempt", "wall_time", "t", "gpu", "uuid", "ok", "error",
-                  "sm_clock_mhz", "mem_clock_mhz", "power_w", "power_limit_w", "temperature_c",
-                  "gpu_util_pct", "mem_util_pct", "memory_used_mib", "clock_events",
-                  "throttled"]
+GPU_SERIES_COLUMNS = ["cell_id", "attempt", "wall_time", "t", "gpu", "uuid", "ok", "error",
+                      "sm_clock_mhz", "mem_clock_mhz", "power_w", "power_limit_w", "temperature_c",
+                      "gpu_util_pct", "mem_util_pct", "memory_used_mib", "clock_events",
+                      "throttled"]
 
 
 def _stat(readings: list[float | None], how: str) -> float:
@@ -88,5 +88,5 @@ def gpu_series(run: RunData) -> pd.DataFrame:
                              "memory_used_mib": r.memory_used_mib,
                              "clock_events": ";".join(r.clock_events),
                              "throttled": bool(set(r.clock_events) & set(THROTTLE_REASONS))})
-    frame = pd.DataFrame(rows, columns=SERIES_COLUMNS)
+    frame = pd.DataFrame(rows, columns=GPU_SERIES_COLUMNS)
     return frame.sort_values("wall_time", kind="stable").reset_index(drop=True)

@@ -30,6 +30,7 @@ from harness.analysis.load import CellData
 from harness.derived.tokens import filled, first_difference
 from harness.records import RequestRecord, TokenLogprob, token_key
 
+# Characters shown either side of where two outputs part (the analysis's and the smoke's).
 CONTEXT_CHARS = 40
 MAX_TOKENS_FINISH = "length"  # the OpenAI API's finish reason for hitting max_tokens
 
@@ -177,7 +178,8 @@ def first_word_divergence(a: str, b: str) -> int | None:
     return min(len(ta), len(tb))
 
 
-def _around(text: str, i: int) -> str:
+def excerpt_around(text: str, i: int) -> str:
+    """The text around character i, with `...` where it is cut."""
     lo = max(0, i - CONTEXT_CHARS)
     snippet = text[lo:i + CONTEXT_CHARS]
     return ("..." if lo else "") + snippet + ("..." if i + CONTEXT_CHARS < len(text) else "")
@@ -228,7 +230,7 @@ def compare_identity(drafter: CellData, baseline: CellData,
         divergence = token_divergence(d.token_logprobs, b.token_logprobs, near_tie_margin,
                                       d.output_text, b.output_text)
         result.mismatches.append(Mismatch(
-            item, i, w, _around(d.output_text, i), _around(b.output_text, i), d.finish_reason,
-            b.finish_reason, d.completion_tokens, b.completion_tokens, "; ".join(notes),
+            item, i, w, excerpt_around(d.output_text, i), excerpt_around(b.output_text, i),
+            d.finish_reason, b.finish_reason, d.completion_tokens, b.completion_tokens, "; ".join(notes),
             divergence))
     return result

@@ -32,6 +32,7 @@ import math
 
 import pandas as pd
 
+from harness.analysis.acceptance_requests import AGREE_WITHIN
 from harness.calibration import RooflineFigures
 from harness.plan import roofline_step_s
 from harness.prereg.schema import Study
@@ -41,7 +42,6 @@ PREDICTION_COLUMNS = ["engine_tokens_per_round", "engine_tokens_source", "predic
                       "prediction_note", "tokens_per_round_note"]
 # Methods whose drafts cost no forward pass of a model of their own.
 MODEL_FREE = ("ngram", "ngram_gpu", "suffix")
-AGREE_WITHIN = 0.05
 
 
 def predicted(study: Study, arm_name: str, concurrency: int, e_tokens: float,

@@ -17,7 +17,6 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.calibration import (
-    DTYPES,
     Calibration,
     CalibrationFailed,
     CalibrationRecord,
@@ -26,6 +25,7 @@ from harness.calibration import (
     run_probe,
 )
 from harness.commands.output import write_table
+from harness.engines.calibrate_probe import DTYPES
 from harness.errors import InputError, SpecbenchError
 
 

@@ -13,7 +13,7 @@ from harness.prereg import LoadedStudy, load_study_file, seal_of
 from harness.prereg.drafter_base import base_line, check_drafter_bases
 from harness.prereg.load import format_loc
 from harness.prereg.operating import design_warnings
-from harness.prereg.pins import MARKER, pin_report
+from harness.prereg.pins import TO_FIX_MARKER, pin_report
 from harness.prereg.schema import Study
 from harness.weights.datasets import dataset_problems
 
@@ -153,7 +153,7 @@ def print_pins(console: Console, loaded: LoadedStudy) -> None:
     out(f"unpinned revisions: {len(report.unpinned)}")
     for c in report.unpinned:
         out(f"  {c.where}: {', '.join(c.roles)} {c.repo}: {c.why_unpinned()}")
-    out(f"open {MARKER!r} markers: {len(report.markers)}")
+    out(f"open {TO_FIX_MARKER!r} markers: {len(report.markers)}")
     for m in report.markers:
         out(f"  {m.file}:{m.line}: {m.text}")
     if not report.open:

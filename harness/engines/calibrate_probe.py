@@ -1,8 +1,8 @@
 """Measure the two figures a roofline needs on this device: read bandwidth and dense
 matmul throughput.
 
-Run as a script by an engine environment's interpreter (the harness never imports it:
-harness/calibration.py runs it and reads the one JSON line it prints on stdout); it
+Run as a script by an engine environment's interpreter (the harness imports its DTYPES
+only: harness/calibration.py runs it and reads the one JSON line it prints on stdout); it
 imports torch and the standard library only, so `benchmarks/gpu_calibrate.py` can load
 it by path on a machine with torch alone.
 

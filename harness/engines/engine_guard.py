@@ -23,7 +23,7 @@ import signal
 import sys
 import time
 
-POLL_S = 1.0
+LIFELINE_POLL_S = 1.0
 
 
 def _stat(pid: int) -> tuple[int, int, int, str] | None:
@@ -106,7 +106,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     known: dict[int, int] = {}
     while True:
-        readable, _, _ = select.select([fd], [], [], POLL_S)
+        readable, _, _ = select.select([fd], [], [], LIFELINE_POLL_S)
         if readable and os.read(fd, 1) == b"":
             stop_engine(pgid, known, grace_s)
             return 0

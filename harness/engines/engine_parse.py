@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.engines import get_engine_kind
+from harness.engines.parse_probe import PARSE_RESULT_MARKER
 from harness.errors import SpecbenchError
 from harness.prereg.schema import Arm, Study
 
-PROBE = Path(__file__).with_name("parse_probe.py")
-MARKER = "specbench-parse-result"
+PARSE_PROBE = Path(__file__).with_name("parse_probe.py")
 
 
 @dataclass(frozen=True)
@@ -44,16 +44,16 @@ def parse_commands(python: str, engine: str, commands: dict[str, tuple[list[str]
     request = {"engine": engine, "commands": [{"name": n, "argv": a, "env": e}
                                               for n, (a, e) in commands.items()]}
     try:
-        proc = subprocess.run([python, str(PROBE)], input=json.dumps(request), text=True,
+        proc = subprocess.run([python, str(PARSE_PROBE)], input=json.dumps(request), text=True,
                               capture_output=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise SpecbenchError(f"{python}: the {engine} parse probe did not run: {err}") from None
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(MARKER)), None)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(PARSE_RESULT_MARKER)), None)
     if line is None:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise SpecbenchError(f"{python}: the {engine} parse probe failed (exit"
                              f" {proc.returncode}): {tail[0]}")
-    return {name: Parsed(**r) for name, r in json.loads(line[len(MARKER):]).items()}
+    return {name: Parsed(**r) for name, r in json.loads(line[len(PARSE_RESULT_MARKER):]).items()}
 
 
 def parse_arms(python: str, arms: list[Arm], study: Study) -> dict[str, Parsed]:

@@ -1,9 +1,9 @@
 """Parse engine commands with the engine's own parser and configuration checks, as far
 as they go without the model's files or a GPU. Run by an engine environment's interpreter
-(harness/engines/engine_parse.py; never imported by the harness): reads {"engine",
-"commands": [{"name", "argv", "env"}]} on stdin (argv: what follows the interpreter's
-module) and prints one JSON line after MARKER: per command `ok`, `problem` in the engine's
-words, and `checked`. A flag must be exact (argparse takes a unique prefix).
+(harness/engines/engine_parse.py; the harness imports its constants only): reads
+{"engine", "commands": [{"name", "argv", "env"}]} on stdin (argv: what follows the
+interpreter's module) and prints one JSON line after PARSE_RESULT_MARKER: per command
+`ok`, `problem` in the engine's words, and `checked`. A flag must be exact (argparse takes a unique prefix).
 
 vLLM 0.32: `vllm serve`'s parser (entrypoints/cli/main.py), its validate,
 AsyncEngineArgs.from_cli_args, the whole SpeculativeConfig for a drafter without weights,
@@ -25,9 +25,11 @@ import sys
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
 
-MARKER = "specbench-parse-result"
-WEIGHTLESS = {"ngram", "ngram_gpu", "suffix"}
-
+# The harness imports these two (engine_parse.py, vllm_engine.py): one definition, here,
+# where the engine's interpreter can read them too.
+PARSE_RESULT_MARKER = "specbench-parse-result"
+# vLLM's speculative methods without draft weights of their own.
+WEIGHTLESS_METHODS = {"ngram", "ngram_gpu", "suffix"}
 
 def _argparse(parse, argv: list[str]):
     """parse(argv), an argparse failure (SystemExit) turned into its message."""
@@ -76,7 +78,7 @@ def vllm_check(argv: list[str], env: dict) -> dict:
         return {"ok": True, "problem": None, "checked": checked}
     from vllm.config.speculative import SpeculativeConfig
 
-    whole, post_init = spec.get("method") in WEIGHTLESS, SpeculativeConfig.__post_init__
+    whole, post_init = spec.get("method") in WEIGHTLESS_METHODS, SpeculativeConfig.__post_init__
     if not whole:  # its __post_init__ reads the draft's and the target's configs
         SpeculativeConfig.__post_init__ = lambda self: None
     try:
@@ -131,7 +133,7 @@ def main() -> None:
         except Exception as err:  # the engine's own refusal, in its words
             out[command["name"]] = {"ok": False, "checked": [],
                                     "problem": f"{type(err).__name__}: {err}"[:2000]}
-    print(MARKER, json.dumps(out), flush=True)
+    print(PARSE_RESULT_MARKER, json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":

@@ -28,11 +28,11 @@ from harness.engines import ENGINE_KINDS
 from harness.engines.attach import attach_problem
 from harness.engines.base import EngineKind, expand_arm, looks_like_local_path
 from harness.engines.chosen_settings import differences
+from harness.engines.parse_probe import WEIGHTLESS_METHODS
 from harness.engines.pins import pin_for_interpreter
 from harness.engines.process import port_in_use
 from harness.engines.sglang_engine import SPECULATIVE_RUNNING_CAP, SglangKind
 from harness.engines.versions import probe_version
-from harness.engines.vllm_engine import WEIGHTLESS_METHODS
 from harness.errors import SpecbenchError
 from harness.weights.datasets import dataset_problems
 from harness.weights.record import weights_problems
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 # Methods that draft without weights of their own (vLLM and SGLang spellings).
 MODEL_FREE_METHODS = {"ngram", "ngram_gpu", "suffix", "mtp", "nextn"}
-# ... and of those, vllm_engine.WEIGHTLESS_METHODS have no draft weights at all (an MTP head
+# ... and of those, parse_probe.WEIGHTLESS_METHODS have no draft weights at all (an MTP head
 # has the target's).
 
 

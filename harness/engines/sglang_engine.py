@@ -55,7 +55,7 @@ EAGLE_FAMILY = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"}
 # Algorithms SGLang turns the admission delay on for by itself (is_dflash_family).
 DFLASH_FAMILY = {"DFLASH", "DSPARK"}
 # Drafters without weights of their own: no draft quantization to set.
-WEIGHTLESS = {"NGRAM"}
+WEIGHTLESS_ALGORITHMS = {"NGRAM"}
 # What SGLang sets max_running_requests to for any speculative algorithm unless passed.
 SPECULATIVE_RUNNING_CAP = 48
 # drafter.quantization `checkpoint` in SGLang's spelling: no override, the checkpoint's own.
@@ -124,7 +124,7 @@ def speculative_args(arm: Arm) -> list[str]:
 def draft_quantization_flag(arm: Arm) -> str | None:
     """--speculative-draft-model-quantization's value (None: not passed, no draft weights)."""
     d = arm.drafter
-    if d is None or sglang_algorithm(arm) in WEIGHTLESS:
+    if d is None or sglang_algorithm(arm) in WEIGHTLESS_ALGORITHMS:
         return None
     return UNQUANT if d.quantization == "checkpoint" else d.quantization
 
@@ -223,7 +223,7 @@ class SglangKind(EngineKind):
         return fields
 
     def drafter_precision(self, arm: Arm, study: Study) -> str:
-        if arm.drafter is None or sglang_algorithm(arm) in WEIGHTLESS:
+        if arm.drafter is None or sglang_algorithm(arm) in WEIGHTLESS_ALGORITHMS:
             return "none (no draft weights)"
         # Read back from the flags as passed: an option or extra arg may override ours.
         flag = option_value(self.own_args(arm), "--speculative-draft-model-quantization")

@@ -23,6 +23,7 @@ from harness.dialects import Dialect
 from harness.engines.base import EngineKind, compact_json, int_option, option_value
 from harness.engines.chosen_settings import vllm_chosen
 from harness.engines.cpu_dtype import CpuDtype, host_cpu_dtype
+from harness.engines.parse_probe import WEIGHTLESS_METHODS
 from harness.engines.pins import interpreter_for
 
 if TYPE_CHECKING:
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
 # specbench spellings that vLLM names differently; anything else is passed through
 # unchanged so vLLM itself accepts or rejects it (its config forbids unknown methods).
 VLLM_METHODS = {"standalone": "draft_model"}
-# Methods that propose without draft weights.
-WEIGHTLESS_METHODS = {"ngram", "ngram_gpu", "suffix"}
 # Methods whose draft, without a model of its own, is the target's (and its quantization).
 TARGET_DRAFT_METHODS = {"mtp", "dspark"}
 

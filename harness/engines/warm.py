@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from harness.prereg.schema import Arm, Study
 
 # A progress line this often while the compile runs (tests shorten it).
-POLL_S = 30.0
+PROGRESS_EVERY_S = 30.0
 # Beyond SGLang's own --timeout (its server must answer within it), time for the request
 # and its shutdown before specbench stops the compile itself.
 SHUTDOWN_MARGIN_S = 600
@@ -116,7 +116,7 @@ def _run(cmd: list[str], env: dict[str, str], study: Study, arm: Arm, cache: Pat
                 raise SpecbenchError(f"DeepGEMM compile still running after {_minutes(elapsed)}"
                                      " (SGLang's --timeout plus 10 min): stopped it",
                                      f"log: {log}")
-            _sleep_until(proc, POLL_S)
+            _sleep_until(proc, PROGRESS_EVERY_S)
             if proc.poll() is None:
                 last = next((x for x in reversed(tail_lines(log, 5)) if x.strip()), "")
                 print(f"  {_minutes(time.monotonic() - start)}: compiling; log: {last[:160]}",

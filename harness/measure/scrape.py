@@ -128,8 +128,8 @@ class MetricsScraper:
         await self.stop()
 
 
-SERIES_COLUMNS = ["t", "wall_time", "dt_s", "drafts", "accepted", "acceptance_length",
-                  "running", "waiting", "kv_cache_usage"]
+METRICS_SERIES_COLUMNS = ["t", "wall_time", "dt_s", "drafts", "accepted", "acceptance_length",
+                          "running", "waiting", "kv_cache_usage"]
 
 
 def per_second_series(samples: list[MetricSample]) -> pd.DataFrame:
@@ -157,8 +157,8 @@ def per_second_series(samples: list[MetricSample]) -> pd.DataFrame:
             previous = (s.t, snap)
         rows.append(row)
     frame = pd.DataFrame(rows)
-    for column in SERIES_COLUMNS:
+    for column in METRICS_SERIES_COLUMNS:
         if column not in frame:
             frame[column] = float("nan")
     extra = sorted((c for c in frame.columns if c.startswith("pos_")), key=lambda c: int(c[4:]))
-    return frame[SERIES_COLUMNS + extra].astype(float)
+    return frame[METRICS_SERIES_COLUMNS + extra].astype(float)

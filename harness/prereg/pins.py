@@ -21,7 +21,7 @@ from harness.errors import InputError
 from harness.prereg.load import LoadedStudy
 from harness.prereg.schema import Study
 
-MARKER = "TO FIX BEFORE THE RUN"
+TO_FIX_MARKER = "TO FIX BEFORE THE RUN"
 COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -99,7 +99,7 @@ class PinReport:
             text += f" unpinned revisions: {'; '.join(parts)};"
         if self.markers:
             where = ", ".join(f"{m.file}:{m.line}" for m in self.markers)
-            text += f" {len(self.markers)} open {MARKER!r} markers: {where};"
+            text += f" {len(self.markers)} open {TO_FIX_MARKER!r} markers: {where};"
         return (text + " pin each revision to a 40-hex commit sha (`specbench fetch` prints it),"
                 " resolve the markers, or pass --allow-unpinned to run anyway and record the"
                 " deviation")
@@ -162,7 +162,7 @@ def open_markers(loaded: LoadedStudy) -> list[OpenMarker]:
         except OSError as err:
             raise InputError(f"{path}: cannot read: {err}") from None
         for n, line in enumerate(text.splitlines(), start=1):
-            at = line.find(MARKER)
+            at = line.find(TO_FIX_MARKER)
             if at >= 0:
                 out.append(OpenMarker(shown_path(path), n, line[at:].strip()))
     return out

@@ -23,7 +23,7 @@ GPU_ONLY_FLAGS = {
 }
 # Methods with a drafter the tiny pair provides (its folder), or none needed.
 PAIR_DRAFTERS = {"eagle3": "eagle3", "draft_model": "draft"}
-WEIGHTLESS = {"ngram", "ngram_gpu"}
+PROMPT_LOOKUP_METHODS = {"ngram", "ngram_gpu"}
 # The EAGLE-3 head's size for the roofline (two layers and fc; the target's lm_head).
 HEAD_PARAMS_BILLION = 0.036
 DRAFT_PARAMS_BILLION = 0.017
@@ -121,7 +121,7 @@ def cpu_arm(arm: Arm, pair: Path, diffs: list[Difference]) -> dict[str, Any] | N
                     name,
                 )
             )
-        elif method in WEIGHTLESS and VllmCpuKind().method_problem(arm) is not None:
+        elif method in PROMPT_LOOKUP_METHODS and VllmCpuKind().method_problem(arm) is not None:
             drafter["method"] = "ngram"  # the same prompt lookup, on the CPU
             diffs.append(
                 Difference(
@@ -132,7 +132,7 @@ def cpu_arm(arm: Arm, pair: Path, diffs: list[Difference]) -> dict[str, Any] | N
                     name,
                 )
             )
-        elif method not in WEIGHTLESS:
+        elif method not in PROMPT_LOOKUP_METHODS:
             diffs.append(
                 Difference(
                     "drafter",

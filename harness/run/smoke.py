@@ -32,7 +32,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.analysis.identity import DEFAULT_NEAR_TIE_MARGIN, token_divergence
+from harness.analysis.identity import DEFAULT_NEAR_TIE_MARGIN, excerpt_around, token_divergence
 from harness.analysis.regime import REGIME_FILE, regime_levels
 from harness.analysis.smoke import compares, margin_text, smoke_line, value_text
 from harness.derived.itl import tokens_per_chunk
@@ -76,7 +76,6 @@ SMOKE_PROMPTS = 2
 # (the rule itself, absent-before included: harness/engines/drafting.py).
 COUNTER_WAIT_S = 10.0
 LOG_TAIL = 200
-CONTEXT_CHARS = 30
 
 
 class SmokeFailed(SpecbenchError):
@@ -140,12 +139,6 @@ def passed_checks(records: list, keys: dict[str, str]) -> tuple[dict[str, SmokeA
     return own, {arm for arm, ok in identity.items() if ok}
 
 
-def _around(text: str, i: int) -> str:
-    lo = max(0, i - CONTEXT_CHARS)
-    return (("..." if lo else "") + text[lo:i + CONTEXT_CHARS]
-            + ("..." if i + CONTEXT_CHARS < len(text) else ""))
-
-
 def compare_answers(drafter: str, baseline: str, key: str, mine: list[SmokeAnswer],
                     theirs: list[SmokeAnswer],
                     near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN) -> SmokeIdentityCheck:
@@ -175,15 +168,16 @@ def compare_answers(drafter: str, baseline: str, key: str, mine: list[SmokeAnswe
                  f" (the target's margin {margin_text(div.drafter_margin)} drafter,"
                  f" {margin_text(div.baseline_margin)} baseline; a near-tie is below"
                  f" {near_tie_margin:g}),")
+        drafter_text = excerpt_around(answer.output_text, i)
+        baseline_text = excerpt_around(other.output_text, i)
         return SmokeIdentityCheck(
             arm=drafter, baseline=baseline, key=key, wall=time.time(), status="failed",
             compared=compared, item_id=answer.item_id, char_index=i,
-            drafter_text=_around(answer.output_text, i),
-            baseline_text=_around(other.output_text, i), divergence=div,
+            drafter_text=drafter_text, baseline_text=baseline_text, divergence=div,
             near_ties=near_ties, near_tie_margin=near_tie_margin,
             reason=(f"arm {drafter!r}: its greedy output differs from its baseline"
                     f" {baseline!r} on item {answer.item_id} at{token} character {i}:"
-                    f" {_around(answer.output_text, i)!r} vs {_around(other.output_text, i)!r}"
+                    f" {drafter_text!r} vs {baseline_text!r}"
                     f" -- {div.kind}: {div.why}"))
     return SmokeIdentityCheck(arm=drafter, baseline=baseline, key=key, wall=time.time(),
                               status="passed", compared=compared, near_ties=near_ties,

@@ -23,7 +23,6 @@ from harness.errors import SpecbenchError
 _HERE = Path(__file__).resolve().parent
 LAUNCHER = _HERE / "_sandbox_launcher.py"
 GUARD = _HERE / "_sandbox_guard.py"
-SETUP_ERROR_EXIT = 97
 SETUP_TIMEOUT_S = 15.0  # launcher start to the program's first instruction
 UID_BASE = 2_000_000_000
 MAX_SLOTS = 64

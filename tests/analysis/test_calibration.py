@@ -375,7 +375,7 @@ def test_calibrate_says_what_cannot_be_measured_and_exits_2(capsys):
 
 def test_calibrate_prints_measured_beside_registered(tmp_path, monkeypatch, capsys):
     probe = fake_probe(tmp_path, bandwidth=14.1, tflops=0.05)
-    monkeypatch.setattr("harness.calibration.PROBE", probe)
+    monkeypatch.setattr("harness.calibration.CALIBRATE_PROBE", probe)
     data = yaml.safe_load((ROOT / "examples" / "scripted-pass.yaml").read_text())
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump(data))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.calibration import PROBE, ProbeRequest, run_probe
+from harness.calibration import CALIBRATE_PROBE, ProbeRequest, run_probe
 from harness.engines.calibrate_probe import parse_cpus
 from harness.engines.vllm_engine import default_vllm_cpu_python
 
@@ -24,7 +24,7 @@ def test_cpu_lists_are_read_as_the_kernel_writes_them():
 
 def test_an_interpreter_without_torch_is_refused_in_one_line():
     # The harness's own venv has no torch (engines live in their own environments).
-    proc = subprocess.run([sys.executable, str(PROBE), "--device", "cpu", "--cpus", "0"],
+    proc = subprocess.run([sys.executable, str(CALIBRATE_PROBE), "--device", "cpu", "--cpus", "0"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stdout == ""
     [line] = proc.stderr.strip().splitlines()

@@ -75,7 +75,7 @@ def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(paths, "CACHE_DIR", tmp_path / "specbench-cache")
     monkeypatch.setenv("SGLANG_DG_CACHE_DIR", str(tmp_path / "deep_gemm"))
     monkeypatch.setenv("DUMP_TO", str(tmp_path / "dump.json"))
-    monkeypatch.setattr(warm, "POLL_S", 0.05)
+    monkeypatch.setattr(warm, "PROGRESS_EVERY_S", 0.05)
     return tmp_path
 
 

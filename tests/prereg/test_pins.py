@@ -14,7 +14,7 @@ import yaml
 from harness.cli import main
 from harness.errors import InputError
 from harness.prereg import load_study_file
-from harness.prereg.pins import MARKER, gate, hub_checkpoints, is_commit_sha, pin_report
+from harness.prereg.pins import TO_FIX_MARKER, gate, hub_checkpoints, is_commit_sha, pin_report
 
 ROOT = Path(__file__).resolve().parents[2]
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -90,11 +90,11 @@ def test_registered_prereg_lists_every_unpinned_revision_and_marker(monkeypatch,
     for path in ["prereg.yaml", *(f"arms/{n}.yaml" for n in (
             "vllm-base", "sglang-dflash", "sglang-base", "vllm-eagle3", "vllm-ngram"))]:
         for n, line in enumerate((ROOT / path).read_text().splitlines(), start=1):
-            if MARKER in line:
+            if TO_FIX_MARKER in line:
                 expected.append(f"{path}:{n}")
     listed = re.findall(r"^  (\S+:\d+): TO FIX BEFORE THE RUN", out, re.M)
     assert listed == expected and len(expected) == 5, out
-    assert f"open {MARKER!r} markers: 5" in out
+    assert f"open {TO_FIX_MARKER!r} markers: 5" in out
     assert "`specbench run` refuses this study" in out
 
 
@@ -138,7 +138,7 @@ def test_a_marker_alone_is_refused_with_its_file_and_line(tmp_path) -> None:
     arm = tmp_path / "arms" / "base.yaml"
     arm.parent.mkdir()
     arm.write_text("name: v-base\nengine: vllm\nlaunch:\n  python: /x/python\n"
-                   f"  extra_args: []   # {MARKER}: the tuned flags\n")
+                   f"  extra_args: []   # {TO_FIX_MARKER}: the tuned flags\n")
     data = copy.deepcopy(GPU_STUDY)
     data["arms"][0] = {"file": "arms/base.yaml"}
     loaded = load_study_file(write(tmp_path, data))
@@ -148,7 +148,7 @@ def test_a_marker_alone_is_refused_with_its_file_and_line(tmp_path) -> None:
     assert f"{arm}:5" in err.value.lines[0] or "arms/base.yaml:5" in err.value.lines[0]
     deviation = gate(loaded, allow_unpinned=True)
     assert deviation is not None and deviation["open_markers"][0].endswith(
-        f"base.yaml:5: {MARKER}: the tuned flags")
+        f"base.yaml:5: {TO_FIX_MARKER}: the tuned flags")
 
 
 def test_a_shared_checkpoint_is_listed_once_with_every_role(tmp_path) -> None:
@@ -171,7 +171,7 @@ def test_cpu_and_scripted_studies_run_unpinned_without_the_flag(tmp_path) -> Non
     data["model"]["revision"] = "main"
     data["arms"] = [{"name": "cpu", "engine": "vllm-cpu", "launch": {"python": "/x/python"}}]
     path = write(tmp_path, data)
-    path.write_text(path.read_text() + f"# {MARKER}: later\n")
+    path.write_text(path.read_text() + f"# {TO_FIX_MARKER}: later\n")
     loaded = load_study_file(path)
     report = pin_report(loaded)
     assert report.gpu is False and len(report.unpinned) == 1 and len(report.markers) == 1

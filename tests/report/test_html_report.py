@@ -136,18 +136,18 @@ def test_the_gpu_figure_shades_every_other_cell_as_the_pdf_does(monkeypatch):
 
     import pandas as pd
 
-    from harness.analysis.gpu import SERIES_COLUMNS
+    from harness.analysis.gpu import GPU_SERIES_COLUMNS
     from harness.report import html_figures_cells
     from harness.report.pages_gpu import alternate_cell_spans
 
     rows = []
     for i, cell in enumerate(["a/chat/speed/c001", "a/chat/speed/c002", "a/chat/speed/c004"]):
         for j in range(3):
-            rows.append({column: None for column in SERIES_COLUMNS} | {
+            rows.append({column: None for column in GPU_SERIES_COLUMNS} | {
                 "cell_id": cell, "wall_time": 1000.0 + 60 * (3 * i + j), "gpu": 0, "ok": True,
                 "sm_clock_mhz": 1980.0, "mem_clock_mhz": 2619.0, "power_w": 300.0,
                 "power_limit_w": 350.0, "temperature_c": 60.0, "throttled": (i, j) == (2, 2)})
-    series = pd.DataFrame(rows, columns=SERIES_COLUMNS)
+    series = pd.DataFrame(rows, columns=GPU_SERIES_COLUMNS)
     monkeypatch.setattr(html_figures_cells, "gpu_series", lambda run: series)
     # gpu_series is patched: the analysis is never read.
     fig = html_figures_cells.gpu_figure(cast(Analysis, SimpleNamespace(run=None)))
