@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from harness.derived.throttle import GpuThrottle
 from harness.records import ClientHealth, RequestRecord
@@ -62,25 +62,6 @@ class Unusable:
         return all(c.passes for c in self.causes)
 
 
-def unusable_reason(
-    *,
-    kind: str,
-    requests: Sequence[RequestRecord],
-    aborted: bool = False,
-    abort_reason: str | None = None,
-    health: ClientHealth | None = None,
-    gpu_throttle: GpuThrottle | None = None,
-    gpu_throttle_policy: str = "flag",
-) -> str | None:
-    """None for a usable cell; else one line saying why not. `requests` are the
-    attempt's records (warm-up ones are ignored here); `gpu_throttle` is the attempt's
-    (None: no GPU telemetry)."""
-    judged = unusable(kind=kind, requests=requests, aborted=aborted, abort_reason=abort_reason,
-                      health=health, gpu_throttle=gpu_throttle,
-                      gpu_throttle_policy=gpu_throttle_policy)
-    return judged.reason if judged else None
-
-
 def unusable(
     *,
     kind: str,
@@ -91,7 +72,9 @@ def unusable(
     gpu_throttle: GpuThrottle | None = None,
     gpu_throttle_policy: str = "flag",
 ) -> Unusable | None:
-    """unusable_reason with its typed causes: the first rule that fails, in this order."""
+    """None for a usable cell; else why not, the first rule that fails in this order: one
+    line and its typed causes. `requests` are the attempt's records (warm-up ones are
+    ignored here); `gpu_throttle` is the attempt's (None: no GPU telemetry)."""
     measured = [r for r in requests if r.phase == "measure"]
     if aborted:
         return Unusable(f"aborted: {abort_reason or 'error rate'}", (Cause("aborted"),))
@@ -118,6 +101,12 @@ def unusable(
         return Unusable(f"GPU throttled: {gpu_throttle.describe()}",
                         (Cause("gpu_throttled", share),))
     return None
+
+
+def unusable_reason(**judged: Any) -> str | None:
+    """unusable's one line alone (None: usable), as cell.json keeps it."""
+    found = unusable(**judged)
+    return found.reason if found else None
 
 
 def client_causes(health: ClientHealth) -> tuple[Cause, ...]:
