@@ -43,6 +43,7 @@ from harness.analysis.compare_sessions import Side, compare_row
 from harness.analysis.intervals import session_ratio, session_units, t_quantile
 from harness.analysis.k_schedule import proposed_schedule
 from harness.analysis.speedup import pair_figures
+from harness.plan_arms import surface_arms
 from harness.prereg import load_study_file
 from harness.prereg.schema import Study
 
@@ -194,7 +195,7 @@ def schedule_replicate(rng: np.random.Generator, study: Study, sd: float, sessio
         n = closed.requests.for_concurrency(c)
         base = [_cell(f"b{c}/s{s}", c, BASE_SPEED * _noisy(rng, c, n, rng.normal(0, sd), args),
                       np.ones(n)) for s in range(sessions)]
-        for arm in study.surface_arms():
+        for arm in surface_arms(study):
             assert arm.drafter is not None and arm.drafter.synthetic is not None
             k, length = arm.drafter.num_draft_tokens, arm.drafter.synthetic.acceptance_length
             drafter = []

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from harness.calibration import EffectiveHardware, RooflineFigures, figure_text
+from harness.plan_arms import schedule_arms, surface_arms
 from harness.prereg.schema import SCHEDULE_PREFIX, Arm, Study, TaskSpec
 
 CellKind = Literal["speed", "identity", "accuracy", "open"]
@@ -180,14 +181,14 @@ def surface_cells(study: Study) -> list[Cell]:
     if study.surface is None:
         return []
     tasks = [study.task(name) for name in study.surface_tasks()]
-    return _later_stage_cells(study, 4, study.surface_arms(), tasks, study.surface.concurrency)
+    return _later_stage_cells(study, 4, surface_arms(study), tasks, study.surface.concurrency)
 
 
 def schedule_cells(study: Study) -> list[Cell]:
     """Stage 5 (surface.verify_schedule): each task's schedule arm at every registered
     closed-loop level of that task; its schedule is set after stage 4."""
     levels = study.loads.closed_loop.concurrency
-    return [cell for arm in study.schedule_arms() for cell in _later_stage_cells(
+    return [cell for arm in schedule_arms(study) for cell in _later_stage_cells(
         study, 5, [arm], [study.task(arm.name.removeprefix(SCHEDULE_PREFIX))], levels)]
 
 

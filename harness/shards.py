@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from harness.errors import InputError
 from harness.plan import Cell, cell_seconds, engine_blocks
+from harness.plan_arms import schedule_arms, surface_arms
 from harness.prereg.schema import Study
 
 
@@ -78,7 +79,7 @@ def engine_groups(study: Study) -> list[tuple[str, ...]]:
     """Each baseline arm with the drafter arms compared with it, in study order (the
     round-cost surface's arms with the baseline they are paired with)."""
     groups: dict[str, list[str]] = {}
-    for arm in [*study.arms, *study.surface_arms(), *study.schedule_arms()]:
+    for arm in [*study.arms, *surface_arms(study), *schedule_arms(study)]:
         root = arm.baseline or arm.name
         groups.setdefault(root, [])
         if arm.baseline is None:

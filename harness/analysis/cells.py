@@ -14,6 +14,7 @@ from harness.analysis.gpu import gpu_columns
 from harness.analysis.load import CellData, RunData
 from harness.derived.bursts import burst_share, is_burst
 from harness.derived.itl import chunk_itl, tokens_per_chunk
+from harness.plan_arms import schedule_arms, surface_arms
 from harness.records import RequestRecord
 from harness.rundir import gpu_key
 
@@ -181,7 +182,7 @@ def engine_rounds(run: RunData) -> dict[str, str]:
     from harness.engines import get_engine_kind
 
     out = {}
-    for arm in [*run.study.arms, *run.study.surface_arms(), *run.study.schedule_arms()]:
+    for arm in [*run.study.arms, *surface_arms(run.study), *schedule_arms(run.study)]:
         if arm.drafter is not None:
             starts = run.manifest.engines.get(arm.name)
             chosen = starts[-1].settings.get("async_scheduling") if starts else None

@@ -1,7 +1,7 @@
 """The round-cost surface (issue 32): what a round costs at each k and load, measured
 apart from any drafter's quality, and the acceptance a drafter needs there to pay.
 
-The surface stage's control arms (Study.surface_arms: the registered `surface.drafter`
+The surface stage's control arms (plan_arms.surface_arms: the registered `surface.drafter`
 at each k, its acceptance set to each L) are paired with that drafter's baseline at the
 surface's levels, like any speedup (harness.analysis.speedup.session_figures: the ratio,
 its interval, tokens per round x round cost), in the baseline's sessions there (session s
@@ -31,6 +31,7 @@ from harness.analysis.frame import framed
 from harness.analysis.k_schedule import proposed_schedule, schedule_ranges
 from harness.analysis.load import RunData
 from harness.analysis.speedup import pair_figures, pair_key
+from harness.plan_arms import surface_arms
 from harness.prereg.schema import Study
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ def surface_table(run: RunData) -> pd.DataFrame:
     rows = []
     surface = study.surface
     if surface is not None:
-        for arm in study.surface_arms():
+        for arm in surface_arms(study):
             assert arm.drafter is not None and arm.drafter.synthetic is not None
             assert arm.baseline is not None
             for task in study.surface_tasks():

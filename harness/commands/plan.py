@@ -11,6 +11,7 @@ from harness.calibration import EffectiveHardware, effective_hardware
 from harness.commands.output import add_format_option, print_json, write_table
 from harness.errors import InputError
 from harness.plan import engine_blocks, estimate, plan_cells
+from harness.plan_arms import schedule_arms, surface_arms
 from harness.prereg import load_study_file
 from harness.prereg.schema import Study
 from harness.shards import STAGES, sharded_estimate
@@ -87,9 +88,9 @@ def _surface_estimate(study: Study, cells: list, hardware: EffectiveHardware | N
     return {"drafter": study.surface.drafter, "k": study.surface.k,
             "acceptance_length": study.surface.acceptance_length,
             "concurrency": study.surface.concurrency, "tasks": study.surface_tasks(),
-            "arms": len(study.surface_arms()), "cells": len(mine),
+            "arms": len(surface_arms(study)), "cells": len(mine),
             "estimated_gpu_seconds": est.seconds if est else 0.0,
-            "verify_schedule": {"arms": len(study.schedule_arms()), "cells": len(verify),
+            "verify_schedule": {"arms": len(schedule_arms(study)), "cells": len(verify),
                                 "estimated_gpu_seconds": est_verify.seconds
                                 if est_verify else 0.0}}
 

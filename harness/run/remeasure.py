@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 from harness.analysis.load import CellData, RunData, load_run
+from harness.plan_arms import schedule_arms, surface_arms
 from harness.prereg.schema import Study
 from harness.run.store import RunStore
 from harness.rundir import rerun_of
@@ -42,7 +43,7 @@ def partner_cells(run: RunData, cell: CellData) -> list[str]:
         return []
     study = run.study
     rest = cell.id.split("/", 1)[1]
-    arms = [*study.arms, *study.surface_arms(), *study.schedule_arms()]
+    arms = [*study.arms, *surface_arms(study), *schedule_arms(study)]
     names = {a.name for a in arms if a.baseline == cell.arm}
     own = next((a for a in arms if a.name == cell.arm), None)
     if own is not None and own.baseline is not None:

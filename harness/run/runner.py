@@ -28,6 +28,7 @@ from harness.engines.base import expand_study
 from harness.engines.preflight import require_preflight
 from harness.errors import InputError, SpecbenchError
 from harness.plan import Cell, block_session, engine_blocks, plan_cells
+from harness.plan_arms import schedule_arms
 from harness.prereg import LoadedStudy, resolved_study, seal_of
 from harness.prereg.schema import SCHEDULE_PREFIX, Arm, Study
 from harness.run.arm_engine import ArmEngine
@@ -311,7 +312,7 @@ class Runner:
         if arm_name not in self.k_schedules:
             raise SpecbenchError(f"arm {arm_name}: its k schedule is not set (the schedule"
                                  " verification runs only after the surface proposes one)")
-        return next(a for a in self.study.schedule_arms(self.k_schedules)
+        return next(a for a in schedule_arms(self.study, self.k_schedules)
                     if a.name == arm_name)
 
     def close_engine(self, arm_name: str | None = None) -> None:

@@ -54,7 +54,7 @@ class Batch:
     rates: dict[str, float] | None = None  # open loop: each arm's knee throughput (req/s)
     # Arms whose engine must be a fresh start before these cells (a check-bar rerun).
     fresh_engines: frozenset[str] = field(default_factory=frozenset)
-    # Stage 5: each schedule arm's k schedule (Study.schedule_arms), known only now.
+    # Stage 5: each schedule arm's k schedule (harness.plan_arms), known only now.
     k_schedules: dict[str, list[tuple[int, int | None, int]]] = field(default_factory=dict)
 
 

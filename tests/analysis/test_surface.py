@@ -25,6 +25,7 @@ from harness.engines import get_engine_kind
 from harness.engines.scripted import ScriptedKind
 from harness.errors import InputError
 from harness.plan import plan_cells
+from harness.plan_arms import schedule_arms, surface_arms
 from harness.prereg import load_study
 from harness.prereg.schema import Study
 
@@ -34,7 +35,7 @@ EXAMPLE = ROOT / "examples" / "scripted-surface.yaml"
 
 def test_the_stage_expands_into_control_arms_and_cells_after_the_registered_stages():
     study = load_study(EXAMPLE)
-    arms = study.surface_arms()
+    arms = surface_arms(study)
     assert [a.name for a in arms] == ["surface-k2-L1.25", "surface-k2-L2.25", "surface-k3-L1.25",
                                       "surface-k3-L2.25", "surface-k3-L3.25"]  # 3.25 > k + 1 at 2
     assert all(a.is_control and a.baseline == "base" for a in arms)
@@ -49,19 +50,19 @@ def test_the_stage_expands_into_control_arms_and_cells_after_the_registered_stag
     # verify_schedule: stage 5 last, the drafter arm per task at every registered level.
     assert [(c.id, c.stage) for c in cells[-2:]] == [
         ("surface-schedule-chat/chat/speed/c002", 5), ("surface-schedule-chat/chat/speed/c010", 5)]
-    (schedule_arm,) = study.schedule_arms()
+    (schedule_arm,) = schedule_arms(study)
     assert schedule_arm.baseline == "base" and not schedule_arm.is_control
     assert schedule_arm.drafter is not None
     assert schedule_arm.drafter.k_schedule is None  # set once stage 4 proposes one
     ranges = [(1, 2, 3), (3, None, 2)]
-    (set_arm,) = study.schedule_arms({"surface-schedule-chat": ranges})
+    (set_arm,) = schedule_arms(study, {"surface-schedule-chat": ranges})
     assert set_arm.drafter is not None
     assert set_arm.drafter.k_schedule == ranges
     assert ScriptedKind.spec(set_arm).k_schedule == ranges
     assert {c.concurrency for c in surface} == {2, 10} and {c.kind for c in surface} == {"speed"}
     # study.json holds the registration; read back, it makes the same arms and no more.
     again = Study.model_validate(study.model_dump(mode="json", by_alias=True))
-    assert len(again.arms) == 3 and [a.name for a in again.surface_arms()] == [a.name for a in arms]
+    assert len(again.arms) == 3 and [a.name for a in surface_arms(again)] == [a.name for a in arms]
 
 
 @pytest.mark.parametrize("change, said", [

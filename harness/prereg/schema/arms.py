@@ -208,7 +208,7 @@ class Drafter(Strict):
                           " nothing, none above num_draft_tokens (vLLM 0.32's"
                           " num_speculative_tokens_per_batch_size). null: k at every batch"
                           " size. The surface's verification arm carries the schedule the"
-                          " surface proposed (Study.schedule_arms).")
+                          " surface proposed (harness/plan_arms.py).")
 
     @model_validator(mode="after")
     def _synthetic_fits(self) -> Drafter:

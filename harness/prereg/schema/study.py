@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from harness.engines import get_engine_kind
-from harness.prereg.schema.arms import Arm, KRange, SyntheticAcceptance
+from harness.prereg.schema.arms import Arm
 from harness.prereg.schema.bars import Bars
 from harness.prereg.schema.base import Positive, PositiveInt, Strict
 from harness.prereg.schema.design import Design, design_problems
@@ -193,8 +193,10 @@ class Study(Strict):
                     out.append((("surface",), f"arm name {surface_arm_name(k, length)!r} is"
                                 " the surface's own; rename the registered arm"))
         if template is not None and not out:  # each control arm as its engine can set it
+            from harness.plan_arms import surface_arms
+
             out += [(("surface", "acceptance_length"), f"arm {arm.name!r}: {problem}")
-                    for arm in self.surface_arms()
+                    for arm in surface_arms(self)
                     if (problem := get_engine_kind(arm.engine).synthetic_problem(arm))]
         return out
 
@@ -203,54 +205,14 @@ class Study(Strict):
             return []
         return self.surface.tasks or [t.name for t in self.tasks if "speed" in t.uses]
 
-    def surface_arms(self) -> list[Arm]:
-        """The surface's control arms, made from the registered drafter arm on each call
-        (never stored in `arms`, so a study read back from study.json gains none)."""
-        if self.surface is None:
-            return []
-        template = self.arm(self.surface.drafter)
-        assert template.drafter is not None
-        out = []
-        for k in self.surface.k:
-            for length in self.surface.lengths_at(k):
-                drafter = template.drafter.model_copy(update={
-                    "num_draft_tokens": k, "expect": None,
-                    "assumed_acceptance_length": length,
-                    "synthetic": SyntheticAcceptance(acceptance_length=length)})
-                out.append(template.model_copy(update={
-                    "name": surface_arm_name(k, length), "drafter": drafter,
-                    "description": f"round-cost surface: {template.name} at k={k},"
-                                   f" acceptance set to {length:g}"}))
-        return out
-
-    def schedule_arms(self, k_schedules: dict[str, list[KRange]] | None = None) -> list[Arm]:
-        """The schedule verification's arms (`surface.verify_schedule`), one per surface
-        task: the surface's drafter arm running, per running batch size, the k the
-        surface proposed for that task. The schedule is known only once stage 4 is
-        measured (the run keeps it in the manifest, `k_schedules`, by arm); without it
-        the arm is the drafter at its own k, which is what every reader but the engine
-        start needs (its baseline, engine, method and largest k)."""
-        if self.surface is None or not self.surface.verify_schedule:
-            return []
-        template = self.arm(self.surface.drafter)
-        assert template.drafter is not None
-        out = []
-        for task in self.surface_tasks():
-            name = schedule_arm_name(task)
-            drafter = template.drafter.model_copy(update={
-                "expect": None, "k_schedule": (k_schedules or {}).get(name)})
-            out.append(template.model_copy(update={
-                "name": name, "drafter": drafter,
-                "description": f"the k schedule proposed from the round-cost surface for"
-                               f" task {task}, run by {template.name}'s engine"}))
-        return out
-
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
             if arm.name == name:
                 return arm
-        if name.startswith(SURFACE_PREFIX):
-            for arm in [*self.surface_arms(), *self.schedule_arms()]:
+        if name.startswith(SURFACE_PREFIX):  # an arm the planner derives
+            from harness.plan_arms import schedule_arms, surface_arms
+
+            for arm in [*surface_arms(self), *schedule_arms(self)]:
                 if arm.name == name:
                     return arm
         raise KeyError(name)
