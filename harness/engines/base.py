@@ -9,7 +9,6 @@ runs the arm's interpreter or command as a process.
 from __future__ import annotations
 
 import json
-import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
@@ -273,39 +272,39 @@ def expand_arm(arm: Arm, environ: Mapping[str, str] | None = None) -> tuple[Arm,
 
 def expand_study(study: Study, environ: Mapping[str, str] | None = None) -> Study:
     """The study as executed on this machine: `${VAR}` replaced in the model id and in
-    every arm (expand_arm). The one expander: `run`, `serve` and `rerun-baseline` use it,
-    after the seal is taken over the text as written. Raises InputError naming the first
-    unset variable and where it is used."""
-    env = _machine_environment() if environ is None else environ
-    missing: set[str] = set()
-    model_id = _expand(study.model.id, env, missing)
-    if missing:
-        raise _unset("model.id", sorted(missing)[0])
-    arms = []
-    for arm in study.arms:
-        expanded, unset = expand_arm(arm, env)
-        if unset:
-            raise _unset(f"arm {arm.name!r}", unset[0])
-        arms.append(expanded)
-    model = study.model.model_copy(update={"id": model_id})
-    return study.model_copy(update={"arms": arms, "model": model})
+    every arm (expand_arm), from `environ` (by default this machine's, as expand_arm's).
+    The one expander: `run`, `serve` and `rerun-baseline` use it, after the seal is taken
+    over the text as written. Raises InputError naming the first unset variable and where
+    it is used."""
+    expanded, unset = _expanded(study, environ)
+    if unset:
+        where, names = unset[0]
+        raise _unset(where, names[0])
+    return expanded
 
 
 def expand_study_leaving_unset(
     study: Study, environ: Mapping[str, str] | None = None
 ) -> tuple[Study, list[str]]:
-    """expand_study for showing a command: unset `${VAR}`s are left as written and
-    named, not raised (`serve --print-command` on a machine without the engines)."""
-    env = os.environ if environ is None else environ
+    """expand_study for showing a command (`serve --print-command`, on a machine without
+    the engines too): an unset `${VAR}` is left as written and named, not raised."""
+    expanded, unset = _expanded(study, environ)
+    return expanded, sorted({name for _, names in unset for name in names})
+
+
+def _expanded(study: Study, environ: Mapping[str, str] | None
+              ) -> tuple[Study, list[tuple[str, list[str]]]]:
+    """The study expanded, and where each unset variable is used, in the study's order."""
+    env = _machine_environment() if environ is None else environ
     missing: set[str] = set()
-    model_id = _expand(study.model.id, env, missing)
+    model = study.model.model_copy(update={"id": _expand(study.model.id, env, missing)})
+    unset = [("model.id", sorted(missing))] if missing else []
     arms = []
     for arm in study.arms:
-        expanded, unset = expand_arm(arm, env)
-        missing.update(unset)
+        expanded, names = expand_arm(arm, env)
+        unset += [(f"arm {arm.name!r}", names)] if names else []
         arms.append(expanded)
-    model = study.model.model_copy(update={"id": model_id})
-    return study.model_copy(update={"arms": arms, "model": model}), sorted(missing)
+    return study.model_copy(update={"arms": arms, "model": model}), unset
 
 
 def _unset(where: str, name: str) -> InputError:

@@ -27,7 +27,7 @@ from harness.engines.deepgemm import (
     warm_arm,
     write_marker,
 )
-from harness.engines.pins import interpreter_for, machine_environment, pin
+from harness.engines.pins import interpreter_for, pin
 from harness.engines.process import free_port, spawn, stop_group, tail_lines
 from harness.errors import InputError, SpecbenchError
 from harness.prereg import load_study
@@ -68,7 +68,7 @@ def warm_sglang(prereg: str, *, arm_name: str | None = None, timeout_s: int = 36
     registered = load_study(prereg)
     # Expanded as on this machine (the pinned interpreters as defaults); an unset ${VAR}
     # stays in a printed line and stops a real compile.
-    study, unset = expand_study_leaving_unset(registered, machine_environment())
+    study, unset = expand_study_leaving_unset(registered)
     arm = warm_arm(study, arm_name)
     assert arm.launch is not None  # warm_arm: an arm specbench starts
     python = interpreter_for("sglang")

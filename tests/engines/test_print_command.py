@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.engines import cpu_dtype, get_engine_kind
-from harness.engines.base import expand_study_leaving_unset
+from harness.engines import cpu_dtype, get_engine_kind, pins
+from harness.engines.base import expand_study, expand_study_leaving_unset
 from harness.engines.command_line import invocation, quote
 from harness.engines.cpu_dtype import AMX_FLAGS, AVX512_CORE_FLAGS, host_cpu_dtype
 from harness.engines.vllm_engine import VLLM_CPU_LAUNCHER
@@ -185,13 +185,24 @@ def paste(line: str, tmp_path: Path, **env: str) -> dict:
     return json.loads(out.read_text())
 
 
+def pinned_at(monkeypatch: pytest.MonkeyPatch, python: Path) -> None:
+    """Every pinned engine venv's python is `python` (engines.lock.toml's defaults)."""
+    monkeypatch.setattr(pins, "default_interpreters",
+                        lambda path=None: {p.variable: str(python) for p in pins.load_pins().values()})
+
+
 @pytest.mark.parametrize("arm", ["vllm-base", "sglang-dflash", "sglang-base", "vllm-eagle3",
                                  "vllm-ngram"])
-def test_print_command_for_the_registered_arms_on_a_machine_without_them(
+def test_print_command_for_the_registered_arms_names_the_interpreter_run_would_start(
     arm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
+    """With the interpreter variables unset, `run` starts the pinned venvs' pythons
+    (harness/engines/pins.py); the printed line is that command, expanded as `run`
+    expands it (serve printed `${SPECBENCH_VLLM_PYTHON}`, empty when pasted)."""
     for name in GPU_ENV:
         monkeypatch.delenv(name, raising=False)
+    python = dump_python(tmp_path)
+    pinned_at(monkeypatch, python)
     with monkeypatch.context() as patched:
         patched.setattr(subprocess.Popen, "__init__", _refuse)
         code = main(["serve", arm, "--prereg", str(PREREG), "--print-command", "--port", "8000"])
@@ -199,12 +210,12 @@ def test_print_command_for_the_registered_arms_on_a_machine_without_them(
     assert code == 0 and err == ""
     lines = out.splitlines()
     assert all(line.startswith("# ") for line in lines[:-1])
-    engine = "sglang" if arm.startswith("sglang") else "vllm"
-    variable = f"SPECBENCH_{engine.upper()}_PYTHON"
-    assert f"# {variable} is not set here: export it" in out
+    assert "is not set here" not in out and "$" not in lines[-1]
     expected = prereg_argv("/envs/%s/bin/python")[arm]
-    expected[0] = "${" + variable + "}"  # left as written, to expand when pasted
+    expected[0] = str(python)
     assert shlex.split(lines[-1]) == expected
+    launch = expand_study(load_study(PREREG)).arm(arm).launch
+    assert launch is not None and launch.python == str(python)  # run's expansion
     assert "VLLM_USE_V1" not in out
     if arm == "sglang-dflash":
         assert "# drafter precision: checkpoint's own (--speculative-draft-model-quantization" \
@@ -220,8 +231,8 @@ def test_print_command_for_the_registered_arms_on_a_machine_without_them(
             assert flag in lines[-1]
     if arm == "vllm-eagle3":
         assert "# drafter precision: checkpoint's own (--speculative-config quantization unset" in out
-    # Pasted once the variable is exported, the line starts exactly that argv.
-    seen = paste(lines[-1], tmp_path, **{variable: str(dump_python(tmp_path))})
+    # Pasted, the line starts exactly that argv.
+    seen = paste(lines[-1], tmp_path)
     assert seen["argv"] == expected[1:]
 
 
@@ -230,16 +241,21 @@ def test_print_command_for_the_demo_keeps_unset_variables_expandable(
 ) -> None:
     for name in CPU_ENV:
         monkeypatch.delenv(name, raising=False)
+    python = dump_python(tmp_path)
+    pinned_at(monkeypatch, python)  # the CPU engine's interpreter, as run resolves it
     with monkeypatch.context() as patched:
         patched.setattr(subprocess.Popen, "__init__", _refuse)
         code = main(["serve", "cpu-draft", "--prereg", str(CPU_DEMO), "--print-command"])
     out = capsys.readouterr().out
     assert code == 0
     assert "# the port was free just now; a run picks a free one" in out
+    assert "# SPECBENCH_TINY_PAIR is not set here: export it" in out
+    assert "SPECBENCH_VLLM_CPU_PYTHON" not in out
     line = out.splitlines()[-1]
-    port = shlex.split(line)[shlex.split(line).index("--port") + 1]
-    seen = paste(line, tmp_path, SPECBENCH_VLLM_CPU_PYTHON=str(dump_python(tmp_path)),
-                 SPECBENCH_TINY_PAIR="/models/my pair")  # a space, to test the quoting
+    words = shlex.split(line)
+    port = words[words.index("--port") + 1]
+    assert words[len(CPU_VARS)] == str(python)
+    seen = paste(line, tmp_path, SPECBENCH_TINY_PAIR="/models/my pair")  # a space: the quoting
     expected = cpu_argv("-", "/models/my pair")["cpu-draft"][1:]
     expected[expected.index("--port") + 1] = port
     assert seen["argv"] == expected
