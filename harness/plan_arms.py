@@ -1,8 +1,6 @@
-"""The arms the planner derives from a registration, never registered themselves: the
-round-cost surface's control arms (stage 4) and the k schedule's verification arms
-(stage 5), each a copy of the surface's drafter arm. Made on each call, never stored in
-the study's `arms`, so a study read back from study.json gains none; `Study.arm` finds
-them by name."""
+"""The arms the planner derives from the registration's surface drafter: stage 4's control
+arms and stage 5's k schedule arms. Made on each call, never stored in the study's `arms`
+(a study read back from study.json gains none); `Study.arm` finds them by name."""
 
 from __future__ import annotations
 
@@ -36,12 +34,10 @@ def surface_arms(study: Study) -> list[Arm]:
 
 
 def schedule_arms(study: Study, k_schedules: dict[str, list[KRange]] | None = None) -> list[Arm]:
-    """The schedule verification's arms (`surface.verify_schedule`), one per surface
-    task: the surface's drafter arm running, per running batch size, the k the
-    surface proposed for that task. The schedule is known only once stage 4 is
-    measured (the run keeps it in the manifest, `k_schedules`, by arm); without it
-    the arm is the drafter at its own k, which is what every reader but the engine
-    start needs (its baseline, engine, method and largest k)."""
+    """The schedule verification's arms (`surface.verify_schedule`), one per surface task:
+    the drafter arm running, per batch size, the k the surface proposed for the task. That
+    is known once stage 4 is measured (the manifest's `k_schedules`, by arm); without it,
+    the drafter at its own k: what every reader but the engine start needs."""
     if study.surface is None or not study.surface.verify_schedule:
         return []
     template = study.arm(study.surface.drafter)

@@ -25,8 +25,7 @@ import sys
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
 
-# The harness imports these two (engine_parse.py, vllm_engine.py): one definition, here,
-# where the engine's interpreter can read them too.
+# Defined here, where the engine's interpreter reads them; the harness imports them.
 PARSE_RESULT_MARKER = "specbench-parse-result"
 # vLLM's speculative methods without draft weights of their own.
 WEIGHTLESS_METHODS = {"ngram", "ngram_gpu", "suffix"}
