@@ -79,6 +79,11 @@ class EngineProcess:
         return self._popen.pid if self._popen is not None else None
 
     @property
+    def pgid(self) -> int | None:
+        """The process group it leads (None attached): its CPU time is the engine's."""
+        return self.info.pgid or self.pid
+
+    @property
     def exit_code(self) -> int | None:
         """The engine process's exit code once it has exited (None while running or attached)."""
         return self._popen.poll() if self._popen is not None else None

@@ -215,9 +215,3 @@ class HostCpuSampler:
                 self._thread = None
                 self._result = self.meter.finish()
             return self._result
-
-
-def engine_group(engine: Any) -> int | None:
-    """The engine's process group (it leads its own session); None when attached."""
-    info = getattr(engine, "info", None)
-    return getattr(info, "pgid", None) or getattr(engine, "pid", None)

@@ -16,7 +16,7 @@ from harness.prereg.schema import Arm, Study
 from harness.run.gpu_telemetry import ArmGpus, RunTelemetry
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
-from harness.rundir.manifest import EngineStart, Manifest
+from harness.rundir.manifest import EngineInfo, EngineStart, Manifest
 
 
 class ArmEngine:
@@ -84,7 +84,7 @@ class ArmEngine:
         self._record(data)
         return self.process
 
-    def _record_spawn(self, info: Any) -> None:
+    def _record_spawn(self, info: EngineInfo) -> None:
         """The engine's pid, group and port go in the manifest the moment it exists, so a
         harness killed while it loads leaves a record the next attempt finds it by."""
         def add(manifest: Manifest) -> None:

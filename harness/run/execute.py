@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from harness.engines import get_engine_kind
+from harness.engines.serving import ServingEngine
 from harness.measure.driver import run_cell
-from harness.measure.host_cpu import HostCpuMeter, engine_group
+from harness.measure.host_cpu import HostCpuMeter
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.requests import scored_output_fields
 from harness.measure.scrape import scrape_metrics_loop
@@ -56,14 +57,14 @@ def sampling_fields(study: Study) -> dict[str, Any]:
             "ignore_eos": s.ignore_eos}
 
 
-async def _watch(engine: Any, interval_s: float = 1.0) -> None:
+async def _watch(engine: ServingEngine, interval_s: float = 1.0) -> None:
     while engine.alive():
         await asyncio.sleep(interval_s)
 
 
 async def _execute(
     *,
-    engine: Any,
+    engine: ServingEngine,
     arm: Arm,
     study: Study,
     cell: Cell,
@@ -125,7 +126,7 @@ async def _execute(
     # of this process's interpreter (measured on 2 cores), which the client's stamping
     # thread would wait on. A process the engine starts and ends mid-cell is then counted
     # as foreign: the share errs high, never low (harness/measure/host_cpu.py).
-    host = HostCpuMeter(engine_group(engine))
+    host = HostCpuMeter(engine.pgid)
     if sampler is not None:  # with the tasks above, which first run at the wait below
         sampler.start()
     host.start()
@@ -159,7 +160,7 @@ async def _execute(
 def execute_cell(
     *,
     store: RunStore,
-    engine: Any,
+    engine: ServingEngine,
     arm: Arm,
     study: Study,
     cell: Cell,

@@ -45,7 +45,6 @@ from harness.engines.metrics import counter_name, scrape_metrics
 from harness.engines.process import tail_lines
 from harness.errors import SpecbenchError
 from harness.measure.driver import run_cell
-from harness.measure.host_cpu import engine_group
 from harness.measure.patterns import ClosedLoop
 from harness.measure.requests import RequestSpec, scored_output_fields
 from harness.prereg.schema import Drafter, Study, TaskSpec
@@ -363,7 +362,7 @@ class SmokeStage:
         try:
             record = measure_regime(self.study, name, self.keys[name], process.base_url,
                                     process.served_model, self.requests,
-                                    engine_group=engine_group(process))
+                                    engine_group=process.pgid)
         except SpecbenchError as err:  # a host that cannot be timed is said, never fatal
             self.progress.note(f"[yellow]host regime not timed for {name}:[/yellow] {err.lines[0]}")
             return
