@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from harness.engines.base import expand_study
 from harness.engines.lifecycle import start_engine
 from harness.engines.metrics import acceptance_window, parse_metrics
 from harness.engines.tiny_model import build_tiny_model
@@ -59,7 +60,6 @@ from harness.measure.priority import match_engine_priority, restore_priority
 from harness.measure.requests import RequestSpec
 from harness.measure.scrape import MetricsScraper
 from harness.prereg import load_study
-from harness.run.runner import expand_environment
 from harness.workloads import load_items
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -414,7 +414,7 @@ def main() -> int:
     # The demo's arm, served on the tiny test model (~1.5 ms steps): the demo's own model
     # is the pair's target, which it names through SPECBENCH_TINY_PAIR.
     os.environ.setdefault("SPECBENCH_TINY_PAIR", str(model.parent))
-    study = expand_environment(load_study(ROOT / "examples" / "cpu.yaml"))
+    study = expand_study(load_study(ROOT / "examples" / "cpu.yaml"))
     study = study.model_copy(update={"model": study.model.model_copy(update={"id": str(model)})})
     items = [item.messages[0]["content"] for item in load_items("chat")]
     c = args.concurrency

@@ -10,7 +10,6 @@ from typing import Any
 
 from rich.console import Console
 
-from harness.engines.preflight import settings_lines
 from harness.errors import InputError
 from harness.paths import REPORTS_DIR, RESULTS_DIR
 from harness.plan import plan_cells
@@ -22,8 +21,9 @@ from harness.run.environments import record_environments
 from harness.run.leftovers import clear_leftovers, record_runner
 from harness.run.progress import RunProgress
 from harness.run.remeasure import remeasure_invalid
-from harness.run.runner import Runner, find_run, new_run, prepare, reopen_run
+from harness.run.runner import Runner, find_run, new_run, reopen_run
 from harness.run.schedule import run_schedule
+from harness.run.session import executed_study, finish_run
 from harness.run.store import RunStore
 from harness.run.where import placement, split_units
 from harness.rundir.manifest import CheckpointRecord, Deviation, Manifest
@@ -81,9 +81,7 @@ def run(args: argparse.Namespace, deviations: list[str] | None = None) -> int:
         import_ray()
     # Pins first: a GPU study that is not pinned is refused before anything is probed.
     unpinned = gate(loaded, args.allow_unpinned)
-    study = prepare(loaded)  # pre-flight: every arm checked before any engine starts
-    for line in settings_lines(study):  # what each arm resolves to (drafter precision, ...)
-        console.print(line)
+    study = executed_study(loaded.study, say=console.print)
     if args.resume is not None:
         store = find_run(args.results, loaded, args.resume or None)
         clear_leftovers(store, console)  # an earlier attempt's runner or engines
@@ -110,22 +108,10 @@ def run(args: argparse.Namespace, deviations: list[str] | None = None) -> int:
         runner.where = placement(study, store.manifest().engine_environments)
         runner.run()
     record_split_units(store, study)
-    from harness.finalize import finalize_run, verdict_exit
+    from harness.finalize import verdict_exit
 
     pdf = None if args.no_report else args.reports / f"{store.run_id}.pdf"
-    done = finalize_run(store.root, study, report=pdf)  # tables, verdict, report: one analysis
-    verdict = done.verdict
-    console.print(f"[bold]verdict: {verdict.verdict}[/bold]  ({store.root / 'verdict.json'})")
-    for bar in verdict.bars:
-        console.print(f"  {bar.name}: {bar.status}")
-    for line in verdict.reasons:  # an unfinished one: each cause and the command to finish it
-        console.print(f"  {line}", markup=False, soft_wrap=True)
-    for path in done.tables:
-        console.print(f"table: {path}")
-    if done.report is not None:
-        console.print(f"report: {done.report}")
-    if done.html is not None:
-        console.print(f"html report: {done.html}")
+    verdict = finish_run(store.root, study, console, report=pdf)
     finish = verdict.unfinished.command if verdict.unfinished is not None else None
     print(json.dumps({"run": str(store.root), "verdict": verdict.verdict, "finish": finish}))
     return verdict_exit(verdict)

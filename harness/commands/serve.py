@@ -17,15 +17,15 @@ import time
 from pathlib import Path
 
 from harness import interrupts
-from harness.engines.base import expand_study, expand_study_leaving_unset
+from harness.engines.base import expand_study_leaving_unset
 from harness.engines.command_line import invocation
 from harness.engines.lifecycle import start_engine
-from harness.engines.preflight import require_preflight, settings_lines
 from harness.engines.process import free_port
 from harness.errors import InputError, SpecbenchError
 from harness.paths import CACHE_DIR
 from harness.prereg import load_study
 from harness.prereg.schema import Study
+from harness.run.session import executed_study
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,13 +50,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"{args.prereg}: no arm named {args.arm!r} (arms: {', '.join(names)})")
     if getattr(args, "print_command", False):
         return print_command(registered, args.arm, args.port)
-    # Expanded exactly as `run` expands it: the model id too (vLLM was handed
-    # "${SPECBENCH_TINY_PAIR}/target" before).
-    study = expand_study(registered)
+    # Expanded and checked exactly as `run` does it, for this arm: the model id too (vLLM
+    # was handed "${SPECBENCH_TINY_PAIR}/target" before).
+    study = executed_study(registered, [args.arm], say=lambda line: print(line, flush=True))
     arm = study.arm(args.arm)
-    require_preflight(study, [arm.name])
-    for line in settings_lines(study, [arm.name]):
-        print(line, flush=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     log_dir = Path(args.log_dir) if args.log_dir else CACHE_DIR / "serve" / f"{arm.name}-{stamp}"
     # Ctrl-C and SIGTERM alike, kept pending until caught (harness.interrupts: one that

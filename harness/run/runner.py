@@ -24,8 +24,6 @@ from typing import Any
 from rich.console import Console
 
 from harness.atomic import write_json
-from harness.engines.base import expand_study
-from harness.engines.preflight import require_preflight
 from harness.errors import InputError, SpecbenchError
 from harness.plan import Cell, block_session, engine_blocks, plan_cells
 from harness.plan_arms import schedule_arms
@@ -45,13 +43,6 @@ from harness.rundir.manifest import (
     SessionRecord,
     SmokeSummary,
 )
-
-
-def expand_environment(study: Study) -> Study:
-    """${VAR} in the model id and the arms is the machine's business, not the study's:
-    expanded for execution only, after the seal is taken over the text as written
-    (the one expander, shared with `serve`)."""
-    return expand_study(study)
 
 
 def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -407,20 +398,12 @@ class Runner:
     def rerun_cells(self, targets: list[str]) -> list[Cell]:
         return rerun_cells(self.cells, targets)
 
-    def rerun_baselines(self, progress: RunProgress) -> None:
-        """The check bar's reruns alone (`specbench rerun-baseline`)."""
-        batch = rerun_batch(self.store, self.study, self.cells, progress)
-        if batch is not None:
-            self.run_batch(batch, progress)
-
-
-def prepare(loaded: LoadedStudy) -> Study:
-    """The study as executed on this machine, checked before any engine starts."""
-    return prepare_study(loaded.study)
-
-
-def prepare_study(study: Study) -> Study:
-    """prepare() for a study already loaded (a shard's, on its node)."""
-    executed = expand_environment(study)
-    require_preflight(executed)
-    return executed
+    def rerun_baselines(self) -> None:
+        """The check bar's reruns alone (`specbench rerun-baseline`); then its engines stop."""
+        with RunProgress(self.console, 0) as progress:
+            try:
+                batch = rerun_batch(self.store, self.study, self.cells, progress)
+                if batch is not None:
+                    self.run_batch(batch, progress)
+            finally:
+                self.close()

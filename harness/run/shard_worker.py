@@ -79,7 +79,8 @@ class ShardWorker:
     def __init__(self, run_id: str, shard: dict[str, Any], study: Study,
                  cells: list[dict[str, Any]], allow_deviation: bool = False) -> None:
         from harness.run.environments import record_environments
-        from harness.run.runner import Runner, prepare_study
+        from harness.run.runner import Runner
+        from harness.run.session import executed_study
         from harness.run.where import placement
 
         self.shard = Shard.from_dict(shard)
@@ -87,7 +88,7 @@ class ShardWorker:
         self.store = RunStore(self.root)
         self.store.create_manifest(Manifest(run_id=run_id, shard=self.shard.name))
         # ${VAR}s and the pre-flight are this node's business: expanded and checked here.
-        executed = prepare_study(shard_study(study, self.shard))
+        executed = executed_study(shard_study(study, self.shard))
         record_environments(self.store, executed)
         node_id, gpu_ids = _ray_context()
         self.where = placement(executed, self.store.manifest().engine_environments,

@@ -12,7 +12,7 @@ from harness.engines import get_engine_kind
 from harness.engines.base import expand_study
 from harness.errors import InputError
 from harness.prereg import load_study
-from harness.run.runner import expand_environment
+from harness.run import session
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "cpu.yaml"  # what scripts/demo.sh runs
@@ -28,11 +28,11 @@ def test_run_and_serve_expand_the_demo_alike(monkeypatch: pytest.MonkeyPatch) ->
         seen.update(arm=arm, study=study)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(serve, "require_preflight", lambda study, arms: None)
+    monkeypatch.setattr(session, "require_preflight", lambda study, arms: None)
     monkeypatch.setattr(serve, "start_engine", fake_start)
     args = argparse.Namespace(arm="cpu-ngram", prereg=str(DEMO), port=None, log_dir="/tmp/x")
     assert serve.run(args) == 130
-    ran = expand_environment(load_study(DEMO))
+    ran = expand_study(load_study(DEMO))
     assert seen["study"] == ran  # the study serve starts from is the one run executes
     assert seen["study"].model.id == "/models/pair/target"
     command = get_engine_kind("vllm-cpu").command(seen["arm"], seen["study"], "127.0.0.1", 8000)

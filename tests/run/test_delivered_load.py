@@ -12,7 +12,8 @@ from harness.analysis.tables import analyse
 from harness.prereg import load_study_file
 from harness.run import execute
 from harness.run.progress import RunProgress
-from harness.run.runner import Runner, new_run, prepare
+from harness.run.runner import Runner, new_run
+from harness.run.session import executed_study
 from tests.measure.test_delivered import SlowTurnaroundLoop
 from tests.run.conftest import ROOT
 
@@ -25,7 +26,7 @@ def test_a_slow_turnaround_is_invalid_and_the_cell_is_measured_again(tmp_path, m
     # requests of ~0.35 s passes both by far on any machine.
     recording = loaded.study.recording.model_copy(
         update={"lag_limit_p99_ms": 200.0, "min_delivered_share": 0.8, "cell_retries": 1})
-    study = prepare(loaded).model_copy(update={"recording": recording})
+    study = executed_study(loaded.study).model_copy(update={"recording": recording})
     store = new_run(loaded, tmp_path / "results")
     console = Console(file=io.StringIO())
     runner = Runner(store, study, console)

@@ -10,7 +10,8 @@ from rich.console import Console
 
 from harness.prereg import load_study_file
 from harness.run.progress import RunProgress
-from harness.run.runner import ArmEngine, Runner, new_run, prepare
+from harness.run.runner import ArmEngine, Runner, new_run
+from harness.run.session import executed_study
 
 PASS = Path(__file__).resolve().parents[2] / "examples" / "scripted-pass.yaml"
 
@@ -19,7 +20,7 @@ def sessions(tmp_path: Path, monkeypatch, engines_alive: int) -> list[tuple[str,
     """(arm, engine session) for every cell of the three stages and a baseline rerun, in
     the order they ran; nothing is measured and no engine really starts."""
     loaded = load_study_file(PASS)
-    study = prepare(loaded)
+    study = executed_study(loaded.study)
     study = study.model_copy(update={"recording": study.recording.model_copy(
         update={"engines_alive": engines_alive})})
     runner = Runner(new_run(loaded, tmp_path / f"results-{engines_alive}"), study,
@@ -67,7 +68,7 @@ def test_engines_kept_up_start_once_per_arm_and_a_rerun_gets_a_new_session(tmp_p
 def smoke_only(tmp_path: Path, engines_alive: int) -> dict:
     """The smoke stage alone, on the real scripted engines; returns the manifest."""
     loaded = load_study_file(PASS)
-    study = prepare(loaded)
+    study = executed_study(loaded.study)
     study = study.model_copy(update={"recording": study.recording.model_copy(
         update={"engines_alive": engines_alive})})
     store = new_run(loaded, tmp_path / f"results-{engines_alive}")

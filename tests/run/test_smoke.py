@@ -21,7 +21,8 @@ from harness.run import arm_engine as arm_engine_module
 from harness.run import runner as runner_module
 from harness.run.arm_engine import ArmEngine
 from harness.run.progress import RunProgress
-from harness.run.runner import Runner, new_run, prepare
+from harness.run.runner import Runner, new_run
+from harness.run.session import executed_study
 from harness.rundir.manifest import SmokeSummary
 from tests.run.conftest import run_folder, specbench, verdict_of
 from tests.run.test_remeasure import study_file
@@ -196,7 +197,7 @@ def test_a_stage_begins_with_the_arm_whose_engine_is_running(tmp_path, monkeypat
     loaded = load_study_file(Path(__file__).resolve().parents[2] / "examples"
                              / "scripted-pass.yaml")
     store = new_run(loaded, tmp_path / "results")
-    runner = Runner(store, prepare(loaded), Console(file=io.StringIO()))
+    runner = Runner(store, executed_study(loaded.study), Console(file=io.StringIO()))
     ran: list[str] = []
 
     def run_one(self, engine, cell, progress, rate=None, extra=None) -> bool:
@@ -227,7 +228,7 @@ def test_the_smoke_is_off_only_when_the_study_says_so(tmp_path, monkeypatch):
     assert load_study_file(path).study.recording.smoke is True  # unset: on
 
     store = new_run(loaded, tmp_path / "results")
-    runner = Runner(store, prepare(loaded), Console(file=io.StringIO()))
+    runner = Runner(store, executed_study(loaded.study), Console(file=io.StringIO()))
     started: list[str] = []
     monkeypatch.setattr(arm_engine_module, "start_engine",
                         lambda arm, *a, **k: started.append(arm))
@@ -242,7 +243,7 @@ def test_the_smoke_is_off_only_when_the_study_says_so(tmp_path, monkeypatch):
 def test_no_smoke_when_every_cell_is_measured(tmp_path, monkeypatch):
     loaded = load_study_file(study_file(tmp_path, recording=SMOKE_ON))
     store = new_run(loaded, tmp_path / "results")
-    runner = Runner(store, prepare(loaded), Console(file=io.StringIO()))
+    runner = Runner(store, executed_study(loaded.study), Console(file=io.StringIO()))
     monkeypatch.setattr(type(store), "is_complete", lambda self, cell_id: True)
     called: list = []
     monkeypatch.setattr(runner_module, "SmokeStage", lambda *a: called.append(a))
