@@ -71,8 +71,9 @@ def test_scripted_check_study_reruns_the_baseline(results, tmp_path):
         shutil.rmtree(run / "cells" / cell_dirname(cell))
     specbench("report", str(run), "--out", str(run / "report.pdf"))
     assert verdict_of(run)["verdict"] == "INCOMPLETE"  # a fired check with no rerun
-    specbench("rerun-baseline", str(run))
+    said = specbench("rerun-baseline", str(run)).stdout
     again = verdict_of(run)
+    assert "  check: agreed" in said, said  # its verdict said as `run` says it, bar by bar
     assert {r["cell"] for r in again["reruns"]} == rerun_cells
     assert bar(again, "check")["status"] == "agreed"
     assert again["verdict"] == verdict["verdict"]
