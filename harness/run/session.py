@@ -22,8 +22,9 @@ def executed_study(
     starts and, with `say`, what each resolves to (drafter precision, ...) said."""
     executed = expand_study(study)
     require_preflight(executed, arms)
-    for line in settings_lines(executed, arms) if say is not None else []:
-        say(line)
+    if say is not None:
+        for line in settings_lines(executed, arms):
+            say(line)
     return executed
 
 
