@@ -70,7 +70,7 @@ def scripted_arm(arm):
         process = SimpleNamespace(base_url=served.base_url,
                                   metrics_url=served.base_url + "/metrics",
                                   served_model="scripted", metrics_dialect="vllm",
-                                  alive=lambda: True)
+                                  pgid=None, alive=lambda: True)
         yield SimpleNamespace(arm=arm, gpus=None, ensure=lambda started_for: process)
 
 

@@ -215,8 +215,9 @@ class StubArmEngine:
         if self.fail:
             raise SpecbenchError(self.fail, "command: ...", "last 40 lines of the log:")
         assert self.url is not None
+        # A ServingEngine in this thread: no process group of its own, as if attached.
         return SimpleNamespace(base_url=self.url, metrics_url=self.url + "/metrics",
-                               served_model="scripted", metrics_dialect=self.dialect)
+                               served_model="scripted", metrics_dialect=self.dialect, pgid=None)
 
 
 def run_smoke(tmp_path: Path, dialect: str, drafter: dict, fail: str | None = None,
