@@ -69,8 +69,11 @@ def _sched_fields() -> str:
             group = fh.read().strip()
     except OSError:
         return ""
-    keep = [ln.split(":")[0].strip() + "=" + ln.split(":")[1].strip() for ln in lines
-            if ln.split(":")[0].strip() in ("policy", "prio", "se.load.weight")]
+    keep = [
+        ln.split(":")[0].strip() + "=" + ln.split(":")[1].strip()
+        for ln in lines
+        if ln.split(":")[0].strip() in ("policy", "prio", "se.load.weight")
+    ]
     return " ".join(keep) + f" group={group} nice={os.getpriority(os.PRIO_PROCESS, 0)}"
 
 
@@ -100,22 +103,26 @@ class LagProbes:
             was = self._threads0.get(name, [0, 0, 0])
             d = [b - a for a, b in zip(was, now, strict=True)]
             if d[2]:  # threads that ran at all in the window
-                threads[name] = (f"cpu {d[0] / 1e9 / wall:.3f} runq {d[1] / 1e9 / wall:.3f}"
-                                 f" slices/s {d[2] / wall:.1f}")
+                threads[name] = (
+                    f"cpu {d[0] / 1e9 / wall:.3f} runq {d[1] / 1e9 / wall:.3f}"
+                    f" slices/s {d[2] / wall:.1f}"
+                )
         self._stop.set()
         if self._task is not None:
             self._task.cancel()
         if self._thread is not None:
             self._thread.join(1.0)
-        return {"cpu_share": cpu / wall if wall > 0 else None,
-                # Runnable, waiting for a CPU: the scheduler's doing, not the client's.
-                "runq_wait_share": sched[1] / 1e9 / wall if wall > 0 else None,
-                "slices_per_s": sched[2] / wall if wall > 0 else None,
-                "cpus": float(len(os.sched_getaffinity(0))),
-                "sched": _sched_fields(),
-                "threads": threads,
-                "loop_lag_p99_ms": _p99(self.loop_lags_ms),
-                "thread_lag_p99_ms": _p99(self.thread_lags_ms)}
+        return {
+            "cpu_share": cpu / wall if wall > 0 else None,
+            # Runnable, waiting for a CPU: the scheduler's doing, not the client's.
+            "runq_wait_share": sched[1] / 1e9 / wall if wall > 0 else None,
+            "slices_per_s": sched[2] / wall if wall > 0 else None,
+            "cpus": float(len(os.sched_getaffinity(0))),
+            "sched": _sched_fields(),
+            "threads": threads,
+            "loop_lag_p99_ms": _p99(self.loop_lags_ms),
+            "thread_lag_p99_ms": _p99(self.thread_lags_ms),
+        }
 
     async def _loop_probe(self) -> None:
         while True:

@@ -35,8 +35,10 @@ def main() -> None:
             t = time.monotonic()
             try:
                 text = urllib.request.urlopen(args.url, timeout=2).read().decode()
-                out.write(f"{t:.6f} {gauge(text, 'vllm:num_requests_running'):g} "
-                          f"{gauge(text, 'vllm:num_requests_waiting'):g}\n")
+                out.write(
+                    f"{t:.6f} {gauge(text, 'vllm:num_requests_running'):g} "
+                    f"{gauge(text, 'vllm:num_requests_waiting'):g}\n"
+                )
             except OSError:
                 pass
             due += args.interval

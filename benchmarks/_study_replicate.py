@@ -44,8 +44,9 @@ class SyntheticRun:
         self.manifest = SimpleNamespace(skipped=[])
 
     def find(self, arm: str, task: str, kind: str, concurrency: int | None = None):
-        return SimpleNamespace(id=f"{arm}/{task}/{kind}/c{concurrency}", usable=True,
-                               status="complete", reason=None)
+        return SimpleNamespace(
+            id=f"{arm}/{task}/{kind}/c{concurrency}", usable=True, status="complete", reason=None
+        )
 
     def sessions_of(self, cell) -> list:
         return [cell]
@@ -62,33 +63,72 @@ class StudyShape:
     pooled_study: Study = field(init=False)  # the same design, pooling: stage_cells
 
     def __post_init__(self) -> None:
-        bars = self.study.bars.model_copy(update={"intervals": self.study.bars.intervals
-                                                  .model_copy(update={"pooling": "stage_cells"})})
+        bars = self.study.bars.model_copy(
+            update={
+                "intervals": self.study.bars.intervals.model_copy(update={"pooling": "stage_cells"})
+            }
+        )
         self.pooled_study = self.study.model_copy(update={"bars": bars})
 
 
 def shape_of(study: Study, design: Design) -> StudyShape:
     drafters = drafter_arms(study)
-    return StudyShape(study, design, drafters, {a: study.arm(a).baseline for a in drafters},
-                      speed_tasks(study), design.levels)
+    return StudyShape(
+        study,
+        design,
+        drafters,
+        {a: study.arm(a).baseline for a in drafters},
+        speed_tasks(study),
+        design.levels,
+    )
 
 
 # The columns the bars, the knee and the pooling read (the rest of the table is not
 # simulated: it would only slow pandas' row iteration).
-BAR_COLUMNS = ["arm", "baseline", "task", "concurrency", "drafter_cell", "baseline_cell",
-               "status", "speedup", "ci_lower", "ci_upper", "interval_method", "sessions",
-               "speed_drafter", "speed_baseline", "session_speeds_drafter",
-               "session_speeds_baseline", "pooling"]
-OBJECT_COLUMNS = ["arm", "baseline", "task", "drafter_cell", "baseline_cell", "status",
-                  "interval_method", "session_speeds_drafter", "session_speeds_baseline",
-                  "pooling"]
+BAR_COLUMNS = [
+    "arm",
+    "baseline",
+    "task",
+    "concurrency",
+    "drafter_cell",
+    "baseline_cell",
+    "status",
+    "speedup",
+    "ci_lower",
+    "ci_upper",
+    "interval_method",
+    "sessions",
+    "speed_drafter",
+    "speed_baseline",
+    "session_speeds_drafter",
+    "session_speeds_baseline",
+    "pooling",
+]
+OBJECT_COLUMNS = [
+    "arm",
+    "baseline",
+    "task",
+    "drafter_cell",
+    "baseline_cell",
+    "status",
+    "interval_method",
+    "session_speeds_drafter",
+    "session_speeds_baseline",
+    "pooling",
+]
 
 
 Cells = dict[tuple[str, str, int], list]
 
 
-def draw(shape: StudyShape, truth: dict[str, list[float]], session_sd: float, share: float,
-         rng: np.random.Generator, levels: list[int] | None = None) -> Cells:
+def draw(
+    shape: StudyShape,
+    truth: dict[str, list[float]],
+    session_sd: float,
+    share: float,
+    rng: np.random.Generator,
+    levels: list[int] | None = None,
+) -> Cells:
     """Every cell's sessions (Units) of one simulated run, all that the plan could
     measure; truth: each drafter's true speedup by level (every task alike). `levels`:
     only these (the stage-1 bars read no other)."""
@@ -96,8 +136,9 @@ def draw(shape: StudyShape, truth: dict[str, list[float]], session_sd: float, sh
     levels = levels or shape.levels
     start_sd, cell_sd = session_sd * np.sqrt(share), session_sd * np.sqrt(1.0 - share)
     arms = [*shape.drafters, *dict.fromkeys(shape.baseline_of.values())]
-    starts = {(arm, stage): rng.normal(0.0, start_sd, size=d.sessions)
-              for arm in arms for stage in (1, 2)}
+    starts = {
+        (arm, stage): rng.normal(0.0, start_sd, size=d.sessions) for arm in arms for stage in (1, 2)
+    }
     cells: Cells = {}
     for arm in arms:
         for task in shape.tasks:
@@ -105,14 +146,18 @@ def draw(shape: StudyShape, truth: dict[str, list[float]], session_sd: float, sh
                 factor = truth[arm][shape.levels.index(c)] if arm in truth else 1.0
                 shift = starts[(arm, speed_stage(shape.study, c))]
                 cells[(arm, task, c)] = [
-                    units(factor * speeds(rng, c, d.requests(c), shift[s]
-                                          + rng.normal(0.0, cell_sd)), c)
-                    for s in range(d.sessions_at(c))]
+                    units(
+                        factor * speeds(rng, c, d.requests(c), shift[s] + rng.normal(0.0, cell_sd)),
+                        c,
+                    )
+                    for s in range(d.sessions_at(c))
+                ]
     return cells
 
 
-def table_of(shape: StudyShape, cells: Cells, sessions: dict | None = None,
-             missing: bool = False) -> pd.DataFrame:
+def table_of(
+    shape: StudyShape, cells: Cells, sessions: dict | None = None, missing: bool = False
+) -> pd.DataFrame:
     """The speedup table of the cells drawn; `sessions`: (arm, task, c) -> how many of
     each cell's sessions are measured (a pair reads the first n of both, its interval the
     design's at n: harness.analysis.sequential); `missing`: rows for the levels not drawn,
@@ -124,8 +169,14 @@ def table_of(shape: StudyShape, cells: Cells, sessions: dict | None = None,
         for task in shape.tasks:
             for c in shape.levels:
                 key = f"{arm}/{task}/c{c}"
-                row = {"arm": arm, "baseline": base, "task": task, "concurrency": c,
-                       "drafter_cell": key, "baseline_cell": f"{base}/{task}/c{c}"}
+                row = {
+                    "arm": arm,
+                    "baseline": base,
+                    "task": task,
+                    "concurrency": c,
+                    "drafter_cell": key,
+                    "baseline_cell": f"{base}/{task}/c{c}",
+                }
                 if (arm, task, c) not in cells:
                     if missing:
                         rows.append(row | {"status": "missing"})
@@ -136,20 +187,34 @@ def table_of(shape: StudyShape, cells: Cells, sessions: dict | None = None,
                     du, bu = du[:n], bu[:n]
                 iv = intervals_at(study, len(du), shape.design.intervals)
                 r = session_ratio(du, bu, iv, f"{arm}|{task}|{c}")
-                rows.append(row | {
-                    "status": "ok", "speedup": r.point, "ci_lower": r.ci_lower,
-                    "ci_upper": r.ci_upper, "interval_method": r.method, "sessions": r.sessions,
-                    "speed_drafter": float(np.mean(r.speeds_drafter)),
-                    "speed_baseline": float(np.mean(r.speeds_baseline)),
-                    "session_speeds_drafter": json.dumps(r.speeds_drafter),
-                    "session_speeds_baseline": json.dumps(r.speeds_baseline)})
+                rows.append(
+                    row
+                    | {
+                        "status": "ok",
+                        "speedup": r.point,
+                        "ci_lower": r.ci_lower,
+                        "ci_upper": r.ci_upper,
+                        "interval_method": r.method,
+                        "sessions": r.sessions,
+                        "speed_drafter": float(np.mean(r.speeds_drafter)),
+                        "speed_baseline": float(np.mean(r.speeds_baseline)),
+                        "session_speeds_drafter": json.dumps(r.speeds_drafter),
+                        "session_speeds_baseline": json.dumps(r.speeds_baseline),
+                    }
+                )
     # Plain Python strings, not pandas 3's Arrow-backed str: the bars' row iteration over
     # such columns costs most of a replicate, and the values read are the same.
     return framed(rows, BAR_COLUMNS).astype({c: object for c in OBJECT_COLUMNS})
 
 
-def measure(shape: StudyShape, truth: dict[str, list[float]], session_sd: float, share: float,
-            rng: np.random.Generator, levels: list[int] | None = None) -> pd.DataFrame:
+def measure(
+    shape: StudyShape,
+    truth: dict[str, list[float]],
+    session_sd: float,
+    share: float,
+    rng: np.random.Generator,
+    levels: list[int] | None = None,
+) -> pd.DataFrame:
     """The speedup table of one simulated run under the fixed design (draw, table_of)."""
     return table_of(shape, draw(shape, truth, session_sd, share, rng, levels))
 
@@ -162,13 +227,20 @@ def judge(shape: StudyShape, speedups: pd.DataFrame, full: bool = True) -> dict:
     run = SyntheticRun(study)
     a = SimpleNamespace(run=run, speedups=table, knees=None)
     speed = speed_bar(a)
-    out = {"table": table, "speed": speed.status, "stop": bool(stop_decision(a).fired),
-           "check": bool(len(_check_figures(a))),
-           "best": {t: e["best_drafter"] for t, e in speed.evidence["tasks"].items()}}
+    out = {
+        "table": table,
+        "speed": speed.status,
+        "stop": bool(stop_decision(a).fired),
+        "check": bool(len(_check_figures(a))),
+        "best": {t: e["best_drafter"] for t, e in speed.evidence["tasks"].items()},
+    }
     if full:
         a.knees = knee_table(run, table)
-        out |= {"knees": a.knees, "knee": knee_bar(a).status,
-                "pays": speculation_pays(study, table)}
+        out |= {
+            "knees": a.knees,
+            "knee": knee_bar(a).status,
+            "pays": speculation_pays(study, table),
+        }
     return out
 
 

@@ -44,8 +44,9 @@ class Design:
 
     def sessions_at(self, c: int) -> int:
         """The plan's rule (harness.plan.repeats)."""
-        repeats = self.sessions > 1 and (self.sessions_for == "speed_cells"
-                                         or c in self.pass_levels)
+        repeats = self.sessions > 1 and (
+            self.sessions_for == "speed_cells" or c in self.pass_levels
+        )
         return self.sessions if repeats else 1
 
 
@@ -54,13 +55,25 @@ def design_of(study: Study, resamples: int | None) -> Design:
     iv = study.bars.intervals
     if resamples:
         iv = iv.model_copy(update={"bootstrap_resamples": resamples})
-    return Design(study.recording.sessions, list(closed.concurrency), closed.requests.min,
-                  closed.requests.per_user, list(study.bars.pass_.speed.concurrencies),
-                  study.recording.sessions_for, iv)
+    return Design(
+        study.recording.sessions,
+        list(closed.concurrency),
+        closed.requests.min,
+        closed.requests.per_user,
+        list(study.bars.pass_.speed.concurrencies),
+        study.recording.sessions_for,
+        iv,
+    )
 
 
-def speeds(rng: np.random.Generator, c: int, n: int, session_shift: float,
-           user_sd: float = USER_SD, request_sd: float = REQUEST_SD) -> np.ndarray:
+def speeds(
+    rng: np.random.Generator,
+    c: int,
+    n: int,
+    session_shift: float,
+    user_sd: float = USER_SD,
+    request_sd: float = REQUEST_SD,
+) -> np.ndarray:
     """n requests' per-user speeds over c users, at exp(session_shift) the arm's speed."""
     users = rng.normal(0.0, user_sd, size=c)
     return np.exp(session_shift + users[np.arange(n) % c] + rng.normal(0.0, request_sd, size=n))
@@ -72,16 +85,29 @@ def units(values: np.ndarray, c: int) -> Units:
     n = len(values)
     unit = np.arange(n) % c if c > 1 else _blocks(n).astype(int)
     order = np.argsort(values, kind="stable")
-    return Units(values[order], unit[order], int(unit.max()) + 1, "user" if c > 1
-                 else "time block", order)
+    return Units(
+        values[order], unit[order], int(unit.max()) + 1, "user" if c > 1 else "time block", order
+    )
 
 
-def session_medians(rng: np.random.Generator, d: Design, c: int, sessions: int,
-                    session_sd: float, shift: float, user_sd: float = USER_SD,
-                    request_sd: float = REQUEST_SD) -> list[float]:
+def session_medians(
+    rng: np.random.Generator,
+    d: Design,
+    c: int,
+    sessions: int,
+    session_sd: float,
+    shift: float,
+    user_sd: float = USER_SD,
+    request_sd: float = REQUEST_SD,
+) -> list[float]:
     """A baseline's session medians at `shift` its speed, simulated as its cells' (the
     medians of the same user and request noise)."""
     n = d.requests(c)
-    return [float(np.median(speeds(rng, c, n, math.log(shift) + rng.normal(0, session_sd),
-                                   user_sd, request_sd)))
-            for _ in range(sessions)]
+    return [
+        float(
+            np.median(
+                speeds(rng, c, n, math.log(shift) + rng.normal(0, session_sd), user_sd, request_sd)
+            )
+        )
+        for _ in range(sessions)
+    ]

@@ -61,8 +61,10 @@ def curve(s: float, levels: list[int], top: int, cross: float | None = CROSS) ->
     if cross is None:
         return [s] * len(levels)
     span = math.log2(cross) - math.log2(top)
-    return [s if c <= top else float(np.exp(math.log(s) * (1 - (math.log2(c) - math.log2(top))
-                                                            / span))) for c in levels]
+    return [
+        s if c <= top else float(np.exp(math.log(s) * (1 - (math.log2(c) - math.log2(top)) / span)))
+        for c in levels
+    ]
 
 
 @dataclass(frozen=True)
@@ -80,13 +82,19 @@ class Scenario:
 
 
 def scenarios() -> list[Scenario]:
-    return ([Scenario("one", s) for s in ONE_GRID] + [Scenario("all", s) for s in ALL_GRID]
-            + [Scenario("one", 1.5, None, True), Scenario("one", 2.5, CROSS, True),
-               Scenario("one", 2.5, CROSS, True, 0.0)]
-            # Each cell's session effect its own (no engine start shared by a stage): the
-            # rows' multiplicity at its widest.
-            + [Scenario("all", s, CROSS, False, 0.0) for s in (1.1, 1.15, 1.2, 1.3)]
-            + [Scenario("one", s, CROSS, False, 0.0) for s in (2.0, 2.2, 2.4)])
+    return (
+        [Scenario("one", s) for s in ONE_GRID]
+        + [Scenario("all", s) for s in ALL_GRID]
+        + [
+            Scenario("one", 1.5, None, True),
+            Scenario("one", 2.5, CROSS, True),
+            Scenario("one", 2.5, CROSS, True, 0.0),
+        ]
+        # Each cell's session effect its own (no engine start shared by a stage): the
+        # rows' multiplicity at its widest.
+        + [Scenario("all", s, CROSS, False, 0.0) for s in (1.1, 1.15, 1.2, 1.3)]
+        + [Scenario("one", s, CROSS, False, 0.0) for s in (2.0, 2.2, 2.4)]
+    )
 
 
 _CACHE: dict = {}
@@ -105,9 +113,15 @@ def run_point(job: tuple) -> dict:
     shape = _shape(study_path, resamples)
     study, levels = shape.study, shape.levels
     top = max(study.bars.pass_.speed.concurrencies)
-    true = {a: curve(sc.s if (sc.family == "all" or i == 0) else 1.0, levels, top,
-                     sc.cross if (sc.family == "all" or i == 0) else None)
-            for i, a in enumerate(shape.drafters)}
+    true = {
+        a: curve(
+            sc.s if (sc.family == "all" or i == 0) else 1.0,
+            levels,
+            top,
+            sc.cross if (sc.family == "all" or i == 0) else None,
+        )
+        for i, a in enumerate(shape.drafters)
+    }
     stage1 = [c for c in levels if c in study.bars.stop.concurrencies]
     rng = np.random.default_rng(seed)
     acc: dict[str, list] = {}
@@ -122,17 +136,25 @@ def run_point(job: tuple) -> dict:
         add("stop", out["stop"])
         add("check", out["check"])
         if sc.s == 2.0 and not sc.full:  # the winner's curse: the chosen one's figure
-            pass_rows = out["table"][out["table"]["concurrency"].isin(
-                study.bars.pass_.speed.concurrencies)]
+            pass_rows = out["table"][
+                out["table"]["concurrency"].isin(study.bars.pass_.speed.concurrencies)
+            ]
             for t, arm in out["best"].items():
                 rows = pass_rows[(pass_rows["task"] == t) & (pass_rows["arm"] == arm)]
-                add("chosen_log_bias", math.log(rows["speedup"].min() / min(
-                    true[arm][levels.index(c)] for c in rows["concurrency"])))
-        variants = [("level", out["table"])] + ([("pooled", pooled(shape, table))]
-                                                if sc.pools else [])
+                add(
+                    "chosen_log_bias",
+                    math.log(
+                        rows["speedup"].min()
+                        / min(true[arm][levels.index(c)] for c in rows["concurrency"])
+                    ),
+                )
+        variants = [("level", out["table"])] + (
+            [("pooled", pooled(shape, table))] if sc.pools else []
+        )
         for variant, t in variants:
-            truth = np.array([true[a][levels.index(c)] for a, c in
-                              zip(t["arm"], t["concurrency"], strict=True)])
+            truth = np.array(
+                [true[a][levels.index(c)] for a, c in zip(t["arm"], t["concurrency"], strict=True)]
+            )
             inside = (t["ci_lower"] <= truth) & (truth <= t["ci_upper"])
             width = np.log(t["ci_upper"] / t["ci_lower"])
             for where, sel in (("pass", t["concurrency"] <= top), ("knee", t["concurrency"] > top)):
@@ -143,8 +165,13 @@ def run_point(job: tuple) -> dict:
                 add("false_gone", float(((t["ci_upper"] < 1) & (truth >= 1)).mean()))
                 add("false_shown", float(((t["ci_lower"] > 1) & (truth <= 1)).mean()))
         if sc.full:
-            add("verdict_pass", out["speed"] == "pass" and out["knee"] == "pass"
-                and not out["stop"] and not out["check"])
+            add(
+                "verdict_pass",
+                out["speed"] == "pass"
+                and out["knee"] == "pass"
+                and not out["stop"]
+                and not out["check"],
+            )
             knees = out["knees"][out["knees"]["arm"] == shape.drafters[0]]
             for k in knees.itertuples():
                 add("knee_located", k.status == "located")
@@ -154,10 +181,17 @@ def run_point(job: tuple) -> dict:
                 if sc.cross is not None:
                     if k.status == "located":
                         add("knee_error_levels", abs(math.log2(k.knee_concurrency / sc.cross)))
-                    add("old_knee", old.at if old.at is not None else (
-                        levels[0] if old.below_first else math.inf))
-                    lo = float(k.interval_low) if pd.notna(k.interval_low) else (
-                        0.0 if k.interval.startswith("<=") else math.inf)
+                    add(
+                        "old_knee",
+                        old.at
+                        if old.at is not None
+                        else (levels[0] if old.below_first else math.inf),
+                    )
+                    lo = (
+                        float(k.interval_low)
+                        if pd.notna(k.interval_low)
+                        else (0.0 if k.interval.startswith("<=") else math.inf)
+                    )
                     hi = float(k.interval_high) if pd.notna(k.interval_high) else math.inf
                     add("knee_interval_covers", lo <= sc.cross <= hi)
     return {"scenario": sc, "sd": sd, "reps": reps, "outcomes": acc}
@@ -175,11 +209,17 @@ def check_drift(study, design, reps: int, rng) -> dict:
     out = {}
     for sd in SESSION_SDS:
         for drift in DRIFTS:
-            hits = [agreement(session_medians(rng, design, c, n, sd, 1.0),
-                              session_medians(rng, design, c, n, sd, 1.0 + drift),
-                              check.agree_within, check.agreement,
-                              design.intervals.level)["state"] == "disagrees"
-                    for _ in range(reps)]
+            hits = [
+                agreement(
+                    session_medians(rng, design, c, n, sd, 1.0),
+                    session_medians(rng, design, c, n, sd, 1.0 + drift),
+                    check.agree_within,
+                    check.agreement,
+                    design.intervals.level,
+                )["state"]
+                == "disagrees"
+                for _ in range(reps)
+            ]
             out[(sd, drift)] = float(np.mean(hits))
     return out
 
@@ -203,9 +243,20 @@ def accuracy_oc(study, reps: int, rng) -> dict:
                 # 1 % of outputs diverge (numerics): right as often as the target is
                 redrawn = rng.random(n) < 0.01
                 draft = np.where(redrawn, rng.random(n) < p0, base & ~lose)
-                cells = [CellData(f"{arm}/{task}", arm, task, "accuracy", None, None, None,
-                                  "complete", scores=dict(zip(ids, map(bool, v), strict=True)))
-                         for arm, v in (("d", draft), ("b", base))]
+                cells = [
+                    CellData(
+                        f"{arm}/{task}",
+                        arm,
+                        task,
+                        "accuracy",
+                        None,
+                        None,
+                        None,
+                        "complete",
+                        scores=dict(zip(ids, map(bool, v), strict=True)),
+                    )
+                    for arm, v in (("d", draft), ("b", base))
+                ]
                 cmp = compare_accuracy(cells[0], cells[1], bar.level)
                 passed.append(cmp.within)
                 lo, hi = cmp.baseline_interval
@@ -216,12 +267,16 @@ def accuracy_oc(study, reps: int, rng) -> dict:
 
 def commit() -> tuple[str, bool]:
     """HEAD, and whether the code or the study differ from it (uncommitted changes)."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
     try:
-        return git("rev-parse", "--short=12", "HEAD"), bool(git(
-            "status", "--porcelain", "--", "harness", "benchmarks", "prereg.yaml", "arms"))
+        return git("rev-parse", "--short=12", "HEAD"), bool(
+            git("status", "--porcelain", "--", "harness", "benchmarks", "prereg.yaml", "arms")
+        )
     except (OSError, subprocess.CalledProcessError):
         return "unknown", True
 
@@ -229,40 +284,76 @@ def commit() -> tuple[str, bool]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--study", default=str(ROOT / "prereg.yaml"))
-    p.add_argument("--reps", type=int, default=60,
-                   help="simulated runs per scenario at the lab's sd (a third at the others)")
-    p.add_argument("--resamples", type=int, default=20,
-                   help="within-session bootstrap resamples (no bar reads them over sessions)")
+    p.add_argument(
+        "--reps",
+        type=int,
+        default=60,
+        help="simulated runs per scenario at the lab's sd (a third at the others)",
+    )
+    p.add_argument(
+        "--resamples",
+        type=int,
+        default=20,
+        help="within-session bootstrap resamples (no bar reads them over sessions)",
+    )
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=46)
-    p.add_argument("--write", action="store_true",
-                   help="store the figures for the verdict page (operating_characteristics.json)")
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="store the figures for the verdict page (operating_characteristics.json)",
+    )
     args = p.parse_args()
     study = load_study_file(Path(args.study)).study
     design = design_of(study, args.resamples)
     started = time.monotonic()
-    jobs = [(args.study, args.resamples, sc, sd, args.reps if sd == LAB_SD else args.reps // 3,
-             [args.seed, i, j])
-            for i, sc in enumerate(scenarios()) for j, sd in enumerate(SESSION_SDS)
-            if not (sc.share < 1.0 and sd != LAB_SD)]
+    jobs = [
+        (
+            args.study,
+            args.resamples,
+            sc,
+            sd,
+            args.reps if sd == LAB_SD else args.reps // 3,
+            [args.seed, i, j],
+        )
+        for i, sc in enumerate(scenarios())
+        for j, sd in enumerate(SESSION_SDS)
+        if not (sc.share < 1.0 and sd != LAB_SD)
+    ]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        drift = pool.submit(check_drift, study, design, max(400, 4 * args.reps),
-                            np.random.default_rng([args.seed, 998]))
-        accuracy = pool.submit(accuracy_oc, study, max(200, args.reps),
-                               np.random.default_rng([args.seed, 999]))
+        drift = pool.submit(
+            check_drift,
+            study,
+            design,
+            max(400, 4 * args.reps),
+            np.random.default_rng([args.seed, 998]),
+        )
+        accuracy = pool.submit(
+            accuracy_oc, study, max(200, args.reps), np.random.default_rng([args.seed, 999])
+        )
         points = list(pool.map(run_point, jobs))
         drift, accuracy = drift.result(), accuracy.result()
     elapsed = time.monotonic() - started
     head, dirty = commit()
-    provenance = {"benchmark": "benchmarks/bar_characteristics.py", "commit": head,
-                  "dirty": dirty,
-                  "date": time.strftime("%Y-%m-%d"), "reps": args.reps, "seed": args.seed,
-                  "seconds": round(elapsed), "workers": args.workers,
-                  # CPU time of the simulation (the workers' and this process's) and the
-                  # host's load meanwhile: on a shared host the wall time is not the cost.
-                  "cpu_seconds": round(sum(resource.getrusage(who).ru_utime for who in (
-                      resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))),
-                  "load_average": round(os.getloadavg()[1], 1)}
+    provenance = {
+        "benchmark": "benchmarks/bar_characteristics.py",
+        "commit": head,
+        "dirty": dirty,
+        "date": time.strftime("%Y-%m-%d"),
+        "reps": args.reps,
+        "seed": args.seed,
+        "seconds": round(elapsed),
+        "workers": args.workers,
+        # CPU time of the simulation (the workers' and this process's) and the
+        # host's load meanwhile: on a shared host the wall time is not the cost.
+        "cpu_seconds": round(
+            sum(
+                resource.getrusage(who).ru_utime
+                for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+            )
+        ),
+        "load_average": round(os.getloadavg()[1], 1),
+    }
     summary = summarise(study, design, points, drift, accuracy, provenance)
     for line in summary["lines"]:
         print(line)

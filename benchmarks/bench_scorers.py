@@ -32,20 +32,26 @@ def main() -> int:
     ap.add_argument("--parallel", type=int, default=default_parallel())
     ap.add_argument("--repeat", type=int, default=2, help="HumanEval passes (best is reported)")
     args = ap.parse_args()
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, "
-          f"python {sys.version.split()[0]}")
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, "
+        f"python {sys.version.split()[0]}"
+    )
 
     print("\n== loading (datasets, sha256 checked every time)")
     for kind in TASK_KINDS:
         first, items = _time(lambda k=kind: load_items(k))
         again, _ = _time(lambda k=kind: load_items(k))
-        print(f"  {kind:<10} {len(items):>5} items   first {first * 1000:7.1f} ms"
-              f"   again {again * 1000:6.1f} ms")
+        print(
+            f"  {kind:<10} {len(items):>5} items   first {first * 1000:7.1f} ms"
+            f"   again {again * 1000:6.1f} ms"
+        )
 
     print("\n== text scorers")
     gsm = {it.id: it for it in load_items("gsm8k")}
-    gsm_resp = {i: f"Step by step... so the total is \\boxed{{{it.reference['answer']}}}."
-                for i, it in gsm.items()}
+    gsm_resp = {
+        i: f"Step by step... so the total is \\boxed{{{it.reference['answer']}}}."
+        for i, it in gsm.items()
+    }
     dt, scores = _time(lambda: score_items("gsm8k", gsm, gsm_resp))
     s = summarize("gsm8k", scores)
     print(f"  gsm8k      {s['n']:>5} responses  {dt * 1000:7.1f} ms   accuracy {s['accuracy']:.3f}")
@@ -65,12 +71,13 @@ def main() -> int:
     }
     best = None
     for r in range(args.repeat):
-        dt, scores = _time(lambda: score_items("humaneval", he, responses,
-                                               parallel=args.parallel))
+        dt, scores = _time(lambda: score_items("humaneval", he, responses, parallel=args.parallel))
         s = summarize("humaneval", scores)
-        print(f"  pass {r + 1}: {dt:6.2f} s for {s['n']} programs "
-              f"({dt / s['n'] * 1000:.0f} ms each at parallel {args.parallel}); "
-              f"passed {s['correct']}/{s['n']}")
+        print(
+            f"  pass {r + 1}: {dt:6.2f} s for {s['n']} programs "
+            f"({dt / s['n'] * 1000:.0f} ms each at parallel {args.parallel}); "
+            f"passed {s['correct']}/{s['n']}"
+        )
         if s["correct"] != s["n"]:
             bad = [x for x in scores if not x.correct]
             print(f"  FAILED: {bad[0].id}: {bad[0].detail}")
@@ -84,11 +91,15 @@ def main() -> int:
     run_ms = sorted(per_id.values())
     total_ms = sorted((r.t_end - r.t_launch) * 1000 for r in results)
     q = statistics.quantiles
-    print(f"  per program, program only: median {statistics.median(run_ms):.0f} ms, "
-          f"p90 {q(run_ms, n=10)[-1]:.0f} ms, max {run_ms[-1]:.0f} ms")
-    print(f"  per program, launch to exit (sandbox set-up included): median "
-          f"{statistics.median(total_ms):.0f} ms, p90 {q(total_ms, n=10)[-1]:.0f} ms, "
-          f"max {total_ms[-1]:.0f} ms")
+    print(
+        f"  per program, program only: median {statistics.median(run_ms):.0f} ms, "
+        f"p90 {q(run_ms, n=10)[-1]:.0f} ms, max {run_ms[-1]:.0f} ms"
+    )
+    print(
+        f"  per program, launch to exit (sandbox set-up included): median "
+        f"{statistics.median(total_ms):.0f} ms, p90 {q(total_ms, n=10)[-1]:.0f} ms, "
+        f"max {total_ms[-1]:.0f} ms"
+    )
     slow = sorted(per_id.items(), key=lambda kv: kv[1], reverse=True)[:3]
     print("  slowest: " + ", ".join(f"{i} {ms:.0f} ms" for i, ms in slow))
     return 0

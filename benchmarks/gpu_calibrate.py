@@ -41,8 +41,12 @@ def published(device_name: str) -> dict | None:
 
 
 def probe(gpu: int, dtype: str) -> dict:
-    proc = subprocess.run([sys.executable, str(PROBE), "--device", f"cuda:{gpu}",
-                           "--dtype", dtype], capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = subprocess.run(
+        [sys.executable, str(PROBE), "--device", f"cuda:{gpu}", "--dtype", dtype],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines() or ["(no message)"]
         return {"gpu": gpu, "requested_dtype": dtype, "error": lines[-1]}
@@ -60,18 +64,45 @@ def share(measured: float, reference: float | None) -> str:
 
 def rows(result: dict) -> list[list[str]]:
     if "error" in result:
-        return [[f"cuda:{result['gpu']}", "-", result["requested_dtype"], result["error"],
-                 "", "", "", ""]]
+        return [
+            [
+                f"cuda:{result['gpu']}",
+                "-",
+                result["requested_dtype"],
+                result["error"],
+                "",
+                "",
+                "",
+                "",
+            ]
+        ]
     pub = published(result["device_name"]) or {}
     bw, mm, dtype = result["bandwidth"], result["matmul"], result["dtype"]
     if result["requested_dtype"] == "float8" and dtype != "float8":
-        return [[result["device"], result["device_name"], "float8",
-                 f"not measured: {result['note']}", "", "", "", ""]]
-    return [[result["device"], result["device_name"], dtype,
-             f"{bw['best_gb_s']:.0f}", f"{bw['median_gb_s']:.0f}",
-             f"{pub.get('gb_s', '-')} ({share(bw['best_gb_s'], pub.get('gb_s'))})",
-             f"{mm['best_tflops']:.0f} / {mm['median_tflops']:.0f} (n={mm['n']})",
-             f"{pub.get(dtype, '-')} ({share(mm['best_tflops'], pub.get(dtype))})"]]
+        return [
+            [
+                result["device"],
+                result["device_name"],
+                "float8",
+                f"not measured: {result['note']}",
+                "",
+                "",
+                "",
+                "",
+            ]
+        ]
+    return [
+        [
+            result["device"],
+            result["device_name"],
+            dtype,
+            f"{bw['best_gb_s']:.0f}",
+            f"{bw['median_gb_s']:.0f}",
+            f"{pub.get('gb_s', '-')} ({share(bw['best_gb_s'], pub.get('gb_s'))})",
+            f"{mm['best_tflops']:.0f} / {mm['median_tflops']:.0f} (n={mm['n']})",
+            f"{pub.get(dtype, '-')} ({share(mm['best_tflops'], pub.get(dtype))})",
+        ]
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,8 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
         print(f"gpu_calibrate: no GPU visible to torch {torch.__version__}: nothing to measure")
         return 0
-    gpus = ([int(g) for g in args.gpus.split(",")] if args.gpus
-            else list(range(torch.cuda.device_count())))
+    gpus = (
+        [int(g) for g in args.gpus.split(",")]
+        if args.gpus
+        else list(range(torch.cuda.device_count()))
+    )
     dtypes = [d for d in args.dtypes.split(",") if d]
     with ThreadPoolExecutor(max_workers=len(gpus)) as pool:
         results = [r for runs in pool.map(lambda g: gpu_runs(g, dtypes), gpus) for r in runs]
@@ -97,15 +131,25 @@ def main(argv: list[str] | None = None) -> int:
         for r in results:
             print(json.dumps(r))
         return 0
-    headers = ["device", "name", "dtype", "read GB/s best", "median", "published (share)",
-               "dense TFLOP/s best / median", "published (share)"]
+    headers = [
+        "device",
+        "name",
+        "dtype",
+        "read GB/s best",
+        "median",
+        "published (share)",
+        "dense TFLOP/s best / median",
+        "published (share)",
+    ]
     table = [headers] + [row for r in results for row in rows(r)]
     widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    print("published: NVIDIA datasheets, dense (no sparsity); measured read bandwidth is a"
-          " sum over a buffer in HBM (bytes read / s), which no kernel takes to the datasheet's"
-          " figure")
+    print(
+        "published: NVIDIA datasheets, dense (no sparsity); measured read bandwidth is a"
+        " sum over a buffer in HBM (bytes read / s), which no kernel takes to the datasheet's"
+        " figure"
+    )
     return 0
 
 

@@ -73,8 +73,9 @@ def read_load_child(proc: subprocess.Popen, phases: Phases) -> None:
         print(f"# load: {line}", flush=True)
 
 
-def sample_each_second(nvml: Nvml, gpus: list[Gpu], phases: Phases, stop: threading.Event,
-                       rows: list[dict]) -> None:
+def sample_each_second(
+    nvml: Nvml, gpus: list[Gpu], phases: Phases, stop: threading.Event, rows: list[dict]
+) -> None:
     """The harness's sampler in miniature (same grid, own thread), printing as it goes."""
     start, k = time.monotonic(), 0
     while not stop.is_set():
@@ -99,11 +100,13 @@ def line_of(r: dict) -> str:
 
     events = ",".join(r.get("clock_events") or []) or "none"
     hot = " THROTTLED" if THROTTLE & set(r.get("clock_events") or []) else ""
-    return (f"{r['t']:5.0f}s {r['phase']:5} GPU {r['index']}  SM {f('sm_clock_mhz', '5.0f')} MHz"
-            f"  mem {f('mem_clock_mhz', '5.0f')} MHz  {f('power_w', '6.1f')}/"
-            f"{f('power_limit_w', '.0f')} W  {f('temperature_c', '3.0f')} C"
-            f"  util {f('gpu_util_pct', '3.0f')}%  mem used {f('memory_used_mib', '7.0f')} MiB"
-            f"  events {events}{hot}  read {r['took_ms']:.1f} ms")
+    return (
+        f"{r['t']:5.0f}s {r['phase']:5} GPU {r['index']}  SM {f('sm_clock_mhz', '5.0f')} MHz"
+        f"  mem {f('mem_clock_mhz', '5.0f')} MHz  {f('power_w', '6.1f')}/"
+        f"{f('power_limit_w', '.0f')} W  {f('temperature_c', '3.0f')} C"
+        f"  util {f('gpu_util_pct', '3.0f')}%  mem used {f('memory_used_mib', '7.0f')} MiB"
+        f"  events {events}{hot}  read {r['took_ms']:.1f} ms"
+    )
 
 
 async def loop_lag(stop: threading.Event, lags: list[float]) -> None:
@@ -126,27 +129,35 @@ def summary(rows: list[dict]) -> list[str]:
             return statistics.fmean(values) if values else float("nan")
 
         events = sorted({e for r in got for e in r.get("clock_events") or []})
-        out.append(f"{phase:5}: {len(got)} readings, SM {mean('sm_clock_mhz'):.0f} MHz, power"
-                   f" {mean('power_w'):.1f} W, temperature {mean('temperature_c'):.1f} C"
-                   f" (max {max((r['temperature_c'] or 0) for r in got):.0f}), utilization"
-                   f" {mean('gpu_util_pct'):.0f}%, events seen: {', '.join(events) or 'none'}")
+        out.append(
+            f"{phase:5}: {len(got)} readings, SM {mean('sm_clock_mhz'):.0f} MHz, power"
+            f" {mean('power_w'):.1f} W, temperature {mean('temperature_c'):.1f} C"
+            f" (max {max((r['temperature_c'] or 0) for r in got):.0f}), utilization"
+            f" {mean('gpu_util_pct'):.0f}%, events seen: {', '.join(events) or 'none'}"
+        )
     return out
 
 
 def followed_the_load(rows: list[dict]) -> tuple[bool, str]:
     def mean(phase: str, key: str) -> float | None:
-        values = [r[key] for r in rows if r["phase"] == phase and r["ok"] and r.get(key)
-                  is not None]
+        values = [
+            r[key] for r in rows if r["phase"] == phase and r["ok"] and r.get(key) is not None
+        ]
         return statistics.fmean(values) if values else None
 
-    figures = {(p, k): mean(p, k) for p in ("idle", "load", "after")
-               for k in ("power_w", "gpu_util_pct")}
+    figures = {
+        (p, k): mean(p, k) for p in ("idle", "load", "after") for k in ("power_w", "gpu_util_pct")
+    }
     if any(v is None for v in figures.values()):
         return False, "a phase has no power or utilization readings"
-    rose = all(figures["load", k] > figures["idle", k] and figures["load", k] > figures["after", k]
-               for k in ("power_w", "gpu_util_pct"))
-    words = ", ".join(f"{k} {figures['idle', k]:.0f} -> {figures['load', k]:.0f} ->"
-                      f" {figures['after', k]:.0f}" for k in ("power_w", "gpu_util_pct"))
+    rose = all(
+        figures["load", k] > figures["idle", k] and figures["load", k] > figures["after", k]
+        for k in ("power_w", "gpu_util_pct")
+    )
+    words = ", ".join(
+        f"{k} {figures['idle', k]:.0f} -> {figures['load', k]:.0f} -> {figures['after', k]:.0f}"
+        for k in ("power_w", "gpu_util_pct")
+    )
     return rose, words
 
 
@@ -178,20 +189,35 @@ def run_check(args: argparse.Namespace, nvml: Nvml, gpus: list[Gpu]) -> int:
     stop = threading.Event()
     sampler = threading.Thread(target=sample_each_second, args=(nvml, gpus, phases, stop, rows))
     child = None
-    has_torch = not args.no_load and subprocess.run(
-        [sys.executable, "-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
-        capture_output=True).returncode == 0
+    has_torch = (
+        not args.no_load
+        and subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)",
+            ],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
     if not has_torch:
-        print("# no load: " + ("--no-load" if args.no_load else
-                               "torch with CUDA is not importable here") + "; phases by the clock")
+        print(
+            "# no load: "
+            + ("--no-load" if args.no_load else "torch with CUDA is not importable here")
+            + "; phases by the clock"
+        )
     sampler.start()
 
     async def drive() -> None:
         nonlocal child
         probe = asyncio.create_task(loop_lag(stop, lags))
         if has_torch:
-            child = subprocess.Popen([sys.executable, "-c", LOAD, str(args.idle_s),
-                                      str(args.load_s)], stdout=subprocess.PIPE, text=True)
+            child = subprocess.Popen(
+                [sys.executable, "-c", LOAD, str(args.idle_s), str(args.load_s)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             reader = threading.Thread(target=read_load_child, args=(child, phases), daemon=True)
             reader.start()
             await asyncio.to_thread(child.wait)
@@ -212,15 +238,21 @@ def run_check(args: argparse.Namespace, nvml: Nvml, gpus: list[Gpu]) -> int:
         print(line)
     took = sorted(r["took_ms"] for r in rows)
     if took:
-        print(f"NVML reading of {len(gpus)} GPU(s): p50 {statistics.median(took):.2f} ms,"
-              f" max {took[-1]:.2f} ms (in the sampler's thread)")
+        print(
+            f"NVML reading of {len(gpus)} GPU(s): p50 {statistics.median(took):.2f} ms,"
+            f" max {took[-1]:.2f} ms (in the sampler's thread)"
+        )
     if lags:
         lags.sort()
-        print(f"event loop lag while sampling: p50 {statistics.median(lags):.2f} ms, p99"
-              f" {lags[int(0.99 * (len(lags) - 1))]:.2f} ms, max {lags[-1]:.2f} ms")
+        print(
+            f"event loop lag while sampling: p50 {statistics.median(lags):.2f} ms, p99"
+            f" {lags[int(0.99 * (len(lags) - 1))]:.2f} ms, max {lags[-1]:.2f} ms"
+        )
     if child is not None and child.returncode != 0:
-        print(f"the load exited {child.returncode}: the check cannot say whether telemetry"
-              " follows a load")
+        print(
+            f"the load exited {child.returncode}: the check cannot say whether telemetry"
+            " follows a load"
+        )
         return 1
     if not has_torch:
         return 0

@@ -31,9 +31,13 @@ def spin_outside_this_tree(cpu: int) -> int:
     """Start a process spinning on `cpu` whose parent exits at once: it is no
     descendant of this one. Returns its pid (end it with os.kill)."""
     code = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
-    out = subprocess.run(["sh", "-c", '"$0" -c "$1" </dev/null >/dev/null 2>&1 & echo $!',
-                          sys.executable, code], capture_output=True, text=True, check=True,
-                         timeout=10)
+    out = subprocess.run(
+        ["sh", "-c", '"$0" -c "$1" </dev/null >/dev/null 2>&1 & echo $!', sys.executable, code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    )
     return int(out.stdout)
 
 
@@ -48,8 +52,11 @@ def show(label: str, cpu: HostCpu | None) -> None:
     if cpu is None:
         print(f"{label}: /proc/stat cannot be read here")
     else:
-        print(f"{label}: foreign {cpu.foreign_share:.3f}, steal {cpu.steal_share:.3f},"
-              f" foreign + steal {cpu.foreign_share + cpu.steal_share:.3f}", flush=True)
+        print(
+            f"{label}: foreign {cpu.foreign_share:.3f}, steal {cpu.steal_share:.3f},"
+            f" foreign + steal {cpu.foreign_share + cpu.steal_share:.3f}",
+            flush=True,
+        )
 
 
 def main() -> int:

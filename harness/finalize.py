@@ -51,8 +51,9 @@ class FinishedRun:
         return FinishedRun(self.analysis, self.verdict, self.tables, out, pages, html)
 
 
-def finalize_run(run_dir: str | Path, study: Study | None = None,
-                 report: str | Path | None = None) -> FinishedRun:
+def finalize_run(
+    run_dir: str | Path, study: Study | None = None, report: str | Path | None = None
+) -> FinishedRun:
     """Tables and verdict.json into the run folder; the report too when `report` names
     the PDF. `study` overrides the folder's study.json (the runner's, as executed)."""
     analysis = analyse(run_dir, study)

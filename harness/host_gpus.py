@@ -11,8 +11,7 @@ QUERY = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format
 def gpu_lines(timeout_s: float = 20) -> list[str] | None:
     """One line per GPU; None where nvidia-smi is absent or did not answer."""
     try:
-        out = subprocess.run(QUERY, capture_output=True, text=True, timeout=timeout_s,
-                             check=False)
+        out = subprocess.run(QUERY, capture_output=True, text=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:

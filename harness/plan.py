@@ -73,8 +73,9 @@ def session_id(cell_id: str, session: int | None) -> str:
     return cell_id if session is None or session == 1 else f"{cell_id}/s{session}"
 
 
-def _speed_cell(study: Study, arm: Arm, task: TaskSpec, c: int, stage: int,
-                session: int | None = None) -> Cell:
+def _speed_cell(
+    study: Study, arm: Arm, task: TaskSpec, c: int, stage: int, session: int | None = None
+) -> Cell:
     closed = study.loads.closed_loop
     return Cell(
         id=session_id(f"{arm.name}/{task.name}/speed/c{c:03d}", session),
@@ -97,8 +98,9 @@ def repeats(study: Study, concurrency: int) -> bool:
     return rec.sessions_for == "speed_cells" or concurrency in study.bars.pass_.speed.concurrencies
 
 
-def _stage_speed_cells(study: Study, arm: Arm, levels: list[int], stage: int,
-                       session: int | None) -> list[Cell]:
+def _stage_speed_cells(
+    study: Study, arm: Arm, levels: list[int], stage: int, session: int | None
+) -> list[Cell]:
     """One arm's speed cells of a stage within one session: the repeating ones as that
     session's, the others only in the first (session None: no sessions at all)."""
     speed_tasks = [t for t in study.tasks if "speed" in t.uses]
@@ -133,7 +135,7 @@ def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
         sessions: list[int | None] = list(range(1, n + 1)) if repeating else [None]
         for session in sessions:
             forward = not forward
-            for arm in (study.arms if forward else list(reversed(study.arms))):
+            for arm in study.arms if forward else list(reversed(study.arms)):
                 first = session in (None, 1)
                 if stage == 1 and first:
                     cells.extend(_identity_cells(arm, study, sizes, identity_c))
@@ -145,28 +147,38 @@ def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
         for arm in study.arms:
             for rate in open_loop.rates_relative_to_knee:
                 cells.append(
-                    Cell(f"{arm.name}/{open_loop.task}/open/x{rate:g}", 3, arm.name,
-                         open_loop.task, "open", None, open_loop.requests, open_loop.warmup,
-                         rate_relative=rate)
+                    Cell(
+                        f"{arm.name}/{open_loop.task}/open/x{rate:g}",
+                        3,
+                        arm.name,
+                        open_loop.task,
+                        "open",
+                        None,
+                        open_loop.requests,
+                        open_loop.warmup,
+                        rate_relative=rate,
+                    )
                 )
     cells.extend(surface_cells(study))
     cells.extend(schedule_cells(study))
     return cells
 
 
-def _later_stage_cells(study: Study, stage: int, arms: list[Arm],
-                       tasks: list[TaskSpec], levels: list[int]) -> list[Cell]:
+def _later_stage_cells(
+    study: Study, stage: int, arms: list[Arm], tasks: list[TaskSpec], levels: list[int]
+) -> list[Cell]:
     """A stage after the registered ones (4, 5): each arm at each task and level, in the
     sessions its baseline's cells there were measured in (harness.plan.repeats), so each
     of its sessions pairs with one of the baseline's: each session a fresh start of every
     arm, the arms' order alternating; a level measured once is measured once here too
     (in the first session's engine)."""
     repeating = any(repeats(study, c) for c in levels)
-    sessions: list[int | None] = (list(range(1, study.recording.sessions + 1)) if repeating
-                                  else [None])
+    sessions: list[int | None] = (
+        list(range(1, study.recording.sessions + 1)) if repeating else [None]
+    )
     cells = []
     for i, session in enumerate(sessions):
-        for arm in (arms if i % 2 == 0 else list(reversed(arms))):
+        for arm in arms if i % 2 == 0 else list(reversed(arms)):
             for task in tasks:
                 for c in levels:
                     if session is not None and repeats(study, c):
@@ -188,24 +200,51 @@ def schedule_cells(study: Study) -> list[Cell]:
     """Stage 5 (surface.verify_schedule): each task's schedule arm at every registered
     closed-loop level of that task; its schedule is set after stage 4."""
     levels = study.loads.closed_loop.concurrency
-    return [cell for arm in schedule_arms(study) for cell in _later_stage_cells(
-        study, 5, [arm], [study.task(arm.name.removeprefix(SCHEDULE_PREFIX))], levels)]
+    return [
+        cell
+        for arm in schedule_arms(study)
+        for cell in _later_stage_cells(
+            study, 5, [arm], [study.task(arm.name.removeprefix(SCHEDULE_PREFIX))], levels
+        )
+    ]
 
 
 def _identity_cells(arm: Arm, study: Study, sizes: dict[str, int], concurrency: int) -> list[Cell]:
     if arm.is_control:
         return []  # its text is not the target's: nothing to compare
-    return [Cell(f"{arm.name}/{task.name}/identity", 1, arm.name, task.name, "identity",
-                 concurrency, min(task.identity_items, sizes[task.name]), 0)
-            for task in study.tasks if "identity" in task.uses]
+    return [
+        Cell(
+            f"{arm.name}/{task.name}/identity",
+            1,
+            arm.name,
+            task.name,
+            "identity",
+            concurrency,
+            min(task.identity_items, sizes[task.name]),
+            0,
+        )
+        for task in study.tasks
+        if "identity" in task.uses
+    ]
 
 
 def _accuracy_cells(arm: Arm, study: Study, sizes: dict[str, int]) -> list[Cell]:
     if arm.is_control:
         return []
-    return [Cell(f"{arm.name}/{task.name}/accuracy", 2, arm.name, task.name, "accuracy",
-                 study.recording.accuracy_concurrency, sizes[task.name], 0)
-            for task in study.tasks if "accuracy" in task.uses]
+    return [
+        Cell(
+            f"{arm.name}/{task.name}/accuracy",
+            2,
+            arm.name,
+            task.name,
+            "accuracy",
+            study.recording.accuracy_concurrency,
+            sizes[task.name],
+            0,
+        )
+        for task in study.tasks
+        if "accuracy" in task.uses
+    ]
 
 
 def block_session(block: list[Cell]) -> tuple[int, int] | None:
@@ -224,8 +263,11 @@ def engine_blocks(cells: list[Cell]) -> list[list[Cell]]:
     session: tuple[int, int] | None = None
     for cell in cells:
         key = (cell.stage, cell.session) if cell.session is not None else None
-        if (not blocks or blocks[-1][0].arm != cell.arm
-                or (key is not None and session is not None and key != session)):
+        if (
+            not blocks
+            or blocks[-1][0].arm != cell.arm
+            or (key is not None and session is not None and key != session)
+        ):
             blocks.append([cell])
             session = key
         else:
@@ -243,8 +285,12 @@ class Estimate:
     assumptions: list[str]
 
 
-def roofline_step_s(study: Study, batch_tokens: int, params_billion: float | None = None,
-                    figures: RooflineFigures | None = None) -> float:
+def roofline_step_s(
+    study: Study,
+    batch_tokens: int,
+    params_billion: float | None = None,
+    figures: RooflineFigures | None = None,
+) -> float:
     """Roofline for one forward pass: the larger of reading the weights once and the
     matmul FLOPs for the tokens in it (2 FLOPs per parameter per token). The target's
     by default; `params_billion` for a draft model at the model's bytes per parameter.
@@ -263,7 +309,9 @@ def cell_seconds(study: Study, cell: Cell, figures: RooflineFigures | None = Non
     arm = study.arm(cell.arm)
     task = study.task(cell.task)
     est = study.plan_estimate
-    out_tokens = task.max_tokens if est.mean_output_tokens == "max_tokens" else est.mean_output_tokens
+    out_tokens = (
+        task.max_tokens if est.mean_output_tokens == "max_tokens" else est.mean_output_tokens
+    )
     if cell.kind == "open":
         # Rate is known only after the knee; cost it as the duration or as a c=1 cell.
         open_loop = study.loads.open_loop
@@ -285,8 +333,9 @@ def cell_seconds(study: Study, cell: Cell, figures: RooflineFigures | None = Non
     return steps * roofline_step_s(study, per_step_tokens, figures=figures)
 
 
-def estimate(study: Study, cells: list[Cell], hardware: EffectiveHardware | None = None,
-             smoke: bool = True) -> Estimate:
+def estimate(
+    study: Study, cells: list[Cell], hardware: EffectiveHardware | None = None, smoke: bool = True
+) -> Estimate:
     """`hardware`: the roofline's inputs when the machine was calibrated (measured
     figures, the registered ones beside); the registered figures by default. `smoke`:
     count the smoke stage's engine starts (False: a part of the plan, costed apart)."""
@@ -310,9 +359,11 @@ def estimate(study: Study, cells: list[Cell], hardware: EffectiveHardware | None
     step_ms = roofline_step_s(study, 1, figures=figures) * 1e3
     if hardware is not None and hardware.measured is not None:
         used = hardware.used
-        rates = (f"{hw.gpu} measured {figure_text(used.memory_bandwidth_gb_s)} GB/s,"
-                 f" {figure_text(used.dense_tflops)} TFLOP/s (registered"
-                 f" {hw.memory_bandwidth_gb_s:g}, {hw.dense_tflops:g})")
+        rates = (
+            f"{hw.gpu} measured {figure_text(used.memory_bandwidth_gb_s)} GB/s,"
+            f" {figure_text(used.dense_tflops)} TFLOP/s (registered"
+            f" {hw.memory_bandwidth_gb_s:g}, {hw.dense_tflops:g})"
+        )
     else:
         rates = f"{hw.gpu} {hw.memory_bandwidth_gb_s:g} GB/s, {hw.dense_tflops:g} TFLOP/s"
     return Estimate(
@@ -326,22 +377,39 @@ def estimate(study: Study, cells: list[Cell], hardware: EffectiveHardware | None
             f"drafters accept {study.plan_estimate.assumed_acceptance_length:g} tokens per"
             " verification unless the arm states its own assumed_acceptance_length",
             f"{engine_starts} engine starts x {study.plan_estimate.engine_start_s:g} s"
-            + (f" ({smoke_starts} of them for the smoke stage; its prompts are not costed)"
-               if smoke_starts else ""),
+            + (
+                f" ({smoke_starts} of them for the smoke stage; its prompts are not costed)"
+                if smoke_starts
+                else ""
+            ),
             "open-loop cells are costed at their duration (or as one-user cells)",
             *([deepgemm[0]] if deepgemm else []),
-            *([f"{sessions} sessions of each repeating cell ({study.recording.sessions_for}):"
-               f" {repeated} cells, each session a fresh engine start"]
-              if (sessions := study.recording.sessions) > 1
-              and (repeated := sum(1 for c in cells if c.session is not None)) else []),
+            *(
+                [
+                    f"{sessions} sessions of each repeating cell ({study.recording.sessions_for}):"
+                    f" {repeated} cells, each session a fresh engine start"
+                ]
+                if (sessions := study.recording.sessions) > 1
+                and (repeated := sum(1 for c in cells if c.session is not None))
+                else []
+            ),
         ],
     )
 
 
-def expected_seconds(study: Study, cells: list[Cell], most: float, p_cell: dict[str, float],
-                     p_block: dict[str, float], figures: RooflineFigures | None = None) -> float:
+def expected_seconds(
+    study: Study,
+    cells: list[Cell],
+    most: float,
+    p_cell: dict[str, float],
+    p_block: dict[str, float],
+    figures: RooflineFigures | None = None,
+) -> float:
     """The estimate `most` (every cell measured) less each cell and engine start (its
     block's first cell) at its chance not to be measured (1 where not given)."""
     most -= sum((1.0 - p_cell.get(c.id, 1.0)) * cell_seconds(study, c, figures) for c in cells)
-    return most - sum(1.0 - p_block.get(b[0].id, 1.0)
-                      for b in engine_blocks(cells)) * study.plan_estimate.engine_start_s
+    return (
+        most
+        - sum(1.0 - p_block.get(b[0].id, 1.0) for b in engine_blocks(cells))
+        * study.plan_estimate.engine_start_s
+    )

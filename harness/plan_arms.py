@@ -22,14 +22,24 @@ def surface_arms(study: Study) -> list[Arm]:
     out = []
     for k in study.surface.k:
         for length in study.surface.lengths_at(k):
-            drafter = template.drafter.model_copy(update={
-                "num_draft_tokens": k, "expect": None,
-                "assumed_acceptance_length": length,
-                "synthetic": SyntheticAcceptance(acceptance_length=length)})
-            out.append(template.model_copy(update={
-                "name": surface_arm_name(k, length), "drafter": drafter,
-                "description": f"round-cost surface: {template.name} at k={k},"
-                               f" acceptance set to {length:g}"}))
+            drafter = template.drafter.model_copy(
+                update={
+                    "num_draft_tokens": k,
+                    "expect": None,
+                    "assumed_acceptance_length": length,
+                    "synthetic": SyntheticAcceptance(acceptance_length=length),
+                }
+            )
+            out.append(
+                template.model_copy(
+                    update={
+                        "name": surface_arm_name(k, length),
+                        "drafter": drafter,
+                        "description": f"round-cost surface: {template.name} at k={k},"
+                        f" acceptance set to {length:g}",
+                    }
+                )
+            )
     return out
 
 
@@ -45,10 +55,17 @@ def schedule_arms(study: Study, k_schedules: dict[str, list[KRange]] | None = No
     out = []
     for task in study.surface_tasks():
         name = schedule_arm_name(task)
-        drafter = template.drafter.model_copy(update={
-            "expect": None, "k_schedule": (k_schedules or {}).get(name)})
-        out.append(template.model_copy(update={
-            "name": name, "drafter": drafter,
-            "description": f"the k schedule proposed from the round-cost surface for"
-                           f" task {task}, run by {template.name}'s engine"}))
+        drafter = template.drafter.model_copy(
+            update={"expect": None, "k_schedule": (k_schedules or {}).get(name)}
+        )
+        out.append(
+            template.model_copy(
+                update={
+                    "name": name,
+                    "drafter": drafter,
+                    "description": f"the k schedule proposed from the round-cost surface for"
+                    f" task {task}, run by {template.name}'s engine",
+                }
+            )
+        )
     return out

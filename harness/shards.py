@@ -61,13 +61,16 @@ class Shard:
         return "; ".join(u.label for u in self.units)
 
     def to_dict(self) -> dict:
-        return {"name": self.name,
-                "units": [{"arms": list(u.arms), "tasks": list(u.tasks)} for u in self.units]}
+        return {
+            "name": self.name,
+            "units": [{"arms": list(u.arms), "tasks": list(u.tasks)} for u in self.units],
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> Shard:
-        return cls(data["name"], tuple(Unit(tuple(u["arms"]), tuple(u["tasks"]))
-                                       for u in data["units"]))
+        return cls(
+            data["name"], tuple(Unit(tuple(u["arms"]), tuple(u["tasks"])) for u in data["units"])
+        )
 
 
 # The plan's stages (harness.plan): 1-2 closed loop, 3 open loop, 4 the round-cost surface,
@@ -93,8 +96,10 @@ def slots_for(study: Study, gpus: int) -> int:
     """How many engines `gpus` GPUs hold at once: each takes `hardware.count`."""
     per_engine = study.hardware.count
     if gpus < per_engine:
-        raise InputError(f"--gpus {gpus}: the study registers hardware.count {per_engine} GPUs"
-                         " per engine, so at least that many are needed")
+        raise InputError(
+            f"--gpus {gpus}: the study registers hardware.count {per_engine} GPUs"
+            " per engine, so at least that many are needed"
+        )
     return gpus // per_engine
 
 
@@ -135,8 +140,9 @@ def plan_shards(study: Study, cells: list[Cell], slots: int) -> list[Shard]:
         per_task = [(t, unit_seconds(Unit(biggest.arms, (t,)))) for t in biggest.tasks]
         halves = _deal(per_task, 2)
         i = units.index(biggest)
-        units[i:i + 1] = [Unit(biggest.arms, tuple(t for t in task_order if t in half))
-                          for half in halves]
+        units[i : i + 1] = [
+            Unit(biggest.arms, tuple(t for t in task_order if t in half)) for half in halves
+        ]
     if len(units) > slots:
         loads = [0.0] * slots
         packed: list[list[Unit]] = [[] for _ in range(slots)]

@@ -53,8 +53,7 @@ def commands() -> str:
 def registration() -> str:
     from harness.prereg.schema import Study
 
-    return model_reference({"": [Study]},
-                           require_descriptions="registration" in DESCRIBED_PARTS)
+    return model_reference({"": [Study]}, require_descriptions="registration" in DESCRIBED_PARTS)
 
 
 def run_folder() -> str:
@@ -70,32 +69,40 @@ def run_folder() -> str:
     from harness.rundir.regime import BaselineRegime
     from harness.rundir.verdict import Verdict
 
-    return model_reference({
-        "manifest.json": [Manifest],
-        "verdict.json": [Verdict],
-        "cells/<cell>/cell.json": [CellFile],
-        "cells/<cell>/complete.json": [CompleteFile],
-        "cells/<cell>/requests.jsonl (a line)": [RequestRecord],
-        "cells/<cell>/metrics.jsonl (a line)": [MetricSample],
-        "cells/<cell>/gpu.jsonl (a line)": [GpuSample],
-        "cells/<cell>/scores.jsonl (a line)": [ScoreRecord],
-        "smoke/arms.jsonl (a line)": [SmokeArmCheck, SmokeIdentityCheck],
-        "smoke/regime.jsonl (a line)": [BaselineRegime],
-    }, heading="###", require_descriptions="run-folder" in DESCRIBED_PARTS)
+    return model_reference(
+        {
+            "manifest.json": [Manifest],
+            "verdict.json": [Verdict],
+            "cells/<cell>/cell.json": [CellFile],
+            "cells/<cell>/complete.json": [CompleteFile],
+            "cells/<cell>/requests.jsonl (a line)": [RequestRecord],
+            "cells/<cell>/metrics.jsonl (a line)": [MetricSample],
+            "cells/<cell>/gpu.jsonl (a line)": [GpuSample],
+            "cells/<cell>/scores.jsonl (a line)": [ScoreRecord],
+            "smoke/arms.jsonl (a line)": [SmokeArmCheck, SmokeIdentityCheck],
+            "smoke/regime.jsonl (a line)": [BaselineRegime],
+        },
+        heading="###",
+        require_descriptions="run-folder" in DESCRIBED_PARTS,
+    )
 
 
 PARTS: dict[str, Callable[[], str]] = {
-    "commands": commands, "registration": registration, "run-folder": run_folder,
+    "commands": commands,
+    "registration": registration,
+    "run-folder": run_folder,
 }
 
 
 def expand(markdown: str, where: str = "page") -> str:
     """The page with each `<!-- generated: NAME -->` line replaced by its part."""
+
     def part(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in PARTS:
-            raise DocsError(f"{where}: unknown generated part {name!r} (known: "
-                            + ", ".join(PARTS) + ")")
+            raise DocsError(
+                f"{where}: unknown generated part {name!r} (known: " + ", ".join(PARTS) + ")"
+            )
         return PARTS[name]()
 
     return MARKER.sub(part, markdown)

@@ -24,8 +24,9 @@ from typing import Any
 from websockets.sync.client import ClientConnection, connect
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-INSTALL = ("install Debian's chromium (as root: apt-get install -y chromium; scripts/setup.sh"
-           " does it)")
+INSTALL = (
+    "install Debian's chromium (as root: apt-get install -y chromium; scripts/setup.sh does it)"
+)
 
 # Reads every section and figure once the figures have drawn (or the wait gave up).
 _PAGE_STATE = """JSON.stringify({
@@ -37,8 +38,10 @@ _PAGE_STATE = """JSON.stringify({
   plotly: typeof Plotly !== 'undefined' ? Plotly.version : null,
 })"""
 # Without plotly.js nothing more will draw: stop waiting, the check says which figure lacks.
-_DRAWN = ("typeof Plotly === 'undefined' || [...document.querySelectorAll("
-          "'div.plotly-graph-div')].every(d => d.querySelector('svg.main-svg'))")
+_DRAWN = (
+    "typeof Plotly === 'undefined' || [...document.querySelectorAll("
+    "'div.plotly-graph-div')].every(d => d.querySelector('svg.main-svg'))"
+)
 
 
 class ChromiumMissing(RuntimeError):
@@ -111,10 +114,22 @@ def _launch(browser: str, profile: Path, timeout: float) -> tuple[subprocess.Pop
     log = (profile / "chromium.log").open("wb")
     # --no-sandbox: the test machines run as root, where Chromium's sandbox refuses to start.
     proc = subprocess.Popen(
-        [browser, "--headless=new", "--remote-debugging-port=0", f"--user-data-dir={profile}",
-         "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-         "--disable-extensions", "--hide-scrollbars", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=log)
+        [
+            browser,
+            "--headless=new",
+            "--remote-debugging-port=0",
+            f"--user-data-dir={profile}",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-extensions",
+            "--hide-scrollbars",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
     active = profile / "DevToolsActivePort"  # port, then the browser target's path
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -143,9 +158,16 @@ def _console_errors(events: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def check_page(html: Path, screenshot: Path | None = None, width: int = 1440,
-               height: int = 900, full_page: bool = False, section: str | None = None,
-               timeout: float = 60.0, draw_timeout: float | None = None) -> PageCheck:
+def check_page(
+    html: Path,
+    screenshot: Path | None = None,
+    width: int = 1440,
+    height: int = 900,
+    full_page: bool = False,
+    section: str | None = None,
+    timeout: float = 60.0,
+    draw_timeout: float | None = None,
+) -> PageCheck:
     """Open `html` at width x height CSS pixels; `screenshot` gets the viewport's PNG (the
     whole page with full_page; the screen from the top of the section with that id).
     `timeout`: for the browser to start and load the page; `draw_timeout` (default the
@@ -158,31 +180,56 @@ def check_page(html: Path, screenshot: Path | None = None, width: int = 1440,
             with connect(ws_url, max_size=None, open_timeout=timeout) as ws:
                 dt = _DevTools(ws, timeout)
                 target = dt.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-                session = dt.send("Target.attachToTarget",
-                                  {"targetId": target, "flatten": True})["sessionId"]
+                session = dt.send("Target.attachToTarget", {"targetId": target, "flatten": True})[
+                    "sessionId"
+                ]
                 for domain in ("Page", "Runtime", "Log", "Network"):
                     dt.send(f"{domain}.enable", session=session)
-                dt.send("Emulation.setDeviceMetricsOverride", {
-                    "width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
-                    session=session)
+                dt.send(
+                    "Emulation.setDeviceMetricsOverride",
+                    {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+                    session=session,
+                )
                 dt.send("Page.navigate", {"url": url}, session=session)
                 dt.wait_event("Page.loadEventFired", timeout)
                 _wait_drawn(dt, session, timeout if draw_timeout is None else draw_timeout)
-                state = json.loads(dt.send("Runtime.evaluate", {
-                    "expression": _PAGE_STATE, "returnByValue": True},
-                    session=session)["result"]["value"])
-                check = PageCheck(state["sections"], state["figures"], state["plotly"],
-                                  _console_errors(dt.events), _requests(dt.events, url))
+                state = json.loads(
+                    dt.send(
+                        "Runtime.evaluate",
+                        {"expression": _PAGE_STATE, "returnByValue": True},
+                        session=session,
+                    )["result"]["value"]
+                )
+                check = PageCheck(
+                    state["sections"],
+                    state["figures"],
+                    state["plotly"],
+                    _console_errors(dt.events),
+                    _requests(dt.events, url),
+                )
                 if section:
-                    dt.send("Runtime.evaluate", {"expression": "document.getElementById("
-                            f"{json.dumps(section)})?.scrollIntoView()"}, session=session)
+                    dt.send(
+                        "Runtime.evaluate",
+                        {
+                            "expression": "document.getElementById("
+                            f"{json.dumps(section)})?.scrollIntoView()"
+                        },
+                        session=session,
+                    )
                 if screenshot is not None:
                     params: dict[str, Any] = {"format": "png"}
                     if full_page:  # the page's whole height, not the screen's
                         size = dt.send("Page.getLayoutMetrics", session=session)["cssContentSize"]
-                        params.update(captureBeyondViewport=True, clip={
-                            "x": 0, "y": 0, "width": size["width"], "height": size["height"],
-                            "scale": 1})
+                        params.update(
+                            captureBeyondViewport=True,
+                            clip={
+                                "x": 0,
+                                "y": 0,
+                                "width": size["width"],
+                                "height": size["height"],
+                                "scale": 1,
+                            },
+                        )
                     shot = dt.send("Page.captureScreenshot", params, session=session)
                     screenshot = Path(screenshot)
                     screenshot.parent.mkdir(parents=True, exist_ok=True)
@@ -203,14 +250,18 @@ def _wait_drawn(dt: _DevTools, session: str, timeout: float) -> None:
     timeout: then the check reports which did not."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        done = dt.send("Runtime.evaluate", {"expression": _DRAWN, "returnByValue": True},
-                       session=session)["result"].get("value")
+        done = dt.send(
+            "Runtime.evaluate", {"expression": _DRAWN, "returnByValue": True}, session=session
+        )["result"].get("value")
         if done:
             return
         time.sleep(0.1)
 
 
 def _requests(events: list[dict[str, Any]], page: str) -> list[str]:
-    urls = [e["params"]["request"]["url"] for e in events
-            if e.get("method") == "Network.requestWillBeSent"]
+    urls = [
+        e["params"]["request"]["url"]
+        for e in events
+        if e.get("method") == "Network.requestWillBeSent"
+    ]
     return [u for u in urls if u != page and not u.startswith(("data:", "blob:", "about:"))]

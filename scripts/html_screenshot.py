@@ -31,13 +31,16 @@ def main() -> int:
         print(f"{args.html}: no such file", file=sys.stderr)
         return 2
     try:
-        check = check_page(args.html, args.png, args.width, args.height, args.full_page,
-                           args.section)
+        check = check_page(
+            args.html, args.png, args.width, args.height, args.full_page, args.section
+        )
     except ChromiumMissing as err:
         print(err, file=sys.stderr)
         return 2
-    print(f"{len(check.sections)} sections, {len(check.figures)} figures"
-          f" (plotly.js {check.plotly_version})")
+    print(
+        f"{len(check.sections)} sections, {len(check.figures)} figures"
+        f" (plotly.js {check.plotly_version})"
+    )
     for problem in check.problems():
         print(f"problem: {problem}")
     print(f"screenshot: {check.screenshot}")

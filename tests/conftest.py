@@ -69,7 +69,7 @@ def pin_xdist_worker() -> None:
     if count > len(cpus):
         pin_threads({cpus[index % len(cpus)]})
     else:
-        pin_threads(set(cpus[index % count::count]))
+        pin_threads(set(cpus[index % count :: count]))
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -125,9 +125,11 @@ def sglang_args_python() -> str:
 
     python = interpreter_for("sglang-args")
     if not Path(python).exists() or not pin("sglang-args").installed():
-        pytest.fail(f"SGLang's test-only environment is not installed at {python}: run"
-                    " scripts/setup.sh (or `specbench engines install sglang-args`)",
-                    pytrace=False)
+        pytest.fail(
+            f"SGLang's test-only environment is not installed at {python}: run"
+            " scripts/setup.sh (or `specbench engines install sglang-args`)",
+            pytrace=False,
+        )
     return python
 
 
@@ -151,7 +153,9 @@ class VllmCpuEngines:
         while len(self.running) >= self.max_alive:
             self.stop(next(iter(self.running)))
         self.starts[name] = self.starts.get(name, 0) + 1
-        engine = start_engine(self.study.arm(name), self.study, self.log_dir / f"{name}-{self.starts[name]}")
+        engine = start_engine(
+            self.study.arm(name), self.study, self.log_dir / f"{name}-{self.starts[name]}"
+        )
         self.running[name] = engine
         return engine
 
@@ -221,7 +225,12 @@ def vllm_ngram(vllm_cpu_engines: VllmCpuEngines) -> EngineProcess:
 
 
 def chat_completion(
-    engine: EngineProcess, prompt: str, *, max_tokens: int = 48, timeout_s: float = 300, **extra: Any
+    engine: EngineProcess,
+    prompt: str,
+    *,
+    max_tokens: int = 48,
+    timeout_s: float = 300,
+    **extra: Any,
 ) -> dict[str, Any]:
     """One non-streamed greedy chat completion; returns the response JSON."""
     body = {

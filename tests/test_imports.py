@@ -72,7 +72,8 @@ def import_edges() -> dict[str, dict[str, bool]]:
                 if isinstance(child, ast.If) and _is_type_checking(child):
                     continue
                 inner = top and not isinstance(
-                    child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+                    child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+                )
                 if isinstance(child, ast.Import):
                     for alias in child.names:
                         add(_target(alias.name), top)
@@ -133,7 +134,7 @@ def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
         while True:
             nxt = next(w for w in graph[path[-1]] if w in members)
             if nxt in seen:
-                out.append(path[path.index(nxt):] + [nxt])
+                out.append(path[path.index(nxt) :] + [nxt])
                 break
             path.append(nxt)
             seen.add(nxt)
@@ -154,7 +155,8 @@ def test_no_import_cycle_among_harness_modules() -> None:
     graph = {m: sorted(targets) for m, targets in import_edges().items()}
     cycles = _cycles(graph)
     assert not cycles, "import cycles among harness modules:\n" + "\n".join(
-        " -> ".join(c) for c in cycles)
+        " -> ".join(c) for c in cycles
+    )
 
 
 def _forbidden(module: str) -> bool:
@@ -185,8 +187,9 @@ def chain(start: str, goal: str) -> list[str]:
         nxt = []
         for module in todo:
             parts = module.split(".")
-            for n in sorted(set(edges.get(module, {}))
-                            | {".".join(parts[:i]) for i in range(1, len(parts))}):
+            for n in sorted(
+                set(edges.get(module, {})) | {".".join(parts[:i]) for i in range(1, len(parts))}
+            ):
                 if n not in prev:
                     prev[n] = module
                     nxt.append(n)
@@ -200,23 +203,36 @@ def chain(start: str, goal: str) -> list[str]:
 
 def loaded_by(modules: list[str]) -> list[str]:
     """The harness modules a fresh interpreter holds after importing `modules`."""
-    code = ("import importlib, json, sys\n"
-            f"for m in {modules!r}:\n"
-            "    importlib.import_module(m)\n"
-            "print(json.dumps(sorted(k for k in sys.modules if k.split('.')[0] == 'harness')))\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {modules!r}:\n"
+        "    importlib.import_module(m)\n"
+        "print(json.dumps(sorted(k for k in sys.modules if k.split('.')[0] == 'harness')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
 
-@pytest.mark.parametrize("command, needs", [
-    # validate reads the study, its arm files, the seal and the hub cache (drafter bases).
-    ("harness.commands.validate", ["harness.prereg.drafter_base", "harness.weights.cache"]),
-    # report reads the run folder and draws the PDF: analysis, finalize and the pages.
-    ("harness.commands.report", ["harness.finalize", "harness.report.build",
-                                 "harness.rundir", "harness.analysis.smoke"]),
-])
+@pytest.mark.parametrize(
+    "command, needs",
+    [
+        # validate reads the study, its arm files, the seal and the hub cache (drafter bases).
+        ("harness.commands.validate", ["harness.prereg.drafter_base", "harness.weights.cache"]),
+        # report reads the run folder and draws the PDF: analysis, finalize and the pages.
+        (
+            "harness.commands.report",
+            [
+                "harness.finalize",
+                "harness.report.build",
+                "harness.rundir",
+                "harness.analysis.smoke",
+            ],
+        ),
+    ],
+)
 def test_a_command_loads_neither_the_run_stack_nor_the_engine_lifecycle(command, needs) -> None:
     """`import harness.commands.X`, then every module its functions can import (what
     running the command may load), in a fresh interpreter: no module under harness.run,
@@ -227,7 +243,8 @@ def test_a_command_loads_neither_the_run_stack_nor_the_engine_lifecycle(command,
     assert set(needs) <= set(loaded), "the test no longer imports what the command runs"
     bad = sorted(m for m in set(loaded) | statically | set(plain) if _forbidden(m))
     assert not bad, f"{command} loads {', '.join(bad)}:\n" + "\n".join(
-        " <- ".join(reversed(chain(command, m))) for m in bad if m in statically)
+        " <- ".join(reversed(chain(command, m))) for m in bad if m in statically
+    )
 
 
 def test_each_command_name_is_the_parser_its_module_registers() -> None:
@@ -250,13 +267,16 @@ def test_specbench_validate_loads_at_most_60_harness_modules() -> None:
     """`specbench validate prereg.yaml` through the CLI's own entry, in a fresh interpreter:
     only the chosen command's module is imported (it loaded about 146 while the CLI
     imported every command to build its parser)."""
-    code = ("import json, sys\n"
-            "from harness.cli import main\n"
-            "rc = main(['validate', 'prereg.yaml'])\n"
-            "mods = sorted(k for k in sys.modules if k.split('.')[0] == 'harness')\n"
-            "print(json.dumps([rc, mods]), file=sys.stderr)\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    code = (
+        "import json, sys\n"
+        "from harness.cli import main\n"
+        "rc = main(['validate', 'prereg.yaml'])\n"
+        "mods = sorted(k for k in sys.modules if k.split('.')[0] == 'harness')\n"
+        "print(json.dumps([rc, mods]), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     rc, mods = json.loads(done.stderr.strip().splitlines()[-1])
     assert rc == 0, done.stderr
     assert "harness.commands.validate" in mods and "harness.commands.run" not in mods
@@ -294,26 +314,37 @@ def shared_names(modules: dict[str, Path]) -> dict[str, list[str]]:
 
 def test_no_two_harness_modules_define_the_same_public_name() -> None:
     shared = shared_names(harness_modules())
-    assert not shared, ("one name, two definitions (one thing: define it once and import it;"
-                        " two things: rename the one whose name says less): ") + "; ".join(
-        f"{name} in {', '.join(mods)}" for name, mods in sorted(shared.items()))
+    assert not shared, (
+        "one name, two definitions (one thing: define it once and import it;"
+        " two things: rename the one whose name says less): "
+    ) + "; ".join(f"{name} in {', '.join(mods)}" for name, mods in sorted(shared.items()))
 
 
 def test_the_same_name_check_sees_classes_functions_and_aliases(tmp_path) -> None:
-    (tmp_path / "a.py").write_text("class Gpu: ...\ndef locate(): ...\nStatus = int\nLIMIT = 1\n"
-                                   "WIDTH = 3\nfrom harness.x.b import SHARED\n")
-    (tmp_path / "b.py").write_text("Gpu = int\nasync def locate(): ...\nStatus: type = str\n"
-                                   "LIMIT = 2\nWIDTH: int = 3\nSHARED = 4\ndef run(): ...\n"
-                                   "_private = 1\n_CAPS = 1\n")
+    (tmp_path / "a.py").write_text(
+        "class Gpu: ...\ndef locate(): ...\nStatus = int\nLIMIT = 1\n"
+        "WIDTH = 3\nfrom harness.x.b import SHARED\n"
+    )
+    (tmp_path / "b.py").write_text(
+        "Gpu = int\nasync def locate(): ...\nStatus: type = str\n"
+        "LIMIT = 2\nWIDTH: int = 3\nSHARED = 4\ndef run(): ...\n"
+        "_private = 1\n_CAPS = 1\n"
+    )
     (tmp_path / "f.py").write_text("_private = 2\n_CAPS = 2\nimport SHARED\n")
     (tmp_path / "c.py").write_text("def run(): ...\n")
-    modules = {"harness.x.a": tmp_path / "a.py", "harness.x.b": tmp_path / "b.py",
-               "harness.commands.c": tmp_path / "c.py", "harness.commands.d": tmp_path / "c.py",
-               "harness.x.f": tmp_path / "f.py"}
-    assert shared_names(modules) == {"Gpu": ["harness.x.a", "harness.x.b"],
-                                     "locate": ["harness.x.a", "harness.x.b"],
-                                     "Status": ["harness.x.a", "harness.x.b"],
-                                     "LIMIT": ["harness.x.a", "harness.x.b"],
-                                     "WIDTH": ["harness.x.a", "harness.x.b"]}
+    modules = {
+        "harness.x.a": tmp_path / "a.py",
+        "harness.x.b": tmp_path / "b.py",
+        "harness.commands.c": tmp_path / "c.py",
+        "harness.commands.d": tmp_path / "c.py",
+        "harness.x.f": tmp_path / "f.py",
+    }
+    assert shared_names(modules) == {
+        "Gpu": ["harness.x.a", "harness.x.b"],
+        "locate": ["harness.x.a", "harness.x.b"],
+        "Status": ["harness.x.a", "harness.x.b"],
+        "LIMIT": ["harness.x.a", "harness.x.b"],
+        "WIDTH": ["harness.x.a", "harness.x.b"],
+    }
     modules["harness.x.e"] = tmp_path / "c.py"  # two `run`s outside the commands clash
     assert shared_names(modules)["run"] == ["harness.x.b", "harness.x.e"]

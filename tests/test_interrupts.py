@@ -29,6 +29,7 @@ def swallowed_in_a_weakref_callback(handler) -> list[str]:
     previous = sys.unraisablehook
     sys.unraisablehook = lambda unraisable: dropped.append(type(unraisable.exc_value).__name__)
     try:
+
         class Lock:
             pass
 
@@ -66,8 +67,10 @@ def test_an_engine_start_stops_waiting_on_a_swallowed_interrupt():
     # pending signal raised first, wait_ready would end in a start failure instead (in
     # the suite's hang it polled for the whole start timeout, 120 s).
     engine = types.SimpleNamespace(
-        kind=types.SimpleNamespace(readiness_path="/health"), exit_code=None,
-        base_url="http://127.0.0.1:9")
+        kind=types.SimpleNamespace(readiness_path="/health"),
+        exit_code=None,
+        base_url="http://127.0.0.1:9",
+    )
     swallowed_in_a_weakref_callback(interrupts.raising(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         wait_ready(engine, timeout_s=120, started=0.0, version=lambda: None)  # type: ignore[arg-type]

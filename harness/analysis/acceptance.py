@@ -22,8 +22,15 @@ import pandas as pd
 from harness.engines.metrics import acceptance_window
 from harness.records import EngineSnapshot, MetricSample
 
-COUNTERS = ("drafts", "draft_tokens", "accepted_tokens", "generation_tokens", "prompt_tokens",
-            "preemptions", "requests_finished")
+COUNTERS = (
+    "drafts",
+    "draft_tokens",
+    "accepted_tokens",
+    "generation_tokens",
+    "prompt_tokens",
+    "preemptions",
+    "requests_finished",
+)
 
 
 def ok_samples(samples: list[MetricSample]) -> list[MetricSample]:
@@ -54,14 +61,20 @@ def monotone_snapshots(snaps: list[EngineSnapshot]) -> tuple[list[EngineSnapshot
                 offset[name] += getattr(before, name) or 0.0
             prev = before.accepted_per_position or []
             n = max(len(pos_offset), len(prev))
-            pos_offset = [(pos_offset[i] if i < len(pos_offset) else 0.0)
-                          + (prev[i] if i < len(prev) else 0.0) for i in range(n)]
-        fields = {name: (None if getattr(after, name) is None else getattr(after, name)
-                         + offset[name]) for name in COUNTERS}
+            pos_offset = [
+                (pos_offset[i] if i < len(pos_offset) else 0.0)
+                + (prev[i] if i < len(prev) else 0.0)
+                for i in range(n)
+            ]
+        fields = {
+            name: (None if getattr(after, name) is None else getattr(after, name) + offset[name])
+            for name in COUNTERS
+        }
         per_pos = after.accepted_per_position
         if per_pos is not None:
-            per_pos = [v + (pos_offset[i] if i < len(pos_offset) else 0.0)
-                       for i, v in enumerate(per_pos)]
+            per_pos = [
+                v + (pos_offset[i] if i < len(pos_offset) else 0.0) for i, v in enumerate(per_pos)
+            ]
         out.append(after.model_copy(update=fields | {"accepted_per_position": per_pos}))
     return out, resets
 
@@ -86,8 +99,7 @@ def cell_acceptance(samples: list[MetricSample]) -> CellAcceptance:
     win = acceptance_window(snaps[0], snaps[-1])
     if win is None:
         return CellAcceptance(None, None, None, gaps, resets)
-    return CellAcceptance(win.drafts, win.acceptance_length, win.per_position_rates, gaps,
-                          resets)
+    return CellAcceptance(win.drafts, win.acceptance_length, win.per_position_rates, gaps, resets)
 
 
 def per_second_acceptance(samples: list[MetricSample]) -> pd.DataFrame:
@@ -100,10 +112,14 @@ def per_second_acceptance(samples: list[MetricSample]) -> pd.DataFrame:
         t0 = good[0].t
         for (_, before), (sample, after) in pairwise(zip(good, snaps, strict=True)):
             win = acceptance_window(before, after)
-            rows.append({
-                "t_s": sample.t - t0,
-                "acceptance_length": (win.acceptance_length if win is not None else None),
-                "drafts": win.drafts if win is not None else None,
-                "engine_gauge": sample.snapshot.engine_accept_length if sample.snapshot else None,
-            })
+            rows.append(
+                {
+                    "t_s": sample.t - t0,
+                    "acceptance_length": (win.acceptance_length if win is not None else None),
+                    "drafts": win.drafts if win is not None else None,
+                    "engine_gauge": sample.snapshot.engine_accept_length
+                    if sample.snapshot
+                    else None,
+                }
+            )
     return pd.DataFrame(rows, columns=["t_s", "acceptance_length", "drafts", "engine_gauge"])

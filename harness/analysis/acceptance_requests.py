@@ -54,12 +54,14 @@ class RequestAcceptance:
         return [sum(self.histogram[i:]) / self.rounds for i in range(1, len(self.histogram))]
 
 
-def request_acceptance(records: list[RequestRecord], phases: tuple[str, ...] = ("measure",)
-                       ) -> RequestAcceptance | None:
+def request_acceptance(
+    records: list[RequestRecord], phases: tuple[str, ...] = ("measure",)
+) -> RequestAcceptance | None:
     """The figures summed over the successful requests of those phases (by default the
     cell's measured ones); None when none carried any."""
-    with_figures = [(r, s) for r in records
-                    if r.ok and r.phase in phases and (s := r.speculation) is not None]
+    with_figures = [
+        (r, s) for r in records if r.ok and r.phase in phases and (s := r.speculation) is not None
+    ]
     if not with_figures:
         return None
     engine = with_figures[0][1].engine
@@ -78,10 +80,16 @@ def request_acceptance(records: list[RequestRecord], phases: tuple[str, ...] = (
     if rounds:
         length = 1.0 + accepted / rounds if engine == "vllm" else completion / rounds
     return RequestAcceptance(
-        engine=engine, requests=len(with_figures), rounds=rounds, draft_tokens=draft_tokens,
-        accepted=accepted, completion_tokens=completion, histogram=histogram,
+        engine=engine,
+        requests=len(with_figures),
+        rounds=rounds,
+        draft_tokens=draft_tokens,
+        accepted=accepted,
+        completion_tokens=completion,
+        histogram=histogram,
         accept_length_per_round=length,
-        acceptance_rate=accepted / draft_tokens if draft_tokens else None)
+        acceptance_rate=accepted / draft_tokens if draft_tokens else None,
+    )
 
 
 def _figure(value: float | None) -> float | None:
@@ -90,12 +98,15 @@ def _figure(value: float | None) -> float | None:
     return float(value)
 
 
-def acceptance_disagreement(engine: float | None, requests: float | None,
-                            client: float | None, window: float | None = None,
-                            within: float = AGREE_WITHIN,
-                            engine_positions: list[float] | None = None,
-                            window_positions: list[float] | None = None,
-                            ) -> tuple[bool | None, str | None]:
+def acceptance_disagreement(
+    engine: float | None,
+    requests: float | None,
+    client: float | None,
+    window: float | None = None,
+    within: float = AGREE_WITHIN,
+    engine_positions: list[float] | None = None,
+    window_positions: list[float] | None = None,
+) -> tuple[bool | None, str | None]:
     """(agree, why not) for one cell's three figures: the counters against the summed
     per-request figures of the requests in their window (`window`: warm-up included;
     the measured ones' `requests` when not given), on either side, and the client's
@@ -113,11 +124,15 @@ def acceptance_disagreement(engine: float | None, requests: float | None,
     same = window if window is not None else requests
     if engine is not None and abs(engine - same) > within * same:
         over = " over the same requests (warm-up included)" if window is not None else ""
-        problems.append(f"engine counters {engine:.3f} vs per-request {same:.3f}{over}"
-                        f" ({(engine - same) / same:+.1%})")
+        problems.append(
+            f"engine counters {engine:.3f} vs per-request {same:.3f}{over}"
+            f" ({(engine - same) / same:+.1%})"
+        )
     if client is not None and client > requests * (1 + within):
-        problems.append(f"client {client:.3f} above per-request {requests:.3f}"
-                        f" ({(client - requests) / requests:+.1%})")
+        problems.append(
+            f"client {client:.3f} above per-request {requests:.3f}"
+            f" ({(client - requests) / requests:+.1%})"
+        )
     if engine_positions and window_positions:
         scale = max(window_positions[0], engine_positions[0])
         n = max(len(engine_positions), len(window_positions))

@@ -37,6 +37,14 @@ def compare_accuracy(drafter: CellData, baseline: CellData, level: float) -> Acc
     base_acc = base_correct / n if n else math.nan
     lo, hi = wilson_interval(base_correct, n, level)
     within = bool(n) and lo <= acc <= hi
-    return AccuracyComparison(drafter.task, drafter.arm, baseline.arm, n, acc, base_acc, (lo, hi),
-                              within, paired_comparison({i: a[i] for i in ids},
-                                                        {i: b[i] for i in ids}))
+    return AccuracyComparison(
+        drafter.task,
+        drafter.arm,
+        baseline.arm,
+        n,
+        acc,
+        base_acc,
+        (lo, hi),
+        within,
+        paired_comparison({i: a[i] for i in ids}, {i: b[i] for i in ids}),
+    )

@@ -29,8 +29,12 @@ class BarResult:
     evidence: dict
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "status": self.status, "summary": self.summary,
-                "evidence": self.evidence}
+        return {
+            "name": self.name,
+            "status": self.status,
+            "summary": self.summary,
+            "evidence": self.evidence,
+        }
 
 
 Bar = Callable[[Analysis], BarResult]
@@ -51,6 +55,7 @@ def register_bar(name: str, kind: BarKind) -> Callable[[Bar], Bar]:
     def wrap(fn: Bar) -> Bar:
         BARS[name] = RegisteredBar(name, kind, fn)
         return fn
+
     return wrap
 
 
@@ -81,16 +86,23 @@ def judged_speedups(a: Analysis) -> pd.DataFrame:
 
 def figure_of(row: Any) -> dict:
     throttled = getattr(row, "gpu_throttled_cells", None)
-    return {"concurrency": int(row.concurrency), "drafter_cell": row.drafter_cell,
-            "baseline_cell": row.baseline_cell, "status": row.status,
-            "speedup": row.speedup, "ci_lower": row.ci_lower, "ci_upper": row.ci_upper,
-            "speed_drafter": row.speed_drafter, "speed_baseline": row.speed_baseline,
-            # What the interval rests on (harness.analysis.intervals).
-            "sessions": getattr(row, "sessions", None),
-            "interval_method": getattr(row, "interval_method", None),
-            "interval_caveat": getattr(row, "interval_caveat", None),
-            # The pair's cells measured while the GPU throttled (recording.gpu_throttle).
-            "gpu_throttled": throttled.split("; ") if isinstance(throttled, str) else []}
+    return {
+        "concurrency": int(row.concurrency),
+        "drafter_cell": row.drafter_cell,
+        "baseline_cell": row.baseline_cell,
+        "status": row.status,
+        "speedup": row.speedup,
+        "ci_lower": row.ci_lower,
+        "ci_upper": row.ci_upper,
+        "speed_drafter": row.speed_drafter,
+        "speed_baseline": row.speed_baseline,
+        # What the interval rests on (harness.analysis.intervals).
+        "sessions": getattr(row, "sessions", None),
+        "interval_method": getattr(row, "interval_method", None),
+        "interval_caveat": getattr(row, "interval_caveat", None),
+        # The pair's cells measured while the GPU throttled (recording.gpu_throttle).
+        "gpu_throttled": throttled.split("; ") if isinstance(throttled, str) else [],
+    }
 
 
 # --- the best drafter ----------------------------------------------------------------
@@ -124,16 +136,21 @@ def judged_drafters(a: Analysis, task: str, arms_rule: str) -> JudgedArms:
     on a task without speed cells (MMLU), every drafter that is best on some speed task,
     so no task's winner escapes this task's bar."""
     if arms_rule == "all_drafters":
-        return JudgedArms({d: "every drafter arm is judged" for d in drafter_arms(a.run.study)},
-                          "every drafter arm")
+        return JudgedArms(
+            {d: "every drafter arm is judged" for d in drafter_arms(a.run.study)},
+            "every drafter arm",
+        )
     best = pass_best(a)
     pooled = a.run.study.bars.pass_.speed.best_drafter == "pooled"
     if task in best:
         b = best[task]
         if b.arm is None:
             return JudgedArms(None, b.rule, b.missing)
-        why = "the best drafter over the speed tasks pooled" if pooled else \
-            f"the best drafter on {task}"
+        why = (
+            "the best drafter over the speed tasks pooled"
+            if pooled
+            else f"the best drafter on {task}"
+        )
         return JudgedArms({b.arm: why}, b.rule, [])
     wins: dict[str, list[str]] = {}
     missing: list[str] = []
@@ -142,8 +159,10 @@ def judged_drafters(a: Analysis, task: str, arms_rule: str) -> JudgedArms:
             missing.extend(b.missing or [f"best drafter on {t} undetermined"])
         else:
             wins.setdefault(b.arm, []).append(t)
-    rule = (f"{task} has no speed cells: every drafter that is best on at least one speed"
-            f" task ({', '.join(best)}) is judged")
+    rule = (
+        f"{task} has no speed cells: every drafter that is best on at least one speed"
+        f" task ({', '.join(best)}) is judged"
+    )
     if missing or not wins:
         return JudgedArms(None, rule, missing)
     return JudgedArms({arm: f"best on {', '.join(ts)}" for arm, ts in wins.items()}, rule)
@@ -178,8 +197,9 @@ class PerTask:
     summary: list[str]
 
 
-def judge_per_task(a: Analysis, tasks: Iterable[str], arms_rule: str,
-                   judge: Callable[[str, str], ArmJudgement]) -> PerTask:
+def judge_per_task(
+    a: Analysis, tasks: Iterable[str], arms_rule: str, judge: Callable[[str, str], ArmJudgement]
+) -> PerTask:
     """For each task, judge each drafter `judged_drafters` names; a task whose drafters
     are undetermined (a speed cell missing) is incomplete."""
     out: dict[str, dict] = {}
@@ -189,8 +209,10 @@ def judge_per_task(a: Analysis, tasks: Iterable[str], arms_rule: str,
         entry: dict = {"arms_rule": chosen.rule, "judged": chosen.arms, "arms": {}}
         if chosen.arms is None:
             entry.update(status="incomplete", missing=chosen.missing)
-            summary.append(f"{task}: incomplete (drafters to judge undetermined:"
-                           f" {'; '.join(chosen.missing[:3])})")
+            summary.append(
+                f"{task}: incomplete (drafters to judge undetermined:"
+                f" {'; '.join(chosen.missing[:3])})"
+            )
             out[task] = entry
             continue
         states = []

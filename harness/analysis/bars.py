@@ -62,15 +62,22 @@ def speed_bar(a: Analysis) -> BarResult:
             entry.update(status="incomplete", missing=best.missing)
             summary.append(f"{task}: incomplete ({'; '.join(best.missing[:3])})")
         else:
-            rows = a.speedups[(a.speedups["arm"] == best.arm) & (a.speedups["task"] == task)
-                              & a.speedups["concurrency"].isin(sp.concurrencies)]
-            figures = [figure_of(r) | {"passes": bool(getattr(r, col) >= sp.threshold)}
-                       for r in rows.itertuples()]
+            rows = a.speedups[
+                (a.speedups["arm"] == best.arm)
+                & (a.speedups["task"] == task)
+                & a.speedups["concurrency"].isin(sp.concurrencies)
+            ]
+            figures = [
+                figure_of(r) | {"passes": bool(getattr(r, col) >= sp.threshold)}
+                for r in rows.itertuples()
+            ]
             ok = all(f["passes"] for f in figures)
             entry.update(status="pass" if ok else "fail", figures=figures)
             shown = ", ".join(f"c={f['concurrency']}: {f[col]:.2f}" for f in figures)
-            summary.append(f"{task}: best {best.arm} {sp.statistic} {shown} "
-                           f"{'>=' if ok else 'not all >='} {sp.threshold:g}")
+            summary.append(
+                f"{task}: best {best.arm} {sp.statistic} {shown} "
+                f"{'>=' if ok else 'not all >='} {sp.threshold:g}"
+            )
             flagged = sorted({c for f in figures for c in f["gpu_throttled"]})
             if flagged:
                 summary.append(f"{task}: measured while the GPU throttled: {', '.join(flagged)}")
@@ -83,10 +90,16 @@ def speed_bar(a: Analysis) -> BarResult:
         status = "pass" if all(s == "pass" for s in statuses) else "fail"
     else:
         status = "pass" if any(s == "pass" for s in statuses) else "fail"
-    evidence = {"threshold": sp.threshold, "statistic": sp.statistic,
-                "concurrencies": sp.concurrencies, "require": sp.require,
-                "best_drafter_mode": sp.best_drafter, "tasks": per_task}
+    evidence = {
+        "threshold": sp.threshold,
+        "statistic": sp.statistic,
+        "concurrencies": sp.concurrencies,
+        "require": sp.require,
+        "best_drafter_mode": sp.best_drafter,
+        "tasks": per_task,
+    }
     return BarResult("pass.speed", status, summary, evidence)
+
 
 # --- pass: identity, accuracy, knee ---------------------------------------------------
 
@@ -108,33 +121,52 @@ def identity_bar(a: Analysis) -> BarResult:
         if not (d.usable and b.usable):
             return ArmJudgement("incomplete", {"cells": _unusable(d, b)}, "incomplete")
         res = compare_identity(d, b, bar.count, bar.near_tie_margin)
-        detail = {"drafter_cell": d.id, "baseline_cell": b.id, "n_compared": res.n_compared,
-                  "n_identical": res.n_identical, "n_numeric": res.n_numeric,
-                  "n_counted_identical": res.n_counted_identical, "share": res.share,
-                  "not_compared": [asdict(n) for n in res.not_compared],
-                  "mismatches": [asdict(m) for m in res.mismatches[:MAX_MISMATCHES_IN_EVIDENCE]],
-                  "mismatches_total": len(res.mismatches),
-                  "divergence_kinds": {k: sum(1 for m in res.mismatches if m.divergence
-                                              and m.divergence.kind == k)
-                                       for k in ("numeric", "real", "unknown")}}
-        skipped = (f"; {len(res.not_compared)} not compared (a request failed)"
-                   if res.not_compared else "")
+        detail = {
+            "drafter_cell": d.id,
+            "baseline_cell": b.id,
+            "n_compared": res.n_compared,
+            "n_identical": res.n_identical,
+            "n_numeric": res.n_numeric,
+            "n_counted_identical": res.n_counted_identical,
+            "share": res.share,
+            "not_compared": [asdict(n) for n in res.not_compared],
+            "mismatches": [asdict(m) for m in res.mismatches[:MAX_MISMATCHES_IN_EVIDENCE]],
+            "mismatches_total": len(res.mismatches),
+            "divergence_kinds": {
+                k: sum(1 for m in res.mismatches if m.divergence and m.divergence.kind == k)
+                for k in ("numeric", "real", "unknown")
+            },
+        }
+        skipped = (
+            f"; {len(res.not_compared)} not compared (a request failed)" if res.not_compared else ""
+        )
         if res.share is None:
-            return ArmJudgement("incomplete", detail, f"no item has an output from both arms"
-                                f"{skipped}")
+            return ArmJudgement(
+                "incomplete", detail, f"no item has an output from both arms{skipped}"
+            )
         ok = res.share >= bar.min_identical_share
-        numeric = (f", {res.n_numeric} of them near-tie divergences (margin <"
-                   f" {bar.near_tie_margin:g})" if bar.count == "beyond_near_ties" and res.n_numeric
-                   else "")
-        return ArmJudgement("pass" if ok else "fail", detail,
-                            f"{res.n_counted_identical}/{res.n_compared} identical{numeric}"
-                            f" ({res.share:.1%}; need >= {bar.min_identical_share:.0%}){skipped}")
+        numeric = (
+            f", {res.n_numeric} of them near-tie divergences (margin < {bar.near_tie_margin:g})"
+            if bar.count == "beyond_near_ties" and res.n_numeric
+            else ""
+        )
+        return ArmJudgement(
+            "pass" if ok else "fail",
+            detail,
+            f"{res.n_counted_identical}/{res.n_compared} identical{numeric}"
+            f" ({res.share:.1%}; need >= {bar.min_identical_share:.0%}){skipped}",
+        )
 
     tasks = [t.name for t in a.run.study.tasks if "identity" in t.uses]
     per = judge_per_task(a, tasks, bar.arms, judge)
-    ev = {"concurrency": bar.concurrency, "min_identical_share": bar.min_identical_share,
-          "count": bar.count, "near_tie_margin": bar.near_tie_margin,
-          "arms": bar.arms, "tasks": per.tasks}
+    ev = {
+        "concurrency": bar.concurrency,
+        "min_identical_share": bar.min_identical_share,
+        "count": bar.count,
+        "near_tie_margin": bar.near_tie_margin,
+        "arms": bar.arms,
+        "tasks": per.tasks,
+    }
     return BarResult("pass.identity", per.status, per.summary, ev)
 
 
@@ -154,30 +186,40 @@ def accuracy_bar(a: Analysis) -> BarResult:
         cmp = compare_accuracy(d, b, bar.level)
         lo, hi = cmp.baseline_interval
         p = cmp.paired
-        line = (f"{cmp.accuracy:.3f} {'inside' if cmp.within else 'outside'} {arm.baseline}"
-                f" [{lo:.3f}, {hi:.3f}] (n={cmp.n}; only-drafter {p.only_a}, only-baseline"
-                f" {p.only_b}, McNemar p={p.mcnemar_p:.3g})")
-        return ArmJudgement("pass" if cmp.within else "fail",
-                            {"drafter_cell": d.id, "baseline_cell": b.id} | cmp.to_dict(), line)
+        line = (
+            f"{cmp.accuracy:.3f} {'inside' if cmp.within else 'outside'} {arm.baseline}"
+            f" [{lo:.3f}, {hi:.3f}] (n={cmp.n}; only-drafter {p.only_a}, only-baseline"
+            f" {p.only_b}, McNemar p={p.mcnemar_p:.3g})"
+        )
+        return ArmJudgement(
+            "pass" if cmp.within else "fail",
+            {"drafter_cell": d.id, "baseline_cell": b.id} | cmp.to_dict(),
+            line,
+        )
 
     per = judge_per_task(a, bar.tasks, bar.arms, judge)
     ev = {"rule": bar.rule, "level": bar.level, "arms": bar.arms, "tasks": per.tasks}
     return BarResult("pass.accuracy", per.status, per.summary, ev)
 
 
-KNEE_READING = ("the knee is where the best drafter's speedup crosses 1.0, read on the point"
-                " estimates and interpolated linearly in the speedup over log2(concurrency)"
-                " between the measured levels around it; its interval runs from where the"
-                " speedup's lower bound crosses 1.0 to where its upper bound falls below it;"
-                " a point still above 1.0 at the top registered level is a bound (> top), and"
-                " one at or below 1.0 at the first level a bound (<= first): neither is a"
-                " located knee")
+KNEE_READING = (
+    "the knee is where the best drafter's speedup crosses 1.0, read on the point"
+    " estimates and interpolated linearly in the speedup over log2(concurrency)"
+    " between the measured levels around it; its interval runs from where the"
+    " speedup's lower bound crosses 1.0 to where its upper bound falls below it;"
+    " a point still above 1.0 at the top registered level is a bound (> top), and"
+    " one at or below 1.0 at the first level a bound (<= first): neither is a"
+    " located knee"
+)
 
 
 def _knee_bound(kb, status: str) -> str | None:
     """The registered reading a bound is held to (bars.pass.knee), or None: not a bound."""
-    return {"beyond": kb.beyond_top, "beyond_skipped": "not_located",
-            "below_first": kb.below_first}.get(status)
+    return {
+        "beyond": kb.beyond_top,
+        "beyond_skipped": "not_located",
+        "below_first": kb.below_first,
+    }.get(status)
 
 
 @register_bar("pass.knee", "pass")
@@ -191,43 +233,65 @@ def knee_bar(a: Analysis) -> BarResult:
         k = by_key.get((arm, task))
         if k is None:
             return ArmJudgement("incomplete", {}, "no knee row")
-        detail = {"knee": k["label"], "knee_status": k["status"], "interval": k["interval"],
-                  "note": k["note"]}
+        detail = {
+            "knee": k["label"],
+            "knee_status": k["status"],
+            "interval": k["interval"],
+            "note": k["note"],
+        }
         if k["status"] == "located":
-            return ArmJudgement("pass", detail, f"knee {k['label']} users, interval"
-                                f" {k['interval']} ({k['note']})")
+            return ArmJudgement(
+                "pass", detail, f"knee {k['label']} users, interval {k['interval']} ({k['note']})"
+            )
         reading = _knee_bound(kb, k["status"])
         field = "beyond_top" if k["status"] == "beyond" else "below_first"
         if reading == "pass":
-            return ArmJudgement("pass", detail, f"knee {k['label']}: a bound, accepted as"
-                                f" registered (bars.pass.knee.{field}: pass)")
+            return ArmJudgement(
+                "pass",
+                detail,
+                f"knee {k['label']}: a bound, accepted as"
+                f" registered (bars.pass.knee.{field}: pass)",
+            )
         if reading is not None:
-            return ArmJudgement("not_located", detail, f"not located: knee {k['label']}, a"
-                                f" bound ({k['note']})")
+            return ArmJudgement(
+                "not_located", detail, f"not located: knee {k['label']}, a bound ({k['note']})"
+            )
         return ArmJudgement("incomplete", detail, f"incomplete ({k['note']})")
 
     per = judge_per_task(a, speed_tasks(a.run.study), "best_drafter", judge)
     judged = {(arm, task) for task, e in per.tasks.items() for arm in (e["judged"] or {})}
     others = [k for k in knees if (k["arm"], k["task"]) not in judged]
-    summary = per.summary + [f"beside (not judged): {k['arm']}/{k['task']}: {k['label']}"
-                             for k in others]
+    summary = per.summary + [
+        f"beside (not judged): {k['arm']}/{k['task']}: {k['label']}" for k in others
+    ]
     status: BarStatus = per.status if kb.required else "not_required"
     if status == "not_located":
-        summary.append(f"a point still above 1.0 at c={top}, the top registered level, or"
-                       " already at or below it at the first, is a bound, not a located"
-                       " knee; a study that accepts a bound registers"
-                       " bars.pass.knee.beyond_top (or below_first): pass")
+        summary.append(
+            f"a point still above 1.0 at c={top}, the top registered level, or"
+            " already at or below it at the first, is a bound, not a located"
+            " knee; a study that accepts a bound registers"
+            " bars.pass.knee.beyond_top (or below_first): pass"
+        )
     summary.append(f"reading: {KNEE_READING}")
-    ev = {"required": kb.required, "beyond_top": kb.beyond_top, "below_first": kb.below_first,
-          "top_level": top, "rule": KNEE_READING, "tasks": per.tasks, "knees": knees}
+    ev = {
+        "required": kb.required,
+        "beyond_top": kb.beyond_top,
+        "below_first": kb.below_first,
+        "top_level": top,
+        "rule": KNEE_READING,
+        "tasks": per.tasks,
+        "knees": knees,
+    }
     return BarResult("pass.knee", status, summary, ev)
 
 
 # --- the verdict -------------------------------------------------------------------------
 
-NOT_LOCATED_REASON = ("a speedup still above 1.0 at the top registered level, or already at"
-                      " or below it at the first, is a bound, not a located knee"
-                      " (bars.pass.knee.beyond_top / below_first: pass registers otherwise)")
+NOT_LOCATED_REASON = (
+    "a speedup still above 1.0 at the top registered level, or already at"
+    " or below it at the first, is a bound, not a located knee"
+    " (bars.pass.knee.beyond_top / below_first: pass registers otherwise)"
+)
 
 
 def evaluate(a: Analysis) -> Verdict:
@@ -261,11 +325,13 @@ def evaluate(a: Analysis) -> Verdict:
     if verdict == "INCOMPLETE":  # each cause, its cells per bar, the command that finishes it
         unfinished_bars = [b.name for b in judged if b.status == "incomplete"]
         unfinished_bars += ["check"] if check.status == "unresolved" else []
-        finish = unfinished(run, unfinished_bars,
-                            [r.get("state") for r in check.evidence.get("reruns", [])])
+        finish = unfinished(
+            run, unfinished_bars, [r.get("state") for r in check.evidence.get("reruns", [])]
+        )
         reasons.extend(finish.lines)
-    excluded = [{"cell": c.id, "reason": c.reason} for c in run.cells.values()
-                if c.status == "invalid"]
+    excluded = [
+        {"cell": c.id, "reason": c.reason} for c in run.cells.values() if c.status == "invalid"
+    ]
     out = {
         "seal": run.manifest.seal,
         "run_id": run.run_id,
@@ -300,8 +366,9 @@ def evaluate(a: Analysis) -> Verdict:
     return Verdict.model_validate(clean_json(out))
 
 
-def write_verdict(run_dir: str | Path | RunData, study: Study | None = None,
-                  analysis: Analysis | None = None) -> Verdict:
+def write_verdict(
+    run_dir: str | Path | RunData, study: Study | None = None, analysis: Analysis | None = None
+) -> Verdict:
     """Judge every bar and write verdict.json into the run folder; returns the verdict."""
     a = analysis or analyse(run_dir if isinstance(run_dir, RunData) else load_run(run_dir, study))
     verdict = evaluate(a)

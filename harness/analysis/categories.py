@@ -38,12 +38,36 @@ from harness.records import session_item_id
 from harness.workloads.kinds import CACHED_KINDS
 
 CATEGORY_COLUMNS = [
-    "arm", "baseline", "task", "config", "input_length", "category", "concurrency",
-    "drafter_cell", "baseline_cell", "n_items", "status", "reason", "sessions", "n_drafter",
-    "n_baseline", "speedup", "ci_lower", "ci_upper", "interval_method", "tokens_per_round",
-    "tokens_per_round_ci_lower", "tokens_per_round_ci_upper", "baseline_tokens_per_round",
-    "round_cost_ratio", "round_cost_ratio_ci_lower", "round_cost_ratio_ci_upper",
-    "acceptance_rate", "acceptance_ci_lower", "acceptance_ci_upper", "accept_length",
+    "arm",
+    "baseline",
+    "task",
+    "config",
+    "input_length",
+    "category",
+    "concurrency",
+    "drafter_cell",
+    "baseline_cell",
+    "n_items",
+    "status",
+    "reason",
+    "sessions",
+    "n_drafter",
+    "n_baseline",
+    "speedup",
+    "ci_lower",
+    "ci_upper",
+    "interval_method",
+    "tokens_per_round",
+    "tokens_per_round_ci_lower",
+    "tokens_per_round_ci_upper",
+    "baseline_tokens_per_round",
+    "round_cost_ratio",
+    "round_cost_ratio_ci_lower",
+    "round_cost_ratio_ci_upper",
+    "acceptance_rate",
+    "acceptance_ci_lower",
+    "acceptance_ci_upper",
+    "accept_length",
     "spec_requests",
 ]
 
@@ -65,8 +89,9 @@ def loaded_categories(task: TaskSpec) -> dict[str, str]:
     """{item id: category} of the task's items, read from the hub cache."""
     from harness.workloads import load_items
 
-    items = load_items(task.kind, source=task.source, subset=task.subset,
-                       subset_seed=task.subset_seed)
+    items = load_items(
+        task.kind, source=task.source, subset=task.subset, subset_seed=task.subset_seed
+    )
     return {it.id: str(it.reference.get("category")) for it in items}
 
 
@@ -89,15 +114,21 @@ def only_items(cell: CellData, ids: set[str]) -> CellData:
     """The cell with only the requests of those items (warm-up too), every turn of a
     multi-turn item's session included."""
     return dataclasses.replace(
-        cell, requests=[r for r in cell.requests if session_item_id(r.item_id) in ids],
-        warmup=[r for r in cell.warmup if session_item_id(r.item_id) in ids])
+        cell,
+        requests=[r for r in cell.requests if session_item_id(r.item_id) in ids],
+        warmup=[r for r in cell.warmup if session_item_id(r.item_id) in ids],
+    )
 
 
 def acceptance_interval(cells: list[CellData], intervals: Intervals, key: str) -> dict:
     """The summed per-request acceptance of the cells' measured requests, with a
     percentile bootstrap over those requests (seeded by the study's seed and the key)."""
-    records = [r for c in cells for r in c.requests
-               if r.ok and r.phase == "measure" and r.speculation is not None]
+    records = [
+        r
+        for c in cells
+        for r in c.requests
+        if r.ok and r.phase == "measure" and r.speculation is not None
+    ]
     summed = request_acceptance(records)
     if summed is None or not summed.draft_tokens:
         return {"spec_requests": len(records)}
@@ -110,10 +141,14 @@ def acceptance_interval(cells: list[CellData], intervals: Intervals, key: str) -
         boots = accepted[picks].sum(axis=1) / drafted[picks].sum(axis=1)
     boots = boots[np.isfinite(boots)]
     tail = (1 - intervals.level) / 2 * 100
-    lo, hi = (np.percentile(boots, [tail, 100 - tail]) if len(boots) else (np.nan, np.nan))
-    return {"acceptance_rate": summed.acceptance_rate, "acceptance_ci_lower": float(lo),
-            "acceptance_ci_upper": float(hi), "accept_length": summed.accept_length_per_round,
-            "spec_requests": summed.requests}
+    lo, hi = np.percentile(boots, [tail, 100 - tail]) if len(boots) else (np.nan, np.nan)
+    return {
+        "acceptance_rate": summed.acceptance_rate,
+        "acceptance_ci_lower": float(lo),
+        "acceptance_ci_upper": float(hi),
+        "accept_length": summed.accept_length_per_round,
+        "spec_requests": summed.requests,
+    }
 
 
 def _task_rows(run: RunData, task: TaskSpec, categories: dict[str, str]) -> list[dict]:
@@ -133,11 +168,19 @@ def _task_rows(run: RunData, task: TaskSpec, categories: dict[str, str]) -> list
                 key = f"{pair_key(dc, bc)}|{category}"
                 d = [only_items(x, ids) for x in d_sessions]
                 b = [only_items(x, ids) for x in b_sessions]
-                row: dict = {"arm": arm.name, "baseline": arm.baseline, "task": task.name,
-                             "config": task.config, "input_length": input_length(task.config),
-                             "category": category, "concurrency": c, "drafter_cell": dc.id,
-                             "baseline_cell": bc.id, "n_items": len(ids),
-                             "sessions": len(d_sessions)}
+                row: dict = {
+                    "arm": arm.name,
+                    "baseline": arm.baseline,
+                    "task": task.name,
+                    "config": task.config,
+                    "input_length": input_length(task.config),
+                    "category": category,
+                    "concurrency": c,
+                    "drafter_cell": dc.id,
+                    "baseline_cell": bc.id,
+                    "n_items": len(ids),
+                    "sessions": len(d_sessions),
+                }
                 row.update(pair_figures(study, d, b, key))
                 if all(x.usable for x in d):
                     row.update(acceptance_interval(d, study.bars.intervals, key))
@@ -155,9 +198,15 @@ def category_table(run: RunData) -> pd.DataFrame:
         try:
             categories = item_categories(task, run.run_dir)
         except SpecbenchError as err:
-            rows.append({"task": task.name, "config": task.config,
-                         "input_length": input_length(task.config), "status": "unavailable",
-                         "reason": f"its items cannot be read here: {err.lines[0]}"})
+            rows.append(
+                {
+                    "task": task.name,
+                    "config": task.config,
+                    "input_length": input_length(task.config),
+                    "status": "unavailable",
+                    "reason": f"its items cannot be read here: {err.lines[0]}",
+                }
+            )
             continue
         rows += _task_rows(run, task, categories)
     return framed(rows, CATEGORY_COLUMNS)

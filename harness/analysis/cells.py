@@ -51,16 +51,18 @@ def percentile_or_nan(values: list[float], p: float) -> float:
     return float(np.percentile(values, p)) if values else math.nan
 
 
-def _request_stats(records: list[RequestRecord],
-                   num_draft_tokens: int | None) -> dict[str, float]:
+def _request_stats(records: list[RequestRecord], num_draft_tokens: int | None) -> dict[str, float]:
     ok = [r for r in records if r.ok]
     ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
     tpot = [r.tpot_s for r in ok if r.tpot_s is not None]
     lat = [r.latency_s for r in ok if r.latency_s is not None]
     itl = [g for r in ok for g in chunk_itl(r)]
     speeds = [s for s in (request_speed(r, num_draft_tokens) for r in ok) if s is not None]
-    e2e = [r.completion_tokens / r.latency_s for r in ok
-           if r.completion_tokens and r.latency_s and r.latency_s > 0]
+    e2e = [
+        r.completion_tokens / r.latency_s
+        for r in ok
+        if r.completion_tokens and r.latency_s and r.latency_s > 0
+    ]
     out: dict[str, float] = {
         "per_user_speed": float(np.median(speeds)) if speeds else math.nan,
         "e2e_tok_s": float(np.median(e2e)) if e2e else math.nan,
@@ -68,8 +70,13 @@ def _request_stats(records: list[RequestRecord],
     # sent - scheduled: open loop, client queueing (inside TTFT and latency); closed
     # loop, the client's turnaround from the user's previous request (outside them).
     queue = [r.queue_delay_s for r in records]
-    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("latency", lat),
-                         ("queue", queue)):
+    for name, values in (
+        ("ttft", ttft),
+        ("tpot", tpot),
+        ("itl", itl),
+        ("latency", lat),
+        ("queue", queue),
+    ):
         for p in PERCENTILES:
             out[f"{name}_p{p}_s"] = percentile_or_nan(values, p)
     span = measure_span_s(records)
@@ -117,15 +124,20 @@ def cell_row(cell: CellData) -> dict:
         row["client_valid"] = health.valid if health is not None else None
         row["client_lag_p99_ms"] = health.lag_p99_ms if health is not None else None
         row["client_stamp_bound_p99_ms"] = health.stamp_bound_p99_ms if health else None
-        row["client_first_token_bound_p99_ms"] = (health.first_token_bound_p99_ms
-                                                  if health else None)
+        row["client_first_token_bound_p99_ms"] = health.first_token_bound_p99_ms if health else None
         row["client_send_lag_p99_ms"] = health.send_lag_p99_ms if health else None
         row["client_kernel_stamped"] = health.kernel_stamped_fraction if health else None
         # Closed loop: the load the users delivered, beside the registered concurrency.
-        for name in ("delivered_concurrency", "delivered_share", "turnaround_p50_ms",
-                     "turnaround_p99_ms", "turnaround_max_ms",
-                     # The host's CPU time that went elsewhere (measure/host_cpu.py).
-                     "host_foreign_cpu_share", "host_steal_share"):
+        for name in (
+            "delivered_concurrency",
+            "delivered_share",
+            "turnaround_p50_ms",
+            "turnaround_p99_ms",
+            "turnaround_max_ms",
+            # The host's CPU time that went elsewhere (measure/host_cpu.py).
+            "host_foreign_cpu_share",
+            "host_steal_share",
+        ):
             row[name] = getattr(health, name) if health else None
     if cell.requests:
         row.update(_request_stats(cell.requests, num_draft_tokens))
@@ -136,21 +148,25 @@ def cell_row(cell: CellData) -> dict:
     # client's chunks.
     row["accept_length_per_round_engine"] = acc.accept_length_per_round
     row["accept_length_per_round_requests"] = (
-        per_request.accept_length_per_round if per_request else None)
+        per_request.accept_length_per_round if per_request else None
+    )
     row["tokens_per_step_client"] = row.pop("tokens_per_step_client", math.nan)
     in_window = request_acceptance(cell.warmup + cell.requests, ("warmup", "measure"))
     agree, why = acceptance_disagreement(
-        acc.accept_length_per_round, row["accept_length_per_round_requests"],
+        acc.accept_length_per_round,
+        row["accept_length_per_round_requests"],
         row["tokens_per_step_client"],
         window=in_window.accept_length_per_round if in_window else None,
         engine_positions=acc.per_position_rates,
-        window_positions=in_window.per_position_rates if in_window else None)
+        window_positions=in_window.per_position_rates if in_window else None,
+    )
     row["acceptance_agree"] = agree
     row["acceptance_disagreement"] = why
     row["spec_requests"] = per_request.requests if per_request else 0
     row["accept_rate_requests"] = per_request.acceptance_rate if per_request else None
     row["accept_histogram_requests"] = (
-        json.dumps(per_request.histogram) if per_request and per_request.histogram else None)
+        json.dumps(per_request.histogram) if per_request and per_request.histogram else None
+    )
     row["drafts"] = acc.drafts
     row["scrape_gaps"] = acc.gaps
     row["counter_resets"] = acc.counter_resets

@@ -31,13 +31,41 @@ from harness.rundir.manifest import Manifest
 
 KEY = ["arm", "task", "concurrency"]
 COMPARE_COLUMNS = [
-    *KEY, *(f"{col}_{side}" for side in ("a", "b") for col in (
-        "status", "speedup", "ci_lower", "ci_upper", "tokens_per_round", "round_cost_ratio",
-        "engine_tokens_per_round")),
-    "level", "sessions_a", "sessions_b", "ratio", "ratio_lower", "ratio_upper",
-    "interval_method", "df", "p_value", "equal_spread_p", "family_p", "family_wise",
-    "drafter_speed_ratio", "drafter_ratio_lower", "drafter_ratio_upper", "baseline_speed_ratio",
-    "baseline_ratio_lower", "baseline_ratio_upper", "moved", "status", "warning",
+    *KEY,
+    *(
+        f"{col}_{side}"
+        for side in ("a", "b")
+        for col in (
+            "status",
+            "speedup",
+            "ci_lower",
+            "ci_upper",
+            "tokens_per_round",
+            "round_cost_ratio",
+            "engine_tokens_per_round",
+        )
+    ),
+    "level",
+    "sessions_a",
+    "sessions_b",
+    "ratio",
+    "ratio_lower",
+    "ratio_upper",
+    "interval_method",
+    "df",
+    "p_value",
+    "equal_spread_p",
+    "family_p",
+    "family_wise",
+    "drafter_speed_ratio",
+    "drafter_ratio_lower",
+    "drafter_ratio_upper",
+    "baseline_speed_ratio",
+    "baseline_ratio_lower",
+    "baseline_ratio_upper",
+    "moved",
+    "status",
+    "warning",
 ]
 
 
@@ -72,8 +100,9 @@ def read_run(root: Path) -> RunTables:
     return RunTables(root, data.run_id, data.manifest, speedups, data)
 
 
-def run_side(run: RunData, arm: str, task: str, concurrency: int,
-             units: dict[str, Units] | None = None) -> Side | None:
+def run_side(
+    run: RunData, arm: str, task: str, concurrency: int, units: dict[str, Units] | None = None
+) -> Side | None:
     """The row's sessions in one run (None: the arms' sessions do not pair up). `units`:
     each cell's session_units by cell id, kept across rows (drafters share a baseline)."""
     units = {} if units is None else units
@@ -104,8 +133,15 @@ def compare_speedups(a: RunTables, b: RunTables) -> pd.DataFrame:
     for r in merged.to_dict(orient="records"):
         row: dict[str, Any] = {k: r[k] for k in KEY}
         for side in ("a", "b"):
-            for col in ("status", "speedup", "ci_lower", "ci_upper", "tokens_per_round",
-                        "round_cost_ratio", "engine_tokens_per_round"):
+            for col in (
+                "status",
+                "speedup",
+                "ci_lower",
+                "ci_upper",
+                "tokens_per_round",
+                "round_cost_ratio",
+                "engine_tokens_per_round",
+            ):
                 row[f"{col}_{side}"] = r.get(f"{col}_{side}")
         row["level"] = level
         ok = r["status_a"] == "ok" and r["status_b"] == "ok"
@@ -115,12 +151,21 @@ def compare_speedups(a: RunTables, b: RunTables) -> pd.DataFrame:
             side_a = run_side(a.data, r["arm"], r["task"], c, units_a)
             side_b = run_side(b.data, r["arm"], r["task"], c, units_b)
         if side_a is None or side_b is None:
-            why = (f"A {r['status_a']}, B {r['status_b']}" if not ok
-                   else "the sessions of a run do not pair up")
+            why = (
+                f"A {r['status_a']}, B {r['status_b']}"
+                if not ok
+                else "the sessions of a run do not pair up"
+            )
             row.update(status=f"not compared: {why}", moved="")
         else:
-            row.update(compare_row(side_a, side_b, a.data.study.bars.intervals,
-                                   f"{r['arm']}|{r['task']}|{r['concurrency']}"))
+            row.update(
+                compare_row(
+                    side_a,
+                    side_b,
+                    a.data.study.bars.intervals,
+                    f"{r['arm']}|{r['task']}|{r['concurrency']}",
+                )
+            )
         rows.append(row)
     return family_wise(framed(rows, COMPARE_COLUMNS), level)
 
@@ -143,10 +188,12 @@ def family_summary(rows: pd.DataFrame, level: float) -> str:
     differ = tested[tested["status"].isin(["B slower", "B faster"])]
     hold = tested[tested["family_wise"] == True]  # noqa: E712 (object column)
     alpha = 1.0 - level
-    return (f"{len(differ)} of {len(tested)} rows compared over sessions differ at {level:.0%}"
-            f" each (about {alpha * len(tested):.1f} would by chance if nothing changed);"
-            f" {len(hold)} hold family-wise (Holm: the chance that any of those is false is at"
-            f" most {alpha:.0%})")
+    return (
+        f"{len(differ)} of {len(tested)} rows compared over sessions differ at {level:.0%}"
+        f" each (about {alpha * len(tested):.1f} would by chance if nothing changed);"
+        f" {len(hold)} hold family-wise (Holm: the chance that any of those is false is at"
+        f" most {alpha:.0%})"
+    )
 
 
 def row_warnings(rows: pd.DataFrame) -> list[str]:
@@ -155,9 +202,11 @@ def row_warnings(rows: pd.DataFrame) -> list[str]:
     for r in rows.itertuples():
         if isinstance(r.warning, str):
             out.setdefault(r.warning, []).append(f"{r.arm}/{r.task} c={r.concurrency}")
-    return [f"WARNING: {len(where)} row{'s' if len(where) > 1 else ''}"
-            f" ({', '.join(where[:4])}{', ...' if len(where) > 4 else ''}): {text}"
-            for text, where in out.items()]
+    return [
+        f"WARNING: {len(where)} row{'s' if len(where) > 1 else ''}"
+        f" ({', '.join(where[:4])}{', ...' if len(where) > 4 else ''}): {text}"
+        for text, where in out.items()
+    ]
 
 
 def interval_label(row: Any) -> str:
@@ -167,8 +216,12 @@ def interval_label(row: Any) -> str:
         return "-"
     if method == "within":
         return "within sessions"
-    name = {"student": "Student", "welch": "Welch", "a_spread": "t, A's spread",
-            "b_spread": "t, B's spread"}[method]
+    name = {
+        "student": "Student",
+        "welch": "Welch",
+        "a_spread": "t, A's spread",
+        "b_spread": "t, B's spread",
+    }[method]
     return f"{name} df={int(row.df)} p={row.p_value:.3g}"
 
 
@@ -194,6 +247,7 @@ def _engine_facts(manifest: Manifest) -> dict[str, str]:
 def environment_differences(a: RunTables, b: RunTables) -> list[tuple[str, str, str]]:
     """What differs between the runs' records: the seal, specbench's commit, the host
     (CPU, GPU, driver), each arm's engine version and settings."""
+
     def facts(run: RunTables) -> dict[str, str]:
         m = run.manifest
         out = {"seal": str(m.seal), "specbench commit": str(m.specbench_commit)}
@@ -203,5 +257,8 @@ def environment_differences(a: RunTables, b: RunTables) -> list[tuple[str, str, 
         return out
 
     fa, fb = facts(a), facts(b)
-    return [(k, fa.get(k, "(absent)"), fb.get(k, "(absent)"))
-            for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+    return [
+        (k, fa.get(k, "(absent)"), fb.get(k, "(absent)"))
+        for k in sorted(set(fa) | set(fb))
+        if fa.get(k) != fb.get(k)
+    ]

@@ -39,7 +39,8 @@ ONE_SESSION_WARNING = (
     "one session in each run: the interval resamples requests within the sessions and"
     " leaves out session-to-session variation (the lab's sessions differed as much as the"
     " effects), so a 'slower' or 'faster' here may be the sessions, not the change; measure"
-    " both runs in recording.sessions >= 3 to compare them")
+    " both runs in recording.sessions >= 3 to compare them"
+)
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,10 @@ class Side:
         return len(self.drafter)
 
     def log_medians(self) -> tuple[np.ndarray, np.ndarray]:
-        return (np.log([float(np.median(u.values)) for u in self.drafter]),
-                np.log([float(np.median(u.values)) for u in self.baseline]))
+        return (
+            np.log([float(np.median(u.values)) for u in self.drafter]),
+            np.log([float(np.median(u.values)) for u in self.baseline]),
+        )
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,9 @@ def _within_logs(a: Side, b: Side, intervals: Intervals, key: str) -> dict[str, 
 
     def arm(units: list[Units]) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.mean([np.log(medians_under(u, draw_units(u, rng, resamples)))
-                            for u in units], axis=0)
+            return np.mean(
+                [np.log(medians_under(u, draw_units(u, rng, resamples))) for u in units], axis=0
+            )
 
     da, ba, db, bb = arm(a.drafter), arm(a.baseline), arm(b.drafter), arm(b.baseline)
     return {"ratio": (db - bb) - (da - ba), "drafter": db - da, "baseline": bb - ba}
@@ -102,8 +106,11 @@ def compare_sides(a: Side, b: Side, intervals: Intervals, key: str = "") -> dict
     level = intervals.level
     arm_level = 1.0 - (1.0 - level) / 2.0
     (ad, ab), (bd, bb) = a.log_medians(), b.log_medians()
-    figures = {"ratio": (ad - ab, bd - bb, level), "drafter": (ad, bd, arm_level),
-               "baseline": (ab, bb, arm_level)}
+    figures = {
+        "ratio": (ad - ab, bd - bb, level),
+        "drafter": (ad, bd, arm_level),
+        "baseline": (ab, bb, arm_level),
+    }
     out: dict[str, Shift] = {}
     within: dict[str, np.ndarray] | None = None
     for name, (xa, xb, at) in figures.items():
@@ -119,29 +126,42 @@ def compare_sides(a: Side, b: Side, intervals: Intervals, key: str = "") -> dict
 
 def moved_text(drafter: Shift, baseline: Shift) -> str:
     """Each arm's own speed B over A with its interval, and which of them moved."""
-    parts = [f"{name} x{s.point:.2f} [{s.lower:.2f}, {s.upper:.2f}]"
-             for name, s in (("drafter", drafter), ("baseline", baseline))]
+    parts = [
+        f"{name} x{s.point:.2f} [{s.lower:.2f}, {s.upper:.2f}]"
+        for name, s in (("drafter", drafter), ("baseline", baseline))
+    ]
     moved = [name for name, s in (("drafter", drafter), ("baseline", baseline)) if s.moved]
     verdict = {0: "neither arm moved", 2: "both arms moved"}.get(
-        len(moved), f"the {moved[0]} moved" if moved else "")
+        len(moved), f"the {moved[0]} moved" if moved else ""
+    )
     return f"{', '.join(parts)}: {verdict}"
 
 
 def status_text(shift: Shift) -> str:
-    said = ("B slower" if shift.upper < 1.0 else "B faster" if shift.lower > 1.0
-            else "same within the interval")
+    said = (
+        "B slower"
+        if shift.upper < 1.0
+        else "B faster"
+        if shift.lower > 1.0
+        else "same within the interval"
+    )
     return f"{said} (within sessions only)" if shift.method == WITHIN else said
 
 
 def warning_text(a: Side, b: Side, shift: Shift) -> str | None:
     if shift.method == WITHIN:
-        return ONE_SESSION_WARNING if max(a.sessions, b.sessions) == 1 else (
-            "the sessions did not differ at all: the interval resamples requests within them")
+        return (
+            ONE_SESSION_WARNING
+            if max(a.sessions, b.sessions) == 1
+            else ("the sessions did not differ at all: the interval resamples requests within them")
+        )
     if shift.method in ("a_spread", "b_spread"):
         one, other = ("B", "A") if shift.method == "a_spread" else ("A", "B")
         n = a.sessions if shift.method == "a_spread" else b.sessions
-        return (f"{one} measured one session: its session variation is taken to be {other}'s"
-                f" ({n} sessions, t on {n - 1} df)")
+        return (
+            f"{one} measured one session: its session variation is taken to be {other}'s"
+            f" ({n} sessions, t on {n - 1} df)"
+        )
     return None
 
 
@@ -150,11 +170,23 @@ def compare_row(a: Side, b: Side, intervals: Intervals, key: str = "") -> dict:
     (before any family-wise reading) and the warning."""
     shifts = compare_sides(a, b, intervals, key)
     r, d, s = shifts["ratio"], shifts["drafter"], shifts["baseline"]
-    return {"sessions_a": a.sessions, "sessions_b": b.sessions, "ratio": r.point,
-            "ratio_lower": r.lower, "ratio_upper": r.upper, "interval_method": r.method,
-            "df": r.df, "p_value": r.p_value, "equal_spread_p": r.equal_spread_p,
-            "drafter_speed_ratio": d.point, "drafter_ratio_lower": d.lower,
-            "drafter_ratio_upper": d.upper, "baseline_speed_ratio": s.point,
-            "baseline_ratio_lower": s.lower, "baseline_ratio_upper": s.upper,
-            "moved": moved_text(d, s), "status": status_text(r),
-            "warning": warning_text(a, b, r)}
+    return {
+        "sessions_a": a.sessions,
+        "sessions_b": b.sessions,
+        "ratio": r.point,
+        "ratio_lower": r.lower,
+        "ratio_upper": r.upper,
+        "interval_method": r.method,
+        "df": r.df,
+        "p_value": r.p_value,
+        "equal_spread_p": r.equal_spread_p,
+        "drafter_speed_ratio": d.point,
+        "drafter_ratio_lower": d.lower,
+        "drafter_ratio_upper": d.upper,
+        "baseline_speed_ratio": s.point,
+        "baseline_ratio_lower": s.lower,
+        "baseline_ratio_upper": s.upper,
+        "moved": moved_text(d, s),
+        "status": status_text(r),
+        "warning": warning_text(a, b, r),
+    }

@@ -54,11 +54,19 @@ from harness.analysis.load import CellData
 from harness.prereg.schema import Intervals
 from harness.records import RequestRecord
 
-FACTORS = ("tokens_per_round", "baseline_tokens_per_round", "round_time_s",
-           "baseline_step_time_s", "round_cost_ratio", "explained_speedup")
+FACTORS = (
+    "tokens_per_round",
+    "baseline_tokens_per_round",
+    "round_time_s",
+    "baseline_step_time_s",
+    "round_cost_ratio",
+    "explained_speedup",
+)
 DECOMPOSITION_COLUMNS = [
     *(f"{name}{suffix}" for name in FACTORS for suffix in ("", "_ci_lower", "_ci_upper")),
-    "explained_gap", "decomposition_flag", "decomposition_note",
+    "explained_gap",
+    "decomposition_flag",
+    "decomposition_note",
     # Each session's round cost ratio (a JSON list in session order): the k schedule's
     # interval pairs it with the drafter's acceptance in the same session (k_schedule.py).
     "round_cost_ratio_sessions",
@@ -113,14 +121,18 @@ def _pooled(cells: list[CellData]) -> tuple[float, float]:
     tokens = rounds = span = 0.0
     for cell in cells:
         for rec in cell.requests:
-            if request_speed(rec, cell.num_draft_tokens) is None or (r := request_rounds(rec)) is None:
+            if (
+                request_speed(rec, cell.num_draft_tokens) is None
+                or (r := request_rounds(rec)) is None
+            ):
                 continue
             tokens, rounds, span = tokens + r.tokens, rounds + r.rounds, span + r.span_s
     return (tokens / rounds, span / rounds) if rounds else (math.nan, math.nan)
 
 
-def _arm_factors(cells: list[CellData], units: list[Units], counts: list[np.ndarray],
-                 draws: PairDraws) -> tuple[Figure, Figure]:
+def _arm_factors(
+    cells: list[CellData], units: list[Units], counts: list[np.ndarray], draws: PairDraws
+) -> tuple[Figure, Figure]:
     """An arm's tokens per round and round time over its sessions, under the draws."""
     figs = []
     for col in (0, 1):
@@ -133,22 +145,35 @@ def _arm_factors(cells: list[CellData], units: list[Units], counts: list[np.ndar
     return figs[0], figs[1]
 
 
-def decompose(drafter: list[CellData], baseline: list[CellData], intervals: Intervals,
-              speedup: float, tolerance: float, units: tuple[list[Units], list[Units]] | None
-              = None, draws: PairDraws | None = None) -> dict:
+def decompose(
+    drafter: list[CellData],
+    baseline: list[CellData],
+    intervals: Intervals,
+    speedup: float,
+    tolerance: float,
+    units: tuple[list[Units], list[Units]] | None = None,
+    draws: PairDraws | None = None,
+) -> dict:
     """The decomposition columns of one speedups row over its paired sessions.
     `units` and `draws` are the speedup's own (session_units, draw_pair); without them
     they are made here as the speedup makes them."""
-    d_units, b_units = units or ([session_units(c) for c in drafter],
-                                 [session_units(c) for c in baseline])
+    d_units, b_units = units or (
+        [session_units(c) for c in drafter],
+        [session_units(c) for c in baseline],
+    )
     draws = draws or draw_pair(d_units, b_units, intervals)
     tpr_d, rt_d = _arm_factors(drafter, d_units, draws.drafter, draws)
     tpr_b, rt_b = _arm_factors(baseline, b_units, draws.baseline, draws)
-    figs = {"tokens_per_round": tpr_d, "baseline_tokens_per_round": tpr_b,
-            "round_time_s": rt_d, "baseline_step_time_s": rt_b,
-            "round_cost_ratio": combine(np.divide, rt_d, rt_b)}
-    figs["explained_speedup"] = combine(lambda a, b, c, d: (a / b) / (c / d),
-                                        tpr_d, tpr_b, rt_d, rt_b)
+    figs = {
+        "tokens_per_round": tpr_d,
+        "baseline_tokens_per_round": tpr_b,
+        "round_time_s": rt_d,
+        "baseline_step_time_s": rt_b,
+        "round_cost_ratio": combine(np.divide, rt_d, rt_b),
+    }
+    figs["explained_speedup"] = combine(
+        lambda a, b, c, d: (a / b) / (c / d), tpr_d, tpr_b, rt_d, rt_b
+    )
     row: dict = {}
     for name in FACTORS:
         bounds = figure_bounds(figs[name], draws, intervals.level)
@@ -156,17 +181,22 @@ def decompose(drafter: list[CellData], baseline: list[CellData], intervals: Inte
         lo, hi = bounds.ci or (None, None)
         row[f"{name}_ci_lower"], row[f"{name}_ci_upper"] = _finite(lo), _finite(hi)
     row["round_cost_ratio_sessions"] = json.dumps(
-        [round(v, 6) if np.isfinite(v) else None for v in figs["round_cost_ratio"].per_session])
+        [round(v, 6) if np.isfinite(v) else None for v in figs["round_cost_ratio"].per_session]
+    )
     explained = row["explained_speedup"]
     if explained is None or not speedup:
-        row.update(explained_gap=None, decomposition_flag=None,
-                   decomposition_note="no chunk after the first in some request: not decomposed")
+        row.update(
+            explained_gap=None,
+            decomposition_flag=None,
+            decomposition_note="no chunk after the first in some request: not decomposed",
+        )
         return row
     gap = explained / speedup - 1.0
     row["explained_gap"] = gap
     row["decomposition_flag"] = bool(abs(gap) > tolerance)
     row["decomposition_note"] = (
-        _which_factor(drafter, baseline, row, gap, tolerance) if row["decomposition_flag"] else None)
+        _which_factor(drafter, baseline, row, gap, tolerance) if row["decomposition_flag"] else None
+    )
     return row
 
 
@@ -174,8 +204,9 @@ def _finite(x) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
 
-def _which_factor(drafter: list[CellData], baseline: list[CellData], row: dict, gap: float,
-                  tolerance: float) -> str:
+def _which_factor(
+    drafter: list[CellData], baseline: list[CellData], row: dict, gap: float, tolerance: float
+) -> str:
     """Name the factor whose median departs most from its pooled value: the medians of
     two factors compose into the median speed only when requests are alike."""
     pooled_d, pooled_b = _pooled(drafter), _pooled(baseline)
@@ -186,21 +217,33 @@ def _which_factor(drafter: list[CellData], baseline: list[CellData], row: dict, 
         "baseline step time": row["baseline_step_time_s"] / pooled_b[1] - 1.0,
     }
     name, dep = max(departures.items(), key=lambda kv: abs(kv[1]) if np.isfinite(kv[1]) else -1)
-    return (f"explained {row['explained_speedup']:.3f}x vs measured "
-            f"{row['explained_speedup'] / (1 + gap):.3f}x ({gap:+.1%}, tolerance "
-            f"{tolerance:.0%}): {name} moved most, its median {dep:+.1%} off its value over "
-            f"all rounds pooled (requests unlike each other)")
+    return (
+        f"explained {row['explained_speedup']:.3f}x vs measured "
+        f"{row['explained_speedup'] / (1 + gap):.3f}x ({gap:+.1%}, tolerance "
+        f"{tolerance:.0%}): {name} moved most, its median {dep:+.1%} off its value over "
+        f"all rounds pooled (requests unlike each other)"
+    )
 
 
-def factor_shift(tpr_lo: float | None, cost_lo: float | None, tpr: float | None,
-                 cost: float | None, min_change: float = 0.005) -> tuple[float, float] | None:
+def factor_shift(
+    tpr_lo: float | None,
+    cost_lo: float | None,
+    tpr: float | None,
+    cost: float | None,
+    min_change: float = 0.005,
+) -> tuple[float, float] | None:
     """How much of the explained speedup's change from the lowest level to this one
     each factor made, as shares of the change in log(explained speedup): (tokens per
     round over the baseline's, round cost ratio). Positive shares moved it the way it
     went. None when the explained speedup moved less than `min_change` (log), or a figure
     is missing or not positive."""
-    if (tpr_lo is None or cost_lo is None or tpr is None or cost is None
-            or not all(x > 0 for x in (tpr_lo, cost_lo, tpr, cost))):
+    if (
+        tpr_lo is None
+        or cost_lo is None
+        or tpr is None
+        or cost is None
+        or not all(x > 0 for x in (tpr_lo, cost_lo, tpr, cost))
+    ):
         return None
     from_tokens = math.log(tpr / tpr_lo)
     from_cost = -math.log(cost / cost_lo)

@@ -14,15 +14,42 @@ import pandas as pd
 from harness.analysis.load import CellData, RunData
 from harness.derived.throttle import THROTTLE_REASONS, gpu_throttle
 
-GPU_COLUMNS = ["gpu_samples", "gpu_throttled", "gpu_throttle_reasons", "gpu_throttled_samples",
-               "gpu_sm_clock_mhz_p50", "gpu_sm_clock_mhz_min", "gpu_power_w_p50",
-               "gpu_power_w_max", "gpu_power_limit_w", "gpu_temperature_c_max",
-               "gpu_util_pct_p50", "gpu_memory_used_mib_max", "gpu_gaps"]
+GPU_COLUMNS = [
+    "gpu_samples",
+    "gpu_throttled",
+    "gpu_throttle_reasons",
+    "gpu_throttled_samples",
+    "gpu_sm_clock_mhz_p50",
+    "gpu_sm_clock_mhz_min",
+    "gpu_power_w_p50",
+    "gpu_power_w_max",
+    "gpu_power_limit_w",
+    "gpu_temperature_c_max",
+    "gpu_util_pct_p50",
+    "gpu_memory_used_mib_max",
+    "gpu_gaps",
+]
 
-GPU_SERIES_COLUMNS = ["cell_id", "attempt", "wall_time", "t", "gpu", "uuid", "ok", "error",
-                      "sm_clock_mhz", "mem_clock_mhz", "power_w", "power_limit_w", "temperature_c",
-                      "gpu_util_pct", "mem_util_pct", "memory_used_mib", "clock_events",
-                      "throttled"]
+GPU_SERIES_COLUMNS = [
+    "cell_id",
+    "attempt",
+    "wall_time",
+    "t",
+    "gpu",
+    "uuid",
+    "ok",
+    "error",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "power_w",
+    "power_limit_w",
+    "temperature_c",
+    "gpu_util_pct",
+    "mem_util_pct",
+    "memory_used_mib",
+    "clock_events",
+    "throttled",
+]
 
 
 def _stat(readings: list[float | None], how: str) -> float:
@@ -66,9 +93,17 @@ def throttled_cells(run: RunData) -> list[dict]:
     for cell in run.cells.values():
         throttle = gpu_throttle(cell.gpu_samples)
         if throttle is not None and throttle.throttled:
-            out.append({"cell": cell.id, "status": cell.status, "reasons": list(throttle.reasons),
-                        "throttled_samples": throttle.throttled_ticks, "samples": throttle.ticks,
-                        "gpus": list(throttle.gpus), "summary": throttle.describe()})
+            out.append(
+                {
+                    "cell": cell.id,
+                    "status": cell.status,
+                    "reasons": list(throttle.reasons),
+                    "throttled_samples": throttle.throttled_ticks,
+                    "samples": throttle.ticks,
+                    "gpus": list(throttle.gpus),
+                    "summary": throttle.describe(),
+                }
+            )
     return out
 
 
@@ -79,14 +114,27 @@ def gpu_series(run: RunData) -> pd.DataFrame:
     for cell in run.cells.values():
         for s in cell.gpu_samples:
             for r in s.gpus:
-                rows.append({"cell_id": cell.id, "attempt": s.attempt, "wall_time": s.wall_time,
-                             "t": s.t, "gpu": r.index, "uuid": r.uuid, "ok": r.ok,
-                             "error": r.error, "sm_clock_mhz": r.sm_clock_mhz,
-                             "mem_clock_mhz": r.mem_clock_mhz, "power_w": r.power_w,
-                             "power_limit_w": r.power_limit_w, "temperature_c": r.temperature_c,
-                             "gpu_util_pct": r.gpu_util_pct, "mem_util_pct": r.mem_util_pct,
-                             "memory_used_mib": r.memory_used_mib,
-                             "clock_events": ";".join(r.clock_events),
-                             "throttled": bool(set(r.clock_events) & set(THROTTLE_REASONS))})
+                rows.append(
+                    {
+                        "cell_id": cell.id,
+                        "attempt": s.attempt,
+                        "wall_time": s.wall_time,
+                        "t": s.t,
+                        "gpu": r.index,
+                        "uuid": r.uuid,
+                        "ok": r.ok,
+                        "error": r.error,
+                        "sm_clock_mhz": r.sm_clock_mhz,
+                        "mem_clock_mhz": r.mem_clock_mhz,
+                        "power_w": r.power_w,
+                        "power_limit_w": r.power_limit_w,
+                        "temperature_c": r.temperature_c,
+                        "gpu_util_pct": r.gpu_util_pct,
+                        "mem_util_pct": r.mem_util_pct,
+                        "memory_used_mib": r.memory_used_mib,
+                        "clock_events": ";".join(r.clock_events),
+                        "throttled": bool(set(r.clock_events) & set(THROTTLE_REASONS)),
+                    }
+                )
     frame = pd.DataFrame(rows, columns=GPU_SERIES_COLUMNS)
     return frame.sort_values("wall_time", kind="stable").reset_index(drop=True)

@@ -68,11 +68,14 @@ class TokenDivergence:
     def line(self) -> str:
         def m(v: float | None) -> str:
             return "-" if v is None else f"{v:.3g}"
+
         if self.token_index is None:
             return f"{self.kind}: {self.why}"
-        return (f"token {self.token_index}: {self.drafter_token!r} (drafter, margin"
-                f" {m(self.drafter_margin)}) vs {self.baseline_token!r} (baseline, margin"
-                f" {m(self.baseline_margin)}): {self.kind}")
+        return (
+            f"token {self.token_index}: {self.drafter_token!r} (drafter, margin"
+            f" {m(self.drafter_margin)}) vs {self.baseline_token!r} (baseline, margin"
+            f" {m(self.baseline_margin)}): {self.kind}"
+        )
 
 
 @dataclass(frozen=True)
@@ -95,8 +98,11 @@ class IdentityResult:
     @property
     def n_numeric(self) -> int:
         """Mismatches whose first divergence was a near-tie of the target's."""
-        return sum(1 for m in self.mismatches
-                   if m.divergence is not None and m.divergence.kind == "numeric")
+        return sum(
+            1
+            for m in self.mismatches
+            if m.divergence is not None and m.divergence.kind == "numeric"
+        )
 
     @property
     def n_counted_identical(self) -> int:
@@ -109,50 +115,71 @@ class IdentityResult:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.update(share=self.share, n_numeric=self.n_numeric,
-                 n_counted_identical=self.n_counted_identical)
+        d.update(
+            share=self.share, n_numeric=self.n_numeric, n_counted_identical=self.n_counted_identical
+        )
         return d
 
 
-def token_divergence(drafter: list[TokenLogprob] | None, baseline: list[TokenLogprob] | None,
-                     near_tie_margin: float, drafter_text: str | None = None,
-                     baseline_text: str | None = None) -> TokenDivergence:
+def token_divergence(
+    drafter: list[TokenLogprob] | None,
+    baseline: list[TokenLogprob] | None,
+    near_tie_margin: float,
+    drafter_text: str | None = None,
+    baseline_text: str | None = None,
+) -> TokenDivergence:
     """The first divergent token of two scored outputs whose texts differ, and its kind
     (`unknown` when a side sent no logprobs, when the divergence falls among tokens an
     engine never scored, or when every token agrees all the same). Tokens are compared
     by key (bytes or token id: harness/derived/tokens.py), never by text."""
     if drafter is None or baseline is None:
-        side = " and ".join(n for n, v in (("drafter", drafter), ("baseline", baseline))
-                            if v is None)
-        return TokenDivergence(None, None, None, None, None, "unknown",
-                               f"the engine sent no logprobs for the {side}")
+        side = " and ".join(
+            n for n, v in (("drafter", drafter), ("baseline", baseline)) if v is None
+        )
+        return TokenDivergence(
+            None, None, None, None, None, "unknown", f"the engine sent no logprobs for the {side}"
+        )
     drafter, baseline = filled(drafter, drafter_text), filled(baseline, baseline_text)
     i, lost = first_difference(drafter, baseline, drafter_text, baseline_text)
     if lost is not None:
         return TokenDivergence(i, None, None, None, None, "unknown", lost)
     if i is None:
         if len(drafter) == len(baseline):
-            return TokenDivergence(None, None, None, None, None, "unknown",
-                                   "the tokens agree but the texts differ")
+            return TokenDivergence(
+                None, None, None, None, None, "unknown", "the tokens agree but the texts differ"
+            )
         i = min(len(drafter), len(baseline))  # one side stopped: the other's token there
     d = drafter[i] if i < len(drafter) and not drafter[i].lost else None
     b = baseline[i] if i < len(baseline) and not baseline[i].lost else None
     dm, bm = (d.margin if d else None), (b.margin if b else None)
     tokens = (d.shown if d else None, b.shown if b else None)
     if dm is None and bm is None:
-        return TokenDivergence(i, *tokens, None, None, "unknown",
-                               "no top-2 alternatives at the divergent token")
+        return TokenDivergence(
+            i, *tokens, None, None, "unknown", "no top-2 alternatives at the divergent token"
+        )
     tie = any(m is not None and m < near_tie_margin for m in (dm, bm))
     # The two emitted tokens must be the tied pair, on each side that sent its top two: a
     # near-tie between two other tokens says nothing about a token the target ranked lower.
     emitted = {t.key for t in (d, b) if t is not None}
-    pair = all(emitted <= {token_key(a[0], a[2] if len(a) > 2 else None) for a in side.top[:2]}
-               for side in (d, b) if side is not None and len(side.top) >= 2)
+    pair = all(
+        emitted <= {token_key(a[0], a[2] if len(a) > 2 else None) for a in side.top[:2]}
+        for side in (d, b)
+        if side is not None and len(side.top) >= 2
+    )
     if tie and pair:
-        return TokenDivergence(i, *tokens, dm, bm, "numeric",
-                               f"the target's top two were within {near_tie_margin:g} nats")
-    why = ("the emitted tokens are not the target's top two" if tie else
-           f"the target preferred its token by {near_tie_margin:g} nats or more on both sides")
+        return TokenDivergence(
+            i,
+            *tokens,
+            dm,
+            bm,
+            "numeric",
+            f"the target's top two were within {near_tie_margin:g} nats",
+        )
+    why = (
+        "the emitted tokens are not the target's top two"
+        if tie
+        else f"the target preferred its token by {near_tie_margin:g} nats or more on both sides"
+    )
     return TokenDivergence(i, *tokens, dm, bm, "real", why)
 
 
@@ -181,7 +208,7 @@ def first_word_divergence(a: str, b: str) -> int | None:
 def excerpt_around(text: str, i: int) -> str:
     """The text around character i, with `...` where it is cut."""
     lo = max(0, i - CONTEXT_CHARS)
-    snippet = text[lo:i + CONTEXT_CHARS]
+    snippet = text[lo : i + CONTEXT_CHARS]
     return ("..." if lo else "") + snippet + ("..." if i + CONTEXT_CHARS < len(text) else "")
 
 
@@ -194,17 +221,22 @@ def _max_tokens_note(d: RequestRecord, b: RequestRecord) -> str:
     if cut_d == cut_b:
         return ""
     side, other = ("drafter", b) if cut_d else ("baseline", d)
-    return (f"only the {side} hit max_tokens (finish_reason {MAX_TOKENS_FINISH}); the other"
-            f" side finished with {other.finish_reason!r}")
+    return (
+        f"only the {side} hit max_tokens (finish_reason {MAX_TOKENS_FINISH}); the other"
+        f" side finished with {other.finish_reason!r}"
+    )
 
 
 # What a study without `bars.pass.identity` reads by (the registered default).
 DEFAULT_NEAR_TIE_MARGIN = 0.5
 
 
-def compare_identity(drafter: CellData, baseline: CellData,
-                     count: Literal["exact", "beyond_near_ties"] = "exact",
-                     near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN) -> IdentityResult:
+def compare_identity(
+    drafter: CellData,
+    baseline: CellData,
+    count: Literal["exact", "beyond_near_ties"] = "exact",
+    near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN,
+) -> IdentityResult:
     """Every item either cell holds; an item lacking a successful output on a side is
     not compared, and said so. Every mismatch's first divergent token is classified;
     `count` says whether numeric ones count as identical."""
@@ -214,8 +246,11 @@ def compare_identity(drafter: CellData, baseline: CellData,
     for item in ids:
         d, b = d_rec.get(item), b_rec.get(item)
         if d is None or b is None or not d.ok or not b.ok:
-            failed = [f"{side}: {'no request' if r is None else r.error}"
-                      for side, r in (("drafter", d), ("baseline", b)) if r is None or not r.ok]
+            failed = [
+                f"{side}: {'no request' if r is None else r.error}"
+                for side, r in (("drafter", d), ("baseline", b))
+                if r is None or not r.ok
+            ]
             result.not_compared.append(NotCompared(item, "; ".join(failed)))
             continue
         result.n_compared += 1
@@ -224,13 +259,30 @@ def compare_identity(drafter: CellData, baseline: CellData,
             result.n_identical += 1
             continue
         w = first_word_divergence(d.output_text, b.output_text)
-        notes = [n for n in (_max_tokens_note(d, b),
-                             "the words agree; only whitespace differs" if w is None else "")
-                 if n]
-        divergence = token_divergence(d.token_logprobs, b.token_logprobs, near_tie_margin,
-                                      d.output_text, b.output_text)
-        result.mismatches.append(Mismatch(
-            item, i, w, excerpt_around(d.output_text, i), excerpt_around(b.output_text, i),
-            d.finish_reason, b.finish_reason, d.completion_tokens, b.completion_tokens, "; ".join(notes),
-            divergence))
+        notes = [
+            n
+            for n in (
+                _max_tokens_note(d, b),
+                "the words agree; only whitespace differs" if w is None else "",
+            )
+            if n
+        ]
+        divergence = token_divergence(
+            d.token_logprobs, b.token_logprobs, near_tie_margin, d.output_text, b.output_text
+        )
+        result.mismatches.append(
+            Mismatch(
+                item,
+                i,
+                w,
+                excerpt_around(d.output_text, i),
+                excerpt_around(b.output_text, i),
+                d.finish_reason,
+                b.finish_reason,
+                d.completion_tokens,
+                b.completion_tokens,
+                "; ".join(notes),
+                divergence,
+            )
+        )
     return result

@@ -74,13 +74,20 @@ class Units:
 def _blocks(n: int) -> np.ndarray:
     """Unit numbers for n requests in time order cut into ceil(sqrt(n)) contiguous blocks."""
     k = max(1, math.ceil(math.sqrt(n)))
-    return np.concatenate([np.full(len(part), i) for i, part in
-                           enumerate(np.array_split(np.arange(n), k))]) if n else np.array([])
+    return (
+        np.concatenate(
+            [np.full(len(part), i) for i, part in enumerate(np.array_split(np.arange(n), k))]
+        )
+        if n
+        else np.array([])
+    )
 
 
 def measured_requests(cell: CellData) -> list[tuple[RequestRecord, float]]:
     """The cell's requests with a per-user speed, in time order: the rows of its Units."""
-    rows = [(r, s) for r in cell.requests if (s := request_speed(r, cell.num_draft_tokens)) is not None]
+    rows = [
+        (r, s) for r in cell.requests if (s := request_speed(r, cell.num_draft_tokens)) is not None
+    ]
     rows.sort(key=lambda rs: (rs[0].scheduled_t, rs[0].index))
     return rows
 
@@ -207,8 +214,9 @@ class PairDraws:
     method: str
 
 
-def draw_pair(drafter: list[Units], baseline: list[Units], intervals: Intervals,
-              key: str = "") -> PairDraws:
+def draw_pair(
+    drafter: list[Units], baseline: list[Units], intervals: Intervals, key: str = ""
+) -> PairDraws:
     """Seeded by the study's seed and the pair's key: a figure never depends on the order
     pairs are analysed in."""
     rng = np.random.default_rng([intervals.seed, zlib.crc32(key.encode())])
@@ -247,11 +255,17 @@ def arm_figure(points: list[float], boots: list[np.ndarray], draws: PairDraws) -
 def combine(fn: Callable[..., np.ndarray | float], *figs: Figure) -> Figure:
     """A figure composed of others (a ratio of two arms' figures, say), at every level."""
     with np.errstate(all="ignore"):
-        two = (None if any(f.two_level is None for f in figs)
-               else np.asarray(fn(*(f.two_level for f in figs)), dtype=float))
-        return Figure(float(fn(*(f.point for f in figs))),
-                      np.asarray(fn(*(f.per_session for f in figs)), dtype=float),
-                      np.asarray(fn(*(f.within for f in figs)), dtype=float), two)
+        two = (
+            None
+            if any(f.two_level is None for f in figs)
+            else np.asarray(fn(*(f.two_level for f in figs)), dtype=float)
+        )
+        return Figure(
+            float(fn(*(f.point for f in figs))),
+            np.asarray(fn(*(f.per_session for f in figs)), dtype=float),
+            np.asarray(fn(*(f.within for f in figs)), dtype=float),
+            two,
+        )
 
 
 def _percentiles(values: np.ndarray, level: float) -> tuple[float, float] | None:
@@ -300,8 +314,13 @@ class SessionRatio:
     method: str = "within"  # t_sessions | bootstrap | within (interval_method)
 
 
-def session_ratio(drafter: list[Units], baseline: list[Units], intervals: Intervals,
-                  key: str = "", draws: PairDraws | None = None) -> SessionRatio | None:
+def session_ratio(
+    drafter: list[Units],
+    baseline: list[Units],
+    intervals: Intervals,
+    key: str = "",
+    draws: PairDraws | None = None,
+) -> SessionRatio | None:
     """The speedup of paired sessions (drafter[s] beside baseline[s]) with both intervals;
     None when a session has no request with a speed. `draws` (draw_pair's for the same
     units and key) lets the decomposition share them."""
@@ -310,18 +329,30 @@ def session_ratio(drafter: list[Units], baseline: list[Units], intervals: Interv
     draws = draws or draw_pair(drafter, baseline, intervals, key)
     med_d = [float(np.median(u.values)) for u in drafter]
     med_b = [float(np.median(u.values)) for u in baseline]
-    fd = arm_figure(med_d, [medians_under(u, c) for u, c in
-                            zip(drafter, draws.drafter, strict=True)], draws)
-    fb = arm_figure(med_b, [medians_under(u, c) for u, c in
-                            zip(baseline, draws.baseline, strict=True)], draws)
+    fd = arm_figure(
+        med_d, [medians_under(u, c) for u, c in zip(drafter, draws.drafter, strict=True)], draws
+    )
+    fb = arm_figure(
+        med_b, [medians_under(u, c) for u, c in zip(baseline, draws.baseline, strict=True)], draws
+    )
     ratio = combine(np.divide, fd, fb)
     bounds = figure_bounds(ratio, draws, intervals.level)
     # Every speed is a positive 1/TPOT, so every resampled ratio is finite: both exist.
     assert bounds.ci is not None and bounds.within is not None
     (lo, hi), (w_lo, w_hi) = bounds.ci, bounds.within
     kinds = dict.fromkeys(u.kind for u in drafter + baseline)
-    return SessionRatio(ratio.point, lo, hi, w_lo, w_hi, med_d, med_b, " and ".join(kinds),
-                        len(drafter), bounds.method)
+    return SessionRatio(
+        ratio.point,
+        lo,
+        hi,
+        w_lo,
+        w_hi,
+        med_d,
+        med_b,
+        " and ".join(kinds),
+        len(drafter),
+        bounds.method,
+    )
 
 
 def session_spread(speeds: list[float]) -> float | None:
@@ -338,6 +369,8 @@ def interval_caveat(sessions: int, n_drafter: int, n_baseline: int) -> str | Non
         # Said plainly: the lab's sessions differed as much as the effects.
         notes.append("one session (session variation not in the interval)")
     if min(n_drafter, n_baseline) < MIN_REQUESTS:
-        notes.append(f"fewer than {MIN_REQUESTS} measured requests"
-                     f" (drafter {n_drafter}, baseline {n_baseline})")
+        notes.append(
+            f"fewer than {MIN_REQUESTS} measured requests"
+            f" (drafter {n_drafter}, baseline {n_baseline})"
+        )
     return "; ".join(notes) or None

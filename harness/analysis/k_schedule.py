@@ -45,12 +45,18 @@ if TYPE_CHECKING:
 WITHIN_NOTE = "one session: session variation not in the interval"
 
 
-def session_tokens(cells: pd.DataFrame, arm: str, task: str, c: int,
-                   k: int) -> list[list[float]] | None:
+def session_tokens(
+    cells: pd.DataFrame, arm: str, task: str, c: int, k: int
+) -> list[list[float]] | None:
     """The drafter's per-position acceptance rates (positions 1..k) of each session of its
     speed cell at (task, c), in session order (None: some session has none)."""
-    rows = cells[(cells["arm"] == arm) & (cells["task"] == task) & (cells["kind"] == "speed")
-                 & (cells["concurrency"] == c) & cells["rerun_of"].isna()]
+    rows = cells[
+        (cells["arm"] == arm)
+        & (cells["task"] == task)
+        & (cells["kind"] == "speed")
+        & (cells["concurrency"] == c)
+        & cells["rerun_of"].isna()
+    ]
     if rows.empty:
         return None
     if "session" in rows:
@@ -67,8 +73,7 @@ def session_tokens(cells: pd.DataFrame, arm: str, task: str, c: int,
 def session_costs(surface: pd.DataFrame, task: str, k: int, c: int) -> list[list[float]]:
     """The surface's round cost ratios at (task, k, c): per acceptance length measured, its
     sessions' (round_cost_ratio_sessions), in session order; [] where one is not usable."""
-    rows = surface[(surface["task"] == task) & (surface["k"] == k)
-                   & (surface["concurrency"] == c)]
+    rows = surface[(surface["task"] == task) & (surface["k"] == k) & (surface["concurrency"] == c)]
     if rows.empty or (rows["status"] != "ok").any():
         return []
     out = []
@@ -80,8 +85,15 @@ def session_costs(surface: pd.DataFrame, task: str, k: int, c: int) -> list[list
     return out
 
 
-def predict(tokens: list[float], costs: list[list[float]], surface: pd.DataFrame, task: str,
-            k: int, c: int, level: float) -> dict | None:
+def predict(
+    tokens: list[float],
+    costs: list[list[float]],
+    surface: pd.DataFrame,
+    task: str,
+    k: int,
+    c: int,
+    level: float,
+) -> dict | None:
     """E(k) / C(k) at one level with its interval (the module's rule): `tokens` E_s(k) per
     session, `costs` per L its sessions' cost. None without a cost."""
     if not costs or not tokens:
@@ -91,24 +103,31 @@ def predict(tokens: list[float], costs: list[list[float]], surface: pd.DataFrame
         logs = np.log(tokens) - log_cost
         ci = t_interval(logs, level)
         if ci is not None:
-            return {"predicted_speedup": math.exp(float(np.mean(logs))), "ci_lower": ci[0],
-                    "ci_upper": ci[1], "interval_method": "t_sessions",
-                    "sessions": len(tokens)}
+            return {
+                "predicted_speedup": math.exp(float(np.mean(logs))),
+                "ci_lower": ci[0],
+                "ci_upper": ci[1],
+                "interval_method": "t_sessions",
+                "sessions": len(tokens),
+            }
     # One session (or sessions that do not pair): the cost's within-session interval alone.
     e = float(np.mean(tokens))
     point = e / math.exp(float(np.mean(log_cost)))
-    rows = surface[(surface["task"] == task) & (surface["k"] == k)
-                   & (surface["concurrency"] == c)]
+    rows = surface[(surface["task"] == task) & (surface["k"] == k) & (surface["concurrency"] == c)]
     hi_cost = pd.to_numeric(rows["round_cost_ratio_ci_upper"], errors="coerce").max()
     lo_cost = pd.to_numeric(rows["round_cost_ratio_ci_lower"], errors="coerce").min()
-    return {"predicted_speedup": point,
-            "ci_lower": e / float(hi_cost) if pd.notna(hi_cost) else None,
-            "ci_upper": e / float(lo_cost) if pd.notna(lo_cost) else None,
-            "interval_method": "within", "sessions": len(tokens)}
+    return {
+        "predicted_speedup": point,
+        "ci_lower": e / float(hi_cost) if pd.notna(hi_cost) else None,
+        "ci_upper": e / float(lo_cost) if pd.notna(lo_cost) else None,
+        "interval_method": "within",
+        "sessions": len(tokens),
+    }
 
 
-def proposed_schedule(study: Study, cells: pd.DataFrame, surface: pd.DataFrame,
-                      speedups: pd.DataFrame) -> list[dict]:
+def proposed_schedule(
+    study: Study, cells: pd.DataFrame, surface: pd.DataFrame, speedups: pd.DataFrame
+) -> list[dict]:
     """Per task and surface level, the k the surface's drafter would best run there (the
     module's prediction; k = 0, no drafts, is 1.0). Only the k on the surface and at
     most the drafter's own are candidates. `surface`: the surface's cells
@@ -125,31 +144,51 @@ def proposed_schedule(study: Study, cells: pd.DataFrame, surface: pd.DataFrame,
             rates = session_tokens(cells, arm.name, task, c, own_k)
             entry: dict = {"task": task, "concurrency": c, "candidates": {"0": 1.0}}
             if rates is None:
-                out.append(entry | {"k": None, "predicted_speedup": None, "ci_lower": None,
-                                    "ci_upper": None, "own_k_measured": None,
-                                    "label": f"{arm.name}'s per-position"
-                                    f" acceptance at {c} users is not measured"})
+                out.append(
+                    entry
+                    | {
+                        "k": None,
+                        "predicted_speedup": None,
+                        "ci_lower": None,
+                        "ci_upper": None,
+                        "own_k_measured": None,
+                        "label": f"{arm.name}'s per-position"
+                        f" acceptance at {c} users is not measured",
+                    }
+                )
                 continue
             best = {"k": 0, "predicted_speedup": 1.0, "ci_lower": 1.0, "ci_upper": 1.0}
             method = None
             for k in (k for k in study.surface.k if k <= own_k):
                 tokens = [1.0 + sum(r[:k]) for r in rates]
-                found = predict(tokens, session_costs(surface, task, k, c), surface, task,
-                                k, c, level)
+                found = predict(
+                    tokens, session_costs(surface, task, k, c), surface, task, k, c, level
+                )
                 if found is None:
                     continue
                 entry["candidates"][str(k)] = round(found["predicted_speedup"], 4)
                 if found["predicted_speedup"] > best["predicted_speedup"]:
                     method = found.pop("interval_method")
-                    best = {"k": k, **{key: found[key] for key in (
-                        "predicted_speedup", "ci_lower", "ci_upper")}}
-            label = (f"k={best['k']}: predicted x{best['predicted_speedup']:.2f}"
-                     if best["k"] else "k=0: no k on the surface is predicted to pay; do not draft")
+                    best = {
+                        "k": k,
+                        **{
+                            key: found[key] for key in ("predicted_speedup", "ci_lower", "ci_upper")
+                        },
+                    }
+            label = (
+                f"k={best['k']}: predicted x{best['predicted_speedup']:.2f}"
+                if best["k"]
+                else "k=0: no k on the surface is predicted to pay; do not draft"
+            )
             if method == "within":
                 label += f" ({WITHIN_NOTE})"
             # The one k a registered cell measured: the drafter's own.
-            mine = speedups[(speedups["arm"] == arm.name) & (speedups["task"] == task)
-                            & (speedups["concurrency"] == c) & (speedups["status"] == "ok")]
+            mine = speedups[
+                (speedups["arm"] == arm.name)
+                & (speedups["task"] == task)
+                & (speedups["concurrency"] == c)
+                & (speedups["status"] == "ok")
+            ]
             own = entry["candidates"].get(str(own_k))
             measured = float(mine["speedup"].iloc[0]) if len(mine) else None
             entry["own_k_measured"] = measured
@@ -162,8 +201,10 @@ def proposed_schedule(study: Study, cells: pd.DataFrame, surface: pd.DataFrame,
 def schedule_ranges(schedule: list[dict], task: str) -> list[tuple[int, int | None, int]]:
     """One task's schedule as inclusive batch-size ranges from 1: each level's k up to
     that level, the last one open; neighbours with the same k merged."""
-    rows = sorted((r for r in schedule if r["task"] == task and r["k"] is not None),
-                  key=lambda r: r["concurrency"])
+    rows = sorted(
+        (r for r in schedule if r["task"] == task and r["k"] is not None),
+        key=lambda r: r["concurrency"],
+    )
     ranges: list[tuple[int, int | None, int]] = []
     start = 1
     for i, r in enumerate(rows):
@@ -177,9 +218,25 @@ def schedule_ranges(schedule: list[dict], task: str) -> list[tuple[int, int | No
 
 
 SCHEDULE_COLUMNS = [
-    "arm", "baseline", "task", "concurrency", "k", "threshold", "predicted_speedup",
-    "predicted_ci_lower", "predicted_ci_upper", "status", "reason", "speedup", "ci_lower",
-    "ci_upper", "tokens_per_round", "round_cost_ratio", "collapse", "label", "drafter_cell",
+    "arm",
+    "baseline",
+    "task",
+    "concurrency",
+    "k",
+    "threshold",
+    "predicted_speedup",
+    "predicted_ci_lower",
+    "predicted_ci_upper",
+    "status",
+    "reason",
+    "speedup",
+    "ci_lower",
+    "ci_upper",
+    "tokens_per_round",
+    "round_cost_ratio",
+    "collapse",
+    "label",
+    "drafter_cell",
     "baseline_cell",
 ]
 
@@ -199,16 +256,30 @@ def k_schedule_records(a: Analysis, when: float) -> tuple[list[KScheduleRecord],
         rows = [r for r in schedule if r["task"] == task]
         ranges = schedule_ranges(schedule, task)
         if not ranges:
-            missing[task] = ("; ".join(r["label"] for r in rows)
-                             or "no surface level has a round cost measured")
+            missing[task] = (
+                "; ".join(r["label"] for r in rows) or "no surface level has a round cost measured"
+            )
             continue
-        records.append(KScheduleRecord(
-            arm=schedule_arm_name(task), task=task, ranges=ranges,
-            levels=[ScheduledLevel(concurrency=r["concurrency"], k=r["k"],
-                                   predicted_speedup=r["predicted_speedup"],
-                                   ci_lower=r["ci_lower"], ci_upper=r["ci_upper"])
-                    for r in rows if r["k"] is not None],
-            setting=kind.k_schedule_setting(template, ranges), proposed_wall=when))
+        records.append(
+            KScheduleRecord(
+                arm=schedule_arm_name(task),
+                task=task,
+                ranges=ranges,
+                levels=[
+                    ScheduledLevel(
+                        concurrency=r["concurrency"],
+                        k=r["k"],
+                        predicted_speedup=r["predicted_speedup"],
+                        ci_lower=r["ci_lower"],
+                        ci_upper=r["ci_upper"],
+                    )
+                    for r in rows
+                    if r["k"] is not None
+                ],
+                setting=kind.k_schedule_setting(template, ranges),
+                proposed_wall=when,
+            )
+        )
     return records, missing
 
 
@@ -238,23 +309,35 @@ def schedule_verification(run: RunData) -> pd.DataFrame:
                 k = k_in(record.ranges, c)
                 dc = run.find(arm.name, record.task, "speed", c)
                 bc = run.find(arm.baseline, record.task, "speed", c)
-                row: dict = {"arm": arm.name, "baseline": arm.baseline, "task": record.task,
-                             "concurrency": c, "k": k,
-                             "threshold": before is not None and k != before,
-                             "drafter_cell": dc.id, "baseline_cell": bc.id}
+                row: dict = {
+                    "arm": arm.name,
+                    "baseline": arm.baseline,
+                    "task": record.task,
+                    "concurrency": c,
+                    "k": k,
+                    "threshold": before is not None and k != before,
+                    "drafter_cell": dc.id,
+                    "baseline_cell": bc.id,
+                }
                 before = k
                 if c in predicted:
                     lv = predicted[c]
-                    row.update(predicted_speedup=lv.predicted_speedup,
-                               predicted_ci_lower=lv.ci_lower, predicted_ci_upper=lv.ci_upper)
+                    row.update(
+                        predicted_speedup=lv.predicted_speedup,
+                        predicted_ci_lower=lv.ci_lower,
+                        predicted_ci_upper=lv.ci_upper,
+                    )
                 elif k == 0:  # no drafts: the baseline's speed, exactly
-                    row.update(predicted_speedup=1.0, predicted_ci_lower=1.0,
-                               predicted_ci_upper=1.0)
+                    row.update(
+                        predicted_speedup=1.0, predicted_ci_lower=1.0, predicted_ci_upper=1.0
+                    )
                 # In the baseline's sessions there (harness.plan: stage 5 repeats as it does).
-                row.update(pair_figures(study, run.sessions_of(dc), run.sessions_of(bc),
-                                        pair_key(dc, bc)))
+                row.update(
+                    pair_figures(study, run.sessions_of(dc), run.sessions_of(bc), pair_key(dc, bc))
+                )
                 row["collapse"] = row.get("status") == "ok" and collapsed(
-                    row.get("ci_upper"), row.get("predicted_speedup"), surface.collapse_below)
+                    row.get("ci_upper"), row.get("predicted_speedup"), surface.collapse_below
+                )
                 row["label"] = _verified_label(row, surface.collapse_below)
                 rows.append(row)
     return framed(rows, SCHEDULE_COLUMNS)
@@ -273,13 +356,18 @@ def _verified_label(row: dict, collapse_below: float) -> str:
     if row["threshold"]:
         where += " (a threshold: k changes here)"
     predicted = row.get("predicted_speedup")
-    said = (f"predicted x{predicted:.2f}" if predicted is not None
-            else "no prediction (not a surface level)")
+    said = (
+        f"predicted x{predicted:.2f}"
+        if predicted is not None
+        else "no prediction (not a surface level)"
+    )
     if row.get("status") != "ok":
         return f"{where}: {said}; not measured ({row.get('status')}: {row.get('reason')})"
-    measured = (f"measured x{row['speedup']:.2f} [{row['ci_lower']:.2f}, {row['ci_upper']:.2f}]")
+    measured = f"measured x{row['speedup']:.2f} [{row['ci_lower']:.2f}, {row['ci_upper']:.2f}]"
     line = f"{where}: {said}, {measured}"
     if row["collapse"]:
-        line += (f"; COLLAPSE: below {collapse_below:g} x the prediction (the failure"
-                 " vllm#49548 reports at a schedule's threshold)")
+        line += (
+            f"; COLLAPSE: below {collapse_below:g} x the prediction (the failure"
+            " vllm#49548 reports at a schedule's threshold)"
+        )
     return line

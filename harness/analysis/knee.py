@@ -39,8 +39,9 @@ class Crossing:
         return "<= first level" if self.below_first else f"> {self.above}"
 
 
-def crossing(levels: Sequence[int], values: Sequence[float | None],
-             strict: bool = False) -> Crossing:
+def crossing(
+    levels: Sequence[int], values: Sequence[float | None], strict: bool = False
+) -> Crossing:
     """The first level whose value is <= 1.0 (< 1.0 with strict), interpolated linearly in
     the value over log2(concurrency) from the level before it."""
     last: int | None = None
@@ -86,10 +87,13 @@ class Knee:
         return f"{self.low.label()} to {self.high.label()}"
 
 
-def locate_knee(levels: Sequence[int], point: Sequence[float | None],
-                lower: Sequence[float | None] | None = None,
-                upper: Sequence[float | None] | None = None,
-                skipped_after: int | None = None) -> Knee:
+def locate_knee(
+    levels: Sequence[int],
+    point: Sequence[float | None],
+    lower: Sequence[float | None] | None = None,
+    upper: Sequence[float | None] | None = None,
+    skipped_after: int | None = None,
+) -> Knee:
     """The knee on the point estimates, with its interval from the bounds (when given).
 
     A None point (cell not usable) before the crossing leaves the knee incomplete,
@@ -102,25 +106,53 @@ def locate_knee(levels: Sequence[int], point: Sequence[float | None],
     for i, (c, v) in enumerate(zip(levels, point, strict=True)):
         if v is None or not math.isfinite(v):
             if i > 0 and skipped_after is not None and c > skipped_after:
-                return Knee("beyond_skipped", None, None,
-                            f"> {levels[i - 1]} (higher levels skipped by the stop bar){where}",
-                            levels[i - 1], low, high)
+                return Knee(
+                    "beyond_skipped",
+                    None,
+                    None,
+                    f"> {levels[i - 1]} (higher levels skipped by the stop bar){where}",
+                    levels[i - 1],
+                    low,
+                    high,
+                )
             return Knee("incomplete", None, None, f"no usable speedup at c={c}")
         if v <= 1.0:
             if i == 0:
-                return Knee("below_first", float(c), None,
-                            f"at or below 1.0 already at the first level ({c}): speedup"
-                            f" {v:.3f}{where}", None, low, high)
+                return Knee(
+                    "below_first",
+                    float(c),
+                    None,
+                    f"at or below 1.0 already at the first level ({c}): speedup {v:.3f}{where}",
+                    None,
+                    low,
+                    high,
+                )
             c0, v0 = levels[i - 1], point[i - 1]
-            at = crossing(levels[i - 1:i + 1], [v0, v]).at
-            again = [lv for lv, p in zip(levels[i + 1:], point[i + 1:], strict=True)
-                     if p is not None and p > 1.0]
+            at = crossing(levels[i - 1 : i + 1], [v0, v]).at
+            again = [
+                lv
+                for lv, p in zip(levels[i + 1 :], point[i + 1 :], strict=True)
+                if p is not None and p > 1.0
+            ]
             rises = f"; above 1.0 again at c={again[0]}" if again else ""
-            return Knee("located", at, (c0, c), f"between c={c0} (speedup {v0:.3f}) and"
-                        f" c={c} (speedup {v:.3f}){where}{rises}", None, low, high)
-    return Knee("beyond", None, None,
-                f"speedup {point[-1]:.3f} > 1 still at c={levels[-1]}, the top level{where}",
-                levels[-1], low, high)
+            return Knee(
+                "located",
+                at,
+                (c0, c),
+                f"between c={c0} (speedup {v0:.3f}) and c={c} (speedup {v:.3f}){where}{rises}",
+                None,
+                low,
+                high,
+            )
+    return Knee(
+        "beyond",
+        None,
+        None,
+        f"speedup {point[-1]:.3f} > 1 still at c={levels[-1]}, the top level{where}",
+        levels[-1],
+        low,
+        high,
+    )
 
 
 def _mixed_intervals(by_c: dict) -> str:
@@ -133,18 +165,34 @@ def _mixed_intervals(by_c: dict) -> str:
             kinds.setdefault(r.interval_method, []).append(c)
     if len(kinds) < 2:
         return ""
-    return "; intervals of two kinds along the curve (" + ", ".join(
-        f"{m} at c={'/'.join(map(str, cs))}" for m, cs in kinds.items()) + ")"
+    return (
+        "; intervals of two kinds along the curve ("
+        + ", ".join(f"{m} at c={'/'.join(map(str, cs))}" for m, cs in kinds.items())
+        + ")"
+    )
 
 
 def _column(by_c: dict, levels: list[int], name: str) -> list[float | None]:
     """One figure along the curve, None where the level has no usable speedup."""
-    return [float(getattr(by_c[c], name)) if c in by_c and by_c[c].status == "ok" else None
-            for c in levels]
+    return [
+        float(getattr(by_c[c], name)) if c in by_c and by_c[c].status == "ok" else None
+        for c in levels
+    ]
 
 
-KNEE_COLUMNS = ["arm", "task", "status", "knee_concurrency", "bracket_low", "bracket_high",
-                "label", "interval_low", "interval_high", "interval", "note"]
+KNEE_COLUMNS = [
+    "arm",
+    "task",
+    "status",
+    "knee_concurrency",
+    "bracket_low",
+    "bracket_high",
+    "label",
+    "interval_low",
+    "interval_high",
+    "interval",
+    "note",
+]
 
 
 def knee_table(run: RunData, speedups: pd.DataFrame) -> pd.DataFrame:
@@ -161,21 +209,31 @@ def knee_table(run: RunData, speedups: pd.DataFrame) -> pd.DataFrame:
         skip_mark = skipped_after
         if skip_mark is not None:
             statuses = [by_c[c].status if c in by_c else "missing" for c in levels]
-            if any(s not in ("ok", "skipped") for c, s in zip(levels, statuses, strict=True)
-                   if c > skip_mark):
+            if any(
+                s not in ("ok", "skipped")
+                for c, s in zip(levels, statuses, strict=True)
+                if c > skip_mark
+            ):
                 skip_mark = None
-        point, lower, upper = (_column(by_c, levels, name)
-                               for name in ("speedup", "ci_lower", "ci_upper"))
+        point, lower, upper = (
+            _column(by_c, levels, name) for name in ("speedup", "ci_lower", "ci_upper")
+        )
         knee = locate_knee(levels, point, lower, upper, skip_mark)
-        rows.append({"arm": arm, "task": task, "status": knee.status,
-                     "knee_concurrency": knee.concurrency,
-                     "bracket_low": knee.bracket[0] if knee.bracket else None,
-                     "bracket_high": knee.bracket[1] if knee.bracket else None,
-                     "label": knee.label(),
-                     "interval_low": knee.low.at if knee.low else None,
-                     "interval_high": knee.high.at if knee.high else None,
-                     "interval": knee.interval_label(),
-                     "note": knee.note + _mixed_intervals(by_c)})
+        rows.append(
+            {
+                "arm": arm,
+                "task": task,
+                "status": knee.status,
+                "knee_concurrency": knee.concurrency,
+                "bracket_low": knee.bracket[0] if knee.bracket else None,
+                "bracket_high": knee.bracket[1] if knee.bracket else None,
+                "label": knee.label(),
+                "interval_low": knee.low.at if knee.low else None,
+                "interval_high": knee.high.at if knee.high else None,
+                "interval": knee.interval_label(),
+                "note": knee.note + _mixed_intervals(by_c),
+            }
+        )
     return pd.DataFrame(rows, columns=KNEE_COLUMNS)
 
 
@@ -184,5 +242,7 @@ def knee_span(row, levels: list[int]) -> tuple[float, float] | None:
     if row["status"] != "located":
         return None
     low, high = row["interval_low"], row["interval_high"]
-    return (float(low) if pd.notna(low) else float(levels[0]),
-            float(high) if pd.notna(high) else float(levels[-1]))
+    return (
+        float(low) if pd.notna(low) else float(levels[0]),
+        float(high) if pd.notna(high) else float(levels[-1]),
+    )

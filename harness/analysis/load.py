@@ -114,9 +114,14 @@ class RunData:
         A later session skipped (a group-sequential look decided its bars) is left out."""
         if cell.session is None:
             return [cell]
-        found = [c for c in self.cells.values() if c.rerun_of is None and c.session is not None
-                 and (c.id == cell.id or c.id.startswith(cell.id + "/s"))
-                 and (c.id == cell.id or c.status != "skipped")]
+        found = [
+            c
+            for c in self.cells.values()
+            if c.rerun_of is None
+            and c.session is not None
+            and (c.id == cell.id or c.id.startswith(cell.id + "/s"))
+            and (c.id == cell.id or c.status != "skipped")
+        ]
         return sorted(found, key=lambda c: c.session or 0)
 
     @property
@@ -129,8 +134,17 @@ cell_dir_name = cell_dirname  # the store owns folder names
 
 def _missing(cell_id: str, reason: str) -> CellData:
     parts = cell_id.split("/")
-    return CellData(cell_id, parts[0], parts[1] if len(parts) > 1 else "", "unknown", None, None,
-                    None, "missing", reason)
+    return CellData(
+        cell_id,
+        parts[0],
+        parts[1] if len(parts) > 1 else "",
+        "unknown",
+        None,
+        None,
+        None,
+        "missing",
+        reason,
+    )
 
 
 def _read_json(path: Path) -> Any:
@@ -188,13 +202,23 @@ def planned_cells(study: Study) -> list[Cell]:
     return plan_cells(study, sizes={t.name: 1 for t in study.tasks})
 
 
-def _load_cell(folder: Path, planned: Cell | None, cell_id: str,
-               gpu_throttle_policy: str = "flag") -> CellData:
+def _load_cell(
+    folder: Path, planned: Cell | None, cell_id: str, gpu_throttle_policy: str = "flag"
+) -> CellData:
     cell_path = folder / "cell.json"
     if planned is not None:
-        base = CellData(cell_id, planned.arm, planned.task, planned.kind, planned.concurrency,
-                        planned.rate_relative, planned.stage, "missing", folder=folder,
-                        session=planned.session)
+        base = CellData(
+            cell_id,
+            planned.arm,
+            planned.task,
+            planned.kind,
+            planned.concurrency,
+            planned.rate_relative,
+            planned.stage,
+            "missing",
+            folder=folder,
+            session=planned.session,
+        )
     else:
         base = _missing(cell_id, "")
         base.folder = folder
@@ -215,15 +239,21 @@ def _load_cell(folder: Path, planned: Cell | None, cell_id: str,
     complete_path = folder / "complete.json"
     if not complete_path.exists():
         last = cell_file.attempts[-1] if cell_file.attempts else None
-        base.reason = (f"no complete attempt (last: {last.status}: {last.error})"
-                       if last else "started, never completed")
+        base.reason = (
+            f"no complete attempt (last: {last.status}: {last.error})"
+            if last
+            else "started, never completed"
+        )
         died = last is not None and last.status == "failed"
         base.causes = (Cause("engine_died" if died else "not_measured"),)
         return base
     done: CompleteFile = _validate(CompleteFile, _read_json(complete_path), str(complete_path))
     base.complete = done
-    attempt = [r for r in _read_jsonl(folder / "requests.jsonl", RequestRecord)
-               if r.attempt == done.attempt]
+    attempt = [
+        r
+        for r in _read_jsonl(folder / "requests.jsonl", RequestRecord)
+        if r.attempt == done.attempt
+    ]
     base.requests = [r for r in attempt if r.phase == "measure"]
     base.warmup = [r for r in attempt if r.phase == "warmup"]
     base.samples = [
@@ -235,9 +265,14 @@ def _load_cell(folder: Path, planned: Cell | None, cell_id: str,
     if (folder / SCORES).exists():
         base.scores = {s.id: s.correct for s in _read_jsonl(folder / SCORES, ScoreRecord)}
     judged = unusable(
-        kind=base.kind, requests=base.requests, aborted=done.outcome.aborted,
-        abort_reason=done.outcome.reason, health=done.outcome.health,
-        gpu_throttle=gpu_throttle(base.gpu_samples), gpu_throttle_policy=gpu_throttle_policy)
+        kind=base.kind,
+        requests=base.requests,
+        aborted=done.outcome.aborted,
+        abort_reason=done.outcome.reason,
+        health=done.outcome.health,
+        gpu_throttle=gpu_throttle(base.gpu_samples),
+        gpu_throttle_policy=gpu_throttle_policy,
+    )
     if judged is None:
         base.status, base.reason = "complete", None
     else:
@@ -280,5 +315,11 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
     for data in cells.values():
         data.num_draft_tokens = arm_draft_tokens(study, data.arm)
     run_id = manifest.run_id or run_dir.name
-    return RunData(run_dir, run_id, manifest, study, cells,
-                   read_smoke_records(run_dir / "smoke" / "arms.jsonl"))
+    return RunData(
+        run_dir,
+        run_id,
+        manifest,
+        study,
+        cells,
+        read_smoke_records(run_dir / "smoke" / "arms.jsonl"),
+    )

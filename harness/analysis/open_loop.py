@@ -29,8 +29,11 @@ def drafters_by_baseline(run: RunData) -> dict[str, list[str]]:
 
 
 def _measured_levels(run: RunData, baseline: str, task: str) -> list[int]:
-    return [c for c in run.study.loads.closed_loop.concurrency
-            if run.find(baseline, task, "speed", c).usable]
+    return [
+        c
+        for c in run.study.loads.closed_loop.concurrency
+        if run.find(baseline, task, "speed", c).usable
+    ]
 
 
 def reference_levels(run: RunData) -> dict[str, dict]:
@@ -44,8 +47,10 @@ def reference_levels(run: RunData) -> dict[str, dict]:
     for baseline, drafters in drafters_by_baseline(run).items():
         measured = _measured_levels(run, baseline, task)
         if not measured:
-            raise SpecbenchError(f"open loop: no usable {baseline}/{task} speed cell to take a "
-                                 "reference throughput from")
+            raise SpecbenchError(
+                f"open loop: no usable {baseline}/{task} speed cell to take a "
+                "reference throughput from"
+            )
         values = []
         for d in drafters:
             row = knees[(knees["arm"] == d) & (knees["task"] == task)]
@@ -106,9 +111,20 @@ def _objective_value(cell: CellData, metric: str, percentile: float) -> float:
 def open_loop_table(run: RunData) -> pd.DataFrame:
     """One row per open-loop cell: offered rate, achieved throughput, the objective's figure."""
     open_loop = run.study.loads.open_loop
-    cols = ["arm", "cell_id", "status", "rate_relative", "rate_rps", "reference_rps",
-            "throughput_rps", "objective_value_s", "objective_holds", "per_user_speed",
-            "queue_p50_s", "queue_p99_s"]
+    cols = [
+        "arm",
+        "cell_id",
+        "status",
+        "rate_relative",
+        "rate_rps",
+        "reference_rps",
+        "throughput_rps",
+        "objective_value_s",
+        "objective_holds",
+        "per_user_speed",
+        "queue_p50_s",
+        "queue_p99_s",
+    ]
     if open_loop is None:
         return pd.DataFrame(columns=cols)
     obj = open_loop.objective
@@ -116,21 +132,28 @@ def open_loop_table(run: RunData) -> pd.DataFrame:
     for cell in run.cells.values():
         if cell.kind != "open" or cell.rerun_of is not None:
             continue
-        row = {"arm": cell.arm, "cell_id": cell.id, "status": cell.status,
-               "rate_relative": cell.rate_relative,
-               "rate_rps": cell.open_loop.rate_rps if cell.open_loop else None,
-               "reference_rps": cell.open_loop.reference_rps if cell.open_loop else None}
+        row = {
+            "arm": cell.arm,
+            "cell_id": cell.id,
+            "status": cell.status,
+            "rate_relative": cell.rate_relative,
+            "rate_rps": cell.open_loop.rate_rps if cell.open_loop else None,
+            "reference_rps": cell.open_loop.reference_rps if cell.open_loop else None,
+        }
         if cell.usable:
             value = _objective_value(cell, obj.metric, obj.percentile)
             speeds = cell_speeds(cell)
             # Client queueing (scheduled to sent): an engine that cannot keep up leaves
             # arrivals waiting for a connection slot; reported here, and inside latency.
             queue = [r.queue_delay_s for r in cell.requests]
-            row.update(throughput_rps=request_throughput(cell), objective_value_s=value,
-                       objective_holds=bool(value <= obj.max_s),
-                       per_user_speed=float(np.median(speeds)) if len(speeds) else math.nan,
-                       queue_p50_s=percentile_or_nan(queue, 50),
-                       queue_p99_s=percentile_or_nan(queue, 99))
+            row.update(
+                throughput_rps=request_throughput(cell),
+                objective_value_s=value,
+                objective_holds=bool(value <= obj.max_s),
+                per_user_speed=float(np.median(speeds)) if len(speeds) else math.nan,
+                queue_p50_s=percentile_or_nan(queue, 50),
+                queue_p99_s=percentile_or_nan(queue, 99),
+            )
         rows.append(row)
     return pd.DataFrame(rows, columns=cols)
 
@@ -139,8 +162,18 @@ def fleet_table(run: RunData, table: pd.DataFrame | None = None) -> pd.DataFrame
     """Per arm: the highest offered rate whose objective holds (req/s one GPU sustains),
     the GPUs the study's stated traffic needs, and each drafter against its baseline."""
     open_loop = run.study.loads.open_loop
-    cols = ["arm", "baseline", "sustainable_rps", "gpus", "traffic_rps", "baseline_sustainable_rps",
-            "baseline_gpus", "gpus_saved", "cells_usable", "cells_planned"]
+    cols = [
+        "arm",
+        "baseline",
+        "sustainable_rps",
+        "gpus",
+        "traffic_rps",
+        "baseline_sustainable_rps",
+        "baseline_gpus",
+        "gpus_saved",
+        "cells_usable",
+        "cells_planned",
+    ]
     if open_loop is None:
         return pd.DataFrame(columns=cols)
     table = open_loop_table(run) if table is None else table
@@ -152,9 +185,15 @@ def fleet_table(run: RunData, table: pd.DataFrame | None = None) -> pd.DataFrame
         holds = usable[usable["objective_holds"].fillna(False).astype(bool)]
         rate = float(holds["rate_rps"].max()) if len(holds) else 0.0
         gpus = math.ceil(traffic / rate) if rate > 0 else None
-        per_arm[arm.name] = {"arm": arm.name, "baseline": arm.baseline, "sustainable_rps": rate,
-                             "gpus": gpus, "traffic_rps": traffic, "cells_usable": len(usable),
-                             "cells_planned": len(rows)}
+        per_arm[arm.name] = {
+            "arm": arm.name,
+            "baseline": arm.baseline,
+            "sustainable_rps": rate,
+            "gpus": gpus,
+            "traffic_rps": traffic,
+            "cells_usable": len(usable),
+            "cells_planned": len(rows),
+        }
     for row in per_arm.values():
         base = per_arm.get(row["baseline"]) if row["baseline"] else None
         if base is not None:

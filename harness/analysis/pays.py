@@ -56,30 +56,51 @@ def speculation_pays(study: Study, speedups: pd.DataFrame) -> list[dict]:
         spec_arm = study.arm(arm)
         # Drafting kept at every level below the first where the gain is gone.
         below = max((c for c in levels if gone_at is not None and c < gone_at), default=None)
-        gate = (get_engine_kind(spec_arm.engine).speculation_gate(spec_arm, below)
-                if gone_at is not None else None)
-        out.append({"arm": arm, "task": task, "pays_up_to": up_to, "status": status,
-                    "first_level_not_paying": gone_at,
-                    "label": _label(status, up_to, gone_at, missing_at, levels), "gate": gate})
+        gate = (
+            get_engine_kind(spec_arm.engine).speculation_gate(spec_arm, below)
+            if gone_at is not None
+            else None
+        )
+        out.append(
+            {
+                "arm": arm,
+                "task": task,
+                "pays_up_to": up_to,
+                "status": status,
+                "first_level_not_paying": gone_at,
+                "label": _label(status, up_to, gone_at, missing_at, levels),
+                "gate": gate,
+            }
+        )
     return out
 
 
-def _label(status: str, up_to: int | None, gone_at: int | None, missing_at: int | None,
-           levels: list[int]) -> str:
-    shown = (f"pays up to {up_to} users (lower bound above 1.0)" if up_to is not None
-             else "no gain shown at the first level")
+def _label(
+    status: str, up_to: int | None, gone_at: int | None, missing_at: int | None, levels: list[int]
+) -> str:
+    shown = (
+        f"pays up to {up_to} users (lower bound above 1.0)"
+        if up_to is not None
+        else "no gain shown at the first level"
+    )
     if status == "pays_at_every_level":
         return f"pays at every registered level up to {levels[-1]} (a bound: > {levels[-1]})"
     if status == "never":
         return f"never pays: at {gone_at} users the upper bound is already below 1.0"
     if status == "stops":
-        between = "" if up_to is not None and gone_at is not None \
-            and levels.index(gone_at) == levels.index(up_to) + 1 \
+        between = (
+            ""
+            if up_to is not None
+            and gone_at is not None
+            and levels.index(gone_at) == levels.index(up_to) + 1
             else "; between, the data cannot tell"
+        )
         return f"{shown}; gone from {gone_at} users (upper bound below 1.0){between}"
     if status == "not_shown_gone":
-        return (f"{shown}; above it the interval includes 1.0 up to {levels[-1]} users: the"
-                " data could not show a gain, nor that it is gone (no gate)")
+        return (
+            f"{shown}; above it the interval includes 1.0 up to {levels[-1]} users: the"
+            " data could not show a gain, nor that it is gone (no gate)"
+        )
     if status == "pays_then_unknown":
         return f"{shown}; no usable speedup at {missing_at}"
     return f"unknown: no usable speedup at {missing_at} users"

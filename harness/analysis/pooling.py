@@ -48,14 +48,18 @@ MIN_SESSIONS = 3  # with 2, its 1 df left the pooled interval covering 0.92
 def _residuals(logs: np.ndarray) -> np.ndarray:
     """The two-way residuals of (..., sessions, cells) tables: each table less its session
     and cell means."""
-    return (logs - logs.mean(axis=-1, keepdims=True) - logs.mean(axis=-2, keepdims=True)
-            + logs.mean(axis=(-2, -1), keepdims=True))
+    return (
+        logs
+        - logs.mean(axis=-1, keepdims=True)
+        - logs.mean(axis=-2, keepdims=True)
+        + logs.mean(axis=(-2, -1), keepdims=True)
+    )
 
 
 def _spread_statistic(resid: np.ndarray) -> np.ndarray:
     """Bartlett's statistic on the cells' residual variances (without its correction: its
     null distribution is simulated, not read from a chi-square)."""
-    ss = (resid ** 2).sum(axis=-2)
+    ss = (resid**2).sum(axis=-2)
     with np.errstate(divide="ignore"):
         return ss.shape[-1] * np.log(ss.mean(axis=-1)) - np.log(ss).sum(axis=-1)
 
@@ -96,27 +100,36 @@ def pool(logs: np.ndarray, level: float) -> Pooled:
     """The pooled variance of a (sessions x cells) table of session log ratios."""
     n, j = logs.shape
     if j < 3:  # two cells' residuals mirror each other: their spread cannot differ
-        return Pooled(None, None, None, f"{j} cell{'s' * (j > 1)}: too few to test their"
-                      " spread equal, each level keeps its own interval")
+        return Pooled(
+            None,
+            None,
+            None,
+            f"{j} cell{'s' * (j > 1)}: too few to test their"
+            " spread equal, each level keeps its own interval",
+        )
     if n < MIN_SESSIONS:
-        return Pooled(None, None, None, f"fewer than {MIN_SESSIONS} sessions: each level"
-                      " keeps its own interval")
+        return Pooled(
+            None,
+            None,
+            None,
+            f"fewer than {MIN_SESSIONS} sessions: each level keeps its own interval",
+        )
     resid = _residuals(logs)
     ss_sess = j * float(((logs.mean(axis=1) - logs.mean()) ** 2).sum())
-    ss_res = float((resid ** 2).sum())
+    ss_res = float((resid**2).sum())
     df_res = (n - 1) * (j - 1)
     if ss_res <= 1e-24:
         return Pooled(None, None, None, "no residual spread to test")
     p = spread_p(resid)
     if p < 1.0 - level:
-        return Pooled(None, None, p, f"equal spread rejected (p={p:.3g}): each level keeps"
-                      " its own interval")
+        return Pooled(
+            None, None, p, f"equal spread rejected (p={p:.3g}): each level keeps its own interval"
+        )
     total = j * (n - 1)
     t1, t2 = ss_sess / total, ss_res / total
     w1 = SESSION_WEIGHT * t1
-    df = (w1 + t2) ** 2 / (w1 ** 2 / (n - 1) + t2 ** 2 / df_res)
-    return Pooled(t1 + t2, df, p, f"pooled over {j} cells, {df:.1f} df; equal spread"
-                  f" p={p:.2f}")
+    df = (w1 + t2) ** 2 / (w1**2 / (n - 1) + t2**2 / df_res)
+    return Pooled(t1 + t2, df, p, f"pooled over {j} cells, {df:.1f} df; equal spread p={p:.2f}")
 
 
 def _logs(row) -> np.ndarray | None:
@@ -145,8 +158,9 @@ def pool_session_variance(speedups: pd.DataFrame, study: Study) -> pd.DataFrame:
     for (_arm, stage), grp in sub.groupby([sub["arm"], stages], sort=False):
         logs = [x for r in grp.itertuples() if (x := _logs(r)) is not None]
         if len(logs) < len(grp) or len({len(x) for x in logs}) != 1:
-            out.loc[grp.index, "pooling"] = (f"stage {stage}: cells not in the same sessions:"
-                                             " each level keeps its own interval")
+            out.loc[grp.index, "pooling"] = (
+                f"stage {stage}: cells not in the same sessions: each level keeps its own interval"
+            )
             continue
         table = np.stack(logs, axis=1)
         p = pool(table, iv.level)

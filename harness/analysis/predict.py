@@ -37,15 +37,27 @@ from harness.calibration import RooflineFigures
 from harness.plan import roofline_step_s
 from harness.prereg.schema import Study
 
-PREDICTION_COLUMNS = ["engine_tokens_per_round", "engine_tokens_source", "predicted_speedup",
-                      "predicted_round_cost_ratio", "prediction_gap", "round_cost_gap",
-                      "prediction_note", "tokens_per_round_note"]
+PREDICTION_COLUMNS = [
+    "engine_tokens_per_round",
+    "engine_tokens_source",
+    "predicted_speedup",
+    "predicted_round_cost_ratio",
+    "prediction_gap",
+    "round_cost_gap",
+    "prediction_note",
+    "tokens_per_round_note",
+]
 # Methods whose drafts cost no forward pass of a model of their own.
 MODEL_FREE = ("ngram", "ngram_gpu", "suffix")
 
 
-def predicted(study: Study, arm_name: str, concurrency: int, e_tokens: float,
-              figures: RooflineFigures | None = None) -> tuple[float, float]:
+def predicted(
+    study: Study,
+    arm_name: str,
+    concurrency: int,
+    e_tokens: float,
+    figures: RooflineFigures | None = None,
+) -> tuple[float, float]:
     """(predicted speedup, predicted round cost ratio) at concurrency B; `figures`: the
     roofline's inputs (the registered hardware by default)."""
     d = study.arm(arm_name).drafter
@@ -53,8 +65,11 @@ def predicted(study: Study, arm_name: str, concurrency: int, e_tokens: float,
     k = d.num_draft_tokens
     steps = d.draft_steps or k
     plain = roofline_step_s(study, concurrency, figures=figures)
-    draft = (steps * roofline_step_s(study, concurrency, d.params_billion, figures)
-             if d.params_billion else 0.0)
+    draft = (
+        steps * roofline_step_s(study, concurrency, d.params_billion, figures)
+        if d.params_billion
+        else 0.0
+    )
     cost = (draft + roofline_step_s(study, concurrency * (k + 1), figures=figures)) / plain
     return e_tokens / cost, cost
 
@@ -72,8 +87,12 @@ def engine_tokens(cell: pd.Series) -> tuple[float | None, str | None]:
     return None, None
 
 
-def add_predictions(study: Study, speedups: pd.DataFrame, cells: pd.DataFrame,
-                    figures: RooflineFigures | None = None) -> pd.DataFrame:
+def add_predictions(
+    study: Study,
+    speedups: pd.DataFrame,
+    cells: pd.DataFrame,
+    figures: RooflineFigures | None = None,
+) -> pd.DataFrame:
     """speedups with the prediction columns, from the cell table's engine figures, on the
     roofline `figures` (the registered hardware by default)."""
     by_id = cells.set_index("cell_id") if len(cells) else cells
@@ -84,19 +103,26 @@ def add_predictions(study: Study, speedups: pd.DataFrame, cells: pd.DataFrame,
         e, source = engine_tokens(cell) if cell is not None else (None, None)
         if cell is not None and e is not None and r.get("status") == "ok":
             speed, cost = predicted(study, r["arm"], int(r["concurrency"]), e, figures)
-            out.update(engine_tokens_per_round=e, engine_tokens_source=source,
-                       predicted_speedup=speed, predicted_round_cost_ratio=cost)
+            out.update(
+                engine_tokens_per_round=e,
+                engine_tokens_source=source,
+                predicted_speedup=speed,
+                predicted_round_cost_ratio=cost,
+            )
             drafter = study.arm(r["arm"]).drafter
             assert drafter is not None  # a speedup row is a drafter arm's
             if drafter.params_billion is None and drafter.method not in MODEL_FREE:
-                out["prediction_note"] = ("draft cost counted as 0: register the draft model's"
-                                          " size as drafter.params_billion")
+                out["prediction_note"] = (
+                    "draft cost counted as 0: register the draft model's"
+                    " size as drafter.params_billion"
+                )
             if not _nan(r.get("speedup")):
                 out["prediction_gap"] = float(r["speedup"]) / speed - 1.0
             if not _nan(r.get("round_cost_ratio")):
                 out["round_cost_gap"] = float(r["round_cost_ratio"]) / cost - 1.0
-            out["tokens_per_round_note"] = _tokens_note(r.get("tokens_per_round"), e,
-                                                        cell.get("engine_round"))
+            out["tokens_per_round_note"] = _tokens_note(
+                r.get("tokens_per_round"), e, cell.get("engine_round")
+            )
         rows.append(out)
     extra = pd.DataFrame(rows, columns=PREDICTION_COLUMNS, index=speedups.index)
     return pd.concat([speedups, extra], axis=1)
@@ -109,13 +135,18 @@ def _tokens_note(client: float | None, engine: float, round_: str | None) -> str
     if abs(gap) <= AGREE_WITHIN:
         return None
     if gap < 0:
-        why = ("steps without a draft (no n-gram match) count in the client's per-step figure,"
-               " not the engine's per-drafting-round one" if round_ == "drafting round" else
-               f"both count per {round_ or 'step'} (every step a round, drafted or not), so"
-               " steps without drafts do not explain it: look at the engine's counters")
+        why = (
+            "steps without a draft (no n-gram match) count in the client's per-step figure,"
+            " not the engine's per-drafting-round one"
+            if round_ == "drafting round"
+            else f"both count per {round_ or 'step'} (every step a round, drafted or not), so"
+            " steps without drafts do not explain it: look at the engine's counters"
+        )
     else:
-        why = ("chunks carrying several steps (stream_interval > 1, or a late flush) raise"
-               " the client's figure")
+        why = (
+            "chunks carrying several steps (stream_interval > 1, or a late flush) raise"
+            " the client's figure"
+        )
     return f"client {client:.2f} vs engine {engine:.2f} ({gap:+.0%}): {why}"
 
 

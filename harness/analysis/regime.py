@@ -38,17 +38,29 @@ class LevelTiming:
     attempts: int = 1
 
 
-def judge(arm: str, key: str, max_tokens: int, tolerance: float,
-          steps: Mapping[int, tuple[float | None, int] | LevelTiming],
-          host_busy_limit: float | None = None) -> BaselineRegime:
+def judge(
+    arm: str,
+    key: str,
+    max_tokens: int,
+    tolerance: float,
+    steps: Mapping[int, tuple[float | None, int] | LevelTiming],
+    host_busy_limit: float | None = None,
+) -> BaselineRegime:
     """The record from the step times (users -> timing, or (median step in ms, requests))."""
     timed = {u: t if isinstance(t, LevelTiming) else LevelTiming(*t) for u, t in steps.items()}
     one = timed[1].step_ms if 1 in timed else None
-    levels = [RegimeLevel(users=u, step_ms=t.step_ms, requests=t.requests,
-                          ratio=(t.step_ms / one if t.step_ms is not None and one else None),
-                          host_busy_share=t.host_busy_share, host_busy=t.host_busy,
-                          attempts=t.attempts)
-              for u, t in sorted(timed.items())]
+    levels = [
+        RegimeLevel(
+            users=u,
+            step_ms=t.step_ms,
+            requests=t.requests,
+            ratio=(t.step_ms / one if t.step_ms is not None and one else None),
+            host_busy_share=t.host_busy_share,
+            host_busy=t.host_busy,
+            attempts=t.attempts,
+        )
+        for u, t in sorted(timed.items())
+    ]
     above = [lv.users for lv in levels if lv.ratio is not None and lv.ratio > tolerance]
     judged = [lv for lv in levels if lv.users != 1]
     memory_bound: bool | None
@@ -56,9 +68,17 @@ def judge(arm: str, key: str, max_tokens: int, tolerance: float,
         memory_bound = None if not above else False
     else:
         memory_bound = not above
-    return BaselineRegime(arm=arm, key=key, wall=time.time(), max_tokens=max_tokens,
-                          max_step_ratio=tolerance, levels=levels, compute_bound_at=above,
-                          memory_bound=memory_bound, host_busy_limit=host_busy_limit)
+    return BaselineRegime(
+        arm=arm,
+        key=key,
+        wall=time.time(),
+        max_tokens=max_tokens,
+        max_step_ratio=tolerance,
+        levels=levels,
+        compute_bound_at=above,
+        memory_bound=memory_bound,
+        host_busy_limit=host_busy_limit,
+    )
 
 
 def read_regime(path: Path) -> dict[str, BaselineRegime]:
@@ -89,9 +109,14 @@ def host_regime(manifest: Manifest) -> list[dict]:
     """verdict.json's `host_regime`: per baseline, the judgement and its sentence."""
     out = []
     for rec in manifest.regime.values():
-        out.append({"arm": rec.arm, "memory_bound": rec.memory_bound,
-                    "compute_bound_at": rec.compute_bound_at,
-                    "max_step_ratio": rec.max_step_ratio,
-                    "steps_ms": {str(lv.users): lv.step_ms for lv in rec.levels},
-                    "line": rec.line()})
+        out.append(
+            {
+                "arm": rec.arm,
+                "memory_bound": rec.memory_bound,
+                "compute_bound_at": rec.compute_bound_at,
+                "max_step_ratio": rec.max_step_ratio,
+                "steps_ms": {str(lv.users): lv.step_ms for lv in rec.levels},
+                "line": rec.line(),
+            }
+        )
     return out

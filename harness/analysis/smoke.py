@@ -39,23 +39,32 @@ def smoke_line(rec: SmokeArmCheck | SmokeIdentityCheck) -> str:
                 ties = "; ".join(
                     f"{t.item_id} token {t.token_index} {t.drafter_token!r} vs"
                     f" {t.baseline_token!r} (margins {margin_text(t.drafter_margin)},"
-                    f" {margin_text(t.baseline_margin)})" for t in rec.near_ties)
-                return (f"smoke: {rec.arm} gives {rec.baseline}'s greedy text on"
-                        f" {rec.compared - len(rec.near_ties)} of {rec.compared} prompts and"
-                        f" diverges at a near-tie of the target's on {len(rec.near_ties)}"
-                        f" (numerics, below {rec.near_tie_margin:g} nats; the run goes on): {ties}")
-            return (f"smoke: {rec.arm} gives {rec.baseline}'s greedy text on"
-                    f" {rec.compared} prompts")
+                    f" {margin_text(t.baseline_margin)})"
+                    for t in rec.near_ties
+                )
+                return (
+                    f"smoke: {rec.arm} gives {rec.baseline}'s greedy text on"
+                    f" {rec.compared - len(rec.near_ties)} of {rec.compared} prompts and"
+                    f" diverges at a near-tie of the target's on {len(rec.near_ties)}"
+                    f" (numerics, below {rec.near_tie_margin:g} nats; the run goes on): {ties}"
+                )
+            return f"smoke: {rec.arm} gives {rec.baseline}'s greedy text on {rec.compared} prompts"
         return f"smoke FAILED: {rec.reason}"
     if rec.status == "failed":
         return f"smoke FAILED ({rec.failed_check}): {rec.reason}"
     tokens = sum(a.completion_tokens or 0 for a in rec.answers)
-    line = (f"smoke: {rec.arm} {rec.engine} and answered {len(rec.answers)} prompts"
-            f" ({tokens} tokens) in {rec.ended_wall - rec.started_wall:.0f} s")
+    line = (
+        f"smoke: {rec.arm} {rec.engine} and answered {len(rec.answers)} prompts"
+        f" ({tokens} tokens) in {rec.ended_wall - rec.started_wall:.0f} s"
+    )
     if rec.counter is not None:
-        line += (f"; {rec.counter.name} {value_text(rec.counter.before)} ->"
-                 f" {value_text(rec.counter.after)}")
+        line += (
+            f"; {rec.counter.name} {value_text(rec.counter.before)} ->"
+            f" {value_text(rec.counter.after)}"
+        )
     if rec.acceptance is not None and rec.acceptance.tokens_per_round is not None:
-        line += (f"; {rec.acceptance.tokens_per_round:.2f} tokens per round (floor"
-                 f" {rec.acceptance.floor:g}{', BELOW: allowed' if rec.acceptance.allowed else ''})")
+        line += (
+            f"; {rec.acceptance.tokens_per_round:.2f} tokens per round (floor"
+            f" {rec.acceptance.floor:g}{', BELOW: allowed' if rec.acceptance.allowed else ''})"
+        )
     return line

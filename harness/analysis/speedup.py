@@ -42,20 +42,47 @@ def pair_key(drafter: CellData, baseline: CellData) -> str:
 
 
 SPEEDUP_COLUMNS = [
-    "arm", "baseline", "task", "concurrency", "drafter_cell", "baseline_cell", "status", "reason",
-    "speed_drafter", "speed_baseline", "n_drafter", "n_baseline", "speedup", "ci_lower",
-    "ci_upper", "baseline_rerun_cell", "baseline_rerun_status", "baseline_rerun_speed",
-    "baseline_rerun_ratio", "gpu_throttled_cells",
+    "arm",
+    "baseline",
+    "task",
+    "concurrency",
+    "drafter_cell",
+    "baseline_cell",
+    "status",
+    "reason",
+    "speed_drafter",
+    "speed_baseline",
+    "n_drafter",
+    "n_baseline",
+    "speedup",
+    "ci_lower",
+    "ci_upper",
+    "baseline_rerun_cell",
+    "baseline_rerun_status",
+    "baseline_rerun_speed",
+    "baseline_rerun_ratio",
+    "gpu_throttled_cells",
     # Repeated sessions and what the interval rests on (harness.analysis.intervals):
     # ci_lower/ci_upper by interval_method (t_sessions: a t interval on the sessions' log
     # ratios; bootstrap: sessions first; within: one session); the *_within pair holds
     # the sessions fixed.
-    "sessions", "interval_method", "ci_lower_within", "ci_upper_within", "session_speeds_drafter",
-    "session_speeds_baseline", "session_spread_drafter", "session_spread_baseline",
-    "resample_unit", "interval_caveat",
+    "sessions",
+    "interval_method",
+    "ci_lower_within",
+    "ci_upper_within",
+    "session_speeds_drafter",
+    "session_speeds_baseline",
+    "session_spread_drafter",
+    "session_spread_baseline",
+    "resample_unit",
+    "interval_caveat",
     # bars.intervals.pooling (harness.analysis.pooling): each level's own t interval, the
     # degrees of freedom the interval rests on, and whether its variance was pooled.
-    "ci_lower_level", "ci_upper_level", "interval_df", "pooling", *DECOMPOSITION_COLUMNS,
+    "ci_lower_level",
+    "ci_upper_level",
+    "interval_df",
+    "pooling",
+    *DECOMPOSITION_COLUMNS,
 ]
 
 
@@ -73,7 +100,8 @@ def _rerun_figures(run: RunData, baseline: list[CellData], original: float | Non
     bad = [r for r in reruns if not r.usable]
     out: dict[str, str | float] = {
         "baseline_rerun_cell": "; ".join(r.id for r in reruns),
-        "baseline_rerun_status": bad[0].status if bad else reruns[0].status}
+        "baseline_rerun_status": bad[0].status if bad else reruns[0].status,
+    }
     medians = [float(np.median(s)) for r in reruns if len(s := cell_speeds(r))]
     if not bad and len(medians) == len(reruns) and original:
         speed = float(np.mean(medians))
@@ -88,8 +116,7 @@ def _throttled(*cells: CellData) -> str | None:
     return "; ".join(hit) or None
 
 
-def session_figures(drafter: list[CellData], baseline: list[CellData], study,
-                     key: str) -> dict:
+def session_figures(drafter: list[CellData], baseline: list[CellData], study, key: str) -> dict:
     """A pair's speeds, speedup, intervals and decomposition over its sessions (one: the
     cells), the decomposition under the speedup's own draws; under a group-sequential
     design the interval is the repeated one of the look its sessions reach."""
@@ -97,27 +124,46 @@ def session_figures(drafter: list[CellData], baseline: list[CellData], study,
     d_units = [session_units(c) for c in drafter]
     b_units = [session_units(c) for c in baseline]
     n_d, n_b = sum(u.n for u in d_units), sum(u.n for u in b_units)
-    row: dict = {"n_drafter": n_d, "n_baseline": n_b,
-                 "interval_caveat": interval_caveat(len(drafter), n_d, n_b)}
+    row: dict = {
+        "n_drafter": n_d,
+        "n_baseline": n_b,
+        "interval_caveat": interval_caveat(len(drafter), n_d, n_b),
+    }
     if not all(u.n for u in d_units + b_units):
-        return row | {"status": "invalid", "reason": "a session with no request with a"
-                      " per-user speed", "speed_drafter": math.nan, "speed_baseline": math.nan}
+        return row | {
+            "status": "invalid",
+            "reason": "a session with no request with a per-user speed",
+            "speed_drafter": math.nan,
+            "speed_baseline": math.nan,
+        }
     draws = draw_pair(d_units, b_units, intervals, key)
     ratio = session_ratio(d_units, b_units, intervals, key, draws)
     assert ratio is not None
     row |= {
-        "status": "ok", "speedup": ratio.point, "ci_lower": ratio.ci_lower,
-        "ci_upper": ratio.ci_upper, "interval_method": ratio.method,
-        "ci_lower_within": ratio.within_lower, "ci_upper_within": ratio.within_upper,
+        "status": "ok",
+        "speedup": ratio.point,
+        "ci_lower": ratio.ci_lower,
+        "ci_upper": ratio.ci_upper,
+        "interval_method": ratio.method,
+        "ci_lower_within": ratio.within_lower,
+        "ci_upper_within": ratio.within_upper,
         "speed_drafter": float(np.mean(ratio.speeds_drafter)),
         "speed_baseline": float(np.mean(ratio.speeds_baseline)),
         "session_speeds_drafter": json.dumps([round(v, 4) for v in ratio.speeds_drafter]),
         "session_speeds_baseline": json.dumps([round(v, 4) for v in ratio.speeds_baseline]),
         "session_spread_drafter": session_spread(ratio.speeds_drafter),
         "session_spread_baseline": session_spread(ratio.speeds_baseline),
-        "resample_unit": ratio.unit}
-    return row | decompose(drafter, baseline, intervals, ratio.point,
-                           study.bars.decomposition.tolerance, (d_units, b_units), draws)
+        "resample_unit": ratio.unit,
+    }
+    return row | decompose(
+        drafter,
+        baseline,
+        intervals,
+        ratio.point,
+        study.bars.decomposition.tolerance,
+        (d_units, b_units),
+        draws,
+    )
 
 
 def pair_figures(study, drafter: list[CellData], baseline: list[CellData], key: str) -> dict:
@@ -130,8 +176,10 @@ def pair_figures(study, drafter: list[CellData], baseline: list[CellData], key: 
         drafter, baseline = drafter[:n], baseline[:n]
     bad = [x for x in (*drafter, *baseline) if not x.usable]
     if bad:
-        return {"status": bad[0].status,
-                "reason": "; ".join(f"{x.id}: {x.status} ({x.reason})" for x in bad)}
+        return {
+            "status": bad[0].status,
+            "reason": "; ".join(f"{x.id}: {x.status} ({x.reason})" for x in bad),
+        }
     if len(drafter) != len(baseline):
         return {"status": "invalid", "reason": "the arms measured different numbers of sessions"}
     return session_figures(drafter, baseline, study, key)
@@ -152,8 +200,14 @@ def speedup_table(run: RunData) -> pd.DataFrame:
             for c in study.loads.closed_loop.concurrency:
                 dc = run.find(arm.name, task.name, "speed", c)
                 bc = run.find(arm.baseline, task.name, "speed", c)
-                row: dict = {"arm": arm.name, "baseline": arm.baseline, "task": task.name,
-                             "concurrency": c, "drafter_cell": dc.id, "baseline_cell": bc.id}
+                row: dict = {
+                    "arm": arm.name,
+                    "baseline": arm.baseline,
+                    "task": task.name,
+                    "concurrency": c,
+                    "drafter_cell": dc.id,
+                    "baseline_cell": bc.id,
+                }
                 d_sessions, b_sessions = run.sessions_of(dc), run.sessions_of(bc)
                 row["sessions"] = len(d_sessions)
                 row.update(pair_figures(study, d_sessions, b_sessions, pair_key(dc, bc)))
@@ -176,13 +230,16 @@ class BestDrafter:
     missing: list[str]  # rows that kept it undetermined: "arm/task c=N: status"
 
 
-def best_drafter(speedups: pd.DataFrame, tasks: list[str], concurrencies: list[int],
-                 statistic: str) -> BestDrafter:
+def best_drafter(
+    speedups: pd.DataFrame, tasks: list[str], concurrencies: list[int], statistic: str
+) -> BestDrafter:
     """Among drafter arms, the one with the highest minimum speedup (`statistic`:
     speedup or ci_lower) over `concurrencies` and `tasks` (one task = per task,
     several = pooled). Ties go to the first arm in the study's order."""
-    rule = (f"best drafter = the drafter arm with the highest minimum {statistic} over "
-            f"concurrencies {concurrencies} on task(s) {', '.join(tasks)}")
+    rule = (
+        f"best drafter = the drafter arm with the highest minimum {statistic} over "
+        f"concurrencies {concurrencies} on task(s) {', '.join(tasks)}"
+    )
     sel = speedups[speedups["task"].isin(tasks) & speedups["concurrency"].isin(concurrencies)]
     minima: dict[str, float | None] = {}
     missing: list[str] = []
@@ -194,8 +251,9 @@ def best_drafter(speedups: pd.DataFrame, tasks: list[str], concurrencies: list[i
             missing.append(f"{arm}: no row on task(s) {', '.join(tasks)} at {concurrencies}")
         elif len(bad):
             minima[arm] = None
-            missing.extend(f"{r.arm}/{r.task} c={r.concurrency}: {r.status}"
-                           for r in bad.itertuples())
+            missing.extend(
+                f"{r.arm}/{r.task} c={r.concurrency}: {r.status}" for r in bad.itertuples()
+            )
         else:
             minima[arm] = float(rows[statistic].min())
     judged = {arm: m for arm, m in minima.items() if m is not None}

@@ -53,21 +53,33 @@ def _task_stop(a: Analysis, task: str) -> dict:
     sp = judged_speedups(a)
     sel = sp[(sp["task"] == task) & sp["concurrency"].isin(stop.concurrencies)]
     ok = sel[sel["status"] == "ok"]
-    by_arm = {arm: {int(r.concurrency): float(getattr(r, col)) for r in grp.itertuples()}
-              for arm, grp in ok.groupby("arm", sort=False)}
-    unusable = [f"{r.arm}/{task} c={r.concurrency}: {r.status}" for r in sel.itertuples()
-                if r.status != "ok"]
+    by_arm = {
+        arm: {int(r.concurrency): float(getattr(r, col)) for r in grp.itertuples()}
+        for arm, grp in ok.groupby("arm", sort=False)
+    }
+    unusable = [
+        f"{r.arm}/{task} c={r.concurrency}: {r.status}"
+        for r in sel.itertuples()
+        if r.status != "ok"
+    ]
     # by_arm for reading; figures (with their cells) for checking every number used.
-    entry: dict = {"by_arm": by_arm, "unusable": unusable,
-                   "figures": [{"arm": r.arm} | figure_of(r) for r in ok.itertuples()]}
+    entry: dict = {
+        "by_arm": by_arm,
+        "unusable": unusable,
+        "figures": [{"arm": r.arm} | figure_of(r) for r in ok.itertuples()],
+    }
     rows = list(ok.itertuples())
     reached = False
     entry["maximum"] = None
     if rows:
         top = max(rows, key=lambda r: float(getattr(r, col)))  # the first of equals
         value = float(getattr(top, col))
-        entry["maximum"] = {"arm": top.arm, "concurrency": int(top.concurrency),
-                            "value": value, "figure": figure_of(top)}
+        entry["maximum"] = {
+            "arm": top.arm,
+            "concurrency": int(top.concurrency),
+            "value": value,
+            "figure": figure_of(top),
+        }
         reached = value >= stop.threshold
     if reached:
         entry["below_threshold_everywhere"] = False
@@ -81,16 +93,28 @@ def _task_stop(a: Analysis, task: str) -> dict:
 def stop_decision(a: Analysis) -> StopDecision:
     study = a.run.study
     stop = study.bars.stop
-    evidence: dict = {"threshold": stop.threshold, "statistic": stop.statistic,
-                      "concurrencies": stop.concurrencies, "fires_when": stop.fires_when,
-                      "rule": (f"a task stops when no drafter's {stop.statistic} speedup reaches"
-                               f" {stop.threshold:g} at any of c={stop.concurrencies}")}
+    evidence: dict = {
+        "threshold": stop.threshold,
+        "statistic": stop.statistic,
+        "concurrencies": stop.concurrencies,
+        "fires_when": stop.fires_when,
+        "rule": (
+            f"a task stops when no drafter's {stop.statistic} speedup reaches"
+            f" {stop.threshold:g} at any of c={stop.concurrencies}"
+        ),
+    }
     # Baseline cells count too: a drafter's figure needs its baseline's.
     # Every repeated session of them too: the stop bar is judged on the sessions' figure.
-    needed = [s for arm in study.arms for t in speed_tasks(study) for c in stop.concurrencies
-              for s in a.run.sessions_of(a.run.find(arm.name, t, "speed", c))]
-    not_ready = [{"cell": c.id, "status": c.status, "reason": c.reason}
-                 for c in needed if not c.usable]
+    needed = [
+        s
+        for arm in study.arms
+        for t in speed_tasks(study)
+        for c in stop.concurrencies
+        for s in a.run.sessions_of(a.run.find(arm.name, t, "speed", c))
+    ]
+    not_ready = [
+        {"cell": c.id, "status": c.status, "reason": c.reason} for c in needed if not c.usable
+    ]
     tasks = {t: _task_stop(a, t) for t in speed_tasks(study)}
     evidence["tasks"] = tasks
     flags = [t["below_threshold_everywhere"] for t in tasks.values()]
@@ -116,10 +140,16 @@ def stop_bar(a: Analysis) -> BarResult:
     summary = []
     for task, t in ev["tasks"].items():
         m = t["maximum"]
-        best = (f"fastest {m['arm']} {m['value']:.2f} at c={m['concurrency']}" if m
-                else "no usable figure")
-        state = {True: f"every drafter below {ev['threshold']:g}",
-                 False: f"reaches {ev['threshold']:g}", None: "undetermined"}
+        best = (
+            f"fastest {m['arm']} {m['value']:.2f} at c={m['concurrency']}"
+            if m
+            else "no usable figure"
+        )
+        state = {
+            True: f"every drafter below {ev['threshold']:g}",
+            False: f"reaches {ev['threshold']:g}",
+            None: "undetermined",
+        }
         summary.append(f"{task}: {best} ({state[t['below_threshold_everywhere']]})")
     if d.fired is None:
         n = len(ev.get("not_judgeable", []))
@@ -154,8 +184,9 @@ def _latest_rerun(a: Analysis, cell_id: str) -> CellData | None:
     return max(reruns, key=lambda c: c.id) if reruns else None
 
 
-def agreement(original: list[float], rerun: list[float], agree_within: float,
-              rule: str, level: float) -> dict:
+def agreement(
+    original: list[float], rerun: list[float], agree_within: float, rule: str, level: float
+) -> dict:
     """Whether the rerun sessions' speeds (session medians) agree with the original's.
 
     The difference is of the mean log speeds (a ratio: +10 % is exp(0.095)). fixed_share:
@@ -165,8 +196,11 @@ def agreement(original: list[float], rerun: list[float], agree_within: float,
     lo, lr = np.log(original), np.log(rerun)
     diff = float(np.mean(lr) - np.mean(lo))
     floor = math.log1p(agree_within)
-    out: dict = {"relative_difference": math.expm1(diff), "agree_within": agree_within,
-                 "agreement": rule}
+    out: dict = {
+        "relative_difference": math.expm1(diff),
+        "agree_within": agree_within,
+        "agreement": rule,
+    }
     tolerance = floor
     df = len(lo) + len(lr) - 2
     if rule == "session_spread" and df > 0:
@@ -197,10 +231,13 @@ def rerun_states(a: Analysis) -> list[dict]:
         # reruns; "cells" and "sessions" hold every session's.
         pairs = list(zip(sessions, reruns, strict=True))
         cells = [r.id if r else f"{c.id}{RERUN_SUFFIX}" for c, r in pairs]
-        entry: dict = {"cell": cells[0], "of": baseline_id, "cells": cells,
-                       "sessions": [c.id for c in sessions],
-                       "behind": [f"{r.drafter_cell}: {r.speedup:.2f}x"
-                                  for r in behind.itertuples()]}
+        entry: dict = {
+            "cell": cells[0],
+            "of": baseline_id,
+            "cells": cells,
+            "sessions": [c.id for c in sessions],
+            "behind": [f"{r.drafter_cell}: {r.speedup:.2f}x" for r in behind.itertuples()],
+        }
         original = [_session_median(c) for c in sessions]
         entry["original_speed"] = float(np.mean(original))  # the speedups' baseline figure
         entry["original_session_speeds"] = original
@@ -213,8 +250,15 @@ def rerun_states(a: Analysis) -> list[dict]:
         else:
             speeds = [_session_median(r) for r in reruns if r is not None]  # none missing
             entry.update(rerun_speed=float(np.mean(speeds)), rerun_session_speeds=speeds)
-            entry.update(agreement(original, speeds, check.agree_within, check.agreement,
-                                   a.run.study.bars.intervals.level))
+            entry.update(
+                agreement(
+                    original,
+                    speeds,
+                    check.agree_within,
+                    check.agreement,
+                    a.run.study.bars.intervals.level,
+                )
+            )
         out.append(entry)
     return out
 
@@ -231,9 +275,13 @@ def check_bar_targets(run_dir: str | Path, study: Study | None = None) -> list[s
 def check_bar(a: Analysis) -> BarResult:
     check = a.run.study.bars.check
     reruns = rerun_states(a)
-    ev = {"threshold": check.threshold, "agree_within": check.agree_within,
-          "agreement": check.agreement,
-          "baseline_used": "the original run; a rerun is shown beside it", "reruns": reruns}
+    ev = {
+        "threshold": check.threshold,
+        "agree_within": check.agree_within,
+        "agreement": check.agreement,
+        "baseline_used": "the original run; a rerun is shown beside it",
+        "reruns": reruns,
+    }
     if not reruns:
         return BarResult("check", "not_fired", [f"no speedup above {check.threshold:g}"], ev)
     summary = []
@@ -241,8 +289,10 @@ def check_bar(a: Analysis) -> BarResult:
         n = len(r["sessions"])
         what = f"rerun of {n} sessions" if n > 1 else "rerun"
         if r["state"] in ("agrees", "disagrees"):
-            summary.append(f"{r['of']}: {what} {r['state']} ({r['relative_difference']:+.1%},"
-                           f" limit {r['tolerance']:.0%}); behind {', '.join(r['behind'])}")
+            summary.append(
+                f"{r['of']}: {what} {r['state']} ({r['relative_difference']:+.1%},"
+                f" limit {r['tolerance']:.0%}); behind {', '.join(r['behind'])}"
+            )
         else:
             summary.append(f"{r['of']}: {what} {r['state']}; behind {', '.join(r['behind'])}")
     status: BarStatus = "agreed" if all(r["state"] == "agrees" for r in reruns) else "unresolved"

@@ -38,15 +38,42 @@ if TYPE_CHECKING:
     from harness.analysis.tables import Analysis
 
 SURFACE_COLUMNS = [
-    "arm", "baseline", "task", "concurrency", "k", "acceptance_length", "status", "reason",
-    "speedup", "ci_lower", "ci_upper", "tokens_per_round", "tokens_per_round_ci_lower",
-    "tokens_per_round_ci_upper", "round_cost_ratio", "round_cost_ratio_ci_lower",
-    "round_cost_ratio_ci_upper", "round_cost_ratio_sessions", "sessions", "interval_method",
-    "speed_drafter", "speed_baseline", "drafter_cell", "baseline_cell",
+    "arm",
+    "baseline",
+    "task",
+    "concurrency",
+    "k",
+    "acceptance_length",
+    "status",
+    "reason",
+    "speedup",
+    "ci_lower",
+    "ci_upper",
+    "tokens_per_round",
+    "tokens_per_round_ci_lower",
+    "tokens_per_round_ci_upper",
+    "round_cost_ratio",
+    "round_cost_ratio_ci_lower",
+    "round_cost_ratio_ci_upper",
+    "round_cost_ratio_sessions",
+    "sessions",
+    "interval_method",
+    "speed_drafter",
+    "speed_baseline",
+    "drafter_cell",
+    "baseline_cell",
 ]
 BREAK_EVEN_COLUMNS = [
-    "task", "k", "concurrency", "status", "break_even_length", "round_cost_ratio",
-    "round_cost_ratio_ci_lower", "round_cost_ratio_ci_upper", "lengths", "label",
+    "task",
+    "k",
+    "concurrency",
+    "status",
+    "break_even_length",
+    "round_cost_ratio",
+    "round_cost_ratio_ci_lower",
+    "round_cost_ratio_ci_upper",
+    "lengths",
+    "label",
 ]
 
 
@@ -64,16 +91,20 @@ def surface_table(run: RunData) -> pd.DataFrame:
                     dc = run.find(arm.name, task, "speed", c)
                     bc = run.find(arm.baseline, task, "speed", c)
                     row: dict = {
-                        "arm": arm.name, "baseline": arm.baseline, "task": task,
-                        "concurrency": c, "k": arm.drafter.num_draft_tokens,
+                        "arm": arm.name,
+                        "baseline": arm.baseline,
+                        "task": task,
+                        "concurrency": c,
+                        "k": arm.drafter.num_draft_tokens,
                         "acceptance_length": arm.drafter.synthetic.acceptance_length,
-                        "drafter_cell": dc.id, "baseline_cell": bc.id}
+                        "drafter_cell": dc.id,
+                        "baseline_cell": bc.id,
+                    }
                     # Measured in the baseline's sessions there (harness.plan), session
                     # s beside the baseline's s.
                     sessions = run.sessions_of(dc)
                     row["sessions"] = len(sessions)
-                    row.update(pair_figures(study, sessions, run.sessions_of(bc),
-                                            pair_key(dc, bc)))
+                    row.update(pair_figures(study, sessions, run.sessions_of(bc), pair_key(dc, bc)))
                     rows.append(row)
     return framed(rows, SURFACE_COLUMNS)
 
@@ -121,14 +152,20 @@ def break_even_table(surface: pd.DataFrame) -> pd.DataFrame:
             lower = [row.ci_lower if row.status == "ok" else None for row in group.itertuples()]
             found = break_even(lengths, lower)
             costs = pd.to_numeric(ok["round_cost_ratio"], errors="coerce").dropna()
-            rows.append({
-                "task": task, "k": int(k), "concurrency": int(c), "status": found.status,
-                "break_even_length": found.length,
-                "round_cost_ratio": float(costs.median()) if len(costs) else None,
-                "round_cost_ratio_ci_lower": _min(ok["round_cost_ratio_ci_lower"]),
-                "round_cost_ratio_ci_upper": _max(ok["round_cost_ratio_ci_upper"]),
-                "lengths": ",".join(f"{v:g}" for v in lengths),
-                "label": found.label(lengths)})
+            rows.append(
+                {
+                    "task": task,
+                    "k": int(k),
+                    "concurrency": int(c),
+                    "status": found.status,
+                    "break_even_length": found.length,
+                    "round_cost_ratio": float(costs.median()) if len(costs) else None,
+                    "round_cost_ratio_ci_lower": _min(ok["round_cost_ratio_ci_lower"]),
+                    "round_cost_ratio_ci_upper": _max(ok["round_cost_ratio_ci_upper"]),
+                    "lengths": ",".join(f"{v:g}" for v in lengths),
+                    "label": found.label(lengths),
+                }
+            )
     return framed(rows, BREAK_EVEN_COLUMNS)
 
 
@@ -142,8 +179,7 @@ def _max(values: pd.Series) -> float | None:
     return float(v.max()) if len(v) else None
 
 
-def drafter_placements(study: Study, speedups: pd.DataFrame,
-                       breaks: pd.DataFrame) -> list[dict]:
+def drafter_placements(study: Study, speedups: pd.DataFrame, breaks: pd.DataFrame) -> list[dict]:
     """Every real drafter at each surface level: its measured tokens per round against
     the break-even L for its k (its k not on the surface: said)."""
     out: list[dict] = []
@@ -156,16 +192,26 @@ def drafter_placements(study: Study, speedups: pd.DataFrame,
         for task in study.surface_tasks():
             for c in study.surface.concurrency:
                 entry: dict = {"arm": arm.name, "task": task, "concurrency": c, "k": k}
-                at = breaks[(breaks["task"] == task) & (breaks["k"] == k)
-                            & (breaks["concurrency"] == c)]
-                mine = speedups[(speedups["arm"] == arm.name) & (speedups["task"] == task)
-                                & (speedups["concurrency"] == c)]
-                reaches = (float(mine["tokens_per_round"].iloc[0])
-                           if len(mine) and pd.notna(mine["tokens_per_round"].iloc[0]) else None)
+                at = breaks[
+                    (breaks["task"] == task) & (breaks["k"] == k) & (breaks["concurrency"] == c)
+                ]
+                mine = speedups[
+                    (speedups["arm"] == arm.name)
+                    & (speedups["task"] == task)
+                    & (speedups["concurrency"] == c)
+                ]
+                reaches = (
+                    float(mine["tokens_per_round"].iloc[0])
+                    if len(mine) and pd.notna(mine["tokens_per_round"].iloc[0])
+                    else None
+                )
                 entry["reaches"] = reaches
                 if at.empty:
-                    entry.update(status="k_not_on_surface", needs=None,
-                                 label=f"k={k} is not on the surface (k {_ks(breaks)})")
+                    entry.update(
+                        status="k_not_on_surface",
+                        needs=None,
+                        label=f"k={k} is not on the surface (k {_ks(breaks)})",
+                    )
                 else:
                     out.append(entry | _placed(at.iloc[0], reaches))
                     continue
@@ -182,29 +228,48 @@ def _placed(at: pd.Series, reaches: float | None) -> dict:
     needs = at["break_even_length"] if status == "located" else None
     lengths = [float(v) for v in str(at["lengths"]).split(",") if v]
     if status == "incomplete" or reaches is None:
-        why = "its own tokens per round are not measured here" if reaches is None else \
-            "the surface is incomplete here"
+        why = (
+            "its own tokens per round are not measured here"
+            if reaches is None
+            else "the surface is incomplete here"
+        )
         return {"status": "unknown", "needs": needs, "label": f"not placed: {why}"}
     if status == "above_measured":  # no L measured pays: one below them cannot either
         if reaches <= max(lengths):
-            return {"status": "does_not_pay", "needs": None,
-                    "label": f"does not pay: no round is cheap enough here (not even at L"
-                             f" {max(lengths):g}; reaches {reaches:.2f})"}
-        return {"status": "unknown", "needs": None,
-                "label": f"not placed: it reaches {reaches:.2f}, above every L measured,"
-                         " none of which pays"}
+            return {
+                "status": "does_not_pay",
+                "needs": None,
+                "label": f"does not pay: no round is cheap enough here (not even at L"
+                f" {max(lengths):g}; reaches {reaches:.2f})",
+            }
+        return {
+            "status": "unknown",
+            "needs": None,
+            "label": f"not placed: it reaches {reaches:.2f}, above every L measured,"
+            " none of which pays",
+        }
     if status == "below_measured":  # every L measured pays: one above them does too
         if reaches >= min(lengths):
-            return {"status": "pays", "needs": None, "needs_below": min(lengths),
-                    "label": f"pays: every L measured pays, from {min(lengths):g}"
-                             f" (reaches {reaches:.2f})"}
-        return {"status": "unknown", "needs": None,
-                "label": f"not placed: it reaches {reaches:.2f}, below every L measured"
-                         f" (from {min(lengths):g}), all of which pay"}
+            return {
+                "status": "pays",
+                "needs": None,
+                "needs_below": min(lengths),
+                "label": f"pays: every L measured pays, from {min(lengths):g}"
+                f" (reaches {reaches:.2f})",
+            }
+        return {
+            "status": "unknown",
+            "needs": None,
+            "label": f"not placed: it reaches {reaches:.2f}, below every L measured"
+            f" (from {min(lengths):g}), all of which pay",
+        }
     needs = float(at["break_even_length"])  # "located", the one status left
     verdict = "pays" if reaches >= needs else "does not pay"
-    return {"status": verdict.replace(" ", "_"), "needs": needs,
-            "label": f"{verdict}: needs {needs:.2f}, reaches {reaches:.2f}"}
+    return {
+        "status": verdict.replace(" ", "_"),
+        "needs": needs,
+        "label": f"{verdict}: needs {needs:.2f}, reaches {reaches:.2f}",
+    }
 
 
 def loss_of_gain(placements: list[dict]) -> list[str]:
@@ -226,9 +291,11 @@ def loss_of_gain(placements: list[dict]) -> list[str]:
         fall = lo["reaches"] - hi["reaches"]
         where = f"{arm} / {task}, c={lo['concurrency']} -> c={hi['concurrency']}"
         if hi["needs"] is None and hi["status"] == "does_not_pay":
-            lines.append(f"{where}: no acceptance measured pays at c={hi['concurrency']}"
-                         f" (reaches {lo['reaches']:.2f} -> {hi['reaches']:.2f}): the gain is lost"
-                         " to the round's cost")
+            lines.append(
+                f"{where}: no acceptance measured pays at c={hi['concurrency']}"
+                f" (reaches {lo['reaches']:.2f} -> {hi['reaches']:.2f}): the gain is lost"
+                " to the round's cost"
+            )
             continue
         if lo_needs is None or hi["needs"] is None:
             continue
@@ -236,9 +303,11 @@ def loss_of_gain(placements: list[dict]) -> list[str]:
         if rise <= 0 and fall <= 0:
             continue
         cause = "the round's cost" if rise >= fall else "its acceptance"
-        lines.append(f"{where}: needs {below}{lo_needs:.2f} -> {hi['needs']:.2f}, reaches"
-                     f" {lo['reaches']:.2f} -> {hi['reaches']:.2f}: the gain falls with load"
-                     f" for {cause}")
+        lines.append(
+            f"{where}: needs {below}{lo_needs:.2f} -> {hi['needs']:.2f}, reaches"
+            f" {lo['reaches']:.2f} -> {hi['reaches']:.2f}: the gain falls with load"
+            f" for {cause}"
+        )
     return lines
 
 
@@ -252,17 +321,32 @@ def surface_summary(a: Analysis) -> dict:
     from harness.engines import get_engine_kind
 
     kind = get_engine_kind(arm.engine)
-    settings = {task: kind.k_schedule_setting(arm, ranges)
-                for task in study.surface_tasks() if (ranges := schedule_ranges(schedule, task))}
+    settings = {
+        task: kind.k_schedule_setting(arm, ranges)
+        for task in study.surface_tasks()
+        if (ranges := schedule_ranges(schedule, task))
+    }
     verified = a.schedule.astype(object).where(pd.notna(a.schedule), None)
-    return {"drafter": study.surface.drafter, "break_even": rows,
-            "placements": a.placements, "loss_of_gain": loss_of_gain(a.placements),
-            "schedule": schedule, "schedule_settings": settings,
-            "verification": verified.to_dict(orient="records"),
-            "collapses": [r["label"] for r in verified.to_dict(orient="records")
-                          if r["collapse"]]}
+    return {
+        "drafter": study.surface.drafter,
+        "break_even": rows,
+        "placements": a.placements,
+        "loss_of_gain": loss_of_gain(a.placements),
+        "schedule": schedule,
+        "schedule_settings": settings,
+        "verification": verified.to_dict(orient="records"),
+        "collapses": [r["label"] for r in verified.to_dict(orient="records") if r["collapse"]],
+    }
 
 
-__all__ = ["BREAK_EVEN_COLUMNS", "SURFACE_COLUMNS", "BreakEven", "break_even",
-           "break_even_table", "drafter_placements", "loss_of_gain", "surface_summary",
-           "surface_table"]
+__all__ = [
+    "BREAK_EVEN_COLUMNS",
+    "SURFACE_COLUMNS",
+    "BreakEven",
+    "break_even",
+    "break_even_table",
+    "drafter_placements",
+    "loss_of_gain",
+    "surface_summary",
+    "surface_table",
+]

@@ -54,25 +54,56 @@ def identity_table(run: RunData) -> pd.DataFrame:
         if arm.baseline is None or arm.is_control:
             continue
         for task in (t for t in run.study.tasks if "identity" in t.uses):
-            d, b = run.find(arm.name, task.name, "identity"), run.find(arm.baseline, task.name,
-                                                                      "identity")
-            row: dict[str, Any] = {"arm": arm.name, "baseline": arm.baseline, "task": task.name,
-                   "drafter_cell": d.id, "baseline_cell": b.id}
+            d, b = (
+                run.find(arm.name, task.name, "identity"),
+                run.find(arm.baseline, task.name, "identity"),
+            )
+            row: dict[str, Any] = {
+                "arm": arm.name,
+                "baseline": arm.baseline,
+                "task": task.name,
+                "drafter_cell": d.id,
+                "baseline_cell": b.id,
+            }
             if d.usable and b.usable:
                 bar = run.study.bars.pass_.identity
-                res = (compare_identity(d, b, bar.count, bar.near_tie_margin) if bar
-                       else compare_identity(d, b))
-                row.update(status="ok", n_compared=res.n_compared, n_identical=res.n_identical,
-                           n_numeric=res.n_numeric, share=res.share,
-                           mismatches=[asdict(m) for m in res.mismatches],
-                           n_not_compared=len(res.not_compared))
+                res = (
+                    compare_identity(d, b, bar.count, bar.near_tie_margin)
+                    if bar
+                    else compare_identity(d, b)
+                )
+                row.update(
+                    status="ok",
+                    n_compared=res.n_compared,
+                    n_identical=res.n_identical,
+                    n_numeric=res.n_numeric,
+                    share=res.share,
+                    mismatches=[asdict(m) for m in res.mismatches],
+                    n_not_compared=len(res.not_compared),
+                )
             else:
-                row.update(status="missing" if "missing" in (d.status, b.status) else "invalid",
-                           mismatches=[])
+                row.update(
+                    status="missing" if "missing" in (d.status, b.status) else "invalid",
+                    mismatches=[],
+                )
             rows.append(row)
-    return pd.DataFrame(rows, columns=["arm", "baseline", "task", "drafter_cell", "baseline_cell",
-                                       "status", "n_compared", "n_identical", "n_numeric",
-                                       "share", "n_not_compared", "mismatches"])
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "arm",
+            "baseline",
+            "task",
+            "drafter_cell",
+            "baseline_cell",
+            "status",
+            "n_compared",
+            "n_identical",
+            "n_numeric",
+            "share",
+            "n_not_compared",
+            "mismatches",
+        ],
+    )
 
 
 def accuracy_table(run: RunData) -> pd.DataFrame:
@@ -82,8 +113,13 @@ def accuracy_table(run: RunData) -> pd.DataFrame:
     for cell in run.cells.values():
         if cell.kind != "accuracy" or cell.rerun_of is not None:
             continue
-        row: dict[str, Any] = {"arm": cell.arm, "task": cell.task, "cell_id": cell.id,
-                               "status": cell.status, "level": level}
+        row: dict[str, Any] = {
+            "arm": cell.arm,
+            "task": cell.task,
+            "cell_id": cell.id,
+            "status": cell.status,
+            "level": level,
+        }
         if cell.usable and cell.scores is not None:
             n, k = len(cell.scores), sum(cell.scores.values())
             lo, hi = wilson_interval(k, n, level)
@@ -91,8 +127,21 @@ def accuracy_table(run: RunData) -> pd.DataFrame:
         rows.append(row)
     order = {arm.name: i for i, arm in enumerate(run.study.arms)}
     rows.sort(key=lambda r: (r["task"], order.get(r["arm"], len(order))))
-    return pd.DataFrame(rows, columns=["arm", "task", "cell_id", "status", "level", "n", "correct",
-                                       "accuracy", "ci_lower", "ci_upper"])
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "arm",
+            "task",
+            "cell_id",
+            "status",
+            "level",
+            "n",
+            "correct",
+            "accuracy",
+            "ci_lower",
+            "ci_upper",
+        ],
+    )
 
 
 def analyse(run_dir: str | Path | RunData, study: Study | None = None) -> Analysis:
@@ -105,10 +154,21 @@ def analyse(run_dir: str | Path | RunData, study: Study | None = None) -> Analys
     open_table = open_loop_table(run)
     surface_cells = surface_table(run)
     surface = break_even_table(surface_cells)
-    return Analysis(run, cells, speedups, knee_table(run, speedups), identity_table(run),
-                    accuracy_table(run), open_table, fleet_table(run, open_table),
-                    surface_cells, surface, drafter_placements(run.study, speedups, surface),
-                    schedule_verification(run), categories=category_table(run))
+    return Analysis(
+        run,
+        cells,
+        speedups,
+        knee_table(run, speedups),
+        identity_table(run),
+        accuracy_table(run),
+        open_table,
+        fleet_table(run, open_table),
+        surface_cells,
+        surface,
+        drafter_placements(run.study, speedups, surface),
+        schedule_verification(run),
+        categories=category_table(run),
+    )
 
 
 def write_tables(analysis: Analysis) -> list[Path]:

@@ -54,8 +54,10 @@ def _beta_fraction(a: float, b: float, x: float) -> float:
     d = 1.0 / (d if abs(d) > tiny else tiny)
     h = d
     for m in range(1, 500):
-        for aa in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                   -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+        for aa in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
             d = 1.0 + aa * d
             d = 1.0 / (d if abs(d) > tiny else tiny)
             c = 1.0 + aa / c
@@ -72,8 +74,9 @@ def regularized_beta(x: float, a: float, b: float) -> float:
         return 0.0
     if x >= 1.0:
         return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                     + a * math.log(x) + b * math.log1p(-x))
+    front = math.exp(
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
     if x < (a + 1.0) / (a + b + 2.0):
         return front * _beta_fraction(a, b, x) / a
     return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
@@ -110,7 +113,7 @@ def log_difference(a: Sequence[float], b: Sequence[float], level: float) -> LogD
             se2 = va / na + vb / nb
             # Satterthwaite; a side without spread adds nothing to it (its term is 0).
             terms = (va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1)
-            df = max(1, math.floor(se2 ** 2 / terms)) if terms > 0 else na + nb - 2
+            df = max(1, math.floor(se2**2 / terms)) if terms > 0 else na + nb - 2
         else:
             method = "student"
             pooled = ((na - 1) * va + (nb - 1) * vb) / (na + nb - 2)
@@ -124,8 +127,9 @@ def log_difference(a: Sequence[float], b: Sequence[float], level: float) -> LogD
         return None
     se = math.sqrt(se2)
     estimate = float(xb.mean() - xa.mean())
-    return LogDifference(estimate, t_quantile(level, df) * se, df, t_p_value(estimate / se, df),
-                         method, spread_p)
+    return LogDifference(
+        estimate, t_quantile(level, df) * se, df, t_p_value(estimate / se, df), method, spread_p
+    )
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

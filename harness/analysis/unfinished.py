@@ -21,11 +21,18 @@ from harness.analysis.load import CellData, RunData
 from harness.derived.usable import PASSING, Cause
 from harness.rundir.remeasure import CauseCount, RemeasuredCell, Unfinished
 
-NAMES = {"host_busy": "host busy", "client_lag": "client lag",
-         "delivered_short": "delivered load short", "bursts": "bursts",
-         "engine_died": "engine died", "gpu_throttled": "GPU throttled",
-         "aborted": "aborted for errors", "nothing_succeeded": "nothing succeeded",
-         "no_per_user_speed": "no per-user speed", "not_measured": "not measured"}
+NAMES = {
+    "host_busy": "host busy",
+    "client_lag": "client lag",
+    "delivered_short": "delivered load short",
+    "bursts": "bursts",
+    "engine_died": "engine died",
+    "gpu_throttled": "GPU throttled",
+    "aborted": "aborted for errors",
+    "nothing_succeeded": "nothing succeeded",
+    "no_per_user_speed": "no per-user speed",
+    "not_measured": "not measured",
+}
 
 
 def _span(low: float | None, high: float | None, spec: str) -> str:
@@ -39,16 +46,23 @@ def cause_text(kind: str, low: float | None, high: float | None, limit: float | 
     """What the cells measured for one cause, as their own lines say it."""
     lim = "?" if limit is None else f"{limit:g}"
     texts: dict[str, Callable[[], str]] = {
-        "host_busy": lambda: f"{_span(low, high, '.2f')} of the host's CPU time went to other"
-                             f" processes, above the limit {lim}",
-        "client_lag": lambda: f"the client's lag p99 {_span(low, high, '.1f')} ms, above the"
-                              f" limit {lim} ms",
-        "delivered_short": lambda: f"{_span(low, high, '.2f')} of the registered users kept in"
-                                   f" flight, below {lim}",
-        "bursts": lambda: f"{_span(low, high, '.2f')} of the requests arrived in bursts, above"
-                          f" the limit {lim}",
-        "gpu_throttled": lambda: f"the GPU throttled in {_span(low, high, '.0%')} of the"
-                                 " readings (recording.gpu_throttle: remeasure)",
+        "host_busy": lambda: (
+            f"{_span(low, high, '.2f')} of the host's CPU time went to other"
+            f" processes, above the limit {lim}"
+        ),
+        "client_lag": lambda: (
+            f"the client's lag p99 {_span(low, high, '.1f')} ms, above the limit {lim} ms"
+        ),
+        "delivered_short": lambda: (
+            f"{_span(low, high, '.2f')} of the registered users kept in flight, below {lim}"
+        ),
+        "bursts": lambda: (
+            f"{_span(low, high, '.2f')} of the requests arrived in bursts, above the limit {lim}"
+        ),
+        "gpu_throttled": lambda: (
+            f"the GPU throttled in {_span(low, high, '.0%')} of the"
+            " readings (recording.gpu_throttle: remeasure)"
+        ),
         "engine_died": lambda: "the engine died during the cell, no attempt measured to its end",
         "aborted": lambda: "aborted at the error-rate limit (recording.error_rate_limit)",
         "nothing_succeeded": lambda: "no measured request succeeded",
@@ -70,14 +84,25 @@ def bars_reading(run: RunData, cell: CellData, bars: list[str]) -> list[str]:
     identity, accuracy = study.bars.pass_.identity, study.bars.pass_.accuracy
     pass_level = speed and cell.concurrency in study.bars.pass_.speed.concurrencies
     # A bar that judges the best drafter needs the pass levels' speed cells to know which.
-    picks = {"pass.identity": identity is not None and identity.arms == "best_drafter",
-             "pass.accuracy": accuracy is not None and accuracy.arms == "best_drafter"}
-    reads = {"pass.speed": pass_level, "pass.knee": speed,
-             "pass.identity": (cell.kind == "identity" and cell.arm in judged
-                               or pass_level and picks["pass.identity"]),
-             "pass.accuracy": (cell.kind == "accuracy" and cell.arm in judged
-                               and accuracy is not None and cell.task in accuracy.tasks
-                               or pass_level and picks["pass.accuracy"])}
+    picks = {
+        "pass.identity": identity is not None and identity.arms == "best_drafter",
+        "pass.accuracy": accuracy is not None and accuracy.arms == "best_drafter",
+    }
+    reads = {
+        "pass.speed": pass_level,
+        "pass.knee": speed,
+        "pass.identity": (
+            cell.kind == "identity" and cell.arm in judged or pass_level and picks["pass.identity"]
+        ),
+        "pass.accuracy": (
+            cell.kind == "accuracy"
+            and cell.arm in judged
+            and accuracy is not None
+            and cell.task in accuracy.tasks
+            or pass_level
+            and picks["pass.accuracy"]
+        ),
+    }
     return [b for b in bars if reads.get(b)]
 
 
@@ -130,27 +155,45 @@ def unfinished(run: RunData, incomplete: list[str], rerun_states: list[str]) -> 
         limit = limits[0] if limits else None
         n = len(hits)
         read = ", ".join(f"{b} {k}" for b, k in per_bar.items()) or "read by no bar"
-        line = f"{NAMES[kind]}, {n} cell{'s' if n != 1 else ''} ({read}):" \
-               f" {cause_text(kind, low, high, limit)}"
+        line = (
+            f"{NAMES[kind]}, {n} cell{'s' if n != 1 else ''} ({read}):"
+            f" {cause_text(kind, low, high, limit)}"
+        )
         passes = kind in PASSING or kind == "not_measured"
         if not passes:
-            line += (" (not measured again by --remeasure-invalid: the engine's or the"
-                     " study's doing, which a new measurement would meet again)")
-        counts.append(CauseCount(cause=kind, cells=[c.id for c, _ in hits], low=low, high=high,
-                                 limit=limit, per_bar=per_bar, passes=passes, line=line))
+            line += (
+                " (not measured again by --remeasure-invalid: the engine's or the"
+                " study's doing, which a new measurement would meet again)"
+            )
+        counts.append(
+            CauseCount(
+                cause=kind,
+                cells=[c.id for c, _ in hits],
+                low=low,
+                high=high,
+                limit=limit,
+                per_bar=per_bar,
+                passes=passes,
+                line=line,
+            )
+        )
     lines = [c.line for c in counts]
     if "disagrees" in rerun_states:
-        lines.append("check: a baseline rerun disagrees with the original measurement, so the"
-                     " result is not accepted; measuring again does not change that")
+        lines.append(
+            "check: a baseline rerun disagrees with the original measurement, so the"
+            " result is not accepted; measuring again does not change that"
+        )
     remeasure = any(c.passes and c.cause not in ("not_measured", "engine_died") for c in counts)
     if any(c.passes for c in counts) or "missing" in rerun_states:
         command: str | None = finish_command(run, remeasure)
         lines.append(f"to finish the run: {command}")
     else:
         command = None
-        left = ("what is left is the engine's or the study's to fix (the cell lines say what)"
-                if counts else "no cell is missing or invalid (the bars' lines say what is"
-                " left)")
+        left = (
+            "what is left is the engine's or the study's to fix (the cell lines say what)"
+            if counts
+            else "no cell is missing or invalid (the bars' lines say what is left)"
+        )
         lines.append(f"no command finishes the run as registered: {left}")
     return Unfinished(causes=counts, command=command, lines=lines)
 
@@ -167,23 +210,37 @@ def remeasured_cells(run: RunData) -> list[RemeasuredCell]:
     out = []
     for r in run.manifest.remeasured:
         cell = run.cells.get(r.cell)
-        measured = sum(1 for a in (cell.attempts if cell else [])
-                       if a.status in ("complete", "invalid"))
+        measured = sum(
+            1 for a in (cell.attempts if cell else []) if a.status in ("complete", "invalid")
+        )
         after = measured - r.attempts_before
         status = cell.status if cell is not None else "missing"
-        when = datetime.datetime.fromtimestamp(r.when, datetime.UTC).strftime(
-            "%Y-%m-%d %H:%M UTC")
-        now = {"complete": "now valid", "invalid": f"still invalid ({cell.reason})"
-               if cell else "still invalid"}.get(status, "not measured yet")
-        line = (f"{r.cell}: invalid ({r.reason}); measured again from {when} with a fresh"
-                f" budget: {after} attempt{'s' if after != 1 else ''}, {now}")
+        when = datetime.datetime.fromtimestamp(r.when, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        now = {
+            "complete": "now valid",
+            "invalid": f"still invalid ({cell.reason})" if cell else "still invalid",
+        }.get(status, "not measured yet")
+        line = (
+            f"{r.cell}: invalid ({r.reason}); measured again from {when} with a fresh"
+            f" budget: {after} attempt{'s' if after != 1 else ''}, {now}"
+        )
         end = cell.complete.finished_wall if cell and cell.complete else None
         for name in r.partners:
             partner = run.cells.get(name)
             done = partner.complete.finished_wall if partner and partner.complete else None
             gap = f", {_ago(end - done)}" if end is not None and done is not None else ""
             line += f"; read against {name}, kept as measured{gap}"
-        out.append(RemeasuredCell(cell=r.cell, when=r.when, causes=r.causes, reason=r.reason,
-                                  attempts_before=r.attempts_before, attempts_after=after,
-                                  status=status, partners=r.partners, line=line))
+        out.append(
+            RemeasuredCell(
+                cell=r.cell,
+                when=r.when,
+                causes=r.causes,
+                reason=r.reason,
+                attempts_before=r.attempts_before,
+                attempts_after=after,
+                status=status,
+                partners=r.partners,
+                line=line,
+            )
+        )
     return out

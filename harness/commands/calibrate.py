@@ -30,15 +30,29 @@ from harness.errors import InputError, SpecbenchError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("calibrate", help="measure memory bandwidth and matmul throughput in an"
-                       " engine environment, beside a study's registered figures")
-    p.add_argument("file", nargs="?", help="a study's prereg YAML (its first baseline arm's"
-                   " engine environment and dtype)")
+    p = sub.add_parser(
+        "calibrate",
+        help="measure memory bandwidth and matmul throughput in an"
+        " engine environment, beside a study's registered figures",
+    )
+    p.add_argument(
+        "file",
+        nargs="?",
+        help="a study's prereg YAML (its first baseline arm's engine environment and dtype)",
+    )
     p.add_argument("--gpu", type=int, metavar="N", help="measure GPU N (cuda:N), not the CPU")
-    p.add_argument("--python", metavar="PY", help="the interpreter to measure with (one with"
-                   " torch; default: the study's baseline arm's, else the pinned engine's)")
-    p.add_argument("--dtype", choices=DTYPES, help="the matmul's dtype (float8: GPUs of compute"
-                   " capability 8.9+, else bfloat16 with a note)")
+    p.add_argument(
+        "--python",
+        metavar="PY",
+        help="the interpreter to measure with (one with"
+        " torch; default: the study's baseline arm's, else the pinned engine's)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help="the matmul's dtype (float8: GPUs of compute"
+        " capability 8.9+, else bfloat16 with a note)",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=run)
 
@@ -61,8 +75,9 @@ def _without_study(args: argparse.Namespace) -> Calibration:
         from harness.run.calibrate import cpu_engine_cores
 
         cores = cpu_engine_cores()
-        request = ProbeRequest(python, "cpu", args.dtype or host_cpu_dtype().dtype,
-                               threads=len(cores), cpus=cores)
+        request = ProbeRequest(
+            python, "cpu", args.dtype or host_cpu_dtype().dtype, threads=len(cores), cpus=cores
+        )
     try:
         measured = run_probe(request)
     except CalibrationFailed as err:
@@ -88,18 +103,28 @@ def run(args: argparse.Namespace) -> int:
         _check_python(args.python)
     record = calibrate_study(study, gpu=args.gpu, python=args.python, dtype=args.dtype)
     if record.status == "skipped":
-        raise InputError(f"{args.file}: nothing to calibrate: {record.reason} (give --python PY"
-                         " to measure with another interpreter)")
+        raise InputError(
+            f"{args.file}: nothing to calibrate: {record.reason} (give --python PY"
+            " to measure with another interpreter)"
+        )
     if record.status == "failed":
-        raise SpecbenchError(f"calibration failed ({record.interpreter}, {record.device}):"
-                             f" {record.reason}")
+        raise SpecbenchError(
+            f"calibration failed ({record.interpreter}, {record.device}): {record.reason}"
+        )
     hardware = effective_hardware(study, record)
     if args.format == "json":
-        print(json.dumps({**record.model_dump(mode="json"),
-                          "roofline_inputs": {"source": hardware.source,
-                                              "memory_bandwidth_gb_s":
-                                                  hardware.used.memory_bandwidth_gb_s,
-                                              "dense_tflops": hardware.used.dense_tflops}}))
+        print(
+            json.dumps(
+                {
+                    **record.model_dump(mode="json"),
+                    "roofline_inputs": {
+                        "source": hardware.source,
+                        "memory_bandwidth_gb_s": hardware.used.memory_bandwidth_gb_s,
+                        "dense_tflops": hardware.used.dense_tflops,
+                    },
+                }
+            )
+        )
         return 0
     assert record.measured is not None
     _print_text(record.measured, record, hardware.line())
@@ -108,10 +133,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_text(m: Calibration, record: CalibrationRecord | None, line: str | None) -> None:
     console = Console(highlight=False, soft_wrap=True)
-    where = m.device_name + (f", {m.threads} thread(s) on CPU {','.join(map(str, m.cpus))}"
-                             if m.cpus else "")
-    console.print(f"calibration on {m.device} ({where}), {m.dtype}, torch {m.torch},"
-                  f" {m.seconds:.1f} s; interpreter {m.interpreter}", markup=False)
+    where = m.device_name + (
+        f", {m.threads} thread(s) on CPU {','.join(map(str, m.cpus))}" if m.cpus else ""
+    )
+    console.print(
+        f"calibration on {m.device} ({where}), {m.dtype}, torch {m.torch},"
+        f" {m.seconds:.1f} s; interpreter {m.interpreter}",
+        markup=False,
+    )
     if record is not None and record.dtype_why:
         console.print(f"dtype {record.dtype}: {record.dtype_why}", markup=False)
     if m.note:
@@ -120,12 +149,24 @@ def _print_text(m: Calibration, record: CalibrationRecord | None, line: str | No
     reg = record.registered if record is not None else None
     write_table(
         ["figure", "measured (best)", "median", "registered", "how"],
-        [["bandwidth GB/s", bw.best_gb_s, bw.median_gb_s,
-          reg.memory_bandwidth_gb_s if reg else None,
-          f"read {bw.bytes / 2**20:.0f} MiB x {bw.repeats} ({bw.what})"],
-         [f"dense {m.dtype} TFLOP/s", mm.best_tflops, mm.median_tflops,
-          reg.dense_tflops if reg else None,
-          f"{mm.m} x {mm.k} x {mm.n} matmul x {mm.repeats}"]],
-        "table", right=("measured (best)", "median", "registered"))
+        [
+            [
+                "bandwidth GB/s",
+                bw.best_gb_s,
+                bw.median_gb_s,
+                reg.memory_bandwidth_gb_s if reg else None,
+                f"read {bw.bytes / 2**20:.0f} MiB x {bw.repeats} ({bw.what})",
+            ],
+            [
+                f"dense {m.dtype} TFLOP/s",
+                mm.best_tflops,
+                mm.median_tflops,
+                reg.dense_tflops if reg else None,
+                f"{mm.m} x {mm.k} x {mm.n} matmul x {mm.repeats}",
+            ],
+        ],
+        "table",
+        right=("measured (best)", "median", "registered"),
+    )
     if line:
         console.print(line, markup=False)

@@ -13,14 +13,21 @@ from harness.paths import RESULTS_DIR
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="two runs side by side: each speedup with its interval,"
-                       " B's over A's with an interval, which arm moved, what differs")
+    p = sub.add_parser(
+        "compare",
+        help="two runs side by side: each speedup with its interval,"
+        " B's over A's with an interval, which arm moved, what differs",
+    )
     p.add_argument("run_a", help="run id (under --results) or run folder")
     p.add_argument("run_b", help="run id (under --results) or run folder")
     p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders are")
     add_format_option(p)
-    p.add_argument("--html", type=Path, metavar="PATH",
-                   help="also write the comparison as a self-contained HTML page there")
+    p.add_argument(
+        "--html",
+        type=Path,
+        metavar="PATH",
+        help="also write the comparison as a self-contained HTML page there",
+    )
     p.set_defaults(func=run)
 
 
@@ -51,33 +58,71 @@ def run(args: argparse.Namespace) -> int:
         write_table(list(rows.columns), rows.itertuples(index=False, name=None), fmt)
         return 0
     if fmt == "json":
-        print_json({"run_a": a.run_id, "run_b": b.run_id, "level": a.level,
-                    # NaN is not JSON: a missing figure is null
-                    "rows": rows.astype(object).where(rows.notna(), None).to_dict(orient="records"),
-                    "warnings": warnings, "family_wise": family,
-                    "environment_differences": [{"what": k, "a": x, "b": y} for k, x, y in env]})
+        print_json(
+            {
+                "run_a": a.run_id,
+                "run_b": b.run_id,
+                "level": a.level,
+                # NaN is not JSON: a missing figure is null
+                "rows": rows.astype(object).where(rows.notna(), None).to_dict(orient="records"),
+                "warnings": warnings,
+                "family_wise": family,
+                "environment_differences": [{"what": k, "a": x, "b": y} for k, x, y in env],
+            }
+        )
         return 0
-    headers = ["task", "arm", "c", "A speedup", "B speedup", "B/A", "interval", "test",
-               "family-wise", "tok/round A/B", "cost A/B", "which arm moved", "status"]
-    table = [[r.task, r.arm, r.concurrency,
-              f"{number_text(r.speedup_a)} [{number_text(r.ci_lower_a)}, {number_text(r.ci_upper_a)}]",
-              f"{number_text(r.speedup_b)} [{number_text(r.ci_lower_b)}, {number_text(r.ci_upper_b)}]",
-              number_text(r.ratio, ".3f"), f"[{number_text(r.ratio_lower, '.3f')}, {number_text(r.ratio_upper, '.3f')}]",
-              interval_label(r), family_label(r),
-              f"{number_text(r.tokens_per_round_a)} / {number_text(r.tokens_per_round_b)}",
-              f"{number_text(r.round_cost_ratio_a)} / {number_text(r.round_cost_ratio_b)}", r.moved, r.status]
-             for r in rows.itertuples()]
+    headers = [
+        "task",
+        "arm",
+        "c",
+        "A speedup",
+        "B speedup",
+        "B/A",
+        "interval",
+        "test",
+        "family-wise",
+        "tok/round A/B",
+        "cost A/B",
+        "which arm moved",
+        "status",
+    ]
+    table = [
+        [
+            r.task,
+            r.arm,
+            r.concurrency,
+            f"{number_text(r.speedup_a)} [{number_text(r.ci_lower_a)}, {number_text(r.ci_upper_a)}]",
+            f"{number_text(r.speedup_b)} [{number_text(r.ci_lower_b)}, {number_text(r.ci_upper_b)}]",
+            number_text(r.ratio, ".3f"),
+            f"[{number_text(r.ratio_lower, '.3f')}, {number_text(r.ratio_upper, '.3f')}]",
+            interval_label(r),
+            family_label(r),
+            f"{number_text(r.tokens_per_round_a)} / {number_text(r.tokens_per_round_b)}",
+            f"{number_text(r.round_cost_ratio_a)} / {number_text(r.round_cost_ratio_b)}",
+            r.moved,
+            r.status,
+        ]
+        for r in rows.itertuples()
+    ]
     for line in warnings:
         print(line)
-    write_table(headers, table, fmt, right=("c", "B/A"),
-                title=f"A = {a.run_id}, B = {b.run_id}: speedups with their {a.level:.0%}"
-                      " intervals; B/A with a t interval on the runs' session log ratios")
+    write_table(
+        headers,
+        table,
+        fmt,
+        right=("c", "B/A"),
+        title=f"A = {a.run_id}, B = {b.run_id}: speedups with their {a.level:.0%}"
+        " intervals; B/A with a t interval on the runs' session log ratios",
+    )
     print(family)
     print()
     if env:
-        write_table(["what differs", "A", "B"], [list(e) for e in env], fmt,
-                    title="environment (manifest.json):")
+        write_table(
+            ["what differs", "A", "B"],
+            [list(e) for e in env],
+            fmt,
+            title="environment (manifest.json):",
+        )
     else:
         print("environment: nothing recorded differs (seal, host, engine versions and settings)")
     return 0
-

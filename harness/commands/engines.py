@@ -16,22 +16,34 @@ from harness.errors import SpecbenchError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("engines", help="install and check the engine environments engines.lock.toml pins")
+    p = sub.add_parser(
+        "engines", help="install and check the engine environments engines.lock.toml pins"
+    )
     verbs = p.add_subparsers(dest="verb", metavar="VERB")
     verbs.required = True
 
     inst = verbs.add_parser("install", help="create each engine's own venv at its pinned version")
-    inst.add_argument("names", nargs="*", metavar="NAME",
-                      help="engines to install (default: every GPU engine: vllm, sglang)")
-    inst.add_argument("--python", help="the interpreter that makes the venv (default: python3.X"
-                                       " for the pin's 3.X; uv fetches it itself)")
+    inst.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="engines to install (default: every GPU engine: vllm, sglang)",
+    )
+    inst.add_argument(
+        "--python",
+        help="the interpreter that makes the venv (default: python3.X"
+        " for the pin's 3.X; uv fetches it itself)",
+    )
     inst.add_argument("--no-uv", action="store_true", help="use pip even where uv is installed")
     inst.add_argument("--force", action="store_true", help="reinstall over a finished venv")
     inst.add_argument("--quiet", action="store_true", help="only specbench's own lines")
     inst.set_defaults(func=run_install)
 
-    chk = verbs.add_parser("check", help="ask the package index whether every pin has a wheel"
-                                         " for its platform and Python (metadata only)")
+    chk = verbs.add_parser(
+        "check",
+        help="ask the package index whether every pin has a wheel"
+        " for its platform and Python (metadata only)",
+    )
     chk.add_argument("names", nargs="*", metavar="NAME")
     chk.set_defaults(func=run_check)
 
@@ -40,22 +52,39 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     path = verbs.add_parser("path", help="print the interpreter the arms get for one engine")
     path.add_argument("name")
-    path.add_argument("--pinned", action="store_true",
-                      help="the pinned venv's interpreter, even when the variable names another")
+    path.add_argument(
+        "--pinned",
+        action="store_true",
+        help="the pinned venv's interpreter, even when the variable names another",
+    )
     path.set_defaults(func=run_path)
 
-    warm = verbs.add_parser("warm", help="compile SGLang's DeepGEMM FP8 kernels for the registered"
-                                         " model before the first engine start")
+    warm = verbs.add_parser(
+        "warm",
+        help="compile SGLang's DeepGEMM FP8 kernels for the registered"
+        " model before the first engine start",
+    )
     warm.add_argument("name", choices=["sglang"], help="the engine (only SGLang has a warm step)")
-    warm.add_argument("--prereg", default="prereg.yaml",
-                      help="the study whose model and arm flags to compile for (default: prereg.yaml)")
-    warm.add_argument("--arm", help="the SGLang arm whose flags to use (default: the first"
-                                    " SGLang baseline)")
-    warm.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_S,
-                      help="seconds SGLang's compile server may take to answer (its --timeout)")
+    warm.add_argument(
+        "--prereg",
+        default="prereg.yaml",
+        help="the study whose model and arm flags to compile for (default: prereg.yaml)",
+    )
+    warm.add_argument(
+        "--arm", help="the SGLang arm whose flags to use (default: the first SGLang baseline)"
+    )
+    warm.add_argument(
+        "--timeout",
+        type=int,
+        default=DEFAULT_TIMEOUT_S,
+        help="seconds SGLang's compile server may take to answer (its --timeout)",
+    )
     warm.add_argument("--port", type=int, help="the compile server's port (default: a free one)")
-    warm.add_argument("--print-command", action="store_true",
-                      help="print the command it would run, as one shell line; run nothing")
+    warm.add_argument(
+        "--print-command",
+        action="store_true",
+        help="print the command it would run, as one shell line; run nothing",
+    )
     warm.set_defaults(func=run_warm)
 
 
@@ -71,8 +100,10 @@ def run_install(args: argparse.Namespace) -> int:
     for p in _selected(args.names, default_gpu=True):
         python = install_engine(p, uv=uv, python=args.python, quiet=args.quiet, force=args.force)
         if os.environ.get(p.variable) and os.environ[p.variable] != str(python):
-            print(f"{p.name}: note: {p.variable} is set ({os.environ[p.variable]}), so the arms"
-                  " use that interpreter, not this one")
+            print(
+                f"{p.name}: note: {p.variable} is set ({os.environ[p.variable]}), so the arms"
+                " use that interpreter, not this one"
+            )
     return 0
 
 
@@ -106,5 +137,10 @@ def run_path(args: argparse.Namespace) -> int:
 def run_warm(args: argparse.Namespace) -> int:
     from harness.engines.warm import warm_sglang
 
-    return warm_sglang(args.prereg, arm_name=args.arm, timeout_s=args.timeout, port=args.port,
-                       print_only=args.print_command)
+    return warm_sglang(
+        args.prereg,
+        arm_name=args.arm,
+        timeout_s=args.timeout,
+        port=args.port,
+        print_only=args.print_command,
+    )

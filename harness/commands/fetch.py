@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "fetch",
         help="download the study's model and draft checkpoints (and SPEED-Bench tasks'"
-             " datasets) at their revisions into the hub cache, and hash them",
+        " datasets) at their revisions into the hub cache, and hash them",
     )
     p.add_argument("file", help="the study's prereg YAML")
     p.set_defaults(func=run)
@@ -53,15 +53,19 @@ def run(args: argparse.Namespace) -> int:
             failed.append(f"{', '.join(ckpt.roles)} {err.lines[0]}")
             continue
         weights = sum(f.size for f in files)
-        console.print(f"  ok: commit {snap.commit}, {size_text(_size(snap.path))}"
-                      f" ({len(files)} weight files, {size_text(weights)}) in {snap.path}")
+        console.print(
+            f"  ok: commit {snap.commit}, {size_text(_size(snap.path))}"
+            f" ({len(files)} weight files, {size_text(weights)}) in {snap.path}"
+        )
         for f in files:
             console.print(f"  sha256 {f.sha256}  {f.file}  {size_text(f.size)}")
         console.print(f"  weights hashed now: {hashed}, from the cache: {len(files) - hashed}")
         pin = pinned_text(ckpt, snap)
         if pin is not None:
-            console.print(f"  [yellow]not pinned[/yellow]: {ckpt.why_unpinned()};"
-                          f" register `{pin}` at {ckpt.where}")
+            console.print(
+                f"  [yellow]not pinned[/yellow]: {ckpt.why_unpinned()};"
+                f" register `{pin}` at {ckpt.where}"
+            )
             to_register.append(f"register: {ckpt.repo} {pin} at {ckpt.where}")
     datasets = fetch_datasets(loaded.study, console, cache, failed)
     for line in to_register:
@@ -69,8 +73,10 @@ def run(args: argparse.Namespace) -> int:
     if failed:
         raise NotFetched(*failed)
     if checkpoints:
-        print(f"fetched: {len(checkpoints)} checkpoint(s) in {cache}; engines start from them"
-              " offline (HF_HUB_OFFLINE=1)")
+        print(
+            f"fetched: {len(checkpoints)} checkpoint(s) in {cache}; engines start from them"
+            " offline (HF_HUB_OFFLINE=1)"
+        )
     else:
         print("nothing to fetch: the study loads no hub checkpoint (local paths only)")
     if datasets:
@@ -97,7 +103,8 @@ def fetch_datasets(study, console: Console, cache: Path, failed: list[str]) -> i
         for name, digest in digests.items():
             console.print(f"  sha256 {digest}  {name}")
         counts = task_placeholders(task.source)
-        console.print(f"  placeholder rows (never sent), by category: {counts_text(counts)}",
-                      markup=False)
+        console.print(
+            f"  placeholder rows (never sent), by category: {counts_text(counts)}", markup=False
+        )
         done += 1
     return done

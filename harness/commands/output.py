@@ -16,9 +16,13 @@ FORMATS = ("table", "csv", "json")
 
 
 def add_format_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=FORMATS, default="table",
-                   help="table (default: fixed-width text, never wrapped), or csv / json for"
-                        " scripts (the main table only for csv)")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="table (default: fixed-width text, never wrapped), or csv / json for"
+        " scripts (the main table only for csv)",
+    )
 
 
 def cell_text(v: object) -> str:
@@ -29,22 +33,30 @@ def cell_text(v: object) -> str:
     return str(v)
 
 
-def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
-               right: Sequence[str] = ()) -> list[str]:
+def text_table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], right: Sequence[str] = ()
+) -> list[str]:
     """Columns as wide as their widest cell, two spaces apart; a line is as long as it
     needs to be (a narrow terminal may fold the line, never a cell)."""
     cells = [[cell_text(v) for v in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
 
     def line(values: Sequence[str]) -> str:
-        return "  ".join((v.rjust(w) if h in right else v.ljust(w))
-                         for v, w, h in zip(values, widths, headers, strict=True)).rstrip()
+        return "  ".join(
+            (v.rjust(w) if h in right else v.ljust(w))
+            for v, w, h in zip(values, widths, headers, strict=True)
+        ).rstrip()
 
     return [line(list(headers)), line(["-" * w for w in widths]), *(line(r) for r in cells)]
 
 
-def write_table(headers: Sequence[str], rows: Sequence[Sequence[object]], fmt: str,
-                right: Sequence[str] = (), title: str | None = None) -> None:
+def write_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    fmt: str,
+    right: Sequence[str] = (),
+    title: str | None = None,
+) -> None:
     """One table on stdout in the chosen format (json: a list of objects)."""
     out = sys.stdout
     if fmt == "csv":
@@ -52,8 +64,15 @@ def write_table(headers: Sequence[str], rows: Sequence[Sequence[object]], fmt: s
         w.writerow(headers)
         w.writerows([["" if _missing(v) else v for v in row] for row in rows])
     elif fmt == "json":
-        json.dump([dict(zip(headers, (None if _missing(v) else v for v in row), strict=True))
-                   for row in rows], out, indent=1, default=str)
+        json.dump(
+            [
+                dict(zip(headers, (None if _missing(v) else v for v in row), strict=True))
+                for row in rows
+            ],
+            out,
+            indent=1,
+            default=str,
+        )
         out.write("\n")
     else:
         if title:

@@ -11,9 +11,15 @@ from harness.paths import REPORTS_DIR, RESULTS_DIR
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="rebuild a run's tables, verdict.json and reports (PDF, and HTML beside it)")
+    p = sub.add_parser(
+        "report", help="rebuild a run's tables, verdict.json and reports (PDF, and HTML beside it)"
+    )
     p.add_argument("run", help="run id (under --results) or run folder")
-    p.add_argument("--out", type=Path, help="the PDF to write (default: reports/<run-id>.pdf); the HTML report goes beside it")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="the PDF to write (default: reports/<run-id>.pdf); the HTML report goes beside it",
+    )
     p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders are")
     p.set_defaults(func=run)
 

@@ -16,8 +16,10 @@ from harness.run.store import RunStore
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("rerun-baseline",
-                       help="rerun the baseline cells behind a fired check bar, keeping both runs")
+    p = sub.add_parser(
+        "rerun-baseline",
+        help="rerun the baseline cells behind a fired check bar, keeping both runs",
+    )
     p.add_argument("run", help="run id or folder")
     p.add_argument("--results", type=Path, default=RESULTS_DIR)
     p.set_defaults(func=run)

@@ -34,31 +34,56 @@ from harness.weights.record import checkpoint_records
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a study: every cell, the bars, the verdict and the report")
     p.add_argument("file", help="the study's prereg YAML")
-    p.add_argument("--resume", nargs="?", const="", default=None, metavar="RUN",
-                   help="continue a run (its id or folder; default: the newest run of FILE),"
-                        " skipping complete cells")
-    p.add_argument("--remeasure-invalid", action="store_true",
-                   help="with --resume: measure again every cell left invalid by a cause that"
-                        " passes (host busy, client lag, delivered load short, bursts, a dead"
-                        " engine, GPU throttling under remeasure), each with a fresh"
-                        " cell_retries budget; every earlier attempt is kept")
-    p.add_argument("--allow-deviation", action="store_true",
-                   help="resume even though the study's seal changed, or run a drafter below its"
-                        " drafter.expect floor in the smoke; the deviation is recorded")
-    p.add_argument("--allow-unpinned", action="store_true",
-                   help="run a GPU study with unpinned revisions or open TO FIX BEFORE THE RUN"
-                        " markers; each is recorded as a deviation")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="RUN",
+        help="continue a run (its id or folder; default: the newest run of FILE),"
+        " skipping complete cells",
+    )
+    p.add_argument(
+        "--remeasure-invalid",
+        action="store_true",
+        help="with --resume: measure again every cell left invalid by a cause that"
+        " passes (host busy, client lag, delivered load short, bursts, a dead"
+        " engine, GPU throttling under remeasure), each with a fresh"
+        " cell_retries budget; every earlier attempt is kept",
+    )
+    p.add_argument(
+        "--allow-deviation",
+        action="store_true",
+        help="resume even though the study's seal changed, or run a drafter below its"
+        " drafter.expect floor in the smoke; the deviation is recorded",
+    )
+    p.add_argument(
+        "--allow-unpinned",
+        action="store_true",
+        help="run a GPU study with unpinned revisions or open TO FIX BEFORE THE RUN"
+        " markers; each is recorded as a deviation",
+    )
     p.add_argument("--run-id", help="name of a new run folder (default: <study>-<time>)")
     p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders go")
     p.add_argument("--reports", type=Path, default=REPORTS_DIR, help="where PDF reports go")
     p.add_argument("--no-report", action="store_true", help="skip the PDF at the end")
-    p.add_argument("--gpus", type=int, metavar="N",
-                   help="run the study in shards on N GPUs of this host, through a local Ray"
-                        " instance (pip install -e '.[ray]'); every speedup's two cells in one"
-                        " shard (see `specbench plan FILE --gpus N`)")
-    p.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
-                   help="run the study in shards on a running Ray cluster (default address:"
-                        " auto), on its GPUs or --gpus N of them")
+    p.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="run the study in shards on N GPUs of this host, through a local Ray"
+        " instance (pip install -e '.[ray]'); every speedup's two cells in one"
+        " shard (see `specbench plan FILE --gpus N`)",
+    )
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="auto",
+        default=None,
+        metavar="ADDRESS",
+        help="run the study in shards on a running Ray cluster (default address:"
+        " auto), on its GPUs or --gpus N of them",
+    )
     p.set_defaults(func=run)
 
 
@@ -70,8 +95,10 @@ def run(args: argparse.Namespace, deviations: list[str] | None = None) -> int:
     if args.resume is not None and args.run_id:
         raise InputError("give --resume or --run-id, not both")
     if args.remeasure_invalid and args.resume is None:
-        raise InputError("--remeasure-invalid needs --resume [RUN]: it measures again the"
-                         " invalid cells of an earlier run")
+        raise InputError(
+            "--remeasure-invalid needs --resume [RUN]: it measures again the"
+            " invalid cells of an earlier run"
+        )
     sharded = args.gpus is not None or args.ray is not None
     if sharded:  # a bad invocation is refused before any folder or engine exists
         from harness.run.ray_executor import import_ray
@@ -117,15 +144,17 @@ def run(args: argparse.Namespace, deviations: list[str] | None = None) -> int:
     return verdict_exit(verdict)
 
 
-def run_sharded(args: argparse.Namespace, store: RunStore, study: Study, as_written: Study,
-                console: Console) -> None:
+def run_sharded(
+    args: argparse.Namespace, store: RunStore, study: Study, as_written: Study, console: Console
+) -> None:
     """The schedule through shards on Ray (harness.run.ray_executor)."""
     from harness.run.ray_executor import RayExecutor, start_ray
 
     gpus = start_ray(args.ray, args.gpus)  # None: a local instance with --gpus GPUs
     cells = plan_cells(study)
-    executor = RayExecutor(store, study, as_written, cells, gpus,
-                           allow_deviation=args.allow_deviation)
+    executor = RayExecutor(
+        store, study, as_written, cells, gpus, allow_deviation=args.allow_deviation
+    )
     console.print(f"{len(executor.shards)} shards on {gpus} GPUs:")
     for line in executor.describe():
         console.print(f"  {line}")
@@ -148,15 +177,21 @@ def record_pins(store: RunStore, study: Study, unpinned: dict[str, Any] | None) 
 
     def record(m: Manifest) -> None:
         if m.checkpoints is not None and m.checkpoints != records:
-            m.deviations.append(Deviation(
-                when=time.time(), what="resumed with different checkpoints",
-                old_checkpoints=m.checkpoints, new_checkpoints=records))
+            m.deviations.append(
+                Deviation(
+                    when=time.time(),
+                    what="resumed with different checkpoints",
+                    old_checkpoints=m.checkpoints,
+                    new_checkpoints=records,
+                )
+            )
         m.checkpoints = records
         if unpinned is None:
             return
         deviation = Deviation(when=time.time(), **unpinned)
-        if not any(d.model_copy(update={"when": deviation.when}) == deviation
-                   for d in m.deviations):
+        if not any(
+            d.model_copy(update={"when": deviation.when}) == deviation for d in m.deviations
+        ):
             m.deviations.append(deviation)
 
     store.edit_manifest(record)

@@ -33,11 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("arm", help="the arm's name in the prereg")
     p.add_argument("--prereg", required=True, help="the study's prereg YAML")
     p.add_argument(
-        "--port", type=int, default=None, help="port to serve on (default: the arm's, or a free one)"
+        "--port",
+        type=int,
+        default=None,
+        help="port to serve on (default: the arm's, or a free one)",
     )
     p.add_argument("--log-dir", default=None, help="engine log folder (default: under the cache)")
     p.add_argument(
-        "--print-command", action="store_true",
+        "--print-command",
+        action="store_true",
         help="print the engine's command line and environment as one shell line; start nothing",
     )
     p.set_defaults(func=run)
@@ -75,15 +79,18 @@ def print_command(registered: Study, name: str, port: int | None) -> int:
     assert arm.launch is not None  # Arm: exactly one of launch and attach
     chosen = port or arm.launch.port
     shown = invocation(arm, study, chosen or free_port(arm.launch.host), unset)
-    print(f"# arm {name} ({arm.engine}): the engine `specbench run` would start; nothing was"
-          " started")
+    print(
+        f"# arm {name} ({arm.engine}): the engine `specbench run` would start; nothing was started"
+    )
     for note in shown.notes:
         print(f"# {note}")
     if chosen is None:
         print("# the port was free just now; a run picks a free one when the engine starts")
     if shown.env:
-        print("# the harness adds the variables at the start of the line; the rest of the"
-              " environment is inherited")
+        print(
+            "# the harness adds the variables at the start of the line; the rest of the"
+            " environment is inherited"
+        )
     print(shown.line())
     return 0
 

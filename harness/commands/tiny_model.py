@@ -23,18 +23,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dir", help="folder to write the model into (created if missing)")
     p.add_argument("--seed", type=int, default=0, help="weight seed; same seed, same bytes")
     p.add_argument(
-        "--pair", action="store_true",
+        "--pair",
+        action="store_true",
         help="build the demo's draft (DIR/draft), a target that computes the same function"
         " at several times its cost (DIR/target), and an EAGLE-3 head for it (DIR/eagle3)",
     )
-    p.add_argument("--extra-layers", type=int, default=TARGET_EXTRA_LAYERS,
-                   help="with --pair: the target's layers beyond the draft's")
-    p.add_argument("--hub-repo", metavar="ORG/NAME",
-                   help="also copy the model into the hub cache (HF_HUB_CACHE, or --hub-cache)"
-                        " as this repository, refs/main at a commit named by its contents, so"
-                        " `specbench fetch` can be tried offline")
-    p.add_argument("--hub-cache", type=Path, default=None,
-                   help="with --hub-repo: the hub cache folder (default: huggingface_hub's)")
+    p.add_argument(
+        "--extra-layers",
+        type=int,
+        default=TARGET_EXTRA_LAYERS,
+        help="with --pair: the target's layers beyond the draft's",
+    )
+    p.add_argument(
+        "--hub-repo",
+        metavar="ORG/NAME",
+        help="also copy the model into the hub cache (HF_HUB_CACHE, or --hub-cache)"
+        " as this repository, refs/main at a commit named by its contents, so"
+        " `specbench fetch` can be tried offline",
+    )
+    p.add_argument(
+        "--hub-cache",
+        type=Path,
+        default=None,
+        help="with --hub-repo: the hub cache folder (default: huggingface_hub's)",
+    )
     p.set_defaults(func=run)
 
 
@@ -63,8 +75,10 @@ def run(args: argparse.Namespace) -> int:
             f"  {config['architectures'][0]}, {config['num_hidden_layers']} layers, hidden"
             f" {config['hidden_size']}, vocab {config['vocab_size']}, {size / 1e6:.1f} MB"
         )
-    print(f"  files: {', '.join(FILES)}" + (f" ({EAGLE3_DIR}: config.json, model.safetensors)"
-                                             if args.pair else ""))
+    print(
+        f"  files: {', '.join(FILES)}"
+        + (f" ({EAGLE3_DIR}: config.json, model.safetensors)" if args.pair else "")
+    )
     if args.hub_repo is not None:
         cache = args.hub_cache or hub_cache_dir()
         try:

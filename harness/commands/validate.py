@@ -33,8 +33,16 @@ def arm_rows(study: Study) -> list[list[object]]:
     for arm in study.arms:
         d = arm.drafter
         start = "attach " + arm.attach.base_url if arm.attach else "launch"
-        rows.append([arm.name, arm.engine, f"{d.method} {d.model or ''}".strip() if d else "none",
-                     d.num_draft_tokens if d else "-", arm.baseline or "(baseline)", start])
+        rows.append(
+            [
+                arm.name,
+                arm.engine,
+                f"{d.method} {d.model or ''}".strip() if d else "none",
+                d.num_draft_tokens if d else "-",
+                arm.baseline or "(baseline)",
+                start,
+            ]
+        )
     return rows
 
 
@@ -57,11 +65,17 @@ def run(args: argparse.Namespace) -> int:
             write_table(ARM_COLUMNS, arm_rows(study), fmt)
         else:
             report = pin_report(loaded)
-            print_json({"title": study.title, "seal": seal, "warnings": design_warnings(study),
-                        "arms": [dict(zip(ARM_COLUMNS, r, strict=True)) for r in arm_rows(study)],
-                        "unpinned": [f"{c.where}: {c.repo}" for c in report.unpinned],
-                        "open_markers": [f"{m.file}:{m.line}: {m.text}" for m in report.markers],
-                        "drafter_bases": [base_line(c).strip() for c in checks]})
+            print_json(
+                {
+                    "title": study.title,
+                    "seal": seal,
+                    "warnings": design_warnings(study),
+                    "arms": [dict(zip(ARM_COLUMNS, r, strict=True)) for r in arm_rows(study)],
+                    "unpinned": [f"{c.where}: {c.repo}" for c in report.unpinned],
+                    "open_markers": [f"{m.file}:{m.line}: {m.text}" for m in report.markers],
+                    "drafter_bases": [base_line(c).strip() for c in checks],
+                }
+            )
         return 0
     # soft_wrap: lines are never broken at the terminal's (or a pipe's 80) columns.
     console = Console(highlight=False, soft_wrap=True)
@@ -107,9 +121,12 @@ def run(args: argparse.Namespace) -> int:
     if study.design.kind != "fixed":
         from harness.analysis.design import look_levels
 
-        console.print(f"design: {study.design.kind}, looks after sessions " + ", ".join(
-            f"{k} ({v:.2%})" for k, v in look_levels(study).items())
-            + f" of {study.recording.sessions}, {study.design.spending} spending", markup=False)
+        console.print(
+            f"design: {study.design.kind}, looks after sessions "
+            + ", ".join(f"{k} ({v:.2%})" for k, v in look_levels(study).items())
+            + f" of {study.recording.sessions}, {study.design.spending} spending",
+            markup=False,
+        )
     if loaded.arm_files:
         console.print("arm files: " + ", ".join(str(p) for p in loaded.arm_files.values()))
     print_pins(console, loaded)
@@ -137,9 +154,13 @@ def check_prompts(loaded: LoadedStudy) -> list[str]:
     refused = {loaded.study.tasks[loc[1]].name for loc, _ in problems}
     more_lines, more = context_report(loaded.study, skip=refused)
     if problems + more:
-        raise InputError(*(f"{w.file}:{w.line}: {format_loc(loc)}: {message}"
-                           for loc, message in problems + more
-                           for w in [loaded.where(loc)]))
+        raise InputError(
+            *(
+                f"{w.file}:{w.line}: {format_loc(loc)}: {message}"
+                for loc, message in problems + more
+                for w in [loaded.where(loc)]
+            )
+        )
     return lines + more_lines
 
 
@@ -148,8 +169,10 @@ def print_pins(console: Console, loaded: LoadedStudy) -> None:
     report = pin_report(loaded)
     out = functools.partial(console.print, soft_wrap=True)  # one line each, never wrapped
     pinned = [c for c in report.checkpoints if c.pinned]
-    out(f"checkpoints: {len(report.checkpoints)} on the hub, {len(pinned)} pinned"
-                  + "".join(f"; {', '.join(c.roles)} {c.label}" for c in pinned))
+    out(
+        f"checkpoints: {len(report.checkpoints)} on the hub, {len(pinned)} pinned"
+        + "".join(f"; {', '.join(c.roles)} {c.label}" for c in pinned)
+    )
     out(f"unpinned revisions: {len(report.unpinned)}")
     for c in report.unpinned:
         out(f"  {c.where}: {', '.join(c.roles)} {c.repo}: {c.why_unpinned()}")
@@ -159,8 +182,10 @@ def print_pins(console: Console, loaded: LoadedStudy) -> None:
     if not report.open:
         return
     if report.gpu:
-        out(f"[bold]`specbench run` refuses this study[/bold] (it runs on"
-                      f" {', '.join(report.gpu_engines)}: a GPU study) until these are fixed,"
-                      " unless --allow-unpinned, which records the deviation")
+        out(
+            f"[bold]`specbench run` refuses this study[/bold] (it runs on"
+            f" {', '.join(report.gpu_engines)}: a GPU study) until these are fixed,"
+            " unless --allow-unpinned, which records the deviation"
+        )
     else:
         out("no arm runs on a GPU engine (vllm, sglang): `specbench run` runs it as is")

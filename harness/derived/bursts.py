@@ -89,8 +89,7 @@ def is_burst(rec: RequestRecord, num_draft_tokens: int | None = None) -> bool:
     return rec.ok and share is not None and share > BURST_SHARE
 
 
-def burst_share(records: list[RequestRecord],
-                num_draft_tokens: int | None = None) -> float | None:
+def burst_share(records: list[RequestRecord], num_draft_tokens: int | None = None) -> float | None:
     """Share of the successful measured requests that are bursts (None: none measured)."""
     ok = [r for r in records if r.ok and r.phase == "measure" and r.chunk_times]
     return sum(is_burst(r, num_draft_tokens) for r in ok) / len(ok) if ok else None

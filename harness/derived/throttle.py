@@ -33,8 +33,9 @@ class GpuThrottle:
 
     def describe(self) -> str:
         where = ", ".join(f"GPU {g}" for g in self.gpus)
-        return (f"{'/'.join(self.reasons)} in {self.throttled_ticks} of {self.ticks}"
-                f" samples ({where})")
+        return (
+            f"{'/'.join(self.reasons)} in {self.throttled_ticks} of {self.ticks} samples ({where})"
+        )
 
 
 def gpu_throttle(samples: Sequence[GpuSample]) -> GpuThrottle | None:
@@ -57,5 +58,6 @@ def gpu_throttle(samples: Sequence[GpuSample]) -> GpuThrottle | None:
         throttled += hit
     if ticks == 0:
         return None
-    return GpuThrottle(ticks, throttled, tuple(r for r in THROTTLE_REASONS if r in reasons),
-                       tuple(sorted(gpus)))
+    return GpuThrottle(
+        ticks, throttled, tuple(r for r in THROTTLE_REASONS if r in reasons), tuple(sorted(gpus))
+    )

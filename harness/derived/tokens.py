@@ -65,8 +65,12 @@ def align(tokens: list[TokenLogprob], text: str) -> list[int] | None:
     # The text ends after the last token, or before it: one token it does not show (an
     # end-of-sequence token) after a known one, so no lost run can swallow text for it.
     last = n if len(data) in states[n] else n - 1
-    if (last < 0 or len(data) not in states[last] or states[last][len(data)][0] != 1
-            or (last < n and (tokens[last].lost or (last > 0 and tokens[last - 1].lost)))):
+    if (
+        last < 0
+        or len(data) not in states[last]
+        or states[last][len(data)][0] != 1
+        or (last < n and (tokens[last].lost or (last > 0 and tokens[last - 1].lost)))
+    ):
         return None
     offsets = [len(data)] * (n + 1)
     k, off = last, len(data)
@@ -91,19 +95,28 @@ def filled(tokens: list[TokenLogprob], text: str | None) -> list[TokenLogprob]:
         return tokens
     data, out = text.encode(), list(tokens)
     for i, t in enumerate(tokens):
-        alone = t.lost and not (i and tokens[i - 1].lost) and not (
-            i + 1 < len(tokens) and tokens[i + 1].lost)
+        alone = (
+            t.lost
+            and not (i and tokens[i - 1].lost)
+            and not (i + 1 < len(tokens) and tokens[i + 1].lost)
+        )
         if alone:
-            raw = data[offsets[i]:offsets[i + 1]]
+            raw = data[offsets[i] : offsets[i + 1]]
             shown = raw.decode("utf-8", "replace")
-            out[i] = TokenLogprob(token=shown, logprob=float("nan"),
-                                  bytes=None if shown.encode() == raw else list(raw))
+            out[i] = TokenLogprob(
+                token=shown,
+                logprob=float("nan"),
+                bytes=None if shown.encode() == raw else list(raw),
+            )
     return out
 
 
-def first_difference(drafter: list[TokenLogprob], baseline: list[TokenLogprob],
-                     drafter_text: str | None, baseline_text: str | None
-                     ) -> tuple[int | None, str | None]:
+def first_difference(
+    drafter: list[TokenLogprob],
+    baseline: list[TokenLogprob],
+    drafter_text: str | None,
+    baseline_text: str | None,
+) -> tuple[int | None, str | None]:
     """The index of the first token where two outputs differ (None: none within the
     shorter list), and why it cannot be read there (None: both tokens are known)."""
     aligned: dict[str, list[int] | None] = {}
@@ -121,13 +134,17 @@ def first_difference(drafter: list[TokenLogprob], baseline: list[TokenLogprob],
             if side not in aligned:
                 aligned[side] = None if text is None else align(tokens, text)
         od, ob = aligned["d"], aligned["b"]
-        what = (f"the engine counted tokens {i}-{j - 1} but sent no logprobs for them on a"
-                " side (SGLang drops a streamed step whose text is empty)")
+        what = (
+            f"the engine counted tokens {i}-{j - 1} but sent no logprobs for them on a"
+            " side (SGLang drops a streamed step whose text is empty)"
+        )
         if od is None or ob is None:
             return i, f"{what}, and its tokens cannot be aligned with its text by bytes"
         assert drafter_text is not None and baseline_text is not None
-        if (od[i] != ob[i] or drafter_text.encode()[od[i]:od[j]]
-                != baseline_text.encode()[ob[i]:ob[j]]):
+        if (
+            od[i] != ob[i]
+            or drafter_text.encode()[od[i] : od[j]] != baseline_text.encode()[ob[i] : ob[j]]
+        ):
             return i, f"{what}, and the outputs differ among them"
         i = j
     return None, None

@@ -30,11 +30,21 @@ TIMED = ("speed", "open")
 # program, a client that fell behind, a dead engine, a hot GPU): `specbench run --resume
 # --remeasure-invalid` measures such a cell again. The others are the engine's or the
 # study's, and a new measurement would meet them again.
-CauseKind = Literal["host_busy", "client_lag", "delivered_short", "bursts", "engine_died",
-                    "gpu_throttled", "aborted", "nothing_succeeded", "no_per_user_speed",
-                    "not_measured"]
-PASSING: frozenset[str] = frozenset({"host_busy", "client_lag", "delivered_short", "bursts",
-                                     "engine_died", "gpu_throttled"})
+CauseKind = Literal[
+    "host_busy",
+    "client_lag",
+    "delivered_short",
+    "bursts",
+    "engine_died",
+    "gpu_throttled",
+    "aborted",
+    "nothing_succeeded",
+    "no_per_user_speed",
+    "not_measured",
+]
+PASSING: frozenset[str] = frozenset(
+    {"host_busy", "client_lag", "delivered_short", "bursts", "engine_died", "gpu_throttled"}
+)
 
 
 @dataclass(frozen=True)
@@ -79,8 +89,7 @@ def unusable(
     if aborted:
         return Unusable(f"aborted: {abort_reason or 'error rate'}", (Cause("aborted"),))
     if health is not None and not health.valid:
-        return Unusable(f"client unhealthy: {health.reason or 'lag limit'}",
-                        client_causes(health))
+        return Unusable(f"client unhealthy: {health.reason or 'lag limit'}", client_causes(health))
     if kind in TIMED and health is not None and (busy := host_busy_reason(health)):
         share = (health.host_foreign_cpu_share or 0.0) + (health.host_steal_share or 0.0)
         return Unusable(busy, (Cause("host_busy", share, health.host_foreign_cpu_limit),))
@@ -91,15 +100,22 @@ def unusable(
     # cell, and cost only their own requests. A cell with nothing that succeeded is
     # unusable whatever its size.
     if not any(r.ok for r in measured):
-        return Unusable(f"none of its {len(measured)} measured requests succeeded",
-                        (Cause("nothing_succeeded"),))
+        return Unusable(
+            f"none of its {len(measured)} measured requests succeeded",
+            (Cause("nothing_succeeded"),),
+        )
     if kind in NEEDS_PER_USER_SPEED and not any(r.per_user_speed for r in measured):
         return Unusable(_no_speed_reason(measured), (Cause("no_per_user_speed"),))
-    if (gpu_throttle_policy == "remeasure" and kind in TIMED and gpu_throttle is not None
-            and gpu_throttle.throttled):
+    if (
+        gpu_throttle_policy == "remeasure"
+        and kind in TIMED
+        and gpu_throttle is not None
+        and gpu_throttle.throttled
+    ):
         share = gpu_throttle.throttled_ticks / gpu_throttle.ticks
-        return Unusable(f"GPU throttled: {gpu_throttle.describe()}",
-                        (Cause("gpu_throttled", share),))
+        return Unusable(
+            f"GPU throttled: {gpu_throttle.describe()}", (Cause("gpu_throttled", share),)
+        )
     return None
 
 
@@ -113,8 +129,16 @@ def client_causes(health: ClientHealth) -> tuple[Cause, ...]:
     """What made the client's health invalid (harness.measure.health), by kind: the
     worst lag figure over its limit, a delivered load below its floor, bursts over theirs."""
     causes = []
-    lags = [x for x in (health.lag_p99_ms, health.first_token_bound_p99_ms,
-                        health.send_lag_p99_ms, health.turnaround_p99_ms) if x is not None]
+    lags = [
+        x
+        for x in (
+            health.lag_p99_ms,
+            health.first_token_bound_p99_ms,
+            health.send_lag_p99_ms,
+            health.turnaround_p99_ms,
+        )
+        if x is not None
+    ]
     if health.timing_judged:
         over = [x for x in lags if x > health.lag_limit_ms]
         if over:
@@ -139,11 +163,16 @@ def host_busy_reason(health: ClientHealth) -> str | None:
     steal = health.host_steal_share or 0.0
     if foreign + steal <= limit:
         return None
-    attached = "" if health.host_engine_counted is not False else (
-        "; the engine is attached, so its own CPU, if on this host, counts as other")
-    return (f"host busy: {foreign + steal:.2f} of the host's CPU time went to other processes"
-            f" ({foreign:.2f}) and the hypervisor ({steal:.2f} steal), above the limit"
-            f" {limit:g}{attached}")
+    attached = (
+        ""
+        if health.host_engine_counted is not False
+        else ("; the engine is attached, so its own CPU, if on this host, counts as other")
+    )
+    return (
+        f"host busy: {foreign + steal:.2f} of the host's CPU time went to other processes"
+        f" ({foreign:.2f}) and the hypervisor ({steal:.2f} steal), above the limit"
+        f" {limit:g}{attached}"
+    )
 
 
 def _no_speed_reason(measured: list[RequestRecord]) -> str:

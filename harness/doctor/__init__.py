@@ -24,8 +24,13 @@ from harness.errors import InputError
 from harness.prereg.schema import Study
 
 
-def run_doctor(study: Study, results_dir: Path, *, stop_stale: bool = False,
-               doctor_cmd: str = "specbench doctor FILE") -> list[Check]:
+def run_doctor(
+    study: Study,
+    results_dir: Path,
+    *,
+    stop_stale: bool = False,
+    doctor_cmd: str = "specbench doctor FILE",
+) -> list[Check]:
     """Every check, in the order they are printed. `study` is the text as registered."""
     stale = find_stale_in(results_dir)
     report = gpu_report()

@@ -82,8 +82,15 @@ def gpu_report() -> GpuReport:
         for i in range(int(nvml.nvmlDeviceGetCount())):
             handle = nvml.nvmlDeviceGetHandleByIndex(i)
             mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-            report.gpus.append(GpuStatus(i, _text(nvml.nvmlDeviceGetName(handle)), int(mem.total),
-                                         int(mem.free), _processes(nvml, handle)))
+            report.gpus.append(
+                GpuStatus(
+                    i,
+                    _text(nvml.nvmlDeviceGetName(handle)),
+                    int(mem.total),
+                    int(mem.free),
+                    _processes(nvml, handle),
+                )
+            )
         if not report.gpus:
             report.error = "NVML reports no GPU"
         return report

@@ -15,8 +15,7 @@ from harness.prereg.schema import Study
 
 def gpu_arms(study: Study) -> list[str]:
     """The launched arms whose engine needs a GPU on this host."""
-    return [a.name for a in study.arms
-            if a.launch is not None and get_engine_kind(a.engine).gpu]
+    return [a.name for a in study.arms if a.launch is not None and get_engine_kind(a.engine).gpu]
 
 
 def memory_fraction(study: Study) -> tuple[float, str] | None:
@@ -61,29 +60,48 @@ def gpu_checks(study: Study, report: GpuReport, stale: list[StaleEngine]) -> lis
     if report.error or not report.gpus:
         why = report.error or "none found"
         if need:
-            first = Check("GPU", "FAIL", f"no GPU ({why}); the study registers {registered} and"
-                          f" arms {', '.join(need)} need one",
-                          "run it on the registered GPU host; the CPU demo (examples/cpu.yaml)"
-                          " runs without one")
+            first = Check(
+                "GPU",
+                "FAIL",
+                f"no GPU ({why}); the study registers {registered} and"
+                f" arms {', '.join(need)} need one",
+                "run it on the registered GPU host; the CPU demo (examples/cpu.yaml)"
+                " runs without one",
+            )
         else:
-            first = Check("GPU", "ok", f"no GPU ({why}), and none needed: no arm's engine runs on one")
-        return [first] + [Check(n, "skip", "no GPU") for n in
-                          ("driver and CUDA", "other GPU processes", "free GPU memory")]
+            first = Check(
+                "GPU", "ok", f"no GPU ({why}), and none needed: no arm's engine runs on one"
+            )
+        return [first] + [
+            Check(n, "skip", "no GPU")
+            for n in ("driver and CUDA", "other GPU processes", "free GPU memory")
+        ]
     matching = [g for g in report.gpus if gpu_matches(hw.gpu, g)]
     seen = "; ".join(f"GPU {g.index} {g.name} ({_gib(g.total_bytes)})" for g in report.gpus)
     if len(matching) >= hw.count:
         out = [Check("GPU", "ok", f"{seen}: matches hardware.gpu {registered}")]
         judged = matching[: hw.count]
     elif need:
-        out = [Check("GPU", "FAIL", f"{seen}; the study registers {registered}",
-                     "run on the registered GPU (another model is not the registered study)")]
+        out = [
+            Check(
+                "GPU",
+                "FAIL",
+                f"{seen}; the study registers {registered}",
+                "run on the registered GPU (another model is not the registered study)",
+            )
+        ]
         judged = report.gpus[: hw.count]
     else:
         out = [Check("GPU", "ok", f"{seen}; no arm's engine needs one")]
         judged = report.gpus[: hw.count]
-    out.append(Check("driver and CUDA", "ok",
-                     f"driver {report.driver}, CUDA {report.cuda or '?'} (the newest the driver"
-                     " runs; each engine's torch build is checked below)"))
+    out.append(
+        Check(
+            "driver and CUDA",
+            "ok",
+            f"driver {report.driver}, CUDA {report.cuda or '?'} (the newest the driver"
+            " runs; each engine's torch build is checked below)",
+        )
+    )
     out.append(_process_check(judged, stale))
     out.append(_free_check(study, judged))
     return out
@@ -92,25 +110,38 @@ def gpu_checks(study: Study, report: GpuReport, stale: list[StaleEngine]) -> lis
 def _process_check(judged: list[GpuStatus], stale: list[StaleEngine]) -> Check:
     held = [(g, p) for g in judged for p in g.processes]
     if not held:
-        return Check("other GPU processes", "ok",
-                     "none hold memory on " + ", ".join(f"GPU {g.index}" for g in judged))
-    named = "; ".join(f"GPU {g.index} {_gib(p.used_bytes) if p.used_bytes else '? GiB'} by"
-                      f" {_who(p.pid, stale)}" for g, p in held)
+        return Check(
+            "other GPU processes",
+            "ok",
+            "none hold memory on " + ", ".join(f"GPU {g.index}" for g in judged),
+        )
+    named = "; ".join(
+        f"GPU {g.index} {_gib(p.used_bytes) if p.used_bytes else '? GiB'} by {_who(p.pid, stale)}"
+        for g, p in held
+    )
     pids = " ".join(str(p.pid) for _, p in held)
-    return Check("other GPU processes", "FAIL", f"memory held: {named}",
-                 f"stop them (kill {pids}); a run must have the GPU to itself")
+    return Check(
+        "other GPU processes",
+        "FAIL",
+        f"memory held: {named}",
+        f"stop them (kill {pids}); a run must have the GPU to itself",
+    )
 
 
 def _free_check(study: Study, judged: list[GpuStatus]) -> Check:
     want = memory_fraction(study)
-    free = "; ".join(f"GPU {g.index} {_gib(g.free_bytes)} of {_gib(g.total_bytes)} free"
-                     for g in judged)
+    free = "; ".join(
+        f"GPU {g.index} {_gib(g.free_bytes)} of {_gib(g.total_bytes)} free" for g in judged
+    )
     if want is None:
         return Check("free GPU memory", "ok", f"{free} (no arm fixes a memory share)")
     short = [g for g in judged if g.free_bytes < want[0] * g.total_bytes]
     if short:
         g = short[0]
-        return Check("free GPU memory", "FAIL",
-                     f"{free}; {want[1]} needs {_gib(int(want[0] * g.total_bytes))} free at start",
-                     "free the GPU (see the processes above) or lower that share in the arm")
+        return Check(
+            "free GPU memory",
+            "FAIL",
+            f"{free}; {want[1]} needs {_gib(int(want[0] * g.total_bytes))} free at start",
+            "free the GPU (see the processes above) or lower that share in the arm",
+        )
     return Check("free GPU memory", "ok", f"{free}; the largest claim is {want[1]}")

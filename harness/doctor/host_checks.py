@@ -51,9 +51,13 @@ def probe_environment(python: str, module: str, timeout_s: float = 300) -> dict:
     if not Path(python).exists() and shutil.which(python) is None:
         return {"missing": True}
     try:
-        out = subprocess.run([python, "-c", _PROBE.replace("{module}", module)],
-                             capture_output=True, text=True, timeout=timeout_s,
-                             stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            [python, "-c", _PROBE.replace("{module}", module)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         return {"error": str(err)}
     for line in reversed(out.stdout.splitlines()):
@@ -69,24 +73,51 @@ def environment_checks(study: Study, gpu: GpuReport) -> list[Check]:
         return [Check("engine environments", "skip", "no arm starts an engine here")]
     kinds = {py: get_engine_kind(study.arm(arms[0]).engine) for py, arms in interpreters.items()}
     with ThreadPoolExecutor(max_workers=4) as pool:
-        probes = dict(zip(interpreters, pool.map(
-            lambda py: probe_environment(py, kinds[py].engine_module), interpreters), strict=True))
+        probes = dict(
+            zip(
+                interpreters,
+                pool.map(lambda py: probe_environment(py, kinds[py].engine_module), interpreters),
+                strict=True,
+            )
+        )
     out = []
     for python, arms in interpreters.items():
         kind, found, pinned = kinds[python], probes[python], pin_for_interpreter(python)
         name = f"{kind.name} environment ({', '.join(arms)})"
-        install = (f"specbench engines install {pinned.name}" + (" --force" if not found.get("missing") else "")
-                   if pinned else "install the engine there, or point the arm at its interpreter")
+        install = (
+            f"specbench engines install {pinned.name}"
+            + (" --force" if not found.get("missing") else "")
+            if pinned
+            else "install the engine there, or point the arm at its interpreter"
+        )
         if found.get("missing"):
-            out.append(Check(name, "FAIL", f"interpreter {python} does not exist",
-                             install + (f" (or set {pinned.variable})" if pinned else "")))
+            out.append(
+                Check(
+                    name,
+                    "FAIL",
+                    f"interpreter {python} does not exist",
+                    install + (f" (or set {pinned.variable})" if pinned else ""),
+                )
+            )
         elif "error" in found:
-            out.append(Check(name, "FAIL", f"{python} does not import {kind.engine_module}:"
-                             f" {found['error']}", install))
+            out.append(
+                Check(
+                    name,
+                    "FAIL",
+                    f"{python} does not import {kind.engine_module}: {found['error']}",
+                    install,
+                )
+            )
         elif not kind.version_matches(found["version"]):
-            out.append(Check(name, "FAIL", f"{kind.engine_module} {found['version']} at {python};"
-                             f" specbench's flags were checked against {kind.expected_version}",
-                             install if pinned else f"install {kind.engine_module} {kind.expected_version}"))
+            out.append(
+                Check(
+                    name,
+                    "FAIL",
+                    f"{kind.engine_module} {found['version']} at {python};"
+                    f" specbench's flags were checked against {kind.expected_version}",
+                    install if pinned else f"install {kind.engine_module} {kind.expected_version}",
+                )
+            )
         else:
             out.append(_cuda_check(name, python, kind.gpu, found, gpu, pinned))
     return out
@@ -95,16 +126,32 @@ def environment_checks(study: Study, gpu: GpuReport) -> list[Check]:
 def _cuda_check(name, python, needs_gpu, found, gpu: GpuReport, pinned) -> Check:
     what = f"{found['version']} at {python}"
     if pinned and found["version"] != pinned.version:
-        return Check(name, "warn", f"{what}, not the pinned {pinned.version}",
-                     f"specbench engines install {pinned.name} --force")
-    torch = f"; torch {found.get('torch')} (CUDA {found.get('cuda') or 'none'})" if found.get("torch") else ""
+        return Check(
+            name,
+            "warn",
+            f"{what}, not the pinned {pinned.version}",
+            f"specbench engines install {pinned.name} --force",
+        )
+    torch = (
+        f"; torch {found.get('torch')} (CUDA {found.get('cuda') or 'none'})"
+        if found.get("torch")
+        else ""
+    )
     if needs_gpu and found.get("torch") and not found.get("cuda"):
-        return Check(name, "FAIL", what + torch + ": a torch without CUDA cannot drive the GPU",
-                     "reinstall the environment with a CUDA build of torch")
+        return Check(
+            name,
+            "FAIL",
+            what + torch + ": a torch without CUDA cannot drive the GPU",
+            "reinstall the environment with a CUDA build of torch",
+        )
     built, runs = cuda_tuple(found.get("cuda")), cuda_tuple(gpu.cuda)
     if needs_gpu and built and runs and built > runs:
-        return Check(name, "FAIL", f"{what}{torch}, but driver {gpu.driver} runs CUDA up to {gpu.cuda}",
-                     f"update the NVIDIA driver to one that runs CUDA {found['cuda']}")
+        return Check(
+            name,
+            "FAIL",
+            f"{what}{torch}, but driver {gpu.driver} runs CUDA up to {gpu.cuda}",
+            f"update the NVIDIA driver to one that runs CUDA {found['cuda']}",
+        )
     return Check(name, "ok", what + torch)
 
 
@@ -115,7 +162,8 @@ def _checkpoints(study: Study) -> list[tuple[str, str, str | None, float | None]
         return []
     m = study.model
     out: list[tuple[str, str, str | None, float | None]] = [
-        ("model", m.id, m.revision, m.params_billion * 1e9 * m.weight_bytes_per_param)]
+        ("model", m.id, m.revision, m.params_billion * 1e9 * m.weight_bytes_per_param)
+    ]
     for arm in real:
         d = arm.drafter
         if d is not None and d.model and (d.model, d.revision) not in {(o[1], o[2]) for o in out}:
@@ -143,17 +191,27 @@ def weight_checks(study: Study) -> list[Check]:
             continue
         found = find_checkpoint(model, revision, cache)
         at = f"{model}@{revision or 'main (none registered)'}"
-        get = (f"specbench fetch on this registration (it downloads {model} at"
-               f" {found.commit or revision or 'main'} with the other checkpoints)")
+        get = (
+            f"specbench fetch on this registration (it downloads {model} at"
+            f" {found.commit or revision or 'main'} with the other checkpoints)"
+        )
         if found.commit is not None and found.present:
             pinned = is_commit(revision)
-            out.append(Check(name, "ok" if pinned else "warn",
-                             f"{at} in the hub cache: snapshot {found.commit[:12]},"
-                             f" {found.size_bytes / 1e9:.1f} GB",
-                             None if pinned else f"register the commit {found.commit} (a branch moves)"))
+            out.append(
+                Check(
+                    name,
+                    "ok" if pinned else "warn",
+                    f"{at} in the hub cache: snapshot {found.commit[:12]},"
+                    f" {found.size_bytes / 1e9:.1f} GB",
+                    None if pinned else f"register the commit {found.commit} (a branch moves)",
+                )
+            )
             continue
-        detail = (f"{at}: snapshot {found.commit[:12]} lacks {', '.join(found.missing or [])}"
-                  if found.commit else f"{at} is not in the hub cache ({cache})")
+        detail = (
+            f"{at}: snapshot {found.commit[:12]} lacks {', '.join(found.missing or [])}"
+            if found.commit
+            else f"{at} is not in the hub cache ({cache})"
+        )
         out.append(Check(name, "FAIL", detail, get))
         if estimate is None:
             unknown.append(model)
@@ -172,10 +230,15 @@ def _disk_check(cache: Path, needed: float, unknown: list[str]) -> Check:
     if needed == 0 and not unknown:
         return Check("disk for weights", "ok", f"nothing to download; {where}")
     sizes = f"the missing weights need about {needed / GIB:.1f} GiB" + (
-        f" plus {', '.join(unknown)} (size unknown)" if unknown else "")
+        f" plus {', '.join(unknown)} (size unknown)" if unknown else ""
+    )
     if free < needed * 1.1:
-        return Check("disk for weights", "FAIL", f"{where}; {sizes}",
-                     "free disk there, or set HF_HUB_CACHE to a larger disk")
+        return Check(
+            "disk for weights",
+            "FAIL",
+            f"{where}; {sizes}",
+            "free disk there, or set HF_HUB_CACHE to a larger disk",
+        )
     return Check("disk for weights", "warn" if unknown else "ok", f"{where}; {sizes}")
 
 
@@ -194,18 +257,31 @@ def port_checks(study: Study) -> list[Check]:
     for arm in study.arms:
         if arm.attach is not None:
             problem = attach_problem(arm, study)
-            out.append(Check(f"endpoint of {arm.name}", "FAIL" if problem else "ok",
-                             problem or f"{arm.attach.base_url} serves {arm.attach.served_model}",
-                             "start the endpoint, or launch the arm instead" if problem else None))
+            out.append(
+                Check(
+                    f"endpoint of {arm.name}",
+                    "FAIL" if problem else "ok",
+                    problem or f"{arm.attach.base_url} serves {arm.attach.served_model}",
+                    "start the endpoint, or launch the arm instead" if problem else None,
+                )
+            )
         elif arm.launch is not None and arm.launch.port is not None:
             host, port = arm.launch.host, arm.launch.port
             if port_in_use(host, port):
-                out.append(Check(f"port of {arm.name}", "FAIL", f"{host}:{port} is in use{_holder(port)}",
-                                 "stop what holds it, or leave launch.port unset (a free port is picked)"))
+                out.append(
+                    Check(
+                        f"port of {arm.name}",
+                        "FAIL",
+                        f"{host}:{port} is in use{_holder(port)}",
+                        "stop what holds it, or leave launch.port unset (a free port is picked)",
+                    )
+                )
             else:
                 out.append(Check(f"port of {arm.name}", "ok", f"{host}:{port} is free"))
     if not any(a.launch is not None and a.launch.port is not None for a in study.arms):
-        out.append(Check("ports", "ok", "no arm fixes a port: each engine gets a free one at start"))
+        out.append(
+            Check("ports", "ok", "no arm fixes a port: each engine gets a free one at start")
+        )
     return out
 
 
@@ -215,12 +291,22 @@ def stale_checks(stale: list[StaleEngine], stop: bool, doctor_cmd: str) -> list[
     out = []
     for engine in stale:
         if not stop:
-            out.append(Check("stale engine", "FAIL", engine.describe(),
-                             f"{doctor_cmd} --stop-stale (or kill -TERM -{engine.pgid})"))
+            out.append(
+                Check(
+                    "stale engine",
+                    "FAIL",
+                    engine.describe(),
+                    f"{doctor_cmd} --stop-stale (or kill -TERM -{engine.pgid})",
+                )
+            )
             continue
         left = stop_stale_engine(engine)
-        out.append(Check("stale engine", "FAIL" if left else "ok",
-                         ("could not stop " if left else "stopped ") + engine.describe(),
-                         f"kill -KILL {' '.join(map(str, left))}" if left else None))
+        out.append(
+            Check(
+                "stale engine",
+                "FAIL" if left else "ok",
+                ("could not stop " if left else "stopped ") + engine.describe(),
+                f"kill -KILL {' '.join(map(str, left))}" if left else None,
+            )
+        )
     return out
-

@@ -45,7 +45,9 @@ def attach_problem(arm: Arm, study: Study, timeout_s: float = 10.0) -> str | Non
     # model, by id or path or at least by its last path part; without a root, the name.
     root = entry.get("root")
     names = {str(root)} if root else {attach.served_model}
-    registered = {study.model.id} if root else {v for v in (study.model.id, study.model.served_name) if v}
+    registered = (
+        {study.model.id} if root else {v for v in (study.model.id, study.model.served_name) if v}
+    )
     if not _same_model(names, registered):
         return (
             f"attached endpoint {attach.base_url} serves {attach.served_model!r} loaded from"

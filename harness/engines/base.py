@@ -31,8 +31,12 @@ def version_probe_code(module: str, also: Iterable[str] = ()) -> str:
     """`python -c` source that imports the engine (and `also`, what its server imports
     at start) and prints its version after VERSION_MARKER."""
     imports = "".join(f"import {m}; " for m in also)
-    return (f"import {module} as _e; {imports}"
-            f"print({VERSION_MARKER!r}, getattr(_e, '__version__', 'unknown'))")
+    return (
+        f"import {module} as _e; {imports}"
+        f"print({VERSION_MARKER!r}, getattr(_e, '__version__', 'unknown'))"
+    )
+
+
 _BARE_VERSION = re.compile(r"^(\d+\.\d+[\w.+-]*)\s*$", re.MULTILINE)
 
 
@@ -106,7 +110,8 @@ class EngineKind(ABC):
         if arm.drafter is not None and arm.drafter.synthetic is not None:
             settings["acceptance"] = (
                 f"control arm: {arm.drafter.synthetic.label(arm.drafter.num_draft_tokens)},"
-                " whatever the drafts say (drafter.synthetic); never judged")
+                " whatever the drafts say (drafter.synthetic); never judged"
+            )
         if arm.launch is not None and arm.launch.dtype is not None:
             settings["dtype"] = self.dtype_setting(arm)
         return settings
@@ -292,8 +297,9 @@ def expand_study_leaving_unset(
     return expanded, sorted({name for _, names in unset for name in names})
 
 
-def _expanded(study: Study, environ: Mapping[str, str] | None
-              ) -> tuple[Study, list[tuple[str, list[str]]]]:
+def _expanded(
+    study: Study, environ: Mapping[str, str] | None
+) -> tuple[Study, list[tuple[str, list[str]]]]:
     """The study expanded, and where each unset variable is used, in the study's order."""
     env = _machine_environment() if environ is None else environ
     missing: set[str] = set()
@@ -308,5 +314,7 @@ def _expanded(study: Study, environ: Mapping[str, str] | None
 
 
 def _unset(where: str, name: str) -> InputError:
-    return InputError(f"{where}: environment variable {name} is not set (it names a path on"
-                      " this machine; set it before running)")
+    return InputError(
+        f"{where}: environment variable {name} is not set (it names a path on"
+        " this machine; set it before running)"
+    )

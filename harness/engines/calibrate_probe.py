@@ -42,10 +42,22 @@ FLOAT8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper: e4m3 tensor cores
 # an H200's 50 MB L2), the matmul's first and largest n, how long one product should take
 # before its size is kept, and each figure's time budget and most repeats.
 SETTINGS = {
-    "cpu": {"bandwidth_mib": 256, "n_min": 128, "n_max": 2048, "target_s": 0.02,
-            "budget_s": 1.5, "max_repeats": 20},
-    "cuda": {"bandwidth_mib": 2048, "n_min": 1024, "n_max": 16384, "target_s": 0.002,
-             "budget_s": 3.0, "max_repeats": 50},
+    "cpu": {
+        "bandwidth_mib": 256,
+        "n_min": 128,
+        "n_max": 2048,
+        "target_s": 0.02,
+        "budget_s": 1.5,
+        "max_repeats": 20,
+    },
+    "cuda": {
+        "bandwidth_mib": 2048,
+        "n_min": 1024,
+        "n_max": 16384,
+        "target_s": 0.002,
+        "budget_s": 3.0,
+        "max_repeats": 50,
+    },
 }
 
 
@@ -105,8 +117,9 @@ class Timer:
         """At least 3 timings, more while the budget lasts."""
         times: list[float] = []
         began = time.perf_counter()
-        while len(times) < max_repeats and (len(times) < 3
-                                            or time.perf_counter() - began < budget_s):
+        while len(times) < max_repeats and (
+            len(times) < 3 or time.perf_counter() - began < budget_s
+        ):
             times.append(self(fn))
         return times
 
@@ -119,9 +132,14 @@ def read_bandwidth(torch, device: str, timer: Timer, mib: int, s: dict) -> dict:
     nbytes = n * 4
     rates = [nbytes / t / 1e9 for t in times]
     del buf
-    return {"method": "read", "what": "bytes read / s, sum over a float32 buffer",
-            "bytes": nbytes, "repeats": len(times), "best_gb_s": max(rates),
-            "median_gb_s": statistics.median(rates)}
+    return {
+        "method": "read",
+        "what": "bytes read / s, sum over a float32 buffer",
+        "bytes": nbytes,
+        "repeats": len(times),
+        "best_gb_s": max(rates),
+        "median_gb_s": statistics.median(rates),
+    }
 
 
 def float8_product(torch, device: str, n: int) -> Callable[[], object]:
@@ -175,8 +193,14 @@ def matmul_throughput(torch, device: str, dtype: str, timer: Timer, s: dict) -> 
             timer(fn)
     times = timer.repeat(fn, s["budget_s"], s["max_repeats"])
     rates = [2 * n**3 / t / 1e12 for t in times]
-    return {"m": n, "n": n, "k": n, "repeats": len(times), "best_tflops": max(rates),
-            "median_tflops": statistics.median(rates)}
+    return {
+        "m": n,
+        "n": n,
+        "k": n,
+        "repeats": len(times),
+        "best_tflops": max(rates),
+        "median_tflops": statistics.median(rates),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,17 +255,29 @@ def main(argv: list[str] | None = None) -> int:
             dtype, note = "bfloat16", f"{why}: measured bfloat16 instead"
     timer = Timer(torch, args.device)
     with torch.no_grad():
-        bandwidth = read_bandwidth(torch, args.device, timer, int(settings["bandwidth_mib"]),
-                                   settings)
+        bandwidth = read_bandwidth(
+            torch, args.device, timer, int(settings["bandwidth_mib"]), settings
+        )
         matmul = matmul_throughput(torch, args.device, dtype, timer, settings)
-    print(json.dumps({
-        "device": args.device, "device_name": name, "dtype": dtype,
-        "requested_dtype": args.dtype, "note": note, "torch": torch.__version__,
-        "threads": threads, "cpus": cpus,
-        "bandwidth_gb_s": bandwidth["best_gb_s"], "dense_tflops": matmul["best_tflops"],
-        "bandwidth": bandwidth, "matmul": matmul,
-        "seconds": time.perf_counter() - began,
-    }))
+    print(
+        json.dumps(
+            {
+                "device": args.device,
+                "device_name": name,
+                "dtype": dtype,
+                "requested_dtype": args.dtype,
+                "note": note,
+                "torch": torch.__version__,
+                "threads": threads,
+                "cpus": cpus,
+                "bandwidth_gb_s": bandwidth["best_gb_s"],
+                "dense_tflops": matmul["best_tflops"],
+                "bandwidth": bandwidth,
+                "matmul": matmul,
+                "seconds": time.perf_counter() - began,
+            }
+        )
+    )
     return 0
 
 

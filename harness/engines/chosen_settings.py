@@ -19,7 +19,8 @@ from collections.abc import Iterable
 # vLLM 0.32, config/vllm.py: every line that disables async scheduling it was not told about.
 _VLLM_ASYNC_OFF = re.compile(
     r"Async scheduling (?:not supported with .*|is not compatible with .*|will be disabled .*"
-    r"|is disabled .*)")
+    r"|is disabled .*)"
+)
 _VLLM_CONFIG = re.compile(r"Initializing a V1 LLM engine \(v[^)]*\) with config: (.*)")
 _CUDAGRAPH_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)")
 _CAPTURE_SIZES = re.compile(r"'cudagraph_capture_sizes': \[([^\]]*)\]")
@@ -30,12 +31,21 @@ _FLAG = re.compile(r"\b(enable_prefix_caching|enable_chunked_prefill)=(True|Fals
 # arg_groups/fields/exec_.py:629). Older releases: `server_args=ServerArgs(k=v, ...)`.
 _SGLANG_DICT = re.compile(r"server_args=(\{.*\})")
 _SGLANG_ARGS = re.compile(r"server_args=ServerArgs\((.*)\)")
-_SGLANG_FIELD = re.compile(r"\b(disable_overlap_schedule|cuda_graph_max_bs|disable_cuda_graph"
-                           r"|speculative_algorithm)=([^,)]+)")
+_SGLANG_FIELD = re.compile(
+    r"\b(disable_overlap_schedule|cuda_graph_max_bs|disable_cuda_graph"
+    r"|speculative_algorithm)=([^,)]+)"
+)
 
 # The setting names, as the manifest keeps them and the verdict page compares them.
-ENGINE_CHOSEN = ("async_scheduling", "cuda_graphs", "cascade_attention", "prefix_caching",
-                 "chunked_prefill", "overlap_schedule", "cuda_graph_max_bs")
+ENGINE_CHOSEN = (
+    "async_scheduling",
+    "cuda_graphs",
+    "cascade_attention",
+    "prefix_caching",
+    "chunked_prefill",
+    "overlap_schedule",
+    "cuda_graph_max_bs",
+)
 
 
 def _clean(line: str) -> str:
@@ -66,16 +76,21 @@ def vllm_chosen(log: Iterable[str], command: list[str], cpu: bool) -> dict[str, 
         if mode is not None:
             # The mode is the setting; the sizes are token counts, n x (k + 1) for a drafter
             # (config/vllm.py:2341-2440), so they differ from its baseline's by design.
-            sizes_list = [s.strip() for s in sizes.group(1).split(",") if s.strip()] if sizes else []
+            sizes_list = (
+                [s.strip() for s in sizes.group(1).split(",") if s.strip()] if sizes else []
+            )
             out["cuda_graphs"] = f"{mode.group(1)} (" + (
                 f"{len(sizes_list)} capture sizes {sizes_list[0]}-{sizes_list[-1]} tokens)"
-                if sizes_list else "no capture sizes)")
+                if sizes_list
+                else "no capture sizes)"
+            )
         for name, value in _FLAG.findall(config):
             key = name.removeprefix("enable_")
             out[key] = "on" if value == "True" else "off"
     if not cpu:  # config/model.py:312-314: the flag is deprecated and does nothing
-        out["cascade_attention"] = ("off (removed in vLLM 0.32: --[no-]disable-cascade-attn has"
-                                    " no effect)")
+        out["cascade_attention"] = (
+            "off (removed in vLLM 0.32: --[no-]disable-cascade-attn has no effect)"
+        )
     return out
 
 
@@ -90,8 +105,11 @@ def _sglang_fields(lines: list[str]) -> dict[str, str] | None:
             decode = (args.get("cuda_graph_config") or {}).get("decode") or {}
             cap = decode.get("max_bs") or args.get("cuda_graph_max_bs_decode")
             off = args.get("disable_cuda_graph") or decode.get("backend") == "disabled"
-            return {k: str(v) for k, v in [*args.items(), ("cuda_graph_max_bs", cap),
-                                           ("disable_cuda_graph", off)] if v is not None}
+            return {
+                k: str(v)
+                for k, v in [*args.items(), ("cuda_graph_max_bs", cap), ("disable_cuda_graph", off)]
+                if v is not None
+            }
     args = next((m.group(1) for line in lines if (m := _SGLANG_ARGS.search(line))), None)
     return None if args is None else dict(_SGLANG_FIELD.findall(args))
 
@@ -103,8 +121,9 @@ def sglang_chosen(log: Iterable[str]) -> dict[str, str]:
         return {}
     out: dict[str, str] = {}
     if "disable_overlap_schedule" in fields:
-        out["overlap_schedule"] = ("off" if fields["disable_overlap_schedule"] == "True"
-                                   else "on") + " (server_args)"
+        out["overlap_schedule"] = (
+            "off" if fields["disable_overlap_schedule"] == "True" else "on"
+        ) + " (server_args)"
     if fields.get("disable_cuda_graph") == "True":
         out["cuda_graphs"] = "off (server_args)"
     if "cuda_graph_max_bs" in fields:
@@ -114,9 +133,13 @@ def sglang_chosen(log: Iterable[str]) -> dict[str, str]:
 
 def differences(drafter: dict[str, str], baseline: dict[str, str]) -> list[str]:
     """Each engine-chosen setting whose state differs between a drafter and its baseline."""
+
     def state(v: str | None) -> str | None:
         return None if v is None else v.split(" (")[0]
-    return [f"{name}: {drafter.get(name, 'not read')} vs baseline {baseline.get(name, 'not read')}"
-            for name in ENGINE_CHOSEN
-            if state(drafter.get(name)) != state(baseline.get(name))
-            and (name in drafter or name in baseline)]
+
+    return [
+        f"{name}: {drafter.get(name, 'not read')} vs baseline {baseline.get(name, 'not read')}"
+        for name in ENGINE_CHOSEN
+        if state(drafter.get(name)) != state(baseline.get(name))
+        and (name in drafter or name in baseline)
+    ]

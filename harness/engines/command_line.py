@@ -47,10 +47,14 @@ def invocation(arm: Arm, study: Study, port: int, unset: list[str] | set[str]) -
     env = kind.environment(arm)
     text = " ".join([*argv, *env.values()])
     used = {name for name in _VARIABLE.findall(text) if name in set(unset)}
-    notes = [f"{key.replace('_', ' ')}: {value}"
-             for key, value in kind.resolved_settings(arm, study).items()]
-    notes += [f"{name} is not set here: export it (a path on the engine's machine) before"
-              " pasting" for name in sorted(used)]
+    notes = [
+        f"{key.replace('_', ' ')}: {value}"
+        for key, value in kind.resolved_settings(arm, study).items()
+    ]
+    notes += [
+        f"{name} is not set here: export it (a path on the engine's machine) before pasting"
+        for name in sorted(used)
+    ]
     if not any(f"${{{name}}}" in (launch.python or "") for name in used):
         problem = launcher_problem(arm, kind)
         if problem:
@@ -67,7 +71,7 @@ def quote(word: str, unset: set[str]) -> str:
     for match in _VARIABLE.finditer(word):
         if match.group(1) not in names:
             continue
-        out.append(_double_quoted(word[last:match.start()]) + match.group(0))
+        out.append(_double_quoted(word[last : match.start()]) + match.group(0))
         last = match.end()
     out.append(_double_quoted(word[last:]))
     return '"' + "".join(out) + '"'

@@ -67,8 +67,9 @@ def _cap_allows_avx512(cap: str | None) -> bool:
     return cap.strip().upper().startswith(_ISA_CAPS_WITH_AVX512_CORE)
 
 
-def choose_cpu_dtype(flags: frozenset[str] | set[str],
-                     env: Mapping[str, str] | None = None) -> CpuDtype:
+def choose_cpu_dtype(
+    flags: frozenset[str] | set[str], env: Mapping[str, str] | None = None
+) -> CpuDtype:
     """bfloat16 where oneDNN builds a bfloat16 matmul on AVX-512, float16 (or float32)
     where bfloat16 would run on AMX, float32 elsewhere."""
     env = {} if env is None else env
@@ -76,28 +77,43 @@ def choose_cpu_dtype(flags: frozenset[str] | set[str],
     has_avx512 = AVX512_CORE_FLAGS <= set(flags)
     if has_avx512 and _cap_allows_avx512(cap) and AMX_FLAGS <= set(flags):
         if "avx512_fp16" in flags and "amx_fp16" not in flags:
-            return CpuDtype("float16", "avx512_amx",
-                            "AMX runs bfloat16 matmuls on tiles, so a step stays memory-bound"
-                            " far past the demo's levels; float16 has no AMX path without"
-                            " AMX-FP16 and runs on AVX-512 FP16 with bfloat16's bytes")
-        return CpuDtype("float32", "avx512_amx",
-                        "AMX runs bfloat16 (and here float16) matmuls on tiles, so a step"
-                        " stays memory-bound far past the demo's levels; float32 runs on"
-                        " AVX-512")
+            return CpuDtype(
+                "float16",
+                "avx512_amx",
+                "AMX runs bfloat16 matmuls on tiles, so a step stays memory-bound"
+                " far past the demo's levels; float16 has no AMX path without"
+                " AMX-FP16 and runs on AVX-512 FP16 with bfloat16's bytes",
+            )
+        return CpuDtype(
+            "float32",
+            "avx512_amx",
+            "AMX runs bfloat16 (and here float16) matmuls on tiles, so a step"
+            " stays memory-bound far past the demo's levels; float32 runs on"
+            " AVX-512",
+        )
     if has_avx512 and _cap_allows_avx512(cap):
-        return CpuDtype("bfloat16", "avx512_core",
-                        "AVX-512 (F, BW, VL, DQ): oneDNN builds a bfloat16 matmul, half the"
-                        " weight bytes of float32")
+        return CpuDtype(
+            "bfloat16",
+            "avx512_core",
+            "AVX-512 (F, BW, VL, DQ): oneDNN builds a bfloat16 matmul, half the"
+            " weight bytes of float32",
+        )
     if has_avx512:
-        return CpuDtype("float32", "avx2",
-                        f"ONEDNN_MAX_CPU_ISA={cap} holds oneDNN below AVX-512: no bfloat16"
-                        " matmul, so vLLM's bfloat16 linear falls back to torch's"
-                        " compute-bound one; float32 is native")
+        return CpuDtype(
+            "float32",
+            "avx2",
+            f"ONEDNN_MAX_CPU_ISA={cap} holds oneDNN below AVX-512: no bfloat16"
+            " matmul, so vLLM's bfloat16 linear falls back to torch's"
+            " compute-bound one; float32 is native",
+        )
     isa = "avx2" if {"avx2", "fma"} <= set(flags) else "older"
-    return CpuDtype("float32", isa,
-                    "no AVX-512: oneDNN builds no bfloat16 matmul, so vLLM's bfloat16 linear"
-                    " falls back to torch's compute-bound one (~8 GFLOP/s at any batch);"
-                    " float32 is native")
+    return CpuDtype(
+        "float32",
+        isa,
+        "no AVX-512: oneDNN builds no bfloat16 matmul, so vLLM's bfloat16 linear"
+        " falls back to torch's compute-bound one (~8 GFLOP/s at any batch);"
+        " float32 is native",
+    )
 
 
 def host_cpu_dtype(env: Mapping[str, str] | None = None) -> CpuDtype:

@@ -57,8 +57,10 @@ def warm_arm(study: Study, name: str | None = None) -> Arm:
     if name is not None:
         chosen = next((a for a in arms if a.name == name), None)
         if chosen is None:
-            raise InputError(f"no SGLang arm named {name!r} that specbench starts"
-                             f" (SGLang arms: {', '.join(a.name for a in arms) or 'none'})")
+            raise InputError(
+                f"no SGLang arm named {name!r} that specbench starts"
+                f" (SGLang arms: {', '.join(a.name for a in arms) or 'none'})"
+            )
         return chosen
     if not arms:
         raise InputError("the study has no SGLang arm that specbench starts: nothing to warm")
@@ -78,15 +80,16 @@ def tp_size(arm: Arm) -> int | None:
     return None
 
 
-def compile_command(arm: Arm, study: Study, python: str, host: str, port: int,
-                    timeout_s: int = DEFAULT_TIMEOUT_S) -> list[str]:
+def compile_command(
+    arm: Arm, study: Study, python: str, host: str, port: int, timeout_s: int = DEFAULT_TIMEOUT_S
+) -> list[str]:
     """`python -m sglang.compile_deep_gemm` with the arm's launch flags (as `specbench run`
     would start it), `--tp-size 1` made explicit when the arm passes none, and --timeout."""
     from harness.engines import get_engine_kind
 
     kind = get_engine_kind("sglang")
     argv = kind.command(arm, study, host, port)
-    flags = argv[len(kind.prefix(arm)):]
+    flags = argv[len(kind.prefix(arm)) :]
     passed = any(option_value(flags, f) is not None for f in TP_FLAGS)
     tp = [] if passed else ["--tp-size", "1"]
     return [python, "-m", COMPILE_MODULE, *flags, *tp, "--timeout", str(timeout_s)]
@@ -105,8 +108,13 @@ def warm_key(study: Study, arm: Arm) -> dict[str, str | int | None]:
     """What the compiled kernel shapes depend on: the SGLang release, the weights and how
     they are split over GPUs."""
     m = study.model
-    return {"sglang": pin("sglang").version, "model": m.id, "revision": m.revision,
-            "quantization": m.quantization, "tp_size": tp_size(arm) or 1}
+    return {
+        "sglang": pin("sglang").version,
+        "model": m.id,
+        "revision": m.revision,
+        "quantization": m.quantization,
+        "tp_size": tp_size(arm) or 1,
+    }
 
 
 def marker_path(study: Study, arm: Arm) -> Path:
@@ -117,9 +125,13 @@ def marker_path(study: Study, arm: Arm) -> Path:
 def write_marker(study: Study, arm: Arm, cache: Path, seconds: float) -> Path:
     path = marker_path(study, arm)
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {**warm_key(study, arm), "arm": arm.name, "cache_dir": str(cache),
-              "seconds": round(seconds, 1),
-              "finished": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    record = {
+        **warm_key(study, arm),
+        "arm": arm.name,
+        "cache_dir": str(cache),
+        "seconds": round(seconds, 1),
+        "finished": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
     path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return path
 
@@ -146,16 +158,25 @@ def plan_note(study: Study) -> tuple[str, float] | None:
     if not sglang_arms(study):
         return None
     if not fp8_weights(study):
-        return ("the first SGLang start compiles no DeepGEMM FP8 kernels: the model's"
-                " weights are not registered as FP8", 0.0)
+        return (
+            "the first SGLang start compiles no DeepGEMM FP8 kernels: the model's"
+            " weights are not registered as FP8",
+            0.0,
+        )
     arm = warm_arm(study)
     record = warm_record(study, arm)
     tp = tp_size(arm) or 1
     if record is not None:
-        return (f"the first SGLang start includes no DeepGEMM compile: `specbench engines warm"
-                f" sglang` compiled the FP8 kernels for {study.model.id} at tp {tp} on this"
-                f" machine ({record.get('finished', '?')}, cache {record['cache_dir']})", 0.0)
-    return (f"the first SGLang start includes DeepGEMM's JIT compile of the FP8 kernels"
-            f" ({study.model.id}, tp {tp}; SGLang 0.5.23: typically 10-20 min, counted here as"
-            f" {COMPILE_ESTIMATE_S // 60} min): not warmed on this machine; run `specbench engines"
-            " warm sglang` on the GPU host before the run", float(COMPILE_ESTIMATE_S))
+        return (
+            f"the first SGLang start includes no DeepGEMM compile: `specbench engines warm"
+            f" sglang` compiled the FP8 kernels for {study.model.id} at tp {tp} on this"
+            f" machine ({record.get('finished', '?')}, cache {record['cache_dir']})",
+            0.0,
+        )
+    return (
+        f"the first SGLang start includes DeepGEMM's JIT compile of the FP8 kernels"
+        f" ({study.model.id}, tp {tp}; SGLang 0.5.23: typically 10-20 min, counted here as"
+        f" {COMPILE_ESTIMATE_S // 60} min): not warmed on this machine; run `specbench engines"
+        " warm sglang` on the GPU host before the run",
+        float(COMPILE_ESTIMATE_S),
+    )

@@ -40,8 +40,9 @@ MISSING_COUNTER_HINTS: dict[Dialect, str] = {
     "sglang": "SGLang added it in PR 25689, May 2026: releases before it lack it",
 }
 # For a dialect without a hint of its own.
-DEFAULT_MISSING_COUNTER_HINT = ("an engine release without the series, or speculative"
-                                " settings that did not take effect")
+DEFAULT_MISSING_COUNTER_HINT = (
+    "an engine release without the series, or speculative settings that did not take effect"
+)
 
 
 class _Unread:
@@ -67,9 +68,14 @@ def counter_floor(dialect: Dialect, before: float | None) -> float | None:
     return before
 
 
-def drafting_problem(dialect: Dialect, *, drafter: bool, after: float | None,
-                     before: float | None | _Unread = UNREAD,
-                     over: str = "its requests") -> str | None:
+def drafting_problem(
+    dialect: Dialect,
+    *,
+    drafter: bool,
+    after: float | None,
+    before: float | None | _Unread = UNREAD,
+    over: str = "its requests",
+) -> str | None:
     """Why the speculation counter says this arm is not drafting as registered, or None.
 
     `after`: the counter read after requests a drafter drafts on (None: absent);
@@ -83,8 +89,10 @@ def drafting_problem(dialect: Dialect, *, drafter: bool, after: float | None,
             return f"the arm has no drafter but the engine exports {metric}"
         return None
     if after is None:
-        return (f"exports no {metric} after {over}, so this drafter arm's acceptance cannot"
-                f" be measured ({missing_counter_hint(dialect)})")
+        return (
+            f"exports no {metric} after {over}, so this drafter arm's acceptance cannot"
+            f" be measured ({missing_counter_hint(dialect)})"
+        )
     if isinstance(before, _Unread):
         return None
     floor = counter_floor(dialect, before)
@@ -103,17 +111,22 @@ class CounterReading:
     problem: str | None  # drafting_problem over it (None: the arm drafts as registered)
 
 
-def wait_for_drafting(read: Callable[[], tuple[float | None, str | None]],
-                      dialect: Dialect, *, drafter: bool,
-                      before: float | None | _Unread = UNREAD, over: str = "its requests",
-                      wait_s: float, poll_s: float) -> CounterReading:
+def wait_for_drafting(
+    read: Callable[[], tuple[float | None, str | None]],
+    dialect: Dialect,
+    *,
+    drafter: bool,
+    before: float | None | _Unread = UNREAD,
+    over: str = "its requests",
+    wait_s: float,
+    poll_s: float,
+) -> CounterReading:
     """Read the counter (`read()` -> (value, why the read failed or None)) until
     drafting_problem finds none or `wait_s` has passed; the last reading."""
     deadline = time.monotonic() + wait_s
     while True:
         after, error = read()
-        problem = drafting_problem(dialect, drafter=drafter, after=after, before=before,
-                                   over=over)
+        problem = drafting_problem(dialect, drafter=drafter, after=after, before=before, over=over)
         if error is not None and problem is None:
             problem = error
         if problem is None or time.monotonic() >= deadline:

@@ -86,8 +86,11 @@ def stop_engine(pgid: int, known: dict[int, int], grace_s: float) -> None:
     procs = engine_processes(pgid, known)
     if not procs:
         return
-    print(f"specbench engine guard: the harness is gone; stopping the engine's processes"
-          f" {sorted(procs)} (group {pgid})", flush=True)
+    print(
+        f"specbench engine guard: the harness is gone; stopping the engine's processes"
+        f" {sorted(procs)} (group {pgid})",
+        flush=True,
+    )
     _signal(pgid, procs, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:

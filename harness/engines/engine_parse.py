@@ -35,25 +35,34 @@ def engine_command(arm: Arm, study: Study) -> tuple[str, list[str], dict[str, st
     module, the variables the arm's engine is started with)."""
     kind = get_engine_kind(arm.engine)
     argv = kind.command(arm, study, "127.0.0.1", 8000)
-    return kind.metrics_dialect, argv[len(kind.prefix(arm)):], kind.environment(arm)
+    return kind.metrics_dialect, argv[len(kind.prefix(arm)) :], kind.environment(arm)
 
 
-def parse_commands(python: str, engine: str, commands: dict[str, tuple[list[str], dict]],
-                   timeout_s: float = 600) -> dict[str, Parsed]:
+def parse_commands(
+    python: str, engine: str, commands: dict[str, tuple[list[str], dict]], timeout_s: float = 600
+) -> dict[str, Parsed]:
     """Each named (argv, env) parsed by `engine` in `python`, one process for them all."""
-    request = {"engine": engine, "commands": [{"name": n, "argv": a, "env": e}
-                                              for n, (a, e) in commands.items()]}
+    request = {
+        "engine": engine,
+        "commands": [{"name": n, "argv": a, "env": e} for n, (a, e) in commands.items()],
+    }
     try:
-        proc = subprocess.run([python, str(PARSE_PROBE)], input=json.dumps(request), text=True,
-                              capture_output=True, timeout=timeout_s)
+        proc = subprocess.run(
+            [python, str(PARSE_PROBE)],
+            input=json.dumps(request),
+            text=True,
+            capture_output=True,
+            timeout=timeout_s,
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         raise SpecbenchError(f"{python}: the {engine} parse probe did not run: {err}") from None
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(PARSE_RESULT_MARKER)), None)
     if line is None:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise SpecbenchError(f"{python}: the {engine} parse probe failed (exit"
-                             f" {proc.returncode}): {tail[0]}")
-    return {name: Parsed(**r) for name, r in json.loads(line[len(PARSE_RESULT_MARKER):]).items()}
+        raise SpecbenchError(
+            f"{python}: the {engine} parse probe failed (exit {proc.returncode}): {tail[0]}"
+        )
+    return {name: Parsed(**r) for name, r in json.loads(line[len(PARSE_RESULT_MARKER) :]).items()}
 
 
 def parse_arms(python: str, arms: list[Arm], study: Study) -> dict[str, Parsed]:
@@ -62,5 +71,6 @@ def parse_arms(python: str, arms: list[Arm], study: Study) -> dict[str, Parsed]:
     engines = {engine for engine, _, _ in commands.values()}
     if len(engines) != 1:
         raise ValueError(f"arms of one engine at a time, got {sorted(engines)}")
-    return parse_commands(python, engines.pop(),
-                          {name: (argv, env) for name, (_, argv, env) in commands.items()})
+    return parse_commands(
+        python, engines.pop(), {name: (argv, env) for name, (_, argv, env) in commands.items()}
+    )

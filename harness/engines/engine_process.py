@@ -113,7 +113,9 @@ class EngineProcess:
                 self._guard.release()
         problems = []
         if left:
-            problems.append("processes still alive after SIGKILL: " + ", ".join(str(p.pid) for p in left))
+            problems.append(
+                "processes still alive after SIGKILL: " + ", ".join(str(p.pid) for p in left)
+            )
         if self._host and self._port and not wait_port_free(self._host, self._port, 15):
             problems.append(f"port {self._port} on {self._host} is still in use")
         if problems:

@@ -44,8 +44,9 @@ def find_python(pin: EnginePin, given: str | None = None) -> str:
     )
 
 
-def install_commands(pin: EnginePin, venv: Path, *, uv: str | None, python: str | None,
-                     quiet: bool = False) -> list[list[str]]:
+def install_commands(
+    pin: EnginePin, venv: Path, *, uv: str | None, python: str | None, quiet: bool = False
+) -> list[list[str]]:
     """The commands that build the venv and install the pin into it, in order."""
     links = [a for d in pin.find_links if Path(d).is_dir() for a in ("--find-links", d)]
     links += ["--no-deps"] if pin.no_deps else []
@@ -56,26 +57,49 @@ def install_commands(pin: EnginePin, venv: Path, *, uv: str | None, python: str 
         # --compile-bytecode: uv leaves no .pyc otherwise, and where PYTHONDONTWRITEBYTECODE
         # is set (as on these machines) every engine process would compile vLLM and torch
         # again at each start.
-        cmds = [[uv, "venv", *q, "--seed", "--python", python or pin.python, str(venv)],
-                [uv, "pip", "install", *q, "--compile-bytecode", "--python", target, *links,
-                 pin.requirement, *pin.with_packages]]
+        cmds = [
+            [uv, "venv", *q, "--seed", "--python", python or pin.python, str(venv)],
+            [
+                uv,
+                "pip",
+                "install",
+                *q,
+                "--compile-bytecode",
+                "--python",
+                target,
+                *links,
+                pin.requirement,
+                *pin.with_packages,
+            ],
+        ]
         if pin.remove_after:
             cmds.append([uv, "pip", "uninstall", *q, "--python", target, *pin.remove_after])
         return cmds
     q = ["-q"] if quiet else []
     pip = [target, "-m", "pip"]
-    cmds = [[find_python(pin, python), "-m", "venv", str(venv)],
-            [*pip, "install", *q, "--disable-pip-version-check", *links, pin.requirement,
-             *pin.with_packages]]
+    cmds = [
+        [find_python(pin, python), "-m", "venv", str(venv)],
+        [
+            *pip,
+            "install",
+            *q,
+            "--disable-pip-version-check",
+            *links,
+            pin.requirement,
+            *pin.with_packages,
+        ],
+    ]
     if pin.remove_after:
         cmds.append([*pip, "uninstall", *q, "-y", *pin.remove_after])
     return cmds
 
 
-STAND_IN = ('"""A stand-in written by specbench (engines.lock.toml stand_ins): the package'
-            " imports this module and this environment never runs what uses it; any use"
-            ' fails."""\n\n\ndef __getattr__(name):\n    raise AttributeError(f"{__name__} is a'
-            ' stand-in here (specbench\'s test-only environment): no {name}")\n')
+STAND_IN = (
+    '"""A stand-in written by specbench (engines.lock.toml stand_ins): the package'
+    " imports this module and this environment never runs what uses it; any use"
+    ' fails."""\n\n\ndef __getattr__(name):\n    raise AttributeError(f"{__name__} is a'
+    " stand-in here (specbench's test-only environment): no {name}\")\n"
+)
 
 
 def write_stand_ins(pin: EnginePin, venv: Path) -> None:
@@ -89,8 +113,13 @@ def installed_version(pin: EnginePin, python: Path) -> tuple[str | None, str]:
     """(version, output) of the engine module as the venv's python imports it."""
     code = version_probe_code(pin.module, pin.server_modules)
     try:
-        out = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
-                             timeout=600, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            [str(python), "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         return None, str(err)
     text = (out.stdout or "") + (out.stderr or "")
@@ -123,8 +152,10 @@ def install_engine(
         code = run(cmd)
         # The packages remove_after names may be absent: not an error.
         if code != 0 and "uninstall" not in cmd:
-            raise SpecbenchError(f"{pin.name}: `{' '.join(cmd)}` exited {code}; {venv} is left"
-                                 " unfinished (run the install again to start over)")
+            raise SpecbenchError(
+                f"{pin.name}: `{' '.join(cmd)}` exited {code}; {venv} is left"
+                " unfinished (run the install again to start over)"
+            )
     write_stand_ins(pin, venv)
     version, output = installed_version(pin, target)
     if version is None or not (version == pin.version or version.startswith(pin.version + "+")):
@@ -133,8 +164,16 @@ def install_engine(
             f"{pin.name}: after the install {target} imports {pin.module} as"
             f" {version or 'nothing'}, not {pin.version}: {last[0].strip()}"
         )
-    (venv / ".complete").write_text(json.dumps({
-        "requirement": pin.requirement, "tool": tool, "installed_wall": time.time(),
-        "engine_version": version}) + "\n")
+    (venv / ".complete").write_text(
+        json.dumps(
+            {
+                "requirement": pin.requirement,
+                "tool": tool,
+                "installed_wall": time.time(),
+                "engine_version": version,
+            }
+        )
+        + "\n"
+    )
     say(f"{pin.name}: {pin.module} {version} ready at {target}")
     return target

@@ -206,4 +206,5 @@ def _request_kind(arm: Arm) -> EngineKind | None:
         return own
     return ENGINE_KINDS.get(arm.attach.metrics)
 
+
 __all__ = ["EngineInfo", "EngineProcess", "attach_engine", "start_engine"]

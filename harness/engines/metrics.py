@@ -87,8 +87,9 @@ def parse_metrics(text: str, dialect: Dialect) -> EngineSnapshot:
     on an unknown dialect.
     """
     if dialect not in _COUNTERS:
-        raise ValueError(f"unknown metrics dialect {dialect!r}"
-                         f" (expected one of: {', '.join(DIALECTS)})")
+        raise ValueError(
+            f"unknown metrics dialect {dialect!r} (expected one of: {', '.join(DIALECTS)})"
+        )
     samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
     # The full page takes ~10 ms to parse (52 KB from vLLM 0.32): inside a cell that is
     # the client's event loop held once a second. Parse only the series read here; a
@@ -128,8 +129,10 @@ def _sample_names(dialect: Dialect) -> frozenset[str]:
 
 _WANTED = {dialect: _sample_names(dialect) for dialect in _COUNTERS}
 # A family's name in its "# TYPE" line drops a counter's "_total".
-_WANTED_FAMILIES = {dialect: frozenset(n.removesuffix("_total") for n in names) | names
-                    for dialect, names in _WANTED.items()}
+_WANTED_FAMILIES = {
+    dialect: frozenset(n.removesuffix("_total") for n in names) | names
+    for dialect, names in _WANTED.items()
+}
 
 
 def _wanted_lines(text: str, dialect: Dialect) -> str:

@@ -25,8 +25,13 @@ def package_list(python: str, timeout_s: float = 120) -> dict:
     """{"python", "python_version", "packages": [{"name", "version"}, ...]}, or
     {"python", "error"} when the interpreter cannot say."""
     try:
-        out = subprocess.run([python, "-I", "-c", _LIST], capture_output=True, text=True,
-                             timeout=timeout_s, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            [python, "-I", "-c", _LIST],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         return {"python": python, "error": str(err)}
     if out.returncode != 0:

@@ -30,6 +30,7 @@ PARSE_RESULT_MARKER = "specbench-parse-result"
 # vLLM's speculative methods without draft weights of their own.
 WEIGHTLESS_METHODS = {"ngram", "ngram_gpu", "suffix"}
 
+
 def _argparse(parse, argv: list[str]):
     """parse(argv), an argparse failure (SystemExit) turned into its message."""
     err = io.StringIO()
@@ -84,14 +85,17 @@ def vllm_check(argv: list[str], env: dict) -> dict:
         config = SpeculativeConfig(**spec)
     finally:
         SpeculativeConfig.__post_init__ = post_init
-    checked.append("SpeculativeConfig" + ("" if whole else
-                                          " fields and _verify_args (not __post_init__)"))
+    checked.append(
+        "SpeculativeConfig" + ("" if whole else " fields and _verify_args (not __post_init__)")
+    )
     if config.num_speculative_tokens_per_batch_size is not None:
         from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
 
-        build_dynamic_sd_schedule_lookup(config.num_speculative_tokens_per_batch_size,
-                                         vllm_max_batch_size=engine.max_num_seqs or 256,
-                                         vllm_num_speculative_tokens=config.num_speculative_tokens)
+        build_dynamic_sd_schedule_lookup(
+            config.num_speculative_tokens_per_batch_size,
+            vllm_max_batch_size=engine.max_num_seqs or 256,
+            vllm_num_speculative_tokens=config.num_speculative_tokens,
+        )
         checked.append("the k schedule (build_dynamic_sd_schedule_lookup)")
     return {"ok": True, "problem": None, "checked": checked}
 
@@ -116,8 +120,11 @@ def sglang_check(argv: list[str], env: dict) -> dict:
         checked.append("SpeculativeAlgorithm.from_string")
     unknown = [k for k in env if k.startswith("SGLANG_") and not hasattr(envs, k)]
     if unknown:
-        return {"ok": False, "problem": f"unknown to sglang.srt.environ: {unknown}",
-                "checked": checked}
+        return {
+            "ok": False,
+            "problem": f"unknown to sglang.srt.environ: {unknown}",
+            "checked": checked,
+        }
     checked += ["its SGLANG_* variables in sglang.srt.environ"] if env else []
     return {"ok": True, "problem": None, "checked": checked}
 
@@ -130,8 +137,11 @@ def main() -> None:
         try:
             out[command["name"]] = check(command["argv"], command.get("env") or {})
         except Exception as err:  # the engine's own refusal, in its words
-            out[command["name"]] = {"ok": False, "checked": [],
-                                    "problem": f"{type(err).__name__}: {err}"[:2000]}
+            out[command["name"]] = {
+                "ok": False,
+                "checked": [],
+                "problem": f"{type(err).__name__}: {err}"[:2000],
+            }
     print(PARSE_RESULT_MARKER, json.dumps(out), flush=True)
 
 

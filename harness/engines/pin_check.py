@@ -45,8 +45,12 @@ class PinCheck:
     def line(self) -> str:
         target = f"CPython {self.pin.python} on {self.pin.platform}"
         if self.ok:
-            return f"ok    {self.pin.name}: {self.pin.requirement} resolves for {target}: {self.wheel}"
-        return f"FAIL  {self.pin.name}: {self.pin.requirement} for {target}: " + "; ".join(self.problems)
+            return (
+                f"ok    {self.pin.name}: {self.pin.requirement} resolves for {target}: {self.wheel}"
+            )
+        return f"FAIL  {self.pin.name}: {self.pin.requirement} for {target}: " + "; ".join(
+            self.problems
+        )
 
 
 def default_index_url() -> str:
@@ -75,11 +79,14 @@ def platforms(platform: str) -> list[str]:
 def target_tags(python: str, platform: str) -> set[Tag]:
     version = tuple(int(x) for x in python.split("."))
     plats = platforms(platform)
-    return set(cpython_tags(version, platforms=plats)) | set(compatible_tags(version, platforms=plats))
+    return set(cpython_tags(version, platforms=plats)) | set(
+        compatible_tags(version, platforms=plats)
+    )
 
 
-def release_files(package: str, index_url: str | None = None,
-                  client: httpx.Client | None = None) -> list[dict]:
+def release_files(
+    package: str, index_url: str | None = None, client: httpx.Client | None = None
+) -> list[dict]:
     """The index's file entries for a project (PEP 691 JSON)."""
     url = f"{index_url or default_index_url()}/{canonicalize_name(package)}/"
     own = client is None
@@ -132,8 +139,9 @@ def check_pin(pin: EnginePin, files: list[dict]) -> PinCheck:
     elif not same_version:
         result.problems.append(f"every wheel of {pin.version} is yanked: {', '.join(yanked)}")
     elif not result.problems:
-        result.problems.append("no wheel for this platform and Python among "
-                               + ", ".join(sorted(same_version)))
+        result.problems.append(
+            "no wheel for this platform and Python among " + ", ".join(sorted(same_version))
+        )
     return result
 
 

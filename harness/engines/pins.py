@@ -93,7 +93,9 @@ def _load(path: Path) -> tuple[tuple[str, EnginePin], ...]:
 def pin(name: str, path: Path | None = None) -> EnginePin:
     pins = load_pins(path)
     if name not in pins:
-        raise InputError(f"{path or LOCK_FILE}: no engine named {name!r} (pinned: {', '.join(pins)})")
+        raise InputError(
+            f"{path or LOCK_FILE}: no engine named {name!r} (pinned: {', '.join(pins)})"
+        )
     return pins[name]
 
 

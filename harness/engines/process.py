@@ -67,7 +67,10 @@ def _die_with_parent():
     PR_SET_PDEATHSIG fires on the exit of the parent *thread*, not the process, so it is
     only set when the engine is started from the main thread (which lives as long as the
     harness); from any other thread the guard alone stops the engine. Linux only."""
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+    if (
+        not sys.platform.startswith("linux")
+        or threading.current_thread() is not threading.main_thread()
+    ):
         return None
     libc = ctypes.CDLL(None, use_errno=True)
     parent = os.getpid()
@@ -106,8 +109,14 @@ class EngineGuard:
         try:
             with log_path.open("ab") as log:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-I", str(GUARD_SCRIPT), str(read_end), str(pgid),
-                     f"{min(grace_s, 30.0):g}"],
+                    [
+                        sys.executable,
+                        "-I",
+                        str(GUARD_SCRIPT),
+                        str(read_end),
+                        str(pgid),
+                        f"{min(grace_s, 30.0):g}",
+                    ],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -50,8 +50,9 @@ def start_failure(engine: EngineProcess, reason: str) -> SpecbenchError:
     return SpecbenchError(*lines)
 
 
-def wait_ready(engine: EngineProcess, timeout_s: float, started: float,
-               version: Callable[[], str | None]) -> None:
+def wait_ready(
+    engine: EngineProcess, timeout_s: float, started: float, version: Callable[[], str | None]
+) -> None:
     """Until the readiness path answers 200 (the process alive, within `timeout_s` of
     `started`), then every probe below; raises the first problem."""
     kind = engine.kind
@@ -66,7 +67,9 @@ def wait_ready(engine: EngineProcess, timeout_s: float, started: float,
             if code is not None:
                 raise start_failure(engine, f"the engine exited with code {code} while starting")
             if time.time() > deadline:
-                raise start_failure(engine, f"not ready after {timeout_s:.0f} s (waiting for {phase})")
+                raise start_failure(
+                    engine, f"not ready after {timeout_s:.0f} s (waiting for {phase})"
+                )
             try:
                 response = client.get(engine.base_url + kind.readiness_path)
             except httpx.TransportError:
@@ -77,9 +80,11 @@ def wait_ready(engine: EngineProcess, timeout_s: float, started: float,
                 break
             time.sleep(READY_POLL_S)
         remaining = max(deadline - time.time(), 5.0)
-        for probe in (lambda: served_model_problem(engine, client),
-                      lambda: warm_up_problem(engine, client, remaining),
-                      lambda: metrics_problem(engine, client)):
+        for probe in (
+            lambda: served_model_problem(engine, client),
+            lambda: warm_up_problem(engine, client, remaining),
+            lambda: metrics_problem(engine, client),
+        ):
             said = probe()
             if said is not None:
                 raise start_failure(engine, said)
@@ -90,7 +95,8 @@ def wait_ready(engine: EngineProcess, timeout_s: float, started: float,
             # One line: the metric, the engine and its version say what to fix.
             raise SpecbenchError(
                 f"arm {engine.arm.name!r}: {engine.info.kind} {version() or '(version unknown)'}"
-                f" {said}; its engine was stopped (log: {engine.info.log_path})")
+                f" {said}; its engine was stopped (log: {engine.info.log_path})"
+            )
         raise start_failure(engine, said)
 
 
@@ -158,11 +164,25 @@ def speculation_counter_problem(engine: EngineProcess, client: httpx.Client) -> 
             return None, f"/metrics is unusable: {result.error}"
         return result.snapshot.drafts, None
 
-    reading = wait_for_drafting(read, dialect, drafter=drafter, over="its warm-up",
-                                wait_s=SPEC_COUNTER_GRACE_S if drafter else 0.0, poll_s=0.25)
+    reading = wait_for_drafting(
+        read,
+        dialect,
+        drafter=drafter,
+        over="its warm-up",
+        wait_s=SPEC_COUNTER_GRACE_S if drafter else 0.0,
+        poll_s=0.25,
+    )
     return reading.problem
 
 
-__all__ = ["READY_POLL_S", "SPEC_COUNTER_GRACE_S", "WARMUP_PROMPT", "metrics_problem",
-           "served_model_problem", "speculation_counter_problem", "start_failure", "wait_ready",
-           "warm_up_problem"]
+__all__ = [
+    "READY_POLL_S",
+    "SPEC_COUNTER_GRACE_S",
+    "WARMUP_PROMPT",
+    "metrics_problem",
+    "served_model_problem",
+    "speculation_counter_problem",
+    "start_failure",
+    "wait_ready",
+    "warm_up_problem",
+]

@@ -71,8 +71,9 @@ def parse_request_speculation(dialect: Dialect, figures: dict) -> RequestSpecula
     """The figures in specbench's names; None when a count is missing or not a count
     (a figure that cannot be summed is no figure)."""
     names = FIELDS[dialect]
-    rounds, draft_tokens, accepted = (_count(figures.get(names[field]))
-                                      for field in ("rounds", "draft_tokens", "accepted"))
+    rounds, draft_tokens, accepted = (
+        _count(figures.get(names[field])) for field in ("rounds", "draft_tokens", "accepted")
+    )
     if rounds is None or draft_tokens is None or accepted is None:
         return None
     raw = figures.get(names["histogram"]) or []
@@ -81,8 +82,13 @@ def parse_request_speculation(dialect: Dialect, figures: dict) -> RequestSpecula
     histogram = [n for v in raw if (n := _count(v)) is not None]
     if len(histogram) < len(raw):
         return None
-    return RequestSpeculation(engine=dialect, rounds=rounds, draft_tokens=draft_tokens,
-                              accepted=accepted, histogram=histogram)
+    return RequestSpeculation(
+        engine=dialect,
+        rounds=rounds,
+        draft_tokens=draft_tokens,
+        accepted=accepted,
+        histogram=histogram,
+    )
 
 
 def request_speculation(obj: dict) -> tuple[dict, RequestSpeculation | None] | None:

@@ -51,11 +51,15 @@ class ScriptedKind(EngineKind):
             # The declared synthetic mode, as vLLM's: drafts kept by the registered chances
             # (conditional per position, what accept_probs declares), whatever they say,
             # so the text is not the target's (a salt of its own).
-            spec = spec.model_copy(update={
-                "num_draft_tokens": d.num_draft_tokens,
-                "accept_probs": conditional_rates(
-                    d.synthetic.unconditional_rates(d.num_draft_tokens)),
-                "output_salt": spec.output_salt + SYNTHETIC_SALT})
+            spec = spec.model_copy(
+                update={
+                    "num_draft_tokens": d.num_draft_tokens,
+                    "accept_probs": conditional_rates(
+                        d.synthetic.unconditional_rates(d.num_draft_tokens)
+                    ),
+                    "output_salt": spec.output_salt + SYNTHETIC_SALT,
+                }
+            )
         if d is not None and d.k_schedule is not None:
             spec = spec.model_copy(update={"k_schedule": list(d.k_schedule)})
         return spec
@@ -67,8 +71,9 @@ class ScriptedKind(EngineKind):
         return None  # the spec's k_schedule: k chosen per step by the running batch
 
     def k_schedule_setting(self, arm: Arm, ranges: list[tuple[int, int | None, int]]) -> str:
-        entries = ", ".join(f"[{lo}, {hi if hi is not None else 'null'}, {k}]"
-                            for lo, hi, k in ranges)
+        entries = ", ".join(
+            f"[{lo}, {hi if hi is not None else 'null'}, {k}]" for lo, hi, k in ranges
+        )
         return f"scripted: drafter.k_schedule [{entries}] (the spec's k_schedule)"
 
     def drafter_precision(self, arm: Arm, study: Study) -> str:
@@ -84,22 +89,36 @@ class ScriptedKind(EngineKind):
 
     def command(self, arm: Arm, study: Study, host: str, port: int) -> list[str]:
         launch = arm.launch
-        prefix = list(launch.command) if launch is not None and launch.command else [
-            self.interpreter(arm), "-m", "harness.testengine"]
+        prefix = (
+            list(launch.command)
+            if launch is not None and launch.command
+            else [self.interpreter(arm), "-m", "harness.testengine"]
+        )
         spec = self.spec(arm)
         if not study.recording.per_request_spec_metrics and spec.metrics_dialect == "vllm":
             # As vLLM without --per-request-spec-decode-metrics: no per-request figures.
             spec = spec.model_copy(update={"per_request_spec_metrics": False})
-        cmd = [*prefix, "--host", host, "--port", str(port),
-               "--spec-json", spec.model_dump_json(),
-               "--served-model-name", self.served_model(study)]
+        cmd = [
+            *prefix,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--spec-json",
+            spec.model_dump_json(),
+            "--served-model-name",
+            self.served_model(study),
+        ]
         return cmd + (list(launch.extra_args) if launch is not None else [])
 
     def request_fields(self, arm: Arm, study: Study) -> dict[str, Any]:
         fields = super().request_fields(arm, study)
         fields["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
-        if (self.dialect_for(arm) == "sglang" and arm.drafter is not None
-                and study.recording.per_request_spec_metrics):
+        if (
+            self.dialect_for(arm) == "sglang"
+            and arm.drafter is not None
+            and study.recording.per_request_spec_metrics
+        ):
             fields["return_spec_tokens_details"] = True  # as SglangKind asks
         return fields
 

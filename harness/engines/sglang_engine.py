@@ -62,9 +62,11 @@ SPECULATIVE_RUNNING_CAP = 48
 UNQUANT = "unquant"
 # The worker SGLang 0.5.23 serves DFLASH with, in words (module docstring): the identity
 # cells and the smoke ask for logprobs, which its old spec-v1 worker refused.
-DFLASH_WORKER = ("DFlashWorkerV2, SGLang 0.5.23's only DFLASH worker (speculative/spec_info.py"
-                 " create_worker; nothing to switch on, no SGLANG_ENABLE_SPEC_V2): returns"
-                 " logprobs with their top alternatives (compute_spec_logprobs)")
+DFLASH_WORKER = (
+    "DFlashWorkerV2, SGLang 0.5.23's only DFLASH worker (speculative/spec_info.py"
+    " create_worker; nothing to switch on, no SGLANG_ENABLE_SPEC_V2): returns"
+    " logprobs with their top alternatives (compute_spec_logprobs)"
+)
 
 
 def sglang_algorithm(arm: Arm) -> str | None:
@@ -129,7 +131,9 @@ def draft_quantization_flag(arm: Arm) -> str | None:
     return UNQUANT if d.quantization == "checkpoint" else d.quantization
 
 
-def min_free_slots(algorithm: str | None, explicit: int | None, max_running: int | None) -> int | None:
+def min_free_slots(
+    algorithm: str | None, explicit: int | None, max_running: int | None
+) -> int | None:
     """The free-slot threshold SGLang 0.5.23 holds new prefills for (None: off), as
     managers/min_free_slots_delayer.py resolves it; `max_running` is the engine's
     running-request cap (None: unknown, sized from memory)."""
@@ -148,10 +152,13 @@ class SglangKind(EngineKind):
         # Not found for 0.5.23: the PRs that added a batch-size fallback to plain decode
         # (sgl-project/sglang 13376, 13804) were closed unmerged; 24055 (merged) adapts
         # speculative_num_steps to the batch, it does not switch drafting off.
-        return ("SGLang 0.5.23: no batch-size switch-off for speculation; serve loads above"
-                f" {up_to} users from a no-drafter deployment" if up_to is not None else
-                "SGLang 0.5.23: speculation never paid here; serve this load without the"
-                " drafter")
+        return (
+            "SGLang 0.5.23: no batch-size switch-off for speculation; serve loads above"
+            f" {up_to} users from a no-drafter deployment"
+            if up_to is not None
+            else "SGLang 0.5.23: speculation never paid here; serve this load without the drafter"
+        )
+
     metrics_dialect: ClassVar[Dialect] = "sglang"
     engine_module: ClassVar[str] = "sglang"
     # `import sglang` succeeds where the server cannot start (its srt extras, sgl-kernel
@@ -165,16 +172,24 @@ class SglangKind(EngineKind):
     def synthetic_problem(self, arm: Arm) -> str | None:
         d = arm.drafter
         if d is not None and d.synthetic is not None and d.synthetic.rates is not None:
-            return ("SGLang 0.5.23 takes a mean acceptance length only"
-                    " (SGLANG_SIMULATE_ACC_LEN), not per-position rates")
+            return (
+                "SGLang 0.5.23 takes a mean acceptance length only"
+                " (SGLANG_SIMULATE_ACC_LEN), not per-position rates"
+            )
         length = d.synthetic.acceptance_length if d is not None and d.synthetic else None
-        if (d is not None and length is not None and sglang_algorithm(arm) == "DFLASH"
-                and length > d.num_draft_tokens):
+        if (
+            d is not None
+            and length is not None
+            and sglang_algorithm(arm) == "DFLASH"
+            and length > d.num_draft_tokens
+        ):
             # speculative/dflash_utils.py:872-875 clamps it to [1, block_size]: the block is
             # the whole verify window, so a round commits at most k tokens, not k + 1.
-            return (f"synthetic.acceptance_length {length:g} is above the DFLASH block size"
-                    f" k = {d.num_draft_tokens}: SGLang 0.5.23 clamps it to the block"
-                    " (dflash_utils.py), so a DFLASH round keeps at most k tokens")
+            return (
+                f"synthetic.acceptance_length {length:g} is above the DFLASH block size"
+                f" k = {d.num_draft_tokens}: SGLang 0.5.23 clamps it to the block"
+                " (dflash_utils.py), so a DFLASH round keeps at most k tokens"
+            )
         return None
 
     def environment(self, arm: Arm) -> dict[str, str]:
@@ -185,9 +200,11 @@ class SglangKind(EngineKind):
         env: dict[str, str] = {}
         d = arm.drafter
         if d is not None and d.synthetic is not None and d.synthetic.acceptance_length:
-            env = {"SGLANG_SIMULATE_ACC_LEN": f"{d.synthetic.acceptance_length:g}",
-                   "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
-                   "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}
+            env = {
+                "SGLANG_SIMULATE_ACC_LEN": f"{d.synthetic.acceptance_length:g}",
+                "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
+                "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token",
+            }
         return {**env, **super().environment(arm)}
 
     def prefix(self, arm: Arm) -> list[str]:
@@ -228,12 +245,16 @@ class SglangKind(EngineKind):
         # Read back from the flags as passed: an option or extra arg may override ours.
         flag = option_value(self.own_args(arm), "--speculative-draft-model-quantization")
         if flag is None:
-            return (f"the target's ({study.model.quantization or 'none'}):"
-                    " --speculative-draft-model-quantization is not passed")
+            return (
+                f"the target's ({study.model.quantization or 'none'}):"
+                " --speculative-draft-model-quantization is not passed"
+            )
         if flag == UNQUANT:
-            return ("checkpoint's own (--speculative-draft-model-quantization unquant; unset,"
-                    " SGLang gives the draft the target's"
-                    f" --quantization {study.model.quantization or '(none)'})")
+            return (
+                "checkpoint's own (--speculative-draft-model-quantization unquant; unset,"
+                " SGLang gives the draft the target's"
+                f" --quantization {study.model.quantization or '(none)'})"
+            )
         return f"{flag} (--speculative-draft-model-quantization {flag})"
 
     def resolved_settings(self, arm: Arm, study: Study) -> dict[str, str]:
@@ -261,8 +282,10 @@ class SglangKind(EngineKind):
             return f"{state} (--min-free-slots-delay {explicit})"
         if sglang_algorithm(arm) in DFLASH_FAMILY:
             if cap is None:
-                return ("on: SGLang's DFLASH/DSPARK default, from max_running_requests"
-                        " (not passed; the cap is sized from memory)")
+                return (
+                    "on: SGLang's DFLASH/DSPARK default, from max_running_requests"
+                    " (not passed; the cap is sized from memory)"
+                )
             return f"{state} (not passed: SGLang's own DFLASH/DSPARK default at {cap} running)"
         return f"{state} (not passed: SGLang's default)"
 

@@ -48,10 +48,15 @@ class StaleEngine:
     port_held: bool = False
 
     def describe(self) -> str:
-        where = f"port {self.port}" + (" (held)" if self.port_held else " (not held)") \
-            if self.port else "no port recorded"
-        return (f"engine of arm {self.arm!r} from run {self.run}: pid {self.pid},"
-                f" process group {self.pgid}, {where}; alive: {self.processes}")
+        where = (
+            f"port {self.port}" + (" (held)" if self.port_held else " (not held)")
+            if self.port
+            else "no port recorded"
+        )
+        return (
+            f"engine of arm {self.arm!r} from run {self.run}: pid {self.pid},"
+            f" process group {self.pgid}, {where}; alive: {self.processes}"
+        )
 
 
 def recorded_engines(run_root: Path) -> list[dict[str, Any]]:
@@ -120,8 +125,14 @@ def stale_engine(run: str, record: dict[str, Any]) -> StaleEngine | None:
         return None
     host, port = record.get("host") or "127.0.0.1", record.get("port")
     return StaleEngine(
-        run=run, arm=str(record.get("arm")), pid=pid, pgid=int(pgid), host=host, port=port,
-        command=list(record.get("command") or []), processes=sorted(alive),
+        run=run,
+        arm=str(record.get("arm")),
+        pid=pid,
+        pgid=int(pgid),
+        host=host,
+        port=port,
+        command=list(record.get("command") or []),
+        processes=sorted(alive),
         port_held=port_in_use(host, int(port)) if port else False,
     )
 

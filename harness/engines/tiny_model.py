@@ -101,7 +101,9 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
     """Write a servable model folder; returns its path. Overwrites the model files."""
     out = Path(out_dir)
     vocab = write_model_files(out, SHAPE, "float32")
-    save_file(random_weights(vocab, seed), str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        random_weights(vocab, seed), str(out / "model.safetensors"), metadata={"format": "pt"}
+    )
     return out
 
 

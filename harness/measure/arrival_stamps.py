@@ -31,8 +31,9 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 
 # Kernel receive timestamps (Linux: SO_TIMESTAMPNS = 35, a struct timespec on the
 # realtime clock per recvmsg, the arrival of the last segment it returned).
-SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS",
-                                     35 if sys.platform.startswith("linux") else None)
+SO_TIMESTAMPNS: int | None = getattr(
+    socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None
+)
 _TIMESPEC = struct.Struct("qq")
 _ANCILLARY_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
 KERNEL_STAMPS = True  # False: stamp with the reader thread's clock (tests of that path)
@@ -96,8 +97,9 @@ class ReaderThread:
             if not self._started:  # started by the first connection it reads
                 self._started = True
                 sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
-                threading.Thread(target=self._run, name="specbench-stream-reader",
-                                 daemon=True).start()
+                threading.Thread(
+                    target=self._run, name="specbench-stream-reader", daemon=True
+                ).start()
         self.streams[stream.fd] = stream
         self.epoll.register(stream.fd, select.EPOLLIN | select.EPOLLRDHUP)
 
@@ -133,8 +135,7 @@ class ReaderThread:
             for fd, _ in events:
                 stream = self.streams.get(fd)
                 # A probe's take records its lags and wakes no one (it returns False).
-                if (stream is not None and stream.take(t)
-                        and not isinstance(stream, StampPathProbe)):
+                if stream is not None and stream.take(t) and not isinstance(stream, StampPathProbe):
                     woken.setdefault(stream.loop, []).append(stream)
             for loop, streams in woken.items():
                 try:
@@ -158,8 +159,9 @@ class ReaderThread:
                 return None
         return None
 
-    def recv(self, sock: socket.socket, stamped: bool, size: int,
-             woke_t: float) -> tuple[bytes, float, bool]:
+    def recv(
+        self, sock: socket.socket, stamped: bool, size: int, woke_t: float
+    ) -> tuple[bytes, float, bool]:
         """Read what is there: (bytes, arrival time, whether the kernel stamped it)."""
         if stamped:
             data, ancdata, _, _ = sock.recvmsg(size, _ANCILLARY_SIZE)
@@ -221,7 +223,8 @@ class StampPathProbe:
         while True:
             try:
                 data, stamp, by_kernel = self.reader.recv(
-                    self._recv, self.kernel_stamps_on, 65536, t)
+                    self._recv, self.kernel_stamps_on, 65536, t
+                )
             except OSError:
                 return False
             if not data:

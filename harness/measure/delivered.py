@@ -90,8 +90,9 @@ def delivered_load(spans: Sequence[Span]) -> DeliveredLoad:
     )
 
 
-def arrival_statistics(send_times: Sequence[float] | np.ndarray
-                       ) -> tuple[float | None, float | None]:
+def arrival_statistics(
+    send_times: Sequence[float] | np.ndarray,
+) -> tuple[float | None, float | None]:
     """(mean arrival rate per second, coefficient of variation of the gaps) of an open
     loop's sends: seed-independent checks of a Poisson process (CV 1 for exponential
     gaps), for comparing tools that draw different schedules at the same rate."""

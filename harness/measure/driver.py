@@ -55,7 +55,10 @@ def _freeze_long_lived_heap() -> None:
 class _CellState:
     def __init__(self, error_rate_limit: float | None, on_record, on_progress, total) -> None:
         self.error_rate_limit, self.on_record, self.on_progress = (
-            error_rate_limit, on_record, on_progress)
+            error_rate_limit,
+            on_record,
+            on_progress,
+        )
         self.total = total
         self.done = self.failed = 0  # every record, warm-up included (progress)
         self.measured = self.measured_failed = 0  # what the error-rate limit judges
@@ -85,10 +88,16 @@ class _CellState:
             self.on_progress(self.done, self.total)
         limit = self.error_rate_limit
         failed, measured = self.measured_failed, self.measured
-        if (limit is not None and not self.stopped() and failed >= MIN_ERRORS_TO_ABORT
-                and failed / measured > limit):
-            self.abort_reason = (f"error rate {failed}/{measured} measured requests = "
-                                 f"{failed / measured:.1%} passed the limit {limit:.1%}")
+        if (
+            limit is not None
+            and not self.stopped()
+            and failed >= MIN_ERRORS_TO_ABORT
+            and failed / measured > limit
+        ):
+            self.abort_reason = (
+                f"error rate {failed}/{measured} measured requests = "
+                f"{failed / measured:.1%} passed the limit {limit:.1%}"
+            )
             current = asyncio.current_task()
             for task in self.in_flight:
                 if task is not current:
@@ -133,11 +142,19 @@ async def run_cell(
     # turnaround and the concurrency they delivered are judged instead.
     # A cell of fewer requests than users (a small accuracy cell) can keep only that many
     # in flight: it is judged against what it could deliver.
-    users = (min(pattern.concurrency, pattern.total or pattern.concurrency)
-             if isinstance(pattern, ClosedLoop) else None)
-    health = ClientHealthMonitor(lag_limit_ms, judge_send_lag=not closed, concurrency=users,
-                                 min_delivered_share=min_delivered_share,
-                                 burst_limit=burst_limit, judge_timing=judge_timing)
+    users = (
+        min(pattern.concurrency, pattern.total or pattern.concurrency)
+        if isinstance(pattern, ClosedLoop)
+        else None
+    )
+    health = ClientHealthMonitor(
+        lag_limit_ms,
+        judge_send_lag=not closed,
+        concurrency=users,
+        min_delivered_share=min_delivered_share,
+        burst_limit=burst_limit,
+        judge_timing=judge_timing,
+    )
     warmup = pattern.warmup
 
     latency_from: Literal["sent", "scheduled"] = "sent" if closed else "scheduled"
@@ -161,32 +178,66 @@ async def run_cell(
         the same user the moment the answer before it is parsed, that answer in its
         messages). Returns when the last of them ended (None: the cell was aborted)."""
         spec = requests[index % len(requests)]
-        max_tokens = (pattern.max_tokens_for(index, spec.max_tokens)
-                      if isinstance(pattern, ClosedLoop) else spec.max_tokens)
+        max_tokens = (
+            pattern.max_tokens_for(index, spec.max_tokens)
+            if isinstance(pattern, ClosedLoop)
+            else spec.max_tokens
+        )
         session = len(spec.later_turns) > 0
         messages = spec.messages
-        end_t = await send_one(index, scheduled_t, user, spec.item_id, messages, max_tokens,
-                               1 if session else None, last=not session)
+        end_t = await send_one(
+            index,
+            scheduled_t,
+            user,
+            spec.item_id,
+            messages,
+            max_tokens,
+            1 if session else None,
+            last=not session,
+        )
         for n, turn in enumerate(spec.later_turns, start=2):
             rec = sessions.pop(index, None)
             if end_t is None or rec is None or not rec.ok or state.stopped():
                 break  # a turn that failed ends its session: there is no answer to carry
             messages = next_turn_messages(messages, rec.output_text, turn)
-            end_t = await send_one(index, time.monotonic(), user, turn_item_id(spec.item_id, n),
-                                   messages, max_tokens, n, last=n == len(spec.later_turns) + 1)
+            end_t = await send_one(
+                index,
+                time.monotonic(),
+                user,
+                turn_item_id(spec.item_id, n),
+                messages,
+                max_tokens,
+                n,
+                last=n == len(spec.later_turns) + 1,
+            )
         sessions.pop(index, None)
         return end_t
 
     # A session's turn, parsed at once: the next turn needs its answer's text.
     sessions: dict[int, RequestRecord] = {}
 
-    async def send_one(index: int, scheduled_t: float, user: int | None, item_id: str,
-                       messages: list[dict], max_tokens: int, turn: int | None,
-                       last: bool) -> float | None:
-        rec = RequestRecord(cell_id=cell_id, attempt=attempt, index=index, item_id=item_id,
-                            phase="warmup" if index < warmup else "measure", user=user,
-                            turn=turn, scheduled_t=scheduled_t, sent_t=scheduled_t,
-                            latency_from=latency_from)
+    async def send_one(
+        index: int,
+        scheduled_t: float,
+        user: int | None,
+        item_id: str,
+        messages: list[dict],
+        max_tokens: int,
+        turn: int | None,
+        last: bool,
+    ) -> float | None:
+        rec = RequestRecord(
+            cell_id=cell_id,
+            attempt=attempt,
+            index=index,
+            item_id=item_id,
+            phase="warmup" if index < warmup else "measure",
+            user=user,
+            turn=turn,
+            scheduled_t=scheduled_t,
+            sent_t=scheduled_t,
+            latency_from=latency_from,
+        )
         task = asyncio.current_task()
         assert task is not None  # each request is sent from its own task
         state.in_flight.add(task)

@@ -76,8 +76,11 @@ class Selection:
     source: str  # where the choice came from, for the manifest
 
     def describe(self) -> dict[str, Any]:
-        return {"gpus": [g.describe() for g in self.gpus], "missing": self.missing,
-                "selected_by": self.source}
+        return {
+            "gpus": [g.describe() for g in self.gpus],
+            "missing": self.missing,
+            "selected_by": self.source,
+        }
 
 
 def _text(value: Any) -> str:
@@ -205,15 +208,18 @@ class Nvml:
             except self._error as err:
                 if self._code(err) == _NOT_SUPPORTED:
                     continue  # this GPU does not report it: None, not a gap
-                return {"index": gpu.index, "uuid": gpu.uuid, "ok": False,
-                        "error": f"{name}: {_error_text(err)}"}
+                return {
+                    "index": gpu.index,
+                    "uuid": gpu.uuid,
+                    "ok": False,
+                    "error": f"{name}: {_error_text(err)}",
+                }
         util = values.pop("utilization", None)
         if util is not None:
             values["gpu_util_pct"], values["mem_util_pct"] = util.gpu, util.memory
         bits = values.get("clock_event_bits")
         events = clock_event_names(int(bits)) if bits is not None else []
-        return {"index": gpu.index, "uuid": gpu.uuid, "ok": True, "clock_events": events,
-                **values}
+        return {"index": gpu.index, "uuid": gpu.uuid, "ok": True, "clock_events": events, **values}
 
     def close(self) -> None:
         try:
@@ -227,8 +233,9 @@ def open_nvml() -> Nvml | NoTelemetry:
     try:
         module = importlib.import_module("pynvml")
     except ImportError as err:
-        return NoTelemetry(f"no GPU telemetry: the NVML binding (nvidia-ml-py) is not"
-                           f" installed ({err})")
+        return NoTelemetry(
+            f"no GPU telemetry: the NVML binding (nvidia-ml-py) is not installed ({err})"
+        )
     try:
         module.nvmlInit()
     except module.NVMLError as err:

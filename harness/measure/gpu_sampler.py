@@ -26,8 +26,11 @@ def read_gpus(nvml: Nvml, gpus: Sequence[Gpu]) -> list[GpuReading]:
         try:
             out.append(GpuReading.model_validate(nvml.read(gpu)))
         except Exception as err:  # the sampler must outlive any fault of the binding
-            out.append(GpuReading(index=gpu.index, uuid=gpu.uuid, ok=False,
-                                  error=f"{type(err).__name__}: {err}"))
+            out.append(
+                GpuReading(
+                    index=gpu.index, uuid=gpu.uuid, ok=False, error=f"{type(err).__name__}: {err}"
+                )
+            )
     return out
 
 
@@ -35,8 +38,16 @@ class GpuSampler:
     """A thread that samples `gpus` every `interval_s` until stopped; each sample goes to
     `on_sample` (from the sampler's thread) until stop() returns, never after."""
 
-    def __init__(self, *, nvml: Nvml, gpus: Sequence[Gpu], interval_s: float, cell_id: str,
-                 attempt: int, on_sample: Callable[[GpuSample], None]) -> None:
+    def __init__(
+        self,
+        *,
+        nvml: Nvml,
+        gpus: Sequence[Gpu],
+        interval_s: float,
+        cell_id: str,
+        attempt: int,
+        on_sample: Callable[[GpuSample], None],
+    ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
         self._nvml, self._gpus, self._interval = nvml, list(gpus), interval_s
@@ -45,8 +56,9 @@ class GpuSampler:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._open = True
-        self._thread = threading.Thread(target=self._run, name=f"gpu-sampler {cell_id}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"gpu-sampler {cell_id}", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()
@@ -68,9 +80,16 @@ class GpuSampler:
         wall = time.time() - (time.monotonic() - due)
         began = time.monotonic()
         readings = read_gpus(self._nvml, self._gpus)
-        return GpuSample(cell_id=self._cell_id, attempt=self._attempt, t=due, wall_time=wall,
-                         took_s=time.monotonic() - began, ok=all(r.ok for r in readings),
-                         gpus=readings, final=final)
+        return GpuSample(
+            cell_id=self._cell_id,
+            attempt=self._attempt,
+            t=due,
+            wall_time=wall,
+            took_s=time.monotonic() - began,
+            ok=all(r.ok for r in readings),
+            gpus=readings,
+            final=final,
+        )
 
     def _run(self) -> None:
         start = time.monotonic()
@@ -84,10 +103,16 @@ class GpuSampler:
             missed = int((now - due) // self._interval)
             for j in range(missed):  # held up past whole ticks: gaps, not shifted ticks
                 skipped = due + j * self._interval
-                self._emit(GpuSample(cell_id=self._cell_id, attempt=self._attempt, t=skipped,
-                                     wall_time=time.time() - (now - skipped), ok=False,
-                                     error="GPU tick missed (the previous NVML reading ran"
-                                           " past it)"))
+                self._emit(
+                    GpuSample(
+                        cell_id=self._cell_id,
+                        attempt=self._attempt,
+                        t=skipped,
+                        wall_time=time.time() - (now - skipped),
+                        ok=False,
+                        error="GPU tick missed (the previous NVML reading ran past it)",
+                    )
+                )
             k += missed
             self._emit(self._sample(start + k * self._interval))
             k += 1

@@ -47,10 +47,16 @@ from harness.records import ClientHealth
 
 
 class ClientHealthMonitor:
-    def __init__(self, lag_limit_ms: float = 5.0, tick_s: float = 0.01,
-                 judge_send_lag: bool = True, concurrency: int | None = None,
-                 min_delivered_share: float = 0.97, burst_limit: float | None = None,
-                 judge_timing: bool = True) -> None:
+    def __init__(
+        self,
+        lag_limit_ms: float = 5.0,
+        tick_s: float = 0.01,
+        judge_send_lag: bool = True,
+        concurrency: int | None = None,
+        min_delivered_share: float = 0.97,
+        burst_limit: float | None = None,
+        judge_timing: bool = True,
+    ) -> None:
         self.lag_limit_ms, self.tick_s = lag_limit_ms, tick_s
         self.judge_send_lag = judge_send_lag
         # Closed loop: the registered users, whose delivered load is judged.
@@ -85,12 +91,14 @@ class ClientHealthMonitor:
             due = time.monotonic() + self.tick_s
             self._timer = loop.call_at(due, self._tick_in_loop, loop, due, probe)
             return
-        self._thread = threading.Thread(target=self._probe, args=(loop, probe), daemon=True,
-                                        name="specbench-lag-probe")
+        self._thread = threading.Thread(
+            target=self._probe, args=(loop, probe), daemon=True, name="specbench-lag-probe"
+        )
         self._thread.start()
 
-    def _tick_in_loop(self, loop: asyncio.AbstractEventLoop, due: float,
-                      probe: StampPathProbe) -> None:
+    def _tick_in_loop(
+        self, loop: asyncio.AbstractEventLoop, due: float, probe: StampPathProbe
+    ) -> None:
         if self._stop.is_set():
             return
         now = time.monotonic()  # the loop's clock: asyncio's loop.time() is monotonic
@@ -148,10 +156,12 @@ class ClientHealthMonitor:
         share = self.requests_burst / self.requests_seen
         if self.burst_limit is None or share <= self.burst_limit:
             return share, None
-        return share, (f"{self.requests_burst}/{self.requests_seen} requests arrived in bursts"
-                       f" (most tokens from several steps under one stamp): share {share:.2f}"
-                       f" passes the limit {self.burst_limit:g}, so the cell has too few"
-                       " per-user speeds")
+        return share, (
+            f"{self.requests_burst}/{self.requests_seen} requests arrived in bursts"
+            f" (most tokens from several steps under one stamp): share {share:.2f}"
+            f" passes the limit {self.burst_limit:g}, so the cell has too few"
+            " per-user speeds"
+        )
 
     @property
     def lags_ms(self) -> list[float]:
@@ -175,14 +185,19 @@ class ClientHealthMonitor:
             thread = reader.thread_stamped - self._stamped0[1]
             kernel_fraction = kernel / (kernel + thread) if kernel + thread else None
         lags = np.asarray(self.lags_ms or [0.0])
-        p50, p99, worst = (float(np.percentile(lags, 50)), float(np.percentile(lags, 99)),
-                           float(lags.max()))
+        p50, p99, worst = (
+            float(np.percentile(lags, 50)),
+            float(np.percentile(lags, 99)),
+            float(lags.max()),
+        )
         loop_p99 = float(np.percentile(self.loop_lags_ms, 99)) if self.loop_lags_ms else None
         send_p99 = float(np.percentile(self.send_lags_ms, 99)) if self.send_lags_ms else None
-        bound_p99 = (float(np.percentile(self.stamp_bounds_ms, 99))
-                     if self.stamp_bounds_ms else None)
-        first_p99 = (float(np.percentile(self.first_token_bounds_ms, 99))
-                     if self.first_token_bounds_ms else None)
+        bound_p99 = float(np.percentile(self.stamp_bounds_ms, 99)) if self.stamp_bounds_ms else None
+        first_p99 = (
+            float(np.percentile(self.first_token_bounds_ms, 99))
+            if self.first_token_bounds_ms
+            else None
+        )
         problems = []
         if p99 > self.lag_limit_ms:
             problems.append(f"client stamp lag p99 {p99:.2f} ms")
@@ -193,44 +208,66 @@ class ClientHealthMonitor:
         # two steps back to back: the stamps cannot tell) moves no figure; it is reported
         # (stamp_bound_p99_ms, over every chunk) and distorts only the ITL column.
         if first_p99 is not None and first_p99 > self.lag_limit_ms:
-            problems.append(f"first tokens read together with the next, first-token stamp"
-                            f" bound p99 {first_p99:.2f} ms")
+            problems.append(
+                f"first tokens read together with the next, first-token stamp"
+                f" bound p99 {first_p99:.2f} ms"
+            )
         if self.judge_send_lag and send_p99 is not None and send_p99 > self.lag_limit_ms:
             problems.append(f"client send lag p99 {send_p99:.2f} ms")
         load = delivered_load(self.spans) if self.concurrency is not None else None
         if load is not None and (load.turnaround_p99_ms or 0.0) > self.lag_limit_ms:
             problems.append(f"user turnaround p99 {load.turnaround_p99_ms:.2f} ms")
-        parts = [f"{' and '.join(problems)} exceeds the limit {self.lag_limit_ms:g} ms"
-                 ] if problems else []
+        parts = (
+            [f"{' and '.join(problems)} exceeds the limit {self.lag_limit_ms:g} ms"]
+            if problems
+            else []
+        )
         share = None
         if load is not None and load.concurrency is not None and self.concurrency:
             share = load.concurrency / self.concurrency
             if share < self.min_delivered_share:
-                parts.append(f"delivered concurrency {load.concurrency:.2f} of "
-                             f"{self.concurrency} users ({share:.1%}) is below the registered "
-                             f"{self.min_delivered_share:.0%}")
+                parts.append(
+                    f"delivered concurrency {load.concurrency:.2f} of "
+                    f"{self.concurrency} users ({share:.1%}) is below the registered "
+                    f"{self.min_delivered_share:.0%}"
+                )
         if not self.judge_timing:
             parts = []
         valid = not parts
-        reason = None if valid else (
-            f"{'; '.join(parts)} (client CPU {cpu_percent:.0f}%): the load generator may have"
-            " distorted timings")
+        reason = (
+            None
+            if valid
+            else (
+                f"{'; '.join(parts)} (client CPU {cpu_percent:.0f}%): the load generator may have"
+                " distorted timings"
+            )
+        )
         bursts, burst_reason = self._bursts()
         if burst_reason:
             valid, reason = False, "; ".join(r for r in (reason, burst_reason) if r)
-        return ClientHealth(lag_p50_ms=p50, lag_p99_ms=p99, lag_max_ms=worst,
-                            cpu_percent=cpu_percent, lag_limit_ms=self.lag_limit_ms,
-                            valid=valid, reason=reason, loop_lag_p99_ms=loop_p99,
-                            send_lag_p99_ms=send_p99, stamp_bound_p99_ms=bound_p99,
-                            first_token_bound_p99_ms=first_p99,
-                            kernel_stamped_fraction=kernel_fraction,
-                            registered_concurrency=self.concurrency,
-                            delivered_concurrency=load.concurrency if load else None,
-                            delivered_share=share,
-                            min_delivered_share=(self.min_delivered_share
-                                                 if self.concurrency is not None else None),
-                            turnaround_p50_ms=load.turnaround_p50_ms if load else None,
-                            turnaround_p99_ms=load.turnaround_p99_ms if load else None,
-                            turnaround_max_ms=load.turnaround_max_ms if load else None,
-                            burst_share=bursts, burst_limit=self.burst_limit,
-                            timing_judged=self.judge_timing)
+        return ClientHealth(
+            lag_p50_ms=p50,
+            lag_p99_ms=p99,
+            lag_max_ms=worst,
+            cpu_percent=cpu_percent,
+            lag_limit_ms=self.lag_limit_ms,
+            valid=valid,
+            reason=reason,
+            loop_lag_p99_ms=loop_p99,
+            send_lag_p99_ms=send_p99,
+            stamp_bound_p99_ms=bound_p99,
+            first_token_bound_p99_ms=first_p99,
+            kernel_stamped_fraction=kernel_fraction,
+            registered_concurrency=self.concurrency,
+            delivered_concurrency=load.concurrency if load else None,
+            delivered_share=share,
+            min_delivered_share=(
+                self.min_delivered_share if self.concurrency is not None else None
+            ),
+            turnaround_p50_ms=load.turnaround_p50_ms if load else None,
+            turnaround_p99_ms=load.turnaround_p99_ms if load else None,
+            turnaround_max_ms=load.turnaround_max_ms if load else None,
+            burst_share=bursts,
+            burst_limit=self.burst_limit,
+            timing_judged=self.judge_timing,
+        )

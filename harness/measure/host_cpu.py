@@ -58,7 +58,8 @@ def parse_host_ticks(text: str) -> HostTicks:
         if fields and fields[0] == "cpu":
             # guest and guest_nice (fields 9, 10) are already counted in user and nice.
             user, nice, system, idle, iowait, irq, softirq, steal = (
-                [int(x) for x in fields[1:9]] + [0] * 8)[:8]
+                [int(x) for x in fields[1:9]] + [0] * 8
+            )[:8]
             total = user + nice + system + idle + iowait + irq + softirq + steal
             return HostTicks(total=total, idle=idle + iowait, steal=steal)
     raise ValueError("no aggregate cpu line in /proc/stat")
@@ -85,8 +86,14 @@ def parse_process_ticks(text: str) -> ProcessTicks:
     head, _, rest = text.rpartition(")")
     pid = int(head.split("(", 1)[0])
     f = rest.split()  # f[0] is field 3 (state)
-    return ProcessTicks(pid=pid, ppid=int(f[1]), pgid=int(f[2]), sid=int(f[3]),
-                        cpu=int(f[11]) + int(f[12]), start=int(f[19]))
+    return ProcessTicks(
+        pid=pid,
+        ppid=int(f[1]),
+        pgid=int(f[2]),
+        sid=int(f[3]),
+        cpu=int(f[11]) + int(f[12]),
+        start=int(f[19]),
+    )
 
 
 @dataclass(frozen=True)
@@ -99,17 +106,21 @@ class HostCpu:
 
     def health_fields(self, limit: float | None) -> dict[str, Any]:
         """The ClientHealth fields that record it, with the registered limit."""
-        return {"host_foreign_cpu_share": self.foreign_share,
-                "host_steal_share": self.steal_share, "host_foreign_cpu_limit": limit,
-                "host_engine_counted": self.engine_counted}
+        return {
+            "host_foreign_cpu_share": self.foreign_share,
+            "host_steal_share": self.steal_share,
+            "host_foreign_cpu_limit": limit,
+            "host_engine_counted": self.engine_counted,
+        }
 
 
 class HostCpuMeter:
     """start(), sample() as often as wanted, finish(). `engine_group`: the engine's
     process group and session id (None: attached). `proc` is /proc (tests pass a fake)."""
 
-    def __init__(self, engine_group: int | None, harness_pid: int | None = None,
-                 proc: Path = Path("/proc")) -> None:
+    def __init__(
+        self, engine_group: int | None, harness_pid: int | None = None, proc: Path = Path("/proc")
+    ) -> None:
         self.engine_group = engine_group
         self.harness_pid = os.getpid() if harness_pid is None else harness_pid
         self.proc = proc
@@ -145,9 +156,11 @@ class HostCpuMeter:
             return None
         own = sum(last - first for first, last in self._seen.values())
         busy = end.busy - self._start.busy
-        return HostCpu(foreign_share=max(0, busy - own) / total,
-                       steal_share=max(0, end.steal - self._start.steal) / total,
-                       engine_counted=self.engine_group is not None)
+        return HostCpu(
+            foreign_share=max(0, busy - own) / total,
+            steal_share=max(0, end.steal - self._start.steal) / total,
+            engine_counted=self.engine_group is not None,
+        )
 
     def _processes(self) -> list[ProcessTicks]:
         found = []
@@ -168,15 +181,19 @@ class HostCpuMeter:
                 self._seen[p.key] = (first, p.cpu)
 
 
-def own_processes(processes: Iterable[ProcessTicks], harness_pid: int,
-                  engine_group: int | None) -> list[ProcessTicks]:
+def own_processes(
+    processes: Iterable[ProcessTicks], harness_pid: int, engine_group: int | None
+) -> list[ProcessTicks]:
     """The harness and the engine's group or session, with all their descendants."""
     processes = list(processes)
     children: dict[int, list[ProcessTicks]] = {}
     for p in processes:
         children.setdefault(p.ppid, []).append(p)
-    todo = [p for p in processes if p.pid == harness_pid or (
-        engine_group is not None and engine_group in (p.pgid, p.sid))]
+    todo = [
+        p
+        for p in processes
+        if p.pid == harness_pid or (engine_group is not None and engine_group in (p.pgid, p.sid))
+    ]
     own: dict[int, ProcessTicks] = {}
     while todo:
         p = todo.pop()
@@ -199,8 +216,7 @@ class HostCpuSampler:
 
     def start(self) -> None:
         self.meter.start()
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name="specbench-host-cpu")
+        self._thread = threading.Thread(target=self._run, daemon=True, name="specbench-host-cpu")
         self._thread.start()
 
     def _run(self) -> None:

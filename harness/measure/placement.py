@@ -104,14 +104,18 @@ def engine_outranks(engine_pid: int, client_pid: int | None = None) -> str | Non
     if autogroups_on() and engine_group and client_group and engine_group != client_group:
         e, c = group_nice(engine_group), group_nice(client_group)
         if e is not None and c is not None and e < c:
-            return (f"the engine's session runs at nice {e}, the client's at nice {c}: on a"
-                    " busy host the client waits for a CPU behind the engine; run specbench"
-                    " at the engine's priority or above")
+            return (
+                f"the engine's session runs at nice {e}, the client's at nice {c}: on a"
+                " busy host the client waits for a CPU behind the engine; run specbench"
+                " at the engine's priority or above"
+            )
         return None
     if min(nices) < client_nice:
-        return (f"the engine's processes run at nice {min(nices)}, the client at nice"
-                f" {client_nice}: on a busy host the client waits for a CPU behind the"
-                " engine; run specbench at the engine's priority or above")
+        return (
+            f"the engine's processes run at nice {min(nices)}, the client at nice"
+            f" {client_nice}: on a busy host the client waits for a CPU behind the"
+            " engine; run specbench at the engine's priority or above"
+        )
     return None
 
 
@@ -207,10 +211,18 @@ def place_client(engine_pid: int | None) -> CpuPlacement:
             nice = psutil.Process(engine_pid).nice()
         except psutil.Error:
             pass
-    return CpuPlacement(sorted(allowed), sorted(bound), free if target != allowed else None,
-                        reason, nice, autogroup(engine_pid) if engine_pid else None,
-                        autogroup(os.getpid()), notes,
-                        engine_outranks(engine_pid) if engine_pid else None, confined)
+    return CpuPlacement(
+        sorted(allowed),
+        sorted(bound),
+        free if target != allowed else None,
+        reason,
+        nice,
+        autogroup(engine_pid) if engine_pid else None,
+        autogroup(os.getpid()),
+        notes,
+        engine_outranks(engine_pid) if engine_pid else None,
+        confined,
+    )
 
 
 def local_listener_pid(base_url: str) -> int | None:

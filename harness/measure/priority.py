@@ -110,11 +110,16 @@ def match_engine_priority(engine_pid: int) -> PriorityLift:
     engine_group = _autogroup_nice(engine_pid) if grouped else None
     group_before = _autogroup_nice() if grouped else None
     own_before = os.getpriority(os.PRIO_PROCESS, 0)
-    lift = PriorityLift(engine_group, engine_nice, group_before, own_before,
-                        group_before, own_before)
+    lift = PriorityLift(
+        engine_group, engine_nice, group_before, own_before, group_before, own_before
+    )
     separate = grouped and _autogroup_name(engine_pid) != _autogroup_name()
-    if separate and engine_group is not None and group_before is not None \
-            and engine_group < group_before:
+    if (
+        separate
+        and engine_group is not None
+        and group_before is not None
+        and engine_group < group_before
+    ):
         # A negative nice needs CAP_SYS_NICE; without it, 0 is as near as a user gets.
         for target in dict.fromkeys([engine_group, max(engine_group, 0)]):
             if target >= group_before:
@@ -148,8 +153,7 @@ def match_engine_priority(engine_pid: int) -> PriorityLift:
         if raised:
             lift.changed.append(f"{raised} threads' nice -> {engine_nice}")
         if refused:
-            lift.refused.append(refused + " (lowering a nice needs CAP_SYS_NICE or"
-                                " RLIMIT_NICE)")
+            lift.refused.append(refused + " (lowering a nice needs CAP_SYS_NICE or RLIMIT_NICE)")
         lift.client_nice = os.getpriority(os.PRIO_PROCESS, 0)
     if lift.changed and not _restore_registered:
         atexit.register(restore_priority)

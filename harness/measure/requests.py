@@ -21,8 +21,7 @@ class RequestSpec:
 def next_turn_messages(messages: list[dict], answer: str, turn: str) -> list[dict]:
     """The messages of a session's next turn: everything sent so far, the answer that
     came back, and the user's next message."""
-    return [*messages, {"role": "assistant", "content": answer},
-            {"role": "user", "content": turn}]
+    return [*messages, {"role": "assistant", "content": answer}, {"role": "user", "content": turn}]
 
 
 def scored_output_fields(dialect: str) -> dict:

@@ -40,8 +40,9 @@ async def scrape_metrics_loop(
     if interval_s <= 0:
         raise ValueError("interval_s must be > 0")
     timeout = min(timeout_s or interval_s * 0.8, interval_s * 0.95)
-    async with httpx.AsyncClient(timeout=timeout, trust_env=False,
-                                 verify=shared_ssl_context()) as client:
+    async with httpx.AsyncClient(
+        timeout=timeout, trust_env=False, verify=shared_ssl_context()
+    ) as client:
         start = time.monotonic()
         k = 0
         while not stop.is_set():
@@ -57,20 +58,27 @@ async def scrape_metrics_loop(
             missed = math.floor((now - due) / interval_s)
             for j in range(missed):  # the loop was held up past whole ticks: gaps, not shifts
                 skipped = due + j * interval_s
-                on_sample(MetricSample(cell_id=cell_id, attempt=attempt, t=skipped,
-                                       wall_time=time.time() - (now - skipped), ok=False,
-                                       error="scrape tick missed (client event loop held up)"))
+                on_sample(
+                    MetricSample(
+                        cell_id=cell_id,
+                        attempt=attempt,
+                        t=skipped,
+                        wall_time=time.time() - (now - skipped),
+                        ok=False,
+                        error="scrape tick missed (client event loop held up)",
+                    )
+                )
             k += missed
             due = start + k * interval_s
             on_sample(await _scrape_once(client, metrics_url, dialect, due, cell_id, attempt))
             k += 1
-        final = await _scrape_once(client, metrics_url, dialect, time.monotonic(), cell_id,
-                                   attempt)
+        final = await _scrape_once(client, metrics_url, dialect, time.monotonic(), cell_id, attempt)
         on_sample(final.model_copy(update={"final": True}))
 
 
-async def _scrape_once(client: httpx.AsyncClient, url: str, dialect: Dialect, due: float,
-                       cell_id: str, attempt: int) -> MetricSample:
+async def _scrape_once(
+    client: httpx.AsyncClient, url: str, dialect: Dialect, due: float, cell_id: str, attempt: int
+) -> MetricSample:
     wall = time.time() - (time.monotonic() - due)
     began = time.monotonic()
     snapshot, error = None, None
@@ -86,23 +94,43 @@ async def _scrape_once(client: httpx.AsyncClient, url: str, dialect: Dialect, du
         error = f"{type(err).__name__}: {err}"
     except MetricsParseError as err:
         error = str(err)
-    return MetricSample(cell_id=cell_id, attempt=attempt, t=due, wall_time=wall,
-                        took_s=time.monotonic() - began, ok=snapshot is not None, error=error,
-                        snapshot=snapshot)
+    return MetricSample(
+        cell_id=cell_id,
+        attempt=attempt,
+        t=due,
+        wall_time=wall,
+        took_s=time.monotonic() - began,
+        ok=snapshot is not None,
+        error=error,
+        snapshot=snapshot,
+    )
 
 
 class MetricsScraper:
     """scrape_metrics_loop as a task started and stopped around a cell; keeps its samples."""
 
-    def __init__(self, *, metrics_url: str, dialect: Dialect, interval_s: float = 1.0,
-                 cell_id: str, attempt: int = 1,
-                 on_sample: Callable[[MetricSample], None] | None = None,
-                 timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        metrics_url: str,
+        dialect: Dialect,
+        interval_s: float = 1.0,
+        cell_id: str,
+        attempt: int = 1,
+        on_sample: Callable[[MetricSample], None] | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
         self.samples: list[MetricSample] = []
         self._on_sample = on_sample
         self._stop = asyncio.Event()
-        self._kwargs: dict[str, Any] = {"metrics_url": metrics_url, "dialect": dialect, "interval_s": interval_s,
-                            "cell_id": cell_id, "attempt": attempt, "timeout_s": timeout_s}
+        self._kwargs: dict[str, Any] = {
+            "metrics_url": metrics_url,
+            "dialect": dialect,
+            "interval_s": interval_s,
+            "cell_id": cell_id,
+            "attempt": attempt,
+            "timeout_s": timeout_s,
+        }
         self._task: asyncio.Task | None = None
 
     def _keep(self, sample: MetricSample) -> None:
@@ -112,7 +140,8 @@ class MetricsScraper:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
-            scrape_metrics_loop(on_sample=self._keep, stop=self._stop, **self._kwargs))
+            scrape_metrics_loop(on_sample=self._keep, stop=self._stop, **self._kwargs)
+        )
 
     async def stop(self) -> list[MetricSample]:
         self._stop.set()
@@ -128,8 +157,17 @@ class MetricsScraper:
         await self.stop()
 
 
-METRICS_SERIES_COLUMNS = ["t", "wall_time", "dt_s", "drafts", "accepted", "acceptance_length",
-                          "running", "waiting", "kv_cache_usage"]
+METRICS_SERIES_COLUMNS = [
+    "t",
+    "wall_time",
+    "dt_s",
+    "drafts",
+    "accepted",
+    "acceptance_length",
+    "running",
+    "waiting",
+    "kv_cache_usage",
+]
 
 
 def per_second_series(samples: list[MetricSample]) -> pd.DataFrame:
@@ -144,14 +182,18 @@ def per_second_series(samples: list[MetricSample]) -> pd.DataFrame:
         row: dict = {"t": s.t, "wall_time": s.wall_time}
         snap = s.snapshot if s.ok else None
         if snap is not None:
-            row.update(running=snap.running, waiting=snap.waiting,
-                       kv_cache_usage=snap.kv_cache_usage)
+            row.update(
+                running=snap.running, waiting=snap.waiting, kv_cache_usage=snap.kv_cache_usage
+            )
             if previous is not None:
                 row["dt_s"] = s.t - previous[0]
                 window = acceptance_window(previous[1], snap)
                 if window is not None:
-                    row.update(drafts=window.drafts, accepted=window.accepted,
-                               acceptance_length=window.acceptance_length)
+                    row.update(
+                        drafts=window.drafts,
+                        accepted=window.accepted,
+                        acceptance_length=window.acceptance_length,
+                    )
                     for i, rate in enumerate(window.per_position_rates or []):
                         row[f"pos_{i + 1}"] = rate
             previous = (s.t, snap)

@@ -26,8 +26,9 @@ class StreamError(Exception):
         self.kind = kind
 
 
-def chat_body(model: str, messages: list[dict], max_tokens: int, sampling: dict,
-              extra_body: dict) -> dict:
+def chat_body(
+    model: str, messages: list[dict], max_tokens: int, sampling: dict, extra_body: dict
+) -> dict:
     """The request body: sampling always explicit (engines otherwise fall back to the
     model's generation_config), usage on every chunk where the engine supports it."""
     body = {
@@ -50,8 +51,9 @@ class Received:
     failure: tuple[str, str] | None = None  # (kind, message)
 
 
-async def receive_chat(client: httpx.AsyncClient, url: str, body: dict, rec: RequestRecord,
-                       timeout_s: float) -> Received:
+async def receive_chat(
+    client: httpx.AsyncClient, url: str, body: dict, rec: RequestRecord, timeout_s: float
+) -> Received:
     """Send the request and collect its stamped events; sets rec.sent_t and rec.end_t.
     Nothing is parsed here, so the caller can send its next request first."""
     got = Received()
@@ -74,7 +76,7 @@ async def receive_chat(client: httpx.AsyncClient, url: str, body: dict, rec: Req
                         pending = pending.replace(b"\r\n", b"\n")
                     while (cut := pending.find(b"\n\n")) >= 0:
                         events.append((last_t, pending[:cut]))
-                        pending = pending[cut + 2:]
+                        pending = pending[cut + 2 :]
                 if pending.strip() and last_t is not None:  # last_t: set by any read
                     events.append((last_t, pending))
         rec.end_t = last_t if last_t is not None else time.monotonic()
@@ -121,17 +123,23 @@ def token_logprobs(content: list) -> list[TokenLogprob]:
             logprob = float(a.get("logprob", -9999.0))
             top.append((text, logprob) if raw is None else (text, logprob, raw))
         text = str(entry["token"])
-        out.append(TokenLogprob(token=text, logprob=float(entry.get("logprob", -9999.0)),
-                                top=sorted(top, key=lambda a: -a[1]),
-                                bytes=kept_bytes(text, entry.get("bytes"))))
+        out.append(
+            TokenLogprob(
+                token=text,
+                logprob=float(entry.get("logprob", -9999.0)),
+                top=sorted(top, key=lambda a: -a[1]),
+                bytes=kept_bytes(text, entry.get("bytes")),
+            )
+        )
     return out
 
 
 LOST = TokenLogprob(token="", logprob=0.0, lost=True)
 
 
-def place_lost(scored: list[TokenLogprob], chunk: list[TokenLogprob], tokens: int | None,
-               placed: bool) -> bool:
+def place_lost(
+    scored: list[TokenLogprob], chunk: list[TokenLogprob], tokens: int | None, placed: bool
+) -> bool:
     """Append a chunk's entries, led by a placeholder for each token its usage counted
     that no entry was sent for (SGLang 0.5.23 sends no chunk for a step whose text is
     empty, entrypoints/openai/serving_chat.py `if delta:`, and its tokens' logprobs are
@@ -154,8 +162,9 @@ def _fail(rec: RequestRecord, events: list[tuple[float, bytes]], kind: str, mess
     rec.error, rec.error_kind = message, kind
 
 
-def _fill_from_events(rec: RequestRecord, events: list[tuple[float, bytes]],
-                      require_done: bool = True) -> None:
+def _fill_from_events(
+    rec: RequestRecord, events: list[tuple[float, bytes]], require_done: bool = True
+) -> None:
     seen_done = False
     previous_total = 0
     rec.chunk_times, rec.chunk_tokens, rec.first_token_t = [], [], None
@@ -165,7 +174,8 @@ def _fill_from_events(rec: RequestRecord, events: list[tuple[float, bytes]],
     malformed: str | None = None
     for t, event in events:
         data = b"\n".join(
-            line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:"))
+            line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")
+        )
         if not data:
             continue
         if data == b"[DONE]":
@@ -213,8 +223,11 @@ def _fill_from_events(rec: RequestRecord, events: list[tuple[float, bytes]],
         if found is not None:
             rec.spec, rec.speculation = found
     rec.output_text = "".join(text)
-    if scored is not None and rec.completion_tokens is not None and (
-            len(scored) < rec.completion_tokens):
+    if (
+        scored is not None
+        and rec.completion_tokens is not None
+        and (len(scored) < rec.completion_tokens)
+    ):
         # Tokens counted and never scored. With every chunk counted they are the last ones;
         # otherwise only the entries whose bytes tile the text from its start are placed
         # for sure, and everything after them is lost.

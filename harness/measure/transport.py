@@ -39,6 +39,7 @@ if importlib.util.find_spec("sniffio") is None:
     # None there is the import system's cached miss; typeshed allows modules only.
     sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 
+
 def _uncontended_locks_do_not_yield() -> None:
     """httpcore guards each connection with anyio locks that yield to the event loop on
     every acquire, contended or not: several loop turns per request, each running
@@ -70,7 +71,8 @@ _uncontended_locks_do_not_yield()
 # stream holds the first write until then: on this VM the code that builds a request,
 # run after an idle gap, took 2-5 ms, and a sleep woke 1-5 ms late (benchmarks/README.md).
 SEND_NOT_BEFORE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
-    "specbench_send_not_before", default=None)
+    "specbench_send_not_before", default=None
+)
 SPIN_S = 0.005  # the last stretch of a wait is polled, not slept
 
 
@@ -201,8 +203,9 @@ class TimedStream(httpcore.AsyncNetworkStream):
 
 
 class TimedBackend(httpcore.AsyncNetworkBackend):
-    async def connect_tcp(self, host, port, timeout=None, local_address=None,
-                          socket_options=None) -> TimedStream:
+    async def connect_tcp(
+        self, host, port, timeout=None, local_address=None, socket_options=None
+    ) -> TimedStream:
         loop = asyncio.get_running_loop()
         try:
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -247,14 +250,17 @@ class _TimedTransport(httpx.AsyncHTTPTransport):
 
 def make_client(base_url: str, connections: int, timeout_s: float) -> httpx.AsyncClient:
     """An httpx client with `connections` keep-alive connections."""
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections,
-                          keepalive_expiry=60.0)
+    limits = httpx.Limits(
+        max_connections=connections, max_keepalive_connections=connections, keepalive_expiry=60.0
+    )
     timeout = httpx.Timeout(timeout_s)
     if base_url.startswith("http://"):
-        return httpx.AsyncClient(transport=_TimedTransport(limits), timeout=timeout,
-                                 trust_env=False)
-    return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False,
-                             verify=shared_ssl_context())
+        return httpx.AsyncClient(
+            transport=_TimedTransport(limits), timeout=timeout, trust_env=False
+        )
+    return httpx.AsyncClient(
+        limits=limits, timeout=timeout, trust_env=False, verify=shared_ssl_context()
+    )
 
 
 def request_left_time(response: httpx.Response) -> float | None:
@@ -295,6 +301,7 @@ class ConnectionSlots:
         """Open every slot's connection before the cell (a GET /v1/models each), so no
         request in it pays for a TCP connect. A slot that cannot connect now is left to
         connect on first use, where a failure is that request's recorded error."""
+
         async def one(client: httpx.AsyncClient) -> None:
             try:
                 await client.get(self._base_url + "/v1/models", timeout=timeout_s)
@@ -314,5 +321,14 @@ class ConnectionSlots:
             await client.aclose()
 
 
-__all__ = ["SEND_NOT_BEFORE", "ConnectionSlots", "TimedBackend", "TimedStream", "arrival_time",
-           "holds_first_write", "make_client", "shared_ssl_context", "wait_until"]
+__all__ = [
+    "SEND_NOT_BEFORE",
+    "ConnectionSlots",
+    "TimedBackend",
+    "TimedStream",
+    "arrival_time",
+    "holds_first_write",
+    "make_client",
+    "shared_ssl_context",
+    "wait_until",
+]

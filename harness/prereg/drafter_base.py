@@ -96,8 +96,11 @@ def check_drafter_bases(loaded: LoadedStudy) -> list[BaseCheck]:
         if arm.drafter is None or not arm.drafter.model:
             continue
         d = arm.drafter
-        expected, expected_from = ((d.trained_against, "drafter.trained_against")
-                                   if d.trained_against else (study.model.id, "model.id"))
+        expected, expected_from = (
+            (d.trained_against, "drafter.trained_against")
+            if d.trained_against
+            else (study.model.id, "model.id")
+        )
         path = config_path(arm)
         if path is None:
             out.append(BaseCheck(arm.name, None, None, None, expected, expected_from))
@@ -106,9 +109,18 @@ def check_drafter_bases(loaded: LoadedStudy) -> list[BaseCheck]:
         try:
             config = json.loads(path.read_text())
         except (OSError, ValueError) as err:
-            out.append(BaseCheck(arm.name, path, None, None, expected, expected_from,
-                                 f"{where.file}:{where.line}: arms[{i}].drafter.model: {path}:"
-                                 f" not a readable JSON config ({err})"))
+            out.append(
+                BaseCheck(
+                    arm.name,
+                    path,
+                    None,
+                    None,
+                    expected,
+                    expected_from,
+                    f"{where.file}:{where.line}: arms[{i}].drafter.model: {path}:"
+                    f" not a readable JSON config ({err})",
+                )
+            )
             continue
         found = named_base(config) if isinstance(config, dict) else None
         if found is None:
@@ -117,12 +129,17 @@ def check_drafter_bases(loaded: LoadedStudy) -> list[BaseCheck]:
         named, field = found
         problem = None
         if not same_model(named, expected):
-            fix = ("register the base it was trained against as drafter.trained_against if"
-                   " that is intended" if expected_from == "model.id"
-                   else "drafter.trained_against names another base")
-            problem = (f"{where.file}:{where.line}: arms[{i}].drafter.model: arm {arm.name!r}:"
-                       f" its checkpoint was trained against {named!r} ({path.name} {field}),"
-                       f" but {expected_from} is {expected!r}: {fix}")
+            fix = (
+                "register the base it was trained against as drafter.trained_against if"
+                " that is intended"
+                if expected_from == "model.id"
+                else "drafter.trained_against names another base"
+            )
+            problem = (
+                f"{where.file}:{where.line}: arms[{i}].drafter.model: arm {arm.name!r}:"
+                f" its checkpoint was trained against {named!r} ({path.name} {field}),"
+                f" but {expected_from} is {expected!r}: {fix}"
+            )
         out.append(BaseCheck(arm.name, path, named, field, expected, expected_from, problem))
     return out
 
@@ -130,10 +147,14 @@ def check_drafter_bases(loaded: LoadedStudy) -> list[BaseCheck]:
 def base_line(check: BaseCheck) -> str:
     """One line for validate's output."""
     if check.config is None:
-        return (f"  {check.arm}: drafter checkpoint not on disk here: its base is checked"
-                " after `specbench fetch`")
+        return (
+            f"  {check.arm}: drafter checkpoint not on disk here: its base is checked"
+            " after `specbench fetch`"
+        )
     if check.named is None:
         return f"  {check.arm}: {check.config} names no base model: not checked"
     verdict = "matches" if check.ok else "DIFFERS from"
-    return (f"  {check.arm}: trained against {check.named!r} ({check.field}): {verdict}"
-            f" {check.expected_from} {check.expected!r}")
+    return (
+        f"  {check.arm}: trained against {check.named!r} ({check.field}): {verdict}"
+        f" {check.expected_from} {check.expected!r}"
+    )

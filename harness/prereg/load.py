@@ -117,10 +117,16 @@ def duplicate_keys(root: yaml.Node, path: Path, prefix: Loc) -> list[str]:
             key = _key_value(loader, key_node)
             line = key_node.start_mark.line + 1
             if key in first_line:
-                problems.append((line, (
-                    f"{path}:{line}: {format_loc(loc + (str(key),))}: duplicate key {key!r}"
-                    f" (first at line {first_line[key]}); YAML would silently keep only"
-                    " the later one")))
+                problems.append(
+                    (
+                        line,
+                        (
+                            f"{path}:{line}: {format_loc(loc + (str(key),))}: duplicate key {key!r}"
+                            f" (first at line {first_line[key]}); YAML would silently keep only"
+                            " the later one"
+                        ),
+                    )
+                )
             else:
                 first_line[key] = line
             stack.append((value_node, loc + (str(key),)))

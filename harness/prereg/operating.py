@@ -31,24 +31,34 @@ def design_summary(study: Study) -> dict:
     """What a bar's operating characteristic depends on, and nothing else."""
     b, closed = study.bars, study.loads.closed_loop
     drafters = [a for a in study.arms if a.baseline is not None and not a.is_control]
-    groups = sorted(sum(1 for a in drafters if a.baseline == base)
-                    for base in dict.fromkeys(a.baseline for a in drafters))
+    groups = sorted(
+        sum(1 for a in drafters if a.baseline == base)
+        for base in dict.fromkeys(a.baseline for a in drafters)
+    )
     accuracy = b.pass_.accuracy
-    return {"sessions": study.recording.sessions, "sessions_for": study.recording.sessions_for,
-            "levels": list(closed.concurrency),
-            "requests": [closed.requests.min, closed.requests.per_user],
-            "speed_tasks": sum(1 for t in study.tasks if "speed" in t.uses),
-            "drafters_per_baseline": groups,
-            "pass": b.pass_.speed.model_dump(), "knee": b.pass_.knee.model_dump(),
-            "stop": b.stop.model_dump(), "check": b.check.model_dump(),
-            "intervals": {k: v for k, v in b.intervals.model_dump().items()
-                          if k in ("level", "method", "pooling")},
-            "accuracy": None if accuracy is None else accuracy.model_dump() | {
-                "items": {t.name: [t.kind, t.subset] for t in study.tasks
-                          if t.name in accuracy.tasks}},
-            # A fixed design keeps the fingerprint it had before `design:` existed.
-            **({"design": study.design.model_dump(mode="json")}
-               if study.design.kind != "fixed" else {})}
+    return {
+        "sessions": study.recording.sessions,
+        "sessions_for": study.recording.sessions_for,
+        "levels": list(closed.concurrency),
+        "requests": [closed.requests.min, closed.requests.per_user],
+        "speed_tasks": sum(1 for t in study.tasks if "speed" in t.uses),
+        "drafters_per_baseline": groups,
+        "pass": b.pass_.speed.model_dump(),
+        "knee": b.pass_.knee.model_dump(),
+        "stop": b.stop.model_dump(),
+        "check": b.check.model_dump(),
+        "intervals": {
+            k: v for k, v in b.intervals.model_dump().items() if k in ("level", "method", "pooling")
+        },
+        "accuracy": None
+        if accuracy is None
+        else accuracy.model_dump()
+        | {"items": {t.name: [t.kind, t.subset] for t in study.tasks if t.name in accuracy.tasks}},
+        # A fixed design keeps the fingerprint it had before `design:` existed.
+        **(
+            {"design": study.design.model_dump(mode="json")} if study.design.kind != "fixed" else {}
+        ),
+    }
 
 
 def design_fingerprint(study: Study) -> str:
@@ -66,8 +76,7 @@ def _stored(part: str = "designs") -> list[dict]:
 def _write(part: str, key: str, entry: dict) -> Path:
     """Keep `entry` under `key` in one part of the file, replacing an older one."""
     data = {name: _stored(name) for name in ("designs", "costs")}
-    data[part] = [d for d in data[part] if d["fingerprint"] != key] + [
-        {"fingerprint": key} | entry]
+    data[part] = [d for d in data[part] if d["fingerprint"] != key] + [{"fingerprint": key} | entry]
     OC_FILE.write_text(json.dumps(data, indent=1) + "\n")
     return OC_FILE
 
@@ -80,8 +89,7 @@ def characteristics(study: Study) -> dict | None:
 
 def store(study: Study, record: dict) -> Path:
     """Keep `record` as this design's figures, replacing an older entry for it."""
-    return _write("designs", design_fingerprint(study), {"design": design_summary(study)}
-                  | record)
+    return _write("designs", design_fingerprint(study), {"design": design_summary(study)} | record)
 
 
 # --- what each design costs at the registered assumed acceptance (benchmarks/
@@ -100,16 +108,27 @@ def cost_fingerprint(study: Study) -> str:
 
     est = study.plan_estimate
     fixed = study.model_copy(update={"design": Design()})
-    drafters = {a.name: [a.drafter.num_draft_tokens, a.drafter.assumed_acceptance_length,
-                         a.drafter.params_billion, a.drafter.draft_steps]
-                for a in study.arms if a.drafter is not None}
-    keyed = {"design": design_summary(fixed),
-             "sequential": sequential_counterpart(study).model_dump(mode="json"),
-             "acceptance": est.assumed_acceptance_length, "drafters": drafters,
-             "hardware": study.hardware.model_dump(mode="json"),
-             "model": study.model.model_dump(mode="json", include={"params_billion",
-                                                                   "weight_bytes_per_param"}),
-             "cells": [c.id for c in plan_cells(study, {t.name: 1 for t in study.tasks})]}
+    drafters = {
+        a.name: [
+            a.drafter.num_draft_tokens,
+            a.drafter.assumed_acceptance_length,
+            a.drafter.params_billion,
+            a.drafter.draft_steps,
+        ]
+        for a in study.arms
+        if a.drafter is not None
+    }
+    keyed = {
+        "design": design_summary(fixed),
+        "sequential": sequential_counterpart(study).model_dump(mode="json"),
+        "acceptance": est.assumed_acceptance_length,
+        "drafters": drafters,
+        "hardware": study.hardware.model_dump(mode="json"),
+        "model": study.model.model_dump(
+            mode="json", include={"params_billion", "weight_bytes_per_param"}
+        ),
+        "cells": [c.id for c in plan_cells(study, {t.name: 1 for t in study.tasks})],
+    }
     text = json.dumps(keyed, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -128,10 +147,15 @@ def multiplicity(study: Study) -> dict[str, int]:
     d = sum(1 for a in study.arms if a.baseline is not None and not a.is_control)
     t = sum(1 for x in study.tasks if "speed" in x.uses)
     levels = study.loads.closed_loop.concurrency
-    return {"drafters": d, "tasks": t, "pass_figures": t * len(study.bars.pass_.speed.concurrencies),
-            "pass_candidates": d * t * len(study.bars.pass_.speed.concurrencies),
-            "stop_figures": d * t * len(study.bars.stop.concurrencies),
-            "check_figures": d * t * len(levels), "intervals": d * t * len(levels)}
+    return {
+        "drafters": d,
+        "tasks": t,
+        "pass_figures": t * len(study.bars.pass_.speed.concurrencies),
+        "pass_candidates": d * t * len(study.bars.pass_.speed.concurrencies),
+        "stop_figures": d * t * len(study.bars.stop.concurrencies),
+        "check_figures": d * t * len(levels),
+        "intervals": d * t * len(levels),
+    }
 
 
 def design_warnings(study: Study) -> list[str]:
@@ -141,17 +165,21 @@ def design_warnings(study: Study) -> list[str]:
     pass_levels = study.bars.pass_.speed.concurrencies
     once = [c for c in study.loads.closed_loop.concurrency if c not in pass_levels]
     if rec.sessions == 1:
-        return [f"recording.sessions: 1: every speedup interval is one session's and leaves out"
-                f" the session-to-session variation: it covered {lab} of the time at the lab's"
-                f" (log sd 0.086; {low} at 0.03), where 3 sessions (the default)"
-                f" cover 0.95, and the check bar's rerun calls a sound baseline off"
-                f" {ONE_SESSION_FALSE_CHECK:.0%} of the time (benchmarks/interval_coverage.py)"]
+        return [
+            f"recording.sessions: 1: every speedup interval is one session's and leaves out"
+            f" the session-to-session variation: it covered {lab} of the time at the lab's"
+            f" (log sd 0.086; {low} at 0.03), where 3 sessions (the default)"
+            f" cover 0.95, and the check bar's rerun calls a sound baseline off"
+            f" {ONE_SESSION_FALSE_CHECK:.0%} of the time (benchmarks/interval_coverage.py)"
+        ]
     if rec.sessions_for == "pass_cells" and once:
-        return [f"recording.sessions_for: pass_cells: c={'/'.join(map(str, once))} are measured"
-                f" in one session, their intervals (the knee's, where speculation pays)"
-                f" covering {lab} at the lab's session variation (log sd 0.086), where"
-                f" speed_cells (the default) measures every level in the {rec.sessions}"
-                " sessions (benchmarks/interval_coverage.py)"]
+        return [
+            f"recording.sessions_for: pass_cells: c={'/'.join(map(str, once))} are measured"
+            f" in one session, their intervals (the knee's, where speculation pays)"
+            f" covering {lab} at the lab's session variation (log sd 0.086), where"
+            f" speed_cells (the default) measures every level in the {rec.sessions}"
+            " sessions (benchmarks/interval_coverage.py)"
+        ]
     return []
 
 
@@ -167,24 +195,34 @@ def operating_lines(study: Study, study_file: str = "prereg.yaml") -> list[str]:
     """The verdict page's statement of how often each bar is right, at the lab's session
     variation, or why there is none."""
     m, b = multiplicity(study), study.bars
-    counts = (f"Multiplicity: the speed bar reads {m['pass_figures']} figures of the chosen"
-              f" drafter, chosen among {m['pass_candidates']}; the stop bar {m['stop_figures']}"
-              f" (any one at {b.stop.threshold:g} keeps it from firing); the check"
-              f" {m['check_figures']} (any one above {b.check.threshold:g} fires it); of the"
-              f" {m['intervals']} speedup intervals about"
-              f" {m['intervals'] * (1 - b.intervals.level):.0f} miss their truth in a run.")
+    counts = (
+        f"Multiplicity: the speed bar reads {m['pass_figures']} figures of the chosen"
+        f" drafter, chosen among {m['pass_candidates']}; the stop bar {m['stop_figures']}"
+        f" (any one at {b.stop.threshold:g} keeps it from firing); the check"
+        f" {m['check_figures']} (any one above {b.check.threshold:g} fires it); of the"
+        f" {m['intervals']} speedup intervals about"
+        f" {m['intervals'] * (1 - b.intervals.level):.0f} miss their truth in a run."
+    )
     oc = characteristics(study)
     if oc is None:
-        return ["Operating characteristic: not measured for this design (fingerprint"
-                f" {design_fingerprint(study)}); `{MEASURE.format(study_file)}` measures it.",
-                counts]
+        return [
+            "Operating characteristic: not measured for this design (fingerprint"
+            f" {design_fingerprint(study)}); `{MEASURE.format(study_file)}` measures it.",
+            counts,
+        ]
     pv, lab = oc["provenance"], oc["lab"]
-    acc = "; ".join(f"{t} {100 * a['fail_95']:.1f} points, 5 % at {100 * a['fail_05']:.1f}"
-                    for t, a in lab["accuracy"].items()
-                    if a["fail_95"] is not None and a["fail_05"] is not None)
+    acc = "; ".join(
+        f"{t} {100 * a['fail_95']:.1f} points, 5 % at {100 * a['fail_05']:.1f}"
+        for t, a in lab["accuracy"].items()
+        if a["fail_95"] is not None and a["fail_05"] is not None
+    )
     at, own = lab["stop_curve"].get("1.15"), lab.get("independent_stop", {}).get("1.15")
-    also = (f" (with every drafter at 1.15x it fires {_pc(at)}, {_pc(own)} if each cell's"
-            " session varies on its own)" if at is not None and own is not None else "")
+    also = (
+        f" (with every drafter at 1.15x it fires {_pc(at)}, {_pc(own)} if each cell's"
+        " session varies on its own)"
+        if at is not None and own is not None
+        else ""
+    )
     return [
         f"Operating characteristic of this design, at session log sd {lab['sd']:g} (the lab's),"
         f" one engine start's effect shared by its stage ({pv['benchmark']}, {pv['date']},"
@@ -203,6 +241,7 @@ def operating_lines(study: Study, study_file: str = "prereg.yaml") -> list[str]:
         f" of the time, one crossing 1.0 at {lab['cross']:g} users is located within one level"
         f" {_pc(lab['knee_within_one'])} (its interval holding it {_pc(lab['knee_interval_covers'])});"
         f" the speedup intervals cover {lab['cover_pass']:.2f} at the pass levels,"
-        f" {lab['cover_knee']:.2f} above" + (f"; pass.accuracy fails 95 % of the time at a true"
-                                              f" drop of {acc}." if acc else "."),
-        counts]
+        f" {lab['cover_knee']:.2f} above"
+        + (f"; pass.accuracy fails 95 % of the time at a true drop of {acc}." if acc else "."),
+        counts,
+    ]

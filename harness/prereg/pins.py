@@ -100,17 +100,23 @@ class PinReport:
         if self.markers:
             where = ", ".join(f"{m.file}:{m.line}" for m in self.markers)
             text += f" {len(self.markers)} open {TO_FIX_MARKER!r} markers: {where};"
-        return (text + " pin each revision to a 40-hex commit sha (`specbench fetch` prints it),"
-                " resolve the markers, or pass --allow-unpinned to run anyway and record the"
-                " deviation")
+        return (
+            text + " pin each revision to a 40-hex commit sha (`specbench fetch` prints it),"
+            " resolve the markers, or pass --allow-unpinned to run anyway and record the"
+            " deviation"
+        )
 
     def deviation(self) -> dict[str, Any]:
         """The manifest's record of a run let through by --allow-unpinned."""
         return {
             "what": "ran with unpinned revisions or open markers (--allow-unpinned)",
             "unpinned": [
-                {"checkpoint": c.repo, "revision": c.revision, "roles": list(c.roles),
-                 "where": c.where}
+                {
+                    "checkpoint": c.repo,
+                    "revision": c.revision,
+                    "roles": list(c.roles),
+                    "where": c.where,
+                }
                 for c in self.unpinned
             ],
             "open_markers": [f"{m.file}:{m.line}: {m.text}" for m in self.markers],
@@ -141,8 +147,12 @@ def hub_checkpoints(study: Study, loaded: LoadedStudy | None = None) -> list[Che
     real = [(i, a) for i, a in enumerate(study.arms) if a.scripted is None]
     model = study.model
     if real and is_hub_id(model.id):
-        add(model.id, model.revision, "model",
-            ("model", "revision") if model.revision is not None else ("model", "id"))
+        add(
+            model.id,
+            model.revision,
+            "model",
+            ("model", "revision") if model.revision is not None else ("model", "id"),
+        )
     for i, arm in real:
         d = arm.drafter
         if d is None or d.model is None or not is_hub_id(d.model):
@@ -176,9 +186,12 @@ def gpu_engines(study: Study) -> list[str]:
 
 def pin_report(loaded: LoadedStudy) -> PinReport:
     engines = gpu_engines(loaded.study)
-    return PinReport(gpu=bool(engines), gpu_engines=engines,
-                     checkpoints=hub_checkpoints(loaded.study, loaded),
-                     markers=open_markers(loaded))
+    return PinReport(
+        gpu=bool(engines),
+        gpu_engines=engines,
+        checkpoints=hub_checkpoints(loaded.study, loaded),
+        markers=open_markers(loaded),
+    )
 
 
 def gate(loaded: LoadedStudy, allow_unpinned: bool) -> dict[str, Any] | None:

@@ -35,8 +35,11 @@ def acceptance_by_level(a: Analysis, arm: Arm, task: str) -> list[LevelAcceptanc
             continue
         series = per_second_acceptance(cell.samples).dropna(subset=["acceptance_length"])
         row = a.cells[a.cells["cell_id"] == cell.id].iloc[0]
-        rates = [float(row[k]) for k in row.index
-                 if k.startswith("accept_rate_pos") and not is_nan(row[k])]
+        rates = [
+            float(row[k])
+            for k in row.index
+            if k.startswith("accept_rate_pos") and not is_nan(row[k])
+        ]
         out.append(LevelAcceptance(c, series, rates))
     return out
 

@@ -18,9 +18,11 @@ def html_report(a: Analysis, verdict: Verdict) -> str:
         # Empty panels (a task with no usable cells) are labelled, not warned about.
         warnings.simplefilter("ignore", RuntimeWarning)
         sections = report_sections(a, verdict)
-    return html_page(f"specbench report: {a.run.run_id}",
-                     f"{a.run.study.title} | verdict {verdict.verdict} | seal {verdict.seal}",
-                     [(s.id, s.title, s.subtitle, s.body) for s in sections])
+    return html_page(
+        f"specbench report: {a.run.run_id}",
+        f"{a.run.study.title} | verdict {verdict.verdict} | seal {verdict.seal}",
+        [(s.id, s.title, s.subtitle, s.body) for s in sections],
+    )
 
 
 def write_html(a: Analysis, verdict: Verdict, out_html: Path) -> Path:

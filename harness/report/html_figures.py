@@ -35,45 +35,89 @@ def speedup_figure(a: Analysis, task: str) -> go.Figure:
         g = grp.sort_values("concurrency")
         c = colours[arm]
         band(fig, g["concurrency"], g["ci_lower"], g["ci_upper"], c, arm, 1, 1)
-        fig.add_trace(go.Scatter(
-            x=g["concurrency"], y=floats(g["speedup"]), mode="lines+markers", name=arm,
-            legendgroup=arm, line={"color": c, "width": 2},
-            customdata=list(zip(floats(g["ci_lower"]), floats(g["ci_upper"]), strict=True)),
-            hovertemplate=(f"{arm}<br>users %{{x}}<br>speedup %{{y:.3f}}x"
-                           "<br>interval [%{customdata[0]:.3f}, %{customdata[1]:.3f}]"
-                           "<extra></extra>")))
+        fig.add_trace(
+            go.Scatter(
+                x=g["concurrency"],
+                y=floats(g["speedup"]),
+                mode="lines+markers",
+                name=arm,
+                legendgroup=arm,
+                line={"color": c, "width": 2},
+                customdata=list(zip(floats(g["ci_lower"]), floats(g["ci_upper"]), strict=True)),
+                hovertemplate=(
+                    f"{arm}<br>users %{{x}}<br>speedup %{{y:.3f}}x"
+                    "<br>interval [%{customdata[0]:.3f}, %{customdata[1]:.3f}]"
+                    "<extra></extra>"
+                ),
+            )
+        )
         rerun = g[g["baseline_rerun_speed"].notna()]
         if len(rerun):  # the check bar's rerun, beside the original
-            fig.add_trace(go.Scatter(
-                x=rerun["concurrency"], y=floats(rerun["speed_drafter"].astype(float)
-                                                 / rerun["baseline_rerun_speed"].astype(float)),
-                mode="markers", marker={"symbol": "x", "size": 11, "color": c},
-                name=f"{arm} against the baseline rerun", legendgroup=arm))
+            fig.add_trace(
+                go.Scatter(
+                    x=rerun["concurrency"],
+                    y=floats(
+                        rerun["speed_drafter"].astype(float)
+                        / rerun["baseline_rerun_speed"].astype(float)
+                    ),
+                    mode="markers",
+                    marker={"symbol": "x", "size": 11, "color": c},
+                    name=f"{arm} against the baseline rerun",
+                    legendgroup=arm,
+                )
+            )
         top = max(top, float(g["ci_upper"].astype(float).max()))
         knee = a.knees[(a.knees["arm"] == arm) & (a.knees["task"] == task)]
-        if not knee.empty and knee.iloc[0]["status"] in ("located", "below_first") \
-                and not math.isnan(knee.iloc[0]["knee_concurrency"]):
-            fig.add_trace(go.Scatter(
-                x=[knee.iloc[0]["knee_concurrency"]], y=[1.0], mode="markers",
-                marker={"symbol": "triangle-down", "size": 13, "color": c},
-                name=f"{arm} knee (speedup crosses 1.0)", legendgroup=arm))
-            if (span := knee_span(knee.iloc[0], study.loads.closed_loop.concurrency)):
-                fig.add_trace(go.Scatter(
-                    x=list(span), y=[1.0, 1.0], mode="lines", opacity=0.35,
-                    line={"color": c, "width": 6}, name=f"{arm} knee interval",
-                    legendgroup=arm, hovertemplate=f"knee interval {knee.iloc[0]['interval']}"
-                    "<extra></extra>"))
+        if (
+            not knee.empty
+            and knee.iloc[0]["status"] in ("located", "below_first")
+            and not math.isnan(knee.iloc[0]["knee_concurrency"])
+        ):
+            fig.add_trace(
+                go.Scatter(
+                    x=[knee.iloc[0]["knee_concurrency"]],
+                    y=[1.0],
+                    mode="markers",
+                    marker={"symbol": "triangle-down", "size": 13, "color": c},
+                    name=f"{arm} knee (speedup crosses 1.0)",
+                    legendgroup=arm,
+                )
+            )
+            if span := knee_span(knee.iloc[0], study.loads.closed_loop.concurrency):
+                fig.add_trace(
+                    go.Scatter(
+                        x=list(span),
+                        y=[1.0, 1.0],
+                        mode="lines",
+                        opacity=0.35,
+                        line={"color": c, "width": 6},
+                        name=f"{arm} knee interval",
+                        legendgroup=arm,
+                        hovertemplate=f"knee interval {knee.iloc[0]['interval']}<extra></extra>",
+                    )
+                )
     fig.add_hline(1.0, line={"color": "black", "width": 1})
-    fig.add_hline(bars.pass_.speed.threshold, line={"color": "#1a7f37", "dash": "dash"},
-                  annotation_text=f"pass {bars.pass_.speed.threshold:g}x")
-    fig.add_hline(bars.stop.threshold, line={"color": "#b26a00", "dash": "dot"},
-                  annotation_text=f"stop {bars.stop.threshold:g}x")
+    fig.add_hline(
+        bars.pass_.speed.threshold,
+        line={"color": "#1a7f37", "dash": "dash"},
+        annotation_text=f"pass {bars.pass_.speed.threshold:g}x",
+    )
+    fig.add_hline(
+        bars.stop.threshold,
+        line={"color": "#b26a00", "dash": "dot"},
+        annotation_text=f"stop {bars.stop.threshold:g}x",
+    )
     if top > bars.check.threshold * 0.9:
-        fig.add_hline(bars.check.threshold, line={"color": "#c62828", "dash": "dashdot"},
-                      annotation_text=f"check {bars.check.threshold:g}x")
+        fig.add_hline(
+            bars.check.threshold,
+            line={"color": "#c62828", "dash": "dashdot"},
+            annotation_text=f"check {bars.check.threshold:g}x",
+        )
     log2_x(fig, study.loads.closed_loop.concurrency, 1, 1, "concurrent users (closed loop)")
-    fig.update_yaxes(title_text="speedup (x, per-user speed ratio)",
-                     range=[0, max(top, bars.pass_.speed.threshold) * 1.1])
+    fig.update_yaxes(
+        title_text="speedup (x, per-user speed ratio)",
+        range=[0, max(top, bars.pass_.speed.threshold) * 1.1],
+    )
     if sp.empty:
         empty(fig, "no usable speed cells", 1, 1)
     return fig
@@ -89,14 +133,27 @@ def factors_figure(a: Analysis, task: str) -> go.Figure:
     for arm, grp in sp.groupby("arm", sort=False):
         g = grp.sort_values("concurrency")
         tokens = g["tokens_per_round"].astype(float) / g["baseline_tokens_per_round"].astype(float)
-        fig.add_trace(go.Scatter(x=g["concurrency"], y=floats(tokens), mode="lines+markers",
-                                 name=f"{arm}: tokens per round / baseline's", legendgroup=arm,
-                                 line={"color": colours[arm]}))
-        fig.add_trace(go.Scatter(x=g["concurrency"], y=floats(g["round_cost_ratio"]),
-                                 mode="lines+markers", legendgroup=arm,
-                                 name=f"{arm}: round cost / plain step",
-                                 line={"color": colours[arm], "dash": "dash"},
-                                 marker={"symbol": "square"}))
+        fig.add_trace(
+            go.Scatter(
+                x=g["concurrency"],
+                y=floats(tokens),
+                mode="lines+markers",
+                name=f"{arm}: tokens per round / baseline's",
+                legendgroup=arm,
+                line={"color": colours[arm]},
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=g["concurrency"],
+                y=floats(g["round_cost_ratio"]),
+                mode="lines+markers",
+                legendgroup=arm,
+                name=f"{arm}: round cost / plain step",
+                line={"color": colours[arm], "dash": "dash"},
+                marker={"symbol": "square"},
+            )
+        )
     fig.add_hline(1.0, line={"color": "black", "width": 1})
     log2_x(fig, a.run.study.loads.closed_loop.concurrency, 1, 1)
     fig.update_yaxes(title_text="factor (x)", rangemode="tozero")
@@ -109,8 +166,12 @@ def speed_curves_figure(a: Analysis, task: str) -> go.Figure:
     """Per-user speed and output throughput against users, every arm."""
     levels = a.run.study.loads.closed_loop.concurrency
     colours = arm_colours(a)
-    cells = a.cells[(a.cells["kind"] == "speed") & (a.cells["status"] == "complete")
-                    & a.cells["rerun_of"].isna() & (a.cells["task"] == task)]
+    cells = a.cells[
+        (a.cells["kind"] == "speed")
+        & (a.cells["status"] == "complete")
+        & a.cells["rerun_of"].isna()
+        & (a.cells["task"] == task)
+    ]
     fig = grid(1, 2, [f"{task}: per-user speed (tok/s)", f"{task}: output throughput (tok/s)"])
     for arm in a.run.study.arms:
         rows = cells[cells["arm"] == arm.name].sort_values("concurrency")
@@ -118,9 +179,19 @@ def speed_curves_figure(a: Analysis, task: str) -> go.Figure:
             continue
         style = {"color": colours[arm.name], "dash": "solid" if arm.baseline is None else "dash"}
         for col, column in ((1, "per_user_speed"), (2, "output_throughput_tok_s")):
-            fig.add_trace(go.Scatter(x=rows["concurrency"], y=floats(rows[column]),
-                                     mode="lines+markers", name=arm.name, legendgroup=arm.name,
-                                     showlegend=col == 1, line=style), row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=rows["concurrency"],
+                    y=floats(rows[column]),
+                    mode="lines+markers",
+                    name=arm.name,
+                    legendgroup=arm.name,
+                    showlegend=col == 1,
+                    line=style,
+                ),
+                row=1,
+                col=col,
+            )
     for col in (1, 2):
         log2_x(fig, levels, 1, col)
         fig.update_yaxes(rangemode="tozero", row=1, col=col)
@@ -134,30 +205,65 @@ def decomposition_figure(a: Analysis, task: str) -> go.Figure:
     round time against the plain step; measured and predicted round cost."""
     colours = arm_colours(a)
     sp = _speedups(a, task)
-    fig = grid(1, 4, ["speedup: measured, explained, predicted", "tokens per round",
-                      "round time vs plain step (ms)", "round cost (x plain step)"], height=400)
+    fig = grid(
+        1,
+        4,
+        [
+            "speedup: measured, explained, predicted",
+            "tokens per round",
+            "round time vs plain step (ms)",
+            "round cost (x plain step)",
+        ],
+        height=400,
+    )
     for i, (arm, grp) in enumerate(sp.groupby("arm", sort=False)):
         g = grp.sort_values("concurrency")
         c, x = colours[arm], g["concurrency"]
 
-        def line(col: int, y, name: str, dash: str = "solid", symbol: str = "circle",
-                 colour: str = c, mode: str = "lines+markers", group: str = arm,
-                 x=x) -> None:
-            fig.add_trace(go.Scatter(x=x, y=floats(y), mode=mode, name=name, legendgroup=group,
-                                     line={"color": colour, "dash": dash},
-                                     marker={"symbol": symbol, "size": 8}), row=1, col=col)
+        def line(
+            col: int,
+            y,
+            name: str,
+            dash: str = "solid",
+            symbol: str = "circle",
+            colour: str = c,
+            mode: str = "lines+markers",
+            group: str = arm,
+            x=x,
+        ) -> None:
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=floats(y),
+                    mode=mode,
+                    name=name,
+                    legendgroup=group,
+                    line={"color": colour, "dash": dash},
+                    marker={"symbol": symbol, "size": 8},
+                ),
+                row=1,
+                col=col,
+            )
 
         band(fig, x, g["ci_lower"], g["ci_upper"], c, arm, 1, 1)
         line(1, g["speedup"], f"{arm} measured")
         line(1, g["explained_speedup"], f"{arm} explained", symbol="x", mode="markers")
         line(1, g["predicted_speedup"], f"{arm} predicted", dash="dot", mode="lines")
         line(2, g["tokens_per_round"], f"{arm} client tokens per round")
-        line(2, g["engine_tokens_per_round"], f"{arm} engine 1+sum(p)", dash="dot",
-             symbol="diamond")
+        line(
+            2, g["engine_tokens_per_round"], f"{arm} engine 1+sum(p)", dash="dot", symbol="diamond"
+        )
         line(3, g["round_time_s"].astype(float) * 1e3, f"{arm} round (ms)")
         if i == 0:
-            line(3, g["baseline_step_time_s"].astype(float) * 1e3, "baseline step (ms)",
-                 dash="dash", symbol="square", colour="#000000", group="baseline")
+            line(
+                3,
+                g["baseline_step_time_s"].astype(float) * 1e3,
+                "baseline step (ms)",
+                dash="dash",
+                symbol="square",
+                colour="#000000",
+                group="baseline",
+            )
         band(fig, x, g["round_cost_ratio_ci_lower"], g["round_cost_ratio_ci_upper"], c, arm, 1, 4)
         line(4, g["round_cost_ratio"], f"{arm} round cost")
         line(4, g["predicted_round_cost_ratio"], f"{arm} roofline cost", dash="dot", mode="lines")
@@ -175,41 +281,93 @@ def surface_figure(a: Analysis, verdict: Verdict, task: str) -> go.Figure:
     each real drafter's measured tokens per round placed on it."""
     study = a.run.study
     assert study.surface is not None and verdict.surface is not None
-    fig = grid(1, 2, ["round cost (x plain step)",
-                      "acceptance a round needs to pay (tokens a round)"], height=420)
+    fig = grid(
+        1,
+        2,
+        ["round cost (x plain step)", "acceptance a round needs to pay (tokens a round)"],
+        height=420,
+    )
     rows = a.surface[a.surface["task"] == task]
     for i, (k, grp) in enumerate(rows.groupby("k", sort=True)):
         g = grp.sort_values("concurrency")
         dash = K_DASHES[i % len(K_DASHES)]
-        band(fig, g["concurrency"], g["round_cost_ratio_ci_lower"],
-             g["round_cost_ratio_ci_upper"], "#808080", f"k={k}", 1, 1)
-        fig.add_trace(go.Scatter(x=g["concurrency"], y=floats(g["round_cost_ratio"]),
-                                 mode="lines+markers", name=f"k={k}", legendgroup=f"k={k}",
-                                 line={"color": "black", "dash": dash}), row=1, col=1)
+        band(
+            fig,
+            g["concurrency"],
+            g["round_cost_ratio_ci_lower"],
+            g["round_cost_ratio_ci_upper"],
+            "#808080",
+            f"k={k}",
+            1,
+            1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=g["concurrency"],
+                y=floats(g["round_cost_ratio"]),
+                mode="lines+markers",
+                name=f"k={k}",
+                legendgroup=f"k={k}",
+                line={"color": "black", "dash": dash},
+            ),
+            row=1,
+            col=1,
+        )
         located = g[g["status"] == "located"]
-        fig.add_trace(go.Scatter(x=located["concurrency"], y=floats(located["break_even_length"]),
-                                 mode="lines+markers", name=f"break-even, k={k}",
-                                 legendgroup=f"k={k}", marker={"symbol": "square"},
-                                 line={"color": "black", "dash": dash}), row=1, col=2)
+        fig.add_trace(
+            go.Scatter(
+                x=located["concurrency"],
+                y=floats(located["break_even_length"]),
+                mode="lines+markers",
+                name=f"break-even, k={k}",
+                legendgroup=f"k={k}",
+                marker={"symbol": "square"},
+                line={"color": "black", "dash": dash},
+            ),
+            row=1,
+            col=2,
+        )
         for r in g.itertuples():  # v: every L measured pays; ^: none does
             lengths = [float(v) for v in str(r.lengths).split(",") if v]
             if r.status in ("below_measured", "above_measured") and lengths:
                 below = r.status == "below_measured"
-                fig.add_trace(go.Scatter(
-                    x=[r.concurrency], y=[min(lengths) if below else max(lengths)],
-                    mode="markers", showlegend=False, legendgroup=f"k={k}",
-                    name="pays at every L measured" if below else "no L measured pays",
-                    marker={"symbol": "triangle-down" if below else "triangle-up", "size": 11,
-                            "color": "black"}), row=1, col=2)
+                fig.add_trace(
+                    go.Scatter(
+                        x=[r.concurrency],
+                        y=[min(lengths) if below else max(lengths)],
+                        mode="markers",
+                        showlegend=False,
+                        legendgroup=f"k={k}",
+                        name="pays at every L measured" if below else "no L measured pays",
+                        marker={
+                            "symbol": "triangle-down" if below else "triangle-up",
+                            "size": 11,
+                            "color": "black",
+                        },
+                    ),
+                    row=1,
+                    col=2,
+                )
     colours = arm_colours(a)
     for arm, drafter, mine in placed_drafters(a, verdict, task):
         if mine:
-            fig.add_trace(go.Scatter(
-                x=[p.concurrency for p in mine], y=[p.reaches for p in mine], mode="markers",
-                name=f"{arm.name} (k={drafter.num_draft_tokens}) reaches",
-                text=[p.label for p in mine], marker={"symbol": "circle-open", "size": 13,
-                                                      "color": colours[arm.name],
-                                                      "line": {"width": 2}}), row=1, col=2)
+            fig.add_trace(
+                go.Scatter(
+                    x=[p.concurrency for p in mine],
+                    y=[p.reaches for p in mine],
+                    mode="markers",
+                    name=f"{arm.name} (k={drafter.num_draft_tokens}) reaches",
+                    text=[p.label for p in mine],
+                    marker={
+                        "symbol": "circle-open",
+                        "size": 13,
+                        "color": colours[arm.name],
+                        "line": {"width": 2},
+                    },
+                ),
+                row=1,
+                col=2,
+            )
     fig.add_hline(1.0, line={"color": "grey", "width": 1}, row=1, col=1)
     for col in (1, 2):
         log2_x(fig, study.surface.concurrency, 1, col, "users (closed loop)")
@@ -227,34 +385,79 @@ def verification_figure(a: Analysis, verdict: Verdict, task: str) -> go.Figure:
     fig = grid(1, 1, ["speedup over the baseline"], height=380)
     rows = [r for r in verdict.surface.verification if r.task == task]
     ok = [r for r in rows if r.status == "ok" and r.speedup is not None]
-    band(fig, [r.concurrency for r in ok], [r.ci_lower for r in ok], [r.ci_upper for r in ok],
-         "#000000", "measured", 1, 1)
-    fig.add_trace(go.Scatter(x=[r.concurrency for r in ok], y=[r.speedup for r in ok],
-                             mode="lines+markers", name="measured (95 % interval)",
-                             legendgroup="measured", text=[r.label for r in ok],
-                             line={"color": "black"}), row=1, col=1)
+    band(
+        fig,
+        [r.concurrency for r in ok],
+        [r.ci_lower for r in ok],
+        [r.ci_upper for r in ok],
+        "#000000",
+        "measured",
+        1,
+        1,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[r.concurrency for r in ok],
+            y=[r.speedup for r in ok],
+            mode="lines+markers",
+            name="measured (95 % interval)",
+            legendgroup="measured",
+            text=[r.label for r in ok],
+            line={"color": "black"},
+        ),
+        row=1,
+        col=1,
+    )
     predicted = [(r, p) for r in rows if (p := r.predicted_speedup) is not None]
-    fig.add_trace(go.Scatter(
-        x=[r.concurrency for r, _ in predicted], y=[p for _, p in predicted],
-        mode="lines+markers", name="predicted from the surface",
-        error_y={"type": "data", "symmetric": False,
-                 "array": [(r.predicted_ci_upper or p) - p for r, p in predicted],
-                 "arrayminus": [p - (r.predicted_ci_lower or p) for r, p in predicted]},
-        marker={"symbol": "square-open"}, line={"color": "#636efa", "dash": "dash"}),
-        row=1, col=1)
-    own = a.speedups[(a.speedups["arm"] == study.surface.drafter)
-                     & (a.speedups["task"] == task) & (a.speedups["status"] == "ok")]
+    fig.add_trace(
+        go.Scatter(
+            x=[r.concurrency for r, _ in predicted],
+            y=[p for _, p in predicted],
+            mode="lines+markers",
+            name="predicted from the surface",
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": [(r.predicted_ci_upper or p) - p for r, p in predicted],
+                "arrayminus": [p - (r.predicted_ci_lower or p) for r, p in predicted],
+            },
+            marker={"symbol": "square-open"},
+            line={"color": "#636efa", "dash": "dash"},
+        ),
+        row=1,
+        col=1,
+    )
+    own = a.speedups[
+        (a.speedups["arm"] == study.surface.drafter)
+        & (a.speedups["task"] == task)
+        & (a.speedups["status"] == "ok")
+    ]
     if len(own):
-        fig.add_trace(go.Scatter(x=own["concurrency"], y=floats(own["speedup"]),
-                                 mode="lines+markers", line={"color": "grey", "dash": "dot"},
-                                 name=f"{study.surface.drafter} at its own k"), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=own["concurrency"],
+                y=floats(own["speedup"]),
+                mode="lines+markers",
+                line={"color": "grey", "dash": "dot"},
+                name=f"{study.surface.drafter} at its own k",
+            ),
+            row=1,
+            col=1,
+        )
     collapses = [r for r in ok if r.collapse]
     if collapses:
-        fig.add_trace(go.Scatter(x=[r.concurrency for r in collapses],
-                                 y=[r.speedup for r in collapses], mode="markers",
-                                 name="collapse", text=[r.label for r in collapses],
-                                 marker={"symbol": "x", "size": 14, "color": "#EF553B"}),
-                      row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=[r.concurrency for r in collapses],
+                y=[r.speedup for r in collapses],
+                mode="markers",
+                name="collapse",
+                text=[r.label for r in collapses],
+                marker={"symbol": "x", "size": 14, "color": "#EF553B"},
+            ),
+            row=1,
+            col=1,
+        )
     for r in rows:
         if r.threshold:
             fig.add_vline(r.concurrency, line={"color": "grey", "width": 1, "dash": "dot"})
@@ -277,16 +480,31 @@ def category_figure(a: Analysis, task: str) -> go.Figure:
     for col, (value, lo, hi, _) in enumerate(PANELS, start=1):
         for (arm, c), grp in rows.groupby(["arm", "concurrency"], sort=False):
             y = floats(grp[value])
-            fig.add_trace(go.Scatter(
-                x=list(grp["category"]), y=y, mode="markers", name=f"{arm} c={c}",
-                legendgroup=f"{arm} c={c}", showlegend=col == 1,
-                marker={"color": colours.get(str(arm), "#444444"), "size": 9},
-                error_y={"type": "data", "symmetric": False,
-                         "array": [max(0.0, (h or v) - v) if v is not None else 0.0
-                                   for v, h in zip(y, floats(grp[hi]), strict=True)],
-                         "arrayminus": [max(0.0, v - (lw or v)) if v is not None else 0.0
-                                        for v, lw in zip(y, floats(grp[lo]), strict=True)]}),
-                row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=list(grp["category"]),
+                    y=y,
+                    mode="markers",
+                    name=f"{arm} c={c}",
+                    legendgroup=f"{arm} c={c}",
+                    showlegend=col == 1,
+                    marker={"color": colours.get(str(arm), "#444444"), "size": 9},
+                    error_y={
+                        "type": "data",
+                        "symmetric": False,
+                        "array": [
+                            max(0.0, (h or v) - v) if v is not None else 0.0
+                            for v, h in zip(y, floats(grp[hi]), strict=True)
+                        ],
+                        "arrayminus": [
+                            max(0.0, v - (lw or v)) if v is not None else 0.0
+                            for v, lw in zip(y, floats(grp[lo]), strict=True)
+                        ],
+                    },
+                ),
+                row=1,
+                col=col,
+            )
         if rows.empty:
             empty(fig, "no usable category figures", 1, col)
     fig.add_hline(1.0, line={"color": "black", "width": 1}, row=1, col=1)
@@ -296,9 +514,14 @@ def category_figure(a: Analysis, task: str) -> go.Figure:
 def input_length_figure(a: Analysis) -> go.Figure | None:
     """The throughput configurations' speedups (their categories pooled) against input
     length, one line per drafter arm and concurrency (None: no throughput task)."""
-    lengths = {t.name: t.config.removeprefix("throughput_") for t in a.run.study.tasks
-               if t.kind == "speed_bench" and t.config and t.config.startswith("throughput_")
-               and "speed" in t.uses}
+    lengths = {
+        t.name: t.config.removeprefix("throughput_")
+        for t in a.run.study.tasks
+        if t.kind == "speed_bench"
+        and t.config
+        and t.config.startswith("throughput_")
+        and "speed" in t.uses
+    }
     if not lengths:
         return None
     sp = a.speedups[a.speedups["task"].isin(lengths) & (a.speedups["status"] == "ok")].copy()
@@ -309,14 +532,29 @@ def input_length_figure(a: Analysis) -> go.Figure | None:
     for (arm, c), grp in sp.groupby(["arm", "concurrency"], sort=False):
         grp = grp.assign(order=grp["input_length"].map(order.index)).sort_values("order")
         y, lo, hi = floats(grp["speedup"]), floats(grp["ci_lower"]), floats(grp["ci_upper"])
-        fig.add_trace(go.Scatter(
-            x=list(grp["input_length"]), y=y, mode="lines+markers", name=f"{arm} c={c}",
-            line={"color": colours.get(str(arm), "#444444")},
-            error_y={"type": "data", "symmetric": False,
-                     "array": [max(0.0, (h or v) - v) if v is not None else 0.0
-                               for v, h in zip(y, hi, strict=True)],
-                     "arrayminus": [max(0.0, v - (lw or v)) if v is not None else 0.0
-                                    for v, lw in zip(y, lo, strict=True)]}), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=list(grp["input_length"]),
+                y=y,
+                mode="lines+markers",
+                name=f"{arm} c={c}",
+                line={"color": colours.get(str(arm), "#444444")},
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [
+                        max(0.0, (h or v) - v) if v is not None else 0.0
+                        for v, h in zip(y, hi, strict=True)
+                    ],
+                    "arrayminus": [
+                        max(0.0, v - (lw or v)) if v is not None else 0.0
+                        for v, lw in zip(y, lo, strict=True)
+                    ],
+                },
+            ),
+            row=1,
+            col=1,
+        )
     fig.update_xaxes(categoryorder="array", categoryarray=order, row=1, col=1)
     fig.add_hline(1.0, line={"color": "black", "width": 1})
     if sp.empty:

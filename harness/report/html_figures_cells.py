@@ -32,23 +32,47 @@ def acceptance_figure(a: Analysis, arm: Arm, task: str) -> go.Figure:
     assert arm.drafter is not None
     levels = a.run.study.loads.closed_loop.concurrency
     colours = _level_colours(levels)
-    fig = grid(2, 1, [f"{task}: tokens per round as its engine counts them, each second",
-                      f"{task}: acceptance rate at draft position i"], height=620)
+    fig = grid(
+        2,
+        1,
+        [
+            f"{task}: tokens per round as its engine counts them, each second",
+            f"{task}: acceptance rate at draft position i",
+        ],
+        height=620,
+    )
     any_series = any_pos = False
     for level in acceptance_by_level(a, arm, task):
         c = level.concurrency
         if not level.per_second.empty:
-            fig.add_trace(go.Scatter(x=floats(level.per_second["t_s"]),
-                                     y=floats(level.per_second["acceptance_length"]),
-                                     mode="lines", name=f"c={c}", legendgroup=f"c={c}",
-                                     line={"color": colours[c], "width": 1.5}), row=1, col=1)
+            fig.add_trace(
+                go.Scatter(
+                    x=floats(level.per_second["t_s"]),
+                    y=floats(level.per_second["acceptance_length"]),
+                    mode="lines",
+                    name=f"c={c}",
+                    legendgroup=f"c={c}",
+                    line={"color": colours[c], "width": 1.5},
+                ),
+                row=1,
+                col=1,
+            )
             any_series = True
         if level.position_rates:
             rates = level.position_rates
-            fig.add_trace(go.Scatter(x=list(range(1, len(rates) + 1)), y=floats(rates),
-                                     mode="lines+markers", name=f"c={c}", legendgroup=f"c={c}",
-                                     showlegend=not any_series, line={"color": colours[c]}),
-                          row=2, col=1)
+            fig.add_trace(
+                go.Scatter(
+                    x=list(range(1, len(rates) + 1)),
+                    y=floats(rates),
+                    mode="lines+markers",
+                    name=f"c={c}",
+                    legendgroup=f"c={c}",
+                    showlegend=not any_series,
+                    line={"color": colours[c]},
+                ),
+                row=2,
+                col=1,
+            )
             any_pos = True
     fig.update_xaxes(title_text="seconds since the cell's first scrape", row=1, col=1)
     fig.update_xaxes(title_text="draft position i", dtick=1, row=2, col=1)
@@ -65,12 +89,24 @@ def consistency_figure(a: Analysis) -> go.Figure:
     of its per-position rates, and against the client's tokens per decode step."""
     colours = arm_colours(a)
     drafters = {x.name for x in a.run.study.arms if x.drafter is not None}
-    cells = a.cells[(a.cells["kind"] == "speed") & a.cells["arm"].isin(drafters)
-                    & (a.cells["status"] == "complete")]
-    fig = grid(1, 2, ["engine counters against each other",
-                      "per decode step (client) vs per engine round (engine_round)"], height=440)
-    for col, xcol, xlabel in ((1, "accept_rate_sum", "1 + sum of per-position acceptance rates"),
-                              (2, "tokens_per_step_client", "client: tokens per decode step")):
+    cells = a.cells[
+        (a.cells["kind"] == "speed")
+        & a.cells["arm"].isin(drafters)
+        & (a.cells["status"] == "complete")
+    ]
+    fig = grid(
+        1,
+        2,
+        [
+            "engine counters against each other",
+            "per decode step (client) vs per engine round (engine_round)",
+        ],
+        height=440,
+    )
+    for col, xcol, xlabel in (
+        (1, "accept_rate_sum", "1 + sum of per-position acceptance rates"),
+        (2, "tokens_per_step_client", "client: tokens per decode step"),
+    ):
         lo, hi = math.inf, -math.inf
         for arm, grp in cells.groupby("arm", sort=False):
             x = grp[xcol].astype(float) + (1.0 if xcol == "accept_rate_sum" else 0.0)
@@ -78,17 +114,37 @@ def consistency_figure(a: Analysis) -> go.Figure:
             ok = ~(np.isnan(x) | np.isnan(y))
             if not ok.any():
                 continue
-            fig.add_trace(go.Scatter(x=x[ok], y=y[ok], mode="markers", name=arm, legendgroup=arm,
-                                     showlegend=col == 1, text=grp["cell_id"][ok],
-                                     marker={"color": colours[arm], "size": 9}), row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=x[ok],
+                    y=y[ok],
+                    mode="markers",
+                    name=arm,
+                    legendgroup=arm,
+                    showlegend=col == 1,
+                    text=grp["cell_id"][ok],
+                    marker={"color": colours[arm], "size": 9},
+                ),
+                row=1,
+                col=col,
+            )
             lo, hi = min(lo, x[ok].min(), y[ok].min()), max(hi, x[ok].max(), y[ok].max())
         fig.update_xaxes(title_text=xlabel, row=1, col=col)
         fig.update_yaxes(title_text="engine: tokens per round", row=1, col=col)
         if math.isfinite(lo):
             pad = 0.1 * max(hi - lo, 0.5)
-            fig.add_trace(go.Scatter(x=[lo - pad, hi + pad], y=[lo - pad, hi + pad], mode="lines",
-                                     line={"color": "grey", "dash": "dash", "width": 1},
-                                     name="agree", showlegend=col == 1), row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=[lo - pad, hi + pad],
+                    y=[lo - pad, hi + pad],
+                    mode="lines",
+                    line={"color": "grey", "dash": "dash", "width": 1},
+                    name="agree",
+                    showlegend=col == 1,
+                ),
+                row=1,
+                col=col,
+            )
         else:
             empty(fig, "no cell has both figures (per-position rates are vLLM-only)", 1, col)
     return fig
@@ -100,8 +156,10 @@ def accuracy_figure(a: Analysis) -> go.Figure:
     tasks = list(dict.fromkeys(a.accuracy["task"])) or ["(none)"]
     judged = a.run.study.bars.pass_.accuracy
     colours = arm_colours(a)
-    titles = [f"task: {t}" + ((" (judged)" if t in judged.tasks else " (reported)") if judged
-                              else "") for t in tasks]
+    titles = [
+        f"task: {t}" + ((" (judged)" if t in judged.tasks else " (reported)") if judged else "")
+        for t in tasks
+    ]
     fig = grid(1, len(tasks), titles, height=400)
     for col, task in enumerate(tasks, start=1):
         rows = acc[acc["task"] == task]
@@ -109,11 +167,25 @@ def accuracy_figure(a: Analysis) -> go.Figure:
             empty(fig, "no usable accuracy cells", 1, col)
             continue
         for r in rows.itertuples():
-            fig.add_trace(go.Scatter(
-                x=[r.arm], y=[r.accuracy], mode="markers", name=r.arm, legendgroup=r.arm,
-                showlegend=False, marker={"color": colours.get(r.arm, "#000000"), "size": 10},
-                error_y={"type": "data", "symmetric": False, "array": [r.ci_upper - r.accuracy],
-                         "arrayminus": [r.accuracy - r.ci_lower]}), row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=[r.arm],
+                    y=[r.accuracy],
+                    mode="markers",
+                    name=r.arm,
+                    legendgroup=r.arm,
+                    showlegend=False,
+                    marker={"color": colours.get(r.arm, "#000000"), "size": 10},
+                    error_y={
+                        "type": "data",
+                        "symmetric": False,
+                        "array": [r.ci_upper - r.accuracy],
+                        "arrayminus": [r.accuracy - r.ci_lower],
+                    },
+                ),
+                row=1,
+                col=col,
+            )
         fig.update_yaxes(title_text="accuracy (share correct)", row=1, col=col)
     return fig
 
@@ -128,8 +200,14 @@ def open_loop_figure(a: Analysis) -> go.Figure:
     groups = drafters_by_baseline(a.run) or {"(none)": []}
     colours = arm_colours(a)
     table = a.open_loop[a.open_loop["status"] == "complete"]
-    fig = grid(2, len(groups), [f"engine group: {b}" for b in groups] + [""] * len(groups),
-               height=560, shared_xaxes=True, row_heights=[0.65, 0.35])
+    fig = grid(
+        2,
+        len(groups),
+        [f"engine group: {b}" for b in groups] + [""] * len(groups),
+        height=560,
+        shared_xaxes=True,
+        row_heights=[0.65, 0.35],
+    )
     for col, (baseline, drafters) in enumerate(groups.items(), start=1):
         plotted = False
         for arm in [baseline, *drafters]:
@@ -137,13 +215,35 @@ def open_loop_figure(a: Analysis) -> go.Figure:
             if rows.empty:
                 continue
             kw = {"name": arm, "legendgroup": arm, "line": {"color": colours.get(arm)}}
-            fig.add_trace(go.Scatter(x=rows["rate_rps"], y=floats(rows["objective_value_s"]),
-                                     mode="lines+markers", **kw), row=1, col=col)
-            fig.add_trace(go.Scatter(x=rows["rate_rps"], y=floats(rows["queue_p99_s"]),
-                                     mode="lines+markers", showlegend=False, **kw), row=2, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=rows["rate_rps"],
+                    y=floats(rows["objective_value_s"]),
+                    mode="lines+markers",
+                    **kw,
+                ),
+                row=1,
+                col=col,
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=rows["rate_rps"],
+                    y=floats(rows["queue_p99_s"]),
+                    mode="lines+markers",
+                    showlegend=False,
+                    **kw,
+                ),
+                row=2,
+                col=col,
+            )
             plotted = True
-        fig.add_hline(obj.max_s, line={"color": "#c62828", "dash": "dash"}, row=1, col=col,
-                      annotation_text=f"objective {obj.max_s:g} s")
+        fig.add_hline(
+            obj.max_s,
+            line={"color": "#c62828", "dash": "dash"},
+            row=1,
+            col=col,
+            annotation_text=f"objective {obj.max_s:g} s",
+        )
         fig.update_yaxes(title_text=f"{label} (s)", row=1, col=col)
         fig.update_yaxes(title_text="client queueing p99 (s)", row=2, col=col)
         fig.update_xaxes(title_text="offered rate (requests/s)", row=2, col=col)
@@ -159,28 +259,52 @@ def gpu_figure(a: Analysis) -> go.Figure | None:
     ok = series[series["ok"]]
     if ok.empty:
         return None
-    fig = grid(3, 1, ["clock (MHz)", "power (W)", "temperature (C)"], height=820,
-               shared_xaxes=True)
+    fig = grid(3, 1, ["clock (MHz)", "power (W)", "temperature (C)"], height=820, shared_xaxes=True)
     minutes = (ok["wall_time"] - float(ok["wall_time"].min())) / 60.0
     for gpu, rows in ok.groupby("gpu"):
         x = floats(minutes[rows.index])
-        for row, column, name in ((1, "sm_clock_mhz", "SM"), (1, "mem_clock_mhz", "memory"),
-                                  (2, "power_w", "draw"), (2, "power_limit_w", "limit"),
-                                  (3, "temperature_c", "temperature")):
-            fig.add_trace(go.Scatter(x=x, y=floats(rows[column]), mode="lines+markers",
-                                     marker={"size": 3}, name=f"GPU {gpu} {name}",
-                                     text=rows["cell_id"]), row=row, col=1)
+        for row, column, name in (
+            (1, "sm_clock_mhz", "SM"),
+            (1, "mem_clock_mhz", "memory"),
+            (2, "power_w", "draw"),
+            (2, "power_limit_w", "limit"),
+            (3, "temperature_c", "temperature"),
+        ):
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=floats(rows[column]),
+                    mode="lines+markers",
+                    marker={"size": 3},
+                    name=f"GPU {gpu} {name}",
+                    text=rows["cell_id"],
+                ),
+                row=row,
+                col=1,
+            )
         hot = rows[rows["throttled"]]
         for row, column in ((1, "sm_clock_mhz"), (2, "power_w"), (3, "temperature_c")):
             if len(hot):
-                fig.add_trace(go.Scatter(x=floats(minutes[hot.index]), y=floats(hot[column]),
-                                         mode="markers", name=f"GPU {gpu} throttled",
-                                         showlegend=row == 1, legendgroup=f"hot{gpu}",
-                                         marker={"symbol": "x", "color": "#c62828", "size": 8}),
-                              row=row, col=1)
+                fig.add_trace(
+                    go.Scatter(
+                        x=floats(minutes[hot.index]),
+                        y=floats(hot[column]),
+                        mode="markers",
+                        name=f"GPU {gpu} throttled",
+                        showlegend=row == 1,
+                        legendgroup=f"hot{gpu}",
+                        marker={"symbol": "x", "color": "#c62828", "size": 8},
+                    ),
+                    row=row,
+                    col=1,
+                )
     for _cell, lo, hi in alternate_cell_spans(ok, minutes):
-        fig.add_vrect(x0=lo, x1=hi, fillcolor="#000000", opacity=0.05, line_width=0,
-                      row="all", col=1)
-    fig.update_xaxes(title_text="minutes since the run's first GPU reading (alternate"
-                     " shading: cells)", row=3, col=1)
+        fig.add_vrect(
+            x0=lo, x1=hi, fillcolor="#000000", opacity=0.05, line_width=0, row="all", col=1
+        )
+    fig.update_xaxes(
+        title_text="minutes since the run's first GPU reading (alternate shading: cells)",
+        row=3,
+        col=1,
+    )
     return fig

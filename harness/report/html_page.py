@@ -45,8 +45,10 @@ tbody tr:hover { background: #f3f7ff; }
 
 
 # Once the page is laid out, every figure to its final width (each was drawn as parsed).
-RESIZE = ("window.addEventListener('load', () => document.querySelectorAll("
-          "'.plotly-graph-div').forEach(d => Plotly.Plots.resize(d)));")
+RESIZE = (
+    "window.addEventListener('load', () => document.querySelectorAll("
+    "'.plotly-graph-div').forEach(d => Plotly.Plots.resize(d)));"
+)
 
 
 @cache
@@ -62,17 +64,21 @@ def html_page(title: str, subtitle: str, sections: Sequence[tuple[str, str, str,
     nav = "".join(f'<li><a href="#{escape(i)}">{escape(t)}</a></li>' for i, t, _, _ in sections)
     body = "\n".join(
         f'<section class="report-section" id="{escape(i)}"><h2>{escape(t)}</h2>'
-        + (f'<p class="subtitle">{escape(s)}</p>' if s else "") + f"{b}</section>"
-        for i, t, s, b in sections)
+        + (f'<p class="subtitle">{escape(s)}</p>' if s else "")
+        + f"{b}</section>"
+        for i, t, s, b in sections
+    )
     # "</script" inside the inlined library would end its <script> early.
     js = plotly_js().replace("</script", "<\\/script")
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{escape(title)}</title><style>{STYLE}</style>"
-            f'<script type="text/javascript">{js}</script></head>\n<body>'
-            f"<header><h1>{escape(title)}</h1><p>{escape(subtitle)}</p>"
-            f"<nav><ol>{nav}</ol></nav></header>\n<main>{body}</main>"
-            f"<script>{RESIZE}</script></body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{STYLE}</style>"
+        f'<script type="text/javascript">{js}</script></head>\n<body>'
+        f"<header><h1>{escape(title)}</h1><p>{escape(subtitle)}</p>"
+        f"<nav><ol>{nav}</ol></nav></header>\n<main>{body}</main>"
+        f"<script>{RESIZE}</script></body></html>\n"
+    )
 
 
 def write_page(text: str, out: Path) -> Path:

@@ -70,46 +70,69 @@ def verdict_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     colour = VERDICT_COLOURS.get(v.verdict, "black")
     # One line a reason: an unfinished verdict's causes and its command stay whole.
     reasons = "<br>".join(escape(r) for r in v.reasons) or "every registered bar passes"
-    statuses = "".join(f'<li><b>{escape(b.name)}</b>: {escape(b.status)}</li>' for b in v.bars)
+    statuses = "".join(f"<li><b>{escape(b.name)}</b>: {escape(b.status)}</li>" for b in v.bars)
     notice = verdict_notice(a)
-    body = [f'<p class="verdict" style="color:{colour}">{escape(v.verdict)}</p>',
-            f"<p>{reasons}</p>", f'<ul class="bars">{statuses}</ul>']
+    body = [
+        f'<p class="verdict" style="color:{colour}">{escape(v.verdict)}</p>',
+        f"<p>{reasons}</p>",
+        f'<ul class="bars">{statuses}</ul>',
+    ]
     if notice:
         body.append(f'<pre class="text notice">{escape(chr(10).join(notice))}</pre>')
     figures = []
     for task in speed_tasks(a.run.study)[:HEADLINE_TASKS]:
         figures += [fig(speed.speedup_figure(a, task)), fig(speed.factors_figure(a, task))]
     body.append(_grid(figures) or _note("no speed task"))
-    body += ["<h3>The bars</h3>", lines_html(bar_lines(a, v)),
-             "<h3>Bar evidence</h3>", _note("every figure each bar used, as written to"
-                                           " verdict.json"), lines_html(evidence_lines(v))]
+    body += [
+        "<h3>The bars</h3>",
+        lines_html(bar_lines(a, v)),
+        "<h3>Bar evidence</h3>",
+        _note("every figure each bar used, as written to verdict.json"),
+        lines_html(evidence_lines(v)),
+    ]
     study = a.run.study
-    return Section("verdict", f"Verdict: {v.verdict}", "\n".join(body),
-                   f"{study.title} | run {a.run.run_id} | seal {str(v.seal)[:16]}...")
+    return Section(
+        "verdict",
+        f"Verdict: {v.verdict}",
+        "\n".join(body),
+        f"{study.title} | run {a.run.run_id} | seal {str(v.seal)[:16]}...",
+    )
 
 
 def speedup_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     items = [fig(speed.speedup_figure(a, t)) for t in speed_tasks(a.run.study)]
-    return Section("speedups", "Speedup vs concurrency", _grid(items) or _note("no speed task"),
-                   speedup_note(a))
+    return Section(
+        "speedups",
+        "Speedup vs concurrency",
+        _grid(items) or _note("no speed task"),
+        speedup_note(a),
+    )
 
 
 def interval_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section("intervals", "Speedup intervals: sessions and what they rest on",
-                   lines_html(interval_lines(a)))
+    return Section(
+        "intervals",
+        "Speedup intervals: sessions and what they rest on",
+        lines_html(interval_lines(a)),
+    )
 
 
 def decomposition_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     body = []
     for task in speed_tasks(a.run.study):
-        body += [f"<h3>Why this speedup: task {escape(task)}</h3>",
-                 fig(speed.decomposition_figure(a, task), wide=True),
-                 lines_html(decomposition_lines(a, task))]
-    return Section("decomposition", "Why each speedup is what it is",
-                   "\n".join(body) or _note("no speed task"),
-                   "speedup = (tokens per round / baseline's) / (round time / plain step), from"
-                   " the client's chunks; predicted on the plan's roofline, E[tokens] = 1 +"
-                   " sum(p_i) from the engine's counters")
+        body += [
+            f"<h3>Why this speedup: task {escape(task)}</h3>",
+            fig(speed.decomposition_figure(a, task), wide=True),
+            lines_html(decomposition_lines(a, task)),
+        ]
+    return Section(
+        "decomposition",
+        "Why each speedup is what it is",
+        "\n".join(body) or _note("no speed task"),
+        "speedup = (tokens per round / baseline's) / (round time / plain step), from"
+        " the client's chunks; predicted on the plan's roofline, E[tokens] = 1 +"
+        " sum(p_i) from the engine's counters",
+    )
 
 
 def category_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
@@ -125,34 +148,50 @@ def category_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
         if len(unavailable):
             body.append(_note(str(unavailable["reason"].iloc[0])))
             continue
-        body += [_note(category_subtitle(a, str(task))),
-                 fig(speed.category_figure(a, str(task)), wide=True),
-                 lines_html(category_table_lines(rows))]
+        body += [
+            _note(category_subtitle(a, str(task))),
+            fig(speed.category_figure(a, str(task)), wide=True),
+            lines_html(category_table_lines(rows)),
+        ]
     lengths = speed.input_length_figure(a)
     if lengths is not None:
         body += ["<h3>SPEED-Bench by input length</h3>", fig(lengths, wide=True)]
-    return Section("categories", title, "\n".join(body),
-                   "the per-category acceptance matrix, with intervals; a throughput"
-                   " configuration is one input length")
+    return Section(
+        "categories",
+        title,
+        "\n".join(body),
+        "the per-category acceptance matrix, with intervals; a throughput"
+        " configuration is one input length",
+    )
 
 
 def surface_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     study = a.run.study
     if study.surface is None or v.surface is None:
-        return Section("surface", "The round-cost surface",
-                       _note("the study registers no round-cost surface"))
+        return Section(
+            "surface", "The round-cost surface", _note("the study registers no round-cost surface")
+        )
     body = []
     for task in study.surface_tasks():
-        body += [f"<h3>task {escape(task)}</h3>", fig(speed.surface_figure(a, v, task), wide=True),
-                 lines_html(surface_text_lines(a, v, task))]
+        body += [
+            f"<h3>task {escape(task)}</h3>",
+            fig(speed.surface_figure(a, v, task), wide=True),
+            lines_html(surface_text_lines(a, v, task)),
+        ]
         if study.surface.verify_schedule:
-            body += [f"<h3>The k schedule verified: task {escape(task)}</h3>",
-                     fig(speed.verification_figure(a, v, task), wide=True),
-                     lines_html(verification_lines(a, v, task))]
-    return Section("surface", "The round-cost surface", "\n".join(body),
-                   f"control arms of {study.surface.drafter} with acceptance set (k"
-                   f" {study.surface.k}, L {study.surface.acceptance_length}); break-even L:"
-                   " where the speedup's interval reaches 1.0, interpolated; read by no bar")
+            body += [
+                f"<h3>The k schedule verified: task {escape(task)}</h3>",
+                fig(speed.verification_figure(a, v, task), wide=True),
+                lines_html(verification_lines(a, v, task)),
+            ]
+    return Section(
+        "surface",
+        "The round-cost surface",
+        "\n".join(body),
+        f"control arms of {study.surface.drafter} with acceptance set (k"
+        f" {study.surface.k}, L {study.surface.acceptance_length}); break-even L:"
+        " where the speedup's interval reaches 1.0, interpolated; read by no bar",
+    )
 
 
 def _num(v: float | None) -> str:
@@ -161,44 +200,65 @@ def _num(v: float | None) -> str:
 
 def speed_curves_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     items = [fig(speed.speed_curves_figure(a, t), wide=True) for t in speed_tasks(a.run.study)]
-    return Section("speed-curves", "Per-user speed and throughput vs concurrency",
-                   "\n".join(items) or _note("no speed task"),
-                   "per-user speed = median over requests of (tokens - 1) / (end - first token);"
-                   " throughput = output tokens / measured wall time")
+    return Section(
+        "speed-curves",
+        "Per-user speed and throughput vs concurrency",
+        "\n".join(items) or _note("no speed task"),
+        "per-user speed = median over requests of (tokens - 1) / (end - first token);"
+        " throughput = output tokens / measured wall time",
+    )
 
 
 def acceptance_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     tasks = speed_tasks(a.run.study)[:MAX_TASKS]
     body = []
     for arm, drafter in ((x, x.drafter) for x in a.run.study.arms if x.drafter is not None):
-        body.append(f"<h3>{escape(arm.name)} ({escape(arm.engine)}, {escape(drafter.method)},"
-                    f" k={drafter.num_draft_tokens})</h3>")
-        body.append(_grid([fig(cells.acceptance_figure(a, arm, t)) for t in tasks])
-                    or _note("no speed task"))
-    return Section("acceptance", "Acceptance", "\n".join(body) or _note("no drafter arm"),
-                   "top: the engine's tokens per round (as its engine counts rounds) each second of each speed cell"
-                   " (counter deltas between scrapes); bottom: share of rounds keeping >= i drafts")
+        body.append(
+            f"<h3>{escape(arm.name)} ({escape(arm.engine)}, {escape(drafter.method)},"
+            f" k={drafter.num_draft_tokens})</h3>"
+        )
+        body.append(
+            _grid([fig(cells.acceptance_figure(a, arm, t)) for t in tasks])
+            or _note("no speed task")
+        )
+    return Section(
+        "acceptance",
+        "Acceptance",
+        "\n".join(body) or _note("no drafter arm"),
+        "top: the engine's tokens per round (as its engine counts rounds) each second of each speed cell"
+        " (counter deltas between scrapes); bottom: share of rounds keeping >= i drafts",
+    )
 
 
 def consistency_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section("consistency", "Acceptance length: measured against its parts",
-                   fig(cells.consistency_figure(a), wide=True),
-                   "one point per drafter speed cell; on the diagonal the two figures agree")
+    return Section(
+        "consistency",
+        "Acceptance length: measured against its parts",
+        fig(cells.consistency_figure(a), wide=True),
+        "one point per drafter speed cell; on the diagonal the two figures agree",
+    )
 
 
 def three_figures_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section("three-figures", "Acceptance: three figures side by side",
-                   lines_html(three_figures_lines(a)))
+    return Section(
+        "three-figures",
+        "Acceptance: three figures side by side",
+        lines_html(three_figures_lines(a)),
+    )
 
 
 def accuracy_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     judged = a.run.study.bars.pass_.accuracy
     level = judged.level if judged else 0.95
-    return Section("accuracy", "Accuracy",
-                   fig(cells.accuracy_figure(a), wide=True) + "<h3>Paired comparisons</h3>"
-                   + lines_html(paired_lines(a)),
-                   f"each arm's accuracy with its Wilson {level:.0%} interval; bar-judged tasks: "
-                   + (", ".join(judged.tasks) if judged else "none"))
+    return Section(
+        "accuracy",
+        "Accuracy",
+        fig(cells.accuracy_figure(a), wide=True)
+        + "<h3>Paired comparisons</h3>"
+        + lines_html(paired_lines(a)),
+        f"each arm's accuracy with its Wilson {level:.0%} interval; bar-judged tasks: "
+        + (", ".join(judged.tasks) if judged else "none"),
+    )
 
 
 def identity_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
@@ -210,42 +270,65 @@ def open_loop_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     if ol is None:
         return Section("open-loop", "Open loop", _note("the study registers no open-loop load"))
     obj = ol.objective
-    return Section("open-loop", "Open loop near the knee: latency vs offered rate",
-                   fig(cells.open_loop_figure(a), wide=True) + lines_html(fleet_lines(a)),
-                   f"{ol.arrival} arrivals on task {ol.task}; objective p{obj.percentile:g}"
-                   f" {obj.metric.upper()} <= {obj.max_s:g} s (measured from the scheduled send,"
-                   " so client queueing counts; a failed request counts as too slow)")
+    return Section(
+        "open-loop",
+        "Open loop near the knee: latency vs offered rate",
+        fig(cells.open_loop_figure(a), wide=True) + lines_html(fleet_lines(a)),
+        f"{ol.arrival} arrivals on task {ol.task}; objective p{obj.percentile:g}"
+        f" {obj.metric.upper()} <= {obj.max_s:g} s (measured from the scheduled send,"
+        " so client queueing counts; a failed request counts as too slow)",
+    )
 
 
 def delivered_load_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section("delivered-load", "Delivered load", lines_html(delivered_load_lines(a)),
-                   LOAD_SUBTITLE)
+    return Section(
+        "delivered-load", "Delivered load", lines_html(delivered_load_lines(a)), LOAD_SUBTITLE
+    )
 
 
 def gpu_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     figure = cells.gpu_figure(a)
     if figure is None:
         entry = a.run.manifest.gpu_telemetry
-        why = entry.reason if entry is not None and not entry.recorded else \
-            "no cell of this run has a GPU reading"
+        why = (
+            entry.reason
+            if entry is not None and not entry.recorded
+            else "no cell of this run has a GPU reading"
+        )
         return Section("gpu", "GPU telemetry", _note(why or "no GPU telemetry"))
-    return Section("gpu", "GPU telemetry across the run",
-                   fig(figure, wide=True) + f"<h3>Per cell</h3>{_note(CELL_SUBTITLE)}"
-                   + lines_html(gpu_cell_lines(a)),
-                   "NVML, sampled with the engine's metrics during every cell; red marks: a"
-                   " reading with a power, thermal or hardware slowdown reason")
+    return Section(
+        "gpu",
+        "GPU telemetry across the run",
+        fig(figure, wide=True)
+        + f"<h3>Per cell</h3>{_note(CELL_SUBTITLE)}"
+        + lines_html(gpu_cell_lines(a)),
+        "NVML, sampled with the engine's metrics during every cell; red marks: a"
+        " reading with a power, thermal or hardware slowdown reason",
+    )
 
 
 def environment_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section("environment", "Environment, seal and deviations",
-                   lines_html(environment_lines(a, v)))
+    return Section(
+        "environment", "Environment, seal and deviations", lines_html(environment_lines(a, v))
+    )
 
 
 SECTIONS: list[Callable[[Analysis, Verdict, Figures], Section]] = [
-    verdict_section, speedup_section, interval_section, decomposition_section,
-    category_section, surface_section,
-    speed_curves_section, acceptance_section, consistency_section, three_figures_section,
-    accuracy_section, identity_section, open_loop_section, delivered_load_section, gpu_section,
+    verdict_section,
+    speedup_section,
+    interval_section,
+    decomposition_section,
+    category_section,
+    surface_section,
+    speed_curves_section,
+    acceptance_section,
+    consistency_section,
+    three_figures_section,
+    accuracy_section,
+    identity_section,
+    open_loop_section,
+    delivered_load_section,
+    gpu_section,
     environment_section,
 ]
 

@@ -14,16 +14,24 @@ def escape(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def table_html(headers: Sequence[str], rows: Sequence[Sequence[object]],
-               numeric: Sequence[str] = ()) -> str:
+def table_html(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], numeric: Sequence[str] = ()
+) -> str:
     """An HTML table; cells are text already formatted (numbers right-aligned by column)."""
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = "".join(
-        "<tr>" + "".join(f'<td class="{"num" if h in numeric else ""}">{escape(v)}</td>'
-                         for h, v in zip(headers, row, strict=True)) + "</tr>"
-        for row in rows)
-    return (f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table></div>")
+        "<tr>"
+        + "".join(
+            f'<td class="{"num" if h in numeric else ""}">{escape(v)}</td>'
+            for h, v in zip(headers, row, strict=True)
+        )
+        + "</tr>"
+        for row in rows
+    )
+    return (
+        f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 def _numeric_columns(t: TextTable) -> list[str]:
@@ -33,8 +41,8 @@ def _numeric_columns(t: TextTable) -> list[str]:
         except ValueError:
             return v == "-"
         return True
-    return [h for i, h in enumerate(t.headers)
-            if t.rows and all(number(r[i]) for r in t.rows)]
+
+    return [h for i, h in enumerate(t.headers) if t.rows and all(number(r[i]) for r in t.rows)]
 
 
 def lines_html(lines: Sequence[str]) -> str:

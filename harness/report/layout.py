@@ -25,8 +25,15 @@ def new_page(title: str, subtitle: str | None = None) -> Figure:
     fig = plt.figure(figsize=PAGE)
     fig.suptitle(title, fontsize=14, fontweight="bold", x=0.03, ha="left", y=0.975)
     if subtitle:
-        fig.text(0.03, 0.93, "\n".join(textwrap.wrap(subtitle, 160, break_on_hyphens=False)), fontsize=9,
-                 color="#444444", ha="left", va="top")
+        fig.text(
+            0.03,
+            0.93,
+            "\n".join(textwrap.wrap(subtitle, 160, break_on_hyphens=False)),
+            fontsize=9,
+            color="#444444",
+            ha="left",
+            va="top",
+        )
     return fig
 
 
@@ -42,23 +49,43 @@ def wrap_lines(lines: Sequence[str], width: int = WRAP) -> list[str]:
             out.append(line)
             continue
         indent = " " * (len(line) - len(line.lstrip()) + 2)
-        out.extend(textwrap.wrap(line, width, subsequent_indent=indent, drop_whitespace=False,
-                                 replace_whitespace=False) or [""])
+        out.extend(
+            textwrap.wrap(
+                line,
+                width,
+                subsequent_indent=indent,
+                drop_whitespace=False,
+                replace_whitespace=False,
+            )
+            or [""]
+        )
     return out
 
 
-def text_pages(pdf: PdfPages, title: str, lines: Sequence[str], subtitle: str | None = None,
-               first_page_top: float = 0.89) -> int:
+def text_pages(
+    pdf: PdfPages,
+    title: str,
+    lines: Sequence[str],
+    subtitle: str | None = None,
+    first_page_top: float = 0.89,
+) -> int:
     """Monospace text over as many pages as it needs; returns the pages written."""
     lines = wrap_lines(lines)
     per_page = LINES_PER_PAGE
     pages = max(1, math.ceil(len(lines) / per_page))
     for p in range(pages):
-        chunk = lines[p * per_page:(p + 1) * per_page]
+        chunk = lines[p * per_page : (p + 1) * per_page]
         t = title if pages == 1 else f"{title} ({p + 1}/{pages})"
         fig = new_page(t, subtitle)
-        fig.text(0.03, first_page_top, "\n".join(chunk), va="top", ha="left", fontdict=MONO,
-                 linespacing=1.35)
+        fig.text(
+            0.03,
+            first_page_top,
+            "\n".join(chunk),
+            va="top",
+            ha="left",
+            fontdict=MONO,
+            linespacing=1.35,
+        )
         save(pdf, fig)
     return pages
 
@@ -66,6 +93,7 @@ def text_pages(pdf: PdfPages, title: str, lines: Sequence[str], subtitle: str | 
 @dataclass(frozen=True)
 class TextTable:
     """A table's headers and formatted cells, as table_lines drew them."""
+
     headers: list[str]
     rows: list[list[str]]
 
@@ -74,6 +102,7 @@ class TableLine(str):
     """A line of a fixed-width table that still knows its table: a page's lines are built
     by concatenating lists, and each line keeps this, so the HTML report draws the same
     lines' tables as tables (html_text.py) while the PDF sees plain text."""
+
     table: TextTable
 
     def __new__(cls, text: str, table: TextTable) -> TableLine:
@@ -104,8 +133,17 @@ def _fmt(v: object) -> str:
 
 
 def empty_axes(ax, message: str) -> None:
-    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, fontsize=9,
-            color="#666666", wrap=True)
+    ax.text(
+        0.5,
+        0.5,
+        message,
+        ha="center",
+        va="center",
+        transform=ax.transAxes,
+        fontsize=9,
+        color="#666666",
+        wrap=True,
+    )
     ax.set_xticks([])
     ax.set_yticks([])
 

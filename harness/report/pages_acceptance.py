@@ -36,14 +36,15 @@ def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
     tasks = [t.name for t in study.tasks if "speed" in t.uses][:MAX_TASKS]
     pages, rounds = 0, engine_rounds(a.run)
     for arm, drafter in ((x, x.drafter) for x in study.arms if x.drafter is not None):
-        fig = new_page(f"Acceptance: {arm.name} ({arm.engine}, {drafter.method},"
-                       f" k={drafter.num_draft_tokens})",
-                       f"top: the engine's tokens per {rounds.get(arm.name, 'round')} each"
-                       " second of each speed cell (counter deltas between scrapes: what its"
-                       " engine counts as a round); bottom: share of rounds keeping >= i drafts")
+        fig = new_page(
+            f"Acceptance: {arm.name} ({arm.engine}, {drafter.method},"
+            f" k={drafter.num_draft_tokens})",
+            f"top: the engine's tokens per {rounds.get(arm.name, 'round')} each"
+            " second of each speed cell (counter deltas between scrapes: what its"
+            " engine counts as a round); bottom: share of rounds keeping >= i drafts",
+        )
         axes = fig.subplots(2, max(1, len(tasks)), squeeze=False)
-        fig.subplots_adjust(left=0.07, right=0.98, top=0.85, bottom=0.14, wspace=0.28,
-                            hspace=0.4)
+        fig.subplots_adjust(left=0.07, right=0.98, top=0.85, bottom=0.14, wspace=0.28, hspace=0.4)
         handles = {}
         for j, task in enumerate(tasks):
             top, bottom = axes[0][j], axes[1][j]
@@ -51,9 +52,13 @@ def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
             for level in acceptance_by_level(a, arm, task):
                 c = level.concurrency
                 if not level.per_second.empty:
-                    (h,) = top.plot(level.per_second["t_s"],
-                                    level.per_second["acceptance_length"], "-",
-                                    color=colours[c], lw=1)
+                    (h,) = top.plot(
+                        level.per_second["t_s"],
+                        level.per_second["acceptance_length"],
+                        "-",
+                        color=colours[c],
+                        lw=1,
+                    )
                     handles[f"c={c}"] = h
                     any_series = True
                 if level.position_rates:
@@ -74,8 +79,16 @@ def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
                 empty_axes(bottom, no_positions_line(arm))
             else:
                 bottom.set_xticks(range(1, drafter.num_draft_tokens + 1))
-        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles) or 1,
-                   fontsize=8, frameon=False, title="concurrency", title_fontsize=8)
+        fig.legend(
+            handles.values(),
+            handles.keys(),
+            loc="lower center",
+            ncol=len(handles) or 1,
+            fontsize=8,
+            frameon=False,
+            title="concurrency",
+            title_fontsize=8,
+        )
         save(pdf, fig)
         pages += 1
     return pages
@@ -87,20 +100,33 @@ def consistency_page(pdf: PdfPages, a: Analysis) -> int:
     is lower when steps run without drafts: vLLM counts no round on those)."""
     colours = arm_colours(a)
     drafters = {x.name for x in a.run.study.arms if x.drafter is not None}
-    cells = a.cells[(a.cells["kind"] == "speed") & a.cells["arm"].isin(drafters)
-                    & (a.cells["status"] == "complete")]
-    fig = new_page("Acceptance length: measured against its parts",
-                   "one point per drafter speed cell; on the diagonal the two figures agree")
+    cells = a.cells[
+        (a.cells["kind"] == "speed")
+        & a.cells["arm"].isin(drafters)
+        & (a.cells["status"] == "complete")
+    ]
+    fig = new_page(
+        "Acceptance length: measured against its parts",
+        "one point per drafter speed cell; on the diagonal the two figures agree",
+    )
     left, right = fig.subplots(1, 2)
     fig.subplots_adjust(left=0.07, right=0.98, top=0.84, bottom=0.2, wspace=0.25)
     handles = {}
     for ax, xcol, ycol, xlabel, ylabel in (
-        (left, "accept_rate_sum", "accept_length_per_round_engine",
-         "1 + sum of per-position acceptance rates", ("engine: tokens per round\n"
-         "(1 + accepted / drafts)")),
-        (right, "tokens_per_step_client", "accept_length_per_round_engine",
-         "client: tokens per decode step (per streamed chunk)",
-         "engine: tokens per round"),
+        (
+            left,
+            "accept_rate_sum",
+            "accept_length_per_round_engine",
+            "1 + sum of per-position acceptance rates",
+            ("engine: tokens per round\n(1 + accepted / drafts)"),
+        ),
+        (
+            right,
+            "tokens_per_step_client",
+            "accept_length_per_round_engine",
+            "client: tokens per decode step (per streamed chunk)",
+            "engine: tokens per round",
+        ),
     ):
         lo, hi = math.inf, -math.inf
         for arm, grp in cells.groupby("arm", sort=False):
@@ -125,8 +151,9 @@ def consistency_page(pdf: PdfPages, a: Analysis) -> int:
     left.set_title("engine counters against each other", fontsize=11)
     right.set_title("per decode step (client) vs per engine round (engine_round)", fontsize=11)
     if handles:
-        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=5, fontsize=8,
-                   frameon=False)
+        fig.legend(
+            handles.values(), handles.keys(), loc="lower center", ncol=5, fontsize=8, frameon=False
+        )
     save(pdf, fig)
     return 1
 
@@ -144,15 +171,26 @@ def three_figures_lines(a: Analysis) -> list[str]:
     from its per-request figures, and the client's tokens per decode step, side by side;
     cells where they disagree beyond AGREE_WITHIN are flagged."""
     drafters = {x.name for x in a.run.study.arms if x.drafter is not None}
-    cells = a.cells[a.cells["arm"].isin(drafters) & a.cells["kind"].isin(["speed", "open"])
-                    & (a.cells["status"] == "complete")]
+    cells = a.cells[
+        a.cells["arm"].isin(drafters)
+        & a.cells["kind"].isin(["speed", "open"])
+        & (a.cells["status"] == "complete")
+    ]
     rows, flagged = [], []
     for r in cells.itertuples():
         agree = r.acceptance_agree
         mark = "-" if agree is None or is_nan(agree) else ("yes" if agree else "NO")
-        rows.append([r.cell_id, _shown(r.accept_length_per_round_engine),
-                     _shown(r.accept_length_per_round_requests), _shown(r.tokens_per_step_client),
-                     int(r.spec_requests), mark, r.engine_round or "-"])
+        rows.append(
+            [
+                r.cell_id,
+                _shown(r.accept_length_per_round_engine),
+                _shown(r.accept_length_per_round_requests),
+                _shown(r.tokens_per_step_client),
+                int(r.spec_requests),
+                mark,
+                r.engine_round or "-",
+            ]
+        )
         if mark == "NO":
             flagged.append(f"  {r.cell_id}: {r.acceptance_disagreement}")
     lines = [
@@ -170,8 +208,18 @@ def three_figures_lines(a: Analysis) -> list[str]:
         "",
     ]
     if rows:
-        lines += table_lines(["cell", "engine counters", "per-request", "client",
-                              "requests with figures", "agree", "engine round"], rows)
+        lines += table_lines(
+            [
+                "cell",
+                "engine counters",
+                "per-request",
+                "client",
+                "requests with figures",
+                "agree",
+                "engine round",
+            ],
+            rows,
+        )
     else:
         lines.append("no complete drafter speed or open-loop cell")
     lines += ["", f"disagreements beyond {AGREE_WITHIN:.0%} ({len(flagged)}):"]

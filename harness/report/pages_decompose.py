@@ -36,38 +36,74 @@ def _task_page(pdf: PdfPages, a: Analysis, task: str) -> None:
     study = a.run.study
     levels = study.loads.closed_loop.concurrency
     colours = arm_colours(a)
-    fig = new_page(f"Why this speedup: task {task}",
-                   "speedup = (tokens per round / baseline's) / (round time / plain step), from the"
-                   " client's chunks (one chunk = one engine step); predicted = E[tokens] x"
-                   " t_target(B,1) / (s x t_draft(B) + t_target(B,k+1)) on the plan's roofline,"
-                   " E[tokens] = 1 + sum(p_i) from the engine's counters")
+    fig = new_page(
+        f"Why this speedup: task {task}",
+        "speedup = (tokens per round / baseline's) / (round time / plain step), from the"
+        " client's chunks (one chunk = one engine step); predicted = E[tokens] x"
+        " t_target(B,1) / (s x t_draft(B) + t_target(B,k+1)) on the plan's roofline,"
+        " E[tokens] = 1 + sum(p_i) from the engine's counters",
+    )
     sp = a.speedups[(a.speedups["task"] == task) & (a.speedups["status"] == "ok")]
-    grid = fig.add_gridspec(2, 4, height_ratios=[1.35, 1.0], left=0.05, right=0.98, top=0.84,
-                            bottom=0.05, wspace=0.32, hspace=0.32)
+    grid = fig.add_gridspec(
+        2,
+        4,
+        height_ratios=[1.35, 1.0],
+        left=0.05,
+        right=0.98,
+        top=0.84,
+        bottom=0.05,
+        wspace=0.32,
+        hspace=0.32,
+    )
     axes = [fig.add_subplot(grid[0, j]) for j in range(4)]
-    titles = ("speedup: measured, explained, predicted", "tokens per round",
-              "round time vs plain step (ms)", "round cost (x plain step)")
+    titles = (
+        "speedup: measured, explained, predicted",
+        "tokens per round",
+        "round time vs plain step (ms)",
+        "round cost (x plain step)",
+    )
     for arm, grp in sp.groupby("arm", sort=False):
         g = grp.sort_values("concurrency")
         c, x = colours[arm], g["concurrency"]
         axes[0].plot(x, g["speedup"], "o-", color=c, ms=4, label=f"{arm} measured")
-        axes[0].fill_between(x.astype(float), g["ci_lower"].astype(float),
-                             g["ci_upper"].astype(float), color=c, alpha=0.15, lw=0)
+        axes[0].fill_between(
+            x.astype(float),
+            g["ci_lower"].astype(float),
+            g["ci_upper"].astype(float),
+            color=c,
+            alpha=0.15,
+            lw=0,
+        )
         axes[0].plot(x, g["explained_speedup"], "x", color=c, ms=7, label=f"{arm} explained")
         axes[0].plot(x, g["predicted_speedup"], ":", color=c, lw=1.4, label=f"{arm} predicted")
         axes[1].plot(x, g["tokens_per_round"], "o-", color=c, ms=4, label=f"{arm} client")
-        axes[1].plot(x, g["engine_tokens_per_round"], "d:", color=c, ms=4,
-                     label=f"{arm} engine 1+sum(p)")
-        axes[2].plot(x, g["round_time_s"].astype(float) * 1e3, "o-", color=c, ms=4,
-                     label=f"{arm} round")
-        axes[2].plot(x, g["baseline_step_time_s"].astype(float) * 1e3, "s--", color="black",
-                     ms=3, lw=0.9, label="baseline step" if arm == sp["arm"].iloc[0] else None)
+        axes[1].plot(
+            x, g["engine_tokens_per_round"], "d:", color=c, ms=4, label=f"{arm} engine 1+sum(p)"
+        )
+        axes[2].plot(
+            x, g["round_time_s"].astype(float) * 1e3, "o-", color=c, ms=4, label=f"{arm} round"
+        )
+        axes[2].plot(
+            x,
+            g["baseline_step_time_s"].astype(float) * 1e3,
+            "s--",
+            color="black",
+            ms=3,
+            lw=0.9,
+            label="baseline step" if arm == sp["arm"].iloc[0] else None,
+        )
         axes[3].plot(x, g["round_cost_ratio"], "o-", color=c, ms=4, label=f"{arm} measured")
-        axes[3].fill_between(x.astype(float), g["round_cost_ratio_ci_lower"].astype(float),
-                             g["round_cost_ratio_ci_upper"].astype(float), color=c, alpha=0.15,
-                             lw=0)
-        axes[3].plot(x, g["predicted_round_cost_ratio"], ":", color=c, lw=1.4,
-                     label=f"{arm} roofline")
+        axes[3].fill_between(
+            x.astype(float),
+            g["round_cost_ratio_ci_lower"].astype(float),
+            g["round_cost_ratio_ci_upper"].astype(float),
+            color=c,
+            alpha=0.15,
+            lw=0,
+        )
+        axes[3].plot(
+            x, g["predicted_round_cost_ratio"], ":", color=c, lw=1.4, label=f"{arm} roofline"
+        )
     for ax, title in zip(axes, titles, strict=True):
         log2_axis(ax, levels)
         ax.set_title(title, fontsize=9)
@@ -86,10 +122,19 @@ def _task_page(pdf: PdfPages, a: Analysis, task: str) -> None:
     text.axis("off")
     lines = decomposition_lines(a, task)
     if len(lines) > ROWS_ON_PAGE + 8:  # the rest is in speedups.csv, never cut silently
-        lines = lines[:ROWS_ON_PAGE + 7] + [f"... {len(lines) - ROWS_ON_PAGE - 7} more lines:"
-                                            " speedups.csv has every row and note"]
-    text.text(0, 1, "\n".join(lines), va="top", ha="left",
-              fontdict={**MONO, "size": 7}, transform=text.transAxes, linespacing=1.3)
+        lines = lines[: ROWS_ON_PAGE + 7] + [
+            f"... {len(lines) - ROWS_ON_PAGE - 7} more lines: speedups.csv has every row and note"
+        ]
+    text.text(
+        0,
+        1,
+        "\n".join(lines),
+        va="top",
+        ha="left",
+        fontdict={**MONO, "size": 7},
+        transform=text.transAxes,
+        linespacing=1.3,
+    )
     save(pdf, fig)
 
 
@@ -109,16 +154,38 @@ def _table(a: Analysis, sp, tol: float) -> list[str]:
         for r in g.itertuples():
             moved = "-"
             if r.concurrency != lo["concurrency"]:
-                shift = factor_shift(_ratio(lo), lo["round_cost_ratio"], _ratio(r._asdict()),
-                                     r.round_cost_ratio, min_change=tol)
-                moved = f"steady (within {tol:.0%})" if shift is None else (
-                    f"{'tokens per round' if abs(shift[0]) >= abs(shift[1]) else 'round cost'}"
-                    f" ({max(abs(shift[0]), abs(shift[1])):.0%} of it)")
-            rows.append([arm, r.concurrency, r.speedup, r.explained_speedup,
-                         _pct(r.explained_gap), r.predicted_speedup, _pct(r.prediction_gap),
-                         r.tokens_per_round, r.engine_tokens_per_round, r.round_cost_ratio,
-                         r.predicted_round_cost_ratio, moved,
-                         "FLAG" if r.decomposition_flag is True else ""])
+                shift = factor_shift(
+                    _ratio(lo),
+                    lo["round_cost_ratio"],
+                    _ratio(r._asdict()),
+                    r.round_cost_ratio,
+                    min_change=tol,
+                )
+                moved = (
+                    f"steady (within {tol:.0%})"
+                    if shift is None
+                    else (
+                        f"{'tokens per round' if abs(shift[0]) >= abs(shift[1]) else 'round cost'}"
+                        f" ({max(abs(shift[0]), abs(shift[1])):.0%} of it)"
+                    )
+                )
+            rows.append(
+                [
+                    arm,
+                    r.concurrency,
+                    r.speedup,
+                    r.explained_speedup,
+                    _pct(r.explained_gap),
+                    r.predicted_speedup,
+                    _pct(r.prediction_gap),
+                    r.tokens_per_round,
+                    r.engine_tokens_per_round,
+                    r.round_cost_ratio,
+                    r.predicted_round_cost_ratio,
+                    moved,
+                    "FLAG" if r.decomposition_flag is True else "",
+                ]
+            )
             if r.decomposition_flag is True and r.decomposition_note:
                 notes.append(f"  {arm} c={r.concurrency}: {r.decomposition_note}")
             if isinstance(r.prediction_note, str) and r.concurrency == lo["concurrency"]:
@@ -126,23 +193,46 @@ def _table(a: Analysis, sp, tol: float) -> list[str]:
             if isinstance(r.tokens_per_round_note, str):
                 tokens_notes.setdefault(arm, []).append((r.concurrency, r.tokens_per_round_note))
     gaps = [float(g) for g in sp["prediction_gap"].dropna()]
-    lines = table_lines(["drafter", "users", "speedup", "explained", "gap", "predicted",
-                         "meas/pred", "tok/round", "engine", "cost", "cost pred",
-                         "what moved it since the lowest level", f"> {tol:.0%}"], rows)
+    lines = table_lines(
+        [
+            "drafter",
+            "users",
+            "speedup",
+            "explained",
+            "gap",
+            "predicted",
+            "meas/pred",
+            "tok/round",
+            "engine",
+            "cost",
+            "cost pred",
+            "what moved it since the lowest level",
+            f"> {tol:.0%}",
+        ],
+        rows,
+    )
     # The prediction's inputs, first so no cut of a long table loses them: measured at the
     # run's start, or why they are the registered ones.
     lines.insert(0, run_hardware(a.run.study, a.run.manifest).line())
     if gaps:
         mean = sum(gaps) / len(gaps)
-        verdict = (" (the roofline flatters speculation by this much)" if mean < -tol else
-                   f" (within {tol:.0%} of the formula)" if mean <= tol else
-                   " (faster than the roofline predicts: check its hardware figures)")
-        lines.append(f"measured against predicted: mean {mean:+.1%}, range {min(gaps):+.1%} to"
-                     f" {max(gaps):+.1%}{verdict}")
+        verdict = (
+            " (the roofline flatters speculation by this much)"
+            if mean < -tol
+            else f" (within {tol:.0%} of the formula)"
+            if mean <= tol
+            else " (faster than the roofline predicts: check its hardware figures)"
+        )
+        lines.append(
+            f"measured against predicted: mean {mean:+.1%}, range {min(gaps):+.1%} to"
+            f" {max(gaps):+.1%}{verdict}"
+        )
     for arm, found in tokens_notes.items():
         (c, note), rest = found[0], found[1:]
-        notes.append(f"  {arm} c={c}: {note}" + (
-            f"; likewise at c={', '.join(str(x) for x, _ in rest)}" if rest else ""))
+        notes.append(
+            f"  {arm} c={c}: {note}"
+            + (f"; likewise at c={', '.join(str(x) for x, _ in rest)}" if rest else "")
+        )
     return lines + notes
 
 

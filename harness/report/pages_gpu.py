@@ -12,9 +12,11 @@ from harness.analysis.gpu import gpu_series
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, new_page, save, table_lines, text_pages
 
-_SUBTITLE = ("NVML, sampled with the engine's metrics during every cell (each cell's"
-             " measured attempt); red marks: a reading with a power, thermal or hardware"
-             " slowdown reason (SW power cap, HW slowdown, HW/SW thermal, HW power brake)")
+_SUBTITLE = (
+    "NVML, sampled with the engine's metrics during every cell (each cell's"
+    " measured attempt); red marks: a reading with a power, thermal or hardware"
+    " slowdown reason (SW power cap, HW slowdown, HW/SW thermal, HW power brake)"
+)
 
 
 def gpu_pages(pdf: PdfPages, a: Analysis) -> int:
@@ -22,8 +24,11 @@ def gpu_pages(pdf: PdfPages, a: Analysis) -> int:
     ok = series[series["ok"]]
     entry = a.run.manifest.gpu_telemetry
     if ok.empty:
-        why = entry.reason if entry is not None and not entry.recorded else \
-            "no cell of this run has a GPU reading"
+        why = (
+            entry.reason
+            if entry is not None and not entry.recorded
+            else "no cell of this run has a GPU reading"
+        )
         return text_pages(pdf, "GPU telemetry", [why or "no GPU telemetry"], _SUBTITLE)
     fig = new_page("GPU telemetry across the run", _SUBTITLE)
     axes = fig.subplots(3, 1, sharex=True)
@@ -34,8 +39,9 @@ def gpu_pages(pdf: PdfPages, a: Analysis) -> int:
     for gpu, rows in ok.groupby("gpu"):
         x = minutes[rows.index]
         clocks.plot(x, rows["sm_clock_mhz"], ".-", ms=2, lw=0.8, label=f"GPU {gpu} SM")
-        clocks.plot(x, rows["mem_clock_mhz"], ".-", ms=2, lw=0.8, alpha=0.6,
-                    label=f"GPU {gpu} memory")
+        clocks.plot(
+            x, rows["mem_clock_mhz"], ".-", ms=2, lw=0.8, alpha=0.6, label=f"GPU {gpu} memory"
+        )
         power.plot(x, rows["power_w"], ".-", ms=2, lw=0.8, label=f"GPU {gpu} draw")
         power.plot(x, rows["power_limit_w"], "--", lw=0.8, label=f"GPU {gpu} limit")
         temp.plot(x, rows["temperature_c"], ".-", ms=2, lw=0.8, label=f"GPU {gpu}")
@@ -50,8 +56,9 @@ def gpu_pages(pdf: PdfPages, a: Analysis) -> int:
             ax.legend(fontsize=7, loc="upper right", ncol=4)
         else:
             empty_axes(ax, "not reported by this GPU")
-    temp.set_xlabel("minutes since the run's first GPU reading (alternate shading: cells)",
-                    fontsize=9)
+    temp.set_xlabel(
+        "minutes since the run's first GPU reading (alternate shading: cells)", fontsize=9
+    )
     save(pdf, fig)
     return 1 + _cell_table(pdf, a)
 
@@ -62,8 +69,9 @@ def alternate_cell_spans(ok: pd.DataFrame, minutes: pd.Series) -> list[tuple[str
     spans = []
     for i, (cell, rows) in enumerate(ok.groupby("cell_id", sort=False)):
         if i % 2:
-            spans.append((str(cell), float(minutes[rows.index].min()),
-                          float(minutes[rows.index].max())))
+            spans.append(
+                (str(cell), float(minutes[rows.index].min()), float(minutes[rows.index].max()))
+            )
     return spans
 
 
@@ -85,17 +93,48 @@ def gpu_cell_lines(a: Analysis) -> list[str]:
     cells = a.cells[a.cells["gpu_samples"].fillna(0) > 0]
     rows = []
     for r in cells.itertuples():
-        rows.append([r.cell_id, r.status, int(r.gpu_samples), r.gpu_sm_clock_mhz_p50,
-                     r.gpu_sm_clock_mhz_min, r.gpu_power_w_p50, r.gpu_power_w_max,
-                     r.gpu_power_limit_w, r.gpu_temperature_c_max, r.gpu_util_pct_p50,
-                     _flag(r.gpu_throttled, r.gpu_throttle_reasons, r.gpu_throttled_samples)])
+        rows.append(
+            [
+                r.cell_id,
+                r.status,
+                int(r.gpu_samples),
+                r.gpu_sm_clock_mhz_p50,
+                r.gpu_sm_clock_mhz_min,
+                r.gpu_power_w_p50,
+                r.gpu_power_w_max,
+                r.gpu_power_limit_w,
+                r.gpu_temperature_c_max,
+                r.gpu_util_pct_p50,
+                _flag(r.gpu_throttled, r.gpu_throttle_reasons, r.gpu_throttled_samples),
+            ]
+        )
     policy = a.run.study.recording.gpu_throttle
-    lines = [f"recording.gpu_throttle: {policy} ("
-             + ("a timed cell measured while the GPU throttled was measured again within"
-                " cell_retries, and is invalid if it still throttled)" if policy == "remeasure"
-                else "a cell measured while the GPU throttled is flagged and still used)"), ""]
-    lines += table_lines(["cell", "status", "samples", "SM p50", "SM min", "W p50", "W max",
-                          "W limit", "C max", "util p50", "throttled"], rows)
+    lines = [
+        f"recording.gpu_throttle: {policy} ("
+        + (
+            "a timed cell measured while the GPU throttled was measured again within"
+            " cell_retries, and is invalid if it still throttled)"
+            if policy == "remeasure"
+            else "a cell measured while the GPU throttled is flagged and still used)"
+        ),
+        "",
+    ]
+    lines += table_lines(
+        [
+            "cell",
+            "status",
+            "samples",
+            "SM p50",
+            "SM min",
+            "W p50",
+            "W max",
+            "W limit",
+            "C max",
+            "util p50",
+            "throttled",
+        ],
+        rows,
+    )
     return lines
 
 

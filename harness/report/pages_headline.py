@@ -20,8 +20,7 @@ from harness.report.pages_speed import arm_colours, speedup_axes, speedup_legend
 from harness.rundir.verdict import Verdict
 
 HEADLINE_TASKS = 3  # columns on page one; further tasks are on the speedup pages
-VERDICT_COLOURS = {"PASS": "#1a7f37", "FAIL": "#c62828", "STOP": "#b26a00",
-                   "INCOMPLETE": "#555555"}
+VERDICT_COLOURS = {"PASS": "#1a7f37", "FAIL": "#c62828", "STOP": "#b26a00", "INCOMPLETE": "#555555"}
 
 
 NOTICE_LINES = 6  # deviations shown on page one (all of them on the bars page)
@@ -31,37 +30,63 @@ REASON_LINES = 9
 LINE_HEIGHT = 0.02  # one 8.5 pt line at 1.4 spacing, as a share of the page's height
 
 
-def headline_page(pdf: PdfPages, a: Analysis, verdict: Verdict,
-                  notice: Sequence[str] = ()) -> int:
+def headline_page(pdf: PdfPages, a: Analysis, verdict: Verdict, notice: Sequence[str] = ()) -> int:
     """`notice`: lines a reader of the verdict must not miss (recorded deviations)."""
     study = a.run.study
-    fig = new_page(f"Verdict: {verdict.verdict}", f"{study.title}  |  run {a.run.run_id}"
-                   f"  |  seal {str(verdict.seal)[:16]}...")
-    fig.text(0.03, 0.905, verdict.verdict, fontsize=26, fontweight="bold",
-             color=VERDICT_COLOURS.get(verdict.verdict, "black"), va="top")
+    fig = new_page(
+        f"Verdict: {verdict.verdict}",
+        f"{study.title}  |  run {a.run.run_id}  |  seal {str(verdict.seal)[:16]}...",
+    )
+    fig.text(
+        0.03,
+        0.905,
+        verdict.verdict,
+        fontsize=26,
+        fontweight="bold",
+        color=VERDICT_COLOURS.get(verdict.verdict, "black"),
+        va="top",
+    )
     reasons = wrap_lines(list(verdict.reasons) or ["every registered bar passes"], 150)
     if len(reasons) > REASON_LINES:
-        reasons = reasons[:REASON_LINES - 1] + [f"  ... {len(reasons) - REASON_LINES + 1} more"
-                                                " lines on the next page"]
+        reasons = reasons[: REASON_LINES - 1] + [
+            f"  ... {len(reasons) - REASON_LINES + 1} more lines on the next page"
+        ]
     statuses = "   ".join(f"{b.name}: {b.status}" for b in verdict.bars)
     # Below the verdict word, never beside it: a long word (INCOMPLETE) would overlap.
-    fig.text(0.03, 0.845, "\n".join(reasons + [statuses]), fontsize=8.5,
-             va="top", linespacing=1.4)
+    fig.text(0.03, 0.845, "\n".join(reasons + [statuses]), fontsize=8.5, va="top", linespacing=1.4)
     below = LINE_HEIGHT * max(0, len(reasons) - 2)  # what the reasons take past two lines
     top = 0.74 - below
     if notice:
         shown = wrap_lines(list(notice), 170)
         if len(shown) > NOTICE_LINES:
-            shown = shown[:NOTICE_LINES - 1] + [f"  ... {len(shown) - NOTICE_LINES + 1} more"
-                                                " lines on the next page"]
-        fig.text(0.03, 0.775 - below, "\n".join(shown), va="top", ha="left", color="#b26a00",
-                 fontdict={"family": "monospace", "size": 7}, linespacing=1.3)
+            shown = shown[: NOTICE_LINES - 1] + [
+                f"  ... {len(shown) - NOTICE_LINES + 1} more lines on the next page"
+            ]
+        fig.text(
+            0.03,
+            0.775 - below,
+            "\n".join(shown),
+            va="top",
+            ha="left",
+            color="#b26a00",
+            fontdict={"family": "monospace", "size": 7},
+            linespacing=1.3,
+        )
         top -= 0.022 * len(shown)
     tasks = speed_tasks(a.run.study)[:HEADLINE_TASKS] or [""]
     colours = arm_colours(a)
     n = len(tasks)
-    grid = fig.add_gridspec(2, n, height_ratios=[2.6, 1.0], left=0.06, right=0.98, top=top,
-                            bottom=0.13, hspace=0.42, wspace=0.25)
+    grid = fig.add_gridspec(
+        2,
+        n,
+        height_ratios=[2.6, 1.0],
+        left=0.06,
+        right=0.98,
+        top=top,
+        bottom=0.13,
+        hspace=0.42,
+        wspace=0.25,
+    )
     handles: dict = {}
     first = None
     for j, task in enumerate(tasks):
@@ -82,21 +107,25 @@ def factors_axes(ax, a: Analysis, task: str, colours: dict[str, str], handles: d
     """The two factors against users: tokens per round over the baseline's (solid) and
     the round cost ratio (dashed); their quotient is the explained speedup."""
     levels = a.run.study.loads.closed_loop.concurrency
-    sp = a.speedups[(a.speedups["task"] == task) & (a.speedups["status"] == "ok")
-                    & a.speedups["explained_speedup"].notna()]
+    sp = a.speedups[
+        (a.speedups["task"] == task)
+        & (a.speedups["status"] == "ok")
+        & a.speedups["explained_speedup"].notna()
+    ]
     top = 1.5
     for arm, grp in sp.groupby("arm", sort=False):
         grp = grp.sort_values("concurrency")
         tokens = grp["tokens_per_round"].astype(float) / grp["baseline_tokens_per_round"].astype(
-            float)
+            float
+        )
         cost = grp["round_cost_ratio"].astype(float)
         ax.plot(grp["concurrency"], tokens, "o-", color=colours[arm], ms=3, lw=1.3)
         ax.plot(grp["concurrency"], cost, "s--", color=colours[arm], ms=3, lw=1.1)
         top = max(top, float(tokens.max()), float(cost.max()))
     handles["tokens per round / baseline's (lower panel)"] = ax.plot(
-        [], [], "o-", color="gray", ms=3)[0]
-    handles["round cost / plain step (lower panel)"] = ax.plot([], [], "s--", color="gray",
-                                                               ms=3)[0]
+        [], [], "o-", color="gray", ms=3
+    )[0]
+    handles["round cost / plain step (lower panel)"] = ax.plot([], [], "s--", color="gray", ms=3)[0]
     ax.axhline(1.0, color="black", lw=0.6)
     log2_axis(ax, levels)
     ax.set_ylim(0, top * 1.15)

@@ -9,8 +9,13 @@ from matplotlib.backends.backend_pdf import PdfPages
 from harness.analysis.tables import Analysis
 from harness.report.layout import table_lines, text_pages
 
-_COLUMNS = ("delivered_concurrency", "delivered_share", "turnaround_p50_ms",
-            "turnaround_p99_ms", "turnaround_max_ms")
+_COLUMNS = (
+    "delivered_concurrency",
+    "delivered_share",
+    "turnaround_p50_ms",
+    "turnaround_p99_ms",
+    "turnaround_max_ms",
+)
 
 
 def delivered_load_page(pdf: PdfPages, a: Analysis) -> int:
@@ -31,13 +36,39 @@ def delivered_load_lines(a: Analysis) -> list[str]:
         figures = [getattr(r, c, None) for c in _COLUMNS]
         figures = [None if isinstance(v, float) and math.isnan(v) else v for v in figures]
         share = figures[1]
-        rows.append([r.cell_id, int(r.concurrency), figures[0],
-                     "-" if share is None else f"{share:.1%}", *figures[2:], r.status])
-    lines = [f"A closed loop at N users is meant to keep N requests in flight. Delivered: the"
-             f" time-averaged requests in flight from the first measured send until the first"
-             f" user ran out of requests. A cell below {floor:.0%} of its users, or whose user"
-             f" turnaround (a request's end to its user's next send) passes {limit:g} ms at"
-             f" p99, is invalid and measured again.", ""]
-    lines += table_lines(["cell", "users", "delivered", "share", "turn p50 ms", "turn p99 ms",
-                          "turn max ms", "status"], rows) if rows else ["no closed-loop cells"]
+        rows.append(
+            [
+                r.cell_id,
+                int(r.concurrency),
+                figures[0],
+                "-" if share is None else f"{share:.1%}",
+                *figures[2:],
+                r.status,
+            ]
+        )
+    lines = [
+        f"A closed loop at N users is meant to keep N requests in flight. Delivered: the"
+        f" time-averaged requests in flight from the first measured send until the first"
+        f" user ran out of requests. A cell below {floor:.0%} of its users, or whose user"
+        f" turnaround (a request's end to its user's next send) passes {limit:g} ms at"
+        f" p99, is invalid and measured again.",
+        "",
+    ]
+    lines += (
+        table_lines(
+            [
+                "cell",
+                "users",
+                "delivered",
+                "share",
+                "turn p50 ms",
+                "turn p99 ms",
+                "turn max ms",
+                "status",
+            ],
+            rows,
+        )
+        if rows
+        else ["no closed-loop cells"]
+    )
     return lines

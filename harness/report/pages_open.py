@@ -20,13 +20,16 @@ def open_loop_page(pdf: PdfPages, a: Analysis) -> int:
         return 1
     obj = ol.objective
     label = f"p{obj.percentile:g} {obj.metric.upper()}"
-    fig = new_page("Open loop near the knee: latency vs offered rate",
-                   f"{ol.arrival} arrivals on task {ol.task}; objective {label} <= {obj.max_s:g} s"
-                   " (measured from the scheduled send, so client queueing counts; a failed"
-                   " request counts as too slow)")
+    fig = new_page(
+        "Open loop near the knee: latency vs offered rate",
+        f"{ol.arrival} arrivals on task {ol.task}; objective {label} <= {obj.max_s:g} s"
+        " (measured from the scheduled send, so client queueing counts; a failed"
+        " request counts as too slow)",
+    )
     groups = drafters_by_baseline(a.run)
-    grid = fig.subplots(2, max(1, len(groups)), squeeze=False, sharex="col",
-                        gridspec_kw={"height_ratios": [2, 1]})
+    grid = fig.subplots(
+        2, max(1, len(groups)), squeeze=False, sharex="col", gridspec_kw={"height_ratios": [2, 1]}
+    )
     axes, queue_axes = grid[0], grid[1]
     fig.subplots_adjust(left=0.07, right=0.98, top=0.84, bottom=0.40, wspace=0.25, hspace=0.08)
     colours = arm_colours(a)
@@ -56,8 +59,15 @@ def open_loop_page(pdf: PdfPages, a: Analysis) -> int:
         qax.set_xlabel("offered rate (requests/s)")
         qax.set_ylabel("client queueing\np99 (s)", fontsize=8)
         qax.grid(alpha=0.3)
-    fig.text(0.03, 0.32, "\n".join(fleet_lines(a)), va="top", ha="left",
-             fontdict={"family": "monospace", "size": 8}, linespacing=1.35)
+    fig.text(
+        0.03,
+        0.32,
+        "\n".join(fleet_lines(a)),
+        va="top",
+        ha="left",
+        fontdict={"family": "monospace", "size": 8},
+        linespacing=1.35,
+    )
     save(pdf, fig)
     return 1
 
@@ -71,14 +81,37 @@ def fleet_lines(a: Analysis) -> list[str]:
     fleet = a.fleet
     rows = []
     for r in fleet.itertuples():
-        rows.append([r.arm, r.baseline or "(baseline)", r.sustainable_rps,
-                     r.gpus if r.gpus is not None and not _nan(r.gpus) else "none sustains",
-                     r.baseline_gpus, r.gpus_saved, f"{r.cells_usable}/{r.cells_planned}"])
-    lines = [(f"Fleet figure: the highest offered rate whose {label} <= {obj.max_s:g} s is what one"
-             f" GPU sustains; GPUs for {ol.fleet_traffic_rps:g} req/s = ceil(traffic /"
-             " sustainable rate)."), ""]
-    lines += table_lines(["arm", "against", "sustainable req/s per GPU", "GPUs",
-                          "baseline GPUs", "GPUs saved", "usable cells"], rows)
+        rows.append(
+            [
+                r.arm,
+                r.baseline or "(baseline)",
+                r.sustainable_rps,
+                r.gpus if r.gpus is not None and not _nan(r.gpus) else "none sustains",
+                r.baseline_gpus,
+                r.gpus_saved,
+                f"{r.cells_usable}/{r.cells_planned}",
+            ]
+        )
+    lines = [
+        (
+            f"Fleet figure: the highest offered rate whose {label} <= {obj.max_s:g} s is what one"
+            f" GPU sustains; GPUs for {ol.fleet_traffic_rps:g} req/s = ceil(traffic /"
+            " sustainable rate)."
+        ),
+        "",
+    ]
+    lines += table_lines(
+        [
+            "arm",
+            "against",
+            "sustainable req/s per GPU",
+            "GPUs",
+            "baseline GPUs",
+            "GPUs saved",
+            "usable cells",
+        ],
+        rows,
+    )
     return lines
 
 

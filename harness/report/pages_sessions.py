@@ -44,35 +44,79 @@ def interval_lines(a: Analysis) -> list[str]:
         "sessions' log ratios; bootstrap: sessions resampled first, then their units); one",
         "session: the within-session interval alone. within: the sessions held fixed, users",
         "(closed loop) or time blocks resampled within each.",
-        "spread: (max - min) / mean of an arm's session medians (tok/s per user).", "",
+        "spread: (max - min) / mean of an arm's session medians (tok/s per user).",
+        "",
     ]
-    if (levels := look_levels(study)):  # design: group_sequential
-        lines[1:1] = [f"Group-sequential design: each interval is the repeated one of the look"
-                      f" its sessions reach ({', '.join(f'{k} sessions: {v:.2%}' for k, v in levels.items())}),"
-                      " which holds at whichever look a cell stopped."]
+    if levels := look_levels(study):  # design: group_sequential
+        lines[1:1] = [
+            f"Group-sequential design: each interval is the repeated one of the look"
+            f" its sessions reach ({', '.join(f'{k} sessions: {v:.2%}' for k, v in levels.items())}),"
+            " which holds at whichever look a cell stopped."
+        ]
     # Two tables, so a row fits the page: the intervals, then each arm's sessions.
-    rows = [[r.arm, r.task, int(r.concurrency), int(r.sessions), f"{r.speedup:.3f}",
-             _interval(r.ci_lower, r.ci_upper), _interval(r.ci_lower_within, r.ci_upper_within),
-             r.interval_caveat or ""] for r in sp.itertuples()]
-    lines += table_lines(["arm", "task", "c", "sessions", "speedup", "interval", "within",
-                          "caveat"], rows)
-    rows = [[r.arm, r.task, int(r.concurrency), _speeds(r.session_speeds_drafter),
-             _spread(r.session_spread_drafter), _speeds(r.session_speeds_baseline),
-             _spread(r.session_spread_baseline), r.resample_unit or "-"]
-            for r in sp.itertuples()]
-    lines += ["", *table_lines(["arm", "task", "c", "drafter by session", "spread d",
-                                "baseline by session", "spread b", "unit"], rows)]
-    pooled = dict.fromkeys(f"  {r.arm}: {r.pooling}" for r in sp.itertuples()
-                           if isinstance(r.pooling, str))
+    rows = [
+        [
+            r.arm,
+            r.task,
+            int(r.concurrency),
+            int(r.sessions),
+            f"{r.speedup:.3f}",
+            _interval(r.ci_lower, r.ci_upper),
+            _interval(r.ci_lower_within, r.ci_upper_within),
+            r.interval_caveat or "",
+        ]
+        for r in sp.itertuples()
+    ]
+    lines += table_lines(
+        ["arm", "task", "c", "sessions", "speedup", "interval", "within", "caveat"], rows
+    )
+    rows = [
+        [
+            r.arm,
+            r.task,
+            int(r.concurrency),
+            _speeds(r.session_speeds_drafter),
+            _spread(r.session_spread_drafter),
+            _speeds(r.session_speeds_baseline),
+            _spread(r.session_spread_baseline),
+            r.resample_unit or "-",
+        ]
+        for r in sp.itertuples()
+    ]
+    lines += [
+        "",
+        *table_lines(
+            [
+                "arm",
+                "task",
+                "c",
+                "drafter by session",
+                "spread d",
+                "baseline by session",
+                "spread b",
+                "unit",
+            ],
+            rows,
+        ),
+    ]
+    pooled = dict.fromkeys(
+        f"  {r.arm}: {r.pooling}" for r in sp.itertuples() if isinstance(r.pooling, str)
+    )
     if pooled:  # bars.intervals.pooling: stage_cells (harness.analysis.pooling)
-        lines += ["", "Session variance pooled over the cells one engine start measures"
-                  " (t_pooled), where their spread tested equal:", *pooled]
+        lines += [
+            "",
+            "Session variance pooled over the cells one engine start measures"
+            " (t_pooled), where their spread tested equal:",
+            *pooled,
+        ]
     marked = sum(1 for r in sp.itertuples() if r.interval_caveat)
-    lines += ["", f"{marked} of {len(sp)} intervals are marked: built on one session, or on"
-              f" fewer than {MIN_REQUESTS} measured requests of an arm."]
+    lines += [
+        "",
+        f"{marked} of {len(sp)} intervals are marked: built on one session, or on"
+        f" fewer than {MIN_REQUESTS} measured requests of an arm.",
+    ]
     return lines
 
 
 def interval_pages(pdf: PdfPages, a: Analysis) -> int:
-    return text_pages(pdf, "Speedup intervals: sessions and what they rest on",
-                      interval_lines(a))
+    return text_pages(pdf, "Speedup intervals: sessions and what they rest on", interval_lines(a))

@@ -15,13 +15,23 @@ TASKS_PER_PAGE = 3
 
 
 def arm_colours(a: Analysis) -> dict[str, str]:
-    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
-               "#17becf", "#bcbd22", "#7f7f7f"]
+    palette = [
+        "#1f77b4",
+        "#d62728",
+        "#2ca02c",
+        "#9467bd",
+        "#ff7f0e",
+        "#8c564b",
+        "#e377c2",
+        "#17becf",
+        "#bcbd22",
+        "#7f7f7f",
+    ]
     return {arm.name: palette[i % len(palette)] for i, arm in enumerate(a.run.study.arms)}
 
 
 def _chunks(items: list[str], n: int) -> list[list[str]]:
-    return [items[i:i + n] for i in range(0, len(items), n)] or [[]]
+    return [items[i : i + n] for i in range(0, len(items), n)] or [[]]
 
 
 def speedup_pages(pdf: PdfPages, a: Analysis) -> int:
@@ -45,10 +55,12 @@ def speedup_note(a: Analysis) -> str:
     """What the speedup figures show and how their intervals were made."""
     study = a.run.study
     bars = study.bars
-    note = (f"median per-user speed ratio vs the same-engine baseline; band = "
-            f"{bars.intervals.level:.0%} interval (within a session a bootstrap of"
-            f" {bars.intervals.bootstrap_resamples} resamples); knee = where the speedup crosses"
-            " 1.0, its interval (the bar at 1.0) where the band's edges do")
+    note = (
+        f"median per-user speed ratio vs the same-engine baseline; band = "
+        f"{bars.intervals.level:.0%} interval (within a session a bootstrap of"
+        f" {bars.intervals.bootstrap_resamples} resamples); knee = where the speedup crosses"
+        " 1.0, its interval (the bar at 1.0) where the band's edges do"
+    )
     if study.recording.sessions > 1:
         # The band over sessions is by the registered method (harness.analysis.intervals).
         how: str = bars.intervals.method
@@ -57,8 +69,7 @@ def speedup_note(a: Analysis) -> str:
         note += f"; over {study.recording.sessions} sessions by interval method {how}"
     marked = a.speedups["interval_caveat"].notna() & (a.speedups["status"] == "ok")
     if marked.any():
-        note += (f"; {int(marked.sum())} intervals marked (one session or < 20 requests:"
-                 " next page)")
+        note += f"; {int(marked.sum())} intervals marked (one session or < 20 requests: next page)"
     if a.run.stop_fired:
         note += "; STOP fired: higher levels skipped"
     return note
@@ -75,27 +86,39 @@ def speedup_axes(ax, a: Analysis, task: str, handles: dict, colours: dict[str, s
     for arm, grp in sp.groupby("arm", sort=False):
         grp = grp.sort_values("concurrency")
         c = colours[arm]
-        (line,) = ax.plot(grp["concurrency"], grp["speedup"], "o-", color=c, label=arm,
-                          lw=1.6, ms=4)
-        ax.fill_between(grp["concurrency"].astype(float), grp["ci_lower"].astype(float),
-                        grp["ci_upper"].astype(float), color=c, alpha=0.18, lw=0)
+        (line,) = ax.plot(
+            grp["concurrency"], grp["speedup"], "o-", color=c, label=arm, lw=1.6, ms=4
+        )
+        ax.fill_between(
+            grp["concurrency"].astype(float),
+            grp["ci_lower"].astype(float),
+            grp["ci_upper"].astype(float),
+            color=c,
+            alpha=0.18,
+            lw=0,
+        )
         handles[arm] = line
         rerun = grp[grp["baseline_rerun_speed"].notna()]
         if len(rerun):  # the check bar's rerun, shown beside the original
-            ratio = rerun["speed_drafter"].astype(float) / rerun[
-                "baseline_rerun_speed"].astype(float)
+            ratio = rerun["speed_drafter"].astype(float) / rerun["baseline_rerun_speed"].astype(
+                float
+            )
             handles["against the baseline rerun"] = ax.plot(
-                rerun["concurrency"], ratio, "x", color=c, ms=9, mew=2)[0]
+                rerun["concurrency"], ratio, "x", color=c, ms=9, mew=2
+            )[0]
         top = max(top, float(grp["ci_upper"].max()))
         _mark_knee(ax, a, arm, task, c, levels)
     handles["no gain (1.0x)"] = ax.axhline(1.0, color="black", lw=0.8)
     handles[f"pass bar ({bars.pass_.speed.threshold:g}x)"] = ax.axhline(
-        bars.pass_.speed.threshold, color="#1a7f37", ls="--", lw=1)
+        bars.pass_.speed.threshold, color="#1a7f37", ls="--", lw=1
+    )
     handles[f"stop bar ({bars.stop.threshold:g}x)"] = ax.axhline(
-        bars.stop.threshold, color="#b26a00", ls=":", lw=1.2)
+        bars.stop.threshold, color="#b26a00", ls=":", lw=1.2
+    )
     if top > bars.check.threshold * 0.9:
         handles[f"check bar ({bars.check.threshold:g}x)"] = ax.axhline(
-            bars.check.threshold, color="#c62828", ls="-.", lw=1)
+            bars.check.threshold, color="#c62828", ls="-.", lw=1
+        )
     log2_axis(ax, levels)
     ax.set_ylim(0, max(top, bars.pass_.speed.threshold) * 1.1)
     ax.set_title(f"task: {task}", fontsize=11)
@@ -107,12 +130,20 @@ def speedup_axes(ax, a: Analysis, task: str, handles: dict, colours: dict[str, s
 
 
 def speedup_legend(fig, ax, a: Analysis, handles: dict, bottom: float = 0.0) -> None:
-    handles["knee (speedup crosses 1.0) and its interval"] = ax.plot([], [], "v-", color="gray",
-                                                                     ms=8)[0]
+    handles["knee (speedup crosses 1.0) and its interval"] = ax.plot(
+        [], [], "v-", color="gray", ms=8
+    )[0]
     if a.knees["status"].isin(["beyond", "beyond_skipped"]).any():
         handles["knee beyond the highest level"] = ax.plot([], [], ">", color="gray", ms=6)[0]
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=4, fontsize=8,
-               frameon=False, bbox_to_anchor=(0.5, bottom))
+    fig.legend(
+        handles.values(),
+        handles.keys(),
+        loc="lower center",
+        ncol=4,
+        fontsize=8,
+        frameon=False,
+        bbox_to_anchor=(0.5, bottom),
+    )
 
 
 def _mark_knee(ax, a: Analysis, arm: str, task: str, colour: str, levels: list[int]) -> None:
@@ -126,24 +157,32 @@ def _mark_knee(ax, a: Analysis, arm: str, task: str, colour: str, levels: list[i
         if (span := knee_span(k, levels)) is not None:
             ax.plot(span, [1.0, 1.0], "-", color=colour, lw=4, alpha=0.35, solid_capstyle="butt")
     elif k["status"] in ("beyond", "beyond_skipped"):
-        ax.annotate("", xy=(levels[-1] * 1.22, 1.0), xytext=(levels[-1], 1.0),
-                    arrowprops={"arrowstyle": "->", "color": colour})
+        ax.annotate(
+            "",
+            xy=(levels[-1] * 1.22, 1.0),
+            xytext=(levels[-1], 1.0),
+            arrowprops={"arrowstyle": "->", "color": colour},
+        )
 
 
 def speed_curve_pages(pdf: PdfPages, a: Analysis) -> int:
     """Per-user speed and output throughput vs concurrency, every arm, per task."""
     levels = a.run.study.loads.closed_loop.concurrency
     colours = arm_colours(a)
-    cells = a.cells[(a.cells["kind"] == "speed") & (a.cells["status"] == "complete")
-                    & a.cells["rerun_of"].isna()]
+    cells = a.cells[
+        (a.cells["kind"] == "speed")
+        & (a.cells["status"] == "complete")
+        & a.cells["rerun_of"].isna()
+    ]
     pages = 0
     for tasks in _chunks(speed_tasks(a.run.study), TASKS_PER_PAGE):
-        fig = new_page("Per-user speed and throughput vs concurrency",
-                       "per-user speed = median over requests of (tokens - 1) / (end - first "
-                       "token); throughput = output tokens / measured wall time")
+        fig = new_page(
+            "Per-user speed and throughput vs concurrency",
+            "per-user speed = median over requests of (tokens - 1) / (end - first "
+            "token); throughput = output tokens / measured wall time",
+        )
         axes = fig.subplots(2, max(1, len(tasks)), squeeze=False)
-        fig.subplots_adjust(left=0.07, right=0.98, top=0.85, bottom=0.14, wspace=0.28,
-                            hspace=0.4)
+        fig.subplots_adjust(left=0.07, right=0.98, top=0.85, bottom=0.14, wspace=0.28, hspace=0.4)
         handles = {}
         for j, task in enumerate(tasks):
             up, down = axes[0][j], axes[1][j]
@@ -153,21 +192,32 @@ def speed_curve_pages(pdf: PdfPages, a: Analysis) -> int:
                 if rows.empty:
                     continue
                 style = "o-" if a.run.study.arm(arm).baseline else "s--"
-                (h,) = up.plot(rows["concurrency"], rows["per_user_speed"], style,
-                               color=colours[arm], label=arm, ms=4)
-                down.plot(rows["concurrency"], rows["output_throughput_tok_s"], style,
-                          color=colours[arm], ms=4)
+                (h,) = up.plot(
+                    rows["concurrency"],
+                    rows["per_user_speed"],
+                    style,
+                    color=colours[arm],
+                    label=arm,
+                    ms=4,
+                )
+                down.plot(
+                    rows["concurrency"],
+                    rows["output_throughput_tok_s"],
+                    style,
+                    color=colours[arm],
+                    ms=4,
+                )
                 handles[arm] = h
-            for ax, ylabel in ((up, "per-user speed (tok/s)"),
-                               (down, "output throughput (tok/s)")):
+            for ax, ylabel in ((up, "per-user speed (tok/s)"), (down, "output throughput (tok/s)")):
                 log2_axis(ax, levels)
                 ax.set_ylabel(ylabel)
                 ax.set_xlabel("concurrent users")
                 ax.grid(alpha=0.3)
                 ax.set_ylim(bottom=0)
             up.set_title(f"task: {task}", fontsize=11)
-        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=6, fontsize=8,
-                   frameon=False)
+        fig.legend(
+            handles.values(), handles.keys(), loc="lower center", ncol=6, fontsize=8, frameon=False
+        )
         save(pdf, fig)
         pages += 1
     return pages

@@ -34,11 +34,18 @@ def verdict_page(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     """Page one: the verdict and the headline figure (pages_headline.py); then each bar's
     status and summary, the smoke, deviations; evidence detail follows on text pages."""
     pages = headline_page(pdf, a, verdict, verdict_notice(a))
-    pages += text_pages(pdf, f"Verdict: {verdict.verdict}: the bars",
-                        wrap_lines(bar_lines(a, verdict), 140),
-                        "each registered bar, the smoke stage, deviations")
-    pages += text_pages(pdf, "Bar evidence", evidence_lines(verdict),
-                        "every figure each bar used, as written to verdict.json")
+    pages += text_pages(
+        pdf,
+        f"Verdict: {verdict.verdict}: the bars",
+        wrap_lines(bar_lines(a, verdict), 140),
+        "each registered bar, the smoke stage, deviations",
+    )
+    pages += text_pages(
+        pdf,
+        "Bar evidence",
+        evidence_lines(verdict),
+        "every figure each bar used, as written to verdict.json",
+    )
     return pages
 
 
@@ -46,7 +53,9 @@ def verdict_notice(a: Analysis) -> list[str]:
     """What page one shows beside the verdict: the host's regime (a compute-bound host
     explains a STOP) and the recorded deviations."""
     deviations = deviation_lines(a.run.manifest)
-    notice = ["Deviations from the registered study (manifest.json):", *deviations] if deviations else []
+    notice = (
+        ["Deviations from the registered study (manifest.json):", *deviations] if deviations else []
+    )
     return [*regime_summary(a.run.manifest), *notice]
 
 
@@ -79,8 +88,11 @@ def bar_lines(a: Analysis, verdict: Verdict) -> list[str]:
         lines.append("Excluded (invalid) cells, never used by a bar:")
         lines.extend(f"  {e.cell}: {e.reason}" for e in verdict.excluded_cells)
     if verdict.remeasured:
-        lines += ["", "Cells measured again after they ended invalid (--remeasure-invalid;"
-                      " every earlier attempt kept):"]
+        lines += [
+            "",
+            "Cells measured again after they ended invalid (--remeasure-invalid;"
+            " every earlier attempt kept):",
+        ]
         lines += [f"  {r.line}" for r in verdict.remeasured]
     if deviations:
         lines.append("")
@@ -88,25 +100,36 @@ def bar_lines(a: Analysis, verdict: Verdict) -> list[str]:
         lines.extend(deviations)
     if verdict.gpu_throttled_cells:
         lines.append("")
-        used = ("remeasure: timed cells measured again, invalid if still throttled"
-                if verdict.gpu_throttle_policy == "remeasure" else "flag: flagged only")
+        used = (
+            "remeasure: timed cells measured again, invalid if still throttled"
+            if verdict.gpu_throttle_policy == "remeasure"
+            else "flag: flagged only"
+        )
         lines.append(f"Cells measured while the GPU throttled (recording.gpu_throttle: {used}):")
         lines.extend(f"  {e.cell} ({e.status}): {e.summary}" for e in verdict.gpu_throttled_cells)
     if verdict.skipped_cells:
         lines.append("")
-        lines.append(f"Skipped cells: {len(verdict.skipped_cells)}"
-                     f" ({verdict.skipped_cells[0].reason}); see the environment page.")
+        lines.append(
+            f"Skipped cells: {len(verdict.skipped_cells)}"
+            f" ({verdict.skipped_cells[0].reason}); see the environment page."
+        )
     return lines
 
 
 def trained_against_lines(a: Analysis) -> list[str]:
     """Drafters registered as trained against another base than the target."""
-    named = [(arm.name, arm.drafter.trained_against) for arm in a.run.study.arms
-             if arm.drafter is not None and arm.drafter.trained_against]
+    named = [
+        (arm.name, arm.drafter.trained_against)
+        for arm in a.run.study.arms
+        if arm.drafter is not None and arm.drafter.trained_against
+    ]
     if not named:
         return []
-    return ["", f"Drafters trained against another base than the target {a.run.study.model.id}"
-                " (drafter.trained_against):"] + [f"  {arm}: {base}" for arm, base in named]
+    return [
+        "",
+        f"Drafters trained against another base than the target {a.run.study.model.id}"
+        " (drafter.trained_against):",
+    ] + [f"  {arm}: {base}" for arm, base in named]
 
 
 def control_arm_lines(a: Analysis) -> list[str]:
@@ -115,7 +138,8 @@ def control_arm_lines(a: Analysis) -> list[str]:
     if not controls:
         return []
     return ["", "Control arms (synthetic acceptance; never judged):"] + [
-        f"  {c['line']}" for c in controls]
+        f"  {c['line']}" for c in controls
+    ]
 
 
 def surface_lines(verdict: Verdict) -> list[str]:
@@ -126,10 +150,12 @@ def surface_lines(verdict: Verdict) -> list[str]:
     out = ["", f"Round-cost surface ({s.drafter}'s engine at set acceptance; read by no bar):"]
     out += [f"  {p.arm} / {p.task} c={p.concurrency}: {p.label}" for p in s.placements]
     out += [f"  {line}" for line in s.loss_of_gain]
-    out += [f"  k schedule for {s.drafter} / {r.task} c={r.concurrency}: {r.label}"
-            for r in s.schedule]
-    out += [f"  as {task}'s engine setting: {setting}" for task, setting in
-            s.schedule_settings.items()]
+    out += [
+        f"  k schedule for {s.drafter} / {r.task} c={r.concurrency}: {r.label}" for r in s.schedule
+    ]
+    out += [
+        f"  as {task}'s engine setting: {setting}" for task, setting in s.schedule_settings.items()
+    ]
     out += [f"  k schedule verified, {r.task}: {r.label}" for r in s.verification]
     return out
 
@@ -138,8 +164,11 @@ def stops_paying_lines(verdict: Verdict) -> list[str]:
     rows = verdict.speculation_pays
     if not rows:
         return []
-    out = ["", "Where speculation pays (lower bound above 1.0) and where its gain is gone (upper"
-               " bound below 1.0), and the engine setting that would gate it there:"]
+    out = [
+        "",
+        "Where speculation pays (lower bound above 1.0) and where its gain is gone (upper"
+        " bound below 1.0), and the engine setting that would gate it there:",
+    ]
     for r in rows:
         out.append(f"  {r.arm} / {r.task}: {r.label}")
         if r.gate:
@@ -153,10 +182,15 @@ def decomposition_flag_lines(a: Analysis) -> list[str]:
     if flagged.empty:
         return []
     tol = a.run.study.bars.decomposition.tolerance
-    out = ["", f"Speedups their two factors explain to worse than {tol:.0%}"
-               " (bars.decomposition.tolerance):"]
-    out.extend(f"  {r.arm}/{r.task} c={r.concurrency}: {r.decomposition_note}"
-               for r in flagged.itertuples())
+    out = [
+        "",
+        f"Speedups their two factors explain to worse than {tol:.0%}"
+        " (bars.decomposition.tolerance):",
+    ]
+    out.extend(
+        f"  {r.arm}/{r.task} c={r.concurrency}: {r.decomposition_note}"
+        for r in flagged.itertuples()
+    )
     return out
 
 
@@ -165,11 +199,13 @@ def deviation_lines(manifest: Manifest) -> list[str]:
     open markers), for the verdict page: a reader must not miss them."""
     lines: list[str] = []
     for d in manifest.deviations:
-        seal = (f" (seal {d.old_seal[:12]} -> {str(d.new_seal)[:12]})" if d.old_seal else "")
+        seal = f" (seal {d.old_seal[:12]} -> {str(d.new_seal)[:12]})" if d.old_seal else ""
         lines.append(f"  {_wall(d.when)}: {d.what}{seal}")
         for u in d.unpinned or []:
-            lines.append(f"    unpinned: {', '.join(u.get('roles') or [])} {u.get('checkpoint')}"
-                         f" at revision {u.get('revision') or '(none)'} ({u.get('where')})")
+            lines.append(
+                f"    unpinned: {', '.join(u.get('roles') or [])} {u.get('checkpoint')}"
+                f" at revision {u.get('revision') or '(none)'} ({u.get('where')})"
+            )
         for m in d.open_markers or []:
             lines.append(f"    open marker: {m}")
     return lines
@@ -210,20 +246,28 @@ def smoke_summary(run: RunData) -> list[str]:
     failed = [r for r in latest if r.status == "failed"]
     if failed:
         worst = failed[-1]
-        return [f"Smoke stage: FAILED at arm {worst.arm}: {worst.reason}",
-                f"  engine log: {worst.log_line or '(nothing logged)'}"]
+        return [
+            f"Smoke stage: FAILED at arm {worst.arm}: {worst.reason}",
+            f"  engine log: {worst.log_line or '(nothing logged)'}",
+        ]
     arms = [a.name for a in run.study.arms]
-    missing = [n for n in arms if n not in own or (
-        compares(run.study.arm(n)) and n not in compared)]
+    missing = [
+        n for n in arms if n not in own or (compares(run.study.arm(n)) and n not in compared)
+    ]
     if missing:
         return [f"Smoke stage: incomplete, not checked: {', '.join(missing)}"]
     drafters = [n for n in arms if compares(run.study.arm(n))]
     ties = [smoke_line(c) for c in compared.values() if c.near_ties]
-    return [f"Smoke stage: passed for all {len(arms)} arms before the first cell: each started"
-            " and answered 2 greedy prompts"
-            + (f"; {', '.join(drafters)} moved their speculation counters and matched their"
-               " baselines' text" + (" (up to near-ties of the target's, below)" if ties else "")
-               if drafters else "")] + [f"  {line}" for line in ties]
+    return [
+        f"Smoke stage: passed for all {len(arms)} arms before the first cell: each started"
+        " and answered 2 greedy prompts"
+        + (
+            f"; {', '.join(drafters)} moved their speculation counters and matched their"
+            " baselines' text" + (" (up to near-ties of the target's, below)" if ties else "")
+            if drafters
+            else ""
+        )
+    ] + [f"  {line}" for line in ties]
 
 
 def _smoke_detail(run: RunData) -> list[str]:
@@ -257,12 +301,17 @@ def _entry_lines(entry: dict, pad: str) -> list[str]:
         if key == "figures":
             out.append(f"{pad}figures:")
             for f in value:
-                out.append(f"{pad}  c={f['concurrency']}: speedup {_num(f['speedup'])} "
-                           f"[{_num(f['ci_lower'])}, {_num(f['ci_upper'])}]  "
-                           f"{f['drafter_cell']} vs {f['baseline_cell']}"
-                           + (f"  passes={f['passes']}" if "passes" in f else "")
-                           + (f"  GPU THROTTLED: {', '.join(f['gpu_throttled'])}"
-                              if f.get("gpu_throttled") else ""))
+                out.append(
+                    f"{pad}  c={f['concurrency']}: speedup {_num(f['speedup'])} "
+                    f"[{_num(f['ci_lower'])}, {_num(f['ci_upper'])}]  "
+                    f"{f['drafter_cell']} vs {f['baseline_cell']}"
+                    + (f"  passes={f['passes']}" if "passes" in f else "")
+                    + (
+                        f"  GPU THROTTLED: {', '.join(f['gpu_throttled'])}"
+                        if f.get("gpu_throttled")
+                        else ""
+                    )
+                )
         elif key == "arms" and isinstance(value, dict):
             for arm, detail in value.items():
                 d = {k: v for k, v in detail.items() if k != "mismatches"}
@@ -293,13 +342,16 @@ def environment_lines(a: Analysis, verdict: Verdict) -> list[str]:
     lines = [
         f"run id            {a.run.run_id}",
         f"seal              {m.seal}",
-        (f"study             {study.title} (registered {study.registered}; file"
-        f" {m.study_file})"),
+        (f"study             {study.title} (registered {study.registered}; file {m.study_file})"),
         f"specbench commit  {m.specbench_commit}",
-        (f"status            {m.status}   started {_wall(m.started_wall)}"
-        f"   ended {_wall(m.ended_wall)}"),
-        (f"hardware (study)  {study.hardware.count} x {study.hardware.gpu};"
-        f" model {study.model.id}@{study.model.revision}"),
+        (
+            f"status            {m.status}   started {_wall(m.started_wall)}"
+            f"   ended {_wall(m.ended_wall)}"
+        ),
+        (
+            f"hardware (study)  {study.hardware.count} x {study.hardware.gpu};"
+            f" model {study.model.id}@{study.model.revision}"
+        ),
         "",
         "host:",
     ]
@@ -317,30 +369,44 @@ def environment_lines(a: Analysis, verdict: Verdict) -> list[str]:
     lines += ["", "checkpoints (commit and weight sha256):", *_checkpoint_lines(m)]
     lines += ["", "engine environments (full package lists in manifest.json):"]
     for python, env in m.engine_environments.items():
-        held = (f"{len(env.packages)} packages" if env.packages is not None
-                else f"not listed: {env.error}")
-        lines.append(f"  {python}: {env.pin or 'not a pinned venv'}; {held};"
-                     f" arms {', '.join(env.arms)}")
+        held = (
+            f"{len(env.packages)} packages"
+            if env.packages is not None
+            else f"not listed: {env.error}"
+        )
+        lines.append(
+            f"  {python}: {env.pin or 'not a pinned venv'}; {held}; arms {', '.join(env.arms)}"
+        )
     for s in m.stale_engines:
-        lines.append(f"  stale engine of {s.arm} (pid {s.pid}, port {s.port})"
-                     f" from an earlier attempt: {s.action}")
+        lines.append(
+            f"  stale engine of {s.arm} (pid {s.pid}, port {s.port})"
+            f" from an earlier attempt: {s.action}"
+        )
     lines += ["", *_smoke_detail(a.run)]
     lines += ["", "deviations from the registered study:"]
     lines += deviation_lines(m) or ["  none"]
     stop = m.stop
-    lines += ["", (f"stop bar at the end of stage 1: {_short(stop.fired) if stop else '-'}"
-              f" (judged {_wall(stop.judged_wall) if stop else '-'})")]
+    lines += [
+        "",
+        (
+            f"stop bar at the end of stage 1: {_short(stop.fired) if stop else '-'}"
+            f" (judged {_wall(stop.judged_wall) if stop else '-'})"
+        ),
+    ]
     if stop and stop.fired:
-        lines.append("  the stop bar fired: the remaining speed cells were skipped;"
-                     " identity and accuracy still ran")
+        lines.append(
+            "  the stop bar fired: the remaining speed cells were skipped;"
+            " identity and accuracy still ran"
+        )
     lines += ["", f"skipped cells ({len(m.skipped)}):"]
     lines += [f"  {s.cell}: {s.reason}" for s in m.skipped] or ["  none"]
     lines += ["", f"baseline reruns by the check bar ({len(m.reruns)}); both runs are kept:"]
     lines += [f"  {r.cell} of {r.of}: {r.reason}" for r in m.reruns] or ["  none"]
     for r in verdict.reruns:
-        lines.append(f"  {r.cell}: {r.state}"
-                     + (f" ({r.relative_difference:+.1%})" if r.relative_difference is not None
-                        else ""))
+        lines.append(
+            f"  {r.cell}: {r.state}"
+            + (f" ({r.relative_difference:+.1%})" if r.relative_difference is not None else "")
+        )
     if m.failed_cells:
         lines += ["", "cells that failed every attempt:"]
         lines += [f"  {f.cell}: {f.reason}" for f in m.failed_cells]
@@ -348,9 +414,14 @@ def environment_lines(a: Analysis, verdict: Verdict) -> list[str]:
     status = a.cells[a.cells["rerun_of"].isna()]["status"].value_counts().to_dict()
     lines.append("  " + ", ".join(f"{n} {s}" for s, n in status.items()))
     bad = a.cells[a.cells["status"].isin(["invalid", "missing"])]
-    lines += table_lines(["cell", "status", "reason"],
-                         [[r.cell_id, r.status, r.reason] for r in bad.itertuples()]) \
-        if len(bad) else []
+    lines += (
+        table_lines(
+            ["cell", "status", "reason"],
+            [[r.cell_id, r.status, r.reason] for r in bad.itertuples()],
+        )
+        if len(bad)
+        else []
+    )
     lines += _burst_lines(a)
     return lines
 
@@ -368,8 +439,10 @@ def engine_choice_lines(run: RunData) -> list[str]:
     for arm in run.study.arms:
         if arm.baseline is None or not (last(arm.name) and last(arm.baseline)):
             continue
-        lines += [f"Engine setting differs: {arm.name} vs {arm.baseline}: {d}"
-                  for d in differences(last(arm.name), last(arm.baseline))]
+        lines += [
+            f"Engine setting differs: {arm.name} vs {arm.baseline}: {d}"
+            for d in differences(last(arm.name), last(arm.baseline))
+        ]
     return lines
 
 
@@ -386,8 +459,10 @@ def _settings_lines(a: Analysis) -> list[str]:
         kind = ENGINE_KINDS.get(arm.engine)
         if not started and kind is not None and arm.attach is None:
             settings, where = kind.resolved_settings(arm, a.run.study), " (no start recorded)"
-        lines += [f"  {arm.name}: {key.replace('_', ' ')}: {value}{where}"
-                  for key, value in settings.items()]
+        lines += [
+            f"  {arm.name}: {key.replace('_', ' ')}: {value}{where}"
+            for key, value in settings.items()
+        ]
     return lines
 
 
@@ -396,8 +471,9 @@ def _telemetry_line(entry: RunGpuTelemetry | None) -> str:
         return "not recorded (no engine started, or a run from before telemetry)"
     if not entry.recorded:
         return entry.reason or "no GPU telemetry"
-    gpus = ", ".join(f"GPU {g.get('index')} {g.get('name')} ({g.get('uuid')})"
-                     for g in entry.gpus or [])
+    gpus = ", ".join(
+        f"GPU {g.get('index')} {g.get('name')} ({g.get('uuid')})" for g in entry.gpus or []
+    )
     return f"recorded through NVML (driver {entry.driver_version}; {gpus})"
 
 
@@ -410,9 +486,18 @@ def _burst_lines(a: Analysis) -> list[str]:
         return []
     limit = a.run.study.recording.max_burst_share
     bound = speed.get("client_stamp_bound_p99_ms")
-    rows = [[r.cell_id, r.status, f"{r.burst_share:.2f}",
-             "" if bound is None or pd.isna(bound[i]) else f"{bound[i]:.1f}"]
-            for i, r in zip(speed.index, speed.itertuples(), strict=True)]
-    return ["", f"bursts: share of a speed cell's requests with most tokens from several steps under one stamp"
-                f" (invalid above {limit:g}):",
-            *table_lines(["cell", "status", "burst share", "stamp bound p99 ms"], rows)]
+    rows = [
+        [
+            r.cell_id,
+            r.status,
+            f"{r.burst_share:.2f}",
+            "" if bound is None or pd.isna(bound[i]) else f"{bound[i]:.1f}",
+        ]
+        for i, r in zip(speed.index, speed.itertuples(), strict=True)
+    ]
+    return [
+        "",
+        f"bursts: share of a speed cell's requests with most tokens from several steps under one stamp"
+        f" (invalid above {limit:g}):",
+        *table_lines(["cell", "status", "burst share", "stamp bound p99 ms"], rows),
+    ]

@@ -23,8 +23,14 @@ class ArmEngine:
     """One arm's engine: started on first use, restarted if it died, kept while the
     next cells are the same arm's (across stages too)."""
 
-    def __init__(self, store: RunStore, arm: Arm, study: Study, progress: RunProgress,
-                 telemetry: RunTelemetry | None = None) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        arm: Arm,
+        study: Study,
+        progress: RunProgress,
+        telemetry: RunTelemetry | None = None,
+    ) -> None:
         self.store, self.arm, self.study, self.progress = store, arm, study, progress
         self.telemetry = telemetry
         self.process: EngineProcess | None = None
@@ -54,8 +60,13 @@ class ArmEngine:
         self.progress.note(f"starting {self.arm.engine} engine for arm {self.arm.name}")
         self._slot = None
         try:
-            self.process = start_engine(self.arm, self.study, log_dir, on_spawn=self._record_spawn,
-                                        session=self.session[1] if self.session else None)
+            self.process = start_engine(
+                self.arm,
+                self.study,
+                log_dir,
+                on_spawn=self._record_spawn,
+                session=self.session[1] if self.session else None,
+            )
         except BaseException:
             self._record({"state": "failed to start"})
             raise
@@ -71,22 +82,23 @@ class ArmEngine:
             lift = match_engine_priority(pid)
             data["client_priority"] = lift.to_dict()
             for refused in lift.refused:
-                self.progress.note(f"warning: arm {self.arm.name}: the client could not"
-                                   f" match the engine's priority: {refused}")
+                self.progress.note(
+                    f"warning: arm {self.arm.name}: the client could not"
+                    f" match the engine's priority: {refused}"
+                )
         placement = place_client(pid)
         data["client_placement"] = placement.to_dict()
         if placement.engine_outranks_client:
-            self.progress.note(f"warning: arm {self.arm.name}: "
-                               f"{placement.engine_outranks_client}")
+            self.progress.note(f"warning: arm {self.arm.name}: {placement.engine_outranks_client}")
         if self.telemetry is not None:
-            self.gpus, data["gpu_telemetry"] = self.telemetry.for_arm(self.arm,
-                                                                      self.progress.note)
+            self.gpus, data["gpu_telemetry"] = self.telemetry.for_arm(self.arm, self.progress.note)
         self._record(data)
         return self.process
 
     def _record_spawn(self, info: EngineInfo) -> None:
         """The engine's pid, group and port go in the manifest the moment it exists, so a
         harness killed while it loads leaves a record the next attempt finds it by."""
+
         def add(manifest: Manifest) -> None:
             records = manifest.engines.setdefault(self.arm.name, [])
             records.append(EngineStart(**info.model_dump(), state="starting"))
@@ -102,7 +114,8 @@ class ArmEngine:
                     records.append(EngineStart.model_validate(changes))
             else:
                 records[self._slot] = EngineStart.model_validate(
-                    {**records[self._slot].model_dump(), **changes})
+                    {**records[self._slot].model_dump(), **changes}
+                )
 
         self.store.edit_manifest(change)
 

@@ -36,19 +36,27 @@ if TYPE_CHECKING:
     from harness.run.arm_engine import ArmEngine
 
 
-def attempt_unusable(study: Study, cell: Cell, outcome: Outcome,
-                     requests: list[RequestRecord],
-                     gpu_samples: list[GpuSample] | None = None) -> Unusable | None:
+def attempt_unusable(
+    study: Study,
+    cell: Cell,
+    outcome: Outcome,
+    requests: list[RequestRecord],
+    gpu_samples: list[GpuSample] | None = None,
+) -> Unusable | None:
     """Why one attempt measured nothing a bar can use (None: usable)."""
     return unusable(
-        kind=cell.kind, requests=requests, aborted=outcome.aborted,
-        abort_reason=outcome.reason, health=outcome.health,
+        kind=cell.kind,
+        requests=requests,
+        aborted=outcome.aborted,
+        abort_reason=outcome.reason,
+        health=outcome.health,
         gpu_throttle=gpu_throttle(gpu_samples or []),
-        gpu_throttle_policy=study.recording.gpu_throttle)
+        gpu_throttle_policy=study.recording.gpu_throttle,
+    )
 
 
 def outcome_detail(outcome: Outcome) -> str:
-    """"31 ok, 1 error (http)": requests cancelled by an abort are named as such."""
+    """ "31 ok, 1 error (http)": requests cancelled by an abort are named as such."""
     errors = outcome.errors_by_kind
     detail = f"{outcome.n_ok} ok, {outcome.n_errors} errors"
     if errors:
@@ -60,8 +68,9 @@ def attempt_budget(study: Study) -> int:
     return study.recording.cell_retries + 1
 
 
-def needs_measuring(store: RunStore, study: Study, cell: Cell,
-                    progress: RunProgress | None) -> bool:
+def needs_measuring(
+    store: RunStore, study: Study, cell: Cell, progress: RunProgress | None
+) -> bool:
     """Not complete, or complete but unusable with attempts left (an interrupted
     remeasure, or a folder written before such cells were measured again); said on
     `progress` unless it is None."""
@@ -70,26 +79,37 @@ def needs_measuring(store: RunStore, study: Study, cell: Cell,
     if done is None:
         return True
     attempt = done.attempt
-    judged = attempt_unusable(study, cell, done.outcome, store.attempt_requests(cell.id, attempt),
-                              store.attempt_gpu_samples(cell.id, attempt))
+    judged = attempt_unusable(
+        study,
+        cell,
+        done.outcome,
+        store.attempt_requests(cell.id, attempt),
+        store.attempt_gpu_samples(cell.id, attempt),
+    )
     if judged is None:
         return False
     reason = judged.reason
     store.judge_attempt(cell.id, attempt, reason)
     measured, budget = store.measured_attempts(cell.id), attempt_budget(study)
     if measured >= budget:
-        again = ("; `--remeasure-invalid` measures it again with a fresh budget"
-                 if judged.passes else "")
-        note(f"{cell.id} stays invalid: {reason} (all {budget} measurements"
-             f" that cell_retries allows are spent{again})")
+        again = (
+            "; `--remeasure-invalid` measures it again with a fresh budget" if judged.passes else ""
+        )
+        note(
+            f"{cell.id} stays invalid: {reason} (all {budget} measurements"
+            f" that cell_retries allows are spent{again})"
+        )
         return False
-    note(f"remeasuring {cell.id}: attempt {attempt} is unusable: {reason}"
-         f" ({measured} of at most {budget} measurements used)")
+    note(
+        f"remeasuring {cell.id}: attempt {attempt} is unusable: {reason}"
+        f" ({measured} of at most {budget} measurements used)"
+    )
     return True
 
 
-def pending_cells(store: RunStore, study: Study, cells: list[Cell],
-                  progress: RunProgress) -> list[Cell]:
+def pending_cells(
+    store: RunStore, study: Study, cells: list[Cell], progress: RunProgress
+) -> list[Cell]:
     """The cells still to measure (needs_measuring); the others count as done on the
     progress bar."""
     pending = [c for c in cells if needs_measuring(store, study, c, progress)]
@@ -99,9 +119,15 @@ def pending_cells(store: RunStore, study: Study, cells: list[Cell],
     return pending
 
 
-def measure_cell(store: RunStore, study: Study, engine: ArmEngine, cell: Cell,
-                 progress: RunProgress, rate_rps: float | None = None,
-                 extra: dict | None = None) -> bool:
+def measure_cell(
+    store: RunStore,
+    study: Study,
+    engine: ArmEngine,
+    cell: Cell,
+    progress: RunProgress,
+    rate_rps: float | None = None,
+    extra: dict | None = None,
+) -> bool:
     """Attempt the cell until it is usable or its attempts are spent; True if usable."""
     budget = attempt_budget(study)
     records: list[RequestRecord] = []  # this attempt's, for the usability check
@@ -123,9 +149,17 @@ def measure_cell(store: RunStore, study: Study, engine: ArmEngine, cell: Cell,
             process = engine.ensure(cell.id)
             progress.start_cell(cell, attempt)  # after the engine: times are the cell's
             outcome = execute_cell(
-                store=store, engine=process, arm=engine.arm, study=study, cell=cell,
-                attempt=attempt, rate_rps=rate_rps, on_record=on_record,
-                on_sample=progress.on_sample, gpus=engine.gpus, on_gpu_sample=gpu_samples.append,
+                store=store,
+                engine=process,
+                arm=engine.arm,
+                study=study,
+                cell=cell,
+                attempt=attempt,
+                rate_rps=rate_rps,
+                on_record=on_record,
+                on_sample=progress.on_sample,
+                gpus=engine.gpus,
+                on_gpu_sample=gpu_samples.append,
             )
         except EngineDied as err:
             store.end_attempt(cell.id, attempt, "failed", str(err))
@@ -149,11 +183,18 @@ def measure_cell(store: RunStore, study: Study, engine: ArmEngine, cell: Cell,
             progress.end_cell(cell, "done", detail)
             return True
         if measured + 1 < budget:
-            progress.end_cell(cell, "REMEASURE", f"{detail}; unusable: {reason}"
-                              f" ({measured + 1} of at most {budget} measurements used)")
+            progress.end_cell(
+                cell,
+                "REMEASURE",
+                f"{detail}; unusable: {reason}"
+                f" ({measured + 1} of at most {budget} measurements used)",
+            )
             continue
-        progress.end_cell(cell, "INVALID", f"{detail}; unusable: {reason}; all {budget}"
-                          " measurements spent, so no bar uses it")
+        progress.end_cell(
+            cell,
+            "INVALID",
+            f"{detail}; unusable: {reason}; all {budget} measurements spent, so no bar uses it",
+        )
         return False
     if not store.is_complete(cell.id):
         failed = FailedCell(cell=cell.id, reason=f"failed {budget} attempts")

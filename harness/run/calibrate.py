@@ -86,8 +86,9 @@ def probe_dtype(study: Study, arm: Arm, override: str | None = None) -> tuple[st
     return dtype, f"model.weight_bytes_per_param {bpp:g}"
 
 
-def study_probe(study: Study, gpu: int | None = None, python: str | None = None,
-                dtype: str | None = None) -> StudyProbe:
+def study_probe(
+    study: Study, gpu: int | None = None, python: str | None = None, dtype: str | None = None
+) -> StudyProbe:
     """The probe for a study, its baseline arm's `${VAR}`s expanded as a run expands them
     (the model's are not needed)."""
     from harness.engines import get_engine_kind
@@ -97,39 +98,58 @@ def study_probe(study: Study, gpu: int | None = None, python: str | None = None,
     kind = get_engine_kind(arm.engine)
     if python is None:
         if arm.scripted is not None:
-            return StudyProbe(None, f"arm {arm.name} runs the scripted test engine: no torch"
-                                    " in its interpreter")
+            return StudyProbe(
+                None, f"arm {arm.name} runs the scripted test engine: no torch in its interpreter"
+            )
         if arm.attach is not None:
-            return StudyProbe(None, f"arm {arm.name} attaches to a running endpoint: no engine"
-                                    " environment here")
+            return StudyProbe(
+                None, f"arm {arm.name} attaches to a running endpoint: no engine environment here"
+            )
         python = kind.interpreter(arm)
         if python is None:
-            return StudyProbe(None, f"arm {arm.name} starts by launch.command: no interpreter"
-                                    " to probe with (give --python)")
+            return StudyProbe(
+                None,
+                f"arm {arm.name} starts by launch.command: no interpreter"
+                " to probe with (give --python)",
+            )
         if "${" in python:
-            return StudyProbe(None, f"arm {arm.name}: launch.python {python}: environment"
-                                    f" variable {unset[0] if unset else '?'} is not set")
+            return StudyProbe(
+                None,
+                f"arm {arm.name}: launch.python {python}: environment"
+                f" variable {unset[0] if unset else '?'} is not set",
+            )
     env = kind.environment(arm)
     chosen, why = probe_dtype(study, arm, dtype)
     if gpu is not None or kind.gpu:
         device = f"cuda:{gpu if gpu is not None else 0}"
         return StudyProbe(ProbeRequest(python, device, chosen, env=env), dtype_why=why)
     cores = cpu_engine_cores(env.get("VLLM_CPU_OMP_THREADS_BIND"))
-    return StudyProbe(ProbeRequest(python, "cpu", chosen, threads=len(cores), cpus=cores,
-                                   env=env), dtype_why=why)
+    return StudyProbe(
+        ProbeRequest(python, "cpu", chosen, threads=len(cores), cpus=cores, env=env), dtype_why=why
+    )
 
 
-def calibrate_study(study: Study, gpu: int | None = None, python: str | None = None,
-                    dtype: str | None = None, timeout_s: float = TIMEOUT_S,
-                    probe: os.PathLike | str | None = None) -> CalibrationRecord:
+def calibrate_study(
+    study: Study,
+    gpu: int | None = None,
+    python: str | None = None,
+    dtype: str | None = None,
+    timeout_s: float = TIMEOUT_S,
+    probe: os.PathLike | str | None = None,
+) -> CalibrationRecord:
     """The outcome, never an exception for a probe that did not measure."""
     registered = RegisteredFigures.of(study)
     target = study_probe(study, gpu, python, dtype)
     if target.request is None:
         return CalibrationRecord(status="skipped", reason=target.skip, registered=registered)
     req = target.request
-    facts: dict[str, Any] = {"interpreter": req.python, "device": req.device, "dtype": req.dtype,
-             "dtype_why": target.dtype_why, "registered": registered}
+    facts: dict[str, Any] = {
+        "interpreter": req.python,
+        "device": req.device,
+        "dtype": req.dtype,
+        "dtype_why": target.dtype_why,
+        "registered": registered,
+    }
     try:
         measured = run_probe(req, timeout_s, probe=probe)
     except CalibrationFailed as err:
@@ -137,9 +157,12 @@ def calibrate_study(study: Study, gpu: int | None = None, python: str | None = N
     return CalibrationRecord(status="ok", measured=measured, **facts)
 
 
-def record_calibration(store: RunStore, study: Study, note: Callable[[str], None],
-                       calibrate: Callable[[Study], CalibrationRecord] = calibrate_study
-                       ) -> CalibrationRecord:
+def record_calibration(
+    store: RunStore,
+    study: Study,
+    note: Callable[[str], None],
+    calibrate: Callable[[Study], CalibrationRecord] = calibrate_study,
+) -> CalibrationRecord:
     """Calibrate once per run into the manifest's `calibration`; a resume keeps one that
     succeeded. Never raises: the roofline is a prediction beside the measurements, not
     worth a run."""
@@ -152,12 +175,17 @@ def record_calibration(store: RunStore, study: Study, note: Callable[[str], None
     try:
         record = calibrate(study)
     except Exception as err:  # noqa: BLE001 - whatever went wrong is recorded, not raised
-        record = CalibrationRecord(status="failed", reason=f"{type(err).__name__}: {err}",
-                                   registered=RegisteredFigures.of(study))
+        record = CalibrationRecord(
+            status="failed",
+            reason=f"{type(err).__name__}: {err}",
+            registered=RegisteredFigures.of(study),
+        )
     store.edit_manifest(lambda m: setattr(m, "calibration", record))
     if record.status == "ok":
         note(effective_hardware(study, record).line())
     else:
-        note(f"calibration {record.status}: {record.reason}; the roofline uses the registered"
-             " figures")
+        note(
+            f"calibration {record.status}: {record.reason}; the roofline uses the registered"
+            " figures"
+        )
     return record

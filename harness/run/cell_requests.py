@@ -17,8 +17,9 @@ def task_items(task: TaskSpec) -> list[Item]:
     key = (task.kind, source, task.subset, task.subset_seed)
     if key not in _LOADED:
         _LOADED[key] = tuple(
-            load_items(task.kind, source=task.source, subset=task.subset,
-                       subset_seed=task.subset_seed)
+            load_items(
+                task.kind, source=task.source, subset=task.subset, subset_seed=task.subset_seed
+            )
         )
     return list(_LOADED[key])
 
@@ -38,7 +39,11 @@ def cell_request_specs(study: Study, cell: Cell) -> list[RequestSpec]:
     task = study.task(cell.task)
     every_turn = task.turns == "all"
     return [
-        RequestSpec(item_id=item.id, messages=item.messages, max_tokens=task.max_tokens,
-                    later_turns=item.later_turns if every_turn else ())
+        RequestSpec(
+            item_id=item.id,
+            messages=item.messages,
+            max_tokens=task.max_tokens,
+            later_turns=item.later_turns if every_turn else (),
+        )
         for item in cell_items(study, cell)
     ]

@@ -47,8 +47,12 @@ def record_environments(store: RunStore, study: Study) -> list[str]:
     changes: list[str] = []
     for python, arms in interpreters.items():
         pinned = pin_for_interpreter(python)
-        entry = EngineEnvironment(**lists[python], arms=arms, listed_wall=time.time(),
-                                  pin=pinned.requirement if pinned else None)
+        entry = EngineEnvironment(
+            **lists[python],
+            arms=arms,
+            listed_wall=time.time(),
+            pin=pinned.requirement if pinned else None,
+        )
         before = earlier.get(python)
         if before and before.packages is not None and entry.packages is not None:
             moved = package_changes(before.packages, entry.packages)

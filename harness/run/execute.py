@@ -39,12 +39,19 @@ def cell_pattern(study: Study, cell: Cell, rate_rps: float | None = None) -> Clo
         ol = study.loads.open_loop
         assert ol is not None and rate_rps is not None
         return OpenLoop(
-            rate=rate_rps, requests=ol.requests, duration_s=ol.duration_s, arrival=ol.arrival,
-            burstiness=ol.burstiness, seed=ol.seed, warmup=ol.warmup,
+            rate=rate_rps,
+            requests=ol.requests,
+            duration_s=ol.duration_s,
+            arrival=ol.arrival,
+            burstiness=ol.burstiness,
+            seed=ol.seed,
+            warmup=ol.warmup,
         )
     assert cell.concurrency is not None and cell.requests is not None
     return ClosedLoop(
-        concurrency=cell.concurrency, requests=cell.requests, warmup=cell.warmup,
+        concurrency=cell.concurrency,
+        requests=cell.requests,
+        warmup=cell.warmup,
         max_duration_s=study.loads.closed_loop.max_duration_s if cell.kind == "speed" else None,
         stagger_warmup=study.loads.closed_loop.stagger_warmup,
     )
@@ -53,8 +60,12 @@ def cell_pattern(study: Study, cell: Cell, rate_rps: float | None = None) -> Clo
 def sampling_fields(study: Study) -> dict[str, Any]:
     s = study.sampling
     # Always sent: a field left unset falls back to the model's generation_config.
-    return {"temperature": s.temperature, "top_p": s.top_p, "seed": s.seed,
-            "ignore_eos": s.ignore_eos}
+    return {
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "seed": s.seed,
+        "ignore_eos": s.ignore_eos,
+    }
 
 
 async def _watch(engine: ServingEngine, interval_s: float = 1.0) -> None:
@@ -91,25 +102,41 @@ async def _execute(
 
     stop = asyncio.Event()
     # Its own thread: NVML calls block, and must not hold the client's event loop.
-    sampler = None if gpus is None or on_gpu_sample is None else gpus.sampler(
-        cell_id=cell.id, attempt=attempt, interval_s=study.recording.scrape_interval_s,
-        on_sample=on_gpu_sample)
+    sampler = (
+        None
+        if gpus is None or on_gpu_sample is None
+        else gpus.sampler(
+            cell_id=cell.id,
+            attempt=attempt,
+            interval_s=study.recording.scrape_interval_s,
+            on_sample=on_gpu_sample,
+        )
+    )
     scraper = asyncio.create_task(
         scrape_metrics_loop(
-            metrics_url=engine.metrics_url, dialect=engine.metrics_dialect,
-            interval_s=study.recording.scrape_interval_s, cell_id=cell.id, attempt=attempt,
-            on_sample=sample, stop=stop,
+            metrics_url=engine.metrics_url,
+            dialect=engine.metrics_dialect,
+            interval_s=study.recording.scrape_interval_s,
+            cell_id=cell.id,
+            attempt=attempt,
+            on_sample=sample,
+            stop=stop,
         )
     )
     load = asyncio.create_task(
         run_cell(
-            base_url=engine.base_url, model=engine.served_model,
-            requests=cell_request_specs(study, cell), pattern=pattern,
+            base_url=engine.base_url,
+            model=engine.served_model,
+            requests=cell_request_specs(study, cell),
+            pattern=pattern,
             sampling=sampling_fields(study),
-            extra_body={**kind.request_fields(arm, study),
-                        **(scored_output_fields(engine.metrics_dialect)
-                           if cell.kind == "identity" else {})},
-            cell_id=cell.id, attempt=attempt, on_record=record,
+            extra_body={
+                **kind.request_fields(arm, study),
+                **(scored_output_fields(engine.metrics_dialect) if cell.kind == "identity" else {}),
+            },
+            cell_id=cell.id,
+            attempt=attempt,
+            on_record=record,
             timeout_s=study.recording.request_timeout_s,
             error_rate_limit=study.recording.error_rate_limit,
             lag_limit_ms=study.recording.lag_limit_p99_ms,
@@ -140,7 +167,8 @@ async def _execute(
         outcome = load.result()
         if host_cpu is not None and outcome.health is not None:  # judged with the client's
             outcome.health = outcome.health.model_copy(  # health (harness.derived.usable)
-                update=host_cpu.health_fields(study.recording.host_foreign_cpu_limit))
+                update=host_cpu.health_fields(study.recording.host_foreign_cpu_limit)
+            )
         return outcome
     finally:
         for task in (load, watchdog):
@@ -174,9 +202,11 @@ def execute_cell(
     """Run the cell once; returns what it measured. Raises EngineDied. With `gpus`,
     the GPU samples go to gpu.jsonl and `on_gpu_sample` (from the sampler's thread)."""
     pattern = cell_pattern(study, cell, rate_rps)
-    with store.writer(cell.id, "requests.jsonl") as req_w, store.writer(
-        cell.id, "metrics.jsonl"
-    ) as met_w, _gpu_writer(store, cell, gpus) as gpu_w:
+    with (
+        store.writer(cell.id, "requests.jsonl") as req_w,
+        store.writer(cell.id, "metrics.jsonl") as met_w,
+        _gpu_writer(store, cell, gpus) as gpu_w,
+    ):
 
         def gpu_sample(s: GpuSample) -> None:
             assert gpu_w is not None
@@ -186,9 +216,17 @@ def execute_cell(
 
         outcome = asyncio.run(
             _execute(
-                engine=engine, arm=arm, study=study, cell=cell, attempt=attempt,
-                pattern=pattern, requests_out=req_w, metrics_out=met_w,
-                on_record=on_record, on_sample=on_sample, gpus=gpus,
+                engine=engine,
+                arm=arm,
+                study=study,
+                cell=cell,
+                attempt=attempt,
+                pattern=pattern,
+                requests_out=req_w,
+                metrics_out=met_w,
+                on_record=on_record,
+                on_sample=on_sample,
+                gpus=gpus,
                 on_gpu_sample=gpu_sample if gpu_w is not None else None,
             )
         )
@@ -234,6 +272,10 @@ def score_cell(store: RunStore, study: Study, cell: Cell, attempt: int) -> None:
         for s in scored:
             row = ScoreRecord(id=s.id, extracted=s.extracted, correct=s.correct, detail=s.detail)
             if s.id in failed or s.id not in responses:
-                row = row.model_copy(update={
-                    "correct": False, "detail": f"request failed: {failed.get(s.id, 'not sent')}"})
+                row = row.model_copy(
+                    update={
+                        "correct": False,
+                        "detail": f"request failed: {failed.get(s.id, 'not sent')}",
+                    }
+                )
             writer.write(row)

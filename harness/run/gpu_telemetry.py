@@ -31,10 +31,22 @@ class ArmGpus:
     nvml: Nvml
     selection: Selection
 
-    def sampler(self, *, cell_id: str, attempt: int, interval_s: float,
-                on_sample: Callable[[GpuSample], None]) -> GpuSampler:
-        return GpuSampler(nvml=self.nvml, gpus=self.selection.gpus, interval_s=interval_s,
-                          cell_id=cell_id, attempt=attempt, on_sample=on_sample)
+    def sampler(
+        self,
+        *,
+        cell_id: str,
+        attempt: int,
+        interval_s: float,
+        on_sample: Callable[[GpuSample], None],
+    ) -> GpuSampler:
+        return GpuSampler(
+            nvml=self.nvml,
+            gpus=self.selection.gpus,
+            interval_s=interval_s,
+            cell_id=cell_id,
+            attempt=attempt,
+            on_sample=on_sample,
+        )
 
 
 def arm_cuda_visible(arm: Arm) -> tuple[str | None, str]:
@@ -64,8 +76,9 @@ class RunTelemetry:
             self._store.edit_manifest(lambda m: setattr(m, "gpu_telemetry", record))
         return self._nvml
 
-    def for_arm(self, arm: Arm, note: Callable[[str], None]
-                ) -> tuple[ArmGpus | None, dict[str, Any]]:
+    def for_arm(
+        self, arm: Arm, note: Callable[[str], None]
+    ) -> tuple[ArmGpus | None, dict[str, Any]]:
         """The arm's GPUs (None: nothing to sample) and what its engine entry records;
         `note` tells the person watching (once for the host, once per arm)."""
         nvml = self._opened(note)
@@ -75,8 +88,9 @@ class RunTelemetry:
         selection = nvml.select(value, source)
         entry: dict[str, Any] = {"recorded": bool(selection.gpus), **selection.describe()}
         if not selection.gpus:
-            entry["reason"] = ("no GPU telemetry for this engine: "
-                               + "; ".join(selection.missing or ["no GPU selected"]))
+            entry["reason"] = "no GPU telemetry for this engine: " + "; ".join(
+                selection.missing or ["no GPU selected"]
+            )
             note(f"arm {arm.name}: {entry['reason']}")
             return None, entry
         if selection.missing:

@@ -27,8 +27,12 @@ INVOKED_AS = "SPECBENCH_INVOKED_AS"
 
 def record_runner(store: RunStore) -> None:
     me = psutil.Process()
-    runner = RunnerRecord(pid=me.pid, started_wall=me.create_time(), cmdline=me.cmdline(),
-                          invoked_as=os.environ.get(INVOKED_AS) or None)
+    runner = RunnerRecord(
+        pid=me.pid,
+        started_wall=me.create_time(),
+        cmdline=me.cmdline(),
+        invoked_as=os.environ.get(INVOKED_AS) or None,
+    )
     store.edit_manifest(lambda m: setattr(m, "runner", runner))
 
 
@@ -63,8 +67,16 @@ def clear_leftovers(store: RunStore, console: Console) -> None:
                 f" stop it by hand (kill -KILL -{stale.pgid}) and resume again"
             )
         record = StaleEngineRecord(
-            when=time.time(), arm=stale.arm, pid=stale.pid, pgid=stale.pgid, port=stale.port,
-            port_held=stale.port_held, processes=stale.processes, action="stopped on resume")
+            when=time.time(),
+            arm=stale.arm,
+            pid=stale.pid,
+            pgid=stale.pgid,
+            port=stale.port,
+            port_held=stale.port_held,
+            processes=stale.processes,
+            action="stopped on resume",
+        )
+
         def add_stale(m: Manifest, r: StaleEngineRecord = record) -> None:
             m.stale_engines.append(r)
 

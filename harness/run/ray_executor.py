@@ -60,8 +60,10 @@ def import_ray():
     try:
         import ray
     except ImportError as err:
-        raise InputError("--gpus and --ray run shards on Ray, which is not installed here:"
-                         " pip install -e '.[ray]'") from err
+        raise InputError(
+            "--gpus and --ray run shards on Ray, which is not installed here:"
+            " pip install -e '.[ray]'"
+        ) from err
     return ray
 
 
@@ -73,8 +75,12 @@ def start_ray(address: str | None, gpus: int | None) -> int:
         if address:
             ray.init(address=address, log_to_driver=True)
         else:
-            ray.init(num_gpus=gpus, num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                     log_to_driver=True)
+            ray.init(
+                num_gpus=gpus,
+                num_cpus=os.cpu_count() or 1,
+                include_dashboard=False,
+                log_to_driver=True,
+            )
     have = int(ray.cluster_resources().get("GPU", 0))
     if gpus is not None and gpus > have:
         raise InputError(f"--gpus {gpus}: the Ray cluster has {have} GPUs")
@@ -83,8 +89,9 @@ def start_ray(address: str | None, gpus: int | None) -> int:
     return gpus or have
 
 
-def recorded_or_planned_shards(store: RunStore, study: Study, cells: list[Cell],
-                               gpus: int) -> list[Shard]:
+def recorded_or_planned_shards(
+    store: RunStore, study: Study, cells: list[Cell], gpus: int
+) -> list[Shard]:
     """The shards the manifest recorded (a resume keeps them: a unit's cells stay on one
     shard), else the plan cut for `gpus` GPUs, recorded."""
     slots = slots_for(study, gpus)
@@ -94,11 +101,13 @@ def recorded_or_planned_shards(store: RunStore, study: Study, cells: list[Cell],
         if len(shards) > slots:
             raise InputError(
                 f"run {store.run_id} was cut into {len(shards)} shards for {recorded.gpus}"
-                f" GPUs; resume it with at least {len(shards) * study.hardware.count} GPUs")
+                f" GPUs; resume it with at least {len(shards) * study.hardware.count} GPUs"
+            )
         return shards
     shards = plan_shards(study, cells, slots)
-    sharding = Sharding(gpus=gpus, slots=slots,
-                        shards=[ShardPlan.model_validate(s.to_dict()) for s in shards])
+    sharding = Sharding(
+        gpus=gpus, slots=slots, shards=[ShardPlan.model_validate(s.to_dict()) for s in shards]
+    )
     store.edit_manifest(lambda m: setattr(m, "sharding", sharding))
     return shards
 
@@ -113,8 +122,14 @@ class ShardSink:
     def hello(self, info: dict[str, Any]) -> None:
         def add(manifest: Manifest) -> None:
             entry = manifest.shards.setdefault(info["shard"], ShardRecord())
-            entry.workers.append(ShardWorkerRecord(pid=info["pid"], where=info["where"],
-                                                   folder=info["folder"], started_wall=time.time()))
+            entry.workers.append(
+                ShardWorkerRecord(
+                    pid=info["pid"],
+                    where=info["where"],
+                    folder=info["folder"],
+                    started_wall=time.time(),
+                )
+            )
             entry.where, entry.status = info["where"], "running"
 
         self.store.edit_manifest(add)
@@ -140,8 +155,9 @@ class ShardSink:
         if cell_id is not None and cell_id in self.cells:
             done = self.store.completion(cell_id)
             self.progress.skip(self.cells[cell_id])
-            self.progress.note(f"{payload['shard']}: {cell_id} "
-                               + ("received" if done else "ended unmeasured"))
+            self.progress.note(
+                f"{payload['shard']}: {cell_id} " + ("received" if done else "ended unmeasured")
+            )
 
     def _files(self, files: dict[str, bytes]) -> None:
         # complete.json last: a driver killed halfway leaves the cell visibly unfinished.
@@ -169,7 +185,8 @@ class ShardSink:
         for arm, starts in worker.engines.items():
             kept = [e for e in manifest.engines.get(arm, []) if not mine(e)]
             manifest.engines[arm] = kept + [
-                e.model_copy(update={**tag, "node_hostname": hostname}) for e in starts]
+                e.model_copy(update={**tag, "node_hostname": hostname}) for e in starts
+            ]
         for key in MERGED_LISTS:
             kept = [e for e in getattr(manifest, key) if not mine(e)]
             setattr(manifest, key, kept + [e.model_copy(update=tag) for e in getattr(worker, key)])
@@ -190,8 +207,9 @@ class ShardSink:
 
 def _overall_smoke(shards: dict[str, ShardRecord]) -> SmokeSummary:
     """The run's smoke: passed when every shard's passed (or was off)."""
-    states: dict[str, str | None] = {name: s.smoke.status if s.smoke else None
-                                     for name, s in shards.items()}
+    states: dict[str, str | None] = {
+        name: s.smoke.status if s.smoke else None for name, s in shards.items()
+    }
     known = [v for v in states.values() if v]
     status: SmokeStatus
     if known and all(v == "off" for v in known):
@@ -208,8 +226,15 @@ def _overall_smoke(shards: dict[str, ShardRecord]) -> SmokeSummary:
 class RayExecutor:
     """Batches of the schedule, each shard's part on its actor, in parallel."""
 
-    def __init__(self, store: RunStore, study: Study, loaded_study: Study, cells: list[Cell],
-                 gpus: int, allow_deviation: bool = False) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        study: Study,
+        loaded_study: Study,
+        cells: list[Cell],
+        gpus: int,
+        allow_deviation: bool = False,
+    ) -> None:
         self.ray = import_ray()
         self.store, self.study, self.loaded_study = store, study, loaded_study
         self.shards = recorded_or_planned_shards(store, study, cells, gpus)
@@ -225,14 +250,16 @@ class RayExecutor:
 
     def _actor(self, shard: Shard, sink: ShardSink) -> Any:
         if shard.name not in self._actors:
-            pending = [c.to_dict() for c in self.by_shard[shard.name]
-                       if not self.store.is_complete(c.id)]
+            pending = [
+                c.to_dict() for c in self.by_shard[shard.name] if not self.store.is_complete(c.id)
+            ]
             # num_cpus=0: the client's cores are the node's business (harness.measure.
             # placement pins it off the engine's); what a shard must hold is its GPUs.
-            actor = self._worker.options(num_gpus=self.study.hardware.count, num_cpus=0,
-                                         max_restarts=0, name=None).remote(
-                self.store.run_id, shard.to_dict(), self.loaded_study, pending,
-                self.allow_deviation)
+            actor = self._worker.options(
+                num_gpus=self.study.hardware.count, num_cpus=0, max_restarts=0, name=None
+            ).remote(
+                self.store.run_id, shard.to_dict(), self.loaded_study, pending, self.allow_deviation
+            )
             sink.hello(self.ray.get(actor.hello.remote()))
             self._actors[shard.name] = actor
         return self._actors[shard.name]
@@ -252,20 +279,29 @@ class RayExecutor:
                     parts.setdefault(shard.name, [])
         if not parts:
             return
-        progress.note(f"{batch.stage}: " + ", ".join(
-            f"{name} {len(cells)} cells" for name, cells in sorted(parts.items())))
+        progress.note(
+            f"{batch.stage}: "
+            + ", ".join(f"{name} {len(cells)} cells" for name, cells in sorted(parts.items()))
+        )
         threads = []
         errors: dict[str, BaseException] = {}
         for shard in self.shards:
             if shard.name not in parts:
                 continue
-            part = Batch(batch.stage, parts[shard.name], smoke=batch.smoke, rates=batch.rates,
-                         fresh_engines=frozenset(a for a in batch.fresh_engines
-                                                 if a in shard.arms),
-                         k_schedules={a: r for a, r in batch.k_schedules.items()
-                                      if a in shard.arms})
-            thread = threading.Thread(target=self._drive, args=(shard, part, sink, errors),
-                                      name=f"drive-{shard.name}", daemon=True)
+            part = Batch(
+                batch.stage,
+                parts[shard.name],
+                smoke=batch.smoke,
+                rates=batch.rates,
+                fresh_engines=frozenset(a for a in batch.fresh_engines if a in shard.arms),
+                k_schedules={a: r for a, r in batch.k_schedules.items() if a in shard.arms},
+            )
+            thread = threading.Thread(
+                target=self._drive,
+                args=(shard, part, sink, errors),
+                name=f"drive-{shard.name}",
+                daemon=True,
+            )
             thread.start()
             threads.append(thread)
         try:
@@ -285,8 +321,9 @@ class RayExecutor:
         if self._lost:
             raise self._lost_error()
 
-    def _drive(self, shard: Shard, part: Batch, sink: ShardSink,
-               errors: dict[str, BaseException]) -> None:
+    def _drive(
+        self, shard: Shard, part: Batch, sink: ShardSink, errors: dict[str, BaseException]
+    ) -> None:
         ray = self.ray
         try:
             actor = self._actor(shard, sink)
@@ -296,8 +333,7 @@ class RayExecutor:
                 seed.update(folder_files(folder, self.store.root))
             if seed:
                 ray.get(actor.seed.remote(seed))
-            stream = actor.run_batch.options(num_returns="streaming").remote(
-                batch_to_dict(part))
+            stream = actor.run_batch.options(num_returns="streaming").remote(batch_to_dict(part))
             for ref in stream:
                 sink.receive(ray.get(ref))
             sink.shard_status(shard.name, "idle")
@@ -322,7 +358,8 @@ class RayExecutor:
         return SpecbenchError(
             f"shard {names} lost its worker mid-run ({next(iter(self._lost.values()))});"
             " every cell it finished is in the run folder: run again with --resume (and the"
-            " same --gpus or --ray) to measure what is missing")
+            " same --gpus or --ray) to measure what is missing"
+        )
 
     def close(self) -> None:
         for name, actor in list(self._actors.items()):
@@ -352,9 +389,15 @@ def _cause(err: BaseException) -> BaseException:
 
 
 def _actor_lost(ray, err: BaseException) -> bool:
-    lost = tuple(t for t in (getattr(ray.exceptions, "RayActorError", None),
-                             getattr(ray.exceptions, "ActorDiedError", None),
-                             getattr(ray.exceptions, "ActorUnavailableError", None),
-                             getattr(ray.exceptions, "WorkerCrashedError", None),
-                             getattr(ray.exceptions, "NodeDiedError", None)) if t)
+    lost = tuple(
+        t
+        for t in (
+            getattr(ray.exceptions, "RayActorError", None),
+            getattr(ray.exceptions, "ActorDiedError", None),
+            getattr(ray.exceptions, "ActorUnavailableError", None),
+            getattr(ray.exceptions, "WorkerCrashedError", None),
+            getattr(ray.exceptions, "NodeDiedError", None),
+        )
+        if t
+    )
     return isinstance(err, lost)

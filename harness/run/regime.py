@@ -52,25 +52,35 @@ def step_gaps(rec: RequestRecord) -> list[float]:
     return [(b - a) / max(1, n or 1) for a, b, n in zip(times, times[1:], tokens[1:], strict=False)]
 
 
-def _keeper(records: list[RequestRecord],
-            on_record: Callable[[RequestRecord], None] | None) -> Callable[[RequestRecord], None]:
+def _keeper(
+    records: list[RequestRecord], on_record: Callable[[RequestRecord], None] | None
+) -> Callable[[RequestRecord], None]:
     def keep(rec: RequestRecord) -> None:
         records.append(rec)
         if on_record is not None:
             on_record(rec)
+
     return keep
 
 
-def measure_regime(study: Study, arm_name: str, key: str, base_url: str, served_model: str,
-                   prompts: list[RequestSpec],
-                   on_record: Callable[[RequestRecord], None] | None = None,
-                   engine_group: int | None = None) -> BaselineRegime:
+def measure_regime(
+    study: Study,
+    arm_name: str,
+    key: str,
+    base_url: str,
+    served_model: str,
+    prompts: list[RequestSpec],
+    on_record: Callable[[RequestRecord], None] | None = None,
+    engine_group: int | None = None,
+) -> BaselineRegime:
     """Time the baseline's plain step at each level (its engine up at base_url, leading
     process group `engine_group`: its CPU is not foreign; None for an attached engine)."""
     arm = study.arm(arm_name)
     setting = study.recording.regime
-    specs = [RequestSpec(item_id=p.item_id, messages=p.messages, max_tokens=setting.max_tokens)
-             for p in prompts]
+    specs = [
+        RequestSpec(item_id=p.item_id, messages=p.messages, max_tokens=setting.max_tokens)
+        for p in prompts
+    ]
     # Every request runs to max_tokens, so a level times whole steps, not early stops.
     sampling = {**sampling_fields(study), "ignore_eos": True}
     limit = study.recording.host_foreign_cpu_limit
@@ -82,16 +92,28 @@ def measure_regime(study: Study, arm_name: str, key: str, base_url: str, served_
             keep = _keeper(records, on_record)
             meter = HostCpuMeter(engine_group)
             meter.start()
-            asyncio.run(run_cell(
-                base_url=base_url, model=served_model, requests=specs,
-                pattern=ClosedLoop(concurrency=users, requests=MEASURED_PER_USER * users,
-                                   warmup=users, stagger_warmup=users > 1),
-                sampling=sampling,
-                extra_body=get_engine_kind(arm.engine).request_fields(arm, study),
-                cell_id=f"smoke/regime/{arm_name}/c{users:03d}", attempt=attempt,
-                on_record=keep, timeout_s=study.recording.request_timeout_s,
-                error_rate_limit=None, lag_limit_ms=study.recording.lag_limit_p99_ms,
-                judge_timing=False))
+            asyncio.run(
+                run_cell(
+                    base_url=base_url,
+                    model=served_model,
+                    requests=specs,
+                    pattern=ClosedLoop(
+                        concurrency=users,
+                        requests=MEASURED_PER_USER * users,
+                        warmup=users,
+                        stagger_warmup=users > 1,
+                    ),
+                    sampling=sampling,
+                    extra_body=get_engine_kind(arm.engine).request_fields(arm, study),
+                    cell_id=f"smoke/regime/{arm_name}/c{users:03d}",
+                    attempt=attempt,
+                    on_record=keep,
+                    timeout_s=study.recording.request_timeout_s,
+                    error_rate_limit=None,
+                    lag_limit_ms=study.recording.lag_limit_p99_ms,
+                    judge_timing=False,
+                )
+            )
             host = meter.finish()
             busy_share = None if host is None else host.foreign_share + host.steal_share
             busy = limit is not None and busy_share is not None and busy_share > limit
@@ -102,6 +124,10 @@ def measure_regime(study: Study, arm_name: str, key: str, base_url: str, served_
         steps[users] = LevelTiming(
             step_ms=statistics.median(gaps) * 1e3 if gaps else None,
             requests=sum(1 for request in per_request if request),
-            host_busy_share=busy_share, host_busy=busy, attempts=attempt)
-    return judge(arm_name, key, setting.max_tokens, setting.max_step_ratio, steps,
-                 host_busy_limit=limit)
+            host_busy_share=busy_share,
+            host_busy=busy,
+            attempts=attempt,
+        )
+    return judge(
+        arm_name, key, setting.max_tokens, setting.max_step_ratio, steps, host_busy_limit=limit
+    )

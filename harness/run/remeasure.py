@@ -51,8 +51,9 @@ def partner_cells(run: RunData, cell: CellData) -> list[str]:
     return [f"{name}/{rest}" for name in sorted(names) if f"{name}/{rest}" in run.cells]
 
 
-def remeasure_invalid(store: RunStore, study: Study,
-                      say: Callable[[str], None]) -> list[RemeasureRecord]:
+def remeasure_invalid(
+    store: RunStore, study: Study, say: Callable[[str], None]
+) -> list[RemeasureRecord]:
     """Give each cell invalid for a cause that passes a fresh budget, record it in the
     manifest, and say what is measured again and what is not."""
     run = load_run(store.root, study)
@@ -63,14 +64,22 @@ def remeasure_invalid(store: RunStore, study: Study,
         if cell.status != "invalid" and not died:
             continue
         if not all(c.passes for c in cell.causes):
-            say(f"not measured again: {cell.id}: {cell.reason} (the engine's or the study's"
-                " doing, not the moment's: a new measurement would meet it again)")
+            say(
+                f"not measured again: {cell.id}: {cell.reason} (the engine's or the study's"
+                " doing, not the moment's: a new measurement would meet it again)"
+            )
             continue
         before = store.give_fresh_budget(cell.id)
-        records.append(RemeasureRecord(
-            cell=cell.id, when=now, causes=[c.kind for c in cell.causes],
-            reason=cell.reason or "", attempts_before=before,
-            partners=partner_cells(run, cell)))
+        records.append(
+            RemeasureRecord(
+                cell=cell.id,
+                when=now,
+                causes=[c.kind for c in cell.causes],
+                reason=cell.reason or "",
+                attempts_before=before,
+                partners=partner_cells(run, cell),
+            )
+        )
 
     def add(manifest: Manifest) -> None:
         manifest.remeasured.extend(records)
@@ -82,9 +91,11 @@ def remeasure_invalid(store: RunStore, study: Study,
         say("--remeasure-invalid: no cell is invalid for a cause that passes")
         return records
     n = len(records)
-    say(f"--remeasure-invalid: {n} {'cells' if n > 1 else 'cell'} invalid for a cause that"
+    say(
+        f"--remeasure-invalid: {n} {'cells' if n > 1 else 'cell'} invalid for a cause that"
         f" passes {'are' if n > 1 else 'is'} measured again, each with a fresh budget of"
-        f" {budget} measurement{'s' if budget > 1 else ''}")
+        f" {budget} measurement{'s' if budget > 1 else ''}"
+    )
     for r in records:
         kept = f"; kept as measured: {', '.join(r.partners)}" if r.partners else ""
         say(f"  {r.cell} (after {r.attempts_before} attempts): {r.reason}{kept}")

@@ -80,18 +80,20 @@ def new_run(loaded: LoadedStudy, results_dir: Path, run_id: str | None = None) -
     resolved = resolved_study(loaded.study)
     write_json(root / "study.json", resolved)
     store = RunStore(root)
-    store.create_manifest(Manifest(
-        run_id=run_id,
-        seal=seal_of(loaded.study),
-        study_file=str(loaded.path.resolve()),
-        specbench_commit=specbench_commit(),
-        host=host_facts(),
-        started_wall=time.time(),
-        # Arms measured for the cost of a round at a set acceptance, never judged.
-        control_arms=[ControlArmRecord(**c) for c in loaded.study.control_arms()],
-        speed_bench_placeholders=dropped_placeholders(loaded.study),
-        status="running",
-    ))
+    store.create_manifest(
+        Manifest(
+            run_id=run_id,
+            seal=seal_of(loaded.study),
+            study_file=str(loaded.path.resolve()),
+            specbench_commit=specbench_commit(),
+            host=host_facts(),
+            started_wall=time.time(),
+            # Arms measured for the cost of a round at a set acceptance, never judged.
+            control_arms=[ControlArmRecord(**c) for c in loaded.study.control_arms()],
+            speed_bench_placeholders=dropped_placeholders(loaded.study),
+            status="running",
+        )
+    )
     record_item_categories(root, loaded.study)
     return store
 
@@ -171,8 +173,13 @@ def reopen_run(store: RunStore, loaded: LoadedStudy, allow_deviation: bool) -> N
         if not original.exists():
             shutil.copy2(store.root / "study.json", original)
         write_json(store.root / "study.json", resolved_study(loaded.study))
-        deviation = Deviation(when=time.time(), what="resumed under a different seal",
-                              old_seal=old_seal, new_seal=new_seal, changes=diffs)
+        deviation = Deviation(
+            when=time.time(),
+            what="resumed under a different seal",
+            old_seal=old_seal,
+            new_seal=new_seal,
+            changes=diffs,
+        )
 
         def record(m: Manifest) -> None:
             m.deviations.append(deviation)
@@ -187,8 +194,14 @@ def reopen_run(store: RunStore, loaded: LoadedStudy, allow_deviation: bool) -> N
 
 
 class Runner:
-    def __init__(self, store: RunStore, study: Study, console: Console,
-                 allow_deviation: bool = False, cells: list[Cell] | None = None) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        study: Study,
+        console: Console,
+        allow_deviation: bool = False,
+        cells: list[Cell] | None = None,
+    ) -> None:
         self.store = store
         self.allow_deviation = allow_deviation  # a smoke check below a registered floor
         self.study = study  # environment-expanded, for execution
@@ -207,8 +220,14 @@ class Runner:
 
     # --- cells -----------------------------------------------------------------
 
-    def _run_one(self, engine: ArmEngine, cell: Cell, progress: RunProgress,
-                 rate_rps: float | None = None, extra: dict | None = None) -> bool:
+    def _run_one(
+        self,
+        engine: ArmEngine,
+        cell: Cell,
+        progress: RunProgress,
+        rate_rps: float | None = None,
+        extra: dict | None = None,
+    ) -> bool:
         try:
             return measure_cell(self.store, self.study, engine, cell, progress, rate_rps, extra)
         finally:
@@ -218,8 +237,13 @@ class Runner:
                 if self.on_cell_done is not None:
                     self.on_cell_done(cell.id)
 
-    def _run_cells(self, cells: Iterable[Cell], progress: RunProgress,
-                   rates: dict[str, float] | None = None, stage: str = "") -> None:
+    def _run_cells(
+        self,
+        cells: Iterable[Cell],
+        progress: RunProgress,
+        rates: dict[str, float] | None = None,
+        stage: str = "",
+    ) -> None:
         cells = list(cells)
         if any(c.session is not None for c in cells):
             self._run_sessions(cells, progress, stage)
@@ -262,8 +286,14 @@ class Runner:
             session = block_session(block)
             engine = self._engine_for(arm_name, progress, stage, session)
             if session is not None:
-                record = SessionRecord(stage=session[0], session=session[1], arm=arm_name,
-                                       cells=[c.id for c in pending], started_wall=time.time())
+                record = SessionRecord(
+                    stage=session[0],
+                    session=session[1],
+                    arm=arm_name,
+                    cells=[c.id for c in pending],
+                    started_wall=time.time(),
+                )
+
                 def add_session(m: Manifest, r: SessionRecord = record) -> None:
                     m.sessions.append(r)
 
@@ -271,8 +301,13 @@ class Runner:
             for cell in pending:
                 self._run_one(engine, cell, progress)
 
-    def _engine_for(self, arm_name: str, progress: RunProgress, stage: str = "",
-                    session: tuple[int, int] | None = None) -> ArmEngine:
+    def _engine_for(
+        self,
+        arm_name: str,
+        progress: RunProgress,
+        stage: str = "",
+        session: tuple[int, int] | None = None,
+    ) -> ArmEngine:
         """The arm's engine, reused when it is up, except across repeated sessions: each
         session is a fresh start. At most `recording.engines_alive` stay up (1 unless
         registered: one GPU holds one engine); the least recently used goes first."""
@@ -280,8 +315,10 @@ class Runner:
         if engine is not None and (session is None or engine.session == session):
             self._engines.move_to_end(arm_name)
             if stage and engine.stage and engine.stage != stage and engine.running():
-                progress.note(f"keeping the engine of arm {arm_name} from {engine.stage}"
-                              f" for {stage} (no restart)")
+                progress.note(
+                    f"keeping the engine of arm {arm_name} from {engine.stage}"
+                    f" for {stage} (no restart)"
+                )
             engine.stage = stage or engine.stage
             return engine
         if engine is not None and session is not None:  # else it was returned above
@@ -289,8 +326,7 @@ class Runner:
             self.close_engine(arm_name)
         while self._engines and len(self._engines) >= self.study.recording.engines_alive:
             self.close_engine(next(iter(self._engines)))
-        engine = ArmEngine(self.store, self._arm(arm_name), self.study, progress,
-                           self.telemetry)
+        engine = ArmEngine(self.store, self._arm(arm_name), self.study, progress, self.telemetry)
         engine.stage = stage or None
         engine.session = session
         self._engines[arm_name] = engine
@@ -301,10 +337,11 @@ class Runner:
         if not arm_name.startswith(SCHEDULE_PREFIX):
             return self.study.arm(arm_name)
         if arm_name not in self.k_schedules:
-            raise SpecbenchError(f"arm {arm_name}: its k schedule is not set (the schedule"
-                                 " verification runs only after the surface proposes one)")
-        return next(a for a in schedule_arms(self.study, self.k_schedules)
-                    if a.name == arm_name)
+            raise SpecbenchError(
+                f"arm {arm_name}: its k schedule is not set (the schedule"
+                " verification runs only after the surface proposes one)"
+            )
+        return next(a for a in schedule_arms(self.study, self.k_schedules) if a.name == arm_name)
 
     def close_engine(self, arm_name: str | None = None) -> None:
         """Stop one arm's engine, or (None) every engine that is up."""
@@ -346,18 +383,24 @@ class Runner:
             self.store.edit_manifest(lambda m: setattr(m, "smoke", SmokeSummary(status="off")))
             return
         skipped = set(self.store.manifest().skipped_reasons())
-        pending = [c for c in self.cells
-                   if not self.store.is_complete(c.id) and c.id not in skipped]
+        pending = [
+            c for c in self.cells if not self.store.is_complete(c.id) and c.id not in skipped
+        ]
         if not pending:
             return  # every cell is measured: nothing left for a smoke to protect
         first = pending[0].arm
         # The engine left up for the first cell starts as that cell's session, if it has one.
         session = block_session(engine_blocks(pending)[0])
         self._start_together(pending, progress)
-        SmokeStage(self.store, self.study, progress,
-                   lambda arm: self._engine_for(arm, progress, "the smoke stage",
-                                                session if arm == first else None),
-                   allow_deviation=self.allow_deviation).run(first)
+        SmokeStage(
+            self.store,
+            self.study,
+            progress,
+            lambda arm: self._engine_for(
+                arm, progress, "the smoke stage", session if arm == first else None
+            ),
+            allow_deviation=self.allow_deviation,
+        ).run(first)
 
     def _start_together(self, pending: list[Cell], progress: RunProgress) -> None:
         """Where every arm with cells to measure may stay up (recording.engines_alive,
@@ -367,9 +410,12 @@ class Runner:
         another. A start that fails here is left to the smoke, which tries it again and
         reports it as that arm's failed check."""
         arms = list(dict.fromkeys(c.arm for c in pending))
-        if (len(arms) < 2 or len(arms) > self.study.recording.engines_alive
-                or any(block_session(b) is not None for b in engine_blocks(pending))
-                or any(self.study.arm(a).attach is not None for a in arms)):
+        if (
+            len(arms) < 2
+            or len(arms) > self.study.recording.engines_alive
+            or any(block_session(b) is not None for b in engine_blocks(pending))
+            or any(self.study.arm(a).attach is not None for a in arms)
+        ):
             return
         engines = [self._engine_for(a, progress, "the smoke stage") for a in arms]
         progress.note(f"starting the engines of {', '.join(arms)} together")
@@ -386,8 +432,10 @@ class Runner:
                     return
                 except Exception as err:  # noqa: BLE001 - the smoke's to judge
                     then = "trying once more" if attempt == 1 else "the smoke starts it again"
-                    progress.note(f"engine of {engine.arm.name} did not start with the others"
-                                  f" ({type(err).__name__}: {err}); {then}")
+                    progress.note(
+                        f"engine of {engine.arm.name} did not start with the others"
+                        f" ({type(err).__name__}: {err}); {then}"
+                    )
 
         threads = [threading.Thread(target=start, args=(e,), daemon=True) for e in engines]
         for thread in threads:

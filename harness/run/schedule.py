@@ -89,37 +89,50 @@ def rerun_cells(cells: list[Cell], targets: list[str]) -> list[Cell]:
     return sorted(reruns, key=lambda c: (c.arm, c.session or 0))
 
 
-def rerun_batch(store: RunStore, study: Study, cells: list[Cell],
-                progress: RunProgress) -> Batch | None:
+def rerun_batch(
+    store: RunStore, study: Study, cells: list[Cell], progress: RunProgress
+) -> Batch | None:
     """The check bar's batch, recorded in the manifest (None: the bar did not fire)."""
     targets = _analysis().check_bar_targets(store.root, study)
     # A rerun left invalid is not rerun again, unless `--remeasure-invalid` gave it a fresh
     # budget (harness.run.remeasure): then it is measured again like the first time.
     granted = [o for r in store.manifest().remeasured if (o := rerun_of(r.cell))]
-    again = [c.id.removesuffix(RERUN_SUFFIX) for c in rerun_cells(cells, list(dict.fromkeys(
-        o for o in granted if o not in targets))) if needs_measuring(store, study, c, None)]
+    again = [
+        c.id.removesuffix(RERUN_SUFFIX)
+        for c in rerun_cells(cells, list(dict.fromkeys(o for o in granted if o not in targets)))
+        if needs_measuring(store, study, c, None)
+    ]
     if not targets and not again:
         return None
     if targets:
         progress.note(f"check bar fired: rerunning baseline cells {', '.join(targets)}")
     reruns = rerun_cells(cells, targets + again)
     recorded = {r.cell for r in store.manifest().reruns}
-    new = [RerunRecord(cell=cell.id, of=cell.id[: -len(RERUN_SUFFIX)], reason="check bar fired",
-                       when=time.time()) for cell in reruns if cell.id not in recorded]
+    new = [
+        RerunRecord(
+            cell=cell.id,
+            of=cell.id[: -len(RERUN_SUFFIX)],
+            reason="check bar fired",
+            when=time.time(),
+        )
+        for cell in reruns
+        if cell.id not in recorded
+    ]
     if new:
         store.edit_manifest(lambda m: m.reruns.extend(new))
     # A rerun is a new engine session of the baseline, whatever is up: what it checks is
     # that the first measurement was not a session's accident.
-    return Batch("the check-bar reruns", reruns,
-                 fresh_engines=frozenset(c.arm for c in reruns))
+    return Batch("the check-bar reruns", reruns, fresh_engines=frozenset(c.arm for c in reruns))
 
 
-def study_schedule(store: RunStore, study: Study, cells: list[Cell],
-                   progress: RunProgress) -> Iterator[Batch]:
+def study_schedule(
+    store: RunStore, study: Study, cells: list[Cell], progress: RunProgress
+) -> Iterator[Batch]:
     """The batches of a whole run, each decided once the one before is measured."""
     analysis = _analysis()
-    yield from session_batches(store, study, [c for c in cells if c.stage == 1], progress,
-                               "stage 1", smoke=True)
+    yield from session_batches(
+        store, study, [c for c in cells if c.stage == 1], progress, "stage 1", smoke=True
+    )
     stop = analysis.judge_stop(store.root, study)
     decision = StopDecisionRecord(fired=stop.fired, judged_wall=time.time(), evidence=stop.evidence)
     store.edit_manifest(lambda m: setattr(m, "stop", decision))
@@ -128,8 +141,11 @@ def study_schedule(store: RunStore, study: Study, cells: list[Cell],
         skipped = [c for c in stage2 if c.kind == "speed"]
         progress.note(f"stop bar fired: skipping {len(skipped)} speed cells")
         skips = [SkippedCell(cell=c.id, reason="stop bar fired") for c in skipped]
-        store.edit_manifest(lambda m: setattr(m, "skipped", [
-            s for s in m.skipped if s.reason != "stop bar fired"] + skips))
+        store.edit_manifest(
+            lambda m: setattr(
+                m, "skipped", [s for s in m.skipped if s.reason != "stop bar fired"] + skips
+            )
+        )
         for c in skipped:
             progress.skip(c)
         stage2 = [c for c in stage2 if c.kind != "speed"]
@@ -157,8 +173,14 @@ def study_schedule(store: RunStore, study: Study, cells: list[Cell],
             yield batch
 
 
-def session_batches(store: RunStore, study: Study, cells: list[Cell], progress: RunProgress,
-                    name: str, smoke: bool = False) -> Iterator[Batch]:
+def session_batches(
+    store: RunStore,
+    study: Study,
+    cells: list[Cell],
+    progress: RunProgress,
+    name: str,
+    smoke: bool = False,
+) -> Iterator[Batch]:
     """One stage's cells: one batch under a fixed design; else one per session, each
     look taken after its session."""
     if study.design.kind == "fixed" or not any(c.session for c in cells):
@@ -168,35 +190,50 @@ def session_batches(store: RunStore, study: Study, cells: list[Cell], progress: 
     looks = study.design.looks_of(n)
     for s in range(1, n + 1):
         skipped = store.manifest().skipped_reasons()
-        yield Batch(f"{name}, session {s} of {n}", [c for c in cells if (c.session or 1) == s
-                                                      and c.id not in skipped],
-                    smoke=smoke and s == 1)
+        yield Batch(
+            f"{name}, session {s} of {n}",
+            [c for c in cells if (c.session or 1) == s and c.id not in skipped],
+            smoke=smoke and s == 1,
+        )
         if s in looks and s < n:
             from harness.run.looks import take_look
 
-            take_look(store, study, cells[0].stage, s,
-                      [c for c in cells if (c.session or 0) > s], progress)
+            take_look(
+                store,
+                study,
+                cells[0].stage,
+                s,
+                [c for c in cells if (c.session or 0) > s],
+                progress,
+            )
 
 
-
-def surface_batch(store: RunStore, study: Study, cells: list[Cell],
-                  progress: RunProgress) -> Batch:
+def surface_batch(store: RunStore, study: Study, cells: list[Cell], progress: RunProgress) -> Batch:
     """Stage 4, the round-cost surface: each of its cells is paired with its baseline's
     cell at the same level and task, so where the stop bar skipped that one, it is
     skipped too (there is nothing to divide by)."""
     skipped = store.manifest().skipped_reasons()
-    paired = {c.id: session_id(f"{study.arm(c.arm).baseline}/{c.task}/speed/c{c.concurrency:03d}",
-                               c.session) for c in cells}
+    paired = {
+        c.id: session_id(
+            f"{study.arm(c.arm).baseline}/{c.task}/speed/c{c.concurrency:03d}", c.session
+        )
+        for c in cells
+    }
     lost = [c for c in cells if paired[c.id] in skipped]
     if lost:
-        _skip(store, progress, lost, "its baseline's cell was skipped (stop bar fired, or a"
-              " look decided its bars)",
-              f"surface: {len(lost)} cells skipped")
+        _skip(
+            store,
+            progress,
+            lost,
+            "its baseline's cell was skipped (stop bar fired, or a look decided its bars)",
+            f"surface: {len(lost)} cells skipped",
+        )
     return Batch("stage 4 (the round-cost surface)", [c for c in cells if c not in lost])
 
 
-def verification_batch(store: RunStore, study: Study, cells: list[Cell],
-                       progress: RunProgress) -> Batch | None:
+def verification_batch(
+    store: RunStore, study: Study, cells: list[Cell], progress: RunProgress
+) -> Batch | None:
     """Stage 5, the k schedule verified: the schedule the measured surface proposes per
     task, recorded in the manifest once (a resumed run runs the one it recorded), run by
     each task's schedule arm at every registered level. A task the surface proposes no
@@ -204,7 +241,8 @@ def verification_batch(store: RunStore, study: Study, cells: list[Cell],
     schedules = store.manifest().k_schedules
     if not schedules:
         records, missing = _analysis().k_schedule_records(
-            _analysis().analyse(store.root, study), time.time())
+            _analysis().analyse(store.root, study), time.time()
+        )
         if records:
             store.edit_manifest(lambda m: m.k_schedules.update({r.arm: r for r in records}))
             for r in records:
@@ -213,24 +251,43 @@ def verification_batch(store: RunStore, study: Study, cells: list[Cell],
         for task, why in missing.items():
             lost = [c for c in cells if c.task == task and c.id not in said]  # once, on resume too
             if lost:
-                _skip(store, progress, lost, f"no k schedule proposed: {why}",
-                      f"schedule verification on {task}: {len(lost)} cells skipped")
+                _skip(
+                    store,
+                    progress,
+                    lost,
+                    f"no k schedule proposed: {why}",
+                    f"schedule verification on {task}: {len(lost)} cells skipped",
+                )
         schedules = store.manifest().k_schedules
     skipped = store.manifest().skipped_reasons()
-    lost = [c for c in cells if c.id not in skipped and c.arm in schedules
-            and f"{study.arm(c.arm).baseline}/{c.task}/speed/c{c.concurrency:03d}" in skipped]
+    lost = [
+        c
+        for c in cells
+        if c.id not in skipped
+        and c.arm in schedules
+        and f"{study.arm(c.arm).baseline}/{c.task}/speed/c{c.concurrency:03d}" in skipped
+    ]
     if lost:
-        _skip(store, progress, lost, "its baseline's cell was skipped (stop bar fired)",
-              f"schedule verification: {len(lost)} cells skipped")
+        _skip(
+            store,
+            progress,
+            lost,
+            "its baseline's cell was skipped (stop bar fired)",
+            f"schedule verification: {len(lost)} cells skipped",
+        )
     run = [c for c in cells if c.arm in schedules and c not in lost]
     if not run:
         return None
-    return Batch("stage 5 (the k schedule verified)", run,
-                 k_schedules={arm: list(r.ranges) for arm, r in schedules.items()})
+    return Batch(
+        "stage 5 (the k schedule verified)",
+        run,
+        k_schedules={arm: list(r.ranges) for arm, r in schedules.items()},
+    )
 
 
-def _skip(store: RunStore, progress: RunProgress, cells: list[Cell], reason: str,
-          said: str) -> None:
+def _skip(
+    store: RunStore, progress: RunProgress, cells: list[Cell], reason: str, said: str
+) -> None:
     progress.note(f"{said}: {reason}")
     skips = [SkippedCell(cell=cell.id, reason=reason) for cell in cells]
     store.edit_manifest(lambda m: m.skipped.extend(skips))
@@ -238,8 +295,9 @@ def _skip(store: RunStore, progress: RunProgress, cells: list[Cell], reason: str
         progress.skip(cell)
 
 
-def run_schedule(store: RunStore, study: Study, cells: list[Cell], executor: Executor,
-                 progress: RunProgress) -> None:
+def run_schedule(
+    store: RunStore, study: Study, cells: list[Cell], executor: Executor, progress: RunProgress
+) -> None:
     """Every batch of the schedule through the executor; the manifest's status says how
     it ended (the caller then finishes the run: harness.finalize)."""
     from harness.run.smoke import SmokeFailed
@@ -254,6 +312,7 @@ def run_schedule(store: RunStore, study: Study, cells: list[Cell], executor: Exe
         raise
     finally:
         executor.close()
+
         def ended(m: Manifest) -> None:
             m.status, m.ended_wall = status, time.time()
 

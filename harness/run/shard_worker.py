@@ -44,26 +44,36 @@ SMOKE_RECORDS = "smoke/arms.jsonl"
 
 
 def batch_to_dict(batch: Batch) -> dict[str, Any]:
-    return {"stage": batch.stage, "cells": [c.to_dict() for c in batch.cells],
-            "smoke": batch.smoke, "rates": batch.rates,
-            "fresh_engines": sorted(batch.fresh_engines),
-            "k_schedules": {a: [list(r) for r in ranges]
-                            for a, ranges in batch.k_schedules.items()}}
+    return {
+        "stage": batch.stage,
+        "cells": [c.to_dict() for c in batch.cells],
+        "smoke": batch.smoke,
+        "rates": batch.rates,
+        "fresh_engines": sorted(batch.fresh_engines),
+        "k_schedules": {a: [list(r) for r in ranges] for a, ranges in batch.k_schedules.items()},
+    }
 
 
 def batch_from_dict(data: dict[str, Any]) -> Batch:
-    return Batch(data["stage"], [Cell(**c) for c in data["cells"]], smoke=data["smoke"],
-                 rates=data["rates"], fresh_engines=frozenset(data["fresh_engines"]),
-                 k_schedules={a: [tuple(r) for r in ranges]
-                              for a, ranges in data["k_schedules"].items()})
+    return Batch(
+        data["stage"],
+        [Cell(**c) for c in data["cells"]],
+        smoke=data["smoke"],
+        rates=data["rates"],
+        fresh_engines=frozenset(data["fresh_engines"]),
+        k_schedules={a: [tuple(r) for r in ranges] for a, ranges in data["k_schedules"].items()},
+    )
 
 
 def folder_files(folder: Path, root: Path) -> dict[str, bytes]:
     """Every file under `folder`, keyed by its path relative to `root`."""
     if not folder.is_dir():
         return {}
-    return {str(p.relative_to(root)): p.read_bytes()
-            for p in sorted(folder.rglob("*")) if p.is_file() and not p.name.startswith(".")}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.name.startswith(".")
+    }
 
 
 def shard_study(study: Study, shard: Shard) -> Study:
@@ -71,13 +81,20 @@ def shard_study(study: Study, shard: Shard) -> Study:
     round-cost surface goes with the shard that holds the drafter arm it copies."""
     arms = set(shard.arms)
     surface = study.surface if study.surface and study.surface.drafter in arms else None
-    return study.model_copy(update={"arms": [a for a in study.arms if a.name in arms],
-                                    "surface": surface})
+    return study.model_copy(
+        update={"arms": [a for a in study.arms if a.name in arms], "surface": surface}
+    )
 
 
 class ShardWorker:
-    def __init__(self, run_id: str, shard: dict[str, Any], study: Study,
-                 cells: list[dict[str, Any]], allow_deviation: bool = False) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        shard: dict[str, Any],
+        study: Study,
+        cells: list[dict[str, Any]],
+        allow_deviation: bool = False,
+    ) -> None:
         from harness.run.environments import record_environments
         from harness.run.runner import Runner
         from harness.run.session import executed_study
@@ -91,19 +108,33 @@ class ShardWorker:
         executed = executed_study(shard_study(study, self.shard))
         record_environments(self.store, executed)
         node_id, gpu_ids = _ray_context()
-        self.where = placement(executed, self.store.manifest().engine_environments,
-                               shard=self.shard.name, node_id=node_id, ray_gpu_ids=gpu_ids)
+        self.where = placement(
+            executed,
+            self.store.manifest().engine_environments,
+            shard=self.shard.name,
+            node_id=node_id,
+            ray_gpu_ids=gpu_ids,
+        )
         # Notes go to the worker's stderr, which Ray forwards to the driver's terminal.
         self.console = Console(file=sys.stderr, highlight=False, force_terminal=False)
-        self.runner = Runner(self.store, executed, self.console, allow_deviation=allow_deviation,
-                             cells=[Cell(**c) for c in cells])
+        self.runner = Runner(
+            self.store,
+            executed,
+            self.console,
+            allow_deviation=allow_deviation,
+            cells=[Cell(**c) for c in cells],
+        )
         self.runner.where = self.where
         self._smoke_sent = 0  # bytes of smoke/arms.jsonl already shipped
 
     def hello(self) -> dict[str, Any]:
         """Where this worker runs (the driver records it before any cell)."""
-        return {"shard": self.shard.name, "pid": os.getpid(), "where": self.where,
-                "folder": str(self.root)}
+        return {
+            "shard": self.shard.name,
+            "pid": os.getpid(),
+            "where": self.where,
+            "folder": str(self.root),
+        }
 
     def seed(self, files: dict[str, bytes]) -> None:
         """Earlier attempts at cells this worker will measure (a resume), so attempt
@@ -142,8 +173,12 @@ class ShardWorker:
 
     def payload(self, cell_id: str | None, closing: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "shard": self.shard.name, "cell": cell_id, "pid": os.getpid(),
-            "files": {}, "smoke_lines": b"", "logs": {},
+            "shard": self.shard.name,
+            "cell": cell_id,
+            "pid": os.getpid(),
+            "files": {},
+            "smoke_lines": b"",
+            "logs": {},
             # The worker's whole manifest, as its file holds it: the driver reads it back
             # through the same model (harness.run.ray_executor.ShardSink._merged).
             "manifest": self.store.manifest().to_json(),
@@ -154,7 +189,7 @@ class ShardWorker:
         smoke = self.root / SMOKE_RECORDS
         if smoke.exists():
             data = smoke.read_bytes()
-            out["smoke_lines"] = data[self._smoke_sent:]
+            out["smoke_lines"] = data[self._smoke_sent :]
             self._smoke_sent = len(data)
         if closing:
             logs = folder_files(self.root / "smoke", self.root)

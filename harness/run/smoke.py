@@ -91,18 +91,22 @@ def smoke_task(study: Study) -> TaskSpec:
 
 def smoke_requests(study: Study) -> list[RequestSpec]:
     task = smoke_task(study)
-    return [RequestSpec(item_id=item.id, messages=item.messages, max_tokens=task.max_tokens)
-            for item in task_items(task)[:SMOKE_PROMPTS]]
+    return [
+        RequestSpec(item_id=item.id, messages=item.messages, max_tokens=task.max_tokens)
+        for item in task_items(task)[:SMOKE_PROMPTS]
+    ]
 
 
 def smoke_key(study: Study, arm_name: str, requests: list[RequestSpec]) -> str:
     arm = study.arm(arm_name)
     baseline = study.arm(arm.baseline) if arm.baseline else None
-    data = {"arm": arm.model_dump(mode="json"),
-            "baseline": baseline.model_dump(mode="json") if baseline else None,
-            "model": study.model.model_dump(mode="json"),
-            "sampling": study.sampling.model_dump(mode="json"),
-            "requests": [asdict(r) for r in requests]}
+    data = {
+        "arm": arm.model_dump(mode="json"),
+        "baseline": baseline.model_dump(mode="json") if baseline else None,
+        "model": study.model.model_dump(mode="json"),
+        "sampling": study.sampling.model_dump(mode="json"),
+        "requests": [asdict(r) for r in requests],
+    }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
@@ -138,9 +142,14 @@ def passed_checks(records: list, keys: dict[str, str]) -> tuple[dict[str, SmokeA
     return own, {arm for arm, ok in identity.items() if ok}
 
 
-def compare_answers(drafter: str, baseline: str, key: str, mine: list[SmokeAnswer],
-                    theirs: list[SmokeAnswer],
-                    near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN) -> SmokeIdentityCheck:
+def compare_answers(
+    drafter: str,
+    baseline: str,
+    key: str,
+    mine: list[SmokeAnswer],
+    theirs: list[SmokeAnswer],
+    near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN,
+) -> SmokeIdentityCheck:
     """A drafter's smoke answers against its baseline's. A text that differs where the
     target's two best tokens were a near-tie is numerics (speculative decoding is lossless
     up to them): recorded, and the run goes on. Any other divergence, or one a side sent
@@ -155,32 +164,63 @@ def compare_answers(drafter: str, baseline: str, key: str, mine: list[SmokeAnswe
         compared += 1
         if answer.output_text == other.output_text:
             continue
-        div = SmokeDivergence(item_id=answer.item_id, **asdict(token_divergence(
-            answer.token_logprobs, other.token_logprobs, near_tie_margin, answer.output_text,
-            other.output_text)))
+        div = SmokeDivergence(
+            item_id=answer.item_id,
+            **asdict(
+                token_divergence(
+                    answer.token_logprobs,
+                    other.token_logprobs,
+                    near_tie_margin,
+                    answer.output_text,
+                    other.output_text,
+                )
+            ),
+        )
         if div.kind == "numeric":
             near_ties.append(div)
             continue
         i = len(os.path.commonprefix([answer.output_text, other.output_text]))
-        token = ("" if div.token_index is None else
-                 f" token {div.token_index} {div.drafter_token!r} vs {div.baseline_token!r}"
-                 f" (the target's margin {margin_text(div.drafter_margin)} drafter,"
-                 f" {margin_text(div.baseline_margin)} baseline; a near-tie is below"
-                 f" {near_tie_margin:g}),")
+        token = (
+            ""
+            if div.token_index is None
+            else f" token {div.token_index} {div.drafter_token!r} vs {div.baseline_token!r}"
+            f" (the target's margin {margin_text(div.drafter_margin)} drafter,"
+            f" {margin_text(div.baseline_margin)} baseline; a near-tie is below"
+            f" {near_tie_margin:g}),"
+        )
         drafter_text = excerpt_around(answer.output_text, i)
         baseline_text = excerpt_around(other.output_text, i)
         return SmokeIdentityCheck(
-            arm=drafter, baseline=baseline, key=key, wall=time.time(), status="failed",
-            compared=compared, item_id=answer.item_id, char_index=i,
-            drafter_text=drafter_text, baseline_text=baseline_text, divergence=div,
-            near_ties=near_ties, near_tie_margin=near_tie_margin,
-            reason=(f"arm {drafter!r}: its greedy output differs from its baseline"
-                    f" {baseline!r} on item {answer.item_id} at{token} character {i}:"
-                    f" {drafter_text!r} vs {baseline_text!r}"
-                    f" -- {div.kind}: {div.why}"))
-    return SmokeIdentityCheck(arm=drafter, baseline=baseline, key=key, wall=time.time(),
-                              status="passed", compared=compared, near_ties=near_ties,
-                              near_tie_margin=near_tie_margin)
+            arm=drafter,
+            baseline=baseline,
+            key=key,
+            wall=time.time(),
+            status="failed",
+            compared=compared,
+            item_id=answer.item_id,
+            char_index=i,
+            drafter_text=drafter_text,
+            baseline_text=baseline_text,
+            divergence=div,
+            near_ties=near_ties,
+            near_tie_margin=near_tie_margin,
+            reason=(
+                f"arm {drafter!r}: its greedy output differs from its baseline"
+                f" {baseline!r} on item {answer.item_id} at{token} character {i}:"
+                f" {drafter_text!r} vs {baseline_text!r}"
+                f" -- {div.kind}: {div.why}"
+            ),
+        )
+    return SmokeIdentityCheck(
+        arm=drafter,
+        baseline=baseline,
+        key=key,
+        wall=time.time(),
+        status="passed",
+        compared=compared,
+        near_ties=near_ties,
+        near_tie_margin=near_tie_margin,
+    )
 
 
 def logprobs_hint(error: str | None) -> str:
@@ -190,10 +230,12 @@ def logprobs_hint(error: str | None) -> str:
     pinned release, has only that one (harness/engines/sglang_engine.py)."""
     if not error or "logprob" not in error.lower():
         return ""
-    return (" (the smoke and identity cells ask for logprobs, top 2, to read identity token"
-            " by token: serve this drafter through a path that returns them, e.g. SGLang's"
-            " spec v2 for DFLASH, the only DFLASH worker in the pinned SGLang 0.5.23: check"
-            " the engine environment's version)")
+    return (
+        " (the smoke and identity cells ask for logprobs, top 2, to read identity token"
+        " by token: serve this drafter through a path that returns them, e.g. SGLang's"
+        " spec v2 for DFLASH, the only DFLASH worker in the pinned SGLang 0.5.23: check"
+        " the engine environment's version)"
+    )
 
 
 # Drafters that may skip a step (no match to propose from): their rounds are a lower bound.
@@ -215,10 +257,12 @@ def draft_count_problem(rec: RequestRecord, drafter: Drafter) -> str | None:
     low = float("-inf") if drafter.method in MAY_SKIP_DRAFTING else tokens - 1
     if low <= counted <= tokens + cut + 1:
         return None
-    return (f"item {rec.item_id}: the engine counted {s.rounds} rounds and {s.accepted}"
-            f" accepted drafts (+1 for the prefill's token = {counted} tokens) for a request"
-            f" of {tokens} completion tokens (finish {rec.finish_reason}): what a 'draft'"
-            " counts does not match what the acceptance figures assume")
+    return (
+        f"item {rec.item_id}: the engine counted {s.rounds} rounds and {s.accepted}"
+        f" accepted drafts (+1 for the prefill's token = {counted} tokens) for a request"
+        f" of {tokens} completion tokens (finish {rec.finish_reason}): what a 'draft'"
+        " counts does not match what the acceptance figures assume"
+    )
 
 
 class SmokeStage:
@@ -227,8 +271,14 @@ class SmokeStage:
     `engine_for(arm)` hands out the runner's engine for an arm (one engine up at a time),
     so the last arm's engine is still running for the first cell when this returns."""
 
-    def __init__(self, store: RunStore, study: Study, progress: RunProgress,
-                 engine_for: Callable[[str], ArmEngine], allow_deviation: bool = False) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        study: Study,
+        progress: RunProgress,
+        engine_for: Callable[[str], ArmEngine],
+        allow_deviation: bool = False,
+    ) -> None:
         self.store, self.study, self.progress = store, study, progress
         self.engine_for = engine_for
         # --allow-deviation: a drafter below its acceptance floor runs, recorded as such.
@@ -245,24 +295,38 @@ class SmokeStage:
         own, compared = passed_checks(records, self.keys)
         for arm, rec in own.items():
             self.answers[arm] = rec.answers
-        todo = [a.name for a in self.study.arms
-                if a.name not in own or (compares(a) and a.name not in compared)]
-        attempts = {a.name: sum(1 for r in records if isinstance(r, SmokeArmCheck)
-                                and r.arm == a.name) for a in self.study.arms}
+        todo = [
+            a.name
+            for a in self.study.arms
+            if a.name not in own or (compares(a) and a.name not in compared)
+        ]
+        attempts = {
+            a.name: sum(1 for r in records if isinstance(r, SmokeArmCheck) and r.arm == a.name)
+            for a in self.study.arms
+        }
         started = time.time()
         if not todo:
-            self.progress.note(f"smoke: every arm passed it earlier in this run folder"
-                               f" ({len(self.study.arms)} arms, keys unchanged); not redone")
-            self._record(SmokeSummary(status="passed", smoked_now=[], started_wall=started,
-                                      ended_wall=started))
+            self.progress.note(
+                f"smoke: every arm passed it earlier in this run folder"
+                f" ({len(self.study.arms)} arms, keys unchanged); not redone"
+            )
+            self._record(
+                SmokeSummary(
+                    status="passed", smoked_now=[], started_wall=started, ended_wall=started
+                )
+            )
             return []
         order = smoke_order(self.study, todo, last)
-        self.progress.note(f"smoke stage: {', '.join(order)} (two greedy prompts of task"
-                           f" {smoke_task(self.study).name} each)")
+        self.progress.note(
+            f"smoke stage: {', '.join(order)} (two greedy prompts of task"
+            f" {smoke_task(self.study).name} each)"
+        )
         self._record(SmokeSummary(status="running", order=order, started_wall=started))
         self.folder.mkdir(exist_ok=True)
-        with JsonlWriter(self.folder / "arms.jsonl") as out, \
-                JsonlWriter(self.folder / "requests.jsonl") as requests_out:
+        with (
+            JsonlWriter(self.folder / "arms.jsonl") as out,
+            JsonlWriter(self.folder / "requests.jsonl") as requests_out,
+        ):
             for name in order:
                 check = self._check_arm(name, attempts[name] + 1, requests_out)
                 out.write(check)
@@ -276,8 +340,15 @@ class SmokeStage:
                     self._say(identity)
                     if identity.status == "failed":
                         self._stop(identity, started, order)
-        self._record(SmokeSummary(status="passed", order=order, smoked_now=order,
-                                  started_wall=started, ended_wall=time.time()))
+        self._record(
+            SmokeSummary(
+                status="passed",
+                order=order,
+                smoked_now=order,
+                started_wall=started,
+                ended_wall=time.time(),
+            )
+        )
         self.progress.note(f"smoke passed: {len(order)} arms in {time.time() - started:.0f} s")
         return order
 
@@ -287,17 +358,27 @@ class SmokeStage:
         arm = self.study.arm(name)
         engine = self.engine_for(name)
         started = time.time()
-        fields: dict[str, Any] = {"arm": name, "key": self.keys[name], "attempt": attempt,
-                                  "started_wall": started, "log_path": str(self.log_path(name))}
+        fields: dict[str, Any] = {
+            "arm": name,
+            "key": self.keys[name],
+            "attempt": attempt,
+            "started_wall": started,
+            "log_path": str(self.log_path(name)),
+        }
         was_up = engine.running() and not getattr(engine, "prestarted", False)
         engine.prestarted = False
         try:
             process = engine.ensure("smoke")
         except SpecbenchError as err:
-            return SmokeArmCheck(**fields, ended_wall=time.time(), engine="not started",
-                                 status="failed", failed_check="start",
-                                 reason=f"arm {name!r}: did not start: {err.lines[0]}",
-                                 log_line=self._log_line(self.log_path(name)))
+            return SmokeArmCheck(
+                **fields,
+                ended_wall=time.time(),
+                engine="not started",
+                status="failed",
+                failed_check="start",
+                reason=f"arm {name!r}: did not start: {err.lines[0]}",
+                log_line=self._log_line(self.log_path(name)),
+            )
         how = "attached" if arm.attach is not None else ("reused" if was_up else "started")
         fields["engine"] = how
         dialect = process.metrics_dialect
@@ -307,48 +388,98 @@ class SmokeStage:
         if failed:
             what = (failed[0].error or "no output tokens") + logprobs_hint(failed[0].error)
             return SmokeArmCheck(
-                **fields, ended_wall=time.time(), status="failed", failed_check="answer",
-                reason=(f"arm {name!r}: {len(answers) - len(failed)} of {len(answers)} smoke"
-                        f" prompts answered; item {failed[0].item_id}: {what}"),
-                log_line=self._log_line(self.log_path(name)), answers=answers)
+                **fields,
+                ended_wall=time.time(),
+                status="failed",
+                failed_check="answer",
+                reason=(
+                    f"arm {name!r}: {len(answers) - len(failed)} of {len(answers)} smoke"
+                    f" prompts answered; item {failed[0].item_id}: {what}"
+                ),
+                log_line=self._log_line(self.log_path(name)),
+                answers=answers,
+            )
         counter = None
         if arm.drafter is not None and before is not None:  # before: read for a drafter
             counter = self._counter(process, dialect, before)
             if not counter.moved:
                 return SmokeArmCheck(
-                    **fields, ended_wall=time.time(), status="failed", failed_check="counter",
-                    reason=(f"arm {name!r}: its speculation counter {counter.name} did not move"
-                            f" over {len(answers)} greedy requests ({value_text(counter.before)} ->"
-                            f" {value_text(counter.after)}): the engine is not drafting"),
-                    log_line=self._log_line(self.log_path(name)), answers=answers, counter=counter)
-            problem = next((p for r in self._records.get(name, [])
-                            if (p := draft_count_problem(r, arm.drafter)) is not None), None)
+                    **fields,
+                    ended_wall=time.time(),
+                    status="failed",
+                    failed_check="counter",
+                    reason=(
+                        f"arm {name!r}: its speculation counter {counter.name} did not move"
+                        f" over {len(answers)} greedy requests ({value_text(counter.before)} ->"
+                        f" {value_text(counter.after)}): the engine is not drafting"
+                    ),
+                    log_line=self._log_line(self.log_path(name)),
+                    answers=answers,
+                    counter=counter,
+                )
+            problem = next(
+                (
+                    p
+                    for r in self._records.get(name, [])
+                    if (p := draft_count_problem(r, arm.drafter)) is not None
+                ),
+                None,
+            )
             if problem is not None:
                 return SmokeArmCheck(
-                    **fields, ended_wall=time.time(), status="failed",
-                    failed_check="draft_count", reason=f"arm {name!r}: {problem}",
-                    log_line=self._log_line(self.log_path(name)), answers=answers,
-                    counter=counter)
+                    **fields,
+                    ended_wall=time.time(),
+                    status="failed",
+                    failed_check="draft_count",
+                    reason=f"arm {name!r}: {problem}",
+                    log_line=self._log_line(self.log_path(name)),
+                    answers=answers,
+                    counter=counter,
+                )
         acceptance = self._acceptance(name)
         if acceptance is not None and acceptance.below:
-            measured = ("no chunk after the first" if acceptance.tokens_per_round is None
-                        else f"{acceptance.tokens_per_round:.2f} tokens per round")
-            reason = (f"arm {name!r}: {measured} over {len(answers)} greedy prompts at one user,"
-                      f" below its drafter.expect.acceptance_length_min {acceptance.floor:g}"
-                      " (a drafter stale against its target?)")
+            measured = (
+                "no chunk after the first"
+                if acceptance.tokens_per_round is None
+                else f"{acceptance.tokens_per_round:.2f} tokens per round"
+            )
+            reason = (
+                f"arm {name!r}: {measured} over {len(answers)} greedy prompts at one user,"
+                f" below its drafter.expect.acceptance_length_min {acceptance.floor:g}"
+                " (a drafter stale against its target?)"
+            )
             if not self.allow_deviation:
                 return SmokeArmCheck(
-                    **fields, ended_wall=time.time(), status="failed", failed_check="acceptance",
-                    reason=reason, log_line=self._log_line(self.log_path(name)), answers=answers,
-                    counter=counter, acceptance=acceptance)
+                    **fields,
+                    ended_wall=time.time(),
+                    status="failed",
+                    failed_check="acceptance",
+                    reason=reason,
+                    log_line=self._log_line(self.log_path(name)),
+                    answers=answers,
+                    counter=counter,
+                    acceptance=acceptance,
+                )
             acceptance = acceptance.model_copy(update={"allowed": True})
-            self.store.record_deviation(Deviation(
-                when=time.time(), arm=name, reason=reason,
-                what=f"run below its acceptance floor (--allow-deviation): {reason}"))
-            self.progress.note(f"[yellow]deviation recorded:[/yellow] {reason}; run anyway"
-                               " (--allow-deviation)")
-        return SmokeArmCheck(**fields, ended_wall=time.time(), status="passed", answers=answers,
-                             counter=counter, acceptance=acceptance)
+            self.store.record_deviation(
+                Deviation(
+                    when=time.time(),
+                    arm=name,
+                    reason=reason,
+                    what=f"run below its acceptance floor (--allow-deviation): {reason}",
+                )
+            )
+            self.progress.note(
+                f"[yellow]deviation recorded:[/yellow] {reason}; run anyway (--allow-deviation)"
+            )
+        return SmokeArmCheck(
+            **fields,
+            ended_wall=time.time(),
+            status="passed",
+            answers=answers,
+            counter=counter,
+            acceptance=acceptance,
+        )
 
     def _time_regime(self, name: str) -> None:
         """A baseline's plain step by level (harness/run/regime.py), while its engine is up."""
@@ -356,13 +487,20 @@ class SmokeStage:
         if not arm.is_baseline or not self.study.recording.regime.enabled:
             return
         levels = regime_levels(self.study)
-        self.progress.note(f"timing {name}'s plain step at {', '.join(map(str, levels))} users"
-                           " (the host's regime)")
+        self.progress.note(
+            f"timing {name}'s plain step at {', '.join(map(str, levels))} users (the host's regime)"
+        )
         process = self.engine_for(name).ensure("smoke")
         try:
-            record = measure_regime(self.study, name, self.keys[name], process.base_url,
-                                    process.served_model, self.requests,
-                                    engine_group=process.pgid)
+            record = measure_regime(
+                self.study,
+                name,
+                self.keys[name],
+                process.base_url,
+                process.served_model,
+                self.requests,
+                engine_group=process.pgid,
+            )
         except SpecbenchError as err:  # a host that cannot be timed is said, never fatal
             self.progress.note(f"[yellow]host regime not timed for {name}:[/yellow] {err.lines[0]}")
             return
@@ -381,8 +519,9 @@ class SmokeStage:
         tpr = tokens_per_chunk(self._records.get(name, []))
         return SmokeAcceptance(tokens_per_round=tpr, floor=floor, below=tpr is None or tpr < floor)
 
-    def _answer(self, process: EngineProcess, name: str, attempt: int,
-                requests_out: JsonlWriter) -> list[SmokeAnswer]:
+    def _answer(
+        self, process: EngineProcess, name: str, attempt: int, requests_out: JsonlWriter
+    ) -> list[SmokeAnswer]:
         """The smoke prompts one at a time, through the cells' client, every record kept."""
         arm, study = self.study.arm(name), self.study
         records: list[RequestRecord] = []
@@ -391,24 +530,41 @@ class SmokeStage:
             requests_out.write(rec)
             records.append(rec)
 
-        asyncio.run(run_cell(
-            base_url=process.base_url, model=process.served_model, requests=self.requests,
-            pattern=ClosedLoop(concurrency=1, requests=len(self.requests), warmup=0),
-            sampling=sampling_fields(study),
-            extra_body={**get_engine_kind(arm.engine).request_fields(arm, study),
-                        **scored_output_fields(process.metrics_dialect)},
-            cell_id=f"{SMOKE_DIR}/{name}", attempt=attempt, on_record=record,
-            timeout_s=study.recording.request_timeout_s, error_rate_limit=None,
-            lag_limit_ms=study.recording.lag_limit_p99_ms, judge_timing=False))
+        asyncio.run(
+            run_cell(
+                base_url=process.base_url,
+                model=process.served_model,
+                requests=self.requests,
+                pattern=ClosedLoop(concurrency=1, requests=len(self.requests), warmup=0),
+                sampling=sampling_fields(study),
+                extra_body={
+                    **get_engine_kind(arm.engine).request_fields(arm, study),
+                    **scored_output_fields(process.metrics_dialect),
+                },
+                cell_id=f"{SMOKE_DIR}/{name}",
+                attempt=attempt,
+                on_record=record,
+                timeout_s=study.recording.request_timeout_s,
+                error_rate_limit=None,
+                lag_limit_ms=study.recording.lag_limit_p99_ms,
+                judge_timing=False,
+            )
+        )
         by_item = {r.item_id: r for r in records if r.phase == "measure"}
         self._records[name] = list(by_item.values())
-        return [SmokeAnswer(item_id=spec.item_id, ok=r is not None and r.ok,
-                            error=("not sent" if r is None else r.error),
-                            output_text=r.output_text if r else "",
-                            token_logprobs=r.token_logprobs if r else None,
-                            finish_reason=r.finish_reason if r else None,
-                            completion_tokens=r.completion_tokens if r else None)
-                for spec in self.requests for r in [by_item.get(spec.item_id)]]
+        return [
+            SmokeAnswer(
+                item_id=spec.item_id,
+                ok=r is not None and r.ok,
+                error=("not sent" if r is None else r.error),
+                output_text=r.output_text if r else "",
+                token_logprobs=r.token_logprobs if r else None,
+                finish_reason=r.finish_reason if r else None,
+                completion_tokens=r.completion_tokens if r else None,
+            )
+            for spec in self.requests
+            for r in [by_item.get(spec.item_id)]
+        ]
 
     @staticmethod
     def _drafts(process: EngineProcess) -> tuple[float | None, str | None]:
@@ -418,17 +574,24 @@ class SmokeStage:
             return None, f"/metrics failed: {result.error}"
         return result.snapshot.drafts, None
 
-    def _counter(self, process: EngineProcess, dialect: Dialect,
-                 before: tuple[float | None, str | None]) -> SmokeCounter:
+    def _counter(
+        self, process: EngineProcess, dialect: Dialect, before: tuple[float | None, str | None]
+    ) -> SmokeCounter:
         """Whether the drafts counter moved past its reading before the prompts, by the
         drafting rule readiness uses too (harness/engines/drafting.py)."""
         name = counter_name(dialect, "drafts")
         value, error = before
         if error is not None:
             return SmokeCounter(name=f"{name} ({error})", before=None, after=None, moved=False)
-        reading = wait_for_drafting(lambda: self._drafts(process), dialect, drafter=True,
-                                    before=value, over="the smoke prompts",
-                                    wait_s=COUNTER_WAIT_S, poll_s=0.5)
+        reading = wait_for_drafting(
+            lambda: self._drafts(process),
+            dialect,
+            drafter=True,
+            before=value,
+            over="the smoke prompts",
+            wait_s=COUNTER_WAIT_S,
+            poll_s=0.5,
+        )
         if reading.problem is None:
             return SmokeCounter(name=name, before=value, after=reading.after, moved=True)
         label = name + (f" ({reading.error})" if reading.error else "")
@@ -444,21 +607,27 @@ class SmokeStage:
         if arm.baseline is not None:
             pairs = [] if arm.is_control else [(name, arm.baseline)]
         else:
-            pairs = [(a.name, name) for a in self.study.arms
-                     if a.baseline == name and not a.is_control]
+            pairs = [
+                (a.name, name) for a in self.study.arms if a.baseline == name and not a.is_control
+            ]
         out = []
         for drafter, baseline in pairs:
             if drafter not in self.answers or baseline not in self.answers:
                 continue  # compared when the other side answers
             bar = self.study.bars.pass_.identity
             check = compare_answers(
-                drafter, baseline, self.keys[drafter], self.answers[drafter],
+                drafter,
+                baseline,
+                self.keys[drafter],
+                self.answers[drafter],
                 self.answers[baseline],
-                bar.near_tie_margin if bar is not None else DEFAULT_NEAR_TIE_MARGIN)
+                bar.near_tie_margin if bar is not None else DEFAULT_NEAR_TIE_MARGIN,
+            )
             if check.status == "failed":
                 log = self.log_path(drafter)
-                check = check.model_copy(update={"log_line": self._log_line(log),
-                                                 "log_path": str(log)})
+                check = check.model_copy(
+                    update={"log_line": self._log_line(log), "log_path": str(log)}
+                )
             out.append(check)
         return out
 
@@ -477,12 +646,22 @@ class SmokeStage:
     def _say(self, rec: SmokeArmCheck | SmokeIdentityCheck) -> None:
         self.progress.note(smoke_line(rec))
 
-    def _stop(self, rec: SmokeArmCheck | SmokeIdentityCheck, started: float,
-              order: list[str]) -> None:
-        self._record(SmokeSummary(status="failed", order=order, arm=rec.arm, reason=rec.reason,
-                                  log_line=rec.log_line, started_wall=started,
-                                  ended_wall=time.time()))
+    def _stop(
+        self, rec: SmokeArmCheck | SmokeIdentityCheck, started: float, order: list[str]
+    ) -> None:
+        self._record(
+            SmokeSummary(
+                status="failed",
+                order=order,
+                arm=rec.arm,
+                reason=rec.reason,
+                log_line=rec.log_line,
+                started_wall=started,
+                ended_wall=time.time(),
+            )
+        )
         raise SmokeFailed(
             f"smoke: {rec.reason} | engine log: {rec.log_line or '(nothing logged)'}",
             f"the run stopped before its first registered cell; log file {rec.log_path},"
-            f" smoke records {self.folder / 'arms.jsonl'}")
+            f" smoke records {self.folder / 'arms.jsonl'}",
+        )

@@ -70,11 +70,15 @@ def specbench_commit() -> str | None:
     try:
         out = subprocess.run(
             ["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"],
-            capture_output=True, text=True, timeout=10,
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
         dirty = subprocess.run(
             ["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=10,
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -190,16 +194,18 @@ class RunStore:
         info["cell"] = cell
         info.update(extra)
         attempt = len(info["attempts"]) + 1
-        info["attempts"].append(Attempt(attempt=attempt, started_wall=time.time(),
-                                        status="running").model_dump())
+        info["attempts"].append(
+            Attempt(attempt=attempt, started_wall=time.time(), status="running").model_dump()
+        )
         self._write_cell(cell_id, info)
         return attempt
 
     def _write_cell(self, cell_id: str, info: dict[str, Any]) -> None:
         """cell.json, checked against its record first."""
-        write_json(self.cell_dir(cell_id) / "cell.json",
-                          CellFile.model_validate(info).model_dump(mode="json",
-                                                                   exclude_none=False))
+        write_json(
+            self.cell_dir(cell_id) / "cell.json",
+            CellFile.model_validate(info).model_dump(mode="json", exclude_none=False),
+        )
 
     def set_cell_facts(self, cell_id: str, **facts: Any) -> None:
         """Facts about the cell as a whole (`where` it was measured) into cell.json."""
@@ -208,15 +214,18 @@ class RunStore:
             info.update(facts)
             self._write_cell(cell_id, info)
 
-    def end_attempt(self, cell_id: str, attempt: int, status: str, error: str | None = None) -> None:
+    def end_attempt(
+        self, cell_id: str, attempt: int, status: str, error: str | None = None
+    ) -> None:
         info = self.cell_info(cell_id)
         for entry in info["attempts"]:
             if entry["attempt"] == attempt:
                 entry.update(ended_wall=time.time(), status=status, error=error)
         self._write_cell(cell_id, info)
 
-    def mark_complete(self, cell_id: str, attempt: int, outcome: Outcome,
-                      unusable: str | None = None) -> None:
+    def mark_complete(
+        self, cell_id: str, attempt: int, outcome: Outcome, unusable: str | None = None
+    ) -> None:
         """The last thing written for an attempt that measured to its end: complete.json
         names the cell's latest such attempt. An unusable one ends "invalid" with its
         reason, and a later attempt (now or on resume) may replace it."""
@@ -237,16 +246,18 @@ class RunStore:
         what cell_retries bounds across runs and resumes (engine deaths and interruptions
         are not counted), since `--remeasure-invalid` gave it a fresh budget if it did."""
         info = self.cell_info(cell_id)
-        measured = sum(1 for a in info.get("attempts", [])
-                       if a.get("status") in ("complete", "invalid"))
+        measured = sum(
+            1 for a in info.get("attempts", []) if a.get("status") in ("complete", "invalid")
+        )
         return measured - (info.get("fresh_budget_after") or 0)
 
     def give_fresh_budget(self, cell_id: str) -> int:
         """A fresh cell_retries budget from now (`--remeasure-invalid`); returns the
         attempts measured to their end before it, every one kept."""
         info = self.cell_info(cell_id)
-        before = sum(1 for a in info.get("attempts", [])
-                     if a.get("status") in ("complete", "invalid"))
+        before = sum(
+            1 for a in info.get("attempts", []) if a.get("status") in ("complete", "invalid")
+        )
         info["fresh_budget_after"] = before
         self._write_cell(cell_id, info)
         return before

@@ -29,8 +29,10 @@ def _gpus() -> dict[str, Any]:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         selection = nvml.select(visible, "CUDA_VISIBLE_DEVICES")
         facts = nvml.facts()
-        out: dict[str, Any] = {"gpus": [g.describe() for g in selection.gpus],
-                               "driver_version": facts.get("driver_version")}
+        out: dict[str, Any] = {
+            "gpus": [g.describe() for g in selection.gpus],
+            "driver_version": facts.get("driver_version"),
+        }
         if selection.missing:
             out["gpu_reason"] = "; ".join(selection.missing)
         return out
@@ -38,8 +40,9 @@ def _gpus() -> dict[str, Any]:
         nvml.close()
 
 
-def engine_versions(study: Study, environments: dict[str, EngineEnvironment]
-                    ) -> dict[str, str | None]:
+def engine_versions(
+    study: Study, environments: dict[str, EngineEnvironment]
+) -> dict[str, str | None]:
     """arm -> "<package> <version>" of its engine (its kind's `distribution`), from the
     manifest's package lists."""
     out: dict[str, str | None] = {arm.name: None for arm in study.arms}
@@ -52,12 +55,20 @@ def engine_versions(study: Study, environments: dict[str, EngineEnvironment]
     return out
 
 
-def placement(study: Study, environments: dict[str, EngineEnvironment], shard: str | None = None,
-              node_id: str | None = None, ray_gpu_ids: list | None = None) -> dict[str, Any]:
+def placement(
+    study: Study,
+    environments: dict[str, EngineEnvironment],
+    shard: str | None = None,
+    node_id: str | None = None,
+    ray_gpu_ids: list | None = None,
+) -> dict[str, Any]:
     """This process's node and GPUs, for every cell it measures."""
-    where: dict[str, Any] = {"shard": shard, "hostname": socket.gethostname(),
-                             "node_id": node_id,
-                             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    where: dict[str, Any] = {
+        "shard": shard,
+        "hostname": socket.gethostname(),
+        "node_id": node_id,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
     if ray_gpu_ids is not None:
         where["ray_gpu_ids"] = [str(g) for g in ray_gpu_ids]
     where.update(_gpus())
@@ -79,9 +90,11 @@ def gpu_model_deviation(placements: dict[str, dict[str, Any]]) -> str | None:
     if len(by_model) <= 1:
         return None
     parts = [f"{model} ({', '.join(shards)})" for model, shards in sorted(by_model.items())]
-    return ("shards ran on different GPU models: " + "; ".join(parts) + ". Every speedup is"
-            " still a ratio of two cells measured on one GPU, but figures from different"
-            " shards are not one GPU's")
+    return (
+        "shards ran on different GPU models: " + "; ".join(parts) + ". Every speedup is"
+        " still a ratio of two cells measured on one GPU, but figures from different"
+        " shards are not one GPU's"
+    )
 
 
 def split_units(cells: list[dict[str, Any]], groups: Sequence[tuple[str, ...]]) -> list[str]:
@@ -99,7 +112,12 @@ def split_units(cells: list[dict[str, Any]], groups: Sequence[tuple[str, ...]]) 
     out = []
     for (group, task), by_gpu in sorted(seen.items()):
         if len(by_gpu) > 1:
-            parts = [f"{key} ({len(ids)} cells, first {ids[0]})" for key, ids in sorted(by_gpu.items())]
-            out.append(f"{'+'.join(group)} on {task} was measured on {len(by_gpu)} GPU sets: "
-                       + "; ".join(parts) + ". Its ratios may divide cells from different GPUs")
+            parts = [
+                f"{key} ({len(ids)} cells, first {ids[0]})" for key, ids in sorted(by_gpu.items())
+            ]
+            out.append(
+                f"{'+'.join(group)} on {task} was measured on {len(by_gpu)} GPU sets: "
+                + "; ".join(parts)
+                + ". Its ratios may divide cells from different GPUs"
+            )
     return out

@@ -385,11 +385,13 @@ class Manifest(RunRecord):
     shards: dict[str, ShardRecord] = {}
     # The schedule verification (surface.verify_schedule): per arm, the k schedule
     # proposed once stage 4 was measured, kept so a resumed run runs the same one.
-    k_schedules: dict[str, KScheduleRecord] = Field(default_factory=dict,
-                                                     json_schema_extra=since(3))
+    k_schedules: dict[str, KScheduleRecord] = Field(
+        default_factory=dict, json_schema_extra=since(3)
+    )
     # By task and category: SPEED-Bench placeholder rows left out (placeholders: drop), rows.
     speed_bench_placeholders: dict[str, dict[str, tuple[int, int]]] = Field(
-        default_factory=dict, json_schema_extra=since(4))
+        default_factory=dict, json_schema_extra=since(4)
+    )
     # `--resume --remeasure-invalid`: each cell given a fresh cell_retries budget, when, why.
     remeasured: list[RemeasureRecord] = Field(default_factory=list, json_schema_extra=since(4))
     # design: group_sequential: each look, the bars it decided, the cells it left out.
@@ -404,14 +406,21 @@ class Manifest(RunRecord):
 
 
 def check_format(version: Any, where: Path) -> int:
-    if not isinstance(version, int) or isinstance(version, bool) \
-            or version not in READABLE_VERSIONS:
+    if (
+        not isinstance(version, int)
+        or isinstance(version, bool)
+        or version not in READABLE_VERSIONS
+    ):
         newer = isinstance(version, int) and version > FORMAT_VERSION
         raise InputError(
             f"{where}: field format_version: {version!r} is "
-            + (f"newer than this specbench reads ({FORMAT_VERSION}); analyse it with the"
-               " specbench that wrote it" if newer
-               else f"not a format this specbench reads ({', '.join(map(str, READABLE_VERSIONS))})"))
+            + (
+                f"newer than this specbench reads ({FORMAT_VERSION}); analyse it with the"
+                " specbench that wrote it"
+                if newer
+                else f"not a format this specbench reads ({', '.join(map(str, READABLE_VERSIONS))})"
+            )
+        )
     return version
 
 
@@ -422,8 +431,7 @@ def manifest_from(data: Any, where: Path) -> Manifest:
     version = check_format(data.get("format_version", 1), where)
     try:
         # Format 1 left keys out; it is read with them at their defaults, as format 2.
-        manifest = Manifest.model_validate(
-            data, context={EVERY_KEY: version})
+        manifest = Manifest.model_validate(data, context={EVERY_KEY: version})
     except ValidationError as err:
         raise InputError(f"{where}: {validation_problem(err)}") from None
     return manifest
@@ -465,10 +473,38 @@ def validation_problem(err: ValidationError, limit: int = 3) -> str:
 
 
 __all__ = [
-    "FORMAT_VERSION", "MANIFEST", "CheckpointRecord", "RemeasureRecord", "ControlArmRecord", "Deviation", "KScheduleRecord", "ScheduledLevel",
-    "EngineEnvironment", "EngineInfo", "EngineSession", "EngineStart", "FailedCell",
-    "HostFacts", "Manifest", "RerunRecord", "RunGpuTelemetry", "RunRecord", "RunnerRecord",
-    "SessionRecord", "ShardPlan", "ShardRecord", "ShardUnit", "ShardWorkerRecord", "Sharding",
-    "SkippedCell", "SmokeSummary", "StaleEngineRecord", "StopDecisionRecord", "check_format", "since",
-    "manifest_from", "read_manifest", "validation_problem",
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "CheckpointRecord",
+    "RemeasureRecord",
+    "ControlArmRecord",
+    "Deviation",
+    "KScheduleRecord",
+    "ScheduledLevel",
+    "EngineEnvironment",
+    "EngineInfo",
+    "EngineSession",
+    "EngineStart",
+    "FailedCell",
+    "HostFacts",
+    "Manifest",
+    "RerunRecord",
+    "RunGpuTelemetry",
+    "RunRecord",
+    "RunnerRecord",
+    "SessionRecord",
+    "ShardPlan",
+    "ShardRecord",
+    "ShardUnit",
+    "ShardWorkerRecord",
+    "Sharding",
+    "SkippedCell",
+    "SmokeSummary",
+    "StaleEngineRecord",
+    "StopDecisionRecord",
+    "check_format",
+    "since",
+    "manifest_from",
+    "read_manifest",
+    "validation_problem",
 ]

@@ -48,24 +48,37 @@ class BaselineRegime(BaseModel):
         if not busy:
             return self._judgement()
         shares = ", ".join(f"{lv.users} users {lv.host_busy_share:.2f}" for lv in busy)
-        return (f"{self._judgement()} (timed while other work took the host's CPU: {shares},"
-                f" above the limit {self.host_busy_limit:g} after every try)")
+        return (
+            f"{self._judgement()} (timed while other work took the host's CPU: {shares},"
+            f" above the limit {self.host_busy_limit:g} after every try)"
+        )
 
     def _judgement(self) -> str:
         one = next((lv for lv in self.levels if lv.users == 1), None)
         if self.memory_bound is None or one is None or one.step_ms is None:
-            timed = ", ".join(f"{lv.users} users {lv.step_ms:.1f} ms" for lv in self.levels
-                              if lv.step_ms is not None) or "no step timed"
-            return (f"Host regime: not judged for {self.arm} (plain step: {timed}; needs one"
-                    " user and a pass level, each timed)")
+            timed = (
+                ", ".join(
+                    f"{lv.users} users {lv.step_ms:.1f} ms"
+                    for lv in self.levels
+                    if lv.step_ms is not None
+                )
+                or "no step timed"
+            )
+            return (
+                f"Host regime: not judged for {self.arm} (plain step: {timed}; needs one"
+                " user and a pass level, each timed)"
+            )
         if self.memory_bound:
-            worst = max((lv for lv in self.levels if lv.users != 1),
-                        key=lambda lv: lv.ratio or 0.0)
-            return (f"Host regime: memory-bound at the pass levels: {self.arm}'s plain step"
-                    f" x{worst.ratio:.2f} at {worst.users} users against one ({one.step_ms:.1f}"
-                    f" -> {worst.step_ms:.1f} ms; tolerance x{self.max_step_ratio:g})")
+            worst = max((lv for lv in self.levels if lv.users != 1), key=lambda lv: lv.ratio or 0.0)
+            return (
+                f"Host regime: memory-bound at the pass levels: {self.arm}'s plain step"
+                f" x{worst.ratio:.2f} at {worst.users} users against one ({one.step_ms:.1f}"
+                f" -> {worst.step_ms:.1f} ms; tolerance x{self.max_step_ratio:g})"
+            )
         first = min(self.compute_bound_at)
         at = next(lv for lv in self.levels if lv.users == first)
-        return (f"This host is compute-bound at {first} users: step x{at.ratio:.1f}"
-                f" ({self.arm}'s plain step {one.step_ms:.1f} -> {at.step_ms:.1f} ms; tolerance"
-                f" x{self.max_step_ratio:g}); speculation cannot pay here")
+        return (
+            f"This host is compute-bound at {first} users: step x{at.ratio:.1f}"
+            f" ({self.arm}'s plain step {one.step_ms:.1f} -> {at.step_ms:.1f} ms; tolerance"
+            f" x{self.max_step_ratio:g}); speculation cannot pay here"
+        )

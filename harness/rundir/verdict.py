@@ -32,8 +32,19 @@ from harness.rundir.remeasure import RemeasuredCell, Unfinished
 
 VERDICT = "verdict.json"
 
-BarStatus = Literal["pass", "fail", "not_located", "incomplete", "not_registered",
-                    "not_required", "fired", "not_fired", "not_judged", "agreed", "unresolved"]
+BarStatus = Literal[
+    "pass",
+    "fail",
+    "not_located",
+    "incomplete",
+    "not_registered",
+    "not_required",
+    "fired",
+    "not_fired",
+    "not_judged",
+    "agreed",
+    "unresolved",
+]
 VerdictWord = Literal["PASS", "FAIL", "STOP", "INCOMPLETE"]
 
 

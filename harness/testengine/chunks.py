@@ -41,8 +41,9 @@ def stream_chunk(
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "logprobs": scored,
-                     "finish_reason": finish_reason}],
+        "choices": [
+            {"index": 0, "delta": delta, "logprobs": scored, "finish_reason": finish_reason}
+        ],
     }
     if usage_now is not None:
         body["usage"] = usage_now
@@ -66,12 +67,18 @@ def token_logprob(token: dict, logprob: float, top: list[tuple[dict, float]]) ->
     """One token's entry in `logprobs.content` (vLLM's ChatCompletionLogProbsContent):
     its text and bytes (`token`: harness.testengine.tokens.logprob_fields), its logprob,
     and its top alternatives, best first."""
-    return {**token, "logprob": logprob,
-            "top_logprobs": [{**t, "logprob": lp} for t, lp in top]}
+    return {**token, "logprob": logprob, "top_logprobs": [{**t, "logprob": lp} for t, lp in top]}
 
 
-def completion(rid: str, model: str, text: str, finish_reason: str, usage_now: dict,
-               extra: dict | None = None, logprobs: list[dict] | None = None) -> dict:
+def completion(
+    rid: str,
+    model: str,
+    text: str,
+    finish_reason: str,
+    usage_now: dict,
+    extra: dict | None = None,
+    logprobs: list[dict] | None = None,
+) -> dict:
     body = {
         "id": rid,
         "object": "chat.completion",
@@ -91,8 +98,15 @@ def completion(rid: str, model: str, text: str, finish_reason: str, usage_now: d
     return body
 
 
-def spec_figures(dialect: Dialect, drafts: int, draft_tokens: int, accepted: int,
-                 histogram: list[int], completion_tokens: int, k: int) -> dict:
+def spec_figures(
+    dialect: Dialect,
+    drafts: int,
+    draft_tokens: int,
+    accepted: int,
+    histogram: list[int],
+    completion_tokens: int,
+    k: int,
+) -> dict:
     """The engine's per-request speculation figures, in each engine's own field names and
     place (harness.engines.request_spec names the sources): vLLM's
     `metrics.speculative_decoding`, SGLang's `sglext.spec_tokens_details`."""

@@ -88,8 +88,9 @@ class Sequence:
 
 
 class ScriptedEngine:
-    def __init__(self, spec: ScriptedEngineSpec, truth_log: IO[str] | None = None,
-                 on_die=None) -> None:
+    def __init__(
+        self, spec: ScriptedEngineSpec, truth_log: IO[str] | None = None, on_die=None
+    ) -> None:
         self.spec = spec
         self.truth = truth_log
         self.on_die = on_die
@@ -274,8 +275,10 @@ class ScriptedEngine:
         first, spec = seq.generated - n, self.spec
         key = seq.prompt_key ^ spec.output_salt  # salt 0: the prompt's own words
         # This arm keeps the runner-up at flip_at_token (output positions are 1-based).
-        return [candidates(key, i, spec.split_char_at_token)[int(i + 1 == spec.flip_at_token)]
-                for i in range(first, first + n)]
+        return [
+            candidates(key, i, spec.split_char_at_token)[int(i + 1 == spec.flip_at_token)]
+            for i in range(first, first + n)
+        ]
 
     def _scores(self, seq: Sequence, n: int) -> list[dict]:
         """The `logprobs.content` entries of the tokens at [generated - n, generated): the
@@ -299,16 +302,23 @@ class ScriptedEngine:
                     ranked, logprob = [(runner, top_lp), (top, runner_lp)], top_lp
                 else:
                     logprob = runner_lp  # a bug: kept a token the target did not prefer
-            ranked = ranked[:seq.top_logprobs]
+            ranked = ranked[: seq.top_logprobs]
             if seq.top_logprobs > 2:
-                others = (w for w in ((runner + j) % len(WORDS) for j in range(1, len(WORDS)))
-                          if w != top)
-                ranked += [(w, runner_lp - _FAR_BELOW - j)
-                           for j, w in zip(range(seq.top_logprobs - 2), others, strict=False)]
+                others = (
+                    w for w in ((runner + j) % len(WORDS) for j in range(1, len(WORDS))) if w != top
+                )
+                ranked += [
+                    (w, runner_lp - _FAR_BELOW - j)
+                    for j, w in zip(range(seq.top_logprobs - 2), others, strict=False)
+                ]
             sglang = spec.metrics_dialect == "sglang"
-            out.append(chunks.token_logprob(
-                logprob_fields(token, sglang, seq.token_ids), logprob,
-                [(logprob_fields(w, sglang, seq.token_ids), lp) for w, lp in ranked]))
+            out.append(
+                chunks.token_logprob(
+                    logprob_fields(token, sglang, seq.token_ids),
+                    logprob,
+                    [(logprob_fields(w, sglang, seq.token_ids), lp) for w, lp in ranked],
+                )
+            )
         return out
 
     def _emit(self, seq: Sequence, n: int, finish: str | None) -> None:
@@ -336,7 +346,7 @@ class ScriptedEngine:
         out: list[bytes] = []
         sizes: list[int] = []
         for gi, group in enumerate(groups):
-            scored = seq.scores[done_so_far:done_so_far + len(group)] if seq.logprobs else None
+            scored = seq.scores[done_so_far : done_so_far + len(group)] if seq.logprobs else None
             done_so_far += len(group)
             last = gi == len(groups) - 1
             text = seq.streamed.delta(b"".join(group), last and finish is not None)
@@ -344,9 +354,18 @@ class ScriptedEngine:
                 seq.unsent += len(group)  # SGLang sends no chunk: these logprobs are lost
                 continue
             use = chunks.usage(seq.prompt_tokens, done_so_far) if seq.continuous_usage else None
-            out.append(chunks.sse(chunks.stream_chunk(
-                seq.rid, spec.served_model, {"content": text}, finish if last else None, use,
-                scored)))
+            out.append(
+                chunks.sse(
+                    chunks.stream_chunk(
+                        seq.rid,
+                        spec.served_model,
+                        {"content": text},
+                        finish if last else None,
+                        use,
+                        scored,
+                    )
+                )
+            )
             sizes.append(len(group) + seq.unsent)
             seq.unsent = 0
         if not out:
@@ -379,8 +398,11 @@ class ScriptedEngine:
             out += chunks.sse(chunks.usage_chunk(seq.rid, model, None, extra))
             extra = None
         if seq.include_usage:
-            out += chunks.sse(chunks.usage_chunk(
-                seq.rid, model, chunks.usage(seq.prompt_tokens, seq.generated), extra))
+            out += chunks.sse(
+                chunks.usage_chunk(
+                    seq.rid, model, chunks.usage(seq.prompt_tokens, seq.generated), extra
+                )
+            )
         return out + chunks.DONE
 
     def _spec_extra(self, seq: Sequence) -> dict | None:
@@ -389,20 +411,37 @@ class ScriptedEngine:
             return None
         if spec.metrics_dialect == "sglang" and not seq.spec_details:
             return None
-        return chunks.spec_figures(spec.metrics_dialect, seq.drafts, seq.draft_tokens,
-                                   seq.accepted, seq.histogram or [0] * (spec.num_draft_tokens + 1),
-                                   seq.generated, spec.num_draft_tokens)
+        return chunks.spec_figures(
+            spec.metrics_dialect,
+            seq.drafts,
+            seq.draft_tokens,
+            seq.accepted,
+            seq.histogram or [0] * (spec.num_draft_tokens + 1),
+            seq.generated,
+            spec.num_draft_tokens,
+        )
 
-    def _log_chunks(self, seq: Sequence, sizes: list[int], t: float,
-                    began: float | None = None) -> None:
+    def _log_chunks(
+        self, seq: Sequence, sizes: list[int], t: float, began: float | None = None
+    ) -> None:
         if seq.first_t is None and sizes:
             seq.first_t = t
         if self.truth is None:
             return
         for n in sizes:
-            self.truth.write(json.dumps({"kind": "chunk", "rid": seq.rid, "i": seq.chunk_index,
-                                         "tokens": n, "t": t,
-                                         "began": t if began is None else began}) + "\n")
+            self.truth.write(
+                json.dumps(
+                    {
+                        "kind": "chunk",
+                        "rid": seq.rid,
+                        "i": seq.chunk_index,
+                        "tokens": n,
+                        "t": t,
+                        "began": t if began is None else began,
+                    }
+                )
+                + "\n"
+            )
             seq.chunk_index += 1
 
     def _fail(self, seq: Sequence, f: FailureInjection) -> None:
@@ -419,16 +458,23 @@ class ScriptedEngine:
         if f.mode == "die" and self.on_die is not None:
             self.on_die()
 
-    def _finish(self, seq: Sequence, reason: str, end_t: float | None = None,
-                error: str | None = None) -> None:
+    def _finish(
+        self, seq: Sequence, reason: str, end_t: float | None = None, error: str | None = None
+    ) -> None:
         if seq in self.running:
             self.running.remove(seq)
         if not seq.stream and error is None:
             extra = self._spec_extra(seq)
             text = b"".join(seq.text).decode("utf-8", "replace")
-            body = chunks.completion(seq.rid, self.spec.served_model, text, reason,
-                                     chunks.usage(seq.prompt_tokens, seq.generated), extra,
-                                     seq.scores if seq.logprobs else None)
+            body = chunks.completion(
+                seq.rid,
+                self.spec.served_model,
+                text,
+                reason,
+                chunks.usage(seq.prompt_tokens, seq.generated),
+                extra,
+                seq.scores if seq.logprobs else None,
+            )
             end_t = seq.sink.finish(json.dumps(body).encode())
             seq.first_t = end_t
         if not self._per_step_counters:
@@ -438,12 +484,22 @@ class ScriptedEngine:
         bucket = reason if error is None else ("abort" if reason == "abort" else "error")
         self.counters.requests_finished[bucket] = self.counters.requests_finished.get(bucket, 0) + 1
         if self.truth is not None:
-            self.truth.write(json.dumps({
-                "kind": "request", "rid": seq.rid, "number": seq.number,
-                "arrival_t": seq.arrival_t, "first_t": seq.first_t,
-                "end_t": end_t if end_t is not None else time.monotonic(),
-                "completion_tokens": seq.generated, "finish_reason": reason, "error": error,
-            }) + "\n")
+            self.truth.write(
+                json.dumps(
+                    {
+                        "kind": "request",
+                        "rid": seq.rid,
+                        "number": seq.number,
+                        "arrival_t": seq.arrival_t,
+                        "first_t": seq.first_t,
+                        "end_t": end_t if end_t is not None else time.monotonic(),
+                        "completion_tokens": seq.generated,
+                        "finish_reason": reason,
+                        "error": error,
+                    }
+                )
+                + "\n"
+            )
             self.truth.flush()
         if seq.done is not None and not seq.done.done():
             seq.done.set_result(error)

@@ -27,7 +27,9 @@ def _free_port() -> int:
 class ScriptedEngineProcess:
     """`with ScriptedEngineProcess(spec, workdir) as engine:` serves at engine.base_url."""
 
-    def __init__(self, spec: ScriptedEngineSpec, workdir: Path, ready_timeout_s: float = 20) -> None:
+    def __init__(
+        self, spec: ScriptedEngineSpec, workdir: Path, ready_timeout_s: float = 20
+    ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = _free_port()
         self.truth_path = workdir / "truth.jsonl"
@@ -35,9 +37,20 @@ class ScriptedEngineProcess:
         spec_path.write_text(spec.model_dump_json())
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.testengine", "--spec", str(spec_path),
-             "--port", str(self.port), "--truth-log", str(self.truth_path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            [
+                sys.executable,
+                "-m",
+                "harness.testengine",
+                "--spec",
+                str(spec_path),
+                "--port",
+                str(self.port),
+                "--truth-log",
+                str(self.truth_path),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + ready_timeout_s
         while time.monotonic() < deadline and self.proc.poll() is None:
             try:

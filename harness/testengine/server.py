@@ -29,14 +29,22 @@ from harness.testengine.engine import ScriptedEngine, Sequence, prompt_key
 from harness.testengine.metrics_text import metrics_text
 from harness.testengine.spec import ENGINE_SESSION_VARIABLE, ScriptedEngineSpec, load_spec
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            500: "Internal Server Error", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 def _response(status: int, body: bytes, ctype: str = "application/json") -> bytes:
     reason = _REASONS.get(status, "Error")
-    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\n"
-            f"content-length: {len(body)}\r\n\r\n").encode() + body
+    return (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: {ctype}\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 def _error(status: int, message: str) -> bytes:
@@ -55,8 +63,10 @@ class HttpSink:
         return self.transport.is_closing()
 
     def start(self) -> None:
-        self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                             b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")
+        self.transport.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
 
     def send(self, data: bytes) -> float:
         if not self.gone:
@@ -99,8 +109,14 @@ def _logprobs_asked(req: dict) -> tuple[bool, int]:
 
 
 class ScriptedServer:
-    def __init__(self, spec: ScriptedEngineSpec, host: str = "127.0.0.1", port: int = 0,
-                 truth_log: str | Path | None = None, exit_on_die: bool = False) -> None:
+    def __init__(
+        self,
+        spec: ScriptedEngineSpec,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        truth_log: str | Path | None = None,
+        exit_on_die: bool = False,
+    ) -> None:
         self.spec, self.host, self.port = spec, host, port
         # Held open for the server's life and closed in close().
         self.truth_file = open(truth_log, "a", buffering=1 << 16) if truth_log else None  # noqa: SIM115
@@ -176,8 +192,14 @@ class ScriptedServer:
             if not transport.is_closing():
                 transport.close()
 
-    async def _dispatch(self, method: str, path: str, body: bytes,
-                        transport: asyncio.WriteTransport, arrival_t: float) -> None:
+    async def _dispatch(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        transport: asyncio.WriteTransport,
+        arrival_t: float,
+    ) -> None:
         spec = self.spec
         if path == "/v1/chat/completions" and method == "POST":
             await self._chat(body, transport, arrival_t)
@@ -187,14 +209,22 @@ class ScriptedServer:
             transport.write(_response(200, b""))
         elif path == "/metrics":
             engine = self._started()
-            text = metrics_text(engine.counters, spec.metrics_dialect, spec.served_model,
-                                spec.num_draft_tokens, engine.created_wall, spec.omit_series)
+            text = metrics_text(
+                engine.counters,
+                spec.metrics_dialect,
+                spec.served_model,
+                spec.num_draft_tokens,
+                engine.created_wall,
+                spec.omit_series,
+            )
             transport.write(_response(200, text, "text/plain; version=0.0.4; charset=utf-8"))
         elif path == "/version":
             transport.write(_response(200, json.dumps({"version": VERSION}).encode()))
         elif path == "/v1/models":
-            models = {"object": "list", "data": [
-                {"id": spec.served_model, "object": "model", "owned_by": "specbench"}]}
+            models = {
+                "object": "list",
+                "data": [{"id": spec.served_model, "object": "model", "owned_by": "specbench"}],
+            }
             transport.write(_response(200, json.dumps(models).encode()))
         else:
             transport.write(_error(404, f"no route {path}"))
@@ -219,31 +249,57 @@ class ScriptedServer:
         if failure is not None and failure.mode == "refuse":
             transport.write(_error(failure.status, "refused by failure injection"))
             if self.truth_file is not None:
-                self.truth_file.write(json.dumps({
-                    "kind": "request", "rid": rid, "number": number, "arrival_t": arrival_t,
-                    "first_t": None, "end_t": time.monotonic(), "completion_tokens": 0,
-                    "finish_reason": None, "error": "refuse"}) + "\n")
+                self.truth_file.write(
+                    json.dumps(
+                        {
+                            "kind": "request",
+                            "rid": rid,
+                            "number": number,
+                            "arrival_t": arrival_t,
+                            "first_t": None,
+                            "end_t": time.monotonic(),
+                            "completion_tokens": 0,
+                            "finish_reason": None,
+                            "error": "refuse",
+                        }
+                    )
+                    + "\n"
+                )
             return
         stream = bool(req.get("stream", False))
         options = req.get("stream_options") or {}
         include_usage = stream and bool(options.get("include_usage"))
         seq = Sequence(
-            rid=rid, number=number, prompt_tokens=_prompt_tokens(messages),
-            max_tokens=max_tokens, ignore_eos=bool(req.get("ignore_eos", False)),
-            stream=stream, include_usage=include_usage,
-            continuous_usage=include_usage and spec.continuous_usage
+            rid=rid,
+            number=number,
+            prompt_tokens=_prompt_tokens(messages),
+            max_tokens=max_tokens,
+            ignore_eos=bool(req.get("ignore_eos", False)),
+            stream=stream,
+            include_usage=include_usage,
+            continuous_usage=include_usage
+            and spec.continuous_usage
             and bool(options.get("continuous_usage_stats")),
-            sink=HttpSink(transport, stream), arrival_t=arrival_t, failure=failure,
+            sink=HttpSink(transport, stream),
+            arrival_t=arrival_t,
+            failure=failure,
             prompt_key=prompt_key(messages),
             spec_details=bool(req.get("return_spec_tokens_details", False)),
-            logprobs=logprobs, top_logprobs=top_logprobs,
-            token_ids=spec.metrics_dialect == "vllm" and bool(req.get("return_tokens_as_token_ids")),
+            logprobs=logprobs,
+            top_logprobs=top_logprobs,
+            token_ids=spec.metrics_dialect == "vllm"
+            and bool(req.get("return_tokens_as_token_ids")),
         )
         if stream:
             seq.sink.start()
             use = chunks.usage(seq.prompt_tokens, 0) if seq.continuous_usage else None
-            seq.sink.send(chunks.sse(chunks.stream_chunk(
-                rid, spec.served_model, {"role": "assistant", "content": ""}, None, use)))
+            seq.sink.send(
+                chunks.sse(
+                    chunks.stream_chunk(
+                        rid, spec.served_model, {"role": "assistant", "content": ""}, None, use
+                    )
+                )
+            )
         await engine.submit(seq)
 
 
@@ -315,23 +371,30 @@ def _spec_from_args(args: argparse.Namespace) -> ScriptedEngineSpec:
 def _declared_faults(spec: ScriptedEngineSpec, session: int | None = None) -> list[str]:
     faults = []
     if spec.session_speed_spread and session is not None:
-        faults.append(f"session {session}: speed factor {spec.speed_factor:.4f}"
-                      f" (session_speed_spread {spec.session_speed_spread:g},"
-                      f" seed {spec.session_speed_seed})")
+        faults.append(
+            f"session {session}: speed factor {spec.speed_factor:.4f}"
+            f" (session_speed_spread {spec.session_speed_spread:g},"
+            f" seed {spec.session_speed_seed})"
+        )
     if spec.frozen_spec_counters and spec.num_draft_tokens:
         faults.append("speculation counters frozen (frozen_spec_counters): they never move")
     if spec.output_salt:
-        faults.append(f"output salted (output_salt {spec.output_salt}): greedy text differs"
-                      " from an unsalted engine's")
+        faults.append(
+            f"output salted (output_salt {spec.output_salt}): greedy text differs"
+            " from an unsalted engine's"
+        )
     if spec.flip_at_token is not None:
-        faults.append(f"output flipped (flip_at_token {spec.flip_at_token}): that word is the"
-                      " runner-up, not the target's top-1")
+        faults.append(
+            f"output flipped (flip_at_token {spec.flip_at_token}): that word is the"
+            " runner-up, not the target's top-1"
+        )
     return faults
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    server = ScriptedServer(_spec_from_args(args), args.host, args.port, args.truth_log,
-                            exit_on_die=True)
+    server = ScriptedServer(
+        _spec_from_args(args), args.host, args.port, args.truth_log, exit_on_die=True
+    )
     await server.start()
     print(f"scripted engine listening on http://{args.host}:{server.port}", flush=True)
     for fault in _declared_faults(server.spec, args.session):
@@ -352,22 +415,28 @@ def _session_from_environment() -> int | None:
     try:
         return int(value)
     except ValueError:
-        raise InputError(f"${ENGINE_SESSION_VARIABLE}={value!r}: expected a session number"
-                         ) from None
+        raise InputError(
+            f"${ENGINE_SESSION_VARIABLE}={value!r}: expected a session number"
+        ) from None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.testengine",
-                                     description="Scripted OpenAI-compatible test engine.")
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.testengine", description="Scripted OpenAI-compatible test engine."
+    )
     parser.add_argument("--spec", help="ScriptedEngineSpec file, JSON or YAML")
     parser.add_argument("--spec-json", help="ScriptedEngineSpec as inline JSON")
     parser.add_argument("--served-model-name", help="override the spec's served_model")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--truth-log", default=None, help="JSONL: every chunk's send time")
-    parser.add_argument("--session", type=int, default=None,
-                        help=f"engine session number for session_speed_spread (default:"
-                             f" ${ENGINE_SESSION_VARIABLE}, else none)")
+    parser.add_argument(
+        "--session",
+        type=int,
+        default=None,
+        help=f"engine session number for session_speed_spread (default:"
+        f" ${ENGINE_SESSION_VARIABLE}, else none)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.session is None:

@@ -18,7 +18,47 @@ from __future__ import annotations
 import codecs
 from dataclasses import dataclass, field
 
-WORDS = ["the", "of", "and", "to", "in", "is", "that", "it", "for", "on", "with", "as", "was", "at", "by", "an", "be", "this", "from", "or", "are", "not", "have", "one", "all", "were", "which", "when", "there", "can", "more", "if", "will", "each", "about", "how", "up", "out", "them"]
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "it",
+    "for",
+    "on",
+    "with",
+    "as",
+    "was",
+    "at",
+    "by",
+    "an",
+    "be",
+    "this",
+    "from",
+    "or",
+    "are",
+    "not",
+    "have",
+    "one",
+    "all",
+    "were",
+    "which",
+    "when",
+    "there",
+    "can",
+    "more",
+    "if",
+    "will",
+    "each",
+    "about",
+    "how",
+    "up",
+    "out",
+    "them",
+]
 FRAGMENTS = 1000
 _FRAGMENT_BYTES = [b"\xe4\xb8", b"\xe4\xb9", b"\xad"]  # U+4E2D / U+4E6D split after 2 bytes
 
@@ -69,7 +109,8 @@ class StreamedText:
     held: bytes = b""  # SGLang: bytes not yet committed as text
     sent: int = 0  # SGLang: characters of the held text already sent
     decoder: codecs.IncrementalDecoder = field(
-        default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+        default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace")
+    )
 
     def delta(self, data: bytes, final: bool) -> str:
         """The text a step whose tokens are `data` sends ("" : nothing yet)."""
@@ -78,11 +119,16 @@ class StreamedText:
         self.held += data
         text = self.held.decode("utf-8", "replace")
         if final or (text and not text.endswith("\ufffd")):
-            out, self.held, self.sent = text[self.sent:], b"", 0
+            out, self.held, self.sent = text[self.sent :], b"", 0
             return out
-        printable = (text if text.endswith("\n") else text[:-1]
-                     if len(text) > 1 and _cjk(text[-2]) else text[:text.rfind(" ") + 1])
-        out, self.sent = printable[self.sent:], max(self.sent, len(printable))
+        printable = (
+            text
+            if text.endswith("\n")
+            else text[:-1]
+            if len(text) > 1 and _cjk(text[-2])
+            else text[: text.rfind(" ") + 1]
+        )
+        out, self.sent = printable[self.sent :], max(self.sent, len(printable))
         return out
 
 

@@ -34,7 +34,8 @@ def hub_cache_dir() -> Path:
     raw = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
     if not raw:
         home = env.get("HF_HOME") or os.path.join(
-            env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface")
+            env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface"
+        )
         raw = os.path.join(home, "hub")
     return Path(os.path.expandvars(os.path.expanduser(raw))).resolve()
 
@@ -64,7 +65,9 @@ class CachedCheckpoint:
 
 def _weights_missing(snapshot: Path) -> list[str]:
     missing = [] if (snapshot / "config.json").exists() else ["config.json"]
-    indexes = list(snapshot.glob("*.safetensors.index.json")) + list(snapshot.glob("*.bin.index.json"))
+    indexes = list(snapshot.glob("*.safetensors.index.json")) + list(
+        snapshot.glob("*.bin.index.json")
+    )
     if indexes:
         for index in indexes:
             try:
@@ -87,7 +90,9 @@ def _size(snapshot: Path) -> int:
     return total
 
 
-def find_checkpoint(repo_id: str, revision: str | None, cache: Path | None = None) -> CachedCheckpoint:
+def find_checkpoint(
+    repo_id: str, revision: str | None, cache: Path | None = None
+) -> CachedCheckpoint:
     """The cached snapshot of repo_id at revision (a commit sha, or a branch or tag
     whose ref the cache holds); revision None means the hub's default, main. `cache`
     defaults to hub_cache_dir()."""

@@ -68,8 +68,11 @@ def _card_patterns(snapshot: Path, config: str, split: str) -> list[str] | None:
         if isinstance(files, str):
             return [files]
         if isinstance(files, list):
-            return [str(f["path"]) for f in files
-                    if isinstance(f, dict) and f.get("split") == split and "path" in f]
+            return [
+                str(f["path"])
+                for f in files
+                if isinstance(f, dict) and f.get("split") == split and "path" in f
+            ]
     return None
 
 
@@ -79,8 +82,11 @@ def config_patterns(snapshot: Path, config: str, split: str = "test") -> list[st
     files under a folder named after the configuration or named `<config>-*.parquet`, as
     config_files reads them."""
     return _card_patterns(snapshot, config, split) or [
-        f"{config}/*.parquet", f"*/{config}/*.parquet", f"{config}-*.parquet",
-        f"*/{config}-*.parquet"]
+        f"{config}/*.parquet",
+        f"*/{config}/*.parquet",
+        f"{config}-*.parquet",
+        f"*/{config}-*.parquet",
+    ]
 
 
 def config_files(snapshot: Path, config: str, split: str = "test") -> list[Path]:
@@ -89,11 +95,12 @@ def config_files(snapshot: Path, config: str, split: str = "test") -> list[Path]
     (or named `<config>-*.parquet`)."""
     patterns = _card_patterns(snapshot, config, split)
     if patterns:
-        return sorted({p for pattern in patterns for p in snapshot.glob(pattern)
-                       if p.is_file()})
-    return sorted(p for p in snapshot.rglob("*.parquet")
-                  if config in p.relative_to(snapshot).parts[:-1]
-                  or p.name.startswith(f"{config}-"))
+        return sorted({p for pattern in patterns for p in snapshot.glob(pattern) if p.is_file()})
+    return sorted(
+        p
+        for p in snapshot.rglob("*.parquet")
+        if config in p.relative_to(snapshot).parts[:-1] or p.name.startswith(f"{config}-")
+    )
 
 
 def snapshot_of(source: DatasetSource, cache: Path | None = None) -> Path | None:
@@ -112,12 +119,16 @@ def absent_line(source: DatasetSource, cache: Path | None = None) -> str | None:
     cache = cache or hub_cache_dir()
     snapshot = snapshot_of(source, cache)
     if snapshot is None:
-        return (f"{source.label} is not in the hub cache {cache}: expected"
-                f" {dataset_folder(cache, source.dataset).name}/snapshots/{source.revision};"
-                " run `specbench fetch` on the study")
+        return (
+            f"{source.label} is not in the hub cache {cache}: expected"
+            f" {dataset_folder(cache, source.dataset).name}/snapshots/{source.revision};"
+            " run `specbench fetch` on the study"
+        )
     if not config_files(snapshot, source.config):
-        return (f"{source.label}: its snapshot in {cache} has no parquet file of the"
-                f" configuration {source.config!r}; run `specbench fetch` on the study")
+        return (
+            f"{source.label}: its snapshot in {cache} has no parquet file of the"
+            f" configuration {source.config!r}; run `specbench fetch` on the study"
+        )
     return None
 
 
@@ -136,12 +147,15 @@ def file_digests(source: DatasetSource, cache: Path | None = None) -> dict[str, 
     files = dataset_files(source, cache)
     snapshot = snapshot_of(source, cache)
     assert snapshot is not None
-    return {f"{source.dataset}@{source.revision}/{p.relative_to(snapshot).as_posix()}":
-            sha256_of(p) for p in files}
+    return {
+        f"{source.dataset}@{source.revision}/{p.relative_to(snapshot).as_posix()}": sha256_of(p)
+        for p in files
+    }
 
 
-def fetch_dataset(source: DatasetSource, console: Console, cache: Path | None = None,
-                  offline: bool = False) -> list[Path]:
+def fetch_dataset(
+    source: DatasetSource, console: Console, cache: Path | None = None, offline: bool = False
+) -> list[Path]:
     """Download the registered configuration of the dataset at its revision into the hub
     cache (offline: find it there): first the dataset card, then the files the card names
     for the configuration, not the whole repository (SPEED-Bench holds every config,
@@ -155,15 +169,24 @@ def fetch_dataset(source: DatasetSource, console: Console, cache: Path | None = 
     from harness.weights.hub import download_problem
 
     try:
-        card = snapshot_download(source.dataset, repo_type="dataset",
-                                 revision=source.revision, cache_dir=cache,
-                                 allow_patterns=["README.md"])
-        snapshot_download(source.dataset, repo_type="dataset", revision=source.revision,
-                          cache_dir=cache,
-                          allow_patterns=config_patterns(Path(card), source.config))
+        card = snapshot_download(
+            source.dataset,
+            repo_type="dataset",
+            revision=source.revision,
+            cache_dir=cache,
+            allow_patterns=["README.md"],
+        )
+        snapshot_download(
+            source.dataset,
+            repo_type="dataset",
+            revision=source.revision,
+            cache_dir=cache,
+            allow_patterns=config_patterns(Path(card), source.config),
+        )
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as err:
-        raise DatasetNotFetched(download_problem(err, source.label, source.revision,
-                                                 "dataset")) from None
+        raise DatasetNotFetched(
+            download_problem(err, source.label, source.revision, "dataset")
+        ) from None
     return dataset_files(source, cache)
 
 

@@ -45,8 +45,9 @@ class _Entry(BaseModel):
 
 def weight_files(folder: Path) -> list[Path]:
     """The weight files under a checkpoint folder, in a stable order."""
-    return sorted(p for p in Path(folder).rglob("*")
-                  if p.name.endswith(WEIGHT_SUFFIXES) and p.is_file())
+    return sorted(
+        p for p in Path(folder).rglob("*") if p.name.endswith(WEIGHT_SUFFIXES) and p.is_file()
+    )
 
 
 def cache_file(folder: Path) -> Path:
@@ -85,16 +86,21 @@ def weight_hashes(folder: Path) -> tuple[list[FileHash], int]:
         stat = real.stat()
         old = cached.get(rel)
         if old is not None and (old.real, old.size, old.mtime_ns) == (
-                str(real), stat.st_size, stat.st_mtime_ns):
+            str(real),
+            stat.st_size,
+            stat.st_mtime_ns,
+        ):
             entry = old
         else:
-            entry = _Entry(real=str(real), size=stat.st_size, mtime_ns=stat.st_mtime_ns,
-                           sha256=sha256_of(real))
+            entry = _Entry(
+                real=str(real), size=stat.st_size, mtime_ns=stat.st_mtime_ns, sha256=sha256_of(real)
+            )
             hashed += 1
             if _SHA256.match(real.name) and real.name != entry.sha256:
                 raise InputError(
                     f"{path}: sha256 {entry.sha256} differs from the hub's {real.name} for this"
-                    f" blob ({real}): a corrupt download; delete the blob and fetch again")
+                    f" blob ({real}): a corrupt download; delete the blob and fetch again"
+                )
         entries[rel] = entry
         out.append(FileHash(file=rel, size=entry.size, sha256=entry.sha256))
     if hashed or set(entries) != set(cached):

@@ -52,22 +52,24 @@ def locate(ckpt: Checkpoint, cache: Path | None = None) -> Snapshot:
     if found.commit is None or found.snapshot is None:
         raise NotFetched(f"{ckpt.label}: not in the hub cache {cache}")
     try:
-        snapshot_download(ckpt.repo, revision=found.commit, cache_dir=cache,
-                          local_files_only=True)
+        snapshot_download(ckpt.repo, revision=found.commit, cache_dir=cache, local_files_only=True)
     except LocalEntryNotFoundError as err:
         # Its subclass IncompleteSnapshotError: the snapshot folder exists, but the tree
         # listing cached by an earlier download names files it lacks.
         if type(err).__name__ == "IncompleteSnapshotError":
-            raise NotFetched(f"{ckpt.label}: the cached snapshot in {cache} is incomplete;"
-                             " run `specbench fetch` with network access") from None
+            raise NotFetched(
+                f"{ckpt.label}: the cached snapshot in {cache} is incomplete;"
+                " run `specbench fetch` with network access"
+            ) from None
         raise NotFetched(f"{ckpt.label}: not in the hub cache {cache}") from None
     except ValueError as err:  # not a valid repository id or revision
         raise NotFetched(f"{ckpt.label}: not in the hub cache {cache} ({err})") from None
     return Snapshot(ckpt.repo, ckpt.revision, found.commit, found.snapshot)
 
 
-def download_problem(err: BaseException, label: str, revision: str | None,
-                     what: str = "repository") -> str:
+def download_problem(
+    err: BaseException, label: str, revision: str | None, what: str = "repository"
+) -> str:
     """A failed snapshot_download in one line: gated, missing, no such revision, offline
     and not cached, or the error's first line."""
     from huggingface_hub.errors import (
@@ -78,11 +80,12 @@ def download_problem(err: BaseException, label: str, revision: str | None,
     )
 
     if isinstance(err, GatedRepoError):
-        return (f"{label}: the {what} is gated: accept its terms on the hub and log in"
-                " (`hf auth login`)")
+        return (
+            f"{label}: the {what} is gated: accept its terms on the hub and log in"
+            " (`hf auth login`)"
+        )
     if isinstance(err, RepositoryNotFoundError):
-        return (f"{label}: no such {what} on the hub (or it is private: log in with"
-                " `hf auth login`)")
+        return f"{label}: no such {what} on the hub (or it is private: log in with `hf auth login`)"
     if isinstance(err, RevisionNotFoundError):
         return f"{label}: the {what} has no revision {revision!r}"
     text = str(err).strip()
@@ -117,8 +120,9 @@ def fetch(ckpt: Checkpoint, console: Console, cache: Path | None = None) -> Snap
         with rich_progress(console):
             # Typed as tqdm.auto's class, any tqdm works (RichTqdm: a plain one, on purpose).
             bars: Any = RichTqdm
-            path = snapshot_download(ckpt.repo, revision=ckpt.revision, cache_dir=cache,
-                                     tqdm_class=bars)
+            path = snapshot_download(
+                ckpt.repo, revision=ckpt.revision, cache_dir=cache, tqdm_class=bars
+            )
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as err:
         raise NotFetched(download_problem(err, ckpt.label, ckpt.revision)) from None
     return Snapshot(ckpt.repo, ckpt.revision, Path(path).name, Path(path))

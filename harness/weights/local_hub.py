@@ -26,15 +26,25 @@ def folder_commit(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def add_to_hub_cache(folder: Path, cache: Path, repo: str, *, branch: str | None = "main",
-                     commit: str | None = None, repo_type: str = "model") -> str:
+def add_to_hub_cache(
+    folder: Path,
+    cache: Path,
+    repo: str,
+    *,
+    branch: str | None = "main",
+    commit: str | None = None,
+    repo_type: str = "model",
+) -> str:
     """Copy `folder` into `cache` as `repo` (a model, or with repo_type "dataset" a
     dataset: datasets--org--name) at a commit (default: folder_commit), with
     refs/<branch> pointing at it; returns the commit."""
     folder = Path(folder)
     commit = commit or folder_commit(folder)
-    storage = (dataset_folder(Path(cache), repo) if repo_type == "dataset"
-               else repo_folder(Path(cache), repo))
+    storage = (
+        dataset_folder(Path(cache), repo)
+        if repo_type == "dataset"
+        else repo_folder(Path(cache), repo)
+    )
     snapshot = storage / "snapshots" / commit
     (storage / "blobs").mkdir(parents=True, exist_ok=True)
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):

@@ -61,8 +61,9 @@ class RichTqdm(tqdm):
     def display(self, msg: str | None = None, pos: int | None = None) -> bool:  # type: ignore[override]
         progress = RichTqdm.progress
         if self._task is not None and progress is not None:
-            progress.update(self._task, completed=self.n, total=self.total or None,
-                            description=self.desc or "")
+            progress.update(
+                self._task, completed=self.n, total=self.total or None, description=self.desc or ""
+            )
         return True
 
     def close(self) -> None:

@@ -61,16 +61,24 @@ def weights_problems(study: Study, arm: Arm) -> list[str]:
         try:
             locate(ckpt)
         except NotFetched as err:
-            out.append(f"{', '.join(ckpt.roles)} {err.lines[0]}; the engine starts offline"
-                       " (HF_HUB_OFFLINE=1): run `specbench fetch` on the study first")
+            out.append(
+                f"{', '.join(ckpt.roles)} {err.lines[0]}; the engine starts offline"
+                " (HF_HUB_OFFLINE=1): run `specbench fetch` on the study first"
+            )
     return out
 
 
 def _local_record(path: str) -> dict[str, Any]:
     folder = Path(os.path.expanduser(path)).resolve()
     files, _ = weight_hashes(folder) if folder.is_dir() else ([], 0)
-    return {"roles": [], "source": "local", "path": str(folder), "revision": None,
-            "commit": None, "weights": [f.model_dump() for f in files]}
+    return {
+        "roles": [],
+        "source": "local",
+        "path": str(folder),
+        "revision": None,
+        "commit": None,
+        "weights": [f.model_dump() for f in files],
+    }
 
 
 def checkpoint_records(study: Study) -> list[dict[str, Any]]:
@@ -83,17 +91,33 @@ def checkpoint_records(study: Study) -> list[dict[str, Any]]:
             snap = locate(ckpt)
         except NotFetched as err:
             # An arm that downloads by itself (HF_HUB_OFFLINE: "0"): nothing to hash yet.
-            records.append({"roles": list(ckpt.roles), "source": "hub", "repo": ckpt.repo,
-                            "revision": ckpt.revision, "commit": None, "weights": [],
-                            "note": err.lines[0]})
+            records.append(
+                {
+                    "roles": list(ckpt.roles),
+                    "source": "hub",
+                    "repo": ckpt.repo,
+                    "revision": ckpt.revision,
+                    "commit": None,
+                    "weights": [],
+                    "note": err.lines[0],
+                }
+            )
             continue
         try:
             files, _ = weight_hashes(snap.path)
         except OSError as err:
             raise SpecbenchError(f"{ckpt.label}: cannot read its weight files: {err}") from None
-        records.append({"roles": list(ckpt.roles), "source": "hub", "repo": ckpt.repo,
-                        "revision": ckpt.revision, "commit": snap.commit,
-                        "snapshot": str(snap.path), "weights": [f.model_dump() for f in files]})
+        records.append(
+            {
+                "roles": list(ckpt.roles),
+                "source": "hub",
+                "repo": ckpt.repo,
+                "revision": ckpt.revision,
+                "commit": snap.commit,
+                "snapshot": str(snap.path),
+                "weights": [f.model_dump() for f in files],
+            }
+        )
     local: dict[str, dict[str, Any]] = {}
 
     def add_local(path: str, role: str) -> None:

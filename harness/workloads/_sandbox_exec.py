@@ -296,8 +296,9 @@ def _verdict(code, out: _Capped, res: _Capped, timed_out, t0, t_start, t_end, li
     elapsed = t_end - (t_start if t_start is not None else t0)
 
     def result(passed: bool, status: str, detail: str) -> RunResult:
-        return RunResult(passed, status, detail, tag, elapsed, code, output[-4096:],
-                         t0, t_start, t_end)
+        return RunResult(
+            passed, status, detail, tag, elapsed, code, output[-4096:], t0, t_start, t_end
+        )
 
     if not started:
         if setup_errors:

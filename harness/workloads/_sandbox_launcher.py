@@ -78,11 +78,21 @@ class SetupError(Exception):
 
 def _libc():
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
-                           ctypes.c_char_p]
+    libc.mount.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_ulong,
+        ctypes.c_char_p,
+    ]
     libc.unshare.argtypes = [ctypes.c_int]
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                           ctypes.c_ulong]
+    libc.prctl.argtypes = [
+        ctypes.c_int,
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+    ]
     return libc
 
 
@@ -132,8 +142,12 @@ def _remount_all_readonly(libc) -> None:
 
 
 class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
-                ("k", ctypes.c_uint32)]
+    _fields_ = [
+        ("code", ctypes.c_ushort),
+        ("jt", ctypes.c_ubyte),
+        ("jf", ctypes.c_ubyte),
+        ("k", ctypes.c_uint32),
+    ]
 
 
 class _SockFprog(ctypes.Structure):
@@ -163,8 +177,10 @@ def _deny_sockets(libc) -> bool:
     ]
     filters = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
     fprog = _SockFprog(len(prog), filters)
-    _call("prctl(SECCOMP)", libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER,
-                                       ctypes.addressof(fprog), 0, 0))
+    _call(
+        "prctl(SECCOMP)",
+        libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0),
+    )
     return True
 
 
@@ -184,8 +200,17 @@ def _guard_argv(cfg: dict, exe: str) -> list[str]:
     with open(cfg["guard_path"], encoding="utf-8") as f:
         guard_src = f.read()
     return [
-        exe, "-S", "-s", "-P", "-B", "-c", guard_src,
-        cfg["program"], str(cfg["result_fd"]), "1" if cfg["audit_hook"] else "0", cfg["workdir"],
+        exe,
+        "-S",
+        "-s",
+        "-P",
+        "-B",
+        "-c",
+        guard_src,
+        cfg["program"],
+        str(cfg["result_fd"]),
+        "1" if cfg["audit_hook"] else "0",
+        cfg["workdir"],
     ]
 
 

@@ -312,8 +312,12 @@ def _items_mmlu_hub(spec: TaskTemplate, rows: list[dict], where: str) -> list[It
         letter = _LETTERS[answer] if isinstance(answer, int) else str(answer)
         all_items.append(
             _mmlu_item(
-                spec, f"{subject}/{n}", subject, _need(row, "question", w),
-                list(_need(row, "choices", w)), letter,
+                spec,
+                f"{subject}/{n}",
+                subject,
+                _need(row, "question", w),
+                list(_need(row, "choices", w)),
+                letter,
             )
         )
     if len(all_items) < MMLU_DRAW_N:
@@ -333,14 +337,21 @@ def _items_speed_bench(spec: TaskTemplate, rows: list[dict], where: str) -> list
         if not isinstance(turns[0], str) or not turns[0].strip():
             # Never an empty prompt: a row whose text must first be rebuilt from its
             # source (src_id) is refused, not sent.
-            raise DataIntegrityError(f"{where} row {i} (question_id {qid}): its first turn"
-                                     " has no text")
+            raise DataIntegrityError(
+                f"{where} row {i} (question_id {qid}): its first turn has no text"
+            )
         reference = {k: row.get(k) for k in REFERENCE_FIELDS}
         reference["turns"] = len(turns)
-        items.append(Item(id=f"speed_bench:{qid}", kind="speed_bench",
-                          messages=spec.render({"turn1": turns[0]}), reference=reference,
-                          # Sent as one session with `turns: all` (harness.measure.driver).
-                          later_turns=tuple(str(t) for t in turns[1:])))
+        items.append(
+            Item(
+                id=f"speed_bench:{qid}",
+                kind="speed_bench",
+                messages=spec.render({"turn1": turns[0]}),
+                reference=reference,
+                # Sent as one session with `turns: all` (harness.measure.driver).
+                later_turns=tuple(str(t) for t in turns[1:]),
+            )
+        )
     return items
 
 
@@ -349,13 +360,16 @@ def _mmlu_order(item: Item) -> tuple[str, int]:
     return (subject, int(row))
 
 
-_BUILDERS = per_kind({
-    "chat": _items_chat,
-    "gsm8k": _items_gsm8k,
-    "humaneval": _items_humaneval,
-    "mmlu": _items_mmlu,
-    "speed_bench": _items_speed_bench,
-}, "harness/workloads/data.py item builders")
+_BUILDERS = per_kind(
+    {
+        "chat": _items_chat,
+        "gsm8k": _items_gsm8k,
+        "humaneval": _items_humaneval,
+        "mmlu": _items_mmlu,
+        "speed_bench": _items_speed_bench,
+    },
+    "harness/workloads/data.py item builders",
+)
 
 
 def subset_items(items: list[Item], n: int, seed: int = 0) -> list[Item]:
@@ -393,11 +407,13 @@ def load_items(
     spec = load_task(kind)
     if kind in CACHED_KINDS:
         # From the hub cache only, offline (`specbench fetch` put it there).
-        where = (f"{source.dataset}@{source.revision} {getattr(source, 'config', None)}"
-                 if source else kind)
+        where = (
+            f"{source.dataset}@{source.revision} {getattr(source, 'config', None)}"
+            if source
+            else kind
+        )
         try:
-            rows = keep_categories(read_rows(source), getattr(source, "categories", None),
-                                   where)
+            rows = keep_categories(read_rows(source), getattr(source, "categories", None), where)
             rows = without_placeholders(rows, getattr(source, "placeholders", None), where)
         except ValueError as err:
             raise DataIntegrityError(str(err)) from None

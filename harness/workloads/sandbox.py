@@ -81,9 +81,21 @@ from harness.workloads._sandbox_exec import (
 )
 
 __all__ = [
-    "GUARD", "LAUNCHER", "MAX_SLOTS", "SETUP_TIMEOUT_S", "UID_BASE", "RunResult", "SandboxError",
-    "SandboxLimits", "default_parallel", "isolation_mode", "namespaces_available",
-    "run_program", "run_programs", "sandbox_uids", "with_limits",
+    "GUARD",
+    "LAUNCHER",
+    "MAX_SLOTS",
+    "SETUP_TIMEOUT_S",
+    "UID_BASE",
+    "RunResult",
+    "SandboxError",
+    "SandboxLimits",
+    "default_parallel",
+    "isolation_mode",
+    "namespaces_available",
+    "run_program",
+    "run_programs",
+    "sandbox_uids",
+    "with_limits",
 ]
 
 

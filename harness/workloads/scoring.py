@@ -106,9 +106,7 @@ def score_items(
         _check_item(kind, items_by_id[rid], text)
     spec = load_task(kind)
     if kind != "humaneval":
-        return [
-            _score_text(kind, spec, items_by_id[rid], text) for rid, text in responses.items()
-        ]
+        return [_score_text(kind, spec, items_by_id[rid], text) for rid, text in responses.items()]
 
     ids = list(responses)
     codes, programs = [], []

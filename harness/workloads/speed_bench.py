@@ -17,8 +17,16 @@ from typing import Any
 
 from harness.weights.datasets import DatasetSource, dataset_files, file_digests
 
-COLUMNS = ("question_id", "category", "sub_category", "turns", "source", "src_id",
-           "difficulty", "multiturn")
+COLUMNS = (
+    "question_id",
+    "category",
+    "sub_category",
+    "turns",
+    "source",
+    "src_id",
+    "difficulty",
+    "multiturn",
+)
 # What each item's reference keeps of its row (turns: how many the row has).
 REFERENCE_FIELDS = ("question_id", "category", "sub_category", "difficulty", "source", "multiturn")
 
@@ -26,8 +34,10 @@ REFERENCE_FIELDS = ("question_id", "category", "sub_category", "difficulty", "so
 def dataset_source(source: Any) -> DatasetSource:
     """The dataset a task's `source` (schema.HubSource) names."""
     if not source or not getattr(source, "config", None):
-        raise ValueError("a speed_bench task reads its data through its source"
-                         " (filled from its config, categories and revision)")
+        raise ValueError(
+            "a speed_bench task reads its data through its source"
+            " (filled from its config, categories and revision)"
+        )
     return DatasetSource(source.dataset, source.revision, source.config)
 
 
@@ -53,8 +63,9 @@ def keep_categories(rows: list[dict], categories: list[str] | None, where: str) 
     present = list(dict.fromkeys(str(r["category"]) for r in rows))
     unknown = [c for c in categories if c not in present]
     if unknown:
-        raise ValueError(f"{where}: no row of category {unknown}; the categories there are"
-                         f" {present}")
+        raise ValueError(
+            f"{where}: no row of category {unknown}; the categories there are {present}"
+        )
     return [r for r in rows if r["category"] in categories]
 
 
@@ -96,8 +107,12 @@ def without_placeholders(rows: list[dict], policy: str | None, where: str) -> li
         raise ValueError(
             f"{where}: rows whose text is the placeholder {PLACEHOLDER[:40]!r}... (its text"
             f" lives in another dataset), by category: {counts_text(counts)}; never sent:"
-            + (" no row is left" if kept == [] and policy == "drop" else
-               " register `placeholders: drop` on the task to measure the rest"))
+            + (
+                " no row is left"
+                if kept == [] and policy == "drop"
+                else " register `placeholders: drop` on the task to measure the rest"
+            )
+        )
     return kept
 
 

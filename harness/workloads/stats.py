@@ -92,7 +92,9 @@ def paired_comparison(a: dict[str, bool], b: dict[str, bool]) -> PairedCompariso
             parts.append(f"{len(only_in_a)} only in A (e.g. {', '.join(only_in_a[:3])})")
         if only_in_b:
             parts.append(f"{len(only_in_b)} only in B (e.g. {', '.join(only_in_b[:3])})")
-        raise ValueError("paired comparison needs the same item ids in both arms: " + "; ".join(parts))
+        raise ValueError(
+            "paired comparison needs the same item ids in both arms: " + "; ".join(parts)
+        )
     both_right = only_a = only_b = both_wrong = 0
     for key in ka:
         ra, rb = bool(a[key]), bool(b[key])

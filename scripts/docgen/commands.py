@@ -33,10 +33,17 @@ def _argument_row(action: argparse.Action) -> str:
         name = ", ".join(action.option_strings)
         if action.nargs != 0:
             metavar = action.metavar or (
-                "{" + ",".join(map(str, action.choices)) + "}" if action.choices
-                else action.dest.upper())
-            name += f" {metavar}" if action.nargs is None else f" [{metavar}]" \
-                if action.nargs == "?" else f" {metavar} ..."
+                "{" + ",".join(map(str, action.choices)) + "}"
+                if action.choices
+                else action.dest.upper()
+            )
+            name += (
+                f" {metavar}"
+                if action.nargs is None
+                else f" [{metavar}]"
+                if action.nargs == "?"
+                else f" {metavar} ..."
+            )
     else:
         name = str(action.metavar or action.dest)  # a tuple metavar is for options only
         if action.choices:
@@ -44,8 +51,9 @@ def _argument_row(action: argparse.Action) -> str:
     default = action.default
     if isinstance(default, Path) and default.is_relative_to(ROOT):
         default = default.relative_to(ROOT)  # the repository's folder, not this checkout's
-    shown = "" if default in (None, False, argparse.SUPPRESS) or action.nargs == 0 \
-        else f"`{default}`"
+    shown = (
+        "" if default in (None, False, argparse.SUPPRESS) or action.nargs == 0 else f"`{default}`"
+    )
     return f"| `{cell(name)}` | {cell(_help_text(action))} | {cell(shown)} |"
 
 
@@ -66,15 +74,23 @@ def command_reference(parser: argparse.ArgumentParser, heading: str = "##") -> s
         if text:
             out.extend([text[0].upper() + text[1:] + ("" if text.endswith(".") else "."), ""])
         out.extend(["```text", _usage(sub), "```", ""])
-        rows = [a for a in sub._actions if not isinstance(a, argparse._HelpAction | argparse.
-                                                          _SubParsersAction)]
+        rows = [
+            a
+            for a in sub._actions
+            if not isinstance(a, argparse._HelpAction | argparse._SubParsersAction)
+        ]
         if rows:
-            out.extend(["| argument | what it does | default |", "|---|---|---|",
-                        *map(_argument_row, rows), ""])
+            out.extend(
+                [
+                    "| argument | what it does | default |",
+                    "|---|---|---|",
+                    *map(_argument_row, rows),
+                    "",
+                ]
+            )
         for verb, verb_help, verb_parser in _subcommands(sub):
             command(verb, verb_help, verb_parser, level + "#")
 
     for name, help_, sub in _subcommands(parser):
         command(name, help_, sub, heading)
     return "\n".join(out)
-

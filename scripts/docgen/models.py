@@ -47,8 +47,11 @@ def field_comments(cls: type) -> dict[str, str]:
     for stmt in body.body:
         if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
             continue
-        after = [comments[r][0] for r in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1)
-                 if r in comments and not comments[r][1]]
+        after = [
+            comments[r][0]
+            for r in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1)
+            if r in comments and not comments[r][1]
+        ]
         above: list[str] = []
         row = stmt.lineno - 1
         while row in comments and comments[row][1]:
@@ -78,8 +81,9 @@ class _WithComments(GenerateJsonSchema):
                 prop["x-comment"] = comments[name]
             if field is not None and field.default_factory is not None and "default" not in prop:
                 value = field.default_factory()
-                prop["x-default"] = "its own defaults" if isinstance(value, BaseModel) \
-                    else f"`{json.dumps(value)}`"
+                prop["x-default"] = (
+                    "its own defaults" if isinstance(value, BaseModel) else f"`{json.dumps(value)}`"
+                )
         return js
 
 
@@ -96,8 +100,9 @@ def type_text(schema: dict[str, Any]) -> str:
     if "const" in schema:
         return f"`{schema['const']}`"
     if "enum" in schema:
-        return " or ".join(f"`{json.dumps(v) if not isinstance(v, str) else v}`"
-                           for v in schema["enum"])
+        return " or ".join(
+            f"`{json.dumps(v) if not isinstance(v, str) else v}`" for v in schema["enum"]
+        )
     for key in ("anyOf", "oneOf"):
         if key in schema:
             parts = [type_text(s) for s in schema[key] if s.get("type") != "null"]
@@ -111,13 +116,26 @@ def type_text(schema: dict[str, Any]) -> str:
     if kind == "object":
         values = schema.get("additionalProperties")
         return "map of " + type_text(values) if isinstance(values, dict) and values else "object"
-    words = {"string": "text", "integer": "integer", "number": "number", "boolean": "true/false",
-             "null": "null"}
+    words = {
+        "string": "text",
+        "integer": "integer",
+        "number": "number",
+        "boolean": "true/false",
+        "null": "null",
+    }
     text = words.get(kind, "any") if kind else "any"
-    limits = [f"{sign} {schema[key]}" for key, sign in (
-        ("exclusiveMinimum", ">"), ("minimum", ">="), ("exclusiveMaximum", "<"),
-        ("maximum", "<="), ("minLength", "length >="), ("maxLength", "length <="))
-        if key in schema]
+    limits = [
+        f"{sign} {schema[key]}"
+        for key, sign in (
+            ("exclusiveMinimum", ">"),
+            ("minimum", ">="),
+            ("exclusiveMaximum", "<"),
+            ("maximum", "<="),
+            ("minLength", "length >="),
+            ("maxLength", "length <="),
+        )
+        if key in schema
+    ]
     if "pattern" in schema:
         limits.append(f"matching `{schema['pattern']}`")
     return text + (f" ({', '.join(limits)})" if limits else "")
@@ -150,21 +168,24 @@ def _children(schema: dict[str, Any]) -> Iterable[tuple[str, str]]:
             yield ".<key>" + suffix, name
 
 
-def model_reference(roots: dict[str, list[type[BaseModel]]], heading: str = "##",
-                    require_descriptions: bool = False) -> str:
+def model_reference(
+    roots: dict[str, list[type[BaseModel]]], heading: str = "##", require_descriptions: bool = False
+) -> str:
     """A section per model, the roots first and then each model where it is first
     reached, each with the paths it is reached at (a root's label, then `a.b[]`), its
     text and a table of its fields. `roots` maps a label (a file name, or "" for the
     document itself) to the models at its top."""
     models = [m for ms in roots.values() for m in ms]
-    _, top = models_json_schema([(m, "validation") for m in models],
-                                schema_generator=_WithComments)
+    _, top = models_json_schema([(m, "validation") for m in models], schema_generator=_WithComments)
     defs: dict[str, dict[str, Any]] = top.get("$defs", {})
     by_class = {d["x-class"]: name for name, d in defs.items() if "x-class" in d}
     paths: dict[str, list[str]] = {}
     order: list[str] = []
-    queue = [(label, by_class[f"{m.__module__}.{m.__qualname__}"])
-             for label, ms in roots.items() for m in ms]
+    queue = [
+        (label, by_class[f"{m.__module__}.{m.__qualname__}"])
+        for label, ms in roots.items()
+        for m in ms
+    ]
     while queue:  # breadth first: a model's section follows the first one that reaches it
         path, name = queue.pop(0)
         seen = name in paths
@@ -177,34 +198,48 @@ def model_reference(roots: dict[str, list[type[BaseModel]]], heading: str = "##"
         for field, prop in defs[name].get("properties", {}).items():
             for suffix, child in _children(prop):
                 queue.append((f"{path}.{field}{suffix}" if path else f"{field}{suffix}", child))
-    missing = [f"{name}.{field}" for name in order
-               for field, prop in defs[name].get("properties", {}).items()
-               if "description" not in prop]
+    missing = [
+        f"{name}.{field}"
+        for name in order
+        for field, prop in defs[name].get("properties", {}).items()
+        if "description" not in prop
+    ]
     if require_descriptions and missing:
-        raise DocsError(f"{len(missing)} fields have no Field(description=...): "
-                        + ", ".join(missing))
+        raise DocsError(
+            f"{len(missing)} fields have no Field(description=...): " + ", ".join(missing)
+        )
     total = sum(len(defs[name].get("properties", {})) for name in order)
     head = f"{len(order)} models, {total} fields"
-    out = [f"{head}, each described by its `Field(description=...)`." if not missing else
-           f"{head}; {total - len(missing)} fields described by `Field(description=...)`, the"
-           f" rest by the comment beside them in the source (*in italics*).", ""]
+    out = [
+        f"{head}, each described by its `Field(description=...)`."
+        if not missing
+        else f"{head}; {total - len(missing)} fields described by `Field(description=...)`, the"
+        f" rest by the comment beside them in the source (*in italics*).",
+        "",
+    ]
     for name in order:
         d = defs[name]
         module, _, cls = d["x-class"].rpartition(".")
         where = ", ".join(f"`{p}`" if p else "the top level" for p in paths[name])
-        out += [f"{heading} {name} {{#{name.lower()}}}", "",
-                f"At {where}. Model `{cls}` in `{module.replace('.', '/')}.py`.", ""]
+        out += [
+            f"{heading} {name} {{#{name.lower()}}}",
+            "",
+            f"At {where}. Model `{cls}` in `{module.replace('.', '/')}.py`.",
+            "",
+        ]
         if d.get("description"):
             out += [" ".join(d["description"].split()), ""]
         required = set(d.get("required", []))
         out += ["| field | type | default | what it is |", "|---|---|---|---|"]
         for field, prop in d.get("properties", {}).items():
-            text = prop.get("description") or (f"*{prop['x-comment']}*" if "x-comment" in prop
-                                               else "")
+            text = prop.get("description") or (
+                f"*{prop['x-comment']}*" if "x-comment" in prop else ""
+            )
             if "since" in prop:
                 text += f" (written from format {prop['since']})"
-            out.append(f"| `{field}` | {cell(type_text(prop))} |"
-                       f" {cell(_default_text(prop, field in required))} | {cell(text)} |")
+            out.append(
+                f"| `{field}` | {cell(type_text(prop))} |"
+                f" {cell(_default_text(prop, field in required))} | {cell(text)} |"
+            )
         out.append("")
     return "\n".join(out)
-

@@ -56,25 +56,47 @@ def study_dict(sessions: int = 1, sessions_for: str = "pass_cells", **bars_overr
         "model": {"id": "local/model", "params_billion": 1.0},
         "arms": [
             {"name": "vllm-base", "engine": "vllm", "attach": attach("vllm")},
-            {"name": "vllm-ngram", "engine": "vllm", "attach": attach("vllm"),
-             "baseline": "vllm-base", "drafter": {"method": "ngram", "num_draft_tokens": 3}},
-            {"name": "vllm-eagle3", "engine": "vllm", "attach": attach("vllm"),
-             "baseline": "vllm-base", "drafter": {"method": "eagle3", "num_draft_tokens": 3}},
+            {
+                "name": "vllm-ngram",
+                "engine": "vllm",
+                "attach": attach("vllm"),
+                "baseline": "vllm-base",
+                "drafter": {"method": "ngram", "num_draft_tokens": 3},
+            },
+            {
+                "name": "vllm-eagle3",
+                "engine": "vllm",
+                "attach": attach("vllm"),
+                "baseline": "vllm-base",
+                "drafter": {"method": "eagle3", "num_draft_tokens": 3},
+            },
             {"name": "sglang-base", "engine": "sglang", "attach": attach("sglang")},
-            {"name": "sglang-dflash", "engine": "sglang", "attach": attach("sglang"),
-             "baseline": "sglang-base", "drafter": {"method": "dflash", "num_draft_tokens": 8}},
+            {
+                "name": "sglang-dflash",
+                "engine": "sglang",
+                "attach": attach("sglang"),
+                "baseline": "sglang-base",
+                "drafter": {"method": "dflash", "num_draft_tokens": 8},
+            },
         ],
         "loads": {
             "closed_loop": {"concurrency": LEVELS, "requests": {"min": 21, "per_user": 1}},
-            "open_loop": {"task": "chat", "rates_relative_to_knee": [0.5, 1.0, 1.5],
-                          "requests": 30, "objective": {"metric": "ttft", "percentile": 99,
-                                                        "max_s": 2.0},
-                          "fleet_traffic_rps": 100},
+            "open_loop": {
+                "task": "chat",
+                "rates_relative_to_knee": [0.5, 1.0, 1.5],
+                "requests": 30,
+                "objective": {"metric": "ttft", "percentile": 99, "max_s": 2.0},
+                "fleet_traffic_rps": 100,
+            },
         },
         "tasks": [
             {"name": "chat", "kind": "chat", "uses": ["speed", "identity"], "max_tokens": 128},
-            {"name": "gsm8k", "kind": "gsm8k", "uses": ["speed", "accuracy", "identity"],
-             "max_tokens": 128},
+            {
+                "name": "gsm8k",
+                "kind": "gsm8k",
+                "uses": ["speed", "accuracy", "identity"],
+                "max_tokens": 128,
+            },
             {"name": "mmlu", "kind": "mmlu", "uses": ["accuracy"], "max_tokens": 16},
         ],
         "bars": bars,
@@ -107,14 +129,27 @@ def cell_dir(cell_id: str) -> str:
     return cell_dirname(cell_id)  # the store's folder names
 
 
-def engine_start(arm: str, kind: str = "vllm", version: str | None = "0.11.0",
-                 settings: dict[str, str] | None = None) -> EngineStart:
+def engine_start(
+    arm: str,
+    kind: str = "vllm",
+    version: str | None = "0.11.0",
+    settings: dict[str, str] | None = None,
+) -> EngineStart:
     """One ready engine start as the manifest keeps it."""
-    return EngineStart(arm=arm, kind=kind, metrics_dialect="sglang" if kind == "sglang" else "vllm",
-                       version=version, gpu="H100", settings=settings or {},
-                       started_wall=1_700_000_000.0, started_iso="2023-11-14T22:13:20Z",
-                       launched=True, base_url="http://127.0.0.1:8000", served_model="target",
-                       state="ready")
+    return EngineStart(
+        arm=arm,
+        kind=kind,
+        metrics_dialect="sglang" if kind == "sglang" else "vllm",
+        version=version,
+        gpu="H100",
+        settings=settings or {},
+        started_wall=1_700_000_000.0,
+        started_iso="2023-11-14T22:13:20Z",
+        launched=True,
+        base_url="http://127.0.0.1:8000",
+        served_model="target",
+        state="ready",
+    )
 
 
 class RunBuilder:
@@ -124,29 +159,53 @@ class RunBuilder:
         self.study_data = study or study_dict()
         self.study = Study.model_validate(self.study_data)
         self.manifest = Manifest(
-            run_id=run_id, seal="f" * 64, study_file="prereg.yaml", specbench_commit="abc1234",
+            run_id=run_id,
+            seal="f" * 64,
+            study_file="prereg.yaml",
+            specbench_commit="abc1234",
             host=HostFacts(hostname="test", cpus=2),
-            started_wall=1_700_000_000.0, ended_wall=1_700_003_600.0, status="complete",
+            started_wall=1_700_000_000.0,
+            ended_wall=1_700_003_600.0,
+            status="complete",
             engines={"vllm-base": [engine_start("vllm-base")]},
         )
         self.write_manifest()
-        (self.root / "study.json").write_text(json.dumps(
-            {"study": self.study.model_dump(mode="json", by_alias=True), "data": {}}))
+        (self.root / "study.json").write_text(
+            json.dumps({"study": self.study.model_dump(mode="json", by_alias=True), "data": {}})
+        )
 
     def write_manifest(self) -> None:
         (self.root / "manifest.json").write_text(json.dumps(self.manifest.to_json()))
 
     # --- one cell ---------------------------------------------------------------------
 
-    def write_cell(self, cell_id: str, cell: dict, requests: list[RequestRecord],
-                   samples: Sequence[MetricSample] = (), scores: dict[str, bool] | None = None,
-                   complete: bool = True, valid: bool = True, aborted: bool = False,
-                   attempt: int = 1, open_loop: dict | None = None) -> Path:
+    def write_cell(
+        self,
+        cell_id: str,
+        cell: dict,
+        requests: list[RequestRecord],
+        samples: Sequence[MetricSample] = (),
+        scores: dict[str, bool] | None = None,
+        complete: bool = True,
+        valid: bool = True,
+        aborted: bool = False,
+        attempt: int = 1,
+        open_loop: dict | None = None,
+    ) -> Path:
         folder = self.root / "cells" / cell_dir(cell_id)
         folder.mkdir(parents=True, exist_ok=True)
-        info = {"cell": {"id": cell_id, **cell}, "attempts": [
-            {"attempt": attempt, "started_wall": 0.0, "ended_wall": 1.0,
-             "status": "complete" if complete else "failed", "error": None}]}
+        info = {
+            "cell": {"id": cell_id, **cell},
+            "attempts": [
+                {
+                    "attempt": attempt,
+                    "started_wall": 0.0,
+                    "ended_wall": 1.0,
+                    "status": "complete" if complete else "failed",
+                    "error": None,
+                }
+            ],
+        }
         if open_loop is not None:
             info["open_loop"] = open_loop
         # Through the store's records: what is built here is what the runner writes.
@@ -160,30 +219,65 @@ class RunBuilder:
         if scores is not None:
             with (folder / "scores.jsonl").open("w") as fh:
                 for item, ok in scores.items():
-                    fh.write(json.dumps({"id": item, "extracted": "x", "correct": ok,
-                                         "detail": None}) + "\n")
+                    fh.write(
+                        json.dumps({"id": item, "extracted": "x", "correct": ok, "detail": None})
+                        + "\n"
+                    )
         if complete:
-            health = ClientHealth(lag_p50_ms=0.1, lag_p99_ms=1.0, lag_max_ms=2.0, cpu_percent=10,
-                                  lag_limit_ms=5.0, valid=valid,
-                                  reason=None if valid else "event-loop lag p99 9 ms > 5 ms")
+            health = ClientHealth(
+                lag_p50_ms=0.1,
+                lag_p99_ms=1.0,
+                lag_max_ms=2.0,
+                cpu_percent=10,
+                lag_limit_ms=5.0,
+                valid=valid,
+                reason=None if valid else "event-loop lag p99 9 ms > 5 ms",
+            )
             if cell.get("concurrency") and cell.get("kind") != "open":
                 c = cell["concurrency"]
-                health = health.model_copy(update={
-                    "registered_concurrency": c, "delivered_concurrency": 0.99 * c,
-                    "delivered_share": 0.99, "min_delivered_share": 0.97,
-                    "turnaround_p50_ms": 1.0, "turnaround_p99_ms": 2.0, "turnaround_max_ms": 3.0})
-            outcome = {"n_ok": len(requests), "n_errors": 0, "errors_by_kind": {},
-                       "aborted": aborted, "reason": "error rate 9% > 2%" if aborted else None,
-                       "started_t": 0.0, "ended_t": 100.0, "health": health.model_dump()}
-            (folder / "complete.json").write_text(CompleteFile.model_validate(
-                {"attempt": attempt, "finished_wall": 2.0, "outcome": outcome}).model_dump_json())
+                health = health.model_copy(
+                    update={
+                        "registered_concurrency": c,
+                        "delivered_concurrency": 0.99 * c,
+                        "delivered_share": 0.99,
+                        "min_delivered_share": 0.97,
+                        "turnaround_p50_ms": 1.0,
+                        "turnaround_p99_ms": 2.0,
+                        "turnaround_max_ms": 3.0,
+                    }
+                )
+            outcome = {
+                "n_ok": len(requests),
+                "n_errors": 0,
+                "errors_by_kind": {},
+                "aborted": aborted,
+                "reason": "error rate 9% > 2%" if aborted else None,
+                "started_t": 0.0,
+                "ended_t": 100.0,
+                "health": health.model_dump(),
+            }
+            (folder / "complete.json").write_text(
+                CompleteFile.model_validate(
+                    {"attempt": attempt, "finished_wall": 2.0, "outcome": outcome}
+                ).model_dump_json()
+            )
         return folder
 
     # --- kinds of cell ----------------------------------------------------------------
 
-    def speed(self, arm: str, task: str, c: int, speed: float, n: int = 21, spread: float = 0.02,
-              cell_id: str | None = None, accept_length: float = 2.5,
-              speculation: RequestSpeculation | None = None, **kw) -> str:
+    def speed(
+        self,
+        arm: str,
+        task: str,
+        c: int,
+        speed: float,
+        n: int = 21,
+        spread: float = 0.02,
+        cell_id: str | None = None,
+        accept_length: float = 2.5,
+        speculation: RequestSpeculation | None = None,
+        **kw,
+    ) -> str:
         """speculation: the engine's per-request figures on every measured request."""
         cell_id = cell_id or f"{arm}/{task}/speed/c{c:03d}"
         recs = speed_requests(cell_id, speed, n, spread, concurrency=c)
@@ -201,53 +295,125 @@ class RunBuilder:
         drafter = self.study.arm(arm).drafter is not None
         engine = self.study.arm(arm).engine
         samples = counter_samples(cell_id, engine, accept_length if drafter else None)
-        self.write_cell(cell_id, {"arm": arm, "task": task, "kind": "speed", "concurrency": c,
-                                  "stage": 1 if c <= 4 else 2, "requests": n, "warmup": 1,
-                                  "rate_relative": None}, recs, samples, **kw)
+        self.write_cell(
+            cell_id,
+            {
+                "arm": arm,
+                "task": task,
+                "kind": "speed",
+                "concurrency": c,
+                "stage": 1 if c <= 4 else 2,
+                "requests": n,
+                "warmup": 1,
+                "rate_relative": None,
+            },
+            recs,
+            samples,
+            **kw,
+        )
         return cell_id
 
     def identity(self, arm: str, task: str, outputs: dict[str, str], **kw) -> str:
         cell_id = f"{arm}/{task}/identity"
-        recs = [RequestRecord(cell_id=cell_id, index=i, item_id=item, scheduled_t=i, sent_t=i,
-                              first_token_t=i + 0.1, end_t=i + 1.0, completion_tokens=TOKENS,
-                              output_text=text)
-                for i, (item, text) in enumerate(outputs.items())]
-        self.write_cell(cell_id, {"arm": arm, "task": task, "kind": "identity", "concurrency": 1,
-                                  "stage": 1}, recs, **kw)
+        recs = [
+            RequestRecord(
+                cell_id=cell_id,
+                index=i,
+                item_id=item,
+                scheduled_t=i,
+                sent_t=i,
+                first_token_t=i + 0.1,
+                end_t=i + 1.0,
+                completion_tokens=TOKENS,
+                output_text=text,
+            )
+            for i, (item, text) in enumerate(outputs.items())
+        ]
+        self.write_cell(
+            cell_id,
+            {"arm": arm, "task": task, "kind": "identity", "concurrency": 1, "stage": 1},
+            recs,
+            **kw,
+        )
         return cell_id
 
     def accuracy(self, arm: str, task: str, correct: dict[str, bool], **kw) -> str:
         cell_id = f"{arm}/{task}/accuracy"
-        recs = [RequestRecord(cell_id=cell_id, index=i, item_id=item, scheduled_t=i, sent_t=i,
-                              first_token_t=i + 0.1, end_t=i + 1.0, completion_tokens=TOKENS,
-                              output_text="answer")
-                for i, item in enumerate(correct)]
-        self.write_cell(cell_id, {"arm": arm, "task": task, "kind": "accuracy",
-                                  "concurrency": 16, "stage": 2}, recs, scores=correct, **kw)
+        recs = [
+            RequestRecord(
+                cell_id=cell_id,
+                index=i,
+                item_id=item,
+                scheduled_t=i,
+                sent_t=i,
+                first_token_t=i + 0.1,
+                end_t=i + 1.0,
+                completion_tokens=TOKENS,
+                output_text="answer",
+            )
+            for i, item in enumerate(correct)
+        ]
+        self.write_cell(
+            cell_id,
+            {"arm": arm, "task": task, "kind": "accuracy", "concurrency": 16, "stage": 2},
+            recs,
+            scores=correct,
+            **kw,
+        )
         return cell_id
 
-    def open_cell(self, arm: str, rate_relative: float, rate_rps: float, ttft_s: float,
-                  reference_rps: float = 1.0, n: int = 30, queue_growth_s: float = 0.0) -> str:
+    def open_cell(
+        self,
+        arm: str,
+        rate_relative: float,
+        rate_rps: float,
+        ttft_s: float,
+        reference_rps: float = 1.0,
+        n: int = 30,
+        queue_growth_s: float = 0.0,
+    ) -> str:
         """queue_growth_s: request i waits i * that long in the client before it leaves."""
         cell_id = f"{arm}/chat/open/x{rate_relative:g}"
         recs = []
         for i in range(n):
             t = i / rate_rps
             sent = t + i * queue_growth_s
-            recs.append(RequestRecord(cell_id=cell_id, index=i, item_id=f"p{i}", scheduled_t=t,
-                                      sent_t=sent, first_token_t=sent + ttft_s,
-                                      end_t=sent + ttft_s + 2.0, completion_tokens=TOKENS))
-        self.write_cell(cell_id, {"arm": arm, "task": "chat", "kind": "open",
-                                  "concurrency": None, "stage": 3,
-                                  "rate_relative": rate_relative}, recs,
-                        open_loop={"reference_rps": reference_rps, "rate_rps": rate_rps})
+            recs.append(
+                RequestRecord(
+                    cell_id=cell_id,
+                    index=i,
+                    item_id=f"p{i}",
+                    scheduled_t=t,
+                    sent_t=sent,
+                    first_token_t=sent + ttft_s,
+                    end_t=sent + ttft_s + 2.0,
+                    completion_tokens=TOKENS,
+                )
+            )
+        self.write_cell(
+            cell_id,
+            {
+                "arm": arm,
+                "task": "chat",
+                "kind": "open",
+                "concurrency": None,
+                "stage": 3,
+                "rate_relative": rate_relative,
+            },
+            recs,
+            open_loop={"reference_rps": reference_rps, "rate_rps": rate_rps},
+        )
         return cell_id
 
     # --- whole scenarios ----------------------------------------------------------------
 
-    def speed_cells(self, speedups: dict[str, dict[int, float]] = PASSING_SPEEDUPS,
-                    levels: list[int] = LEVELS, tasks: tuple[str, ...] = ("chat", "gsm8k"),
-                    base_speed: float = BASE_SPEED) -> None:
+    def speed_cells(
+        self,
+        speedups: dict[str, dict[int, float]] = PASSING_SPEEDUPS,
+        levels: list[int] = LEVELS,
+        tasks: tuple[str, ...] = ("chat", "gsm8k"),
+        base_speed: float = BASE_SPEED,
+    ) -> None:
         for task in tasks:
             for c in levels:
                 for s in self.sessions_at(c):
@@ -259,18 +425,19 @@ class RunBuilder:
     def sessions_at(self, c: int) -> list[int]:
         """The sessions a speed cell at level c is measured in (the plan's rule)."""
         rec = self.study.recording
-        repeats = rec.sessions > 1 and (rec.sessions_for == "speed_cells"
-                                        or c in self.study.bars.pass_.speed.concurrencies)
+        repeats = rec.sessions > 1 and (
+            rec.sessions_for == "speed_cells" or c in self.study.bars.pass_.speed.concurrencies
+        )
         return list(range(1, rec.sessions + 1)) if repeats else [1]
 
-    def speed_sessions(self, arm: str, task: str, c: int, speed: float, session: int,
-                       **kw) -> str:
+    def speed_sessions(self, arm: str, task: str, c: int, speed: float, session: int, **kw) -> str:
         """Session `session`'s cell of an arm at its figure `speed` (session_factor off it)."""
         n = len(self.sessions_at(c))
         cell_id = f"{arm}/{task}/speed/c{c:03d}" + (f"/s{session}" if session > 1 else "")
         baseline = self.study.arm(arm).drafter is None
-        return self.speed(arm, task, c, speed * session_factor(baseline, session, n),
-                          cell_id=cell_id, **kw)
+        return self.speed(
+            arm, task, c, speed * session_factor(baseline, session, n), cell_id=cell_id, **kw
+        )
 
     def identity_cells(self, drafter_outputs: dict[str, dict[str, str]] | None = None) -> None:
         base = {item: f"The answer to {item} is 42 and that is all." for item in IDENTITY_ITEMS}
@@ -281,19 +448,24 @@ class RunBuilder:
                 outputs = (drafter_outputs or {}).get(arm, base)
                 self.identity(arm, task, outputs)
 
-    def accuracy_cells(self, drafter_correct: dict[str, int] | None = None,
-                       base_correct: int = 70) -> None:
+    def accuracy_cells(
+        self, drafter_correct: dict[str, int] | None = None, base_correct: int = 70
+    ) -> None:
         for task in ("gsm8k", "mmlu"):
             for arm in ("vllm-base", "sglang-base", *PASSING_SPEEDUPS):
                 k = (drafter_correct or {}).get(arm, base_correct)
                 self.accuracy(arm, task, {q: i < k for i, q in enumerate(ACCURACY_ITEMS)})
 
-    def open_cells(self, ttft_by_arm: dict[str, list[float]] | None = None,
-                   reference: float = 2.0) -> None:
+    def open_cells(
+        self, ttft_by_arm: dict[str, list[float]] | None = None, reference: float = 2.0
+    ) -> None:
         ttft_by_arm = ttft_by_arm or {
-            "vllm-base": [0.5, 1.5, 3.0], "vllm-ngram": [0.3, 0.8, 2.5],
-            "vllm-eagle3": [0.4, 1.2, 2.8], "sglang-base": [0.5, 1.5, 3.0],
-            "sglang-dflash": [0.2, 0.5, 1.0]}
+            "vllm-base": [0.5, 1.5, 3.0],
+            "vllm-ngram": [0.3, 0.8, 2.5],
+            "vllm-eagle3": [0.4, 1.2, 2.8],
+            "sglang-base": [0.5, 1.5, 3.0],
+            "sglang-dflash": [0.2, 0.5, 1.0],
+        }
         for arm, ttfts in ttft_by_arm.items():
             for rel, ttft in zip([0.5, 1.0, 1.5], ttfts, strict=True):
                 self.open_cell(arm, rel, rel * reference, ttft, reference_rps=reference)
@@ -309,9 +481,15 @@ class RunBuilder:
 # --- records ----------------------------------------------------------------------------
 
 
-def speed_requests(cell_id: str, speed: float, n: int, spread: float,
-                   phase: Literal["warmup", "measure"] = "measure",
-                   attempt: int = 1, concurrency: int = 1) -> list[RequestRecord]:
+def speed_requests(
+    cell_id: str,
+    speed: float,
+    n: int,
+    spread: float,
+    phase: Literal["warmup", "measure"] = "measure",
+    attempt: int = 1,
+    concurrency: int = 1,
+) -> list[RequestRecord]:
     """n requests whose per-user speeds spread +-spread around `speed` (median exactly it)."""
     out = []
     for i in range(n):
@@ -322,23 +500,42 @@ def speed_requests(cell_id: str, speed: float, n: int, spread: float,
         first = start + 0.1
         end = first + (TOKENS - 1) / s
         times = [first + k * (end - first) / 10 for k in range(11)]
-        out.append(RequestRecord(
-            cell_id=cell_id, attempt=attempt, index=i, item_id=f"p{i}", phase=phase, user=user,
-            scheduled_t=start, sent_t=start, first_token_t=first, end_t=end,
-            prompt_tokens=50, completion_tokens=TOKENS, chunk_times=times,
-            chunk_tokens=[1, *[10] * 10], finish_reason="length", output_text="x"))
+        out.append(
+            RequestRecord(
+                cell_id=cell_id,
+                attempt=attempt,
+                index=i,
+                item_id=f"p{i}",
+                phase=phase,
+                user=user,
+                scheduled_t=start,
+                sent_t=start,
+                first_token_t=first,
+                end_t=end,
+                prompt_tokens=50,
+                completion_tokens=TOKENS,
+                chunk_times=times,
+                chunk_tokens=[1, *[10] * 10],
+                finish_reason="length",
+                output_text="x",
+            )
+        )
     return out
 
 
-def counter_samples(cell_id: str, engine: str, accept_length: float | None,
-                    seconds: int = 10) -> list[MetricSample]:
+def counter_samples(
+    cell_id: str, engine: str, accept_length: float | None, seconds: int = 10
+) -> list[MetricSample]:
     """1 Hz scrapes with 100 drafts a second at `accept_length` (None: no speculation);
     one failed scrape in the middle is a gap."""
     out = []
     for t in range(seconds + 1):
         if t == seconds // 2:
-            out.append(MetricSample(cell_id=cell_id, t=float(t), wall_time=1e9 + t, ok=False,
-                                    error="timeout"))
+            out.append(
+                MetricSample(
+                    cell_id=cell_id, t=float(t), wall_time=1e9 + t, ok=False, error="timeout"
+                )
+            )
             continue
         drafts = 100.0 * t
         snap: dict = {"engine": engine, "generation_tokens": 300.0 * t}
@@ -348,12 +545,26 @@ def counter_samples(cell_id: str, engine: str, accept_length: float | None,
                 # three positions with rates summing to accept_length - 1; 50 tokens a
                 # second come from steps without drafts, which vLLM counts as no round
                 share = [0.5, 0.3, 0.2]
-                snap.update(drafts=drafts, draft_tokens=3 * drafts, accepted_tokens=accepted,
-                            accepted_per_position=[accepted * s for s in share],
-                            generation_tokens=drafts * accept_length + 50.0 * t)
+                snap.update(
+                    drafts=drafts,
+                    draft_tokens=3 * drafts,
+                    accepted_tokens=accepted,
+                    accepted_per_position=[accepted * s for s in share],
+                    generation_tokens=drafts * accept_length + 50.0 * t,
+                )
             else:
-                snap.update(drafts=drafts, generation_tokens=drafts * accept_length,
-                            engine_accept_length=accept_length)
-        out.append(MetricSample(cell_id=cell_id, t=float(t), wall_time=1e9 + t, ok=True,
-                                snapshot=EngineSnapshot(**snap)))
+                snap.update(
+                    drafts=drafts,
+                    generation_tokens=drafts * accept_length,
+                    engine_accept_length=accept_length,
+                )
+        out.append(
+            MetricSample(
+                cell_id=cell_id,
+                t=float(t),
+                wall_time=1e9 + t,
+                ok=True,
+                snapshot=EngineSnapshot(**snap),
+            )
+        )
     return out

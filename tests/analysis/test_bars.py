@@ -45,8 +45,9 @@ def test_pass_writes_verdict_with_evidence(passing):
     chat = speed["evidence"]["tasks"]["chat"]
     # DFlash has the highest minimum speedup over c=1,2,4 (2.5 vs 2.2 vs 1.6).
     assert chat["best_drafter"] == "sglang-dflash"
-    assert chat["minima"] == pytest.approx({"vllm-ngram": 2.2, "vllm-eagle3": 1.6,
-                                            "sglang-dflash": 2.5})
+    assert chat["minima"] == pytest.approx(
+        {"vllm-ngram": 2.2, "vllm-eagle3": 1.6, "sglang-dflash": 2.5}
+    )
     assert [f["concurrency"] for f in chat["figures"]] == [1, 2, 4]
     assert chat["figures"][0]["speedup"] == pytest.approx(3.0)
     assert chat["figures"][0]["baseline_cell"] == "sglang-base/chat/speed/c001"
@@ -128,9 +129,11 @@ def test_fail_accuracy_outside_the_baseline_interval(tmp_path):
 
 def stop_speedups() -> dict:
     """Every drafter below 1.3 at c=1, 2, 4, each with its own profile."""
-    return {"vllm-ngram": {1: 1.25, 2: 1.1, 4: 0.8, 8: 0.7, 16: 0.6},
-            "vllm-eagle3": {1: 1.1, 2: 1.2, 4: 1.29, 8: 1.0, 16: 0.9},
-            "sglang-dflash": {1: 0.9, 2: 0.85, 4: 0.8, 8: 0.7, 16: 0.6}}
+    return {
+        "vllm-ngram": {1: 1.25, 2: 1.1, 4: 0.8, 8: 0.7, 16: 0.6},
+        "vllm-eagle3": {1: 1.1, 2: 1.2, 4: 1.29, 8: 1.0, 16: 0.9},
+        "sglang-dflash": {1: 0.9, 2: 0.85, 4: 0.8, 8: 0.7, 16: 0.6},
+    }
 
 
 def test_stop_fires_and_skipped_cells_are_reported(tmp_path):
@@ -146,10 +149,12 @@ def test_stop_fires_and_skipped_cells_are_reported(tmp_path):
     assert chat["maximum"]["figure"]["drafter_cell"] == "vllm-eagle3/chat/speed/c004"
     assert len(chat["figures"]) == 9  # every drafter at every stop level, with its cells
     b.manifest.stop = StopDecisionRecord(fired=True, judged_wall=1.0, evidence={})
-    b.manifest.skipped = [SkippedCell(cell=f"{a['name']}/{t}/speed/c{c:03d}",
-                                      reason="stop bar fired")
-                          for a in b.study_data["arms"] for t in ("chat", "gsm8k")
-                          for c in (8, 16)]
+    b.manifest.skipped = [
+        SkippedCell(cell=f"{a['name']}/{t}/speed/c{c:03d}", reason="stop bar fired")
+        for a in b.study_data["arms"]
+        for t in ("chat", "gsm8k")
+        for c in (8, 16)
+    ]
     b.write_manifest()
     b.identity_cells()
     b.accuracy_cells()
@@ -173,9 +178,11 @@ def test_stop_does_not_fire_when_one_drafter_is_fast_at_one_user(tmp_path):
     """The must-show: eagle3 near 3x at one user falling below 1x at four users, n-gram
     and DFlash flat near 1.2x. The drafter with the highest minimum (n-gram) is below
     1.3 everywhere, but eagle3 triples one user's speed: the study goes on."""
-    profiles = {"vllm-eagle3": {1: 3.0, 2: 1.8, 4: 0.9, 8: 0.7, 16: 0.5},
-                "vllm-ngram": {1: 1.2, 2: 1.2, 4: 1.2, 8: 1.1, 16: 1.0},
-                "sglang-dflash": {1: 1.15, 2: 1.15, 4: 1.15, 8: 1.1, 16: 1.0}}
+    profiles = {
+        "vllm-eagle3": {1: 3.0, 2: 1.8, 4: 0.9, 8: 0.7, 16: 0.5},
+        "vllm-ngram": {1: 1.2, 2: 1.2, 4: 1.2, 8: 1.1, 16: 1.0},
+        "sglang-dflash": {1: 1.15, 2: 1.15, 4: 1.15, 8: 1.1, 16: 1.0},
+    }
     b = RunBuilder(tmp_path)
     b.speed_cells(profiles, levels=[1, 2, 4])
     d = judge_stop(b.root, b.study)
@@ -185,8 +192,7 @@ def test_stop_does_not_fire_when_one_drafter_is_fast_at_one_user(tmp_path):
         assert t["below_threshold_everywhere"] is False
         assert (t["maximum"]["arm"], t["maximum"]["concurrency"]) == ("vllm-eagle3", 1)
         assert t["maximum"]["value"] == pytest.approx(3.0)
-        assert t["by_arm"]["vllm-ngram"] == pytest.approx({"1": 1.2, "2": 1.2,
-                                                                    "4": 1.2})
+        assert t["by_arm"]["vllm-ngram"] == pytest.approx({"1": 1.2, "2": 1.2, "4": 1.2})
 
 
 def test_stop_is_decided_by_a_fast_drafter_even_with_an_unusable_cell(tmp_path):
@@ -201,8 +207,9 @@ def test_stop_is_decided_by_a_fast_drafter_even_with_an_unusable_cell(tmp_path):
     assert d.fired is False
     assert [c["cell"] for c in d.evidence["unusable_cells"]] == ["sglang-dflash/chat/speed/c002"]
     slow = RunBuilder(tmp_path / "slow")
-    slow.speed_cells({arm: {c: 1.2 for c in (1, 2, 4)} for arm in PASSING_SPEEDUPS},
-                     levels=[1, 2, 4])
+    slow.speed_cells(
+        {arm: {c: 1.2 for c in (1, 2, 4)} for arm in PASSING_SPEEDUPS}, levels=[1, 2, 4]
+    )
     slow.speed("sglang-dflash", "chat", 2, BASE_SPEED * 1.2, valid=False)
     undecided = judge_stop(slow.root, slow.study)
     assert undecided.fired is None
@@ -223,8 +230,7 @@ def test_stop_does_not_fire_when_one_task_is_fast(tmp_path):
 
 
 def _stop_any() -> dict:
-    return study_dict(stop={"threshold": 1.3, "concurrencies": [1, 2, 4],
-                            "fires_when": "any_task"})
+    return study_dict(stop={"threshold": 1.3, "concurrencies": [1, 2, 4], "fires_when": "any_task"})
 
 
 def test_stop_not_judgeable_until_every_arms_early_cells_exist(tmp_path):
@@ -251,8 +257,11 @@ def check_run(tmp_path) -> RunBuilder:
     return b
 
 
-SESSIONS_C1 = ["sglang-base/{task}/speed/c001", "sglang-base/{task}/speed/c001/s2",
-               "sglang-base/{task}/speed/c001/s3"]
+SESSIONS_C1 = [
+    "sglang-base/{task}/speed/c001",
+    "sglang-base/{task}/speed/c001/s2",
+    "sglang-base/{task}/speed/c001/s3",
+]
 
 
 def rerun_baseline(b: RunBuilder, task: str, shift: float, factors=(1.0, 1.0, 1.0)) -> None:
@@ -260,8 +269,13 @@ def rerun_baseline(b: RunBuilder, task: str, shift: float, factors=(1.0, 1.0, 1.
     factors[s] (factors other than 1: the reruns' own session-to-session swing)."""
     for s, (cell_id, f) in enumerate(zip(SESSIONS_C1, factors, strict=True), 1):
         original = BASE_SPEED * session_factor(True, s, 3)
-        b.speed("sglang-base", task, 1, original * shift * f,
-                cell_id=cell_id.format(task=task) + "/rerun1")
+        b.speed(
+            "sglang-base",
+            task,
+            1,
+            original * shift * f,
+            cell_id=cell_id.format(task=task) + "/rerun1",
+        )
 
 
 def test_check_fired_reruns_every_session_and_missing_is_incomplete(tmp_path):
@@ -275,12 +289,17 @@ def test_check_fired_reruns_every_session_and_missing_is_incomplete(tmp_path):
     assert {r["state"] for r in v["reruns"]} == {"missing"}
     assert "sglang-dflash/chat/speed/c001: 6.00x" in v["reruns"][0]["behind"]
     # One session rerun of three is still incomplete, and names the two left.
-    b.speed("sglang-base", "chat", 1, BASE_SPEED, cell_id=SESSIONS_C1[0].format(task="chat")
-            + "/rerun1")
-    r = next(r for r in bar(write_verdict(b.root).to_json(), "check")["evidence"]["reruns"]
-             if r["of"] == "sglang-base/chat/speed/c001")
-    assert r["state"] == "missing" and r["missing"] == [c.format(task="chat")
-                                                        for c in SESSIONS_C1[1:]]
+    b.speed(
+        "sglang-base", "chat", 1, BASE_SPEED, cell_id=SESSIONS_C1[0].format(task="chat") + "/rerun1"
+    )
+    r = next(
+        r
+        for r in bar(write_verdict(b.root).to_json(), "check")["evidence"]["reruns"]
+        if r["of"] == "sglang-base/chat/speed/c001"
+    )
+    assert r["state"] == "missing" and r["missing"] == [
+        c.format(task="chat") for c in SESSIONS_C1[1:]
+    ]
 
 
 def test_check_rerun_agreeing_accepts_the_verdict(tmp_path):
@@ -294,8 +313,10 @@ def test_check_rerun_agreeing_accepts_the_verdict(tmp_path):
     assert check["status"] == "agreed" and check["evidence"]["agreement"] == "session_spread"
     r = v["reruns"][0]
     assert r["state"] == "agrees" and r["relative_difference"] == pytest.approx(0.05)
-    assert (r["cell"], r["of"]) == ("sglang-base/chat/speed/c001/rerun1",
-                                    "sglang-base/chat/speed/c001")
+    assert (r["cell"], r["of"]) == (
+        "sglang-base/chat/speed/c001/rerun1",
+        "sglang-base/chat/speed/c001",
+    )
     assert r["cells"] == [c.format(task="chat") + "/rerun1" for c in SESSIONS_C1]
     assert r["original_speed"] == pytest.approx(BASE_SPEED)
     assert r["rerun_speed"] == pytest.approx(BASE_SPEED * 1.05)
@@ -318,10 +339,14 @@ def test_check_rerun_disagreeing_is_incomplete_and_says_which(tmp_path):
     v = write_verdict(b.root).to_json()
     assert v["verdict"] == "INCOMPLETE"
     states = {r["of"]: r["state"] for r in v["reruns"]}
-    assert states == {"sglang-base/chat/speed/c001": "agrees",
-                      "sglang-base/gsm8k/speed/c001": "disagrees"}
-    assert any("gsm8k" in line and "rerun of 3 sessions disagrees" in line
-               for line in bar(v, "check")["summary"])
+    assert states == {
+        "sglang-base/chat/speed/c001": "agrees",
+        "sglang-base/gsm8k/speed/c001": "disagrees",
+    }
+    assert any(
+        "gsm8k" in line and "rerun of 3 sessions disagrees" in line
+        for line in bar(v, "check")["summary"]
+    )
 
 
 def test_agreement_is_judged_against_the_sessions_own_spread():
@@ -350,8 +375,9 @@ def test_agreement_is_judged_against_the_sessions_own_spread():
 
 
 def test_the_fixed_share_reading_is_a_registration_away(tmp_path):
-    study = study_dict(sessions=3, check={"threshold": 5.0, "agree_within": 0.10,
-                                          "agreement": "fixed_share"})
+    study = study_dict(
+        sessions=3, check={"threshold": 5.0, "agree_within": 0.10, "agreement": "fixed_share"}
+    )
     fast = {arm: dict(by_c) for arm, by_c in PASSING_SPEEDUPS.items()}
     fast["sglang-dflash"][1] = 6.0
     b = RunBuilder(tmp_path, study)
@@ -380,8 +406,10 @@ def test_invalid_cells_are_excluded_and_named(tmp_path, kind):
     assert ("client unhealthy" if kind == "unhealthy" else "aborted") in reason
     speed = bar(v, "pass.speed")
     assert speed["status"] == "incomplete"
-    assert any("sglang-dflash/chat c=2: invalid" in m
-               for m in speed["evidence"]["tasks"]["chat"]["missing"])
+    assert any(
+        "sglang-dflash/chat c=2: invalid" in m
+        for m in speed["evidence"]["tasks"]["chat"]["missing"]
+    )
 
 
 def test_missing_cells_make_the_verdict_incomplete(tmp_path):
@@ -470,11 +498,16 @@ def test_mmlu_judges_every_per_task_best_drafter_not_the_pooled_one(tmp_path):
     """DFlash is best on chat, n-gram on GSM8K, eagle3 best pooled (highest minimum over
     both tasks). MMLU has no speed cells: DFlash and n-gram are judged there, and
     n-gram's MMLU accuracy, outside the baseline's interval, fails the bar."""
-    chat = {"vllm-ngram": {1: 2.1, 2: 2.1, 4: 2.1, 8: 1.5, 16: 0.8},
-            "vllm-eagle3": {1: 2.3, 2: 2.3, 4: 2.3, 8: 1.5, 16: 0.8},
-            "sglang-dflash": {1: 2.6, 2: 2.6, 4: 2.6, 8: 1.5, 16: 0.8}}
-    gsm8k = {"vllm-ngram": chat["sglang-dflash"], "vllm-eagle3": chat["vllm-eagle3"],
-             "sglang-dflash": chat["vllm-ngram"]}
+    chat = {
+        "vllm-ngram": {1: 2.1, 2: 2.1, 4: 2.1, 8: 1.5, 16: 0.8},
+        "vllm-eagle3": {1: 2.3, 2: 2.3, 4: 2.3, 8: 1.5, 16: 0.8},
+        "sglang-dflash": {1: 2.6, 2: 2.6, 4: 2.6, 8: 1.5, 16: 0.8},
+    }
+    gsm8k = {
+        "vllm-ngram": chat["sglang-dflash"],
+        "vllm-eagle3": chat["vllm-eagle3"],
+        "sglang-dflash": chat["vllm-ngram"],
+    }
     b = RunBuilder(tmp_path)
     b.speed_cells(chat, tasks=("chat",))
     b.speed_cells(gsm8k, tasks=("gsm8k",))
@@ -484,7 +517,9 @@ def test_mmlu_judges_every_per_task_best_drafter_not_the_pooled_one(tmp_path):
     v = write_verdict(b.root).to_json()
     speed = bar(v, "pass.speed")["evidence"]["tasks"]
     assert (speed["chat"]["best_drafter"], speed["gsm8k"]["best_drafter"]) == (
-        "sglang-dflash", "vllm-ngram")
+        "sglang-dflash",
+        "vllm-ngram",
+    )
     acc = bar(v, "pass.accuracy")
     mmlu = acc["evidence"]["tasks"]["mmlu"]
     assert mmlu["judged"] == {"sglang-dflash": "best on chat", "vllm-ngram": "best on gsm8k"}
@@ -544,8 +579,9 @@ def test_a_gain_left_at_the_top_level_is_not_a_located_knee(tmp_path):
     assert v["verdict"] == "FAIL"
     assert len(v["reasons"]) == 1 and v["reasons"][0].startswith("not located: pass.knee")
     assert "beyond_top / below_first: pass" in v["reasons"][0]
-    assert all(bar(v, n)["status"] == "pass" for n in ("pass.speed", "pass.identity",
-                                                        "pass.accuracy"))
+    assert all(
+        bar(v, n)["status"] == "pass" for n in ("pass.speed", "pass.identity", "pass.accuracy")
+    )
 
 
 def test_a_registered_beyond_top_pass_accepts_the_bound(tmp_path):
@@ -560,8 +596,7 @@ def test_a_registered_beyond_top_pass_accepts_the_bound(tmp_path):
 def test_a_point_at_or_below_one_at_the_first_level_is_a_bound(tmp_path, below_first):
     """No drafter gains at one user: the best one's knee is "<= 1", a bound held to the
     registered reading (bars.pass.knee.below_first)."""
-    losing = {arm: {c: 0.95 - 0.05 * i for i, c in enumerate(LEVELS)}
-              for arm in PASSING_SPEEDUPS}
+    losing = {arm: {c: 0.95 - 0.05 * i for i, c in enumerate(LEVELS)} for arm in PASSING_SPEEDUPS}
     study = study_dict()
     study["bars"]["pass"]["knee"]["below_first"] = below_first
     b = RunBuilder(tmp_path, study)
@@ -572,8 +607,10 @@ def test_a_point_at_or_below_one_at_the_first_level_is_a_bound(tmp_path, below_f
     assert (arm["knee_status"], arm["knee"]) == ("below_first", "<= 1")
     assert knee["status"] == below_first and arm["status"] == below_first
     assert knee["evidence"]["below_first"] == below_first
-    assert knee["summary"][-1].startswith("reading: the knee is where the best drafter's"
-                                          " speedup crosses 1.0, read on the point estimates")
+    assert knee["summary"][-1].startswith(
+        "reading: the knee is where the best drafter's"
+        " speedup crosses 1.0, read on the point estimates"
+    )
 
 
 # --- identity: what a mismatch says, and a failed request --------------------------------
@@ -597,8 +634,9 @@ def test_identity_mismatch_names_a_one_sided_max_tokens_cut(tmp_path):
     b = RunBuilder(tmp_path).full_passing_run()
     folder = b.root / "cells" / "sglang-dflash__gsm8k__identity"
     lines = [json.loads(x) for x in (folder / "requests.jsonl").read_text().splitlines()]
-    lines[0].update(output_text="The answer to item0 is", finish_reason="length",
-                    completion_tokens=5)
+    lines[0].update(
+        output_text="The answer to item0 is", finish_reason="length", completion_tokens=5
+    )
     (folder / "requests.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     base = b.root / "cells" / "sglang-base__gsm8k__identity"
     blines = [json.loads(x) for x in (base / "requests.jsonl").read_text().splitlines()]
@@ -606,12 +644,15 @@ def test_identity_mismatch_names_a_one_sided_max_tokens_cut(tmp_path):
     (base / "requests.jsonl").write_text("".join(json.dumps(x) + "\n" for x in blines))
     v = write_verdict(b.root).to_json()
     (m,) = bar(v, "pass.identity")["evidence"]["tasks"]["gsm8k"]["arms"]["sglang-dflash"][
-        "mismatches"]
+        "mismatches"
+    ]
     assert (m["char_index"], m["word_index"]) == (len("The answer to item0 is"), 5)
     assert (m["drafter_finish"], m["baseline_finish"]) == ("length", "stop")
     assert (m["drafter_tokens"], m["baseline_tokens"]) == (5, 101)
-    assert m["note"] == ("only the drafter hit max_tokens (finish_reason length); the other"
-                         " side finished with 'stop'")
+    assert m["note"] == (
+        "only the drafter hit max_tokens (finish_reason length); the other"
+        " side finished with 'stop'"
+    )
     assert v["verdict"] == "FAIL"
 
 
@@ -653,15 +694,19 @@ def test_the_knee_says_when_its_curve_mixes_two_kinds_of_interval(tmp_path, sess
     b.accuracy_cells()
     v = write_verdict(b.root).to_json()
     assert v["verdict"] == "PASS", v["reasons"]
-    knee = next(k for k in bar(v, "pass.knee")["evidence"]["knees"]
-                if (k["arm"], k["task"]) == ("sglang-dflash", "chat"))
+    knee = next(
+        k
+        for k in bar(v, "pass.knee")["evidence"]["knees"]
+        if (k["arm"], k["task"]) == ("sglang-dflash", "chat")
+    )
     assert knee["status"] == "located" and (knee["bracket_low"], knee["bracket_high"]) == (8, 16)
     sp = analyse(b.root).speedups
     row = sp[(sp["arm"] == "sglang-dflash") & (sp["task"] == "chat")].set_index("concurrency")
     if sessions_for == "pass_cells":
         assert row["interval_method"].tolist() == ["t_sessions"] * 3 + ["within"] * 2
-        assert knee["note"].endswith("; intervals of two kinds along the curve"
-                                     " (t_sessions at c=1/2/4, within at c=8/16)")
+        assert knee["note"].endswith(
+            "; intervals of two kinds along the curve (t_sessions at c=1/2/4, within at c=8/16)"
+        )
     else:
         assert row["interval_method"].tolist() == ["t_sessions"] * 5
         assert "two kinds" not in knee["note"]

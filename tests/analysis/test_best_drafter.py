@@ -8,14 +8,23 @@ from harness.analysis.speedup import best_drafter
 
 
 def rows(*figures: tuple[str, str, int, str, float]) -> pd.DataFrame:
-    return pd.DataFrame([{"arm": arm, "task": task, "concurrency": c, "status": status,
-                          "speedup": speedup} for arm, task, c, status, speedup in figures])
+    return pd.DataFrame(
+        [
+            {"arm": arm, "task": task, "concurrency": c, "status": status, "speedup": speedup}
+            for arm, task, c, status, speedup in figures
+        ]
+    )
 
 
 def test_the_highest_minimum_wins_and_ties_go_to_the_first_arm() -> None:
-    table = rows(("a", "chat", 1, "ok", 2.0), ("a", "chat", 2, "ok", 1.4),
-                 ("b", "chat", 1, "ok", 1.6), ("b", "chat", 2, "ok", 1.5),
-                 ("c", "chat", 1, "ok", 1.5), ("c", "chat", 2, "ok", 1.9))
+    table = rows(
+        ("a", "chat", 1, "ok", 2.0),
+        ("a", "chat", 2, "ok", 1.4),
+        ("b", "chat", 1, "ok", 1.6),
+        ("b", "chat", 2, "ok", 1.5),
+        ("c", "chat", 1, "ok", 1.5),
+        ("c", "chat", 2, "ok", 1.9),
+    )
     best = best_drafter(table, ["chat"], [1, 2], "speedup")
     assert best.arm == "b" and best.minima == {"a": 1.4, "b": 1.5, "c": 1.5}
     assert best.missing == []

@@ -45,15 +45,36 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def probe_output(bandwidth: float = 14.1, tflops: float = 0.05, **extra) -> dict:
     """One line as calibrate_probe.py prints it."""
-    return {"device": "cpu", "device_name": "AMD EPYC", "dtype": "float32",
-            "requested_dtype": "float32", "note": None, "torch": "2.13.0+cpu", "threads": 1,
-            "cpus": [0], "bandwidth_gb_s": bandwidth, "dense_tflops": tflops,
-            "bandwidth": {"method": "read", "what": "bytes read / s, sum over a float32 buffer",
-                          "bytes": 268435456, "repeats": 20, "best_gb_s": bandwidth,
-                          "median_gb_s": bandwidth * 0.9},
-            "matmul": {"m": 1024, "n": 1024, "k": 1024, "repeats": 20, "best_tflops": tflops,
-                       "median_tflops": tflops * 0.9},
-            "seconds": 4.2, **extra}
+    return {
+        "device": "cpu",
+        "device_name": "AMD EPYC",
+        "dtype": "float32",
+        "requested_dtype": "float32",
+        "note": None,
+        "torch": "2.13.0+cpu",
+        "threads": 1,
+        "cpus": [0],
+        "bandwidth_gb_s": bandwidth,
+        "dense_tflops": tflops,
+        "bandwidth": {
+            "method": "read",
+            "what": "bytes read / s, sum over a float32 buffer",
+            "bytes": 268435456,
+            "repeats": 20,
+            "best_gb_s": bandwidth,
+            "median_gb_s": bandwidth * 0.9,
+        },
+        "matmul": {
+            "m": 1024,
+            "n": 1024,
+            "k": 1024,
+            "repeats": 20,
+            "best_tflops": tflops,
+            "median_tflops": tflops * 0.9,
+        },
+        "seconds": 4.2,
+        **extra,
+    }
 
 
 def fake_probe(tmp_path: Path, body: str | None = None, **figures) -> Path:
@@ -61,11 +82,15 @@ def fake_probe(tmp_path: Path, body: str | None = None, **figures) -> Path:
     JSON after a line of noise (or runs `body` instead)."""
     path = tmp_path / "fake_probe.py"
     line = json.dumps(probe_output(**figures))
-    path.write_text(body or (
-        "import json, pathlib, sys\n"
-        "pathlib.Path(__file__).with_name('argv.json').write_text(json.dumps(sys.argv[1:]))\n"
-        "print('torch loaded')\n"
-        f"print({line!r})\n"))
+    path.write_text(
+        body
+        or (
+            "import json, pathlib, sys\n"
+            "pathlib.Path(__file__).with_name('argv.json').write_text(json.dumps(sys.argv[1:]))\n"
+            "print('torch loaded')\n"
+            f"print({line!r})\n"
+        )
+    )
     return path
 
 
@@ -74,11 +99,14 @@ def cpu_study(weight_bytes: float = 2.0, **launch) -> Study:
     data = study_dict()
     data["model"]["weight_bytes_per_param"] = weight_bytes
     data["arms"] = [
-        {"name": "cpu-base", "engine": "vllm-cpu",
-         "launch": {"python": sys.executable, **launch}},
-        {"name": "cpu-ngram", "engine": "vllm-cpu",
-         "launch": {"python": sys.executable, **launch}, "baseline": "cpu-base",
-         "drafter": {"method": "ngram", "num_draft_tokens": 3}},
+        {"name": "cpu-base", "engine": "vllm-cpu", "launch": {"python": sys.executable, **launch}},
+        {
+            "name": "cpu-ngram",
+            "engine": "vllm-cpu",
+            "launch": {"python": sys.executable, **launch},
+            "baseline": "cpu-base",
+            "drafter": {"method": "ngram", "num_draft_tokens": 3},
+        },
     ]
     data["bars"]["pass"]["identity"] = None
     data["bars"]["pass"]["accuracy"] = None
@@ -88,8 +116,9 @@ def cpu_study(weight_bytes: float = 2.0, **launch) -> Study:
 
 
 def ok_record(study: Study, bandwidth: float, tflops: float) -> CalibrationRecord:
-    measured = parse_probe_output(json.dumps(probe_output(bandwidth, tflops)), when=1.0,
-                                  interpreter="python")
+    measured = parse_probe_output(
+        json.dumps(probe_output(bandwidth, tflops)), when=1.0, interpreter="python"
+    )
     return CalibrationRecord(status="ok", measured=measured, registered=RegisteredFigures.of(study))
 
 
@@ -104,12 +133,15 @@ def test_the_probes_json_line_is_read_after_any_other_output():
     assert cal.bandwidth.method == "read" and cal.matmul.n == 1024 and cal.cpus == [0]
 
 
-@pytest.mark.parametrize(("stdout", "says"), [
-    ("no json here\n", "printed no JSON line"),
-    ("{not json\n", "not JSON"),
-    (json.dumps(probe_output(bandwidth=-1.0)) + "\n", "bandwidth_gb_s"),
-    (json.dumps(probe_output(surprise=1)) + "\n", "surprise"),
-])
+@pytest.mark.parametrize(
+    ("stdout", "says"),
+    [
+        ("no json here\n", "printed no JSON line"),
+        ("{not json\n", "not JSON"),
+        (json.dumps(probe_output(bandwidth=-1.0)) + "\n", "bandwidth_gb_s"),
+        (json.dumps(probe_output(surprise=1)) + "\n", "surprise"),
+    ],
+)
 def test_output_that_is_not_a_probe_line_is_a_failure_naming_why(stdout, says):
     with pytest.raises(CalibrationFailed, match=says):
         parse_probe_output(stdout, when=0.0, interpreter="python")
@@ -117,18 +149,34 @@ def test_output_that_is_not_a_probe_line_is_a_failure_naming_why(stdout, says):
 
 def test_the_probe_is_run_with_the_device_dtype_and_cores_asked_for(tmp_path):
     probe = fake_probe(tmp_path, bandwidth=20.0, tflops=0.08)
-    cal = run_probe(ProbeRequest(sys.executable, "cpu", "float32", threads=1, cpus=[0]),
-                    probe=probe)
+    cal = run_probe(
+        ProbeRequest(sys.executable, "cpu", "float32", threads=1, cpus=[0]), probe=probe
+    )
     assert (cal.bandwidth_gb_s, cal.dense_tflops) == (20.0, 0.08)
     assert json.loads((tmp_path / "argv.json").read_text()) == [
-        "--device", "cpu", "--dtype", "float32", "--threads", "1", "--cpus", "0"]
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--threads",
+        "1",
+        "--cpus",
+        "0",
+    ]
 
 
-@pytest.mark.parametrize(("body", "timeout", "says"), [
-    ("import sys\nprint('calibrate_probe: torch is not importable', file=sys.stderr)\n"
-     "sys.exit(1)\n", 30.0, "exited 1: calibrate_probe: torch is not importable"),
-    ("import time\ntime.sleep(30)\n", 0.5, "ran past its 0.5 s timeout"),
-])
+@pytest.mark.parametrize(
+    ("body", "timeout", "says"),
+    [
+        (
+            "import sys\nprint('calibrate_probe: torch is not importable', file=sys.stderr)\n"
+            "sys.exit(1)\n",
+            30.0,
+            "exited 1: calibrate_probe: torch is not importable",
+        ),
+        ("import time\ntime.sleep(30)\n", 0.5, "ran past its 0.5 s timeout"),
+    ],
+)
 def test_a_probe_that_fails_or_hangs_is_recorded_not_raised(tmp_path, body, timeout, says):
     study = cpu_study()
     record = calibrate_study(study, timeout_s=timeout, probe=fake_probe(tmp_path, body))
@@ -143,8 +191,9 @@ def test_a_probe_that_fails_or_hangs_is_recorded_not_raised(tmp_path, body, time
 
 
 def test_a_missing_interpreter_is_a_failure_not_an_exception(tmp_path):
-    record = calibrate_study(cpu_study(), python=str(tmp_path / "no-python"),
-                             probe=fake_probe(tmp_path))
+    record = calibrate_study(
+        cpu_study(), python=str(tmp_path / "no-python"), probe=fake_probe(tmp_path)
+    )
     assert record.reason is not None
     assert record.status == "failed" and "cannot run it" in record.reason
 
@@ -164,8 +213,9 @@ def test_a_scripted_study_is_skipped_without_starting_a_process(monkeypatch):
 # --- what the probe is asked for -----------------------------------------------------
 
 
-@pytest.mark.parametrize(("weight_bytes", "dtype"), [(2, "bfloat16"), (4, "float32"),
-                                                      (1, "float8"), (3, "bfloat16")])
+@pytest.mark.parametrize(
+    ("weight_bytes", "dtype"), [(2, "bfloat16"), (4, "float32"), (1, "float8"), (3, "bfloat16")]
+)
 def test_the_dtype_follows_the_models_precision(weight_bytes, dtype):
     probe = study_probe(cpu_study(weight_bytes))
     assert probe.request is not None and probe.request.dtype == dtype
@@ -199,12 +249,17 @@ def test_a_cpu_engine_is_measured_on_its_workers_cores(monkeypatch):
 def test_a_gpu_engine_is_measured_on_the_gpu_its_arm_sees():
     data = study_dict()
     data["arms"][0].pop("attach")
-    data["arms"][0]["launch"] = {"python": "/gpu/venv/bin/python",
-                                 "env": {"CUDA_VISIBLE_DEVICES": "3"}}
+    data["arms"][0]["launch"] = {
+        "python": "/gpu/venv/bin/python",
+        "env": {"CUDA_VISIBLE_DEVICES": "3"},
+    }
     request = study_probe(Study.model_validate(data)).request
     assert request is not None
-    assert (request.device, request.python, request.cpus) == ("cuda:0", "/gpu/venv/bin/python",
-                                                              None)
+    assert (request.device, request.python, request.cpus) == (
+        "cuda:0",
+        "/gpu/venv/bin/python",
+        None,
+    )
     assert request.env is not None
     assert request.env["CUDA_VISIBLE_DEVICES"] == "3"
     chosen = study_probe(Study.model_validate(data), gpu=2).request
@@ -219,14 +274,19 @@ def test_a_gpu_engine_is_measured_on_the_gpu_its_arm_sees():
 
 
 def test_the_measured_figures_are_used_and_the_registered_kept_beside():
-    study = Study.model_validate({**study_dict(), "hardware": {
-        "gpu": "none", "memory_bandwidth_gb_s": 12, "dense_tflops": 0.15}})
+    study = Study.model_validate(
+        {
+            **study_dict(),
+            "hardware": {"gpu": "none", "memory_bandwidth_gb_s": 12, "dense_tflops": 0.15},
+        }
+    )
     hw = effective_hardware(study, ok_record(study, 14.1, 0.05))
     assert hw.source == "measured" and hw.used == RooflineFigures(14.1, 0.05)
     assert hw.registered == RooflineFigures(12, 0.15)
-    assert hw.line() == ("roofline inputs: measured 14.1 GB/s, 0.05 TFLOP/s"
-                         " (registered 12, 0.15)")
-    assert effective_hardware(study, ok_record(study, 14.1, 0.05).measured).used.dense_tflops == 0.05
+    assert hw.line() == ("roofline inputs: measured 14.1 GB/s, 0.05 TFLOP/s (registered 12, 0.15)")
+    assert (
+        effective_hardware(study, ok_record(study, 14.1, 0.05).measured).used.dense_tflops == 0.05
+    )
     none = effective_hardware(study, None)
     assert none.source == "registered" and none.used == RooflineFigures(12, 0.15)
     assert none.line() == "roofline inputs: registered 12 GB/s, 0.15 TFLOP/s (not calibrated)"
@@ -255,7 +315,9 @@ def test_a_runs_predictions_use_its_measured_figures(tmp_path, capsys):
     before = analyse(b.root).speedups.set_index(["arm", "task", "concurrency"])
     # Registered 1000 GB/s, 100 TFLOP/s: n-gram's 64-token verification at 16 users is
     # memory-bound like the plain step, so a round costs one step.
-    assert before.loc[("vllm-ngram", "chat", 16), "predicted_round_cost_ratio"] == pytest.approx(1.0)
+    assert before.loc[("vllm-ngram", "chat", 16), "predicted_round_cost_ratio"] == pytest.approx(
+        1.0
+    )
     # Measured 10 TFLOP/s: 2e9 x 64 / 1e13 = 12.8 ms against a 3.2 ms plain step.
     b.manifest.calibration = ok_record(b.study, 1000, 10)
     b.write_manifest()
@@ -263,23 +325,32 @@ def test_a_runs_predictions_use_its_measured_figures(tmp_path, capsys):
     after = a.speedups.set_index(["arm", "task", "concurrency"])
     assert after.loc[("vllm-ngram", "chat", 16), "predicted_round_cost_ratio"] == pytest.approx(4.0)
     assert after.loc[("vllm-ngram", "chat", 16), "predicted_speedup"] == pytest.approx(
-        before.loc[("vllm-ngram", "chat", 16), "predicted_speedup"] / 4)
+        before.loc[("vllm-ngram", "chat", 16), "predicted_speedup"] / 4
+    )
     # The decomposition page names both sets of figures above its table.
     from harness.report.pages_decompose import _table
 
     sp = a.speedups[(a.speedups["task"] == "chat") & (a.speedups["status"] == "ok")]
     lines = _table(a, sp, 0.05)
-    assert lines[0] == ("roofline inputs: measured 1000 GB/s, 10 TFLOP/s"
-                        " (registered 1000, 100)")
+    assert lines[0] == ("roofline inputs: measured 1000 GB/s, 10 TFLOP/s (registered 1000, 100)")
     # ...and so does `specbench analyse`.
     assert main(["analyse", str(b.root)]) == 0
-    assert ("predicted on the roofline inputs: measured 1000 GB/s, 10 TFLOP/s"
-            " (registered 1000, 100)") in capsys.readouterr().out
-    failed = Manifest.model_validate({"run_id": "r", "calibration": {
-        "status": "failed", "reason": "no torch",
-        "registered": {"gpu": "test", "memory_bandwidth_gb_s": 1000, "dense_tflops": 100}}})
-    assert run_hardware(b.study, failed).line() == ("roofline inputs: registered 1000 GB/s, 100 TFLOP/s"
-                                     " (calibration failed: no torch)")
+    assert (
+        "predicted on the roofline inputs: measured 1000 GB/s, 10 TFLOP/s (registered 1000, 100)"
+    ) in capsys.readouterr().out
+    failed = Manifest.model_validate(
+        {
+            "run_id": "r",
+            "calibration": {
+                "status": "failed",
+                "reason": "no torch",
+                "registered": {"gpu": "test", "memory_bandwidth_gb_s": 1000, "dense_tflops": 100},
+            },
+        }
+    )
+    assert run_hardware(b.study, failed).line() == (
+        "roofline inputs: registered 1000 GB/s, 100 TFLOP/s (calibration failed: no torch)"
+    )
 
 
 # --- the run's record ----------------------------------------------------------------
@@ -303,8 +374,11 @@ def test_the_run_records_a_failure_and_goes_on(tmp_path):
     assert record.status == "failed"
     saved = store.manifest().to_json()["calibration"]
     assert saved["status"] == "failed" and "could not say" in saved["reason"]
-    assert saved["registered"] == {"gpu": "test", "memory_bandwidth_gb_s": 1000,
-                                   "dense_tflops": 100}
+    assert saved["registered"] == {
+        "gpu": "test",
+        "memory_bandwidth_gb_s": 1000,
+        "dense_tflops": 100,
+    }
     assert "registered figures" in notes[0]
 
 
@@ -328,7 +402,8 @@ def test_the_run_records_its_calibration_once_and_a_resume_keeps_it(tmp_path):
 
 
 def test_specbench_run_calibrates_after_the_folder_exists_and_before_the_runner(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     seen = {}
 
     class StopHere(Exception):
@@ -344,8 +419,15 @@ def test_specbench_run_calibrates_after_the_folder_exists_and_before_the_runner(
 
     monkeypatch.setattr("harness.commands.run.Runner", Runner)
     with pytest.raises(StopHere):
-        main(["run", str(ROOT / "examples" / "scripted-pass.yaml"), "--results",
-              str(tmp_path / "results"), "--no-report"])
+        main(
+            [
+                "run",
+                str(ROOT / "examples" / "scripted-pass.yaml"),
+                "--results",
+                str(tmp_path / "results"),
+                "--no-report",
+            ]
+        )
     assert seen["calibration"]["status"] == "skipped"
     assert "scripted test engine" in seen["calibration"]["reason"]
 
@@ -385,8 +467,11 @@ def test_calibrate_prints_measured_beside_registered(tmp_path, monkeypatch, caps
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "ok" and out["measured"]["bandwidth_gb_s"] == 14.1
     assert out["registered"]["memory_bandwidth_gb_s"] == 2000
-    assert out["roofline_inputs"] == {"source": "measured", "memory_bandwidth_gb_s": 14.1,
-                                      "dense_tflops": 0.05}
+    assert out["roofline_inputs"] == {
+        "source": "measured",
+        "memory_bandwidth_gb_s": 14.1,
+        "dense_tflops": 0.05,
+    }
     assert main(["calibrate", str(study), "--python", sys.executable]) == 0
     text = capsys.readouterr().out
     assert "roofline inputs: measured 14.1 GB/s, 0.05 TFLOP/s (registered 2000, 40)" in text

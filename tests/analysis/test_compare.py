@@ -31,8 +31,7 @@ Cells = dict[tuple[str, int], tuple[list[float], list[float]]]  # (arm, level) -
 def tiny_run(root: Path, run_id: str, sessions: int, cells: Cells) -> Path:
     """A run folder of chat speed cells whose session medians are the speeds given:
     (arm, level) -> (the drafter's per session, its baseline's per session)."""
-    run = RunBuilder(root, study_dict(sessions=sessions, sessions_for="speed_cells"),
-                     run_id=run_id)
+    run = RunBuilder(root, study_dict(sessions=sessions, sessions_for="speed_cells"), run_id=run_id)
     for (arm, c), (drafter, baseline) in cells.items():
         base = run.study.arm(arm).baseline
         assert base is not None
@@ -57,16 +56,21 @@ def logs(drafter: list[float], baseline: list[float]) -> list[float]:
 # Run A and run B, three sessions each. At c=1 the drafter fell 10 % and the spreads agree
 # (Student's t, df 4); at c=2 B's sessions barely differ while A's swing (variance ratio
 # ~1400: Welch's, df 2); at c=4 a 10 % fall with wider sessions (p 0.030 on its own).
-A_CELLS: Cells = {("vllm-ngram", 1): ([80, 82, 78], [40, 40.5, 39.5]),
-           ("vllm-ngram", 2): ([80, 85, 75], [40, 40.4, 39.6]),
-           ("vllm-ngram", 4): ([80, 86, 76], [40, 41, 39])}
-B_CELLS: Cells = {("vllm-ngram", 1): ([72, 73, 71], [40.5, 39.5, 40]),
-           ("vllm-ngram", 2): ([72, 72.1, 71.9], [40, 40, 40]),
-           ("vllm-ngram", 4): ([72, 75, 70.2], [40.5, 39.5, 40])}
+A_CELLS: Cells = {
+    ("vllm-ngram", 1): ([80, 82, 78], [40, 40.5, 39.5]),
+    ("vllm-ngram", 2): ([80, 85, 75], [40, 40.4, 39.6]),
+    ("vllm-ngram", 4): ([80, 86, 76], [40, 41, 39]),
+}
+B_CELLS: Cells = {
+    ("vllm-ngram", 1): ([72, 73, 71], [40.5, 39.5, 40]),
+    ("vllm-ngram", 2): ([72, 72.1, 71.9], [40, 40, 40]),
+    ("vllm-ngram", 4): ([72, 75, 70.2], [40.5, 39.5, 40]),
+}
 
 
-def student(a: tuple[list[float], list[float]], b: tuple[list[float], list[float]],
-            t: float) -> tuple[float, float, float]:
+def student(
+    a: tuple[list[float], list[float]], b: tuple[list[float], list[float]], t: float
+) -> tuple[float, float, float]:
     """B/A and its bounds by hand: pooled variance of the session log ratios, 3 + 3."""
     xa, xb = logs(*a), logs(*b)
     pooled = (2 * statistics.variance(xa) + 2 * statistics.variance(xb)) / 4
@@ -84,7 +88,11 @@ def test_b_over_a_is_a_t_interval_on_the_session_log_ratios(tmp_path, capsys):
     for c, pinned in ((1, (0.9001, 0.8633, 0.9385)), (4, (0.8982, 0.8206, 0.9831))):
         r = rows[("vllm-ngram", c)]
         assert (r["interval_method"], r["df"], r["sessions_a"], r["sessions_b"]) == (
-            "student", 4, 3, 3)
+            "student",
+            4,
+            3,
+            3,
+        )
         want = student(A_CELLS[("vllm-ngram", c)], B_CELLS[("vllm-ngram", c)], T_975[4])
         got = (r["ratio"], r["ratio_lower"], r["ratio_upper"])
         assert got == pytest.approx(want, rel=1e-9)
@@ -96,7 +104,7 @@ def test_b_over_a_is_a_t_interval_on_the_session_log_ratios(tmp_path, capsys):
     # over its sessions, Satterthwaite's df (2.003) rounded down to 2.
     xa, xb = logs(*A_CELLS[("vllm-ngram", 2)]), logs(*B_CELLS[("vllm-ngram", 2)])
     va, vb = statistics.variance(xa) / 3, statistics.variance(xb) / 3
-    assert 2 < (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 2) < 3
+    assert 2 < (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2) < 3
     diff, se = statistics.mean(xb) - statistics.mean(xa), math.sqrt(va + vb)
     r = rows[("vllm-ngram", 2)]
     assert (r["interval_method"], r["df"]) == ("welch", 2) and r["equal_spread_p"] < 0.01
@@ -112,7 +120,8 @@ def test_b_over_a_is_a_t_interval_on_the_session_log_ratios(tmp_path, capsys):
     r = rows[("vllm-ngram", 1)]
     da, db = (A_CELLS[("vllm-ngram", 1)][0], B_CELLS[("vllm-ngram", 1)][0])
     assert r["drafter_speed_ratio"] == pytest.approx(
-        math.exp(statistics.mean(map(math.log, db)) - statistics.mean(map(math.log, da))))
+        math.exp(statistics.mean(map(math.log, db)) - statistics.mean(map(math.log, da)))
+    )
     assert r["drafter_ratio_upper"] < 1.0 < r["baseline_ratio_upper"]
     assert r["baseline_ratio_lower"] < 1.0
     assert r["moved"].startswith("drafter x0.90 [0.85, 0.95], baseline x1.00 [0.96, 1.04]")
@@ -131,7 +140,8 @@ def test_b_over_a_is_a_t_interval_on_the_session_log_ratios(tmp_path, capsys):
     assert out["family_wise"] == (
         "2 of 3 rows compared over sessions differ at 95% each (about 0.2 would by chance if"
         " nothing changed); 1 hold family-wise (Holm: the chance that any of those is false is"
-        " at most 5%)")
+        " at most 5%)"
+    )
     assert out["warnings"] == []
     # The rows neither run measured are not compared, and say why.
     assert rows[("vllm-eagle3", 1)]["status"] == "not compared: A missing, B missing"
@@ -160,16 +170,20 @@ def test_runs_of_one_session_are_compared_only_with_the_warning(tmp_path, capsys
     # A run of three sessions against one of one: the one's session variation is taken to
     # be the three's, t on their 2 df; by hand, se = s_A sqrt(1/3 + 1/1).
     a3 = tiny_run(tmp_path / "a3", "run-a3", 3, {("vllm-ngram", 1): A_CELLS[("vllm-ngram", 4)]})
-    r = next(r for r in compared(capsys, a3, b)["rows"]
-             if r["arm"] == "vllm-ngram" and r["concurrency"] == 1)
+    r = next(
+        r
+        for r in compared(capsys, a3, b)["rows"]
+        if r["arm"] == "vllm-ngram" and r["concurrency"] == 1
+    )
     xa = logs(*A_CELLS[("vllm-ngram", 4)])
     diff = math.log(72 / 40) - statistics.mean(xa)
     se = statistics.stdev(xa) * math.sqrt(1 / 3 + 1)
     assert (r["interval_method"], r["df"]) == ("a_spread", 2)
     assert r["ratio_lower"] == pytest.approx(math.exp(diff - T_975[2] * se), rel=1e-9)
     assert r["ratio_upper"] == pytest.approx(math.exp(diff + T_975[2] * se), rel=1e-9)
-    assert r["warning"] == ("B measured one session: its session variation is taken to be"
-                            " A's (3 sessions, t on 2 df)")
+    assert r["warning"] == (
+        "B measured one session: its session variation is taken to be A's (3 sessions, t on 2 df)"
+    )
 
 
 def test_the_two_sample_arithmetic_against_tables():
@@ -182,7 +196,7 @@ def test_the_two_sample_arithmetic_against_tables():
     # "The spreads differ" at the F test's 1 %: F(2,2)'s two-sided p is 2 / (1 + F).
     a = [0.0, 0.1, 0.2]  # variance 0.01
     at_99 = log_difference(a, [0.0, 0.995, 1.99], 0.95)  # variance 0.99: p 0.02
-    at_299 = log_difference(a, [0.0, 2.99 ** 0.5, 2 * 2.99 ** 0.5], 0.95)  # p 0.0067
+    at_299 = log_difference(a, [0.0, 2.99**0.5, 2 * 2.99**0.5], 0.95)  # p 0.0067
     assert at_99 is not None and at_299 is not None
     assert at_99.equal_spread_p == pytest.approx(0.02, abs=1e-5) and at_99.method == "student"
     assert at_299.equal_spread_p == pytest.approx(2 / 300) and at_299.method == "welch"
@@ -200,7 +214,8 @@ def test_which_arm_moved_is_read_from_each_arms_interval():
         return Shift(math.sqrt(lo * hi), lo, hi, "student", 4, 0.5)
 
     assert moved_text(shift(0.85, 0.95), shift(0.97, 1.03)) == (
-        "drafter x0.90 [0.85, 0.95], baseline x1.00 [0.97, 1.03]: the drafter moved")
+        "drafter x0.90 [0.85, 0.95], baseline x1.00 [0.97, 1.03]: the drafter moved"
+    )
     assert moved_text(shift(0.95, 1.05), shift(1.02, 1.10)).endswith("the baseline moved")
     assert moved_text(shift(0.8, 0.9), shift(0.8, 0.9)).endswith("both arms moved")
     # A point 3 % off with an interval over 1.0 is not a move (the old rule said it was).
@@ -221,29 +236,70 @@ ENGINE = SCRIPTED_ENGINE
 def study(folder: Path, name: str, drafter_speed: float) -> Path:
     """Three sessions at c=1 (the pass level, sessions_for pass_cells), one at c=2."""
     return write_scripted_study(
-        folder, name, "Two runs compared",
+        folder,
+        name,
+        "Two runs compared",
         arms=[
             {"name": "base", "engine": "scripted", "launch": {}, "scripted": dict(ENGINE)},
-            {"name": "drafter", "engine": "scripted", "launch": {}, "baseline": "base",
-             "drafter": {"method": "scripted-draft", "num_draft_tokens": 3},
-             "scripted": {**ENGINE, "num_draft_tokens": 3, "accept_probs": [0.9, 0.8, 0.7],
-                          "accept_draws": "even", "speed_factor": drafter_speed}},
+            {
+                "name": "drafter",
+                "engine": "scripted",
+                "launch": {},
+                "baseline": "base",
+                "drafter": {"method": "scripted-draft", "num_draft_tokens": 3},
+                "scripted": {
+                    **ENGINE,
+                    "num_draft_tokens": 3,
+                    "accept_probs": [0.9, 0.8, 0.7],
+                    "accept_draws": "even",
+                    "speed_factor": drafter_speed,
+                },
+            },
         ],
-        loads={"closed_loop": {"concurrency": [1, 2], "requests": {"min": 12, "per_user": 6},
-                               "warmup_per_user": 1, "stagger_warmup": True}},
-        tasks=[{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32,
-                "subset": 16}],
-        recording={"lag_limit_p99_ms": 25, "min_delivered_share": 0.9, "smoke": False,
-                   "regime": {"enabled": False}, "sessions": 3, "sessions_for": "pass_cells"},
-        bars={"pass": {"speed": {"threshold": 1.2, "concurrencies": [1]}, "identity": None,
-                       "accuracy": None, "knee": {"beyond_top": "pass"}},
-              "stop": {"concurrencies": [1]}, "intervals": {"bootstrap_resamples": 300}})
+        loads={
+            "closed_loop": {
+                "concurrency": [1, 2],
+                "requests": {"min": 12, "per_user": 6},
+                "warmup_per_user": 1,
+                "stagger_warmup": True,
+            }
+        },
+        tasks=[{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32, "subset": 16}],
+        recording={
+            "lag_limit_p99_ms": 25,
+            "min_delivered_share": 0.9,
+            "smoke": False,
+            "regime": {"enabled": False},
+            "sessions": 3,
+            "sessions_for": "pass_cells",
+        },
+        bars={
+            "pass": {
+                "speed": {"threshold": 1.2, "concurrencies": [1]},
+                "identity": None,
+                "accuracy": None,
+                "knee": {"beyond_top": "pass"},
+            },
+            "stop": {"concurrencies": [1]},
+            "intervals": {"bootstrap_resamples": 300},
+        },
+    )
 
 
 def one_run(tmp_path: Path, name: str, drafter_speed: float) -> Path:
     results = tmp_path / f"results-{name}"
-    assert main(["run", str(study(tmp_path, name, drafter_speed)), "--results", str(results),
-                 "--no-report"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(study(tmp_path, name, drafter_speed)),
+                "--results",
+                str(results),
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     (run,) = [p for p in results.iterdir() if (p / "manifest.json").exists()]
     return run
 
@@ -278,5 +334,13 @@ def test_a_slower_drafter_is_found_and_named(tmp_path, capsys):
     assert "environment: nothing recorded differs" in text
     assert main(["compare", str(a), str(b), "--format", "csv"]) == 0
     header = capsys.readouterr().out.splitlines()[0].split(",")
-    assert {"ratio", "ratio_lower", "ratio_upper", "interval_method", "family_p", "moved",
-            "status", "warning"} <= set(header)
+    assert {
+        "ratio",
+        "ratio_lower",
+        "ratio_upper",
+        "interval_method",
+        "family_p",
+        "moved",
+        "status",
+        "warning",
+    } <= set(header)

@@ -16,21 +16,39 @@ from harness.records import RequestRecord
 INTERVALS = Intervals(level=0.95, bootstrap_resamples=200, seed=1)
 
 
-def request(cell: str, i: int, tokens_per_round: int, round_s: float, rounds: int = 10
-            ) -> RequestRecord:
+def request(
+    cell: str, i: int, tokens_per_round: int, round_s: float, rounds: int = 10
+) -> RequestRecord:
     """One request: the prefill's token, then `rounds` chunks of tokens_per_round."""
     first = 100.0 * i + 0.5
     times = [first + round_s * j for j in range(rounds + 1)]
     counts: list[int | None] = [1, *[tokens_per_round] * rounds]
-    return RequestRecord(cell_id=cell, index=i, item_id=f"q{i}", scheduled_t=100.0 * i,
-                         sent_t=100.0 * i, first_token_t=first, end_t=times[-1],
-                         completion_tokens=1 + tokens_per_round * rounds, chunk_times=times,
-                         chunk_tokens=counts)
+    return RequestRecord(
+        cell_id=cell,
+        index=i,
+        item_id=f"q{i}",
+        scheduled_t=100.0 * i,
+        sent_t=100.0 * i,
+        first_token_t=first,
+        end_t=times[-1],
+        completion_tokens=1 + tokens_per_round * rounds,
+        chunk_times=times,
+        chunk_tokens=counts,
+    )
 
 
 def cell(cell_id: str, shapes: list[tuple[int, float]]) -> CellData:
-    return CellData(cell_id, cell_id.split("/")[0], "chat", "speed", 1, None, 1, "complete",
-                    requests=[request(cell_id, i, tpr, rt) for i, (tpr, rt) in enumerate(shapes)])
+    return CellData(
+        cell_id,
+        cell_id.split("/")[0],
+        "chat",
+        "speed",
+        1,
+        None,
+        1,
+        "complete",
+        requests=[request(cell_id, i, tpr, rt) for i, (tpr, rt) in enumerate(shapes)],
+    )
 
 
 def split(d: CellData, b: CellData, speedup: float, tolerance: float = 0.05) -> dict:
@@ -38,9 +56,18 @@ def split(d: CellData, b: CellData, speedup: float, tolerance: float = 0.05) -> 
 
 
 def test_a_request_is_split_into_tokens_per_round_and_round_time():
-    rec = RequestRecord(cell_id="c", index=0, item_id="q", scheduled_t=0.0, sent_t=0.0,
-                        first_token_t=1.0, end_t=1.3, completion_tokens=9,
-                        chunk_times=[1.0, 1.1, 1.2, 1.3], chunk_tokens=[1, 3, 2, 3])
+    rec = RequestRecord(
+        cell_id="c",
+        index=0,
+        item_id="q",
+        scheduled_t=0.0,
+        sent_t=0.0,
+        first_token_t=1.0,
+        end_t=1.3,
+        completion_tokens=9,
+        chunk_times=[1.0, 1.1, 1.2, 1.3],
+        chunk_tokens=[1, 3, 2, 3],
+    )
     r = request_rounds(rec)
     assert r is not None
     assert (r.tokens, r.rounds) == (8.0, 3)
@@ -77,7 +104,8 @@ def test_unlike_requests_part_the_medians_and_the_cell_is_flagged_naming_a_facto
     assert row["explained_gap"] == pytest.approx(1 / 3)
     assert row["decomposition_flag"] is True
     assert row["decomposition_note"].startswith(
-        "explained 4.000x vs measured 3.000x (+33.3%, tolerance 5%): ")
+        "explained 4.000x vs measured 3.000x (+33.3%, tolerance 5%): "
+    )
     assert "moved most" in row["decomposition_note"]
     # Inside a looser registered tolerance it is not flagged.
     assert split(d, b, speedup=3.0, tolerance=0.4)["decomposition_flag"] is False
@@ -145,8 +173,17 @@ def test_ngram_gpu_is_model_free_like_ngram():
     for method in ("ngram", "ngram_gpu", "eagle3"):
         ngram["drafter"]["method"] = method
         study = Study.model_validate(data)
-        speedups = pd.DataFrame([{"arm": "vllm-ngram", "concurrency": 1, "status": "ok",
-                                  "drafter_cell": "d", "speedup": 1.5}])
+        speedups = pd.DataFrame(
+            [
+                {
+                    "arm": "vllm-ngram",
+                    "concurrency": 1,
+                    "status": "ok",
+                    "drafter_cell": "d",
+                    "speedup": 1.5,
+                }
+            ]
+        )
         cells = pd.DataFrame([{"cell_id": "d", "accept_rate_sum": 0.8}])
         notes[method] = add_predictions(study, speedups, cells)["prediction_note"][0]
     assert notes["ngram"] is None and notes["ngram_gpu"] is None
@@ -161,8 +198,10 @@ def test_the_split_over_sessions_takes_the_speedups_own_draws_and_rule():
     rng = np.random.default_rng(2)
 
     def session(name: str, tpr: int, rt: float, s: int) -> CellData:
-        c = cell(f"{name}/chat/speed/c001" + (f"/s{s}" if s > 1 else ""),
-                 [(tpr, rt * f) for f in rng.normal(1.0, 0.02, size=13)])
+        c = cell(
+            f"{name}/chat/speed/c001" + (f"/s{s}" if s > 1 else ""),
+            [(tpr, rt * f) for f in rng.normal(1.0, 0.02, size=13)],
+        )
         for i, r in enumerate(c.requests):
             r.user = i % 3  # three users: the unit the draws resample
         return c
@@ -221,12 +260,28 @@ def test_each_engine_figure_says_what_its_round_is_under_async_scheduling():
     # The prediction's source says it, and a client figure below the engine's is not
     # put down to steps without drafts where every step is a round.
     cell = pd.Series({"accept_rate_sum": 1.2, "engine_round": "scheduled decode step"})
-    assert engine_tokens(cell)[1] == ("1 + sum(p_i), per-position counters, per scheduled"
-                                      " decode step")
-    speedups = pd.DataFrame([{"arm": "vllm-ngram", "concurrency": 1, "status": "ok",
-                              "drafter_cell": "d", "speedup": 1.5, "tokens_per_round": 1.6}])
-    notes = {r: add_predictions(study, speedups, pd.DataFrame([{
-        "cell_id": "d", "accept_rate_sum": 1.2, "engine_round": r}]))["tokens_per_round_note"][0]
-        for r in ("drafting round", "scheduled decode step")}
+    assert engine_tokens(cell)[1] == (
+        "1 + sum(p_i), per-position counters, per scheduled decode step"
+    )
+    speedups = pd.DataFrame(
+        [
+            {
+                "arm": "vllm-ngram",
+                "concurrency": 1,
+                "status": "ok",
+                "drafter_cell": "d",
+                "speedup": 1.5,
+                "tokens_per_round": 1.6,
+            }
+        ]
+    )
+    notes = {
+        r: add_predictions(
+            study,
+            speedups,
+            pd.DataFrame([{"cell_id": "d", "accept_rate_sum": 1.2, "engine_round": r}]),
+        )["tokens_per_round_note"][0]
+        for r in ("drafting round", "scheduled decode step")
+    }
     assert "no n-gram match" in notes["drafting round"]
     assert "both count per scheduled decode step" in notes["scheduled decode step"]

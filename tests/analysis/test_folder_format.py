@@ -85,21 +85,36 @@ def test_the_demo_folder_of_format_1_reads_back_through_the_typed_models(tmp_pat
     assert before["pass.knee"] == "pass"
     assert {b.name: b.status for b in again.bars} == before | {"pass.knee": "not_located"}
     knee = again.bar("pass.knee").evidence["tasks"]["chat"]["arms"]["cpu-draft"]
-    assert (knee["knee_status"], knee["knee"], knee["interval"]) == ("beyond", "> 32",
-                                                                     "17.0 to > 32")
+    assert (knee["knee_status"], knee["knee"], knee["interval"]) == (
+        "beyond",
+        "> 32",
+        "17.0 to > 32",
+    )
     assert (stored.verdict, again.verdict) == ("PASS", "FAIL")
 
 
-@pytest.mark.parametrize("file, old, new, where, said", [
-    ("manifest.json", "skipped", "skiped", None, "unknown key 'skiped'"),
-    ("manifest.json", "served_model", "model", ["engines", "cpu-draft", 0],
-     "key 'served_model' is missing in engines.cpu-draft.0; unknown key 'model' in"
-     " engines.cpu-draft.0"),
-    ("cells/cpu-base__chat__speed__c001/complete.json", "n_ok", "n_good", ["outcome"],
-     "unknown key 'n_good' in outcome"),
-])
-def test_a_renamed_key_is_refused_with_the_file_and_the_key(tmp_path, file, old, new, where,
-                                                            said):
+@pytest.mark.parametrize(
+    "file, old, new, where, said",
+    [
+        ("manifest.json", "skipped", "skiped", None, "unknown key 'skiped'"),
+        (
+            "manifest.json",
+            "served_model",
+            "model",
+            ["engines", "cpu-draft", 0],
+            "key 'served_model' is missing in engines.cpu-draft.0; unknown key 'model' in"
+            " engines.cpu-draft.0",
+        ),
+        (
+            "cells/cpu-base__chat__speed__c001/complete.json",
+            "n_ok",
+            "n_good",
+            ["outcome"],
+            "unknown key 'n_good' in outcome",
+        ),
+    ],
+)
+def test_a_renamed_key_is_refused_with_the_file_and_the_key(tmp_path, file, old, new, where, said):
     run = demo_folder(tmp_path)
     rename_key(run / file, old, new, where)
     with pytest.raises(InputError) as err:
@@ -112,14 +127,19 @@ def test_a_renamed_key_is_refused_with_the_file_and_the_key(tmp_path, file, old,
 def test_renamed_keys_in_the_verdict_and_the_scores_are_refused(tmp_path):
     run = demo_folder(tmp_path)
     rename_key(run / "verdict.json", "reasons", "why")
-    with pytest.raises(InputError, match=r"verdict.json: key 'reasons' is missing; unknown key 'why'"):
+    with pytest.raises(
+        InputError, match=r"verdict.json: key 'reasons' is missing; unknown key 'why'"
+    ):
         read_verdict(run / "verdict.json", 1)
     scores = run / "cells" / "cpu-base__gsm8k__accuracy" / "scores.jsonl"
     lines = scores.read_text().splitlines()
     lines[0] = lines[0].replace('"correct"', '"right"')
     scores.write_text("\n".join(lines) + "\n")
-    with pytest.raises(InputError, match=r"scores.jsonl: line 1: key 'correct' is missing;"
-                                         r" unknown key 'right'"):
+    with pytest.raises(
+        InputError,
+        match=r"scores.jsonl: line 1: key 'correct' is missing;"
+        r" unknown key 'right'",
+    ):
         load_run(run)
 
 
@@ -131,8 +151,11 @@ def test_the_current_format_refuses_a_key_it_writes_but_the_file_lacks(tmp_path)
     assert data["format_version"] == FORMAT_VERSION and "stale_engines" in data
     del data["engines"]["vllm-base"][0]["state"]
     path.write_text(json.dumps(data))
-    with pytest.raises(InputError, match=r"manifest.json: key 'state' is missing in"
-                                         r" engines.vllm-base.0"):
+    with pytest.raises(
+        InputError,
+        match=r"manifest.json: key 'state' is missing in"
+        r" engines.vllm-base.0",
+    ):
         load_run(run.root)
     # Format 1 wrote only the keys it had something for: the same file as format 1 is
     # read, its absent keys at their defaults, except those every start had.
@@ -255,8 +278,9 @@ def test_the_store_writes_cell_records_it_can_read_back(tmp_path):
     attempt = store.start_attempt(cell["id"], cell)
     store.set_cell_facts(cell["id"], where={"shard": "shard1", "hostname": "h"})
     store.mark_complete(cell["id"], attempt, Outcome(n_ok=3, n_errors=0))
-    info = CellFile.model_validate(json.loads(
-        (store.cell_dir(cell["id"]) / "cell.json").read_text()))
+    info = CellFile.model_validate(
+        json.loads((store.cell_dir(cell["id"]) / "cell.json").read_text())
+    )
     assert [a.status for a in info.attempts] == ["complete"]
     assert info.where == {"shard": "shard1", "hostname": "h"}
     done = store.completion(cell["id"])

@@ -24,17 +24,26 @@ TOKENS = 101
 
 def _request(i: int, speed: float, user: int | None, start: float) -> RequestRecord:
     span = (TOKENS - 1) / speed
-    return RequestRecord(cell_id="x", index=i, item_id=str(i), user=user, scheduled_t=start,
-                         sent_t=start, first_token_t=start + 0.01, end_t=start + 0.01 + span,
-                         completion_tokens=TOKENS,
-                         chunk_times=[start + 0.01 + span * k / 10 for k in range(11)],
-                         chunk_tokens=[1, *[10] * 10])
+    return RequestRecord(
+        cell_id="x",
+        index=i,
+        item_id=str(i),
+        user=user,
+        scheduled_t=start,
+        sent_t=start,
+        first_token_t=start + 0.01,
+        end_t=start + 0.01 + span,
+        completion_tokens=TOKENS,
+        chunk_times=[start + 0.01 + span * k / 10 for k in range(11)],
+        chunk_tokens=[1, *[10] * 10],
+    )
 
 
 def cell(speeds: list[float], users: int | None = 2, kind: str = "speed") -> CellData:
     """Requests in time order; request i belongs to user i % users (None: no users)."""
-    recs = [_request(i, s, None if users is None else i % users, float(i))
-            for i, s in enumerate(speeds)]
+    recs = [
+        _request(i, s, None if users is None else i % users, float(i)) for i, s in enumerate(speeds)
+    ]
     return CellData("x", "a", "t", kind, users, None, 1, "complete", requests=recs)
 
 
@@ -78,10 +87,13 @@ def test_weighted_medians_equal_numpy_medians_of_the_resampled_requests():
         assert m == pytest.approx(float(np.median(expanded)))
 
 
-def _sessions(rng: np.random.Generator, base: float, factors: list[float],
-              n: int = 24) -> list[Units]:
-    return [session_units(cell(list(base * f * rng.normal(1.0, 0.01, size=n)), users=4))
-            for f in factors]
+def _sessions(
+    rng: np.random.Generator, base: float, factors: list[float], n: int = 24
+) -> list[Units]:
+    return [
+        session_units(cell(list(base * f * rng.normal(1.0, 0.01, size=n)), users=4))
+        for f in factors
+    ]
 
 
 def test_sessions_widen_the_interval_where_they_disagree():
@@ -113,12 +125,15 @@ def test_sessions_that_agree_get_the_t_interval_on_their_log_ratios():
     baseline = _sessions(rng, 100.0, [0.99, 1.01, 1.0])
     r = session_ratio(drafter, baseline, IV, key="k")
     assert r is not None
-    logs = np.log([np.median(d.values) / np.median(b.values)
-                   for d, b in zip(drafter, baseline, strict=True)])
+    logs = np.log(
+        [np.median(d.values) / np.median(b.values) for d, b in zip(drafter, baseline, strict=True)]
+    )
     half = 4.302653 * logs.std(ddof=1) / np.sqrt(3)
     assert r.method == "t_sessions"
-    assert (r.ci_lower, r.ci_upper) == (pytest.approx(np.exp(logs.mean() - half), rel=1e-6),
-                                        pytest.approx(np.exp(logs.mean() + half), rel=1e-6))
+    assert (r.ci_lower, r.ci_upper) == (
+        pytest.approx(np.exp(logs.mean() - half), rel=1e-6),
+        pytest.approx(np.exp(logs.mean() + half), rel=1e-6),
+    )
     boot = session_ratio(drafter, baseline, IV.model_copy(update={"method": "bootstrap"}), "k")
     assert boot is not None
     assert boot.method == "bootstrap"
@@ -145,10 +160,12 @@ def test_spread_and_caveats():
     assert interval_caveat(3, 24, 30) is None
     one = "one session (session variation not in the interval)"
     assert interval_caveat(1, 64, 64) == one
-    assert interval_caveat(3, 19, 30) == ("fewer than 20 measured requests"
-                                          " (drafter 19, baseline 30)")
-    assert interval_caveat(1, 8, 8) == (f"{one}; fewer than 20 measured requests"
-                                        " (drafter 8, baseline 8)")
+    assert interval_caveat(3, 19, 30) == (
+        "fewer than 20 measured requests (drafter 19, baseline 30)"
+    )
+    assert interval_caveat(1, 8, 8) == (
+        f"{one}; fewer than 20 measured requests (drafter 8, baseline 8)"
+    )
 
 
 def test_stop_bar_waits_for_every_session_and_the_table_pairs_them(tmp_path):
@@ -172,7 +189,9 @@ def test_stop_bar_waits_for_every_session_and_the_table_pairs_them(tmp_path):
     waiting = judge_stop(b.root)
     assert waiting.fired is None
     missing = {c["cell"] for c in waiting.evidence["not_judgeable"]}
-    assert "vllm-base/chat/speed/c001/s2" in missing and "sglang-dflash/gsm8k/speed/c004/s2" in missing
+    assert (
+        "vllm-base/chat/speed/c001/s2" in missing and "sglang-dflash/gsm8k/speed/c004/s2" in missing
+    )
     assert not any(c.endswith("c008/s2") for c in missing)  # c = 8 is measured once
     for task in ("chat", "gsm8k"):
         for c in (1, 2, 4):
@@ -180,8 +199,13 @@ def test_stop_bar_waits_for_every_session_and_the_table_pairs_them(tmp_path):
                 b.speed(arm, task, c, BASE_SPEED, cell_id=f"{arm}/{task}/speed/c{c:03d}/s2")
             for arm, by_c in PASSING_SPEEDUPS.items():
                 # The drafters' second sessions run 20 % slower.
-                b.speed(arm, task, c, BASE_SPEED * by_c[c] * 0.8,
-                        cell_id=f"{arm}/{task}/speed/c{c:03d}/s2")
+                b.speed(
+                    arm,
+                    task,
+                    c,
+                    BASE_SPEED * by_c[c] * 0.8,
+                    cell_id=f"{arm}/{task}/speed/c{c:03d}/s2",
+                )
     assert judge_stop(b.root).fired is False
     sp = speedup_table(load_run(b.root)).set_index(["arm", "task", "concurrency"])
     row = sp.loc[("sglang-dflash", "chat", 1)]
@@ -226,7 +250,11 @@ def test_three_sessions_take_a_t_interval_on_their_log_ratios():
 
     assert BOOTSTRAP_FROM_SESSIONS == 30
     assert [interval_method(IV, n) for n in (1, 2, 29, 30)] == [
-        "within", "t_sessions", "t_sessions", "bootstrap"]
+        "within",
+        "t_sessions",
+        "t_sessions",
+        "bootstrap",
+    ]
     t_only = IV.model_copy(update={"method": "t_sessions"})
     assert interval_method(t_only, 40) == "t_sessions" and interval_method(t_only, 1) == "within"
 

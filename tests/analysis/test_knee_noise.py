@@ -41,9 +41,17 @@ def _curve_knees(truth: list[float], runs: int, seed: int) -> list:
             ratio = session_ratio(d, b, IV, f"c{c}")
             assert ratio is not None
             rows.append(ratio)
-        out.append((locate_knee(LEVELS, [r.point for r in rows], [r.ci_lower for r in rows],
-                                [r.ci_upper for r in rows]),
-                    crossing(LEVELS, [r.ci_lower for r in rows])))
+        out.append(
+            (
+                locate_knee(
+                    LEVELS,
+                    [r.point for r in rows],
+                    [r.ci_lower for r in rows],
+                    [r.ci_upper for r in rows],
+                ),
+                crossing(LEVELS, [r.ci_lower for r in rows]),
+            )
+        )
     return out
 
 
@@ -63,6 +71,5 @@ def test_a_crossing_at_23_users_is_located_within_one_level():
     errors = [abs(math.log2(k.concurrency / 23.4)) for k, _ in knees if k.status == "located"]
     assert len(errors) == len(knees) and max(errors) <= 1.0
     # its interval holds the crossing about as often as the level's intervals hold theirs
-    held = [k.low.at is not None and k.low.at <= 23.4 <= (k.high.at or math.inf)
-            for k, _ in knees]
+    held = [k.low.at is not None and k.low.at <= 23.4 <= (k.high.at or math.inf) for k, _ in knees]
     assert np.mean(held) >= 0.85

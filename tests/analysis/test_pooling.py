@@ -45,13 +45,15 @@ def test_unequal_spread_is_rejected_and_too_little_is_never_pooled():
     assert pool(table[:2], 0.95).note.startswith("fewer than 3 sessions")
 
 
-@pytest.mark.parametrize("shared_sd, cell_sd, df_range", [
-    (0.12, 0.02, (2.0, 2.5)),   # the lab's engine-start effect dominates: ~n - 1 df
-    (0.05, 0.05, (3.5, 7.0)),   # between
-    (0.0, 0.12, (14.0, 18.0)),  # independent cells: up to J (n - 1) = 18 df
-])
-def test_the_pooled_interval_covers_and_its_df_follow_what_is_shared(shared_sd, cell_sd,
-                                                                       df_range):
+@pytest.mark.parametrize(
+    "shared_sd, cell_sd, df_range",
+    [
+        (0.12, 0.02, (2.0, 2.5)),  # the lab's engine-start effect dominates: ~n - 1 df
+        (0.05, 0.05, (3.5, 7.0)),  # between
+        (0.0, 0.12, (14.0, 18.0)),  # independent cells: up to J (n - 1) = 18 df
+    ],
+)
+def test_the_pooled_interval_covers_and_its_df_follow_what_is_shared(shared_sd, cell_sd, df_range):
     """Simulated tables of 3 sessions x 9 cells: the pooled t interval covers each cell's
     true mean at its level, its test of equal spread rejects at its level, and its
     degrees of freedom are those of what varies independently. (Plain Satterthwaite,
@@ -92,30 +94,53 @@ def test_the_test_of_equal_spread_catches_a_noisier_cell_and_pooling_then_costs_
 
 
 def _table(arm: str, logs_by_c: dict[int, list[float]]) -> list[dict]:
-    return [{"arm": arm, "task": "chat", "concurrency": c, "status": "ok", "sessions": 3,
-             "interval_method": "t_sessions", "ci_lower": 0.5, "ci_upper": 2.0,
-             "session_speeds_drafter": json.dumps([100.0 * math.exp(v) for v in logs]),
-             "session_speeds_baseline": json.dumps([100.0] * 3), "pooling": None}
-            for c, logs in logs_by_c.items()]
+    return [
+        {
+            "arm": arm,
+            "task": "chat",
+            "concurrency": c,
+            "status": "ok",
+            "sessions": 3,
+            "interval_method": "t_sessions",
+            "ci_lower": 0.5,
+            "ci_upper": 2.0,
+            "session_speeds_drafter": json.dumps([100.0 * math.exp(v) for v in logs]),
+            "session_speeds_baseline": json.dumps([100.0] * 3),
+            "pooling": None,
+        }
+        for c, logs in logs_by_c.items()
+    ]
 
 
 def test_the_table_pools_each_arm_and_stage_apart_and_keeps_each_level_interval():
-    study = Study.model_validate(study_dict(
-        sessions=3, sessions_for="speed_cells",
-        intervals={"level": 0.95, "bootstrap_resamples": 300, "seed": 7,
-                   "pooling": "stage_cells"}))
+    study = Study.model_validate(
+        study_dict(
+            sessions=3,
+            sessions_for="speed_cells",
+            intervals={
+                "level": 0.95,
+                "bootstrap_resamples": 300,
+                "seed": 7,
+                "pooling": "stage_cells",
+            },
+        )
+    )
     # The hand table above (variance 2/3, 4 df) at c = 1, 2, 4 (by columns); stage 2's two
     # cells are too few to test.
     stage1 = {1: [0.0, 1.0, 2.0], 2: [1.0, 0.0, 2.0], 4: [2.0, 2.0, 2.0]}
     stage2 = {8: [0.1, 0.2, 0.3], 16: [0.3, 0.2, 0.1]}
-    sp = pd.DataFrame(_table("vllm-ngram", stage1 | stage2) + _table("vllm-eagle3", {1: [0.1, 0.2, 0.3]}))
+    sp = pd.DataFrame(
+        _table("vllm-ngram", stage1 | stage2) + _table("vllm-eagle3", {1: [0.1, 0.2, 0.3]})
+    )
     out = pool_session_variance(sp, study).set_index(["arm", "concurrency"])
     half = t_quantile(0.95, 4) * math.sqrt(2 / 3 / 3)  # 4.0 df: t = 2.776
     for c, mean in ((1, 1.0), (2, 1.0), (4, 2.0)):
         row = out.loc[("vllm-ngram", c)]
         assert row["interval_method"] == "t_pooled" and row["interval_df"] == pytest.approx(4.0)
-        assert (row["ci_lower"], row["ci_upper"]) == (pytest.approx(math.exp(mean - half)),
-                                                      pytest.approx(math.exp(mean + half)))
+        assert (row["ci_lower"], row["ci_upper"]) == (
+            pytest.approx(math.exp(mean - half)),
+            pytest.approx(math.exp(mean + half)),
+        )
         assert (row["ci_lower_level"], row["ci_upper_level"]) == (0.5, 2.0)
         assert row["pooling"] == "stage 1: pooled over 3 cells, 4.0 df; equal spread p=1.00"
     stage2_row = out.loc[("vllm-ngram", 8)]
@@ -123,8 +148,9 @@ def test_the_table_pools_each_arm_and_stage_apart_and_keeps_each_level_interval(
     assert stage2_row["pooling"].startswith("stage 2: 2 cells: too few to test")
     eagle = out.loc[("vllm-eagle3", 1)]  # its own stage-1 table: one cell
     assert eagle["interval_method"] == "t_sessions" and eagle["interval_df"] == 2.0
-    assert eagle["pooling"] == ("stage 1: 1 cell: too few to test their spread equal, each"
-                                " level keeps its own interval")
+    assert eagle["pooling"] == (
+        "stage 1: 1 cell: too few to test their spread equal, each level keeps its own interval"
+    )
     # Registered per level (the schema's default): nothing changes but the columns.
     plain = pool_session_variance(sp, Study.model_validate(study_dict(sessions=3)))
     assert (plain["ci_lower"] == sp["ci_lower"]).all() and plain["pooling"].isna().all()
@@ -133,22 +159,27 @@ def test_the_table_pools_each_arm_and_stage_apart_and_keeps_each_level_interval(
 def test_a_run_whose_sessions_differ_only_together_keeps_its_level_intervals(tmp_path):
     """The hand-made folder's sessions swing every cell of an arm alike (one engine start's
     effect): nothing is left to test the cells' spread on, so nothing is pooled."""
-    study = study_dict(sessions=3, sessions_for="speed_cells",
-                       intervals={"level": 0.95, "bootstrap_resamples": 300, "seed": 7,
-                                  "pooling": "stage_cells"})
+    study = study_dict(
+        sessions=3,
+        sessions_for="speed_cells",
+        intervals={"level": 0.95, "bootstrap_resamples": 300, "seed": 7, "pooling": "stage_cells"},
+    )
     b = RunBuilder(tmp_path, study)
     b.speed_cells()
     sp = analyse(b.root).speedups
     ok = sp[sp["status"] == "ok"]
     assert set(ok["interval_method"]) == {"t_sessions"}
-    assert set(ok["pooling"]) == {"stage 1: no residual spread to test",
-                                  "stage 2: no residual spread to test"}
+    assert set(ok["pooling"]) == {
+        "stage 1: no residual spread to test",
+        "stage 2: no residual spread to test",
+    }
     assert (ok["ci_lower"] == ok["ci_lower_level"]).all() and (ok["interval_df"] == 2).all()
 
 
 @pytest.mark.parametrize("sessions, cells", [(3, 3), (3, 12), (5, 9)])
-def test_the_pooled_interval_covers_at_other_shapes_where_satterthwaite_alone_did_not(sessions,
-                                                                                      cells):
+def test_the_pooled_interval_covers_at_other_shapes_where_satterthwaite_alone_did_not(
+    sessions, cells
+):
     """Where the cells' own noise is 0.4 of the shared effect, the hardest case for the
     degrees of freedom (plain Satterthwaite: 0.93 at 3 x 9)."""
     rng = np.random.default_rng(3)

@@ -25,16 +25,20 @@ def test_a_flat_step_is_memory_bound_and_says_so():
     rec = judge("base", "k", 32, 1.3, {1: (20.0, 2), 2: (21.0, 4), 4: (24.0, 8)})
     assert rec.memory_bound is True and rec.compute_bound_at == []
     assert [lv.ratio for lv in rec.levels] == [1.0, 1.05, 1.2]
-    assert rec.line() == ("Host regime: memory-bound at the pass levels: base's plain step x1.20"
-                          " at 4 users against one (20.0 -> 24.0 ms; tolerance x1.3)")
+    assert rec.line() == (
+        "Host regime: memory-bound at the pass levels: base's plain step x1.20"
+        " at 4 users against one (20.0 -> 24.0 ms; tolerance x1.3)"
+    )
 
 
 def test_a_step_that_grows_with_users_is_compute_bound_at_the_first_such_level():
     # The AVX2 host's bfloat16 demo: 73 ms at one user, ~3x at two.
     rec = judge("cpu-base", "k", 32, 1.3, {1: (73.0, 2), 2: (212.0, 4), 4: (470.0, 8)})
     assert rec.memory_bound is False and rec.compute_bound_at == [2, 4]
-    assert rec.line() == ("This host is compute-bound at 2 users: step x2.9 (cpu-base's plain"
-                          " step 73.0 -> 212.0 ms; tolerance x1.3); speculation cannot pay here")
+    assert rec.line() == (
+        "This host is compute-bound at 2 users: step x2.9 (cpu-base's plain"
+        " step 73.0 -> 212.0 ms; tolerance x1.3); speculation cannot pay here"
+    )
 
 
 def test_the_tolerance_is_the_registered_one():
@@ -61,7 +65,9 @@ def test_records_round_trip_through_the_file_and_the_verdict(tmp_path):
     assert latest["base"].key == "k2" and latest["base"].memory_bound is True
     (entry,) = host_regime(Manifest(run_id="r", regime={"base": a}))
     assert entry["memory_bound"] is False and entry["compute_bound_at"] == [2]
-    assert entry["steps_ms"] == {"1": 10.0, "2": 30.0} and "compute-bound at 2 users" in entry["line"]
+    assert (
+        entry["steps_ms"] == {"1": 10.0, "2": 30.0} and "compute-bound at 2 users" in entry["line"]
+    )
     path.write_text('{"kind": "regime", "arm": 3}\n')
     with pytest.raises(InputError, match=r"regime.jsonl: line 1: field "):
         read_regime(path)
@@ -93,9 +99,16 @@ def test_amx_hosts_serve_a_dtype_that_takes_no_amx_path():
     assert choose_cpu_dtype(spr, {"ONEDNN_MAX_CPU_ISA": "AVX2"}).isa == "avx2"
 
 
-@pytest.mark.parametrize("cap, dtype", [("AVX2", "float32"), ("avx2", "float32"),
-                                        ("AVX512_CORE", "bfloat16"),
-                                        ("AVX512_CORE_AMX", "bfloat16"), ("ALL", "bfloat16")])
+@pytest.mark.parametrize(
+    "cap, dtype",
+    [
+        ("AVX2", "float32"),
+        ("avx2", "float32"),
+        ("AVX512_CORE", "bfloat16"),
+        ("AVX512_CORE_AMX", "bfloat16"),
+        ("ALL", "bfloat16"),
+    ],
+)
 def test_a_onednn_isa_cap_in_the_engines_environment_decides_on_an_avx512_host(cap, dtype):
     choice = choose_cpu_dtype(AVX2_EPYC | AVX512_CORE_FLAGS, {"ONEDNN_MAX_CPU_ISA": cap})
     assert choice.dtype == dtype

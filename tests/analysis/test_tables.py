@@ -56,8 +56,10 @@ def test_the_knee_follows_the_effect_not_the_width_of_its_interval():
     assert k.concurrency == pytest.approx(23.775909, rel=1e-6)
     assert k.low is not None
     assert k.high is not None
-    assert (k.low.at, k.high.at) == (pytest.approx(12.699208, rel=1e-6),
-                                     pytest.approx(36.758347, rel=1e-6))
+    assert (k.low.at, k.high.at) == (
+        pytest.approx(12.699208, rel=1e-6),
+        pytest.approx(36.758347, rel=1e-6),
+    )
     assert k.interval_label() == "12.7 to 36.8"
 
 
@@ -160,9 +162,12 @@ def test_cell_table_figures(tmp_path):
     columns = list(cells.columns)
     # The three acceptance figures side by side: counters, per-request, client.
     engine_at = columns.index("accept_length_per_round_engine")
-    assert columns[engine_at:engine_at + 4] == [
-        "accept_length_per_round_engine", "accept_length_per_round_requests",
-        "tokens_per_step_client", "acceptance_agree"]
+    assert columns[engine_at : engine_at + 4] == [
+        "accept_length_per_round_engine",
+        "accept_length_per_round_requests",
+        "tokens_per_step_client",
+        "acceptance_agree",
+    ]
     assert ngram["spec_requests"] == 0 and pd.isna(ngram["accept_length_per_round_requests"])
     assert pd.isna(ngram["acceptance_agree"])  # no per-request figures: nothing to judge
     dflash = cells.loc["sglang-dflash/chat/speed/c004"]
@@ -179,8 +184,12 @@ def test_tables_are_written_for_pandas(tmp_path):
     b = RunBuilder(tmp_path).full_passing_run()
     a = analyse(b.root)
     paths = write_tables(a)
-    assert sorted(p.name for p in paths) == ["cells.csv", "cells.parquet", "speedups.csv",
-                                             "speedups.parquet"]
+    assert sorted(p.name for p in paths) == [
+        "cells.csv",
+        "cells.parquet",
+        "speedups.csv",
+        "speedups.parquet",
+    ]
     cells = pd.read_parquet(b.root / "cells.parquet")
     assert len(cells) == len(a.cells)
     sp = pd.read_csv(b.root / "speedups.csv")
@@ -207,11 +216,13 @@ def test_open_loop_reference_is_shared_within_an_engine_group(tmp_path):
     cells = a.cells.set_index("cell_id")
     # vLLM group: smallest knee (eagle3, ~12.3) snaps up to c=16
     assert refs["vllm-ngram"] == refs["vllm-eagle3"] == refs["vllm-base"]
-    assert refs["vllm-base"] == pytest.approx(cells.loc["vllm-base/chat/speed/c016",
-                                                        "request_throughput_rps"])
+    assert refs["vllm-base"] == pytest.approx(
+        cells.loc["vllm-base/chat/speed/c016", "request_throughput_rps"]
+    )
     # SGLang group: DFlash's knee lies between c=8 and c=16, snapped up to c=16
-    assert refs["sglang-dflash"] == pytest.approx(cells.loc["sglang-base/chat/speed/c016",
-                                                            "request_throughput_rps"])
+    assert refs["sglang-dflash"] == pytest.approx(
+        cells.loc["sglang-base/chat/speed/c016", "request_throughput_rps"]
+    )
 
 
 def test_open_loop_reference_snaps_to_the_next_measured_level(tmp_path):
@@ -221,8 +232,9 @@ def test_open_loop_reference_snaps_to_the_next_measured_level(tmp_path):
     b.speed_cells(early_knee)
     refs = open_loop_reference_rps(b.root, b.study)
     cells = analyse(b.root).cells.set_index("cell_id")
-    assert refs["vllm-eagle3"] == pytest.approx(cells.loc["vllm-base/chat/speed/c004",
-                                                          "request_throughput_rps"])
+    assert refs["vllm-eagle3"] == pytest.approx(
+        cells.loc["vllm-base/chat/speed/c004", "request_throughput_rps"]
+    )
 
 
 def test_fleet_figure(tmp_path):
@@ -301,8 +313,9 @@ def test_cell_table_sums_per_request_figures_and_flags_disagreement(tmp_path):
     # 20 rounds keeping 30 drafts a request: 1 + 30/20 = 2.5, the counters' figure; the
     # rounds keeping 1, 2, 3 drafts (6, 3, 6) give the counters' per-position rates too:
     # 15, 9 and 6 of 20 kept positions 1, 2 and 3 (0.75, 0.45, 0.30).
-    agreeing = RequestSpeculation(engine="vllm", rounds=20, draft_tokens=60, accepted=30,
-                                  histogram=[5, 6, 3, 6])
+    agreeing = RequestSpeculation(
+        engine="vllm", rounds=20, draft_tokens=60, accepted=30, histogram=[5, 6, 3, 6]
+    )
     b.speed("vllm-ngram", "chat", 1, BASE_SPEED * 2, speculation=agreeing)
     # 12 kept of 10 rounds: 2.2, 12% below the counters' 2.5.
     low = RequestSpeculation(engine="vllm", rounds=10, draft_tokens=30, accepted=12)
@@ -323,8 +336,10 @@ def test_cell_table_sums_per_request_figures_and_flags_disagreement(tmp_path):
     assert ngram["acceptance_disagreement"] == "client 10.000 above per-request 2.500 (+300.0%)"
     eagle = cells.loc["vllm-eagle3/chat/speed/c001"]
     assert eagle["accept_length_per_round_requests"] == pytest.approx(2.2)
-    assert ("engine counters 2.500 vs per-request 2.200 over the same requests (warm-up"
-            " included) (+13.6%)") in eagle["acceptance_disagreement"]
+    assert (
+        "engine counters 2.500 vs per-request 2.200 over the same requests (warm-up"
+        " included) (+13.6%)"
+    ) in eagle["acceptance_disagreement"]
     dflash = cells.loc["sglang-dflash/chat/speed/c001"]
     assert dflash["accept_length_per_round_requests"] == pytest.approx(101 / 40)
     assert "engine counters" not in dflash["acceptance_disagreement"]  # 2.5 vs 2.525: 1%
@@ -337,12 +352,15 @@ def test_per_position_counters_are_checked_against_the_request_histograms(tmp_pa
     the rounds keeping at least i drafts; per-request histograms with the same total
     (1.5 drafts a round) but another split (0.80, 0.50, 0.20) are a disagreement."""
     b = RunBuilder(tmp_path)
-    split = RequestSpeculation(engine="vllm", rounds=10, draft_tokens=30, accepted=15,
-                               histogram=[2, 3, 3, 2])
+    split = RequestSpeculation(
+        engine="vllm", rounds=10, draft_tokens=30, accepted=15, histogram=[2, 3, 3, 2]
+    )
     b.speed("vllm-ngram", "chat", 1, BASE_SPEED * 2, speculation=split)
     b.speed("vllm-base", "chat", 1, BASE_SPEED)
     row = analyse(b.root).cells.set_index("cell_id").loc["vllm-ngram/chat/speed/c001"]
     assert row["accept_length_per_round_requests"] == pytest.approx(2.5)  # the totals agree
     assert not row["acceptance_agree"]
-    assert ("per-position counters vs per-request histograms at position 1: 0.750 vs 0.800,"
-            " 2: 0.450 vs 0.500, 3: 0.300 vs 0.200") in row["acceptance_disagreement"]
+    assert (
+        "per-position counters vs per-request histograms at position 1: 0.750 vs 0.800,"
+        " 2: 0.450 vs 0.500, 3: 0.300 vs 0.200"
+    ) in row["acceptance_disagreement"]

@@ -36,8 +36,9 @@ def test_host_busy_cells_are_counted_per_bar_with_their_range_and_the_command(tm
     assert write_verdict(b.root).verdict == "PASS"
     busy = {"vllm-eagle3/chat/speed/c001": 0.42, "vllm-base/chat/speed/c016": 0.83}
     for cell, share in busy.items():
-        edit_health(b, cell, host_foreign_cpu_share=share, host_steal_share=0.0,
-                    host_foreign_cpu_limit=0.25)
+        edit_health(
+            b, cell, host_foreign_cpu_share=share, host_steal_share=0.0, host_foreign_cpu_limit=0.25
+        )
     v = write_verdict(b.root)
     assert v.verdict == "INCOMPLETE" and v.unfinished is not None
     (cause,) = v.unfinished.causes
@@ -45,15 +46,24 @@ def test_host_busy_cells_are_counted_per_bar_with_their_range_and_the_command(tm
     assert (cause.low, cause.high, cause.limit) == (0.42, 0.83, 0.25)
     # c=1 is a pass level: the speed bar, and identity and accuracy through the best
     # drafter it picks; c=16 only the knee.
-    assert cause.per_bar == {"pass.speed": 1, "pass.identity": 1, "pass.accuracy": 1,
-                             "pass.knee": 2}
-    assert cause.line == ("host busy, 2 cells (pass.speed 1, pass.identity 1, pass.accuracy 1,"
-                          " pass.knee 2): 0.42-0.83 of the host's CPU time went to other"
-                          " processes, above the limit 0.25")
+    assert cause.per_bar == {
+        "pass.speed": 1,
+        "pass.identity": 1,
+        "pass.accuracy": 1,
+        "pass.knee": 2,
+    }
+    assert cause.line == (
+        "host busy, 2 cells (pass.speed 1, pass.identity 1, pass.accuracy 1,"
+        " pass.knee 2): 0.42-0.83 of the host's CPU time went to other"
+        " processes, above the limit 0.25"
+    )
     command = f"specbench run prereg.yaml --resume {b.root} --remeasure-invalid"
     assert v.unfinished.command == command
-    assert v.reasons == ["incomplete: pass.speed, pass.identity, pass.accuracy, pass.knee",
-                         cause.line, f"to finish the run: {command}"]
+    assert v.reasons == [
+        "incomplete: pass.speed, pass.identity, pass.accuracy, pass.knee",
+        cause.line,
+        f"to finish the run: {command}",
+    ]
 
 
 def test_a_cause_the_engine_owns_is_named_and_no_command_claims_to_finish_it(tmp_path):
@@ -63,9 +73,11 @@ def test_a_cause_the_engine_owns_is_named_and_no_command_claims_to_finish_it(tmp
     assert v.verdict == "INCOMPLETE" and v.unfinished is not None
     (cause,) = v.unfinished.causes
     assert cause.cause == "aborted" and not cause.passes
-    assert cause.line.startswith("aborted for errors, 1 cell (pass.speed 1, pass.identity 1,"
-                                 " pass.accuracy 1, pass.knee 1): aborted at the error-rate"
-                                 " limit")
+    assert cause.line.startswith(
+        "aborted for errors, 1 cell (pass.speed 1, pass.identity 1,"
+        " pass.accuracy 1, pass.knee 1): aborted at the error-rate"
+        " limit"
+    )
     assert "not measured again by --remeasure-invalid" in cause.line
     assert v.unfinished.command is None
     assert v.reasons[-1].startswith("no command finishes the run as registered")
@@ -74,8 +86,9 @@ def test_a_cause_the_engine_owns_is_named_and_no_command_claims_to_finish_it(tmp
 def test_cells_never_measured_are_finished_by_a_plain_resume_with_the_runs_own_flags(tmp_path):
     b = full_run(tmp_path)
     (b.root / "cells" / cell_dirname("sglang-dflash/gsm8k/speed/c008") / "complete.json").unlink()
-    b.manifest.runner = RunnerRecord(pid=1, started_wall=0.0, cmdline=["specbench"],
-                                     invoked_as="bash scripts/demo.sh")
+    b.manifest.runner = RunnerRecord(
+        pid=1, started_wall=0.0, cmdline=["specbench"], invoked_as="bash scripts/demo.sh"
+    )
     b.manifest.deviations.append(Deviation(when=0.0, what="unpinned", unpinned=[{"x": "y"}]))
     b.manifest.sharding = Sharding(gpus=2, slots=2, shards=[])
     b.write_manifest()
@@ -83,8 +96,9 @@ def test_cells_never_measured_are_finished_by_a_plain_resume_with_the_runs_own_f
     assert v.unfinished is not None
     (cause,) = v.unfinished.causes
     assert cause.cause == "not_measured" and cause.per_bar == {"pass.knee": 1}
-    assert v.unfinished.command == (f"bash scripts/demo.sh --resume {b.root}"
-                                    " --allow-unpinned --gpus 2")
+    assert v.unfinished.command == (
+        f"bash scripts/demo.sh --resume {b.root} --allow-unpinned --gpus 2"
+    )
 
 
 def test_a_complete_verdict_has_no_unfinished_part(tmp_path):
@@ -105,12 +119,20 @@ def test_the_pdfs_first_page_and_the_html_report_show_the_same_lines(tmp_path):
     from harness.report.pages_text import verdict_page
 
     b = full_run(tmp_path)
-    for cell, share in {"vllm-eagle3/chat/speed/c001": 0.42,
-                        "vllm-base/chat/speed/c016": 0.83}.items():
-        edit_health(b, cell, host_foreign_cpu_share=share, host_steal_share=0.0,
-                    host_foreign_cpu_limit=0.25)
-    edit_health(b, "sglang-base/chat/speed/c004", lag_p99_ms=31.0, valid=False,
-                reason="client stamp lag p99 31.00 ms exceeds the limit 5 ms")
+    for cell, share in {
+        "vllm-eagle3/chat/speed/c001": 0.42,
+        "vllm-base/chat/speed/c016": 0.83,
+    }.items():
+        edit_health(
+            b, cell, host_foreign_cpu_share=share, host_steal_share=0.0, host_foreign_cpu_limit=0.25
+        )
+    edit_health(
+        b,
+        "sglang-base/chat/speed/c004",
+        lag_p99_ms=31.0,
+        valid=False,
+        reason="client stamp lag p99 31.00 ms exceeds the limit 5 ms",
+    )
     a = analyse(b.root)
     v = evaluate(a)
     assert v.unfinished is not None and len(v.unfinished.causes) == 2
@@ -119,8 +141,9 @@ def test_the_pdfs_first_page_and_the_html_report_show_the_same_lines(tmp_path):
         verdict_page(pdf, a, v)
     tool = shutil.which("pdftotext")
     assert tool, "pdftotext not found: install poppler-utils"
-    first = subprocess.run([tool, "-f", "1", "-l", "1", str(out), "-"], capture_output=True,
-                           text=True, check=True).stdout
+    first = subprocess.run(
+        [tool, "-f", "1", "-l", "1", str(out), "-"], capture_output=True, text=True, check=True
+    ).stdout
     first = " ".join(first.split())
     page = " ".join(html.unescape(verdict_section(a, v, Figures()).body).split())
     for line in v.reasons:  # each cause, and the command, whole

@@ -51,11 +51,13 @@ def test_every_command_and_option_is_in_the_command_reference() -> None:
                 continue
             names = action.option_strings or [str(action.metavar or action.dest)]
             for name in names:
-                assert f"| `{name}" in body or f", {name}" in body, \
+                assert f"| `{name}" in body or f", {name}" in body, (
                     f"{sub.prog}: {name} is not in its table"
+                )
             if action.help:
-                assert cell(action.help.split("%")[0])[:40] in body, \
+                assert cell(action.help.split("%")[0])[:40] in body, (
                     f"{sub.prog} {names[0]}: its help is not in the table"
+                )
 
 
 def models_reached(model: type[BaseModel]) -> set[type[BaseModel]]:
@@ -107,9 +109,12 @@ def test_every_registration_field_is_described_by_its_own_description() -> None:
     from harness.prereg.schema import Study
 
     assert "registration" in gen_docs.DESCRIBED_PARTS
-    undescribed = [f"{model.__name__}.{name}" for model in models_reached(Study)
-                   for name, field in model.model_fields.items()
-                   if not (field.description or "").strip()]
+    undescribed = [
+        f"{model.__name__}.{name}"
+        for model in models_reached(Study)
+        for name, field in model.model_fields.items()
+        if not (field.description or "").strip()
+    ]
     assert not undescribed, undescribed
     assert "each described by its `Field(description=...)`" in gen_docs.registration()
 
@@ -129,8 +134,11 @@ def test_a_registration_field_without_a_description_fails_the_reference(monkeypa
         recording: LooseRecording = Field(default_factory=LooseRecording, description="r")
 
     monkeypatch.setattr(schema, "Study", LooseStudy)
-    with pytest.raises(DocsError, match=r"^1 fields have no Field\(description=\.\.\.\):"
-                                        r" LooseRegime\.max_skew$"):
+    with pytest.raises(
+        DocsError,
+        match=r"^1 fields have no Field\(description=\.\.\.\):"
+        r" LooseRegime\.max_skew$",
+    ):
         gen_docs.registration()
 
 
@@ -141,8 +149,16 @@ def test_every_run_folder_record_field_is_in_the_run_folder_reference() -> None:
     from harness.rundir.verdict import Verdict
 
     reference = gen_docs.run_folder()
-    roots: list[type[BaseModel]] = [Manifest, Verdict, CellFile, CompleteFile, ScoreRecord,
-                                    RequestRecord, MetricSample, GpuSample]
+    roots: list[type[BaseModel]] = [
+        Manifest,
+        Verdict,
+        CellFile,
+        CompleteFile,
+        ScoreRecord,
+        RequestRecord,
+        MetricSample,
+        GpuSample,
+    ]
     assert assert_every_field_documented(reference, roots) > 300
     # Each section says which file it is found in.
     assert "At `manifest.json`." in reference
@@ -183,8 +199,9 @@ def test_field_comments_reads_the_lines_above_and_after_a_field() -> None:
 
 def test_a_description_wins_over_a_comment_and_comments_are_marked() -> None:
     text = model_reference({"toy.json": [Toy]})
-    rows = {line.split("|")[1].strip(): line for line in text.splitlines()
-            if line.startswith("| `")}
+    rows = {
+        line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| `")
+    }
     assert "from Field(description)" in rows["`described`"]
     assert "not this" not in rows["`described`"]
     assert "*on its own line*" in rows["`trailing`"]
@@ -224,11 +241,14 @@ def test_every_page_marker_names_a_part() -> None:
 
 def test_type_text_names_what_a_yaml_author_writes() -> None:
     assert type_text({"enum": ["flag", "remeasure"]}) == "`flag` or `remeasure`"
-    assert type_text({"anyOf": [{"type": "integer", "exclusiveMinimum": 0},
-                                         {"type": "null"}]}) == "integer (> 0) or null"
-    assert type_text({"type": "object", "additionalProperties": {"type": "string"}}) \
-        == "map of text"
-    assert type_text({"type": "array", "prefixItems": [
-        {"type": "integer"}, {"type": "number"}]}) == "[integer, number]"
-
-
+    assert (
+        type_text({"anyOf": [{"type": "integer", "exclusiveMinimum": 0}, {"type": "null"}]})
+        == "integer (> 0) or null"
+    )
+    assert (
+        type_text({"type": "object", "additionalProperties": {"type": "string"}}) == "map of text"
+    )
+    assert (
+        type_text({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "number"}]})
+        == "[integer, number]"
+    )

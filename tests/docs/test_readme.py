@@ -23,8 +23,11 @@ def test_the_readme_is_at_most_250_lines() -> None:
 @pytest.mark.parametrize("page", ["README.md", "benchmarks/README.md"])
 def test_every_relative_link_lands_on_a_file(page: str) -> None:
     path = ROOT / page
-    links = [link for link in LINK.findall(path.read_text(encoding="utf-8"))
-             if not re.match(r"^[a-z]+:", link)]
+    links = [
+        link
+        for link in LINK.findall(path.read_text(encoding="utf-8"))
+        if not re.match(r"^[a-z]+:", link)
+    ]
     assert links, page
     for link in links:
         target = (path.parent / link.split("#")[0]).resolve()
@@ -41,5 +44,6 @@ def test_every_command_has_its_line_in_the_readme() -> None:
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
                 for verb in action.choices:
-                    assert re.search(rf"\b{verb}\b", mine), \
+                    assert re.search(rf"\b{verb}\b", mine), (
                         f"`specbench {name} {verb}` is not in the README's command table"
+                    )

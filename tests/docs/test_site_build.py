@@ -31,15 +31,20 @@ def site_copy(tmp_path: Path, hooks_first: Sequence[Path] = ()) -> tuple[Path, P
 
 
 def build(config: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(ROOT / "scripts" / "docs.sh"), str(config)],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "docs.sh"), str(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_strict_build_refuses_a_stray_page_and_ignores_incoming_drafts(tmp_path: Path) -> None:
     docs, config = site_copy(tmp_path)
     (docs / "_incoming").mkdir()
     (docs / "_incoming" / "i99.md").write_text(
-        "# A draft\n\nPage: concepts/bars. [not yet](nowhere.md)\n", encoding="utf-8")
+        "# A draft\n\nPage: concepts/bars. [not yet](nowhere.md)\n", encoding="utf-8"
+    )
     (docs / "stray.md").write_text("# Stray\n", encoding="utf-8")  # in no nav
     with (docs / "index.md").open("a", encoding="utf-8") as page:
         page.write("\n[gone](concepts/gone.md)\n")
@@ -48,14 +53,17 @@ def test_the_strict_build_refuses_a_stray_page_and_ignores_incoming_drafts(tmp_p
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert "WARNING -  Doc file 'index.md' contains a link 'concepts/gone.md'" in out, out
-    assert re.search(r"WARNING -  The following pages exist .* not included in the \"nav\""
-                     r" configuration:\s+- stray.md", out), out
+    assert re.search(
+        r"WARNING -  The following pages exist .* not included in the \"nav\""
+        r" configuration:\s+- stray.md",
+        out,
+    ), out
     assert "_incoming" not in out and "nowhere.md" not in out, out
 
 
 # A hook run before the site's own: the registration gains a field with a comment beside it
 # and no Field(description=...), two models below the top (Study -> recording -> regime).
-UNDESCRIBED_FIELD_HOOK = '''
+UNDESCRIBED_FIELD_HOOK = """
 from pydantic import Field
 
 from harness.prereg import schema
@@ -74,7 +82,7 @@ class LooseStudy(schema.Study):
 
 
 schema.Study = LooseStudy
-'''
+"""
 
 
 def test_the_strict_build_refuses_a_registration_field_without_a_description(tmp_path) -> None:

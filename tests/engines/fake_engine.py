@@ -39,8 +39,10 @@ def main() -> int:
     mode = os.environ.get("FAKE_ENGINE_MODE", "ok")
     # FAKE_ENGINE_CHILD_SESSION=1: the child leaves the group, as a process that calls
     # setsid would (the engine guard must still stop it).
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
-                             start_new_session=os.environ.get("FAKE_ENGINE_CHILD_SESSION") == "1")
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(3600)"],
+        start_new_session=os.environ.get("FAKE_ENGINE_CHILD_SESSION") == "1",
+    )
     pid_file = os.environ.get("FAKE_ENGINE_PIDS")
     if pid_file:
         with open(pid_file, "a") as fh:

@@ -24,8 +24,12 @@ def test_cpu_lists_are_read_as_the_kernel_writes_them():
 
 def test_an_interpreter_without_torch_is_refused_in_one_line():
     # The harness's own venv has no torch (engines live in their own environments).
-    proc = subprocess.run([sys.executable, str(CALIBRATE_PROBE), "--device", "cpu", "--cpus", "0"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(CALIBRATE_PROBE), "--device", "cpu", "--cpus", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and proc.stdout == ""
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("calibrate_probe: torch is not importable by")

@@ -28,8 +28,13 @@ class FakeNvml:
     class NVMLError(Exception):
         pass
 
-    def __init__(self, gpus: list[dict], driver: str = "580.65.06", cuda: int = 13000,
-                 fail_init: str | None = None) -> None:
+    def __init__(
+        self,
+        gpus: list[dict],
+        driver: str = "580.65.06",
+        cuda: int = 13000,
+        fail_init: str | None = None,
+    ) -> None:
         self.gpus, self.driver, self.cuda, self.fail_init = gpus, driver, cuda, fail_init
         self.shutdown = False
 
@@ -73,18 +78,23 @@ def gpu_study(tmp_path: Path, gpu: str = "H100-PCIe-80GB", extra: list[str] | No
     python = tmp_path / "engine-python"
     python.write_text(
         "#!/bin/sh\n"
-        "echo 'specbench-doctor {\"python\": \"3.12.3\", \"version\": \"0.32.0\","
-        " \"torch\": \"2.13.0+cu130\", \"cuda\": \"13.0\"}'\n")
+        'echo \'specbench-doctor {"python": "3.12.3", "version": "0.32.0",'
+        ' "torch": "2.13.0+cu130", "cuda": "13.0"}\'\n'
+    )
     python.chmod(0o755)
-    arm = {"name": "base", "engine": "vllm",
-           "launch": {"python": str(python), "extra_args": extra or []}}
+    arm = {
+        "name": "base",
+        "engine": "vllm",
+        "launch": {"python": str(python), "extra_args": extra or []},
+    }
     study = tiny_study("Org/Model", [arm], revision=SHA)
     hardware = {**study.hardware.model_dump(), "gpu": gpu}
     return study.model_copy(update={"hardware": study.hardware.model_validate(hardware)})
 
 
-def cached_model(cache: Path, repo: str, commit: str, *, ref: str | None = None,
-                 weights: bool = True) -> None:
+def cached_model(
+    cache: Path, repo: str, commit: str, *, ref: str | None = None, weights: bool = True
+) -> None:
     root = cache / ("models--" + repo.replace("/", "--"))
     snap = root / "snapshots" / commit
     snap.mkdir(parents=True)
@@ -149,8 +159,11 @@ def test_another_process_on_the_gpu_is_named_and_free_memory_judged(tmp_path, hu
     try:
         busy = {**H100_PCIE, "free": 20 * GIB, "procs": [(other.pid, 60 * GIB)]}
         use_nvml(monkeypatch, FakeNvml([busy]))
-        got = by_name(run_doctor(gpu_study(tmp_path, extra=["--gpu-memory-utilization", "0.5"]),
-                                 tmp_path / "results"))
+        got = by_name(
+            run_doctor(
+                gpu_study(tmp_path, extra=["--gpu-memory-utilization", "0.5"]), tmp_path / "results"
+            )
+        )
     finally:
         other.kill()
         other.wait()
@@ -172,7 +185,8 @@ def test_no_gpu_says_so_and_still_checks_the_rest(tmp_path, hub, monkeypatch) ->
     assert got["weights: model"].blocker  # nothing cached
     assert got["weights: model"].fix == (
         f"specbench fetch on this registration (it downloads Org/Model at {SHA} with the"
-        " other checkpoints)")
+        " other checkpoints)"
+    )
 
 
 def test_cpu_study_needs_no_gpu(tmp_path, hub, monkeypatch) -> None:
@@ -188,7 +202,9 @@ def test_cpu_study_needs_no_gpu(tmp_path, hub, monkeypatch) -> None:
 def test_gpu_names_and_hub_cache_revisions() -> None:
     pcie = GpuStatus(0, "NVIDIA H100 PCIe", 81559 * 1024**2, 0)
     assert gpu_matches("H100-PCIe-80GB", pcie)
-    assert not gpu_matches("H100-PCIe-80GB", GpuStatus(0, "NVIDIA H100 80GB HBM3", pcie.total_bytes, 0))
+    assert not gpu_matches(
+        "H100-PCIe-80GB", GpuStatus(0, "NVIDIA H100 80GB HBM3", pcie.total_bytes, 0)
+    )
     assert not gpu_matches("H100-PCIe-80GB", GpuStatus(0, "NVIDIA H100 PCIe", 40 * GIB, 0))
     assert not gpu_matches("A100", pcie)
 
@@ -225,12 +241,30 @@ def test_doctor_on_this_machine_with_real_nvml(tmp_path: Path) -> None:
     run on them (a GPU other than the registered H100 is a blocker naming both)."""
     gpus = _real_gpu_count()
     out = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "doctor", "prereg.yaml", "--results",
-         str(tmp_path / "results")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "doctor",
+            "prereg.yaml",
+            "--results",
+            str(tmp_path / "results"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = out.stdout.splitlines()
     assert "1 x H100-PCIe-80GB" in lines[1] and "Traceback" not in out.stderr, out.stderr
-    for name in ("vllm environment (", "sglang environment (", "weights: model:",
-                 "disk for weights:", "ports:", "stale engines:"):
+    for name in (
+        "vllm environment (",
+        "sglang environment (",
+        "weights: model:",
+        "disk for weights:",
+        "ports:",
+        "stale engines:",
+    ):
         assert any(line[6:].startswith(name) for line in lines), (name, lines)
     checks = ("driver and CUDA", "other GPU processes", "free GPU memory")
     if not gpus:
@@ -242,8 +276,9 @@ def test_doctor_on_this_machine_with_real_nvml(tmp_path: Path) -> None:
     else:  # a GPU host: the checks ran on its GPUs, none skipped for want of one
         assert lines[1][6:].startswith("GPU: ") and "no GPU" not in lines[1], lines[1]
         for name in checks:
-            assert any(line[6:].startswith(f"{name}:") and "no GPU" not in line
-                       for line in lines), (name, lines)
+            assert any(
+                line[6:].startswith(f"{name}:") and "no GPU" not in line for line in lines
+            ), (name, lines)
 
 
 def test_stale_engines_of_earlier_runs_are_named_then_stopped(tmp_path, hub, monkeypatch) -> None:
@@ -259,17 +294,30 @@ def test_stale_engines_of_earlier_runs_are_named_then_stopped(tmp_path, hub, mon
     try:
         run = tmp_path / "results" / "old-run"
         run.mkdir(parents=True)
-        record = EngineStart(arm="base", kind="scripted", metrics_dialect="vllm", launched=True,
-                             pid=engine.pid, pgid=engine.pid, port=1, host="127.0.0.1",
-                             command=command, started_wall=started, started_iso="-",
-                             base_url="http://127.0.0.1:1", served_model="scripted",
-                             state="ready")
+        record = EngineStart(
+            arm="base",
+            kind="scripted",
+            metrics_dialect="vllm",
+            launched=True,
+            pid=engine.pid,
+            pgid=engine.pid,
+            port=1,
+            host="127.0.0.1",
+            command=command,
+            started_wall=started,
+            started_iso="-",
+            base_url="http://127.0.0.1:1",
+            served_model="scripted",
+            state="ready",
+        )
         manifest = Manifest(run_id="old-run", engines={"base": [record]})
         (run / "manifest.json").write_text(json.dumps(manifest.to_json()))
         study = load_study(ROOT / "examples" / "scripted-pass.yaml")
         named = by_name(run_doctor(study, tmp_path / "results", doctor_cmd="specbench doctor X"))
         stale = named["stale engine"]
-        assert stale.blocker and f"pid {engine.pid}" in stale.detail and "run old-run" in stale.detail
+        assert (
+            stale.blocker and f"pid {engine.pid}" in stale.detail and "run old-run" in stale.detail
+        )
         assert stale.fix.startswith("specbench doctor X --stop-stale")
         assert engine.poll() is None  # named, not touched
         stopped = by_name(run_doctor(study, tmp_path / "results", stop_stale=True))["stale engine"]

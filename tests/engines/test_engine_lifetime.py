@@ -58,17 +58,33 @@ def wait_gone(pids: list[int], timeout_s: float = 20) -> list[int]:
 class Harness:
     """lifetime_harness.py in a process of its own, with one engine up."""
 
-    def __init__(self, tmp_path: Path, arm: dict, *, thread: bool = False,
-                 model_dir: Path | None = None, others: list[dict] | None = None) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        arm: dict,
+        *,
+        thread: bool = False,
+        model_dir: Path | None = None,
+        others: list[dict] | None = None,
+    ) -> None:
         # `others`: arms the study needs beside the one started (a drafter's baseline).
         study = tiny_study(model_dir or tmp_path, [arm, *(others or [])])
         spec = tmp_path / "study.json"
         spec.write_text(study.model_dump_json(by_alias=True))
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
         self.proc = subprocess.Popen(
-            [sys.executable, str(HARNESS), str(spec), str(tmp_path / "logs"),
-             *(["thread"] if thread else [])],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True,
+            [
+                sys.executable,
+                str(HARNESS),
+                str(spec),
+                str(tmp_path / "logs"),
+                *(["thread"] if thread else []),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -148,14 +164,24 @@ def test_a_stale_engine_is_found_from_its_record_and_stopped(tmp_path: Path) -> 
         run = write_run(tmp_path / "results", "run-1", [record])
         # Records whose processes are gone or are other processes are not stale.
         me = psutil.Process()
-        write_run(tmp_path / "results", "run-0", [
-            {**record, "pid": 999_999_999, "pgid": 999_999_999},
-            {**record, "pid": me.pid, "pgid": os.getpgid(me.pid), "command": ["python", "x"],
-             "started_wall": me.create_time() - 3600},
-        ])
+        write_run(
+            tmp_path / "results",
+            "run-0",
+            [
+                {**record, "pid": 999_999_999, "pgid": 999_999_999},
+                {
+                    **record,
+                    "pid": me.pid,
+                    "pgid": os.getpgid(me.pid),
+                    "command": ["python", "x"],
+                    "started_wall": me.create_time() - 3600,
+                },
+            ],
+        )
         found = find_stale_engines(run)
         assert [(s.arm, s.pid, s.pgid, s.processes) for s in found] == [
-            ("fake", engine, engine, [child])]
+            ("fake", engine, engine, [child])
+        ]
         assert [s.run for s in find_stale_in(tmp_path / "results")] == ["run-1"]
         assert "arm 'fake' from run run-1" in found[0].describe()
         assert stop_stale_engine(found[0], grace_s=5) == []
@@ -175,8 +201,11 @@ def test_a_live_engine_matches_its_record_and_a_reused_pid_does_not(tmp_path: Pa
         assert stale.pid == harness.info["pid"] and stale.port_held
         assert sorted(stale.processes) == sorted(pids[:2])
         # The same pid recorded with another command and start time: a reused pid.
-        other = write_run(tmp_path / "results", "run-reused", [
-            {**record, "command": ["vllm", "serve", "x"], "started_wall": 0.0}])
+        other = write_run(
+            tmp_path / "results",
+            "run-reused",
+            [{**record, "command": ["vllm", "serve", "x"], "started_wall": 0.0}],
+        )
         assert find_stale_engines(other) == []
     finally:
         harness.cleanup(pids)

@@ -48,16 +48,27 @@ def test_registry_and_unknown_kind() -> None:
 
 def test_vllm_command_with_ngram_drafter() -> None:
     ngram = arm(
-        "ngram", "vllm",
-        {"method": "ngram", "num_draft_tokens": 3,
-         "options": {"prompt_lookup_max": 4, "prompt_lookup_min": 2}},
+        "ngram",
+        "vllm",
+        {
+            "method": "ngram",
+            "num_draft_tokens": 3,
+            "options": {"prompt_lookup_max": 4, "prompt_lookup_min": 2},
+        },
         max_running_requests=64,
     )
     ngram["launch"]["extra_args"] = ["--gpu-memory-utilization", "0.9"]
     study = study_with(ngram, revision="abc123", quantization="fp8")
     kind = get_engine_kind("vllm")
     cmd = kind.command(study.arm("ngram"), study, "127.0.0.1", 8123)
-    assert cmd[:6] == ["/env/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", "/models/tiny", "--host"]
+    assert cmd[:6] == [
+        "/env/bin/python",
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        "/models/tiny",
+        "--host",
+    ]
     assert option_value(cmd, "--port") == "8123"
     assert option_value(cmd, "--served-model-name") == "tiny"
     assert option_value(cmd, "--revision") == "abc123"
@@ -66,7 +77,10 @@ def test_vllm_command_with_ngram_drafter() -> None:
     assert option_value(cmd, "--max-num-seqs") == "64"
     assert option_value(cmd, "--seed") == "0"
     assert json_option(cmd, "--speculative-config") == {
-        "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2,
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_max": 4,
+        "prompt_lookup_min": 2,
     }
     assert option_value(cmd, "--per-request-spec-decode-metrics") == "summary"
     assert cmd[-2:] == ["--gpu-memory-utilization", "0.9"]  # the arm's own flags last
@@ -77,7 +91,11 @@ def test_vllm_command_with_ngram_drafter() -> None:
 
 def test_vllm_draft_model_and_passthrough_method() -> None:
     study = study_with(
-        arm("eagle", "vllm", {"method": "eagle3", "model": "org/head", "revision": "r1", "num_draft_tokens": 2}),
+        arm(
+            "eagle",
+            "vllm",
+            {"method": "eagle3", "model": "org/head", "revision": "r1", "num_draft_tokens": 2},
+        ),
         arm("alias", "vllm", {"method": "standalone", "model": "org/small", "num_draft_tokens": 4}),
         arm("bogus", "vllm", {"method": "no_such_method", "num_draft_tokens": 3}),
     )
@@ -86,7 +104,12 @@ def test_vllm_draft_model_and_passthrough_method() -> None:
     def spec(name: str) -> dict:
         return json_option(kind.command(study.arm(name), study, "h", 1), "--speculative-config")
 
-    assert spec("eagle") == {"method": "eagle3", "num_speculative_tokens": 2, "model": "org/head", "revision": "r1"}
+    assert spec("eagle") == {
+        "method": "eagle3",
+        "num_speculative_tokens": 2,
+        "model": "org/head",
+        "revision": "r1",
+    }
     assert spec("alias")["method"] == "draft_model"
     assert spec("bogus")["method"] == "no_such_method"  # vLLM itself rejects it
 
@@ -140,7 +163,9 @@ def test_request_fields() -> None:
         "chat_template_kwargs": {"enable_thinking": False},
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
-    sg = study_with(arm("sg", "sglang", {"method": "dflash", "model": "z/d", "num_draft_tokens": 16}))
+    sg = study_with(
+        arm("sg", "sglang", {"method": "dflash", "model": "z/d", "num_draft_tokens": 16})
+    )
     kind = get_engine_kind("sglang")
     assert kind.request_fields(sg.arm("sg"), sg)["return_spec_tokens_details"] is True
     assert "return_spec_tokens_details" not in kind.request_fields(sg.arm("base"), sg)
@@ -153,10 +178,14 @@ def test_per_request_spec_metrics_off_asks_no_engine_for_them() -> None:
     scripted = {"num_draft_tokens": 2, "accept_probs": [0.5, 0.5]}
 
     def study(engine: str, on: bool, **extra):
-        built = tiny_study("/models/tiny", [arm("base", engine, **extra),
-                                            arm("ngram", engine, drafting, **extra)])
-        return built.model_copy(update={"recording": built.recording.model_copy(
-            update={"per_request_spec_metrics": on})})
+        built = tiny_study(
+            "/models/tiny", [arm("base", engine, **extra), arm("ngram", engine, drafting, **extra)]
+        )
+        return built.model_copy(
+            update={
+                "recording": built.recording.model_copy(update={"per_request_spec_metrics": on})
+            }
+        )
 
     for on in (True, False):
         vllm = study("vllm", on)
@@ -168,8 +197,7 @@ def test_per_request_spec_metrics_off_asks_no_engine_for_them() -> None:
         kind = get_engine_kind("scripted")
         for dialect in ("vllm", "sglang"):
             sc = study("scripted", on, scripted={**scripted, "metrics_dialect": dialect})
-            spec = json_option(kind.command(sc.arm("ngram"), sc, "h", 1),
-                                           "--spec-json")
+            spec = json_option(kind.command(sc.arm("ngram"), sc, "h", 1), "--spec-json")
             asked = "return_spec_tokens_details" in kind.request_fields(sc.arm("ngram"), sc)
             assert (spec["per_request_spec_metrics"] if dialect == "vllm" else asked) is on
             assert "return_spec_tokens_details" not in kind.request_fields(sc.arm("base"), sc)
@@ -177,8 +205,17 @@ def test_per_request_spec_metrics_off_asks_no_engine_for_them() -> None:
 
 def test_sglang_command_dflash() -> None:
     study = study_with(
-        arm("dflash", "sglang", {"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash-b16",
-                                 "revision": "r2", "num_draft_tokens": 16}, max_running_requests=64),
+        arm(
+            "dflash",
+            "sglang",
+            {
+                "method": "dflash",
+                "model": "z-lab/Qwen3-8B-DFlash-b16",
+                "revision": "r2",
+                "num_draft_tokens": 16,
+            },
+            max_running_requests=64,
+        ),
         revision="abc",
     )
     cmd = get_engine_kind("sglang").command(study.arm("dflash"), study, "0.0.0.0", 30000)
@@ -202,25 +239,56 @@ def test_sglang_command_dflash() -> None:
 def test_sglang_speculative_flags_per_algorithm() -> None:
     study = study_with(
         arm("eagle3", "sglang", {"method": "eagle3", "model": "o/h", "num_draft_tokens": 3}),
-        arm("ngram", "sglang", {"method": "ngram", "num_draft_tokens": 4,
-                                "options": {"ngram_max_trie_depth": 18}}),
-        arm("tree", "sglang", {"method": "eagle", "model": "o/h", "num_draft_tokens": 5,
-                               "options": {"eagle_topk": 4, "num_draft_tokens": 10}}),
-        arm("weird", "sglang", {"method": "Foo_Bar", "num_draft_tokens": 2,
-                                "options": {"flag_on": True, "flag_off": False}}),
+        arm(
+            "ngram",
+            "sglang",
+            {"method": "ngram", "num_draft_tokens": 4, "options": {"ngram_max_trie_depth": 18}},
+        ),
+        arm(
+            "tree",
+            "sglang",
+            {
+                "method": "eagle",
+                "model": "o/h",
+                "num_draft_tokens": 5,
+                "options": {"eagle_topk": 4, "num_draft_tokens": 10},
+            },
+        ),
+        arm(
+            "weird",
+            "sglang",
+            {
+                "method": "Foo_Bar",
+                "num_draft_tokens": 2,
+                "options": {"flag_on": True, "flag_off": False},
+            },
+        ),
     )
 
     def flags(name: str) -> list[str]:
         return speculative_args(study.arm(name))
 
     assert flags("eagle3") == [
-        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "o/h",
-        "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", "4", "--speculative-draft-model-quantization", "unquant",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        "o/h",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+        "--speculative-draft-model-quantization",
+        "unquant",
     ]
     assert flags("ngram") == [
-        "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5",
-        "--speculative-ngram-max-trie-depth", "18",
+        "--speculative-algorithm",
+        "NGRAM",
+        "--speculative-num-draft-tokens",
+        "5",
+        "--speculative-ngram-max-trie-depth",
+        "18",
     ]
     tree = flags("tree")
     assert option_value(tree, "--speculative-eagle-topk") == "4"
@@ -235,7 +303,9 @@ def test_sglang_48_cap_unless_passed() -> None:
     kind = get_engine_kind("sglang")
     study = study_with(
         arm("spec", "sglang", {"method": "ngram", "num_draft_tokens": 3}),
-        arm("spec64", "sglang", {"method": "ngram", "num_draft_tokens": 3}, max_running_requests=64),
+        arm(
+            "spec64", "sglang", {"method": "ngram", "num_draft_tokens": 3}, max_running_requests=64
+        ),
     )
     assert kind.effective_max_running(study.arm("spec")) == 48
     assert kind.effective_max_running(study.arm("spec64")) == 64
@@ -257,10 +327,18 @@ def test_sglang_version_probe_needs_an_interpreter() -> None:
 
 
 def test_expand_arm_variables(tmp_path: Path) -> None:
-    a = arm("d", "vllm", {"method": "draft_model", "model": "${DRAFTS}/small", "num_draft_tokens": 2})
-    a["launch"] = {"python": "${PY}", "env": {"X": "${X_VAL}"}, "extra_args": ["--download-dir", "${DL}"]}
+    a = arm(
+        "d", "vllm", {"method": "draft_model", "model": "${DRAFTS}/small", "num_draft_tokens": 2}
+    )
+    a["launch"] = {
+        "python": "${PY}",
+        "env": {"X": "${X_VAL}"},
+        "extra_args": ["--download-dir", "${DL}"],
+    }
     study = study_with(a)
-    expanded, missing = expand_arm(study.arm("d"), {"PY": "/p/python", "DRAFTS": "/d", "X_VAL": "1"})
+    expanded, missing = expand_arm(
+        study.arm("d"), {"PY": "/p/python", "DRAFTS": "/d", "X_VAL": "1"}
+    )
     assert missing == ["DL"]
     assert expanded.launch is not None
     assert expanded.launch.python == "/p/python" and expanded.launch.env == {"X": "1"}
@@ -276,15 +354,23 @@ def test_sglang_dspark_takes_gamma_and_sets_its_verify_window_itself() -> None:
     --speculative-num-draft-tokens must be gamma + 1, which SGLang sets from it. The
     adapter used to pass gamma as the verify window, one short (SGLang refuses a window
     other than gamma + 1 when the checkpoint gives gamma)."""
-    study = study_with(arm("dspark", "sglang", {"method": "dspark", "model": "o/d",
-                                                "num_draft_tokens": 7}))
+    study = study_with(
+        arm("dspark", "sglang", {"method": "dspark", "model": "o/d", "num_draft_tokens": 7})
+    )
     assert speculative_args(study.arm("dspark")) == [
-        "--speculative-algorithm", "DSPARK", "--speculative-draft-model-path", "o/d",
-        "--speculative-dspark-block-size", "7", "--speculative-draft-model-quantization", "unquant",
+        "--speculative-algorithm",
+        "DSPARK",
+        "--speculative-draft-model-path",
+        "o/d",
+        "--speculative-dspark-block-size",
+        "7",
+        "--speculative-draft-model-quantization",
+        "unquant",
     ]
     # DFLASH's block is its verify window, passed as is.
-    study = study_with(arm("dflash", "sglang", {"method": "dflash", "model": "o/d",
-                                                "num_draft_tokens": 16}))
+    study = study_with(
+        arm("dflash", "sglang", {"method": "dflash", "model": "o/d", "num_draft_tokens": 16})
+    )
     flags = speculative_args(study.arm("dflash"))
     assert option_value(flags, "--speculative-num-draft-tokens") == "16"
     assert "--speculative-dspark-block-size" not in flags
@@ -293,11 +379,22 @@ def test_sglang_dspark_takes_gamma_and_sets_its_verify_window_itself() -> None:
 def test_sglang_drafter_precision_flag_and_words() -> None:
     study = study_with(
         arm("own", "sglang", {"method": "dflash", "model": "o/d", "num_draft_tokens": 16}),
-        arm("fp8", "sglang", {"method": "eagle3", "model": "o/h", "num_draft_tokens": 3,
-                              "quantization": "fp8"}),
+        arm(
+            "fp8",
+            "sglang",
+            {"method": "eagle3", "model": "o/h", "num_draft_tokens": 3, "quantization": "fp8"},
+        ),
         arm("ngram", "sglang", {"method": "ngram", "num_draft_tokens": 3}),
-        arm("opt", "sglang", {"method": "dflash", "model": "o/d", "num_draft_tokens": 16,
-                              "options": {"draft_model_quantization": "w8a8_fp8"}}),
+        arm(
+            "opt",
+            "sglang",
+            {
+                "method": "dflash",
+                "model": "o/d",
+                "num_draft_tokens": 16,
+                "options": {"draft_model_quantization": "w8a8_fp8"},
+            },
+        ),
         quantization="fp8",
     )
     kind = get_engine_kind("sglang")
@@ -309,9 +406,13 @@ def test_sglang_drafter_precision_flag_and_words() -> None:
     assert flag("own") == "unquant" and flag("fp8") == "fp8"
     assert flag("ngram") is None and flag("base") is None  # no draft weights, no drafter
     assert flag("opt") == "w8a8_fp8"  # an option overrides, and the words follow the flag
-    words = {name: kind.drafter_precision(study.arm(name), study)
-             for name in ("own", "fp8", "ngram", "opt")}
-    assert words["own"].startswith("checkpoint's own (--speculative-draft-model-quantization unquant")
+    words = {
+        name: kind.drafter_precision(study.arm(name), study)
+        for name in ("own", "fp8", "ngram", "opt")
+    }
+    assert words["own"].startswith(
+        "checkpoint's own (--speculative-draft-model-quantization unquant"
+    )
     assert "target's --quantization fp8" in words["own"]
     assert words["fp8"] == "fp8 (--speculative-draft-model-quantization fp8)"
     assert words["ngram"] == "none (no draft weights)"
@@ -324,11 +425,19 @@ def test_sglang_drafter_precision_flag_and_words() -> None:
     [
         # SGLang 0.5.23 managers/min_free_slots_delayer.py: unset, only the DFLASH family
         # with a cap of 8 or more, at min(4, max(2, (cap + 5) // 6)).
-        ("DFLASH", None, 64, 4), ("DSPARK", None, 64, 4), ("DFLASH", None, 13, 3),
-        ("DFLASH", None, 8, 2), ("DFLASH", None, 7, None), ("DFLASH", None, None, None),
-        ("EAGLE3", None, 64, None), (None, None, 64, None),
+        ("DFLASH", None, 64, 4),
+        ("DSPARK", None, 64, 4),
+        ("DFLASH", None, 13, 3),
+        ("DFLASH", None, 8, 2),
+        ("DFLASH", None, 7, None),
+        ("DFLASH", None, None, None),
+        ("EAGLE3", None, 64, None),
+        (None, None, 64, None),
         # An explicit value wins, capped by the running cap; 0 or 1 turns it off.
-        ("DFLASH", 1, 64, None), ("DFLASH", 0, 64, None), (None, 6, 64, 6), (None, 6, 4, 4),
+        ("DFLASH", 1, 64, None),
+        ("DFLASH", 0, 64, None),
+        (None, 6, 64, 6),
+        (None, 6, 4, 4),
         ("NGRAM", 3, None, 3),
     ],
 )
@@ -338,24 +447,42 @@ def test_sglang_min_free_slots_resolves_as_sglang_does(algorithm, explicit, cap,
 
 def test_sglang_admission_delay_flag_and_words() -> None:
     study = study_with(
-        arm("dflash", "sglang", {"method": "dflash", "model": "o/d", "num_draft_tokens": 16},
-            max_running_requests=64),
-        arm("off", "sglang", {"method": "dflash", "model": "o/d", "num_draft_tokens": 16},
-            max_running_requests=64, min_free_slots_delay=1),
+        arm(
+            "dflash",
+            "sglang",
+            {"method": "dflash", "model": "o/d", "num_draft_tokens": 16},
+            max_running_requests=64,
+        ),
+        arm(
+            "off",
+            "sglang",
+            {"method": "dflash", "model": "o/d", "num_draft_tokens": 16},
+            max_running_requests=64,
+            min_free_slots_delay=1,
+        ),
     )
     kind = get_engine_kind("sglang")
     assert isinstance(kind, SglangKind)  # admission_threshold is its own
-    assert option_value(kind.command(study.arm("off"), study, "h", 1), "--min-free-slots-delay") == "1"
+    assert (
+        option_value(kind.command(study.arm("off"), study, "h", 1), "--min-free-slots-delay") == "1"
+    )
     assert "--min-free-slots-delay" not in kind.command(study.arm("dflash"), study, "h", 1)
-    settings = {n: kind.resolved_settings(study.arm(n), study)["min_free_slots_delay"]
-                for n in ("dflash", "off", "base")}
+    settings = {
+        n: kind.resolved_settings(study.arm(n), study)["min_free_slots_delay"]
+        for n in ("dflash", "off", "base")
+    }
     assert settings == {
         "dflash": "4 free slots (not passed: SGLang's own DFLASH/DSPARK default at 64 running)",
         "off": "off (--min-free-slots-delay 1)",
         "base": "off (not passed: SGLang's default)",
     }
     flagged = arm("flagged", "sglang", min_free_slots_delay=1)
-    flagged["launch"]["extra_args"] = ["--min-free-slots-delay", "3", "--max-running-requests", "64"]
+    flagged["launch"]["extra_args"] = [
+        "--min-free-slots-delay",
+        "3",
+        "--max-running-requests",
+        "64",
+    ]
     study = study_with(flagged)
     assert kind.admission_threshold(study.arm("flagged")) == 3  # the arm's own flags win
     with pytest.raises(ValueError, match="min_free_slots_delay is an SGLang setting"):
@@ -368,8 +495,11 @@ def test_vllm_drafter_precision_goes_in_the_speculative_config() -> None:
     only an mtp draft without a model of its own takes the target's (:1160-1163)."""
     study = study_with(
         arm("eagle", "vllm", {"method": "eagle3", "model": "o/h", "num_draft_tokens": 3}),
-        arm("fp8", "vllm", {"method": "eagle3", "model": "o/h", "num_draft_tokens": 3,
-                            "quantization": "fp8"}),
+        arm(
+            "fp8",
+            "vllm",
+            {"method": "eagle3", "model": "o/h", "num_draft_tokens": 3, "quantization": "fp8"},
+        ),
         arm("mtp", "vllm", {"method": "mtp", "num_draft_tokens": 1}),
         arm("ngram", "vllm", {"method": "ngram", "num_draft_tokens": 3}),
         quantization="fp8",
@@ -380,7 +510,9 @@ def test_vllm_drafter_precision_goes_in_the_speculative_config() -> None:
         return json_option(kind.command(study.arm(name), study, "h", 1), "--speculative-config")
 
     assert "quantization" not in spec("eagle") and spec("fp8")["quantization"] == "fp8"
-    words = {n: kind.drafter_precision(study.arm(n), study) for n in ("eagle", "fp8", "mtp", "ngram")}
+    words = {
+        n: kind.drafter_precision(study.arm(n), study) for n in ("eagle", "fp8", "mtp", "ngram")
+    }
     assert words["eagle"].startswith("checkpoint's own (--speculative-config quantization unset")
     assert "never the target's --quantization fp8" in words["eagle"]
     assert words["fp8"] == "fp8 (--speculative-config quantization)"
@@ -388,7 +520,10 @@ def test_vllm_drafter_precision_goes_in_the_speculative_config() -> None:
     assert words["ngram"] == "none (no draft weights)"
     on = "on (vLLM 0.32's default)"
     assert kind.resolved_settings(study.arm("eagle"), study) == {
-        "drafter_precision": words["eagle"], "async_scheduling": on}
+        "drafter_precision": words["eagle"],
+        "async_scheduling": on,
+    }
     assert kind.resolved_settings(study.arm("base"), study) == {"async_scheduling": on}
     assert kind.resolved_settings(study.arm("ngram"), study)["async_scheduling"].startswith(
-        "off (vLLM 0.32 turns it off for method ngram")
+        "off (vLLM 0.32 turns it off for method ngram"
+    )

@@ -84,9 +84,16 @@ def test_start_records_and_stop_takes_the_whole_group(tmp_path: Path) -> None:
 def test_start_records_the_resolved_settings(tmp_path: Path) -> None:
     """The manifest's engine entry (EngineInfo, also engine-<arm>.json) keeps what the
     arm resolves to: here an EAGLE-3 head registered at fp8."""
-    head = {**fake_arm("head"), "baseline": "fake",
-            "drafter": {"method": "eagle3", "model": "org/head", "num_draft_tokens": 3,
-                        "quantization": "fp8"}}
+    head = {
+        **fake_arm("head"),
+        "baseline": "fake",
+        "drafter": {
+            "method": "eagle3",
+            "model": "org/head",
+            "num_draft_tokens": 3,
+            "quantization": "fp8",
+        },
+    }
     study = tiny_study(tmp_path, [fake_arm(), head])
     with start_engine(study.arm("head"), study, tmp_path / "logs") as engine:
         # ...and what the engine chose by itself, read from its log once it was ready:
@@ -95,7 +102,8 @@ def test_start_records_the_resolved_settings(tmp_path: Path) -> None:
             "drafter_precision": "fp8 (--speculative-config quantization)",
             "async_scheduling": "on (vLLM's default; no startup line turned it off)",
             "cascade_attention": "off (removed in vLLM 0.32: --[no-]disable-cascade-attn has"
-                                 " no effect)"}
+            " no effect)",
+        }
         assert '"quantization":"fp8"' in " ".join(engine.info.command)
         recorded = json.loads((tmp_path / "logs" / "engine-head.json").read_text())
         assert recorded["settings"] == engine.info.settings
@@ -189,9 +197,21 @@ def _write_prereg(tmp_path: Path, arm: dict) -> Path:
 
 def _serve(prereg: Path, arm: str, tmp_path: Path, env: dict) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "serve", arm, "--prereg", str(prereg),
-         "--log-dir", str(tmp_path / "serve-logs")],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "serve",
+            arm,
+            "--prereg",
+            str(prereg),
+            "--log-dir",
+            str(tmp_path / "serve-logs"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**os.environ, **env},
     )
 
@@ -261,8 +281,11 @@ def test_harness_interrupted_stops_a_running_engine(tmp_path: Path, sig: signal.
     arm = fake_arm(pids=pids, startup_timeout_s=120)
     script = HARNESS_SCRIPT.format(root=str(ROOT), tmp=str(tmp_path), arm=arm)
     proc = subprocess.Popen(
-        [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     assert proc.stdout is not None
     first = proc.stdout.readline()
@@ -290,8 +313,10 @@ def test_attach_neither_starts_nor_stops(tmp_path: Path) -> None:
         remote.stop()
         assert server.alive()  # stopping an attached arm leaves the server alone
         assert not (tmp_path / "remote-logs").exists()
-        wrong = tiny_study(tmp_path, [{"name": "remote", "engine": "vllm",
-                                       "attach": {**attach, "served_model": "other"}}])
+        wrong = tiny_study(
+            tmp_path,
+            [{"name": "remote", "engine": "vllm", "attach": {**attach, "served_model": "other"}}],
+        )
         with pytest.raises(SpecbenchError, match="serves \\['tiny'\\], not 'other'"):
             start_engine(wrong.arms[0], wrong, tmp_path)
     assert not remote.alive()  # the server is gone now

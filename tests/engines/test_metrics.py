@@ -69,12 +69,21 @@ def test_vllm_window_uses_vllms_formulas() -> None:
 
 def test_vllm_window_between_two_scrapes_is_a_delta() -> None:
     before = EngineSnapshot(
-        engine="vllm", drafts=100, draft_tokens=300, accepted_tokens=150,
-        accepted_per_position=[70, 50, 30], generation_tokens=400,
+        engine="vllm",
+        drafts=100,
+        draft_tokens=300,
+        accepted_tokens=150,
+        accepted_per_position=[70, 50, 30],
+        generation_tokens=400,
     )
     after = before.model_copy(
-        update={"drafts": 110, "draft_tokens": 330, "accepted_tokens": 165,
-                "accepted_per_position": [78, 54, 33], "generation_tokens": 430}
+        update={
+            "drafts": 110,
+            "draft_tokens": 330,
+            "accepted_tokens": 165,
+            "accepted_per_position": [78, 54, 33],
+            "generation_tokens": 430,
+        }
     )
     w = acceptance_window(before, after)
     assert w is not None
@@ -187,10 +196,12 @@ def test_scrape_ok_and_gaps(metrics_server) -> None:
     assert not unreachable.ok and "ConnectError" in unreachable.error
 
 
-@pytest.mark.parametrize("name", sorted(
-    str(p.relative_to(FIXTURES)) for p in FIXTURES.glob("*/*.metrics.txt")))
+@pytest.mark.parametrize(
+    "name", sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.glob("*/*.metrics.txt"))
+)
 def test_parsing_only_the_read_series_gives_the_full_parse(
-        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The scraper parses the lines of the series it reads (a tenth of the time, inside
     the client's event loop); every field must be what parsing the whole page gives."""
     import harness.engines.metrics as metrics

@@ -41,7 +41,9 @@ def test_the_lock_pins_what_the_adapters_were_checked_against() -> None:
     assert (pins["sglang-args"].package, pins["sglang-args"].version) == ("sglang", "0.5.23")
     assert pins["sglang-args"].test_only and not pins["sglang-args"].gpu
     # Every pin's variable is what the registered arms (or the CPU demo) name.
-    texts = "".join(p.read_text() for p in [*ROOT.glob("arms/*.yaml"), *ROOT.glob("examples/*.yaml")])
+    texts = "".join(
+        p.read_text() for p in [*ROOT.glob("arms/*.yaml"), *ROOT.glob("examples/*.yaml")]
+    )
     for p in pins.values():
         assert p.test_only or "${" + p.variable + "}" in texts, p.variable
         assert p.default_interpreter().parent.parent.name == f"{p.name}-{p.version}"
@@ -62,11 +64,19 @@ def test_every_pin_resolves_for_linux_x86_64() -> None:
 
 
 def fake_pin(**changes) -> EnginePin:
-    return EnginePin.model_validate({
-        "name": "fake", "package": "specbench-fake-engine", "version": "1.2.3",
-        "module": "specbench_fake_engine", "variable": "SPECBENCH_FAKE_PYTHON",
-        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-        "platform": "manylinux_2_28_x86_64", "gpu": False, **changes})
+    return EnginePin.model_validate(
+        {
+            "name": "fake",
+            "package": "specbench-fake-engine",
+            "version": "1.2.3",
+            "module": "specbench_fake_engine",
+            "variable": "SPECBENCH_FAKE_PYTHON",
+            "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+            "platform": "manylinux_2_28_x86_64",
+            "gpu": False,
+            **changes,
+        }
+    )
 
 
 def entry(filename: str, requires: str | None = ">=3.11", yanked: bool = False) -> dict:
@@ -76,7 +86,9 @@ def entry(filename: str, requires: str | None = ">=3.11", yanked: bool = False) 
 def test_pin_check_judges_platform_python_and_yanked_files() -> None:
     pin = fake_pin(version="1.0", python="3.12", platform="manylinux_2_28_x86_64")
     name = "specbench_fake_engine-1.0"
-    ok = check_pin(pin, [entry(f"{name}.tar.gz"), entry(f"{name}-cp38-abi3-manylinux_2_17_x86_64.whl")])
+    ok = check_pin(
+        pin, [entry(f"{name}.tar.gz"), entry(f"{name}-cp38-abi3-manylinux_2_17_x86_64.whl")]
+    )
     assert ok.wheel is not None
     assert ok.ok and ok.wheel.endswith("manylinux_2_17_x86_64.whl")
     newer_glibc = check_pin(pin, [entry(f"{name}-cp312-cp312-manylinux_2_34_x86_64.whl")])
@@ -149,8 +161,9 @@ def test_install_makes_a_venv_of_its_own_and_reuses_it(tmp_path, monkeypatch) ->
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     wheels = tmp_path / "wheels"
     build_wheel(wheels, "1.2.3")
-    pin = fake_pin(find_links=[str(wheels), str(tmp_path / "absent")],
-                   remove_after=["not-installed-anywhere"])
+    pin = fake_pin(
+        find_links=[str(wheels), str(tmp_path / "absent")], remove_after=["not-installed-anywhere"]
+    )
     said: list[str] = []
     python = install_engine(pin, cache=tmp_path / "cache", quiet=True, say=said.append)
     assert python == tmp_path / "cache" / "engines" / "fake-1.2.3" / "bin" / "python"
@@ -170,11 +183,16 @@ def test_install_fails_on_a_missing_pin_or_a_wrong_version(tmp_path, monkeypatch
     wheels = tmp_path / "wheels"
     build_wheel(wheels, "2.0.0", module_version="9.9.9")
     with pytest.raises(SpecbenchError, match=r"pip install .*specbench-fake-engine==1.2.3` exited"):
-        install_engine(fake_pin(find_links=[str(wheels)]), cache=tmp_path / "c", quiet=True,
-                       say=lambda _: None)
+        install_engine(
+            fake_pin(find_links=[str(wheels)]), cache=tmp_path / "c", quiet=True, say=lambda _: None
+        )
     with pytest.raises(SpecbenchError, match="imports specbench_fake_engine as 9.9.9, not 2.0.0"):
-        install_engine(fake_pin(version="2.0.0", find_links=[str(wheels)]), cache=tmp_path / "c",
-                       quiet=True, say=lambda _: None)
+        install_engine(
+            fake_pin(version="2.0.0", find_links=[str(wheels)]),
+            cache=tmp_path / "c",
+            quiet=True,
+            say=lambda _: None,
+        )
     assert not (tmp_path / "c" / "engines" / "fake-2.0.0" / ".complete").exists()
 
 
@@ -184,8 +202,17 @@ def test_uv_is_used_where_it_is_installed(tmp_path: Path) -> None:
     py = str(venv / "bin" / "python")
     assert install_commands(pin, venv, uv="/bin/uv", python=None) == [
         ["/bin/uv", "venv", "--seed", "--python", "3.12", str(venv)],
-        ["/bin/uv", "pip", "install", "--compile-bytecode", "--python", py, "--find-links",
-         str(tmp_path), "specbench-fake-engine==1.2.3"],
+        [
+            "/bin/uv",
+            "pip",
+            "install",
+            "--compile-bytecode",
+            "--python",
+            py,
+            "--find-links",
+            str(tmp_path),
+            "specbench-fake-engine==1.2.3",
+        ],
         ["/bin/uv", "pip", "uninstall", "--python", py, "torchvision"],
     ]
     pip = install_commands(pin, venv, uv=None, python="/usr/bin/python3.12")
@@ -204,6 +231,7 @@ def test_the_manifest_lists_every_engine_environment(tmp_path: Path) -> None:
 
     assert names["pydantic"] == pydantic.VERSION and env["arms"] == ["base", "drafter"]
     assert env["pin"] is None and env["python_version"] == sys.version.split()[0]
+
     # A resume that finds the environment changed records it as a deviation.
     def older(m: Manifest) -> None:
         m.engine_environments[sys.executable].packages = [{"name": "pydantic", "version": "0.1"}]
@@ -214,10 +242,12 @@ def test_the_manifest_lists_every_engine_environment(tmp_path: Path) -> None:
     assert store.manifest().to_json()["deviations"][-1]["what"] == change
 
 
-def test_a_test_only_pin_installs_without_dependencies_and_with_its_stand_ins(tmp_path,
-                                                                            monkeypatch):
-    pin = fake_pin(no_deps=True, with_packages=["extra==1.0"], stand_ins=["gpu_compiler"],
-                   test_only=True)
+def test_a_test_only_pin_installs_without_dependencies_and_with_its_stand_ins(
+    tmp_path, monkeypatch
+):
+    pin = fake_pin(
+        no_deps=True, with_packages=["extra==1.0"], stand_ins=["gpu_compiler"], test_only=True
+    )
     venv = tmp_path / "v"
     uv = install_commands(pin, venv, uv="/bin/uv", python=None)[1]
     assert "--no-deps" in uv and uv[-2:] == ["specbench-fake-engine==1.2.3", "extra==1.0"]
@@ -225,9 +255,16 @@ def test_a_test_only_pin_installs_without_dependencies_and_with_its_stand_ins(tm
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     wheels = tmp_path / "wheels"
     build_wheel(wheels, "1.2.3")
-    python = install_engine(fake_pin(no_deps=True, stand_ins=["gpu_compiler"],
-                                     find_links=[str(wheels)]),
-                            cache=tmp_path / "cache", quiet=True, say=lambda _: None)
-    proc = subprocess.run([str(python), "-c", "import gpu_compiler; gpu_compiler.jit"],
-                          capture_output=True, text=True, timeout=60)
+    python = install_engine(
+        fake_pin(no_deps=True, stand_ins=["gpu_compiler"], find_links=[str(wheels)]),
+        cache=tmp_path / "cache",
+        quiet=True,
+        say=lambda _: None,
+    )
+    proc = subprocess.run(
+        [str(python), "-c", "import gpu_compiler; gpu_compiler.jit"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and "AttributeError: gpu_compiler is a stand-in here" in proc.stderr

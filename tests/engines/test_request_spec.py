@@ -21,22 +21,27 @@ VLLM_JSON = FIXTURES / "vllm" / "vllm-0.32-cpu-ngram-per-request-spec.json"
 SGLANG_SSE = FIXTURES / "sglang" / "sglang-dspark-spec-tokens-details.sse"
 SGLANG_JSON = FIXTURES / "sglang" / "sglang-dspark-spec-tokens-details.json"
 
-VLLM_FIGURES = RequestSpeculation(engine="vllm", rounds=10, draft_tokens=29, accepted=11,
-                                  histogram=[4, 3, 1, 2])
-SGLANG_FIGURES = RequestSpeculation(engine="sglang", rounds=43, draft_tokens=215, accepted=63,
-                                    histogram=[11, 14, 11, 4, 0, 3])
+VLLM_FIGURES = RequestSpeculation(
+    engine="vllm", rounds=10, draft_tokens=29, accepted=11, histogram=[4, 3, 1, 2]
+)
+SGLANG_FIGURES = RequestSpeculation(
+    engine="sglang", rounds=43, draft_tokens=215, accepted=63, histogram=[11, 14, 11, 4, 0, 3]
+)
 
 
 def streamed(path: Path, index: int = 0) -> RequestRecord:
     blocks = [b for b in path.read_bytes().split(b"\n\n") if b.strip()]
-    rec = RequestRecord(cell_id="c", index=index, item_id=f"i{index}", scheduled_t=0.0,
-                        sent_t=0.0, end_t=99.0)
+    rec = RequestRecord(
+        cell_id="c", index=index, item_id=f"i{index}", scheduled_t=0.0, sent_t=0.0, end_t=99.0
+    )
     _fill_from_events(rec, [(1.0 + 0.01 * i, b) for i, b in enumerate(blocks)])
     return rec
 
 
-@pytest.mark.parametrize(("path", "expected", "completion"), [
-    (VLLM_SSE, VLLM_FIGURES, 48), (SGLANG_SSE, SGLANG_FIGURES, 106)])
+@pytest.mark.parametrize(
+    ("path", "expected", "completion"),
+    [(VLLM_SSE, VLLM_FIGURES, 48), (SGLANG_SSE, SGLANG_FIGURES, 106)],
+)
 def test_a_stream_carries_the_engines_figures_into_the_record(path, expected, completion):
     rec = streamed(path)
     assert rec.ok and rec.completion_tokens == completion
@@ -55,8 +60,9 @@ def test_a_stream_carries_the_engines_figures_into_the_record(path, expected, co
     assert sum(j * n for j, n in enumerate(expected.histogram)) == expected.accepted
 
 
-@pytest.mark.parametrize(("path", "expected"), [(VLLM_JSON, VLLM_FIGURES),
-                                                (SGLANG_JSON, SGLANG_FIGURES)])
+@pytest.mark.parametrize(
+    ("path", "expected"), [(VLLM_JSON, VLLM_FIGURES), (SGLANG_JSON, SGLANG_FIGURES)]
+)
 def test_a_plain_response_carries_them_at_its_top_level(path, expected):
     found = request_speculation(json.loads(path.read_text()))
     assert found is not None
@@ -68,16 +74,23 @@ def test_chunks_without_figures_and_figures_that_are_not_counts():
     assert request_speculation({"choices": [], "usage": {"completion_tokens": 3}}) is None
     assert request_speculation({"metrics": {"speculative_decoding": None}}) is None
     # SGLang answers a list for n > 1: one request's figures cannot be told apart.
-    assert request_speculation({"sglext": {"spec_tokens_details": [{"spec_verify_ct": 1}]}}) \
-        is None
-    good = {"num_spec_steps": 2, "num_accepted_draft_tokens": 1, "num_draft_tokens": 6,
-            "acceptance_histogram": [1, 1, 0, 0]}
+    assert request_speculation({"sglext": {"spec_tokens_details": [{"spec_verify_ct": 1}]}}) is None
+    good = {
+        "num_spec_steps": 2,
+        "num_accepted_draft_tokens": 1,
+        "num_draft_tokens": 6,
+        "acceptance_histogram": [1, 1, 0, 0],
+    }
     parsed = parse_request_speculation("vllm", good)
     assert parsed is not None and parsed.rounds == 2
-    for broken in ({**good, "num_spec_steps": None}, {**good, "num_draft_tokens": -1},
-                   {**good, "num_accepted_draft_tokens": True}, {**good, "num_spec_steps": 1.5},
-                   {**good, "acceptance_histogram": [1, "x"]},
-                   {k: v for k, v in good.items() if k != "num_accepted_draft_tokens"}):
+    for broken in (
+        {**good, "num_spec_steps": None},
+        {**good, "num_draft_tokens": -1},
+        {**good, "num_accepted_draft_tokens": True},
+        {**good, "num_spec_steps": 1.5},
+        {**good, "acceptance_histogram": [1, "x"]},
+        {k: v for k, v in good.items() if k != "num_accepted_draft_tokens"},
+    ):
         assert parse_request_speculation("vllm", broken) is None, broken
     # vLLM's names are not SGLang's.
     assert parse_request_speculation("sglang", good) is None
@@ -139,27 +152,50 @@ def test_counters_are_checked_against_the_requests_in_their_window():
     assert acceptance_disagreement(3.38, 3.22, 3.22, window=3.37) == (True, None)
     agree, why = acceptance_disagreement(3.38, 3.37, 3.37, window=3.0)
     assert agree is False
-    assert why == ("engine counters 3.380 vs per-request 3.000 over the same requests"
-                   " (warm-up included) (+12.7%)")
+    assert why == (
+        "engine counters 3.380 vs per-request 3.000 over the same requests"
+        " (warm-up included) (+12.7%)"
+    )
 
 
 def test_per_position_rates_from_the_histograms_and_their_check():
     """Rounds keeping j drafts count at positions 1..j, as vLLM's per-position counter."""
     from harness.analysis.acceptance_requests import RequestAcceptance
 
-    summed = RequestAcceptance(engine="vllm", requests=1, rounds=20, draft_tokens=60,
-                               accepted=30, completion_tokens=0, histogram=[5, 6, 3, 6],
-                               accept_length_per_round=2.5, acceptance_rate=0.5)
+    summed = RequestAcceptance(
+        engine="vllm",
+        requests=1,
+        rounds=20,
+        draft_tokens=60,
+        accepted=30,
+        completion_tokens=0,
+        histogram=[5, 6, 3, 6],
+        accept_length_per_round=2.5,
+        acceptance_rate=0.5,
+    )
     assert summed.per_position_rates == pytest.approx([0.75, 0.45, 0.30])
-    assert acceptance_disagreement(2.5, 2.5, 2.4, engine_positions=[0.75, 0.45, 0.30],
-                                   window_positions=summed.per_position_rates) == (True, None)
+    assert acceptance_disagreement(
+        2.5,
+        2.5,
+        2.4,
+        engine_positions=[0.75, 0.45, 0.30],
+        window_positions=summed.per_position_rates,
+    ) == (True, None)
     # within 5 % of the first position's rate: 0.03 here
-    assert acceptance_disagreement(2.5, 2.5, 2.4, engine_positions=[0.77, 0.43, 0.30],
-                                   window_positions=[0.75, 0.45, 0.30])[0] is True
-    agree, why = acceptance_disagreement(2.5, 2.5, 2.4, engine_positions=[0.45, 0.75, 0.30],
-                                         window_positions=[0.75, 0.45, 0.30])
+    assert (
+        acceptance_disagreement(
+            2.5, 2.5, 2.4, engine_positions=[0.77, 0.43, 0.30], window_positions=[0.75, 0.45, 0.30]
+        )[0]
+        is True
+    )
+    agree, why = acceptance_disagreement(
+        2.5, 2.5, 2.4, engine_positions=[0.45, 0.75, 0.30], window_positions=[0.75, 0.45, 0.30]
+    )
     assert agree is False
-    assert why == ("per-position counters vs per-request histograms at position"
-                   " 1: 0.450 vs 0.750, 2: 0.750 vs 0.450")
-    assert acceptance_disagreement(2.5, 2.5, 2.4, engine_positions=None,
-                                   window_positions=[0.75]) == (True, None)  # SGLang: none
+    assert why == (
+        "per-position counters vs per-request histograms at position"
+        " 1: 0.450 vs 0.750, 2: 0.750 vs 0.450"
+    )
+    assert acceptance_disagreement(
+        2.5, 2.5, 2.4, engine_positions=None, window_positions=[0.75]
+    ) == (True, None)  # SGLang: none

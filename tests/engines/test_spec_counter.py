@@ -17,19 +17,27 @@ from harness.errors import SpecbenchError
 from harness.testengine import __version__ as SCRIPTED_VERSION
 from tests.tiny_study import tiny_study
 
-COUNTER = {"vllm": "vllm:spec_decode_num_drafts_total",
-           "sglang": "sglang:spec_verify_calls_total"}
+COUNTER = {"vllm": "vllm:spec_decode_num_drafts_total", "sglang": "sglang:spec_verify_calls_total"}
 FAST: dict[str, Any] = {"weight_bytes": 1e9, "bandwidth_bytes_per_s": 1e12}
 
 
 def scripted_arms(dialect: str, omit: list[str], drafting_base: bool = False) -> list[dict]:
     drafting = {"num_draft_tokens": 2, "accept_probs": [0.8, 0.5]}
     return [
-        {"name": "base", "engine": "scripted", "launch": {"startup_timeout_s": 30},
-         "scripted": {**FAST, "metrics_dialect": dialect, **(drafting if drafting_base else {})}},
-        {"name": "drafter", "engine": "scripted", "launch": {"startup_timeout_s": 30},
-         "baseline": "base", "drafter": {"method": "scripted-draft", "num_draft_tokens": 2},
-         "scripted": {**FAST, "metrics_dialect": dialect, **drafting, "omit_series": omit}},
+        {
+            "name": "base",
+            "engine": "scripted",
+            "launch": {"startup_timeout_s": 30},
+            "scripted": {**FAST, "metrics_dialect": dialect, **(drafting if drafting_base else {})},
+        },
+        {
+            "name": "drafter",
+            "engine": "scripted",
+            "launch": {"startup_timeout_s": 30},
+            "baseline": "base",
+            "drafter": {"method": "scripted-draft", "num_draft_tokens": 2},
+            "scripted": {**FAST, "metrics_dialect": dialect, **drafting, "omit_series": omit},
+        },
     ]
 
 
@@ -47,8 +55,9 @@ def scripted_engines() -> list[psutil.Process]:
 
 
 @pytest.mark.parametrize("dialect", ["vllm", "sglang"])
-def test_a_drafter_arm_without_its_counter_fails_to_start_in_one_line(tmp_path: Path,
-                                                                      dialect: str) -> None:
+def test_a_drafter_arm_without_its_counter_fails_to_start_in_one_line(
+    tmp_path: Path, dialect: str
+) -> None:
     metric = COUNTER[dialect]
     study = tiny_study(tmp_path, scripted_arms(dialect, [metric]))
     with pytest.raises(SpecbenchError) as caught:
@@ -77,8 +86,9 @@ def test_a_drafter_free_arm_whose_engine_drafts_is_not_the_registered_arm(tmp_pa
     # SGLang creates its verify counter only once a request verified drafts: after the
     # warm-up a no-drafter arm that has it is running a speculative server.
     study = tiny_study(tmp_path, scripted_arms("sglang", [], drafting_base=True))
-    with pytest.raises(SpecbenchError, match="has no drafter but the engine exports"
-                                             " sglang:spec_verify_calls_total"):
+    with pytest.raises(
+        SpecbenchError, match="has no drafter but the engine exports sglang:spec_verify_calls_total"
+    ):
         start_engine(study.arm("base"), study, tmp_path / "logs")
 
 

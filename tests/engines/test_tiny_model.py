@@ -30,7 +30,10 @@ def test_model_files_are_a_llama_checkpoint(tiny_model_dir: Path) -> None:
     assert config["architectures"] == ["LlamaForCausalLM"] and config["model_type"] == "llama"
     assert config["head_dim"] == 64 and config["vocab_size"] % 64 == 0
     weights = load_file(str(tiny_model_dir / "model.safetensors"))
-    assert weights["model.embed_tokens.weight"].shape == (config["vocab_size"], SHAPE["hidden_size"])
+    assert weights["model.embed_tokens.weight"].shape == (
+        config["vocab_size"],
+        SHAPE["hidden_size"],
+    )
     assert weights["lm_head.weight"].shape == (config["vocab_size"], SHAPE["hidden_size"])
     layers = {k.split(".")[2] for k in weights if k.startswith("model.layers.")}
     assert layers == {str(i) for i in range(SHAPE["num_hidden_layers"])}
@@ -56,7 +59,11 @@ def test_tokenizer_and_chat_template(tiny_model_dir: Path) -> None:
 def test_cli_writes_the_model(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "harness.cli", "tiny-model", str(tmp_path / "m"), "--seed", "3"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert out.returncode == 0, out.stderr
     assert "tiny model written to" in out.stdout
@@ -66,7 +73,11 @@ def test_cli_writes_the_model(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     bad = subprocess.run(
         [sys.executable, "-m", "harness.cli", "tiny-model", str(tmp_path / "file")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert bad.returncode == 2 and "exists and is not a folder" in bad.stderr
 
@@ -77,10 +88,13 @@ def _bf16_tensors(path: Path) -> dict[str, bytes]:
 
     data = path.read_bytes()
     (size,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + size])
-    body = data[8 + size:]
-    return {name: body[meta["data_offsets"][0]:meta["data_offsets"][1]]
-            for name, meta in header.items() if name != "__metadata__"}
+    header = json.loads(data[8 : 8 + size])
+    body = data[8 + size :]
+    return {
+        name: body[meta["data_offsets"][0] : meta["data_offsets"][1]]
+        for name, meta in header.items()
+        if name != "__metadata__"
+    }
 
 
 def test_pair_target_is_the_draft_plus_layers_that_add_nothing(tmp_path: Path) -> None:

@@ -68,7 +68,9 @@ def test_nodrafter_answers_and_exports_no_speculation(vllm_nodrafter, chat) -> N
     text = httpx.get(engine.metrics_url, timeout=30).text
     assert "vllm:spec_decode" not in text
     snap = parse_metrics(text, "vllm")
-    assert snap.drafts is None and snap.accepted_tokens is None and snap.accepted_per_position is None
+    assert (
+        snap.drafts is None and snap.accepted_tokens is None and snap.accepted_per_position is None
+    )
     assert snap.generation_tokens and snap.generation_tokens >= 16
 
 
@@ -79,14 +81,24 @@ def _greedy_outputs(engine, token_ids: bool = True) -> list[RequestRecord]:
     if not token_ids:
         del fields["return_tokens_as_token_ids"]
     records: list[RequestRecord] = []
-    outcome = asyncio.run(run_cell(
-        base_url=engine.base_url, model=engine.served_model,
-        requests=[RequestSpec(str(i), [{"role": "user", "content": p}], IDENTITY_MAX_TOKENS)
-                  for i, p in enumerate(IDENTITY_PROMPTS)],
-        pattern=ClosedLoop(concurrency=1, requests=len(IDENTITY_PROMPTS), warmup=0),
-        sampling={"temperature": 0.0, "seed": 0, "ignore_eos": True},
-        extra_body={**engine.request_fields, **fields}, cell_id="identity", attempt=1,
-        on_record=records.append, timeout_s=300, lag_limit_ms=1e6))
+    outcome = asyncio.run(
+        run_cell(
+            base_url=engine.base_url,
+            model=engine.served_model,
+            requests=[
+                RequestSpec(str(i), [{"role": "user", "content": p}], IDENTITY_MAX_TOKENS)
+                for i, p in enumerate(IDENTITY_PROMPTS)
+            ],
+            pattern=ClosedLoop(concurrency=1, requests=len(IDENTITY_PROMPTS), warmup=0),
+            sampling={"temperature": 0.0, "seed": 0, "ignore_eos": True},
+            extra_body={**engine.request_fields, **fields},
+            cell_id="identity",
+            attempt=1,
+            on_record=records.append,
+            timeout_s=300,
+            lag_limit_ms=1e6,
+        )
+    )
     assert outcome.n_ok == len(IDENTITY_PROMPTS)
     for r in records:  # every token scored, none lost, two alternatives each
         tokens = r.token_logprobs or []
@@ -104,13 +116,21 @@ def test_greedy_outputs_ngram_vs_nodrafter(vllm_cpu_engines, record_property, ca
     tokens, and distinct ones print alike as text (vLLM prints a fragment as "")."""
     base = _greedy_outputs(vllm_cpu_engines.get("nodrafter"))
     ngram = _greedy_outputs(vllm_cpu_engines.get("ngram"))
-    assert all(re.fullmatch(r"token_id:\d+", t.token) and all(
-        re.fullmatch(r"token_id:\d+", a[0]) for a in t.top)
-        for r in base + ngram for t in r.token_logprobs or [])
+    assert all(
+        re.fullmatch(r"token_id:\d+", t.token)
+        and all(re.fullmatch(r"token_id:\d+", a[0]) for a in t.top)
+        for r in base + ngram
+        for t in r.token_logprobs or []
+    )
     identical = sum(a.output_text == b.output_text for a, b in zip(base, ngram, strict=True))
-    divergences = [(b.item_id, token_divergence(d.token_logprobs, b.token_logprobs, 0.5,
-                                                d.output_text, b.output_text))
-                   for b, d in zip(base, ngram, strict=True) if b.output_text != d.output_text]
+    divergences = [
+        (
+            b.item_id,
+            token_divergence(d.token_logprobs, b.token_logprobs, 0.5, d.output_text, b.output_text),
+        )
+        for b, d in zip(base, ngram, strict=True)
+        if b.output_text != d.output_text
+    ]
     # As text, distinct byte tokens print alike: the ids tell them apart.
     texts = _greedy_outputs(vllm_cpu_engines.get("nodrafter"), token_ids=False)
     shown: dict[str, set[str]] = {}
@@ -120,9 +140,11 @@ def test_greedy_outputs_ngram_vs_nodrafter(vllm_cpu_engines, record_property, ca
     alike = {t: ids for t, ids in shown.items() if len(ids) > 1}
     record_property("greedy_identical", f"{identical}/{len(base)}")
     with capsys.disabled():
-        print(f"\n[vllm-cpu greedy identity] n-gram k=3 vs no drafter: {identical}/{len(base)}"
-              f" identical ({IDENTITY_MAX_TOKENS} tokens each); divergences: {divergences};"
-              f" token texts shared by distinct ids: {alike}")
+        print(
+            f"\n[vllm-cpu greedy identity] n-gram k=3 vs no drafter: {identical}/{len(base)}"
+            f" identical ({IDENTITY_MAX_TOKENS} tokens each); divergences: {divergences};"
+            f" token texts shared by distinct ids: {alike}"
+        )
     # vLLM prints each fragment of a multi-byte character as "" (measured: 12 distinct
     # byte tokens of the tiny model's over these prompts), so its text names no token.
     assert "" in alike and len(alike[""]) > 1, shown
@@ -152,8 +174,7 @@ def test_ngram_counters_move(vllm_ngram, chat) -> None:
     assert w.acceptance_length == pytest.approx(1 + sum(w.per_position_rates))
 
 
-def test_ngram_requests_carry_their_own_acceptance_which_sums_to_the_counters(
-        vllm_ngram) -> None:
+def test_ngram_requests_carry_their_own_acceptance_which_sums_to_the_counters(vllm_ngram) -> None:
     """`--per-request-spec-decode-metrics summary` (vLLM 0.32): each streamed request's
     final usage chunk carries metrics.speculative_decoding; over the requests, their
     figures sum to exactly what the counters moved by."""
@@ -162,13 +183,21 @@ def test_ngram_requests_carry_their_own_acceptance_which_sums_to_the_counters(
     assert cmd[cmd.index("--per-request-spec-decode-metrics") + 1] == "summary"
     before = scrape_metrics(engine.metrics_url, "vllm", timeout_s=30)
     records: list[RequestRecord] = []
-    outcome = asyncio.run(run_cell(
-        base_url=engine.base_url, model=engine.served_model,
-        requests=[RequestSpec("repetitive", [{"role": "user", "content": REPETITIVE}], 48)],
-        pattern=ClosedLoop(concurrency=2, requests=4),
-        sampling={"temperature": 0.0, "seed": 0, "ignore_eos": True},
-        extra_body=engine.request_fields, cell_id="spec", attempt=1,
-        on_record=records.append, timeout_s=300, lag_limit_ms=1e6))
+    outcome = asyncio.run(
+        run_cell(
+            base_url=engine.base_url,
+            model=engine.served_model,
+            requests=[RequestSpec("repetitive", [{"role": "user", "content": REPETITIVE}], 48)],
+            pattern=ClosedLoop(concurrency=2, requests=4),
+            sampling={"temperature": 0.0, "seed": 0, "ignore_eos": True},
+            extra_body=engine.request_fields,
+            cell_id="spec",
+            attempt=1,
+            on_record=records.append,
+            timeout_s=300,
+            lag_limit_ms=1e6,
+        )
+    )
     after = scrape_metrics(engine.metrics_url, "vllm", timeout_s=30)
     assert outcome.n_ok == 4 and before.snapshot is not None and after.snapshot is not None
     window = acceptance_window(before.snapshot, after.snapshot)
@@ -184,7 +213,10 @@ def test_ngram_requests_carry_their_own_acceptance_which_sums_to_the_counters(
     assert summed is not None
     assert summed.requests == 4
     assert (summed.rounds, summed.draft_tokens, summed.accepted) == (
-        window.drafts, window.draft_tokens, window.accepted)
+        window.drafts,
+        window.draft_tokens,
+        window.accepted,
+    )
     assert summed.accept_length_per_round == pytest.approx(window.acceptance_length)
     # n-gram drafts on some steps only: per streamed chunk the client sees fewer tokens.
     per_chunk = tokens_per_chunk(records)
@@ -200,15 +232,22 @@ def draft_self_in_a_harness(vllm_cpu_study, tiny_model_dir: Path, tmp_path_facto
     endpoint of this process."""
     from tests.engines.test_engine_lifetime import Harness
 
-    arms = {a["name"]: a for a in vllm_cpu_arms(vllm_cpu_study.arm("nodrafter").launch.python,
-                                               tiny_model_dir)}
-    harness = Harness(tmp_path_factory.mktemp("draft-self"), arms["draft-self"],
-                      model_dir=tiny_model_dir, others=[arms["nodrafter"]])
+    arms = {
+        a["name"]: a
+        for a in vllm_cpu_arms(vllm_cpu_study.arm("nodrafter").launch.python, tiny_model_dir)
+    }
+    harness = Harness(
+        tmp_path_factory.mktemp("draft-self"),
+        arms["draft-self"],
+        model_dir=tiny_model_dir,
+        others=[arms["nodrafter"]],
+    )
     info = EngineInfo.model_validate(harness.info)
     arm = vllm_cpu_study.arm("draft-self")
     kind = get_engine_kind(arm.engine)
-    engine = EngineProcess(arm=arm, kind=kind, info=info,
-                           request_fields=kind.request_fields(arm, vllm_cpu_study))
+    engine = EngineProcess(
+        arm=arm, kind=kind, info=info, request_fields=kind.request_fields(arm, vllm_cpu_study)
+    )
     assert info.pid is not None and info.guard_pid is not None  # a harness started it
     pids = [info.pid, info.guard_pid, *(c.pid for c in descendants(info.pid))]
     yield harness, engine
@@ -240,14 +279,21 @@ def test_stop_leaves_nothing_behind(vllm_cpu_engines) -> None:
     assert not port_in_use("127.0.0.1", port)
 
 
-def test_bad_method_fails_with_the_engines_error(vllm_cpu_python, tiny_model_dir: Path, tmp_path) -> None:
+def test_bad_method_fails_with_the_engines_error(
+    vllm_cpu_python, tiny_model_dir: Path, tmp_path
+) -> None:
     launch = vllm_cpu_launch(vllm_cpu_python, startup_timeout_s=600)
     study = tiny_study(
         tiny_model_dir,
         [
             {"name": "base", "engine": "vllm-cpu", "launch": launch},
-            {"name": "bad", "engine": "vllm-cpu", "launch": launch, "baseline": "base",
-             "drafter": {"method": "no_such_method", "num_draft_tokens": 3}},
+            {
+                "name": "bad",
+                "engine": "vllm-cpu",
+                "launch": launch,
+                "baseline": "base",
+                "drafter": {"method": "no_such_method", "num_draft_tokens": 3},
+            },
         ],
     )
     with pytest.raises(SpecbenchError) as caught:
@@ -271,7 +317,7 @@ def test_port_in_use_with_the_real_engine_kind(vllm_cpu_study, tmp_path) -> None
 
 
 def test_sigkilled_harness_takes_the_engine_and_its_engine_core_down(
-    draft_self_in_a_harness
+    draft_self_in_a_harness,
 ) -> None:
     """The real engine: a harness SIGKILLed while vLLM serves leaves neither the API
     server nor the EngineCore process it spawned (which the parent-death signal of
@@ -287,7 +333,8 @@ def test_sigkilled_harness_takes_the_engine_and_its_engine_core_down(
         assert any("EngineCore" in t for t in titles), titles
         harness.kill()
         assert wait_gone(pids, timeout_s=90) == [], [
-            " ".join(p.cmdline()) for p in descendants(pid)]
+            " ".join(p.cmdline()) for p in descendants(pid)
+        ]
         assert not port_in_use("127.0.0.1", harness.info["port"])
     finally:
         harness.cleanup(pids)

@@ -42,12 +42,36 @@ def registered_flags() -> list[str]:
     """sglang-base's launch flags in prereg.yaml (port 30000), then what the warm adds."""
     rev = load_study(PREREG).model.revision
     assert rev is not None  # pinned
-    return ["--model-path", "Qwen/Qwen3-8B-FP8", "--host", "127.0.0.1", "--port", "30000",
-            "--served-model-name", "qwen3-8b-fp8", "--enable-metrics", "--revision", rev,
-            "--quantization", "fp8", "--context-length", "8192", "--random-seed", "0",
-            "--max-running-requests", "64", "--min-free-slots-delay", "1",
-            "--mem-fraction-static", "0.85", "--disable-radix-cache",
-            "--tp-size", "1", "--timeout", "3600"]
+    return [
+        "--model-path",
+        "Qwen/Qwen3-8B-FP8",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "30000",
+        "--served-model-name",
+        "qwen3-8b-fp8",
+        "--enable-metrics",
+        "--revision",
+        rev,
+        "--quantization",
+        "fp8",
+        "--context-length",
+        "8192",
+        "--random-seed",
+        "0",
+        "--max-running-requests",
+        "64",
+        "--min-free-slots-delay",
+        "1",
+        "--mem-fraction-static",
+        "0.85",
+        "--disable-radix-cache",
+        "--tp-size",
+        "1",
+        "--timeout",
+        "3600",
+    ]
 
 
 def scripted_python(tmp_path: Path, *, probe_exit: int = 0, compile_exit: int = 0) -> Path:
@@ -64,7 +88,8 @@ def scripted_python(tmp_path: Path, *, probe_exit: int = 0, compile_exit: int = 
         "print('Begin DeepGEMM Kernels compilation...', flush=True)\ntime.sleep(1)\n"
         f"print('DeepGEMM Kernels compilation finished successfully.' if {compile_exit} == 0"
         " else 'RuntimeError: boom', flush=True)\n"
-        f"sys.exit({compile_exit})\n")
+        f"sys.exit({compile_exit})\n"
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return script
 
@@ -90,17 +115,32 @@ def test_print_command_runs_the_compile_module_with_the_arms_flags_in_the_sglang
     monkeypatch.setenv("SPECBENCH_SGLANG_PYTHON", str(python))
     with monkeypatch.context() as patched:
         patched.setattr(subprocess.Popen, "__init__", _refuse)
-        code = main(["engines", "warm", "sglang", "--prereg", str(PREREG), "--print-command",
-                     "--port", "30000"])
+        code = main(
+            [
+                "engines",
+                "warm",
+                "sglang",
+                "--prereg",
+                str(PREREG),
+                "--print-command",
+                "--port",
+                "30000",
+            ]
+        )
     out, err = capsys.readouterr()
     assert code == 0 and err == ""
     lines = out.splitlines()
-    assert lines[0].startswith("# specbench engines warm sglang would compile DeepGEMM FP8"
-                               " kernels for Qwen/Qwen3-8B-FP8")
+    assert lines[0].startswith(
+        "# specbench engines warm sglang would compile DeepGEMM FP8 kernels for Qwen/Qwen3-8B-FP8"
+    )
     assert "tp 1, with arm sglang-base's launch flags" in lines[0]
     assert f"cache {machine / 'deep_gemm'}" in lines[0]
-    assert shlex.split(lines[-1]) == [str(python), "-m", "sglang.compile_deep_gemm",
-                                      *registered_flags()]
+    assert shlex.split(lines[-1]) == [
+        str(python),
+        "-m",
+        "sglang.compile_deep_gemm",
+        *registered_flags(),
+    ]
     assert not (machine / "dump.json").exists()
 
 
@@ -126,9 +166,11 @@ def test_a_missing_environment_is_one_line_and_exit_2(
     monkeypatch.setenv("SPECBENCH_SGLANG_PYTHON", str(machine / "nowhere" / "python"))
     assert main(["engines", "warm", "sglang", "--prereg", str(PREREG)]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err == [f"specbench: the SGLang engine environment is missing: {machine}/nowhere/python"
-                   " does not exist (`specbench engines install sglang` installs sglang==0.5.23,"
-                   " or set SPECBENCH_SGLANG_PYTHON to the SGLang environment's python)"]
+    assert err == [
+        f"specbench: the SGLang engine environment is missing: {machine}/nowhere/python"
+        " does not exist (`specbench engines install sglang` installs sglang==0.5.23,"
+        " or set SPECBENCH_SGLANG_PYTHON to the SGLang environment's python)"
+    ]
     # An interpreter without sglang.compile_deep_gemm: also refused before anything starts.
     monkeypatch.setenv("SPECBENCH_SGLANG_PYTHON", str(scripted_python(machine, probe_exit=3)))
     assert main(["engines", "warm", "sglang", "--prereg", str(PREREG)]) == 2
@@ -166,9 +208,11 @@ def test_warm_runs_the_compile_with_progress_and_the_plan_then_counts_no_compile
     assert note is not None
     warm_line, added = note
     assert added == 0.0
-    assert warm_line.startswith("the first SGLang start includes no DeepGEMM compile:"
-                                " `specbench engines warm sglang` compiled the FP8 kernels for"
-                                " Qwen/Qwen3-8B-FP8 at tp 1 on this machine")
+    assert warm_line.startswith(
+        "the first SGLang start includes no DeepGEMM compile:"
+        " `specbench engines warm sglang` compiled the FP8 kernels for"
+        " Qwen/Qwen3-8B-FP8 at tp 1 on this machine"
+    )
     warmed = estimate(study, cells)
     assert cold.seconds - warmed.seconds == pytest.approx(COMPILE_ESTIMATE_S)
     assert main(["plan", str(PREREG)]) == 0

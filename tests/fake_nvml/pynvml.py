@@ -37,12 +37,28 @@ NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
 
-_MESSAGES = {1: "Uninitialized", 3: "Not Supported", 6: "Not Found", 9: "Driver Not Loaded",
-             12: "NVML Shared Library Not Found", 13: "Function Not Found", 15: "GPU is lost"}
+_MESSAGES = {
+    1: "Uninitialized",
+    3: "Not Supported",
+    6: "Not Found",
+    9: "Driver Not Loaded",
+    12: "NVML Shared Library Not Found",
+    13: "Function Not Found",
+    15: "GPU is lost",
+}
 
-H100 = {"name": "NVIDIA H100 PCIe", "uuid": "GPU-11111111-2222-3333-4444-555555555555",
-        "sm_clock_mhz": 1755, "mem_clock_mhz": 1593, "power_w": 280.0, "power_limit_w": 350.0,
-        "temperature_c": 61, "gpu_util_pct": 97, "mem_util_pct": 60, "memory_used_mib": 72_000}
+H100 = {
+    "name": "NVIDIA H100 PCIe",
+    "uuid": "GPU-11111111-2222-3333-4444-555555555555",
+    "sm_clock_mhz": 1755,
+    "mem_clock_mhz": 1593,
+    "power_w": 280.0,
+    "power_limit_w": 350.0,
+    "temperature_c": 61,
+    "gpu_util_pct": 97,
+    "mem_util_pct": 60,
+    "memory_used_mib": 72_000,
+}
 
 
 class NVMLError(Exception):
@@ -98,8 +114,11 @@ def _call(function: str, handle: _Handle) -> int:
     if function in SCENARIO.get("not_supported", []):
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     for err in SCENARIO.get("errors", []):
-        if err.get("function") == function and err.get("gpu", 0) == handle.index \
-                and n in err.get("calls", []):
+        if (
+            err.get("function") == function
+            and err.get("gpu", 0) == handle.index
+            and n in err.get("calls", [])
+        ):
             raise NVMLError(err["code"])
     return n
 
@@ -179,14 +198,15 @@ def nvmlDeviceGetTemperature(handle: _Handle, sensor: int) -> int:
 
 def nvmlDeviceGetUtilizationRates(handle: _Handle) -> SimpleNamespace:
     _call("nvmlDeviceGetUtilizationRates", handle)
-    return SimpleNamespace(gpu=int(_figure(handle, "gpu_util_pct")),
-                           memory=int(_figure(handle, "mem_util_pct")))
+    return SimpleNamespace(
+        gpu=int(_figure(handle, "gpu_util_pct")), memory=int(_figure(handle, "mem_util_pct"))
+    )
 
 
 def nvmlDeviceGetMemoryInfo(handle: _Handle) -> SimpleNamespace:
     _call("nvmlDeviceGetMemoryInfo", handle)
     used = int(_figure(handle, "memory_used_mib") * 1024 * 1024)  # bytes
-    return SimpleNamespace(used=used, total=80 * 1024 ** 3, free=80 * 1024 ** 3 - used)
+    return SimpleNamespace(used=used, total=80 * 1024**3, free=80 * 1024**3 - used)
 
 
 def _clock_events_new(handle: _Handle) -> int:
@@ -203,5 +223,8 @@ nvmlDeviceGetCurrentClocksEventReasons = _clock_events_new
 
 _env = os.environ.get("FAKE_NVML")
 if _env:
-    configure(json.loads(_env) if _env.lstrip().startswith("{") else
-              json.loads(open(_env, encoding="utf-8").read()))
+    configure(
+        json.loads(_env)
+        if _env.lstrip().startswith("{")
+        else json.loads(open(_env, encoding="utf-8").read())
+    )

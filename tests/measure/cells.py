@@ -15,12 +15,17 @@ FAST: dict[str, Any] = {"weight_bytes": 1e9, "bandwidth_bytes_per_s": 1e12}
 
 
 def prompts(n: int = 5, max_tokens: int = 16) -> list[RequestSpec]:
-    return [RequestSpec(f"item-{i}", [{"role": "user", "content": f"prompt {i} " * (i + 1)}],
-                        max_tokens) for i in range(n)]
+    return [
+        RequestSpec(
+            f"item-{i}", [{"role": "user", "content": f"prompt {i} " * (i + 1)}], max_tokens
+        )
+        for i in range(n)
+    ]
 
 
-def run(base_url: str, pattern, *, requests: list[RequestSpec] | None = None,
-        on_record=None, **kwargs) -> tuple[Outcome, list[RequestRecord]]:
+def run(
+    base_url: str, pattern, *, requests: list[RequestSpec] | None = None, on_record=None, **kwargs
+) -> tuple[Outcome, list[RequestRecord]]:
     """Run one cell; on_record, if given, also sees each record as the driver hands it over."""
     records: list[RequestRecord] = []
 
@@ -29,10 +34,20 @@ def run(base_url: str, pattern, *, requests: list[RequestSpec] | None = None,
         if on_record is not None:
             on_record(rec)
 
-    outcome = asyncio.run(run_cell(
-        base_url=base_url, model="scripted", requests=requests or prompts(), pattern=pattern,
-        sampling={"temperature": 0.0, "seed": 0}, extra_body={}, cell_id="cell",
-        attempt=1, on_record=keep, **kwargs))
+    outcome = asyncio.run(
+        run_cell(
+            base_url=base_url,
+            model="scripted",
+            requests=requests or prompts(),
+            pattern=pattern,
+            sampling={"temperature": 0.0, "seed": 0},
+            extra_body={},
+            cell_id="cell",
+            attempt=1,
+            on_record=keep,
+            **kwargs,
+        )
+    )
     return outcome, records
 
 

@@ -17,9 +17,18 @@ from .cells import prompts, run
 
 
 def record(times: list[float], tokens: list[int]) -> RequestRecord:
-    return RequestRecord(cell_id="c", index=0, item_id="i", scheduled_t=0.0, sent_t=0.0,
-                         first_token_t=times[0], end_t=times[-1], chunk_times=times,
-                         chunk_tokens=list[int | None](tokens), completion_tokens=sum(tokens))
+    return RequestRecord(
+        cell_id="c",
+        index=0,
+        item_id="i",
+        scheduled_t=0.0,
+        sent_t=0.0,
+        first_token_t=times[0],
+        end_t=times[-1],
+        chunk_times=times,
+        chunk_tokens=list[int | None](tokens),
+        completion_tokens=sum(tokens),
+    )
 
 
 def test_most_tokens_under_one_stamp_is_a_burst_with_no_speed() -> None:
@@ -114,8 +123,9 @@ def test_a_server_flushing_many_steps_at_once_makes_the_cell_invalid() -> None:
     # stamp, however fast or slow the client is.
     spec = ScriptedEngineSpec(weight_bytes=2e9, bandwidth_bytes_per_s=1e12, flush_every_steps=1000)
     with serve_in_thread(spec) as eng:
-        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=6),
-                               lag_limit_ms=1000, burst_limit=0.10)
+        outcome, records = run(
+            eng.base_url, ClosedLoop(concurrency=2, requests=6), lag_limit_ms=1000, burst_limit=0.10
+        )
     measured = [r for r in records if r.phase == "measure"]
     assert len(measured) == 6 and all(r.ok and is_burst(r) for r in measured)
     health = outcome.health
@@ -132,9 +142,13 @@ def test_one_token_chunks_a_step_apart_are_valid() -> None:
     # are judged here.
     spec = ScriptedEngineSpec(weight_bytes=3e10, bandwidth_bytes_per_s=1e12)
     with serve_in_thread(spec) as eng:
-        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=4),
-                               requests=prompts(max_tokens=12), lag_limit_ms=1000,
-                               burst_limit=0.10)
+        outcome, records = run(
+            eng.base_url,
+            ClosedLoop(concurrency=2, requests=4),
+            requests=prompts(max_tokens=12),
+            lag_limit_ms=1000,
+            burst_limit=0.10,
+        )
     measured = [r for r in records if r.phase == "measure"]
     assert all(r.ok and r.chunk_tokens == [1] * 12 for r in measured)
     assert not any(is_burst(r) for r in measured)
@@ -150,8 +164,9 @@ def test_cells_read_for_texts_report_late_stamps_but_stay_valid() -> None:
     spec = ScriptedEngineSpec(weight_bytes=2e9, bandwidth_bytes_per_s=1e12, flush_every_steps=1000)
     with serve_in_thread(spec) as eng:
         judged, _ = run(eng.base_url, ClosedLoop(concurrency=1, requests=2), lag_limit_ms=5)
-        texts, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=2), lag_limit_ms=5,
-                             judge_timing=False)
+        texts, records = run(
+            eng.base_url, ClosedLoop(concurrency=1, requests=2), lag_limit_ms=5, judge_timing=False
+        )
     assert judged.health is not None
     assert judged.health.reason is not None
     assert not judged.health.valid and "stamp bound p99" in judged.health.reason
@@ -170,12 +185,17 @@ def test_steps_written_back_to_back_mid_stream_move_no_figure() -> None:
     # read with the next, a stamp bound of a whole step. No figure reads those stamps:
     # the first token is written alone and the end is its read's last segment, so the
     # per-user speed is the engine's and no stamp check fires under a 5 ms limit.
-    spec = ScriptedEngineSpec(weight_bytes=2e10, bandwidth_bytes_per_s=1e12,
-                              flush_every_steps=2, flush_from_token=2)
+    spec = ScriptedEngineSpec(
+        weight_bytes=2e10, bandwidth_bytes_per_s=1e12, flush_every_steps=2, flush_from_token=2
+    )
     with serve_in_thread(spec) as eng:
-        outcome, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=3),
-                               requests=prompts(max_tokens=12), lag_limit_ms=5,
-                               burst_limit=0.10)
+        outcome, records = run(
+            eng.base_url,
+            ClosedLoop(concurrency=1, requests=3),
+            requests=prompts(max_tokens=12),
+            lag_limit_ms=5,
+            burst_limit=0.10,
+        )
     measured = [r for r in records if r.phase == "measure"]
     assert len(measured) == 3 and all(r.ok and not is_burst(r) for r in measured)
     for r in measured:
@@ -197,11 +217,15 @@ def test_a_first_token_read_with_the_next_chunk_makes_the_cell_invalid() -> None
     # The same server holding from the first token: it leaves with the second step, so
     # the first token's stamp is a step late by the bound, and TTFT and per-user speed
     # would read it. The cell is invalid under the 5 ms limit.
-    spec = ScriptedEngineSpec(weight_bytes=2e10, bandwidth_bytes_per_s=1e12,
-                              flush_every_steps=2)
+    spec = ScriptedEngineSpec(weight_bytes=2e10, bandwidth_bytes_per_s=1e12, flush_every_steps=2)
     with serve_in_thread(spec) as eng:
-        outcome, _ = run(eng.base_url, ClosedLoop(concurrency=1, requests=3),
-                         requests=prompts(max_tokens=12), lag_limit_ms=5, burst_limit=0.10)
+        outcome, _ = run(
+            eng.base_url,
+            ClosedLoop(concurrency=1, requests=3),
+            requests=prompts(max_tokens=12),
+            lag_limit_ms=5,
+            burst_limit=0.10,
+        )
     health = outcome.health
     assert health is not None
     assert health.first_token_bound_p99_ms is not None

@@ -43,8 +43,10 @@ def test_users_with_no_turnaround_deliver_every_user() -> None:
 def test_turnaround_is_the_shortfall_and_the_ramp_down_does_not_count() -> None:
     # Users offset in time, so they run dry one after another: the window ends when the
     # first one does, and inside it each user idles 0.1 s per 1.1 s.
-    spans = [Span(s.sent_t + 0.25 * (s.user or 0), s.end_t + 0.25 * (s.user or 0), s.user,
-                  s.measured) for s in _loop(users=4, per_user=6, length=1.0, gap=0.1)]
+    spans = [
+        Span(s.sent_t + 0.25 * (s.user or 0), s.end_t + 0.25 * (s.user or 0), s.user, s.measured)
+        for s in _loop(users=4, per_user=6, length=1.0, gap=0.1)
+    ]
     window = measured_window(spans)
     assert window is not None
     start, end = window

@@ -64,8 +64,11 @@ def test_closed_loop_records_every_request_in_registered_order() -> None:
 def test_records_reach_on_record_while_the_cell_runs() -> None:
     handed: list[tuple[float, RequestRecord]] = []  # (when on_record got it, the record)
     with serve_in_thread(ScriptedEngineSpec(**FAST)) as eng:
-        _, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=4),
-                         on_record=lambda r: handed.append((time.monotonic(), r)))
+        _, records = run(
+            eng.base_url,
+            ClosedLoop(concurrency=1, requests=4),
+            on_record=lambda r: handed.append((time.monotonic(), r)),
+        )
     # Handed over one by one while the cell ran, not in a batch once it was over: each
     # after its own end and before the next request ended. And, by design (driver.py:
     # parsing waits for the loop's next turn), after the user sent its next request, so
@@ -74,14 +77,18 @@ def test_records_reach_on_record_while_the_cell_runs() -> None:
     for (at, rec), (_, nxt) in zip(handed, handed[1:], strict=False):
         assert rec.end_t is not None
         assert nxt.end_t is not None
-        assert rec.end_t <= nxt.sent_t <= at <= nxt.end_t, (rec.index, rec.end_t, nxt.sent_t,
-                                                           at, nxt.end_t)
+        assert rec.end_t <= nxt.sent_t <= at <= nxt.end_t, (
+            rec.index,
+            rec.end_t,
+            nxt.sent_t,
+            at,
+            nxt.end_t,
+        )
     last_end = handed[-1][1].end_t
     assert last_end is not None and last_end <= handed[-1][0]
 
 
-def test_the_heap_alive_at_the_first_cell_is_set_aside_from_the_collector_once(
-        monkeypatch) -> None:
+def test_the_heap_alive_at_the_first_cell_is_set_aside_from_the_collector_once(monkeypatch) -> None:
     """The first cell freezes the heap after its full collection (later cells' collections
     then scan only what came after it); no later cell freezes again, and the collector is
     back on after each cell."""
@@ -103,8 +110,7 @@ def test_each_failure_mode_is_a_recorded_error_and_the_cell_finishes(mode, kind)
     failure = FailureInjection(mode=mode, every_nth=3, after_tokens=5, stall_s=30)
     spec = ScriptedEngineSpec(failures=[failure], **FAST)
     with serve_in_thread(spec) as eng:
-        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=9),
-                               timeout_s=1.5)
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=9), timeout_s=1.5)
     assert len(records) == 9 and not outcome.aborted
     failed = [r for r in records if not r.ok]
     assert len(failed) == 3 and outcome.n_errors == 3 and outcome.n_ok == 6
@@ -118,8 +124,7 @@ def test_each_failure_mode_is_a_recorded_error_and_the_cell_finishes(mode, kind)
 def test_engine_death_mid_cell_fails_the_rest_quickly_and_finishes() -> None:
     spec = ScriptedEngineSpec(failures=[FailureInjection(mode="die", requests=[4])], **FAST)
     with serve_in_thread(spec) as eng:
-        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=10),
-                               timeout_s=5)
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=10), timeout_s=5)
     assert len(records) == 10 and not outcome.aborted
     kinds = {r.error_kind for r in records if not r.ok}
     assert kinds <= {"dropped", "connect"} and "connect" in kinds
@@ -129,8 +134,9 @@ def test_engine_death_mid_cell_fails_the_rest_quickly_and_finishes() -> None:
 def test_error_rate_limit_aborts_the_cell_and_keeps_every_record() -> None:
     spec = ScriptedEngineSpec(failures=[FailureInjection(mode="refuse", every_nth=1)], **FAST)
     with serve_in_thread(spec) as eng:
-        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=100),
-                               error_rate_limit=0.5)
+        outcome, records = run(
+            eng.base_url, ClosedLoop(concurrency=2, requests=100), error_rate_limit=0.5
+        )
     assert outcome.reason is not None
     assert outcome.aborted and "error rate" in outcome.reason
     assert outcome.records == len(records) and MIN_ERRORS_TO_ABORT <= len(records) < 100
@@ -138,8 +144,7 @@ def test_error_rate_limit_aborts_the_cell_and_keeps_every_record() -> None:
 
 
 def _refusing(arrivals: list[int]):
-    spec = ScriptedEngineSpec(failures=[FailureInjection(mode="refuse", requests=arrivals)],
-                              **FAST)
+    spec = ScriptedEngineSpec(failures=[FailureInjection(mode="refuse", requests=arrivals)], **FAST)
     return serve_in_thread(spec)
 
 
@@ -147,8 +152,9 @@ def test_one_early_error_does_not_abort_a_32_request_cell() -> None:
     # One refusal at the second request: 1/2 so far, 1/32 over the cell, against
     # prereg.yaml's registered limit of 2 %.
     with _refusing([2]) as eng:
-        outcome, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=32),
-                               error_rate_limit=0.02)
+        outcome, records = run(
+            eng.base_url, ClosedLoop(concurrency=1, requests=32), error_rate_limit=0.02
+        )
     assert not outcome.aborted and outcome.reason is None
     assert (outcome.n_ok, outcome.n_errors, len(records)) == (31, 1, 32)
     assert unusable_reason(kind="identity", requests=records) is None
@@ -157,8 +163,9 @@ def test_one_early_error_does_not_abort_a_32_request_cell() -> None:
 def test_warm_up_errors_never_count_toward_the_error_rate() -> None:
     # Every warm-up request refused, every measured one fine.
     with _refusing([1, 2, 3, 4]) as eng:
-        outcome, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=8, warmup=4),
-                               error_rate_limit=0.05)
+        outcome, records = run(
+            eng.base_url, ClosedLoop(concurrency=1, requests=8, warmup=4), error_rate_limit=0.05
+        )
     assert not outcome.aborted
     assert (outcome.warmup_errors, outcome.n_errors, outcome.n_ok) == (4, 0, 8)
     assert unusable_reason(kind="speed", requests=records) is None
@@ -168,33 +175,38 @@ def test_the_abort_needs_three_measured_errors() -> None:
     # Two refusals at the start (2/2 so far, 2/32 = 6 % over the cell, limit 5 %) are
     # not evidence enough: the cell runs to its end and is usable.
     with _refusing([1, 2]) as eng:
-        outcome, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=32),
-                               error_rate_limit=0.05)
+        outcome, records = run(
+            eng.base_url, ClosedLoop(concurrency=1, requests=32), error_rate_limit=0.05
+        )
     assert not outcome.aborted and outcome.n_errors == 2 and len(records) == 32
     assert unusable_reason(kind="speed", requests=records) is None
     # Three at the start are: the cell ends at once, judged on the measured requests.
     with _refusing([1, 2, 3]) as eng:
-        outcome, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=32),
-                               error_rate_limit=0.05)
+        outcome, records = run(
+            eng.base_url, ClosedLoop(concurrency=1, requests=32), error_rate_limit=0.05
+        )
     assert outcome.reason is not None
     assert outcome.aborted and "error rate 3/3 measured requests" in outcome.reason
     # The user had sent its next request before the third refusal was counted: that
     # one is cancelled, and recorded as aborted.
     kinds = [r.error_kind for r in sorted(records, key=lambda r: r.index)]
     assert kinds[:3] == ["http"] * 3 and set(kinds[3:]) <= {"aborted"} and len(kinds) <= 4
-    reason = unusable_reason(kind="speed", requests=records, aborted=True,
-                             abort_reason=outcome.reason)
+    reason = unusable_reason(
+        kind="speed", requests=records, aborted=True, abort_reason=outcome.reason
+    )
     assert reason is not None and reason.startswith("aborted: error rate 3/3")
 
 
 def test_a_cell_where_nothing_succeeded_is_unusable_without_an_abort() -> None:
     # Two requests, both refused: under the three errors an abort needs, yet unusable.
     with _refusing([1, 2]) as eng:
-        outcome, records = run(eng.base_url, ClosedLoop(concurrency=1, requests=2),
-                               error_rate_limit=0.05)
+        outcome, records = run(
+            eng.base_url, ClosedLoop(concurrency=1, requests=2), error_rate_limit=0.05
+        )
     assert not outcome.aborted and outcome.n_errors == 2
     assert unusable_reason(kind="identity", requests=records) == (
-        "none of its 2 measured requests succeeded")
+        "none of its 2 measured requests succeeded"
+    )
 
 
 def test_a_cell_whose_tokens_all_arrive_in_one_read_has_no_per_user_speed() -> None:
@@ -219,7 +231,8 @@ def test_open_loop_past_capacity_shows_client_queueing_in_latency() -> None:
         outcome, records = run(
             eng.base_url,
             OpenLoop(rate=100.0, requests=30, seed=3, max_in_flight=2),
-            requests=prompts(max_tokens=20))
+            requests=prompts(max_tokens=20),
+        )
     assert outcome.n_ok == 30
     records.sort(key=lambda r: r.index)
     delays = [r.queue_delay_s for r in records]
@@ -296,8 +309,10 @@ class HeldCell:
 def short_and_long(n_short: int, long_tokens: int) -> list:
     """One long stream (index 1, the second user's) beside short requests (the first
     user's): whenever a short one ends, the long one is certain to be mid-stream."""
-    short = [RequestSpec(f"short-{i}", [{"role": "user", "content": f"short {i}"}], 2)
-             for i in range(n_short)]
+    short = [
+        RequestSpec(f"short-{i}", [{"role": "user", "content": f"short {i}"}], 2)
+        for i in range(n_short)
+    ]
     long = RequestSpec("long", [{"role": "user", "content": "long"}], long_tokens)
     return [short[0], long, *short[1:]]
 
@@ -312,10 +327,20 @@ def _held_cell(tmp_path, pattern, step_s: float, holds: Holds, requests=None) ->
     # holds its interpreter, and its truth log says when each one was written.
     spec = ScriptedEngineSpec(weight_bytes=step_s * 1e12, bandwidth_bytes_per_s=1e12)
     with ScriptedEngineProcess(spec, tmp_path / "engine") as eng:
-        outcome = asyncio.run(run_cell(
-            base_url=eng.base_url, model="scripted",
-            requests=requests or prompts(max_tokens=8), pattern=pattern, sampling={},
-            extra_body={}, cell_id="c", attempt=1, on_record=holds, lag_limit_ms=5.0))
+        outcome = asyncio.run(
+            run_cell(
+                base_url=eng.base_url,
+                model="scripted",
+                requests=requests or prompts(max_tokens=8),
+                pattern=pattern,
+                sampling={},
+                extra_body={},
+                cell_id="c",
+                attempt=1,
+                on_record=holds,
+                lag_limit_ms=5.0,
+            )
+        )
         _, truth_chunks = eng.truth()
     chunks = []
     for rec in holds.records:
@@ -338,8 +363,13 @@ def test_kernel_stamps_stay_true_while_the_client_holds_its_interpreter(tmp_path
     # write after it, so it is never a whole step behind on any stream (a machine that
     # starves it for 90 ms would be: its stamps are then bounded, as the next test shows).
     holds = Holds(hold_s=0.04, delay_s=0.07, only="short")
-    cell = _held_cell(tmp_path, ClosedLoop(concurrency=2, requests=7), step_s=0.1,
-                      holds=holds, requests=short_and_long(6, long_tokens=30))
+    cell = _held_cell(
+        tmp_path,
+        ClosedLoop(concurrency=2, requests=7),
+        step_s=0.1,
+        holds=holds,
+        requests=short_and_long(6, long_tokens=30),
+    )
     assert len(cell.records) == 7 and all(r.ok for r in cell.records)
     assert len(holds.windows) == 6
     health = cell.health
@@ -350,7 +380,8 @@ def test_kernel_stamps_stay_true_while_the_client_holds_its_interpreter(tmp_path
     for mine, began, wrote, bound in cell.chunks:
         assert began - CLOCK_TOLERANCE_S <= mine <= wrote + CLOCK_TOLERANCE_S, (
             f"stamp {(mine - wrote) * 1e3:.1f} ms after the write (bound {bound * 1e3:.1f} ms); "
-            f"client health: {health}")
+            f"client health: {health}"
+        )
     assert max(b for *_, b in cell.chunks) == 0.0
     # Nothing about the stamps invalidates the cell. (Its users' turnaround is judged too,
     # and is not this test's business: the holds are the client's own doing.)
@@ -363,8 +394,7 @@ def test_a_client_a_step_behind_is_bounded_and_marks_the_cell_invalid(tmp_path) 
     # before the hold, streams its 8 tokens (prefill + 8 steps, ~18 ms) during it, so its
     # chunks pile up and are read together.
     holds = Holds(hold_s=0.04)
-    cell = _held_cell(tmp_path, ClosedLoop(concurrency=4, requests=16), step_s=0.002,
-                      holds=holds)
+    cell = _held_cell(tmp_path, ClosedLoop(concurrency=4, requests=16), step_s=0.002, holds=holds)
     assert len(cell.records) == 16 and all(r.ok for r in cell.records)
     assert max(cell.errors_ms()) >= 5  # stamps really were late...
     for mine, began, wrote, bound in cell.chunks:  # ...but never by more than their bound
@@ -385,8 +415,13 @@ def test_a_loop_blocked_across_two_writes_gives_bounded_stamps(tmp_path) -> None
             time.sleep(self.hold_s)  # the interpreter free, the loop not
 
     holds = SleepsInLoop(hold_s=0.12, only="short")
-    cell = _held_cell(tmp_path, ClosedLoop(concurrency=2, requests=7), step_s=0.05,
-                      holds=holds, requests=short_and_long(6, long_tokens=40))
+    cell = _held_cell(
+        tmp_path,
+        ClosedLoop(concurrency=2, requests=7),
+        step_s=0.05,
+        holds=holds,
+        requests=short_and_long(6, long_tokens=40),
+    )
     assert len(cell.records) == 7 and all(r.ok for r in cell.records)
     assert cell.health.kernel_stamped_fraction == 1.0
     assert max(cell.errors_ms()) >= 40  # a chunk carried its successor's stamp...
@@ -396,15 +431,22 @@ def test_a_loop_blocked_across_two_writes_gives_bounded_stamps(tmp_path) -> None
     assert (cell.health.loop_lag_p99_ms or 0) >= 100
 
 
-def test_thread_stamps_under_a_held_interpreter_mark_the_cell_invalid(tmp_path, monkeypatch) -> None:
+def test_thread_stamps_under_a_held_interpreter_mark_the_cell_invalid(
+    tmp_path, monkeypatch
+) -> None:
     from harness.measure import arrival_stamps
 
     monkeypatch.setattr(arrival_stamps, "KERNEL_STAMPS", False)
     # 50 ms steps; after each short request a 20 ms wait, then a 110 ms hold: the window
     # [20, 130] ms covers the long stream's writes at 50 and 100 ms.
     holds = Holds(hold_s=0.11, delay_s=0.02, only="short")
-    cell = _held_cell(tmp_path, ClosedLoop(concurrency=2, requests=7), step_s=0.05,
-                      holds=holds, requests=short_and_long(6, long_tokens=40))
+    cell = _held_cell(
+        tmp_path,
+        ClosedLoop(concurrency=2, requests=7),
+        step_s=0.05,
+        holds=holds,
+        requests=short_and_long(6, long_tokens=40),
+    )
     assert len(cell.records) == 7 and len(holds.windows) == 6
     health = cell.health
     assert health.kernel_stamped_fraction == 0.0
@@ -422,20 +464,24 @@ def test_an_open_loop_client_sending_late_marks_the_cell_invalid(tmp_path) -> No
     # 50 arrivals per second, a 40 ms hold after each request: the client can hand on
     # at most 25 records a second, so its sends fall further behind the schedule.
     holds = Holds(hold_s=0.04)
-    cell = _held_cell(tmp_path, OpenLoop(rate=50, requests=40, seed=3), step_s=0.005,
-                      holds=holds)
+    cell = _held_cell(tmp_path, OpenLoop(rate=50, requests=40, seed=3), step_s=0.005, holds=holds)
     assert len(cell.records) == 40 and all(r.ok for r in cell.records)
     health = cell.health
     assert (health.send_lag_p99_ms or 0) >= 10
     assert not health.valid and "send lag p99" in (health.reason or "")
     # The late sends are inside the latency, which runs from the schedule.
-    assert all(r.latency_from == "scheduled" and r.ttft_s is not None
-               and r.queue_delay_s is not None and r.ttft_s >= r.queue_delay_s
-               for r in cell.records)
+    assert all(
+        r.latency_from == "scheduled"
+        and r.ttft_s is not None
+        and r.queue_delay_s is not None
+        and r.ttft_s >= r.queue_delay_s
+        for r in cell.records
+    )
 
 
 def test_an_open_loop_request_is_readied_early_and_leaves_at_its_instant(
-        tmp_path, monkeypatch) -> None:
+    tmp_path, monkeypatch
+) -> None:
     """The driver gets each open-loop request READY_AHEAD_S before it is due and builds
     it then (here each build holds the interpreter 10 ms, as a cold client's did); the
     first write is held until the scheduled instant, so no request reaches the engine
@@ -457,13 +503,24 @@ def test_an_open_loop_request_is_readied_early_and_leaves_at_its_instant(
     monkeypatch.setattr(driver, "chat_body", slow_body)
     records: list = []
     spec = ScriptedEngineSpec(weight_bytes=0.005 * 1e12, bandwidth_bytes_per_s=1e12)
-    requests = [RequestSpec(f"p{i}", [{"role": "user", "content": f"prompt {i}"}], 4)
-                for i in range(30)]
+    requests = [
+        RequestSpec(f"p{i}", [{"role": "user", "content": f"prompt {i}"}], 4) for i in range(30)
+    ]
     with ScriptedEngineProcess(spec, tmp_path / "engine") as eng:
-        asyncio.run(driver.run_cell(
-            base_url=eng.base_url, model="scripted", requests=requests,
-            pattern=OpenLoop(rate=20, requests=30, seed=5), sampling={}, extra_body={},
-            cell_id="c", attempt=1, on_record=records.append, lag_limit_ms=5.0))
+        asyncio.run(
+            driver.run_cell(
+                base_url=eng.base_url,
+                model="scripted",
+                requests=requests,
+                pattern=OpenLoop(rate=20, requests=30, seed=5),
+                sampling={},
+                extra_body={},
+                cell_id="c",
+                attempt=1,
+                on_record=records.append,
+                lag_limit_ms=5.0,
+            )
+        )
         truth, _ = eng.truth()
     assert len(records) == 30 and all(r.ok for r in records)
     for rec in records:
@@ -481,15 +538,19 @@ def test_a_multi_turn_item_is_one_users_session_each_turn_carrying_the_answer_be
     (checked against the scripted engine, whose text is a function of the messages); every
     turn is a record of its own, counted like any request."""
     first = [{"role": "user", "content": "plan a trip"}]
-    specs = [RequestSpec("mt-1", first, 8, later_turns=("shorter, please", "in French")),
-             RequestSpec("one", [{"role": "user", "content": "hi"}], 8)]
+    specs = [
+        RequestSpec("mt-1", first, 8, later_turns=("shorter, please", "in French")),
+        RequestSpec("one", [{"role": "user", "content": "hi"}], 8),
+    ]
     with serve_in_thread(ScriptedEngineSpec(**FAST)) as eng:
-        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=2),
-                               requests=specs)
+        outcome, records = run(eng.base_url, ClosedLoop(concurrency=2, requests=2), requests=specs)
     assert outcome.n_ok == 4 and outcome.records == 4 and not outcome.aborted
     session = sorted((r for r in records if r.index == 0), key=lambda r: r.turn or 0)
-    assert [(r.item_id, r.turn) for r in session] == [("mt-1", 1), ("mt-1#turn2", 2),
-                                                      ("mt-1#turn3", 3)]
+    assert [(r.item_id, r.turn) for r in session] == [
+        ("mt-1", 1),
+        ("mt-1#turn2", 2),
+        ("mt-1#turn3", 3),
+    ]
     assert len({r.user for r in session}) == 1
     # Each turn left after the one before had ended, and answers the whole conversation.
     for before, after in zip(session, session[1:], strict=False):
@@ -499,7 +560,10 @@ def test_a_multi_turn_item_is_one_users_session_each_turn_carrying_the_answer_be
     for rec, turn in zip(session, ["shorter, please", "in French", None], strict=True):
         assert rec.output_text == scripted_text(messages, 8), rec.turn
         if turn is not None:
-            messages = [*messages, {"role": "assistant", "content": rec.output_text},
-                        {"role": "user", "content": turn}]
+            messages = [
+                *messages,
+                {"role": "assistant", "content": rec.output_text},
+                {"role": "user", "content": turn},
+            ]
     (single,) = [r for r in records if r.index == 1]
     assert single.turn is None and single.item_id == "one"

@@ -61,8 +61,9 @@ def test_no_binding_is_no_telemetry_with_the_reason(monkeypatch):
     assert got.reason.startswith("no GPU telemetry: the NVML binding (nvidia-ml-py)")
 
 
-@pytest.mark.parametrize(("code", "says"), [(12, "NVML Shared Library Not Found"),
-                                            (9, "Driver Not Loaded")])
+@pytest.mark.parametrize(
+    ("code", "says"), [(12, "NVML Shared Library Not Found"), (9, "Driver Not Loaded")]
+)
 def test_nvml_that_does_not_start_is_no_telemetry(fake, code, says):
     fake.configure({"init_error": code})
     got = open_nvml()
@@ -106,12 +107,14 @@ def test_a_missing_gpu_is_named_and_the_others_kept(fake):
     assert sel.missing == ["GPU 3: not found (NVML sees 2 GPU(s))"]
     assert sel.describe()["selected_by"] == "arm a's CUDA_VISIBLE_DEVICES=0,3"
     assert nvml.select("GPU-cccc").missing == [
-        "GPU-cccc: no GPU with that UUID (NVML sees 2 GPU(s))"]
+        "GPU-cccc: no GPU with that UUID (NVML sees 2 GPU(s))"
+    ]
     assert nvml.select("GPU-").missing == ["GPU-: ambiguous (NVML sees 2 GPU(s))"]
     assert nvml.select("MIG-abc").missing == ["MIG-abc: a MIG instance, not sampled"]
     empty = nvml.select("")
     assert empty.gpus == [] and empty.missing == [
-        "CUDA_VISIBLE_DEVICES is empty: the engine sees no GPU"]
+        "CUDA_VISIBLE_DEVICES is empty: the engine sees no GPU"
+    ]
 
 
 # --- one reading --------------------------------------------------------------------
@@ -139,16 +142,18 @@ def test_the_older_throttle_reasons_call_is_used_when_the_newer_is_missing(fake,
 
 
 def test_a_figure_the_gpu_does_not_support_is_none_not_a_gap(fake):
-    nvml = opened(fake, {"not_supported": ["nvmlDeviceGetUtilizationRates",
-                                           "nvmlDeviceGetPowerUsage"]})
+    nvml = opened(
+        fake, {"not_supported": ["nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage"]}
+    )
     r = read(nvml, nvml.select(None).gpus[0])
     assert r.ok and r.power_w is None and r.gpu_util_pct is None and r.mem_util_pct is None
     assert r.sm_clock_mhz == 1755 and r.temperature_c == 61
 
 
 def test_an_nvml_error_makes_the_reading_a_gap_that_says_why(fake):
-    nvml = opened(fake, {"errors": [{"function": "nvmlDeviceGetPowerUsage", "calls": [2],
-                                     "code": 15}]})
+    nvml = opened(
+        fake, {"errors": [{"function": "nvmlDeviceGetPowerUsage", "calls": [2], "code": 15}]}
+    )
     gpu = nvml.select(None).gpus[0]
     first, second, third = (read(nvml, gpu) for _ in range(3))
     assert first.ok and third.ok
@@ -158,8 +163,7 @@ def test_an_nvml_error_makes_the_reading_a_gap_that_says_why(fake):
 
 def test_clock_event_names_keep_unknown_bits():
     assert clock_event_names(0) == []
-    assert clock_event_names(0x8 | 0x80 | 0x1000) == ["hw_slowdown", "hw_power_brake",
-                                                      "bit_0x1000"]
+    assert clock_event_names(0x8 | 0x80 | 0x1000) == ["hw_slowdown", "hw_power_brake", "bit_0x1000"]
 
 
 # --- the sampler thread -------------------------------------------------------------
@@ -167,8 +171,14 @@ def test_clock_event_names_keep_unknown_bits():
 
 def run_sampler(nvml: Nvml, seconds: float, interval_s: float = 0.05) -> list[GpuSample]:
     samples: list[GpuSample] = []
-    sampler = GpuSampler(nvml=nvml, gpus=nvml.select(None).gpus, interval_s=interval_s,
-                         cell_id="a/chat/speed/c001", attempt=2, on_sample=samples.append)
+    sampler = GpuSampler(
+        nvml=nvml,
+        gpus=nvml.select(None).gpus,
+        interval_s=interval_s,
+        cell_id="a/chat/speed/c001",
+        attempt=2,
+        on_sample=samples.append,
+    )
     sampler.start()
     time.sleep(seconds)
     sampler.stop()
@@ -198,8 +208,9 @@ def test_nothing_arrives_after_stop(fake):
 
 
 def test_an_nvml_error_mid_run_is_one_gap_and_sampling_goes_on(fake):
-    nvml = opened(fake, {"errors": [{"function": "nvmlDeviceGetTemperature", "calls": [2],
-                                     "code": 15}]})
+    nvml = opened(
+        fake, {"errors": [{"function": "nvmlDeviceGetTemperature", "calls": [2], "code": 15}]}
+    )
     read = [s for s in run_sampler(nvml, 0.3) if s.gpus]  # ticks missed on a busy host aside
     bad = [s for s in read if not s.ok]
     assert len(bad) == 1 and bad[0] is read[1]
@@ -239,8 +250,14 @@ def test_a_blocking_nvml_call_does_not_hold_the_event_loop(fake):
             samples.append(s)
             done.set()
 
-        sampler = GpuSampler(nvml=nvml, gpus=nvml.select(None).gpus, interval_s=10.0,
-                             cell_id="c", attempt=1, on_sample=on_sample)
+        sampler = GpuSampler(
+            nvml=nvml,
+            gpus=nvml.select(None).gpus,
+            interval_s=10.0,
+            cell_id="c",
+            attempt=1,
+            on_sample=on_sample,
+        )
         sampler.start()
         n = 0
         while not done.is_set():
@@ -267,17 +284,23 @@ def test_power_thermal_and_hardware_slowdowns_throttle_a_cell():
     for reason in ("sw_power_cap", "hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake"):
         t = gpu_throttle([sample([]), sample([reason, "gpu_idle"])])
         assert t is not None and t.throttled and t.reasons == (reason,)
-    t = gpu_throttle([sample(["sw_power_cap"], []), sample([], ["hw_thermal", "sw_power_cap"]),
-                      sample([], [])])
+    t = gpu_throttle(
+        [sample(["sw_power_cap"], []), sample([], ["hw_thermal", "sw_power_cap"]), sample([], [])]
+    )
     assert t is not None
     assert (t.ticks, t.throttled_ticks, t.reasons, t.gpus) == (
-        3, 2, ("sw_power_cap", "hw_thermal"), (0, 1))
+        3,
+        2,
+        ("sw_power_cap", "hw_thermal"),
+        (0, 1),
+    )
     assert t.describe() == "sw_power_cap/hw_thermal in 2 of 3 samples (GPU 0, GPU 1)"
 
 
 def test_idle_and_clock_settings_do_not_throttle_a_cell():
-    t = gpu_throttle([sample(["gpu_idle", "applications_clocks", "sync_boost",
-                              "display_clocks", "bit_0x200"])])
+    t = gpu_throttle(
+        [sample(["gpu_idle", "applications_clocks", "sync_boost", "display_clocks", "bit_0x200"])]
+    )
     assert t is not None and not t.throttled and t.reasons == ()
 
 
@@ -287,19 +310,44 @@ def test_no_readings_is_no_throttle_figure():
 
 
 def _speed_requests() -> list[RequestRecord]:
-    return [RequestRecord(cell_id="c", index=0, item_id="i", scheduled_t=0.0, sent_t=0.0,
-                          first_token_t=1.0, end_t=2.0, completion_tokens=10)]
+    return [
+        RequestRecord(
+            cell_id="c",
+            index=0,
+            item_id="i",
+            scheduled_t=0.0,
+            sent_t=0.0,
+            first_token_t=1.0,
+            end_t=2.0,
+            completion_tokens=10,
+        )
+    ]
 
 
-@pytest.mark.parametrize(("kind", "policy", "unusable"), [
-    ("speed", "remeasure", True), ("open", "remeasure", True), ("speed", "flag", False),
-    ("identity", "remeasure", False), ("accuracy", "remeasure", False)])
+@pytest.mark.parametrize(
+    ("kind", "policy", "unusable"),
+    [
+        ("speed", "remeasure", True),
+        ("open", "remeasure", True),
+        ("speed", "flag", False),
+        ("identity", "remeasure", False),
+        ("accuracy", "remeasure", False),
+    ],
+)
 def test_only_remeasure_makes_a_throttled_timed_cell_unusable(kind, policy, unusable):
     throttled = gpu_throttle([sample(["hw_slowdown"])])
-    reason = unusable_reason(kind=kind, requests=_speed_requests(), gpu_throttle=throttled,
-                             gpu_throttle_policy=policy)
+    reason = unusable_reason(
+        kind=kind, requests=_speed_requests(), gpu_throttle=throttled, gpu_throttle_policy=policy
+    )
     assert (reason == "GPU throttled: hw_slowdown in 1 of 1 samples (GPU 0)") is unusable
     assert reason is None or unusable
     calm = gpu_throttle([sample(["gpu_idle"])])
-    assert unusable_reason(kind=kind, requests=_speed_requests(), gpu_throttle=calm,
-                           gpu_throttle_policy="remeasure") is None
+    assert (
+        unusable_reason(
+            kind=kind,
+            requests=_speed_requests(),
+            gpu_throttle=calm,
+            gpu_throttle_policy="remeasure",
+        )
+        is None
+    )

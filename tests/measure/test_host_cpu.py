@@ -25,8 +25,7 @@ class FakeProc:
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(exist_ok=True)
-        self.ticks = dict(user=0, nice=0, system=0, idle=0, iowait=0, irq=0, softirq=0,
-                          steal=0)
+        self.ticks = dict(user=0, nice=0, system=0, idle=0, iowait=0, irq=0, softirq=0, steal=0)
 
     def host(self, **add: int) -> None:
         """Advance the host's counters by `add` ticks each."""
@@ -34,17 +33,29 @@ class FakeProc:
             self.ticks[name] += n
         line = " ".join(str(v) for v in self.ticks.values())
         # guest and guest_nice (already inside user and nice) must not be added again.
-        (self.root / "stat").write_text(f"cpu  {line} 999 999\ncpu0 {line}\ncpu1 {line}\n"
-                                        "intr 1 2 3\n")
+        (self.root / "stat").write_text(
+            f"cpu  {line} 999 999\ncpu0 {line}\ncpu1 {line}\nintr 1 2 3\n"
+        )
 
-    def process(self, pid: int, cpu: int, *, ppid: int = 1, pgid: int | None = None,
-                sid: int | None = None, start: int = 10, comm: str = "python3") -> None:
+    def process(
+        self,
+        pid: int,
+        cpu: int,
+        *,
+        ppid: int = 1,
+        pgid: int | None = None,
+        sid: int | None = None,
+        start: int = 10,
+        comm: str = "python3",
+    ) -> None:
         pgid, sid = pgid or pid, sid or pgid or pid
         utime, stime = cpu - cpu // 3, cpu // 3
         # cutime/cstime (fields 16, 17: reaped children, whose time was counted while
         # they lived) move with the process's own here: they must not count.
-        fields = (f"S {ppid} {pgid} {sid} 0 -1 4194304 0 0 0 0 {utime} {stime} {7000 + cpu}"
-                  f" 7000 20 0 1 0 {start} 1000 10 0")
+        fields = (
+            f"S {ppid} {pgid} {sid} 0 -1 4194304 0 0 0 0 {utime} {stime} {7000 + cpu}"
+            f" 7000 20 0 1 0 {start} 1000 10 0"
+        )
         folder = self.root / str(pid)
         folder.mkdir(exist_ok=True)
         (folder / "stat").write_text(f"{pid} ({comm}) {fields}\n")
@@ -74,8 +85,7 @@ def meter(proc: FakeProc, engine: int | None = ENGINE) -> HostCpuMeter:
     return HostCpuMeter(engine, harness_pid=HARNESS, proc=proc.root)
 
 
-def test_foreign_is_the_busy_time_neither_the_engines_tree_nor_the_harnesss_and_steal_apart(
-        proc):
+def test_foreign_is_the_busy_time_neither_the_engines_tree_nor_the_harnesss_and_steal_apart(proc):
     m = meter(proc)
     m.start()
     # 2 CPUs x 1 s at 100 ticks/s = 200 ticks: 150 busy (110 own, 40 other), 10 steal,
@@ -106,8 +116,7 @@ def test_an_attached_engine_is_not_own_so_its_cpu_counts_as_foreign(proc):
     assert got.foreign_share == pytest.approx(60 / 200)
 
 
-def test_a_process_born_mid_cell_counts_from_zero_and_one_that_exits_keeps_what_was_seen(
-        proc):
+def test_a_process_born_mid_cell_counts_from_zero_and_one_that_exits_keeps_what_was_seen(proc):
     m = meter(proc)
     m.start()
     # The engine starts a worker, seen first at a periodic scan with 15 ticks already:
@@ -166,26 +175,49 @@ def test_the_parsers_read_guest_once_and_a_command_with_spaces_and_parentheses()
 # --- judging a cell ---------------------------------------------------------------------
 
 
-def health(foreign: float | None, steal: float | None = 0.0, limit: float | None = 0.25,
-           engine_counted: bool = True) -> ClientHealth:
-    return ClientHealth(lag_p50_ms=0, lag_p99_ms=0, lag_max_ms=0, cpu_percent=1,
-                        lag_limit_ms=5, valid=True, host_foreign_cpu_share=foreign,
-                        host_steal_share=steal, host_foreign_cpu_limit=limit,
-                        host_engine_counted=engine_counted)
+def health(
+    foreign: float | None,
+    steal: float | None = 0.0,
+    limit: float | None = 0.25,
+    engine_counted: bool = True,
+) -> ClientHealth:
+    return ClientHealth(
+        lag_p50_ms=0,
+        lag_p99_ms=0,
+        lag_max_ms=0,
+        cpu_percent=1,
+        lag_limit_ms=5,
+        valid=True,
+        host_foreign_cpu_share=foreign,
+        host_steal_share=steal,
+        host_foreign_cpu_limit=limit,
+        host_engine_counted=engine_counted,
+    )
 
 
 def judged(kind: str, h: ClientHealth) -> str | None:
-    ok = RequestRecord(cell_id="c", attempt=1, index=0, item_id="i", phase="measure",
-                       scheduled_t=0.0, sent_t=0.0, first_token_t=0.1, end_t=1.0,
-                       completion_tokens=10)
+    ok = RequestRecord(
+        cell_id="c",
+        attempt=1,
+        index=0,
+        item_id="i",
+        phase="measure",
+        scheduled_t=0.0,
+        sent_t=0.0,
+        first_token_t=0.1,
+        end_t=1.0,
+        completion_tokens=10,
+    )
     assert ok.ok and ok.per_user_speed  # usable but for the host
     return unusable_reason(kind=kind, requests=[ok], health=h)
 
 
 def test_a_timed_cell_over_the_limit_is_unusable_with_the_shares_in_one_line():
     reason = judged("speed", health(0.40, 0.02))
-    assert reason == ("host busy: 0.42 of the host's CPU time went to other processes (0.40)"
-                      " and the hypervisor (0.02 steal), above the limit 0.25")
+    assert reason == (
+        "host busy: 0.42 of the host's CPU time went to other processes (0.40)"
+        " and the hypervisor (0.02 steal), above the limit 0.25"
+    )
     assert judged("open", health(0.40)) is not None
 
 
@@ -208,4 +240,5 @@ def test_texts_and_scores_are_not_judged_on_the_host():
 def test_an_attached_engine_is_named_in_the_reason():
     reason = judged("speed", health(0.5, engine_counted=False))
     assert reason is not None and reason.endswith(
-        "the engine is attached, so its own CPU, if on this host, counts as other")
+        "the engine is attached, so its own CPU, if on this host, counts as other"
+    )

@@ -93,8 +93,7 @@ def test_a_thread_stamped_stream_is_read_by_the_reader_thread(monkeypatch):
     assert got == b"data: x\n\n"
 
 
-def test_a_reader_thread_that_fails_fails_its_streams_instead_of_leaving_them_waiting(
-        monkeypatch):
+def test_a_reader_thread_that_fails_fails_its_streams_instead_of_leaving_them_waiting(monkeypatch):
     import httpcore
 
     def broken_recv(self, *args, **kwargs):

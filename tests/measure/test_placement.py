@@ -10,20 +10,25 @@ import pytest
 
 from harness.measure.placement import place_client
 
-PINNED_CHILD = ("import os, sys, time; os.sched_setaffinity(0, {{{0}}}); "
-                "print('ready', flush=True); time.sleep(60)")
+PINNED_CHILD = (
+    "import os, sys, time; os.sched_setaffinity(0, {{{0}}}); "
+    "print('ready', flush=True); time.sleep(60)"
+)
 
 
 # Every CPU of the machine: a test worker pinned to one of them (scripts/test.sh's first
 # phase) would leave it nothing to move to.
 @pytest.mark.alone
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs CPU affinity and at least 2 CPUs")
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs CPU affinity and at least 2 CPUs",
+)
 def test_the_client_leaves_the_engines_pinned_cpu_and_comes_back():
     allowed = sorted(os.sched_getaffinity(0))
     pinned = allowed[0]
-    child = subprocess.Popen([sys.executable, "-c", PINNED_CHILD.format(pinned)],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", PINNED_CHILD.format(pinned)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "ready"
@@ -37,7 +42,6 @@ def test_the_client_leaves_the_engines_pinned_cpu_and_comes_back():
         back = place_client(None)  # no engine: every CPU again
     assert back.client_cpus is None and "pins no threads" in back.reason
     assert os.sched_getaffinity(0) == set(allowed)
-
 
 
 ENGINE_TREE = """
@@ -55,8 +59,10 @@ time.sleep(60)
 
 
 @pytest.mark.alone
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs CPU affinity and at least 2 CPUs")
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs CPU affinity and at least 2 CPUs",
+)
 def test_the_engine_core_spinner_goes_to_the_workers_cpu():
     """vLLM's engine-core process busy-waits for its pinned worker: moved onto the
     worker's CPU, every thread of it, and recorded; the client keeps the rest."""
@@ -64,8 +70,9 @@ def test_the_engine_core_spinner_goes_to_the_workers_cpu():
 
     allowed = sorted(os.sched_getaffinity(0))
     pinned = allowed[0]
-    engine = subprocess.Popen([sys.executable, "-c", ENGINE_TREE.format(pinned)],
-                              stdout=subprocess.PIPE, text=True)
+    engine = subprocess.Popen(
+        [sys.executable, "-c", ENGINE_TREE.format(pinned)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert engine.stdout is not None
         worker_pid, core_pid = (int(x) for x in engine.stdout.readline().split())

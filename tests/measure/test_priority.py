@@ -12,19 +12,25 @@ import pytest
 from harness.measure.placement import autogroups_on
 
 # A sleeping process in a session of its own, its session (autogroup) and itself at `nice`.
-SESSION_AT_NICE = ("import os, time\n"
-                   "try:\n"
-                   "    open('/proc/self/autogroup', 'w').write('{0}')\n"
-                   "except OSError:\n"
-                   "    pass\n"
-                   "os.nice({0})\n"
-                   "print('ready', flush=True)\n"
-                   "time.sleep(60)\n")
+SESSION_AT_NICE = (
+    "import os, time\n"
+    "try:\n"
+    "    open('/proc/self/autogroup', 'w').write('{0}')\n"
+    "except OSError:\n"
+    "    pass\n"
+    "os.nice({0})\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
 
 
 def _session_at(nice: int) -> subprocess.Popen:
-    child = subprocess.Popen([sys.executable, "-c", SESSION_AT_NICE.format(nice)],
-                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", SESSION_AT_NICE.format(nice)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert child.stdout is not None
     assert child.stdout.readline().strip() == "ready"
     return child
@@ -62,15 +68,17 @@ def test_an_attached_engine_on_this_host_is_found_by_its_port():
 
 # A client in a session of its own at nice 10 that matches the engine's priority, prints
 # what it did and its session's nice, puts it back and prints the nice again.
-CLIENT_MATCHES = ("import json, os, sys\n"
-                  "open('/proc/self/autogroup', 'w').write('10')\n"
-                  "os.nice(10)\n"
-                  "from harness.measure.priority import match_engine_priority, restore_priority, _autogroup_nice\n"
-                  "lift = match_engine_priority(int(sys.argv[1]))\n"
-                  "lifted = _autogroup_nice()\n"
-                  "restored = restore_priority()\n"
-                  "print(json.dumps({'lift': lift.to_dict(), 'lifted': lifted,"
-                  " 'after': _autogroup_nice(), 'restored': restored}))\n")
+CLIENT_MATCHES = (
+    "import json, os, sys\n"
+    "open('/proc/self/autogroup', 'w').write('10')\n"
+    "os.nice(10)\n"
+    "from harness.measure.priority import match_engine_priority, restore_priority, _autogroup_nice\n"
+    "lift = match_engine_priority(int(sys.argv[1]))\n"
+    "lifted = _autogroup_nice()\n"
+    "restored = restore_priority()\n"
+    "print(json.dumps({'lift': lift.to_dict(), 'lifted': lifted,"
+    " 'after': _autogroup_nice(), 'restored': restored}))\n"
+)
 
 # A client that starts an engine in its own session (one autogroup), then lowers itself
 # and a thread of its own to nice 10 and matches the engine.
@@ -89,18 +97,22 @@ CLIENT_BESIDE_ENGINE = (
     "restore_priority()\n"
     "back = [os.getpriority(os.PRIO_PROCESS, 0), os.getpriority(os.PRIO_PROCESS, tid[0])]\n"
     "gate.set(); t.join(); engine.kill()\n"
-    "print(json.dumps({'lift': lift.to_dict(), 'nices': nices, 'back': back}))\n")
+    "print(json.dumps({'lift': lift.to_dict(), 'nices': nices, 'back': back}))\n"
+)
 
 
 def _run_client(script: str, *args: str) -> dict:
     import json
 
-    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
-                          text=True, start_new_session=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux scheduling")
@@ -114,7 +126,8 @@ def test_a_client_below_the_engines_session_raises_its_own_to_the_engines_and_pu
     lift = got["lift"]
     if not autogroups_on():  # no session is ranked: the threads' nice is what counts
         assert lift["engine_session_nice"] is None and not any(
-            "session" in line for line in lift["changed"] + lift["refused"])
+            "session" in line for line in lift["changed"] + lift["refused"]
+        )
         return
     # Any user may set an autogroup nice of 0 or more: the lift is never refused here.
     assert lift["engine_session_nice"] == 0 and lift["client_session_nice_before"] == 10
@@ -165,7 +178,8 @@ RUN_START = (
     "    engine.close()\n"
     "record = store.manifest().to_json()['engines']['base'][0]\n"
     "print(json.dumps({'priority': record.get('client_priority'), 'during': during,\n"
-    "                  'outranks': record['client_placement']['engine_outranks_client']}))\n")
+    "                  'outranks': record['client_placement']['engine_outranks_client']}))\n"
+)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux scheduling")

@@ -24,9 +24,17 @@ pytestmark = pytest.mark.timing
 async def scrape_for(url: str, seconds: float, interval: float) -> list[MetricSample]:
     samples: list[MetricSample] = []
     stop = asyncio.Event()
-    task = asyncio.create_task(scrape_metrics_loop(
-        metrics_url=url, dialect="vllm", interval_s=interval, cell_id="c", attempt=1,
-        on_sample=samples.append, stop=stop))
+    task = asyncio.create_task(
+        scrape_metrics_loop(
+            metrics_url=url,
+            dialect="vllm",
+            interval_s=interval,
+            cell_id="c",
+            attempt=1,
+            on_sample=samples.append,
+            stop=stop,
+        )
+    )
     await asyncio.sleep(seconds)
     stop.set()
     await asyncio.wait_for(task, 5)
@@ -47,8 +55,9 @@ def assert_on_grid(samples: list[MetricSample], interval: float) -> None:
 
 
 def test_scrapes_on_the_grid_against_the_scripted_engine() -> None:
-    spec = ScriptedEngineSpec(weight_bytes=1e9, bandwidth_bytes_per_s=1e12, num_draft_tokens=2,
-                              accept_probs=[0.8, 0.5])
+    spec = ScriptedEngineSpec(
+        weight_bytes=1e9, bandwidth_bytes_per_s=1e12, num_draft_tokens=2, accept_probs=[0.8, 0.5]
+    )
     # Ticks 0.5 s apart give each scrape 0.4 s to answer: ample for a local engine even
     # on a machine with every core busy, so a timed-out scrape here is a real fault.
     with serve_in_thread(spec) as eng:
@@ -90,23 +99,38 @@ def test_slow_and_failed_scrapes_are_gaps_not_stalls() -> None:
 
 
 def snap(drafts: float, accepted: float, per_pos: list[float], running: float) -> EngineSnapshot:
-    return EngineSnapshot(engine="vllm", drafts=drafts, draft_tokens=drafts * 2,
-                          accepted_tokens=accepted, accepted_per_position=per_pos,
-                          running=running, waiting=0, kv_cache_usage=0.1)
+    return EngineSnapshot(
+        engine="vllm",
+        drafts=drafts,
+        draft_tokens=drafts * 2,
+        accepted_tokens=accepted,
+        accepted_per_position=per_pos,
+        running=running,
+        waiting=0,
+        kv_cache_usage=0.1,
+    )
 
 
 def sample(t: float, snapshot: EngineSnapshot | None) -> MetricSample:
-    return MetricSample(cell_id="c", t=t, wall_time=1e9 + t, ok=snapshot is not None,
-                        error=None if snapshot else "HTTP 500", snapshot=snapshot)
+    return MetricSample(
+        cell_id="c",
+        t=t,
+        wall_time=1e9 + t,
+        ok=snapshot is not None,
+        error=None if snapshot else "HTTP 500",
+        snapshot=snapshot,
+    )
 
 
 def test_per_second_series_from_counter_deltas_with_a_gap() -> None:
-    frame = per_second_series([
-        sample(0.0, snap(0, 0, [0, 0], 0)),
-        sample(1.0, snap(10, 15, [9, 6], 4)),
-        sample(2.0, None),
-        sample(3.0, snap(30, 35, [25, 10], 2)),
-    ])
+    frame = per_second_series(
+        [
+            sample(0.0, snap(0, 0, [0, 0], 0)),
+            sample(1.0, snap(10, 15, [9, 6], 4)),
+            sample(2.0, None),
+            sample(3.0, snap(30, 35, [25, 10], 2)),
+        ]
+    )
     assert list(frame["t"]) == [0.0, 1.0, 2.0, 3.0]
     assert math.isnan(frame["acceptance_length"][0])
     assert frame["acceptance_length"][1] == pytest.approx(2.5)  # 1 + 15/10
@@ -121,21 +145,32 @@ def test_per_second_series_from_counter_deltas_with_a_gap() -> None:
 def test_engine_acceptance_length_agrees_with_client_tokens_per_chunk() -> None:
     """The cross-check on the scripted engine: the two sides must agree exactly here,
     since every verification step is one chunk and counters are honest."""
-    spec = ScriptedEngineSpec(weight_bytes=1e9, bandwidth_bytes_per_s=1e12, num_draft_tokens=3,
-                              accept_probs=[0.9, 0.7, 0.5])
+    spec = ScriptedEngineSpec(
+        weight_bytes=1e9,
+        bandwidth_bytes_per_s=1e12,
+        num_draft_tokens=3,
+        accept_probs=[0.9, 0.7, 0.5],
+    )
 
     async def main(eng):
         records: list[RequestRecord] = []
         # The first scrape (at once, 0.8 s to answer) comes before any request; the
         # one at the stop after the last.
-        async with MetricsScraper(metrics_url=eng.metrics_url, dialect="vllm", interval_s=1.0,
-                                  cell_id="c") as scraper:
+        async with MetricsScraper(
+            metrics_url=eng.metrics_url, dialect="vllm", interval_s=1.0, cell_id="c"
+        ) as scraper:
             await asyncio.sleep(0.3)
-            await run_cell(base_url=eng.base_url, model="scripted",
-                           requests=prompts(max_tokens=48),
-                           pattern=ClosedLoop(concurrency=4, requests=16),
-                           sampling={"temperature": 0.0}, extra_body={}, cell_id="c",
-                           attempt=1, on_record=records.append)
+            await run_cell(
+                base_url=eng.base_url,
+                model="scripted",
+                requests=prompts(max_tokens=48),
+                pattern=ClosedLoop(concurrency=4, requests=16),
+                sampling={"temperature": 0.0},
+                extra_body={},
+                cell_id="c",
+                attempt=1,
+                on_record=records.append,
+            )
             await asyncio.sleep(0.3)
         return records, scraper.samples
 
@@ -157,20 +192,28 @@ def test_engine_acceptance_length_agrees_with_client_tokens_per_chunk() -> None:
 def test_the_final_scrape_closes_the_window_at_the_end_of_the_cell() -> None:
     """A cell shorter than one interval: without the scrape at the stop there would be
     one sample and no window; with it, the engine's counters cover the whole cell."""
-    spec = ScriptedEngineSpec(weight_bytes=1e9, bandwidth_bytes_per_s=1e12, num_draft_tokens=2,
-                              accept_probs=[0.8, 0.5])
+    spec = ScriptedEngineSpec(
+        weight_bytes=1e9, bandwidth_bytes_per_s=1e12, num_draft_tokens=2, accept_probs=[0.8, 0.5]
+    )
 
     async def main(eng):
         records: list[RequestRecord] = []
         # A grid too coarse for a second tick within the cell, however slow the machine.
-        async with MetricsScraper(metrics_url=eng.metrics_url, dialect="vllm", interval_s=600.0,
-                                  cell_id="c") as scraper:
+        async with MetricsScraper(
+            metrics_url=eng.metrics_url, dialect="vllm", interval_s=600.0, cell_id="c"
+        ) as scraper:
             await asyncio.sleep(0.05)  # the first scrape, at the start of the grid
-            await run_cell(base_url=eng.base_url, model="scripted",
-                           requests=prompts(max_tokens=16),
-                           pattern=ClosedLoop(concurrency=2, requests=6),
-                           sampling={"temperature": 0.0}, extra_body={}, cell_id="c",
-                           attempt=1, on_record=records.append)
+            await run_cell(
+                base_url=eng.base_url,
+                model="scripted",
+                requests=prompts(max_tokens=16),
+                pattern=ClosedLoop(concurrency=2, requests=6),
+                sampling={"temperature": 0.0},
+                extra_body={},
+                cell_id="c",
+                attempt=1,
+                on_record=records.append,
+            )
         return records, scraper.samples
 
     with serve_in_thread(spec) as eng:

@@ -13,12 +13,24 @@ from .cells import prompts, run
 
 def test_first_round_warmups_are_cut_to_shares_of_max_tokens() -> None:
     loop = ClosedLoop(concurrency=4, requests=8, warmup=8, stagger_warmup=True)
-    assert [loop.max_tokens_for(i, 32) for i in range(10)] == [8, 16, 24, 32, 32, 32, 32, 32,
-                                                                 32, 32]
+    assert [loop.max_tokens_for(i, 32) for i in range(10)] == [
+        8,
+        16,
+        24,
+        32,
+        32,
+        32,
+        32,
+        32,
+        32,
+        32,
+    ]
     plain = ClosedLoop(concurrency=4, requests=8, warmup=8)
     assert [plain.max_tokens_for(i, 32) for i in range(4)] == [32] * 4
-    assert ClosedLoop(concurrency=1, requests=8, warmup=1,
-                      stagger_warmup=True).max_tokens_for(0, 32) == 32  # one user: nothing to stagger
+    assert (
+        ClosedLoop(concurrency=1, requests=8, warmup=1, stagger_warmup=True).max_tokens_for(0, 32)
+        == 32
+    )  # one user: nothing to stagger
 
 
 def most_ending_together(records, step_s: float) -> int:
@@ -34,9 +46,12 @@ def test_staggered_users_end_on_different_steps(stagger: bool) -> None:
     # step; staggered, their ends are spread over the request's 32 steps.
     spec = ScriptedEngineSpec(weight_bytes=1e10, bandwidth_bytes_per_s=1e12)
     with serve_in_thread(spec) as eng:
-        outcome, records = run(eng.base_url, ClosedLoop(concurrency=16, requests=32, warmup=16,
-                                                        stagger_warmup=stagger),
-                               requests=prompts(max_tokens=32), lag_limit_ms=1000)
+        outcome, records = run(
+            eng.base_url,
+            ClosedLoop(concurrency=16, requests=32, warmup=16, stagger_warmup=stagger),
+            requests=prompts(max_tokens=32),
+            lag_limit_ms=1000,
+        )
     warm = sorted(r.completion_tokens or 0 for r in records if r.phase == "warmup")
     measured = [r for r in records if r.phase == "measure"]
     assert all(r.ok and r.completion_tokens == 32 for r in measured)

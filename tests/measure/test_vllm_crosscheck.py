@@ -41,21 +41,32 @@ PROMPTS = [
 @pytest.mark.vllm
 def test_metrics_acceptance_agrees_with_client_tokens_per_chunk(vllm_ngram) -> None:
     engine = vllm_ngram
-    requests = [RequestSpec(f"p{i}", [{"role": "user", "content": p}], MAX_TOKENS)
-                for i, p in enumerate(PROMPTS)]
+    requests = [
+        RequestSpec(f"p{i}", [{"role": "user", "content": p}], MAX_TOKENS)
+        for i, p in enumerate(PROMPTS)
+    ]
     records: list[RequestRecord] = []
 
     async def cell():
-        async with MetricsScraper(metrics_url=engine.metrics_url,
-                                  dialect=engine.metrics_dialect, interval_s=1.0,
-                                  cell_id="xcheck") as scraper:
+        async with MetricsScraper(
+            metrics_url=engine.metrics_url,
+            dialect=engine.metrics_dialect,
+            interval_s=1.0,
+            cell_id="xcheck",
+        ) as scraper:
             await asyncio.sleep(1.2)  # a first snapshot before any request
             outcome = await run_cell(
-                base_url=engine.base_url, model=engine.served_model, requests=requests,
+                base_url=engine.base_url,
+                model=engine.served_model,
+                requests=requests,
                 pattern=ClosedLoop(concurrency=2, requests=12),
                 sampling={"temperature": 0.0, "seed": 0, "ignore_eos": True},
-                extra_body=dict(engine.request_fields), cell_id="xcheck", attempt=1,
-                on_record=records.append, timeout_s=300)
+                extra_body=dict(engine.request_fields),
+                cell_id="xcheck",
+                attempt=1,
+                on_record=records.append,
+                timeout_s=300,
+            )
             await asyncio.sleep(1.2)  # and one after the last
         return outcome, scraper.samples
 
@@ -76,15 +87,19 @@ def test_metrics_acceptance_agrees_with_client_tokens_per_chunk(vllm_ngram) -> N
     slack = K * len(records)
     assert window.accepted is not None
     assert abs(window.accepted - client_accepted) <= slack, (
-        f"engine accepted {window.accepted:.0f}, client saw {client_accepted}")
+        f"engine accepted {window.accepted:.0f}, client saw {client_accepted}"
+    )
     client_tpc = tokens_per_chunk(records)
     assert client_tpc == pytest.approx(1 + client_accepted / len(decode))
     assert window.acceptance_length is not None and client_tpc is not None
     assert client_tpc <= window.acceptance_length + slack / window.drafts, (
         f"client {client_tpc:.3f} tokens/chunk vs engine acceptance length "
-        f"{window.acceptance_length:.3f}")
+        f"{window.acceptance_length:.3f}"
+    )
     series = per_second_series(samples)
     assert (series["acceptance_length"].dropna() >= 1.0).all()
-    print(f"engine acceptance length {window.acceptance_length:.3f} over {window.drafts:.0f} "
-          f"drafts; client {client_tpc:.3f} tokens per decode chunk; accepted engine "
-          f"{window.accepted:.0f} vs client {client_accepted}")
+    print(
+        f"engine acceptance length {window.acceptance_length:.3f} over {window.drafts:.0f} "
+        f"drafts; client {client_tpc:.3f} tokens per decode chunk; accepted engine "
+        f"{window.accepted:.0f} vs client {client_accepted}"
+    )

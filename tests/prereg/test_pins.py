@@ -26,18 +26,38 @@ GPU_STUDY: dict = {
     "model": {"id": "org/target", "revision": SHA, "params_billion": 8},
     "arms": [
         {"name": "v-base", "engine": "vllm", "launch": {"python": "/x/python"}},
-        {"name": "v-eagle", "engine": "vllm", "launch": {"python": "/x/python"},
-         "drafter": {"method": "eagle3", "model": "org/head", "revision": SHA,
-                     "num_draft_tokens": 3}, "baseline": "v-base"},
+        {
+            "name": "v-eagle",
+            "engine": "vllm",
+            "launch": {"python": "/x/python"},
+            "drafter": {
+                "method": "eagle3",
+                "model": "org/head",
+                "revision": SHA,
+                "num_draft_tokens": 3,
+            },
+            "baseline": "v-base",
+        },
         {"name": "s-base", "engine": "sglang", "launch": {"python": "/y/python"}},
-        {"name": "s-dflash", "engine": "sglang", "launch": {"python": "/y/python"},
-         "drafter": {"method": "dflash", "model": "org/block", "revision": SHA,
-                     "num_draft_tokens": 16}, "baseline": "s-base"},
+        {
+            "name": "s-dflash",
+            "engine": "sglang",
+            "launch": {"python": "/y/python"},
+            "drafter": {
+                "method": "dflash",
+                "model": "org/block",
+                "revision": SHA,
+                "num_draft_tokens": 16,
+            },
+            "baseline": "s-base",
+        },
     ],
     "loads": {"closed_loop": {"concurrency": [1, 2]}},
     "tasks": [{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 8}],
-    "bars": {"pass": {"speed": {"concurrencies": [1]}, "identity": None},
-             "stop": {"concurrencies": [1]}},
+    "bars": {
+        "pass": {"speed": {"concurrencies": [1]}, "identity": None},
+        "stop": {"concurrencies": [1]},
+    },
 }
 
 
@@ -64,8 +84,11 @@ def test_a_pinned_gpu_study_without_markers_passes_the_gate(tmp_path: Path) -> N
 
 def revision_line(path: str) -> str:
     """`file:line` of the one `revision:` line of a registered file (where validate points)."""
-    lines = [n for n, line in enumerate((ROOT / path).read_text().splitlines(), start=1)
-             if line.strip().startswith("revision:")]
+    lines = [
+        n
+        for n, line in enumerate((ROOT / path).read_text().splitlines(), start=1)
+        if line.strip().startswith("revision:")
+    ]
     assert len(lines) == 1, (path, lines)
     return f"{path}:{lines[0]}"
 
@@ -75,20 +98,32 @@ def test_registered_prereg_lists_every_unpinned_revision_and_marker(monkeypatch,
     assert main(["validate", "prereg.yaml"]) == 0
     out = capsys.readouterr().out
     # Each unpinned checkpoint on one line with the file and line of its revision.
-    unpinned = re.findall(r"^  (\S+:\d+): (.+?) (\S+): revision 'main' is not a commit sha", out,
-                          re.M)
+    unpinned = re.findall(
+        r"^  (\S+:\d+): (.+?) (\S+): revision 'main' is not a commit sha", out, re.M
+    )
     assert unpinned == [
         (revision_line("prereg.yaml"), "model", "Qwen/Qwen3-8B-FP8"),
-        (revision_line("arms/sglang-dflash.yaml"), "drafter of arm sglang-dflash",
-         "z-lab/Qwen3-8B-DFlash-b16"),
-        (revision_line("arms/vllm-eagle3.yaml"), "drafter of arm vllm-eagle3",
-         "RedHatAI/Qwen3-8B-speculator.eagle3"),
+        (
+            revision_line("arms/sglang-dflash.yaml"),
+            "drafter of arm sglang-dflash",
+            "z-lab/Qwen3-8B-DFlash-b16",
+        ),
+        (
+            revision_line("arms/vllm-eagle3.yaml"),
+            "drafter of arm vllm-eagle3",
+            "RedHatAI/Qwen3-8B-speculator.eagle3",
+        ),
     ], out
     assert "unpinned revisions: 3" in out
     # Every marker of the registration and its arm files, where it is written.
     expected = []
-    for path in ["prereg.yaml", *(f"arms/{n}.yaml" for n in (
-            "vllm-base", "sglang-dflash", "sglang-base", "vllm-eagle3", "vllm-ngram"))]:
+    for path in [
+        "prereg.yaml",
+        *(
+            f"arms/{n}.yaml"
+            for n in ("vllm-base", "sglang-dflash", "sglang-base", "vllm-eagle3", "vllm-ngram")
+        ),
+    ]:
         for n, line in enumerate((ROOT / path).read_text().splitlines(), start=1):
             if TO_FIX_MARKER in line:
                 expected.append(f"{path}:{n}")
@@ -104,23 +139,32 @@ def test_run_refuses_the_unpinned_gpu_study_in_one_line(monkeypatch, capsys, tmp
     err = capsys.readouterr().err
     assert code == 2
     assert len(err.strip().splitlines()) == 1, err
-    for named in (f"Qwen/Qwen3-8B-FP8@main ({revision_line('prereg.yaml')})",
-                  f"z-lab/Qwen3-8B-DFlash-b16@main ({revision_line('arms/sglang-dflash.yaml')})",
-                  "RedHatAI/Qwen3-8B-speculator.eagle3@main"
-                  f" ({revision_line('arms/vllm-eagle3.yaml')})",
-                  "5 open 'TO FIX BEFORE THE RUN' markers", "--allow-unpinned"):
+    for named in (
+        f"Qwen/Qwen3-8B-FP8@main ({revision_line('prereg.yaml')})",
+        f"z-lab/Qwen3-8B-DFlash-b16@main ({revision_line('arms/sglang-dflash.yaml')})",
+        f"RedHatAI/Qwen3-8B-speculator.eagle3@main ({revision_line('arms/vllm-eagle3.yaml')})",
+        "5 open 'TO FIX BEFORE THE RUN' markers",
+        "--allow-unpinned",
+    ):
         assert named in err, err
     assert not (tmp_path / "results").exists()  # refused before any run folder
 
 
-@pytest.mark.parametrize("change, named", [
-    (lambda d: d["model"].update(revision="main"), "model org/target@main ("),
-    (lambda d: d["model"].pop("revision"), "model org/target@(none)"),
-    (lambda d: d["arms"][1]["drafter"].update(revision="v2.0"),
-     "drafter of arm v-eagle org/head@v2.0"),
-    (lambda d: d["arms"][3]["drafter"].update(revision=SHA[:7]),
-     f"drafter of arm s-dflash org/block@{SHA[:7]}"),
-])
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        (lambda d: d["model"].update(revision="main"), "model org/target@main ("),
+        (lambda d: d["model"].pop("revision"), "model org/target@(none)"),
+        (
+            lambda d: d["arms"][1]["drafter"].update(revision="v2.0"),
+            "drafter of arm v-eagle org/head@v2.0",
+        ),
+        (
+            lambda d: d["arms"][3]["drafter"].update(revision=SHA[:7]),
+            f"drafter of arm s-dflash org/block@{SHA[:7]}",
+        ),
+    ],
+)
 def test_each_kind_of_unpinned_revision_is_refused(tmp_path, change, named) -> None:
     data = copy.deepcopy(GPU_STUDY)
     change(data)
@@ -137,8 +181,10 @@ def test_each_kind_of_unpinned_revision_is_refused(tmp_path, change, named) -> N
 def test_a_marker_alone_is_refused_with_its_file_and_line(tmp_path) -> None:
     arm = tmp_path / "arms" / "base.yaml"
     arm.parent.mkdir()
-    arm.write_text("name: v-base\nengine: vllm\nlaunch:\n  python: /x/python\n"
-                   f"  extra_args: []   # {TO_FIX_MARKER}: the tuned flags\n")
+    arm.write_text(
+        "name: v-base\nengine: vllm\nlaunch:\n  python: /x/python\n"
+        f"  extra_args: []   # {TO_FIX_MARKER}: the tuned flags\n"
+    )
     data = copy.deepcopy(GPU_STUDY)
     data["arms"][0] = {"file": "arms/base.yaml"}
     loaded = load_study_file(write(tmp_path, data))
@@ -148,7 +194,8 @@ def test_a_marker_alone_is_refused_with_its_file_and_line(tmp_path) -> None:
     assert f"{arm}:5" in err.value.lines[0] or "arms/base.yaml:5" in err.value.lines[0]
     deviation = gate(loaded, allow_unpinned=True)
     assert deviation is not None and deviation["open_markers"][0].endswith(
-        f"base.yaml:5: {TO_FIX_MARKER}: the tuned flags")
+        f"base.yaml:5: {TO_FIX_MARKER}: the tuned flags"
+    )
 
 
 def test_a_shared_checkpoint_is_listed_once_with_every_role(tmp_path) -> None:

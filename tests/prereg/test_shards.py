@@ -31,8 +31,10 @@ def paired(cells, shards) -> None:
 
 
 def test_engine_groups_are_each_baseline_with_its_drafters():
-    assert engine_groups(PREREG) == [("vllm-base", "vllm-eagle3", "vllm-ngram"),
-                                     ("sglang-base", "sglang-dflash")]
+    assert engine_groups(PREREG) == [
+        ("vllm-base", "vllm-eagle3", "vllm-ngram"),
+        ("sglang-base", "sglang-dflash"),
+    ]
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 3, 4, 8, 16])
@@ -41,8 +43,7 @@ def test_shards_keep_every_pair_together_and_never_outnumber_the_gpus(gpus):
     shards = plan_shards(PREREG, cells, slots_for(PREREG, gpus))
     assert 1 <= len(shards) <= gpus
     # Every cell in exactly one shard.
-    assert sorted(c.id for c in cells) == sorted(
-        c.id for c in cells for s in shards if s.holds(c))
+    assert sorted(c.id for c in cells) == sorted(c.id for c in cells for s in shards if s.holds(c))
     paired(cells, shards)
     # A check-bar rerun of a baseline cell goes where that cell was measured.
     base = next(c for c in cells if c.arm == "vllm-base" and c.kind == "speed")
@@ -53,8 +54,11 @@ def test_shards_keep_every_pair_together_and_never_outnumber_the_gpus(gpus):
 def test_eight_gpus_give_each_group_one_shard_per_task():
     shards = plan_shards(PREREG, plan_cells(PREREG), 8)
     units = sorted((u.arms[0], u.tasks) for s in shards for u in s.units)
-    assert units == sorted((base, (task,)) for base in ("vllm-base", "sglang-base")
-                           for task in ("chat", "gsm8k", "humaneval", "mmlu"))
+    assert units == sorted(
+        (base, (task,))
+        for base in ("vllm-base", "sglang-base")
+        for task in ("chat", "gsm8k", "humaneval", "mmlu")
+    )
 
 
 def test_more_groups_than_gpus_are_packed_whole():
@@ -72,8 +76,7 @@ def test_one_gpu_estimates_what_the_plan_estimates_and_more_gpus_less_wall_clock
 
 
 def test_gpus_below_one_engine_are_refused():
-    study = PREREG.model_copy(update={"hardware": PREREG.hardware.model_copy(
-        update={"count": 2})})
+    study = PREREG.model_copy(update={"hardware": PREREG.hardware.model_copy(update={"count": 2})})
     with pytest.raises(InputError, match="hardware.count 2"):
         slots_for(study, 1)
     assert slots_for(study, 5) == 2
@@ -85,10 +88,11 @@ def test_plan_prints_the_shards_for_eight_gpus_and_the_estimates_side_by_side():
     for n in range(1, 9):
         assert f"shard{n}" in out
     assert "vllm-base+vllm-eagle3+vllm-ngram on chat" in out
-    table = out[out.index("GPUs  shards"):].splitlines()
+    table = out[out.index("GPUs  shards") :].splitlines()
     assert [line.split()[0] for line in table[2:6]] == ["1", "2", "4", "8"]
-    data = json.loads(specbench("plan", "prereg.yaml", "--gpus", "8", "--format",
-                                "json").stdout)["sharding"]
+    data = json.loads(specbench("plan", "prereg.yaml", "--gpus", "8", "--format", "json").stdout)[
+        "sharding"
+    ]
     assert [e["gpus"] for e in data["by_gpus"]] == [1, 2, 4, 8]
     assert len(data["shards"]) == 8
     bad = specbench("plan", "prereg.yaml", "--gpus", "0", check=False)
@@ -109,11 +113,17 @@ def test_a_unit_measured_on_two_gpus_is_named():
     groups = [("base", "draft")]
 
     def info(arm: str, task: str, uuid: str) -> dict:
-        return {"cell": {"id": f"{arm}/{task}/speed/c001", "arm": arm, "task": task},
-                "where": {"hostname": "h", "gpus": [{"index": 0, "uuid": uuid}]}}
+        return {
+            "cell": {"id": f"{arm}/{task}/speed/c001", "arm": arm, "task": task},
+            "where": {"hostname": "h", "gpus": [{"index": 0, "uuid": uuid}]},
+        }
 
-    same = [info("base", "chat", "GPU-a"), info("draft", "chat", "GPU-a"),
-            info("base", "gsm8k", "GPU-b"), info("draft", "gsm8k", "GPU-b")]
+    same = [
+        info("base", "chat", "GPU-a"),
+        info("draft", "chat", "GPU-a"),
+        info("base", "gsm8k", "GPU-b"),
+        info("draft", "gsm8k", "GPU-b"),
+    ]
     assert split_units(same, groups) == []  # two tasks on two GPUs: each unit on one
     split = same[:1] + [info("draft", "chat", "GPU-b")]
     (sentence,) = split_units(split, groups)
@@ -127,9 +137,19 @@ def test_the_gpu_model_deviation_is_recorded_once_for_the_verdict_page(tmp_path)
     from harness.rundir.manifest import Manifest, ShardRecord
 
     store = RunStore(tmp_path)
-    store.create_manifest(Manifest(run_id="run", shards={
-        "shard1": ShardRecord(where={"gpus": [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100"}]}),
-        "shard2": ShardRecord(where={"gpus": [{"index": 0, "uuid": "GPU-2", "name": "NVIDIA A100"}]})}))
+    store.create_manifest(
+        Manifest(
+            run_id="run",
+            shards={
+                "shard1": ShardRecord(
+                    where={"gpus": [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100"}]}
+                ),
+                "shard2": ShardRecord(
+                    where={"gpus": [{"index": 0, "uuid": "GPU-2", "name": "NVIDIA A100"}]}
+                ),
+            },
+        )
+    )
     assert record_gpu_model_deviation(store)
     record_gpu_model_deviation(store)  # a resume records nothing new
     (line,) = deviation_lines(store.manifest())

@@ -139,50 +139,125 @@ DELETE = object()
 
 # (case id, path to change, new value, field path the message must name, words it must say)
 MALFORMED = [
-    ("typo-key", ("loads", "closed_loop", "concurency"), [1, 2],
-     "loads.closed_loop.concurency", "did you mean 'concurrency'"),
-    ("wrong-type", ("arms", 1, "drafter", "num_draft_tokens"), "three",
-     "arms[1].drafter.num_draft_tokens", "integer"),
-    ("non-positive", ("arms", 1, "drafter", "num_draft_tokens"), 0,
-     "arms[1].drafter.num_draft_tokens", "greater than 0"),
-    ("baseline-other-engine", ("arms", 1, "baseline"), "s-base",
-     "arms[1].baseline", "same engine"),
+    (
+        "typo-key",
+        ("loads", "closed_loop", "concurency"),
+        [1, 2],
+        "loads.closed_loop.concurency",
+        "did you mean 'concurrency'",
+    ),
+    (
+        "wrong-type",
+        ("arms", 1, "drafter", "num_draft_tokens"),
+        "three",
+        "arms[1].drafter.num_draft_tokens",
+        "integer",
+    ),
+    (
+        "non-positive",
+        ("arms", 1, "drafter", "num_draft_tokens"),
+        0,
+        "arms[1].drafter.num_draft_tokens",
+        "greater than 0",
+    ),
+    ("baseline-other-engine", ("arms", 1, "baseline"), "s-base", "arms[1].baseline", "same engine"),
     ("baseline-missing", ("arms", 1, "baseline"), "nope", "arms[1].baseline", "no arm named"),
     ("duplicate-arm", ("arms", 2, "name"), "v-base", "arms[2].name", "duplicate arm name"),
-    ("empty-levels", ("loads", "closed_loop", "concurrency"), [], "loads.closed_loop.concurrency",
-     "at least one"),
-    ("unsorted-levels", ("loads", "closed_loop", "concurrency"), [4, 2, 1],
-     "loads.closed_loop.concurrency", "increasing"),
+    (
+        "empty-levels",
+        ("loads", "closed_loop", "concurrency"),
+        [],
+        "loads.closed_loop.concurrency",
+        "at least one",
+    ),
+    (
+        "unsorted-levels",
+        ("loads", "closed_loop", "concurrency"),
+        [4, 2, 1],
+        "loads.closed_loop.concurrency",
+        "increasing",
+    ),
     ("missing-field", ("model", "id"), DELETE, "model.id", "missing"),
     ("unknown-engine", ("arms", 0, "engine"), "tensorrt", "arms[0].engine", "'vllm'"),
     ("drafter-without-baseline", ("arms", 1, "baseline"), DELETE, "arms[1]", "needs a baseline"),
-    ("launch-and-attach", ("arms", 0, "attach"),
-     {"base_url": "http://h:1", "metrics": "vllm", "served_model": "m"}, "arms[0]", "exactly one"),
+    (
+        "launch-and-attach",
+        ("arms", 0, "attach"),
+        {"base_url": "http://h:1", "metrics": "vllm", "served_model": "m"},
+        "arms[0]",
+        "exactly one",
+    ),
     ("bad-date", ("registered",), "30/11/2026", "registered", "YYYY-MM-DD"),
     ("duplicate-task", ("tasks", 1, "name"), "chat", "tasks[1].name", "duplicate task"),
     ("chat-accuracy", ("tasks", 0, "uses"), ["speed", "accuracy"], "tasks[0]", "no correctness"),
-    ("bar-level-not-run", ("bars",), {"pass": {"speed": {"concurrencies": [1, 3]}}},
-     "bars.pass.speed.concurrencies", "[3]"),
-    ("accuracy-unknown-task", ("bars",), {"pass": {"accuracy": {"tasks": ["mmlu"]}}},
-     "bars.pass.accuracy.tasks[0]", "no task named"),
-    ("negative-temperature", ("sampling",), {"temperature": -1}, "sampling.temperature",
-     "greater than or equal"),
-    ("bad-attach-url", ("arms", 2),
-     {"name": "s-base", "engine": "sglang",
-      "attach": {"base_url": "h:1", "metrics": "sglang", "served_model": "m"}},
-     "arms[2].attach.base_url", "http"),
+    (
+        "bar-level-not-run",
+        ("bars",),
+        {"pass": {"speed": {"concurrencies": [1, 3]}}},
+        "bars.pass.speed.concurrencies",
+        "[3]",
+    ),
+    (
+        "accuracy-unknown-task",
+        ("bars",),
+        {"pass": {"accuracy": {"tasks": ["mmlu"]}}},
+        "bars.pass.accuracy.tasks[0]",
+        "no task named",
+    ),
+    (
+        "negative-temperature",
+        ("sampling",),
+        {"temperature": -1},
+        "sampling.temperature",
+        "greater than or equal",
+    ),
+    (
+        "bad-attach-url",
+        ("arms", 2),
+        {
+            "name": "s-base",
+            "engine": "sglang",
+            "attach": {"base_url": "h:1", "metrics": "sglang", "served_model": "m"},
+        },
+        "arms[2].attach.base_url",
+        "http",
+    ),
     ("unknown-task-use", ("tasks", 0, "uses"), ["speed", "latency"], "tasks[0].uses[1]", "'speed'"),
-    ("open-loop-unknown-task", ("loads", "open_loop"),
-     {"task": "nope", "rates_relative_to_knee": [1.0], "requests": 10},
-     "loads.open_loop.task", "no task named"),
-    ("admission-delay-off-sglang", ("arms", 0, "min_free_slots_delay"), 1, "arms[0]",
-     "SGLang setting"),
-    ("admission-delay-negative", ("arms", 2, "min_free_slots_delay"), -1,
-     "arms[2].min_free_slots_delay", "greater than or equal to 0"),
-    ("empty-drafter-quantization", ("arms", 1, "drafter", "quantization"), "",
-     "arms[1].drafter.quantization", "at least 1 character"),
-    ("open-loop-unbounded", ("loads", "open_loop"),
-     {"task": "chat", "rates_relative_to_knee": [1.0]}, "loads.open_loop", "duration_s or requests"),
+    (
+        "open-loop-unknown-task",
+        ("loads", "open_loop"),
+        {"task": "nope", "rates_relative_to_knee": [1.0], "requests": 10},
+        "loads.open_loop.task",
+        "no task named",
+    ),
+    (
+        "admission-delay-off-sglang",
+        ("arms", 0, "min_free_slots_delay"),
+        1,
+        "arms[0]",
+        "SGLang setting",
+    ),
+    (
+        "admission-delay-negative",
+        ("arms", 2, "min_free_slots_delay"),
+        -1,
+        "arms[2].min_free_slots_delay",
+        "greater than or equal to 0",
+    ),
+    (
+        "empty-drafter-quantization",
+        ("arms", 1, "drafter", "quantization"),
+        "",
+        "arms[1].drafter.quantization",
+        "at least 1 character",
+    ),
+    (
+        "open-loop-unbounded",
+        ("loads", "open_loop"),
+        {"task": "chat", "rates_relative_to_knee": [1.0]},
+        "loads.open_loop",
+        "duration_s or requests",
+    ),
 ]
 
 
@@ -255,7 +330,8 @@ def test_malformed_study_in_a_real_process_prints_no_traceback(tmp_path):
     data["arms"][1]["drafter"]["num_draft_tokens"] = "many"
     proc = subprocess.run(
         [sys.executable, "-m", "harness.cli", "validate", str(write(tmp_path, data))],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
@@ -300,7 +376,9 @@ def test_a_duplicated_nested_key_is_an_error(tmp_path, capsys):
     text = study.read_text()
     # A second `concurrency:` inside the same closed_loop mapping.
     assert "    concurrency:\n" in text
-    study.write_text(text.replace("    concurrency:\n", "    concurrency: [64]\n    concurrency:\n"))
+    study.write_text(
+        text.replace("    concurrency:\n", "    concurrency: [64]\n    concurrency:\n")
+    )
     first = _line_of(study, "    concurrency: [64]")
     second = first + 1
     code, _, err = run_cli(capsys, "validate", str(study))
@@ -316,13 +394,16 @@ def test_a_duplicated_key_in_an_arm_file_names_that_file(tmp_path, capsys):
     arm_file.write_text(
         "name: v-ngram\nengine: vllm\nlaunch: {python: /x/python}\n"
         "drafter:\n  method: ngram\n  num_draft_tokens: 3\n  num_draft_tokens: 5\n"
-        "baseline: v-base\n")
+        "baseline: v-base\n"
+    )
     data["arms"][1] = {"file": "arm.yaml"}
     code, _, err = run_cli(capsys, "validate", str(write(tmp_path, data)))
     assert code == 2
     line = _one_error_line(err)
-    assert line.startswith(f"specbench: {arm_file}:7: arms[1].drafter.num_draft_tokens: "
-                           "duplicate key 'num_draft_tokens'"), line
+    assert line.startswith(
+        f"specbench: {arm_file}:7: arms[1].drafter.num_draft_tokens: "
+        "duplicate key 'num_draft_tokens'"
+    ), line
     assert "first at line 6" in line
 
 
@@ -340,7 +421,9 @@ def test_duplicate_keys_in_a_real_process_print_one_line(tmp_path):
     study.write_text(study.read_text() + DUPLICATE_LOADS)
     proc = subprocess.run(
         [sys.executable, "-m", "harness.cli", "validate", str(study)],
-        capture_output=True, text=True, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert proc.returncode == 2
     assert _one_error_line(proc.stderr).count("duplicate key 'loads'") == 1
@@ -350,15 +433,25 @@ def eagle_study(tmp_path: Path, verifier: str, **drafter) -> Path:
     """BASE with an EAGLE-3 arm whose local checkpoint's config names `verifier`."""
     head = tmp_path / "head"
     head.mkdir(exist_ok=True)
-    (head / "config.json").write_text(json.dumps({
-        "speculators_model_type": "eagle3",
-        "speculators_config": {"verifier": {"name_or_path": verifier}}}))
+    (head / "config.json").write_text(
+        json.dumps(
+            {
+                "speculators_model_type": "eagle3",
+                "speculators_config": {"verifier": {"name_or_path": verifier}},
+            }
+        )
+    )
     data = copy.deepcopy(BASE)
     data["model"] = {"id": "Qwen/Qwen3-8B-FP8", "revision": "a" * 40, "params_billion": 8}
-    data["arms"].append({"name": "v-eagle3", "engine": "vllm", "launch": {"python": "/x/python"},
-                         "baseline": "v-base", "drafter": {
-                             "method": "eagle3", "model": str(head), "num_draft_tokens": 3,
-                             **drafter}})
+    data["arms"].append(
+        {
+            "name": "v-eagle3",
+            "engine": "vllm",
+            "launch": {"python": "/x/python"},
+            "baseline": "v-base",
+            "drafter": {"method": "eagle3", "model": str(head), "num_draft_tokens": 3, **drafter},
+        }
+    )
     return write(tmp_path, data)
 
 
@@ -366,17 +459,25 @@ def test_a_drafter_trained_against_another_base_fails_validate_naming_both(tmp_p
     code, out, err = run_cli(capsys, "validate", str(eagle_study(tmp_path, "Qwen/Qwen3-8B")))
     assert code == 2
     (line,) = [x for x in err.splitlines() if x.startswith("specbench: ")]
-    assert re.match(r"specbench: \S+study\.yaml:\d+: arms\[3\]\.drafter\.model: arm 'v-eagle3':"
-                    r" its checkpoint was trained against 'Qwen/Qwen3-8B' \(config\.json"
-                    r" speculators_config\.verifier\.name_or_path\), but model\.id is"
-                    r" 'Qwen/Qwen3-8B-FP8'", line), line
+    assert re.match(
+        r"specbench: \S+study\.yaml:\d+: arms\[3\]\.drafter\.model: arm 'v-eagle3':"
+        r" its checkpoint was trained against 'Qwen/Qwen3-8B' \(config\.json"
+        r" speculators_config\.verifier\.name_or_path\), but model\.id is"
+        r" 'Qwen/Qwen3-8B-FP8'",
+        line,
+    ), line
     assert "seal:" not in out
     # Registered on purpose: validate accepts it and says what it was checked against.
-    code, out, _ = run_cli(capsys, "validate", str(eagle_study(
-        tmp_path, "Qwen/Qwen3-8B", trained_against="Qwen/Qwen3-8B")))
+    code, out, _ = run_cli(
+        capsys,
+        "validate",
+        str(eagle_study(tmp_path, "Qwen/Qwen3-8B", trained_against="Qwen/Qwen3-8B")),
+    )
     assert code == 0
-    assert ("v-eagle3: trained against 'Qwen/Qwen3-8B' (speculators_config.verifier.name_or_path):"
-            " matches drafter.trained_against 'Qwen/Qwen3-8B'") in out
+    assert (
+        "v-eagle3: trained against 'Qwen/Qwen3-8B' (speculators_config.verifier.name_or_path):"
+        " matches drafter.trained_against 'Qwen/Qwen3-8B'"
+    ) in out
     # A head trained against the registered target passes as it is.
     code, out, _ = run_cli(capsys, "validate", str(eagle_study(tmp_path, "Qwen/Qwen3-8B-FP8")))
     assert code == 0 and "matches model.id 'Qwen/Qwen3-8B-FP8'" in out
@@ -389,8 +490,9 @@ def test_a_fetched_drafter_is_checked_in_the_hub_cache(tmp_path, capsys, monkeyp
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text(commit)
     (repo / "snapshots" / commit).mkdir(parents=True)
-    (repo / "snapshots" / commit / "config.json").write_text(json.dumps(
-        {"speculators_config": {"verifier": {"name_or_path": "Qwen/Qwen3-8B"}}}))
+    (repo / "snapshots" / commit / "config.json").write_text(
+        json.dumps({"speculators_config": {"verifier": {"name_or_path": "Qwen/Qwen3-8B"}}})
+    )
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     path = eagle_study(tmp_path, "unused")
     data = yaml.safe_load(path.read_text())
@@ -403,8 +505,9 @@ def test_a_fetched_drafter_is_checked_in_the_hub_cache(tmp_path, capsys, monkeyp
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
     code, out, _ = run_cli(capsys, "validate", str(path))
     assert code == 0
-    assert ("v-eagle3: drafter checkpoint not on disk here: its base is checked after"
-            " `specbench fetch`") in out
+    assert (
+        "v-eagle3: drafter checkpoint not on disk here: its base is checked after `specbench fetch`"
+    ) in out
 
 
 # --- sessions: the defaults are the registered design; fewer are said --------------------
@@ -417,15 +520,24 @@ def test_a_study_that_says_nothing_of_sessions_gets_the_registered_design(tmp_pa
     assert code == 0 and "warning:" not in out
 
 
-@pytest.mark.parametrize("recording, said", [
-    ({"sessions": 1}, "recording.sessions: 1: every speedup interval is one session's and"
-                      " leaves out the session-to-session variation: it covered 0."),
-    ({"sessions": 3, "sessions_for": "pass_cells"},
-     "recording.sessions_for: pass_cells: c=8 are measured in one session, their intervals"
-     " (the knee's, where speculation pays) covering 0."),
-])
-def test_fewer_sessions_are_warned_of_with_the_coverage_they_give(tmp_path, capsys, recording,
-                                                                  said):
+@pytest.mark.parametrize(
+    "recording, said",
+    [
+        (
+            {"sessions": 1},
+            "recording.sessions: 1: every speedup interval is one session's and"
+            " leaves out the session-to-session variation: it covered 0.",
+        ),
+        (
+            {"sessions": 3, "sessions_for": "pass_cells"},
+            "recording.sessions_for: pass_cells: c=8 are measured in one session, their intervals"
+            " (the knee's, where speculation pays) covering 0.",
+        ),
+    ],
+)
+def test_fewer_sessions_are_warned_of_with_the_coverage_they_give(
+    tmp_path, capsys, recording, said
+):
     data = copy.deepcopy(BASE) | {"recording": recording}
     code, out, _ = run_cli(capsys, "validate", str(write(tmp_path, data)))
     assert code == 0

@@ -18,9 +18,24 @@ from harness.report.html_page import plotly_js
 from tests.analysis.runfolder import RunBuilder
 
 # The PDF's order (harness/report/build.py): one <section> each, always present.
-SECTIONS = ["verdict", "speedups", "intervals", "decomposition", "categories", "surface", "speed-curves",
-            "acceptance", "consistency", "three-figures", "accuracy", "identity", "open-loop",
-            "delivered-load", "gpu", "environment"]
+SECTIONS = [
+    "verdict",
+    "speedups",
+    "intervals",
+    "decomposition",
+    "categories",
+    "surface",
+    "speed-curves",
+    "acceptance",
+    "consistency",
+    "three-figures",
+    "accuracy",
+    "identity",
+    "open-loop",
+    "delivered-load",
+    "gpu",
+    "environment",
+]
 FIGURES = 19  # of half_empty_run's report
 
 
@@ -54,9 +69,9 @@ def test_html_is_self_contained_with_plotly_figures_and_html_tables(tmp_path):
     # The empty task's panels are labelled, never an error.
     assert "no usable speed cells" in text and "no complete speed cells" in text
     # Tables the PDF prints as fixed-width text are HTML tables here, row for row.
-    intervals = text[text.index('id="intervals"'):text.index('id="decomposition"')]
+    intervals = text[text.index('id="intervals"') : text.index('id="decomposition"')]
     assert "<th>arm</th><th>task</th><th>c</th>" in intervals
-    assert intervals.count("<td class=\"\">vllm-ngram</td><td class=\"\">chat</td>") == 2 * 5
+    assert intervals.count('<td class="">vllm-ngram</td><td class="">chat</td>') == 2 * 5
     # The text pages' words, as the PDF has them.
     assert "Registered: recording.sessions 1" in intervals
     assert "roofline inputs:" in text and "Fleet figure:" in text
@@ -69,8 +84,10 @@ def test_the_same_lines_give_the_pdf_its_fixed_width_tables():
 
     lines = table_lines(["arm", "c"], [["vllm-ngram", 1], ["b", 16.0]])
     assert lines == ["arm         c ", "--------------", "vllm-ngram  1 ", "b           16"]
-    assert all(isinstance(line, TableLine) and line.table.rows == [["vllm-ngram", "1"], ["b", "16"]]
-               for line in lines)
+    assert all(
+        isinstance(line, TableLine) and line.table.rows == [["vllm-ngram", "1"], ["b", "16"]]
+        for line in lines
+    )
 
 
 @pytest.mark.alone  # a browser: phase 2, one at a time
@@ -107,17 +124,18 @@ def test_a_page_error_is_reported_by_the_browser_check(tmp_path):
     except ChromiumMissing as err:
         pytest.fail(str(err))
     page = tmp_path / "broken.html"
-    page.write_text('<!DOCTYPE html><html><body><section class="report-section" id="s">x'
-                    '</section><div id="f" class="plotly-graph-div"></div>'
-                    '<img src="http://127.0.0.1:9/x.png">'  # refused at once, online or not
-                    "<script>console.error('boom'); undefinedThing();</script></body></html>")
+    page.write_text(
+        '<!DOCTYPE html><html><body><section class="report-section" id="s">x'
+        '</section><div id="f" class="plotly-graph-div"></div>'
+        '<img src="http://127.0.0.1:9/x.png">'  # refused at once, online or not
+        "<script>console.error('boom'); undefinedThing();</script></body></html>"
+    )
     # A figure that never draws is waited for draw_timeout, then named.
     check = check_page(page, timeout=60, draw_timeout=3)
     problems = "\n".join(check.problems())
     assert "console: boom" in problems and "undefinedThing" in problems
     assert "figure f drew no SVG" in problems
     assert "network request: http://127.0.0.1:9/x.png" in problems
-
 
 
 def test_a_missing_chromium_is_named_with_how_to_install_it(monkeypatch):
@@ -143,10 +161,21 @@ def test_the_gpu_figure_shades_every_other_cell_as_the_pdf_does(monkeypatch):
     rows = []
     for i, cell in enumerate(["a/chat/speed/c001", "a/chat/speed/c002", "a/chat/speed/c004"]):
         for j in range(3):
-            rows.append({column: None for column in GPU_SERIES_COLUMNS} | {
-                "cell_id": cell, "wall_time": 1000.0 + 60 * (3 * i + j), "gpu": 0, "ok": True,
-                "sm_clock_mhz": 1980.0, "mem_clock_mhz": 2619.0, "power_w": 300.0,
-                "power_limit_w": 350.0, "temperature_c": 60.0, "throttled": (i, j) == (2, 2)})
+            rows.append(
+                {column: None for column in GPU_SERIES_COLUMNS}
+                | {
+                    "cell_id": cell,
+                    "wall_time": 1000.0 + 60 * (3 * i + j),
+                    "gpu": 0,
+                    "ok": True,
+                    "sm_clock_mhz": 1980.0,
+                    "mem_clock_mhz": 2619.0,
+                    "power_w": 300.0,
+                    "power_limit_w": 350.0,
+                    "temperature_c": 60.0,
+                    "throttled": (i, j) == (2, 2),
+                }
+            )
     series = pd.DataFrame(rows, columns=GPU_SERIES_COLUMNS)
     monkeypatch.setattr(html_figures_cells, "gpu_series", lambda run: series)
     # gpu_series is patched: the analysis is never read.

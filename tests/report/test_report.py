@@ -24,8 +24,10 @@ MIN_PAGES = 14
 
 def _tool(name: str) -> str:
     path = shutil.which(name)
-    assert path, (f"{name} not found: install poppler-utils (apt-get install -y poppler-utils);"
-                  " the report tests render every page with it")
+    assert path, (
+        f"{name} not found: install poppler-utils (apt-get install -y poppler-utils);"
+        " the report tests render every page with it"
+    )
     return path
 
 
@@ -37,8 +39,11 @@ def page_count(pdf: Path) -> int:
 
 def render(pdf: Path, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    subprocess.run([_tool("pdftoppm"), "-r", "40", "-png", str(pdf), str(out_dir / "page")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [_tool("pdftoppm"), "-r", "40", "-png", str(pdf), str(out_dir / "page")],
+        check=True,
+        capture_output=True,
+    )
     return sorted(out_dir.glob("page-*.png"))
 
 
@@ -90,8 +95,10 @@ def test_report_of_a_stopped_run_with_missing_and_invalid_cells(tmp_path):
     """A sparse run: stop fired, high levels skipped, an invalid cell, a check rerun,
     no accuracy or open-loop cells. Every page still renders."""
     # Stop fires on chat (fires_when: any_task); eagle3's 5.5 on gsm8k fires the check bar.
-    b = RunBuilder(tmp_path, study_dict(stop={"threshold": 1.3, "concurrencies": [1, 2, 4],
-                                              "fires_when": "any_task"}))
+    b = RunBuilder(
+        tmp_path,
+        study_dict(stop={"threshold": 1.3, "concurrencies": [1, 2, 4], "fires_when": "any_task"}),
+    )
     slow = {arm: {1: 1.2, 2: 1.1, 4: 1.0} for arm in PASSING_SPEEDUPS}
     b.speed_cells(slow, levels=[1, 2, 4], tasks=("chat",))
     slow["vllm-eagle3"] = {1: 5.5, 2: 0.9, 4: 0.8}
@@ -101,11 +108,20 @@ def test_report_of_a_stopped_run_with_missing_and_invalid_cells(tmp_path):
     b.identity_cells({"vllm-ngram": {f"item{i}": f"other text {i}" for i in range(8)}})
     b.identity("vllm-eagle3", "chat", {"item0": "x"}, valid=False)
     b.manifest.stop = StopDecisionRecord(fired=True, judged_wall=1_700_000_100.0, evidence={})
-    b.manifest.skipped = [SkippedCell(cell=f"{a}/{t}/speed/c{c:03d}", reason="stop bar fired")
-                          for a in ("vllm-base", *PASSING_SPEEDUPS, "sglang-base")
-                          for t in ("chat", "gsm8k") for c in (8, 16)]
-    b.manifest.deviations = [Deviation(when="2026-11-30T02:00:00", what="max_tokens 128 -> 64",
-                                       old_seal="a" * 64, new_seal="b" * 64)]
+    b.manifest.skipped = [
+        SkippedCell(cell=f"{a}/{t}/speed/c{c:03d}", reason="stop bar fired")
+        for a in ("vllm-base", *PASSING_SPEEDUPS, "sglang-base")
+        for t in ("chat", "gsm8k")
+        for c in (8, 16)
+    ]
+    b.manifest.deviations = [
+        Deviation(
+            when="2026-11-30T02:00:00",
+            what="max_tokens 128 -> 64",
+            old_seal="a" * 64,
+            new_seal="b" * 64,
+        )
+    ]
     b.write_manifest()
     out = tmp_path / "stopped.pdf"
     from harness.analysis import analyse, evaluate
@@ -140,15 +156,25 @@ def test_finalize_run_writes_tables_verdict_and_report_from_one_analysis(tmp_pat
 
     b = RunBuilder(tmp_path).full_passing_run()
     done = finalize_run(b.root, report=tmp_path / "r.pdf")
-    assert sorted(p.name for p in done.tables) == ["cells.csv", "cells.parquet",
-                                                   "speedups.csv", "speedups.parquet"]
+    assert sorted(p.name for p in done.tables) == [
+        "cells.csv",
+        "cells.parquet",
+        "speedups.csv",
+        "speedups.parquet",
+    ]
     assert json.loads((b.root / "verdict.json").read_text()) == done.verdict.to_json()
     assert done.verdict.verdict == "PASS"
     assert done.report == tmp_path / "r.pdf" and page_count(tmp_path / "r.pdf") == done.pages
     cells = pd.read_csv(b.root / "cells.csv")
-    assert {"accept_length_per_round_engine", "accept_length_per_round_requests",
-            "tokens_per_step_client", "acceptance_agree", "acceptance_disagreement",
-            "spec_requests", "counter_resets"} <= set(cells.columns)
+    assert {
+        "accept_length_per_round_engine",
+        "accept_length_per_round_requests",
+        "tokens_per_step_client",
+        "acceptance_agree",
+        "acceptance_disagreement",
+        "spec_requests",
+        "counter_resets",
+    } <= set(cells.columns)
 
 
 def test_environment_page_shows_each_arms_resolved_settings(tmp_path):
@@ -166,23 +192,34 @@ def test_environment_page_shows_each_arms_resolved_settings(tmp_path):
             arm.update(launch={"python": "/envs/sglang/bin/python"}, max_running_requests=64)
     data["arms"][4]["drafter"]["model"] = "z-lab/Qwen3-8B-DFlash-b16"
     b = RunBuilder(tmp_path, data).full_passing_run()
-    b.manifest.engines["sglang-dflash"] = [engine_start("sglang-dflash", "sglang", settings={
-        "drafter_precision": "checkpoint's own (--speculative-draft-model-quantization unquant)",
-        "min_free_slots_delay": "off (--min-free-slots-delay 1)"})]
+    b.manifest.engines["sglang-dflash"] = [
+        engine_start(
+            "sglang-dflash",
+            "sglang",
+            settings={
+                "drafter_precision": "checkpoint's own (--speculative-draft-model-quantization unquant)",
+                "min_free_slots_delay": "off (--min-free-slots-delay 1)",
+            },
+        )
+    ]
     b.write_manifest()
     a = analyse(b.root)
     out = tmp_path / "env.pdf"
     with PdfPages(out) as pdf:
         assert environment_pages(pdf, a, evaluate(a)) >= 1
-    text = subprocess.run([_tool("pdftotext"), "-layout", str(out), "-"], capture_output=True,
-                          text=True, check=True).stdout
+    text = subprocess.run(
+        [_tool("pdftotext"), "-layout", str(out), "-"], capture_output=True, text=True, check=True
+    ).stdout
     assert "arm settings the engine would otherwise pick" in text
-    assert ("sglang-dflash: drafter precision: checkpoint's own"
-            " (--speculative-draft-model-quantization unquant)") in text
+    assert (
+        "sglang-dflash: drafter precision: checkpoint's own"
+        " (--speculative-draft-model-quantization unquant)"
+    ) in text
     assert "sglang-dflash: min free slots delay: off (--min-free-slots-delay 1)" in text
     # Never started: resolved from the study, and said so.
-    assert ("sglang-base: min free slots delay: off (not passed: SGLang's default)"
-            " (no start recorded)") in text
+    assert (
+        "sglang-base: min free slots delay: off (not passed: SGLang's default) (no start recorded)"
+    ) in text
 
 
 def test_report_shows_the_three_acceptance_figures_and_flags_disagreement(tmp_path):
@@ -194,12 +231,16 @@ def test_report_shows_the_three_acceptance_figures_and_flags_disagreement(tmp_pa
     low = RequestSpeculation(engine="vllm", rounds=10, draft_tokens=30, accepted=12)
     b.speed("vllm-eagle3", "chat", 1, 100.0, speculation=low)  # 2.2 against 2.5
     out = build_report(b.root, tmp_path / "three.pdf")
-    text = subprocess.run([_tool("pdftotext"), "-layout", str(out), "-"], capture_output=True,
-                          text=True, check=True).stdout
-    page = text[text.index("Acceptance: three figures side by side"):]
-    page = page[:page.index("\f")]
-    rows = {line.split()[0]: line.split() for line in page.splitlines()
-            if line.startswith(("vllm-ngram/", "vllm-eagle3/"))}
+    text = subprocess.run(
+        [_tool("pdftotext"), "-layout", str(out), "-"], capture_output=True, text=True, check=True
+    ).stdout
+    page = text[text.index("Acceptance: three figures side by side") :]
+    page = page[: page.index("\f")]
+    rows = {
+        line.split()[0]: line.split()
+        for line in page.splitlines()
+        if line.startswith(("vllm-ngram/", "vllm-eagle3/"))
+    }
     assert rows["vllm-ngram/chat/speed/c001"][1:3] == ["2.500", "2.500"]
     assert rows["vllm-eagle3/chat/speed/c001"][1:3] == ["2.500", "2.200"]
     # Each engine figure says what it is per: EAGLE-3 under vLLM's async scheduling counts

@@ -15,29 +15,45 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 # The scripted engine of examples/scripted-pass.yaml: a 10 ms weight pass, 0.5 ms a token.
-SCRIPTED_ENGINE = {"weight_bytes": 2.0e10, "bandwidth_bytes_per_s": 2.0e12,
-                   "flops_per_token": 2.0e10, "flops_per_s": 4.0e13, "seed": 1}
+SCRIPTED_ENGINE = {
+    "weight_bytes": 2.0e10,
+    "bandwidth_bytes_per_s": 2.0e12,
+    "flops_per_token": 2.0e10,
+    "flops_per_s": 4.0e13,
+    "seed": 1,
+}
 
 
 def write_scripted_study(folder: Path, name: str, title: str, **sections: object) -> Path:
     """A study of scripted-engine arms written as `folder/name.yaml`: the hardware and
     model every such study declares, and the sections given (arms, loads, tasks, ...)."""
-    data = {"title": title, "registered": "2026-12-05",
-            "hardware": {"gpu": "scripted (no GPU)", "memory_bandwidth_gb_s": 2000,
-                         "dense_tflops": 40},
-            "model": {"id": "scripted", "served_name": "scripted", "params_billion": 10,
-                      "weight_bytes_per_param": 2},
-            **sections}
+    data = {
+        "title": title,
+        "registered": "2026-12-05",
+        "hardware": {"gpu": "scripted (no GPU)", "memory_bandwidth_gb_s": 2000, "dense_tflops": 40},
+        "model": {
+            "id": "scripted",
+            "served_name": "scripted",
+            "params_billion": 10,
+            "weight_bytes_per_param": 2,
+        },
+        **sections,
+    }
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
-def specbench(*args: str, cwd: Path = ROOT, env: dict | None = None, timeout: float = 600,
-              check: bool = True) -> subprocess.CompletedProcess:
+def specbench(
+    *args: str, cwd: Path = ROOT, env: dict | None = None, timeout: float = 600, check: bool = True
+) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", *args], cwd=cwd, capture_output=True, text=True,
-        timeout=timeout, env={**os.environ, **(env or {})},
+        [sys.executable, "-m", "harness.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
     if check and proc.returncode != 0:
         raise AssertionError(

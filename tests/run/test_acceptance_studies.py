@@ -17,12 +17,12 @@ from harness.testengine import __version__ as SCRIPTED_VERSION
 from tests.engines.test_spec_counter import scripted_engines
 from tests.run.conftest import ROOT, run_folder, specbench
 
-COUNTER = {"vllm": "vllm:spec_decode_num_drafts_total",
-           "sglang": "sglang:spec_verify_calls_total"}
+COUNTER = {"vllm": "vllm:spec_decode_num_drafts_total", "sglang": "sglang:spec_verify_calls_total"}
 
 
-def speed_study(tmp_path: Path, dialect: str, omit: list[str] | None = None,
-                smoke: bool = True) -> Path:
+def speed_study(
+    tmp_path: Path, dialect: str, omit: list[str] | None = None, smoke: bool = True
+) -> Path:
     """scripted-pass.yaml's two arms in the given dialect, speed cells at 1, 2 and 4 only."""
     data = yaml.safe_load((ROOT / "examples" / "scripted-pass.yaml").read_text())
     data["recording"]["smoke"] = smoke
@@ -32,11 +32,14 @@ def speed_study(tmp_path: Path, dialect: str, omit: list[str] | None = None,
         data["arms"][1]["scripted"]["omit_series"] = omit
     data["loads"]["closed_loop"]["concurrency"] = [1, 2, 4]
     del data["loads"]["open_loop"]
-    data["tasks"] = [{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32,
-                      "subset": 16}]
-    data["bars"] = {"pass": {"speed": {"concurrencies": [1, 2, 4]}, "identity": None},
-                    "stop": {"concurrencies": [1, 2, 4]},
-                    "intervals": {"bootstrap_resamples": 200}}
+    data["tasks"] = [
+        {"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32, "subset": 16}
+    ]
+    data["bars"] = {
+        "pass": {"speed": {"concurrencies": [1, 2, 4]}, "identity": None},
+        "stop": {"concurrencies": [1, 2, 4]},
+        "intervals": {"bootstrap_resamples": 200},
+    }
     path = tmp_path / f"accept-{dialect}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -45,8 +48,13 @@ def speed_study(tmp_path: Path, dialect: str, omit: list[str] | None = None,
 @pytest.mark.parametrize("dialect", ["vllm", "sglang"])
 def test_the_three_acceptance_figures_agree_on_a_scripted_study(tmp_path, results, dialect):
     # Without the smoke stage, which no figure here reads: one engine start less.
-    specbench("run", str(speed_study(tmp_path, dialect, smoke=False)), "--results",
-              str(results), "--no-report")
+    specbench(
+        "run",
+        str(speed_study(tmp_path, dialect, smoke=False)),
+        "--results",
+        str(results),
+        "--no-report",
+    )
     run = run_folder(results)
     cells = pd.read_csv(run / "cells.csv")
     loaded = load_run(run)
@@ -88,8 +96,10 @@ def test_a_run_stops_at_a_drafter_arm_without_its_counter(tmp_path, results, dia
     # start fails there, with the start's own line, and no registered cell is measured.
     assert len(errors) == 2, proc.stderr[-3000:]
     assert errors[0].startswith("specbench: smoke: arm 'drafter': did not start: ")
-    assert f"arm 'drafter': scripted {SCRIPTED_VERSION} exports no {metric} after its" \
-           " warm-up" in errors[0]
+    assert (
+        f"arm 'drafter': scripted {SCRIPTED_VERSION} exports no {metric} after its"
+        " warm-up" in errors[0]
+    )
     assert errors[1].startswith("specbench: the run stopped before its first registered cell")
     assert "Traceback" not in proc.stderr
     run = run_folder(results)

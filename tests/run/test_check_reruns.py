@@ -12,8 +12,14 @@ from tests.run.conftest import ROOT
 def test_every_session_of_the_baseline_is_rerun_in_a_session_of_its_own():
     study = load_study_file(ROOT / "examples" / "scripted-sessions.yaml").study
     cells = plan_cells(study)
-    targets = ["base/chat/speed/c001", "base/chat/speed/c001/s2", "base/chat/speed/c001/s3",
-               "base/chat/speed/c002", "base/chat/speed/c002/s2", "base/chat/speed/c002/s3"]
+    targets = [
+        "base/chat/speed/c001",
+        "base/chat/speed/c001/s2",
+        "base/chat/speed/c001/s3",
+        "base/chat/speed/c002",
+        "base/chat/speed/c002/s2",
+        "base/chat/speed/c002/s3",
+    ]
     reruns = rerun_cells(cells, targets)
     assert sorted(c.id for c in reruns) == sorted(t + "/rerun1" for t in targets)
     # Session s reruns as session 3 + s: a number no registered session has, so an engine

@@ -22,8 +22,14 @@ pytestmark = pytest.mark.timing
 @pytest.fixture(scope="module")
 def decompose_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("decompose")
-    specbench("run", "examples/scripted-decompose.yaml", "--results", str(out / "results"),
-              "--reports", str(out / "reports"))
+    specbench(
+        "run",
+        "examples/scripted-decompose.yaml",
+        "--results",
+        str(out / "results"),
+        "--reports",
+        str(out / "reports"),
+    )
     return run_folder(out / "results")
 
 
@@ -73,9 +79,11 @@ def test_a_stale_drafter_shows_its_7_percent_first_position_not_the_bonus_token(
     for c in LEVELS:
         row = cells.loc[f"stale/chat/speed/c{c:03d}"]
         assert row["tokens_per_step_client"] == pytest.approx(
-            row["accept_length_per_round_requests"], rel=1e-9), c
+            row["accept_length_per_round_requests"], rel=1e-9
+        ), c
         assert row["tokens_per_step_client"] == pytest.approx(
-            1 + row["accept_rate_pos1"] + row["accept_rate_pos2"], abs=0.1), c
+            1 + row["accept_rate_pos1"] + row["accept_rate_pos2"], abs=0.1
+        ), c
     # Speculation never pays for it: 1.07 tokens a round at 1.25 times the step.
     sp = pd.read_csv(decompose_run / "speedups.csv")
     assert (sp[sp["arm"] == "stale"]["ci_upper"] < 1.0).all()
@@ -83,17 +91,23 @@ def test_a_stale_drafter_shows_its_7_percent_first_position_not_the_bonus_token(
 
 def test_the_report_leads_with_the_headline_figure_and_explains_each_task(decompose_run):
     pdf = decompose_run.parent.parent / "reports" / f"{decompose_run.name}.pdf"
-    text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True,
-                          text=True, check=True).stdout
+    text = subprocess.run(
+        ["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True
+    ).stdout
     pages = text.split("\f")
     # Page one: the verdict, the speedup against users with its bars, and the two
     # factors beneath it.
     first = pages[0]
     verdict = verdict_of(decompose_run)
     assert verdict["verdict"] == "PASS", verdict["reasons"]  # 2.0x against a 1.8x bar
-    for said in ("Verdict: PASS", "task: chat", "pass bar (1.8x)", "stop bar (1.3x)",
-                 "why: speedup = tokens factor / cost factor",
-                 "tokens per round / baseline's (lower panel)"):
+    for said in (
+        "Verdict: PASS",
+        "task: chat",
+        "pass bar (1.8x)",
+        "stop bar (1.3x)",
+        "why: speedup = tokens factor / cost factor",
+        "tokens per round / baseline's (lower panel)",
+    ):
         assert said in first, said
     # A decomposition page for every speed task, with the formula beside the measurement.
     (why,) = [p for p in pages if "Why this speedup: task chat" in p]
@@ -101,8 +115,7 @@ def test_the_report_leads_with_the_headline_figure_and_explains_each_task(decomp
     assert re.search(r"drafter\s+1\s+1\.9\d|drafter\s+1\s+2(\.0\d)?\s", why), why
     # Where speculation pays and where its gain is gone, in verdict.json and on the bars page.
     pays = {r["arm"]: r for r in verdict_of(decompose_run)["speculation_pays"]}
-    assert (pays["drafter"]["status"], pays["drafter"]["pays_up_to"]) == (
-        "pays_at_every_level", 4)
+    assert (pays["drafter"]["status"], pays["drafter"]["pays_up_to"]) == ("pays_at_every_level", 4)
     assert (pays["stale"]["status"], pays["stale"]["pays_up_to"]) == ("never", None)
     bars_page = next(p for p in pages if "Where speculation pays" in p)
     assert "stale / chat: never pays: at 1 users the upper bound is already below 1.0" in bars_page

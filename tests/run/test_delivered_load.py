@@ -25,7 +25,8 @@ def test_a_slow_turnaround_is_invalid_and_the_cell_is_measured_again(tmp_path, m
     # Generous limits for the second attempt; the first one's injected 0.5 s between
     # requests of ~0.35 s passes both by far on any machine.
     recording = loaded.study.recording.model_copy(
-        update={"lag_limit_p99_ms": 200.0, "min_delivered_share": 0.8, "cell_retries": 1})
+        update={"lag_limit_p99_ms": 200.0, "min_delivered_share": 0.8, "cell_retries": 1}
+    )
     study = executed_study(loaded.study).model_copy(update={"recording": recording})
     store = new_run(loaded, tmp_path / "results")
     console = Console(file=io.StringIO())

@@ -19,8 +19,9 @@ from tests.run.conftest import run_folder, specbench, verdict_of
 def render_pages(pdf: Path, out: Path) -> list[Path]:
     assert shutil.which("pdftoppm"), "pdftoppm is missing: scripts/setup.sh installs poppler-utils"
     out.mkdir()
-    subprocess.run(["pdftoppm", "-r", "40", "-png", str(pdf), str(out / "page")], check=True,
-                   timeout=300)
+    subprocess.run(
+        ["pdftoppm", "-r", "40", "-png", str(pdf), str(out / "page")], check=True, timeout=300
+    )
     return sorted(out.glob("page-*.png"))
 
 
@@ -36,14 +37,23 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
 ):
     vllm_cpu_engines.stop_all()  # the demo starts its own engines; free cores and memory
     results, reports = tmp_path / "results", tmp_path / "reports"
-    env = {"SPECBENCH_TINY_PAIR": str(tiny_pair_dir),
-           "SPECBENCH_VLLM_CPU_PYTHON": vllm_cpu_python}
-    proc = specbench("run", "examples/cpu.yaml", "--results", str(results), "--reports",
-                     str(reports), env=env, timeout=1800, check=False)
+    env = {"SPECBENCH_TINY_PAIR": str(tiny_pair_dir), "SPECBENCH_VLLM_CPU_PYTHON": vllm_cpu_python}
+    proc = specbench(
+        "run",
+        "examples/cpu.yaml",
+        "--results",
+        str(results),
+        "--reports",
+        str(reports),
+        env=env,
+        timeout=1800,
+        check=False,
+    )
     # 0 a complete verdict, 3 an INCOMPLETE one (the host may be busy: pinned below).
     assert proc.returncode in (0, 3), (proc.stdout + proc.stderr)[-4000:]
-    said = "\n".join(line for line in proc.stdout.splitlines()
-                     if "engine" in line or "warning" in line)  # starts and warnings
+    said = "\n".join(
+        line for line in proc.stdout.splitlines() if "engine" in line or "warning" in line
+    )  # starts and warnings
     run = run_folder(results)
     verdict = verdict_of(run)
     manifest = json.loads((run / "manifest.json").read_text())
@@ -52,7 +62,8 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
     choice = host_cpu_dtype()
     for arm, starts in manifest["engines"].items():
         assert starts[0]["settings"]["dtype"].startswith(
-            f"{choice.dtype} (launch.dtype cpu_native on {choice.isa}"), arm
+            f"{choice.dtype} (launch.dtype cpu_native on {choice.isa}"
+        ), arm
         assert starts[0]["command"][starts[0]["command"].index("--dtype") + 1] == choice.dtype
 
     # The host's regime, timed in the smoke before any cell: the baseline's plain step at
@@ -64,12 +75,20 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
     ratio = steps[2] / steps[1]
     assert regime["memory_bound"] == (ratio <= regime["max_step_ratio"]), regime
     (line,) = [r["line"] for r in verdict["host_regime"] if r["arm"] == "cpu-base"]
-    assert line.startswith("Host regime: memory-bound" if regime["memory_bound"]
-                           else "This host is compute-bound at 2 users"), line
+    assert line.startswith(
+        "Host regime: memory-bound"
+        if regime["memory_bound"]
+        else "This host is compute-bound at 2 users"
+    ), line
     assert f"x{ratio:.{2 if regime['memory_bound'] else 1}f}" in line, (line, steps)
     pdf = reports / f"{run.name}.pdf"
-    text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True,
-                          text=True, check=True, timeout=120).stdout
+    text = subprocess.run(
+        ["pdftotext", "-layout", str(pdf), "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     assert line.split(":")[0] in " ".join(text.split()), "no regime line in the report"
     if not regime["memory_bound"]:
         # A host where a plain step grows with users lets no drafter pay: the verdict is
@@ -89,8 +108,9 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
     # The knee on the point: inside the levels, or (the demo registers beyond_top: pass)
     # a gain still left at 32 users, accepted as a bound; never below the first level.
     knee_bar = bar(verdict, "pass.knee")
-    knee = next(k for k in knee_bar["evidence"]["knees"]
-                if k["arm"] == "cpu-draft" and k["task"] == "chat")
+    knee = next(
+        k for k in knee_bar["evidence"]["knees"] if k["arm"] == "cpu-draft" and k["task"] == "chat"
+    )
     assert knee_bar["status"] == "pass" and knee_bar["evidence"]["beyond_top"] == "pass"
     if knee["status"] == "located":
         assert 2 < knee["knee_concurrency"] < 32, knee
@@ -101,7 +121,11 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
     assert manifest["status"] == "complete"
     # Four engines kept up for the whole run (recording.engines_alive: 4): one start each.
     assert {arm: len(starts) for arm, starts in manifest["engines"].items()} == {
-        "cpu-base": 1, "cpu-draft": 1, "cpu-eagle3": 1, "cpu-ngram": 1}
+        "cpu-base": 1,
+        "cpu-draft": 1,
+        "cpu-eagle3": 1,
+        "cpu-ngram": 1,
+    }
     for arm in ("cpu-base", "cpu-ngram", "cpu-draft", "cpu-eagle3"):
         assert manifest["engines"][arm][0]["version"].startswith("0.32")
     # All four may stay up, so they started together, before the smoke.
@@ -122,7 +146,9 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
     # Why the speedup: the decomposition of the real engine's figures, per level.
     rows = pd.read_csv(run / "speedups.csv")
     draft = rows[(rows["arm"] == "cpu-draft") & (rows["status"] == "ok")]
-    assert (draft["tokens_per_round"] > 3.0).all(), draft["tokens_per_round"]  # k = 3, ~all accepted
+    assert (draft["tokens_per_round"] > 3.0).all(), draft[
+        "tokens_per_round"
+    ]  # k = 3, ~all accepted
     assert draft["explained_speedup"].notna().all()
     # The EAGLE-3 head (harness/engines/tiny_eagle3.py) drafts the draft model's tokens but
     # for the sequence's first token: measured ~3.0 tokens a round at every level (per
@@ -140,14 +166,17 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
     # and the client's tokens per chunk against the per-request figure (acceptance_agree).
     # Both draft on every decode step, so the client sees the rounds: its figure is the
     # engine's less the rounds cut at max_tokens (each request's last chunk).
-    drafters = speed_cells[speed_cells["arm"].isin(["cpu-draft", "cpu-eagle3"])
-                           & (speed_cells["status"] == "complete")]
+    drafters = speed_cells[
+        speed_cells["arm"].isin(["cpu-draft", "cpu-eagle3"]) & (speed_cells["status"] == "complete")
+    ]
     assert len(drafters) >= 8, drafters["cell_id"].tolist()
     assert drafters["acceptance_agree"].astype(bool).all(), drafters[
-        ["cell_id", "acceptance_disagreement"]].to_string()
+        ["cell_id", "acceptance_disagreement"]
+    ].to_string()
     ratio = drafters["tokens_per_step_client"] / drafters["accept_length_per_round_requests"]
-    assert ratio.between(0.85, 1.0001).all(), drafters[["cell_id", "tokens_per_step_client",
-                                                        "accept_length_per_round_requests"]]
+    assert ratio.between(0.85, 1.0001).all(), drafters[
+        ["cell_id", "tokens_per_step_client", "accept_length_per_round_requests"]
+    ]
     heads = drafters[drafters["arm"] == "cpu-eagle3"]
     rates = heads[["accept_rate_pos1", "accept_rate_pos2", "accept_rate_pos3"]]
     assert (rates["accept_rate_pos1"] >= rates["accept_rate_pos2"]).all()
@@ -155,8 +184,11 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
     assert (rates["accept_rate_pos3"] > 0.4).all(), rates  # real acceptance at every position
     for cell in heads["cell_id"]:  # the speculation counter moved in each of its cells
         folder = run / "cells" / cell.replace("/", "__")
-        snaps = [json.loads(line)["snapshot"] for line in
-                 (folder / "metrics.jsonl").read_text().splitlines() if json.loads(line)["ok"]]
+        snaps = [
+            json.loads(line)["snapshot"]
+            for line in (folder / "metrics.jsonl").read_text().splitlines()
+            if json.loads(line)["ok"]
+        ]
         assert snaps[-1]["drafts"] > snaps[0]["drafts"], cell
 
     # Greedy identity, token by token with the engine's own logprobs (issue 29): every
@@ -164,6 +196,7 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
     # logprob and the target's top two, and the drafters' outputs are the baseline's
     # (measured 6/6 on both tasks in every run: float32, one user; the EAGLE-3 head too).
     from harness.analysis.tables import analyse
+
     for cell in ("cpu-base", "cpu-draft", "cpu-eagle3", "cpu-ngram"):
         for task in ("chat", "gsm8k"):
             lines = (run / "cells" / f"{cell}__{task}__identity" / "requests.jsonl").read_text()
@@ -175,9 +208,12 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
                 assert scored and len(scored) == r["completion_tokens"], (cell, task, r["item_id"])
                 assert all(len(t["top"]) == 2 for t in scored), (cell, task)
                 # By id, never by text (vLLM prints a byte fragment as ""), none lost.
-                assert all(t["token"].startswith("token_id:") and not t["lost"]
-                           and all(a[0].startswith("token_id:") for a in t["top"])
-                           for t in scored), (cell, task)
+                assert all(
+                    t["token"].startswith("token_id:")
+                    and not t["lost"]
+                    and all(a[0].startswith("token_id:") for a in t["top"])
+                    for t in scored
+                ), (cell, task)
     identity = analyse(run).identity
     for row in identity.itertuples():
         assert (row.status, row.n_compared) == ("ok", 6), row
@@ -187,7 +223,8 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
     samples = [
         json.loads(line)
         for line in (run / "cells" / "cpu-ngram__chat__speed__c001" / "metrics.jsonl")
-        .read_text().splitlines()
+        .read_text()
+        .splitlines()
     ]
     drafts = [s["snapshot"]["drafts"] for s in samples if s["ok"]]
     assert len(drafts) >= 2 and drafts[-1] > drafts[0]

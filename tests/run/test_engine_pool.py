@@ -21,10 +21,12 @@ def sessions(tmp_path: Path, monkeypatch, engines_alive: int) -> list[tuple[str,
     the order they ran; nothing is measured and no engine really starts."""
     loaded = load_study_file(PASS)
     study = executed_study(loaded.study)
-    study = study.model_copy(update={"recording": study.recording.model_copy(
-        update={"engines_alive": engines_alive})})
-    runner = Runner(new_run(loaded, tmp_path / f"results-{engines_alive}"), study,
-                    Console(file=io.StringIO()))
+    study = study.model_copy(
+        update={"recording": study.recording.model_copy(update={"engines_alive": engines_alive})}
+    )
+    runner = Runner(
+        new_run(loaded, tmp_path / f"results-{engines_alive}"), study, Console(file=io.StringIO())
+    )
     seen: list[ArmEngine] = []  # each engine session once, in order of first use
     ran: list[tuple[str, int]] = []
 
@@ -39,8 +41,12 @@ def sessions(tmp_path: Path, monkeypatch, engines_alive: int) -> list[tuple[str,
     rates = {"base": 1.0, "drafter": 1.0}
     with RunProgress(Console(file=io.StringIO()), 0) as progress:
         for stage in (1, 2, 3):
-            runner._run_cells([c for c in runner.cells if c.stage == stage], progress, rates,
-                              stage=f"stage {stage}")
+            runner._run_cells(
+                [c for c in runner.cells if c.stage == stage],
+                progress,
+                rates,
+                stage=f"stage {stage}",
+            )
         base_cell = next(c for c in runner.cells if c.arm == "base" and c.kind == "speed")
         runner.close_engine("base")  # what rerun_baselines does before its cells
         runner._run_cells(runner.rerun_cells([base_cell.id]), progress, stage="reruns")
@@ -56,12 +62,13 @@ def test_one_engine_up_restarts_at_each_change_of_arm(tmp_path, monkeypatch):
     assert len({s for _, s in ran}) == 5
 
 
-def test_engines_kept_up_start_once_per_arm_and_a_rerun_gets_a_new_session(tmp_path,
-                                                                           monkeypatch):
+def test_engines_kept_up_start_once_per_arm_and_a_rerun_gets_a_new_session(tmp_path, monkeypatch):
     ran = sessions(tmp_path, monkeypatch, engines_alive=2)
     before_rerun, rerun = ran[:-1], ran[-1]
     assert {arm: {s for a, s in before_rerun if a == arm} for arm in ("base", "drafter")} == {
-        "base": {1}, "drafter": {2}}  # one engine session per arm across all three stages
+        "base": {1},
+        "drafter": {2},
+    }  # one engine session per arm across all three stages
     assert rerun == ("base", 3)  # the check bar's rerun measures a fresh baseline session
 
 
@@ -69,8 +76,9 @@ def smoke_only(tmp_path: Path, engines_alive: int) -> dict:
     """The smoke stage alone, on the real scripted engines; returns the manifest."""
     loaded = load_study_file(PASS)
     study = executed_study(loaded.study)
-    study = study.model_copy(update={"recording": study.recording.model_copy(
-        update={"engines_alive": engines_alive})})
+    study = study.model_copy(
+        update={"recording": study.recording.model_copy(update={"engines_alive": engines_alive})}
+    )
     store = new_run(loaded, tmp_path / f"results-{engines_alive}")
     runner = Runner(store, study, Console(file=io.StringIO()))
     try:
@@ -91,8 +99,14 @@ def test_engines_that_may_all_stay_up_start_together_before_the_smoke(tmp_path):
     assert drafter["started_wall"] < base["started_wall"] + base["ready_after_s"]
     assert base["started_wall"] < drafter["started_wall"] + drafter["ready_after_s"]
     # The smoke counts them as its own starts, not engines it found up.
-    checks = [c for c in map(json.loads, (tmp_path / "results-2").glob("*/smoke/arms.jsonl")
-                             .__next__().read_text().splitlines()) if c["kind"] == "arm"]
+    checks = [
+        c
+        for c in map(
+            json.loads,
+            (tmp_path / "results-2").glob("*/smoke/arms.jsonl").__next__().read_text().splitlines(),
+        )
+        if c["kind"] == "arm"
+    ]
     assert {c["arm"]: c["engine"] for c in checks} == {"base": "started", "drafter": "started"}
 
 

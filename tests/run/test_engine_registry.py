@@ -41,8 +41,7 @@ class ToyKind(ScriptedKind):
 
     def spec(self, arm: Arm) -> ScriptedEngineSpec:  # type: ignore[override]
         # The scripted engine serves this kind's dialect, whatever the arm's spec says.
-        return ScriptedKind.spec(arm).model_copy(
-            update={"metrics_dialect": self.metrics_dialect})
+        return ScriptedKind.spec(arm).model_copy(update={"metrics_dialect": self.metrics_dialect})
 
 
 @pytest.fixture
@@ -51,8 +50,13 @@ def toy_registered(monkeypatch):
     monkeypatch.setitem(ENGINE_KINDS, ToyKind.name, ToyKind())
 
 
-ENGINE = {"weight_bytes": 2.0e10, "bandwidth_bytes_per_s": 2.0e12,
-          "flops_per_token": 2.0e10, "flops_per_s": 4.0e13, "seed": 1}
+ENGINE = {
+    "weight_bytes": 2.0e10,
+    "bandwidth_bytes_per_s": 2.0e12,
+    "flops_per_token": 2.0e10,
+    "flops_per_s": 4.0e13,
+    "seed": 1,
+}
 
 
 def toy_study(folder: Path) -> Path:
@@ -63,26 +67,58 @@ def toy_study(folder: Path) -> Path:
         "title": "A toy engine kind registered by a test module",
         "registered": "2026-11-30",
         "hardware": {"gpu": "toy (no GPU)", "memory_bandwidth_gb_s": 2000, "dense_tflops": 40},
-        "model": {"id": "scripted", "served_name": "scripted", "params_billion": 10,
-                  "weight_bytes_per_param": 2},
+        "model": {
+            "id": "scripted",
+            "served_name": "scripted",
+            "params_billion": 10,
+            "weight_bytes_per_param": 2,
+        },
         "arms": [
             {"name": "base", "engine": "toy", "launch": {}, "scripted": dict(ENGINE)},
-            {"name": "drafter", "engine": "toy", "launch": {}, "baseline": "base",
-             "drafter": {"method": "scripted-draft", "num_draft_tokens": 4,
-                         "assumed_acceptance_length": 3.7},
-             "scripted": {**ENGINE, "num_draft_tokens": 4,
-                          "accept_probs": [0.9, 0.85, 0.8, 0.75]}},
+            {
+                "name": "drafter",
+                "engine": "toy",
+                "launch": {},
+                "baseline": "base",
+                "drafter": {
+                    "method": "scripted-draft",
+                    "num_draft_tokens": 4,
+                    "assumed_acceptance_length": 3.7,
+                },
+                "scripted": {
+                    **ENGINE,
+                    "num_draft_tokens": 4,
+                    "accept_probs": [0.9, 0.85, 0.8, 0.75],
+                },
+            },
         ],
-        "loads": {"closed_loop": {"concurrency": [1], "requests": {"min": 8, "per_user": 1},
-                                  "warmup_per_user": 1}},
-        "tasks": [{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32,
-                   "subset": 16}],
-        "recording": {"sessions": 1, "lag_limit_p99_ms": 25, "min_delivered_share": 0.9, "smoke": True,
-                      "regime": {"enabled": False}},
-        "bars": {"pass": {"speed": {"concurrencies": [1]}, "identity": None, "accuracy": None,
-                          "knee": {"beyond_top": "pass"}},
-                 "stop": {"concurrencies": [1]},
-                 "intervals": {"bootstrap_resamples": 200}},
+        "loads": {
+            "closed_loop": {
+                "concurrency": [1],
+                "requests": {"min": 8, "per_user": 1},
+                "warmup_per_user": 1,
+            }
+        },
+        "tasks": [
+            {"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32, "subset": 16}
+        ],
+        "recording": {
+            "sessions": 1,
+            "lag_limit_p99_ms": 25,
+            "min_delivered_share": 0.9,
+            "smoke": True,
+            "regime": {"enabled": False},
+        },
+        "bars": {
+            "pass": {
+                "speed": {"concurrencies": [1]},
+                "identity": None,
+                "accuracy": None,
+                "knee": {"beyond_top": "pass"},
+            },
+            "stop": {"concurrencies": [1]},
+            "intervals": {"bootstrap_resamples": 200},
+        },
     }
     path = folder / "toy.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -100,7 +136,8 @@ def test_an_engine_name_is_one_the_registry_holds(tmp_path, capsys):
 
 
 def test_a_registered_kind_is_an_engine_name_and_a_scripted_one_takes_a_spec(
-        tmp_path, toy_registered):
+    tmp_path, toy_registered
+):
     study = load_study(toy_study(tmp_path))
     assert [a.engine for a in study.arms] == ["toy", "toy"]
     kind = get_engine_kind("toy")
@@ -113,10 +150,19 @@ def test_a_registered_kind_is_an_engine_name_and_a_scripted_one_takes_a_spec(
 
 
 def test_a_study_runs_end_to_end_on_a_kind_a_test_module_registered(
-        tmp_path, capsys, toy_registered):
+    tmp_path, capsys, toy_registered
+):
     results = tmp_path / "results"
-    code = main(["run", str(toy_study(tmp_path)), "--results", str(results), "--reports",
-                 str(tmp_path / "reports")])
+    code = main(
+        [
+            "run",
+            str(toy_study(tmp_path)),
+            "--results",
+            str(results),
+            "--reports",
+            str(tmp_path / "reports"),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, (out + err)[-4000:]
     run = run_folder(results)
@@ -137,19 +183,34 @@ def test_a_study_runs_end_to_end_on_a_kind_a_test_module_registered(
     # The report asks the kind for its dialect, not the engine's name, where SGLang's
     # counters leave a page empty: no per-position acceptance in the toy's dialect.
     pdf = tmp_path / "reports" / f"{run.name}.pdf"
-    text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True,
-                          text=True, check=True, timeout=120).stdout
+    text = subprocess.run(
+        ["pdftotext", "-layout", str(pdf), "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     assert "per-position acceptance not exported by toy" in text
 
 
 def test_a_cells_engine_version_is_its_kinds_distribution(tmp_path, toy_registered):
     study = load_study(toy_study(tmp_path))
-    envs = {"/toy/python": EngineEnvironment(
-        python="/toy/python", arms=["base", "drafter"], listed_wall=0.0,
-        packages=[{"name": "sglang", "version": "0.5.23"}])}
+    envs = {
+        "/toy/python": EngineEnvironment(
+            python="/toy/python",
+            arms=["base", "drafter"],
+            listed_wall=0.0,
+            packages=[{"name": "sglang", "version": "0.5.23"}],
+        )
+    }
     assert engine_versions(study, envs) == {"base": None, "drafter": None}
-    real = study.model_copy(update={"arms": [
-        a.model_copy(update={"engine": "sglang", "scripted": None}) for a in study.arms]})
+    real = study.model_copy(
+        update={
+            "arms": [
+                a.model_copy(update={"engine": "sglang", "scripted": None}) for a in study.arms
+            ]
+        }
+    )
     assert engine_versions(real, envs) == {"base": "sglang 0.5.23", "drafter": "sglang 0.5.23"}
 
 
@@ -172,10 +233,11 @@ def test_the_smoke_asks_that_it_moved_and_absent_before_is_zero_only_on_sglang()
     assert drafting_problem("sglang", drafter=True, before=None, after=3.0) is None
     assert drafting_problem("vllm", drafter=True, before=None, after=3.0) is not None
     assert drafting_problem("vllm", drafter=True, before=2.0, after=3.0) is None
-    frozen = drafting_problem("vllm", drafter=True, before=2.0, after=2.0,
-                              over="2 greedy requests")
-    assert frozen == "did not move its vllm:spec_decode_num_drafts_total over 2 greedy" \
-                     " requests (2 -> 2)"
+    frozen = drafting_problem("vllm", drafter=True, before=2.0, after=2.0, over="2 greedy requests")
+    assert (
+        frozen == "did not move its vllm:spec_decode_num_drafts_total over 2 greedy"
+        " requests (2 -> 2)"
+    )
 
 
 def test_a_dialect_without_a_hint_of_its_own_gets_the_default():
@@ -185,11 +247,14 @@ def test_a_dialect_without_a_hint_of_its_own_gets_the_default():
 
 def test_the_wait_reads_until_the_rule_holds_or_time_is_up():
     reads = iter([(None, None), (None, "/metrics failed: HTTP 500"), (5.0, None)])
-    reading = wait_for_drafting(lambda: next(reads), "sglang", drafter=True, before=None,
-                                wait_s=5.0, poll_s=0.0)
+    reading = wait_for_drafting(
+        lambda: next(reads), "sglang", drafter=True, before=None, wait_s=5.0, poll_s=0.0
+    )
     assert (reading.after, reading.error, reading.problem) == (5.0, None, None)
-    reading = wait_for_drafting(lambda: (None, "/metrics failed: HTTP 500"), "vllm",
-                                drafter=True, wait_s=0.0, poll_s=0.0)
+    reading = wait_for_drafting(
+        lambda: (None, "/metrics failed: HTTP 500"), "vllm", drafter=True, wait_s=0.0, poll_s=0.0
+    )
     assert reading.problem is not None
     assert reading.error == "/metrics failed: HTTP 500" and reading.problem.startswith(
-        "exports no vllm:spec_decode_num_drafts_total")
+        "exports no vllm:spec_decode_num_drafts_total"
+    )

@@ -33,8 +33,10 @@ from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
 FAKE_DIR = ROOT / "tests" / "fake_nvml"
 FIRST = "base/chat/speed/c001"  # the first cell of the plan below
 IDLE, POWER_CAP = 0x1, 0x4
-THROTTLED_START = {"clock_event_bits": IDLE,
-                   "events": [{"gpu": 0, "calls": [1, 2], "bits": POWER_CAP | IDLE}]}
+THROTTLED_START = {
+    "clock_event_bits": IDLE,
+    "events": [{"gpu": 0, "calls": [1, 2], "bits": POWER_CAP | IDLE}],
+}
 
 
 def study(tmp_path: Path, gpu_throttle: str) -> Path:
@@ -52,17 +54,30 @@ def study(tmp_path: Path, gpu_throttle: str) -> Path:
     data["bars"]["pass"]["speed"] = {"threshold": 2.0, "concurrencies": [1, 2]}
     # No cell is remeasured for client lag here, whatever the machine's load. The smoke
     # stage is off (it samples no GPU, and no test here reads it): one engine start less.
-    data["recording"] = {**data["recording"], "lag_limit_p99_ms": 10_000,
-                         "gpu_throttle": gpu_throttle, "smoke": False}
+    data["recording"] = {
+        **data["recording"],
+        "lag_limit_p99_ms": 10_000,
+        "gpu_throttle": gpu_throttle,
+        "smoke": False,
+    }
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
-def run_with_fake(tmp_path: Path, results: Path, scenario: dict, gpu_throttle: str = "flag",
-                  report: bool = False, cuda_visible: str = "0") -> subprocess.CompletedProcess:
-    env = {"PYTHONPATH": os.pathsep.join([str(FAKE_DIR), str(ROOT)]),
-           "FAKE_NVML": json.dumps(scenario), "CUDA_VISIBLE_DEVICES": cuda_visible}
+def run_with_fake(
+    tmp_path: Path,
+    results: Path,
+    scenario: dict,
+    gpu_throttle: str = "flag",
+    report: bool = False,
+    cuda_visible: str = "0",
+) -> subprocess.CompletedProcess:
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(FAKE_DIR), str(ROOT)]),
+        "FAKE_NVML": json.dumps(scenario),
+        "CUDA_VISIBLE_DEVICES": cuda_visible,
+    }
     args = ["run", str(study(tmp_path, gpu_throttle)), "--results", str(results)]
     args += ["--reports", str(tmp_path / "reports")] if report else ["--no-report"]
     return specbench(*args, env=env)
@@ -84,15 +99,17 @@ def cell_json(run: Path, cell: str) -> dict:
 def pdf_text(pdf: Path) -> str:
     tool = shutil.which("pdftotext")
     assert tool, "pdftotext not found: install poppler-utils (apt-get install -y poppler-utils)"
-    out = subprocess.run([tool, "-layout", str(pdf), "-"], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [tool, "-layout", str(pdf), "-"], capture_output=True, text=True, check=True
+    )
     return re.sub(r"\s+", " ", out.stdout)
 
 
 def test_telemetry_is_recorded_per_cell_and_a_throttled_cell_is_flagged(results, tmp_path):
-    scenario = {**THROTTLED_START,
-                "errors": [{"gpu": 0, "function": "nvmlDeviceGetTemperature", "calls": [6],
-                            "code": 15}]}
+    scenario = {
+        **THROTTLED_START,
+        "errors": [{"gpu": 0, "function": "nvmlDeviceGetTemperature", "calls": [6], "code": 15}],
+    }
     # The engines are told of GPUs 0 and 3; the host has one: GPU 3 is missing, not an error.
     proc = run_with_fake(tmp_path, results, scenario, report=True, cuda_visible="0,3")
     run = run_folder(results)
@@ -136,8 +153,9 @@ def test_telemetry_is_recorded_per_cell_and_a_throttled_cell_is_flagged(results,
     verdict = verdict_of(run)
     assert verdict["excluded_cells"] == [] and verdict["verdict"] == "PASS", verdict["reasons"]
     assert verdict["gpu_throttle_policy"] == "flag"
-    assert [(c["cell"], c["reasons"], c["throttled_samples"])
-            for c in verdict["gpu_throttled_cells"]] == [(FIRST, ["sw_power_cap"], 2)]
+    assert [
+        (c["cell"], c["reasons"], c["throttled_samples"]) for c in verdict["gpu_throttled_cells"]
+    ] == [(FIRST, ["sw_power_cap"], 2)]
     speed = next(b for b in verdict["bars"] if b["name"] == "pass.speed")
     figures = {f["concurrency"]: f for f in speed["evidence"]["tasks"]["chat"]["figures"]}
     assert {c: f["gpu_throttled"] for c, f in figures.items()} == {1: [FIRST], 2: []}
@@ -156,13 +174,15 @@ def test_under_remeasure_a_throttled_cell_is_measured_again(results, tmp_path):
     run = run_folder(results)
     attempts = cell_json(run, FIRST)["attempts"]
     assert [a["status"] for a in attempts] == ["invalid", "complete"], attempts
-    assert re.fullmatch(r"GPU throttled: sw_power_cap in 2 of \d+ samples \(GPU 0\)",
-                        attempts[0]["error"]), attempts[0]["error"]
+    assert re.fullmatch(
+        r"GPU throttled: sw_power_cap in 2 of \d+ samples \(GPU 0\)", attempts[0]["error"]
+    ), attempts[0]["error"]
     assert "unusable: GPU throttled: sw_power_cap" in said(proc)
     samples = gpu_samples(run, FIRST)
     assert {s.attempt for s in samples} == {1, 2}  # both attempts' telemetry kept
-    assert not any("sw_power_cap" in r.clock_events for s in samples if s.attempt == 2
-                   for r in s.gpus)
+    assert not any(
+        "sw_power_cap" in r.clock_events for s in samples if s.attempt == 2 for r in s.gpus
+    )
     cells = pd.read_csv(run / "cells.csv").set_index("cell_id")
     assert cells.loc[FIRST, "attempt"] == 2 and not cells.loc[FIRST, "gpu_throttled"]
     assert (cells["status"] == "complete").all()
@@ -179,8 +199,13 @@ def test_a_host_without_nvml_records_no_gpu_telemetry_once_and_runs_cleanly(resu
     run = run_folder(results)
     reason = "no GPU telemetry: NVML did not start (NVML Shared Library Not Found)"
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["gpu_telemetry"] == {"recorded": False, "reason": reason, "driver_version": None,
-                                         "binding": None, "gpus": None}
+    assert manifest["gpu_telemetry"] == {
+        "recorded": False,
+        "reason": reason,
+        "driver_version": None,
+        "binding": None,
+        "gpus": None,
+    }
     for starts in manifest["engines"].values():
         assert starts[-1]["gpu_telemetry"] == {"recorded": False, "reason": reason}
     output = said(proc)
@@ -204,12 +229,16 @@ def test_the_policy_is_registered_flag_or_remeasure(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"specbench: {path}:{_line_of(path, 'gpu_throttle')}: recording.gpu_throttle:"
-        " Input should be 'flag' or 'remeasure'"]
+        " Input should be 'flag' or 'remeasure'"
+    ]
 
 
 def _line_of(path: Path, key: str) -> int:
-    return next(n for n, line in enumerate(path.read_text().splitlines(), 1)
-                if line.strip().startswith(f"{key}:"))
+    return next(
+        n
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if line.strip().startswith(f"{key}:")
+    )
 
 
 def test_resume_remeasures_a_complete_cell_that_throttled_only_under_remeasure(tmp_path):
@@ -223,13 +252,31 @@ def test_resume_remeasures_a_complete_cell_that_throttled_only_under_remeasure(t
         store.root.mkdir()
         attempt = store.start_attempt(cell.id, cell.to_dict())
         with JsonlWriter(store.cell_dir(cell.id) / "requests.jsonl") as out:
-            out.write(RequestRecord(cell_id=cell.id, attempt=attempt, index=0, item_id="a",
-                                    scheduled_t=0.0, sent_t=0.0, first_token_t=1.0, end_t=2.0,
-                                    completion_tokens=10))
+            out.write(
+                RequestRecord(
+                    cell_id=cell.id,
+                    attempt=attempt,
+                    index=0,
+                    item_id="a",
+                    scheduled_t=0.0,
+                    sent_t=0.0,
+                    first_token_t=1.0,
+                    end_t=2.0,
+                    completion_tokens=10,
+                )
+            )
         with JsonlWriter(store.cell_dir(cell.id) / "gpu.jsonl") as out:
             for t, events in ((0.0, ["gpu_idle"]), (1.0, ["hw_slowdown"])):
-                out.write(GpuSample(cell_id=cell.id, attempt=attempt, t=t, wall_time=t, ok=True,
-                                    gpus=[GpuReading(index=0, clock_events=events)]))
+                out.write(
+                    GpuSample(
+                        cell_id=cell.id,
+                        attempt=attempt,
+                        t=t,
+                        wall_time=t,
+                        ok=True,
+                        gpus=[GpuReading(index=0, clock_events=events)],
+                    )
+                )
         store.mark_complete(cell.id, attempt, Outcome(n_ok=1, n_errors=0, aborted=False))
         said = io.StringIO()
         console = Console(file=said, width=200)
@@ -237,8 +284,12 @@ def test_resume_remeasures_a_complete_cell_that_throttled_only_under_remeasure(t
         status = store.cell_info(cell.id)["attempts"][0]
         if again:
             assert (status["status"], status["error"]) == (
-                "invalid", "GPU throttled: hw_slowdown in 1 of 2 samples (GPU 0)")
-            assert "remeasuring base/chat/speed/c001: attempt 1 is unusable: GPU throttled" \
+                "invalid",
+                "GPU throttled: hw_slowdown in 1 of 2 samples (GPU 0)",
+            )
+            assert (
+                "remeasuring base/chat/speed/c001: attempt 1 is unusable: GPU throttled"
                 in said.getvalue()
+            )
         else:
             assert status["status"] == "complete"

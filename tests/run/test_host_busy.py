@@ -31,9 +31,13 @@ def spin_outside_this_tree(cpu: int) -> int:
     """A process spinning on `cpu` whose parent exits at once, so it is no descendant of
     the harness (this process): other CPU, as another program's would be. Its pid."""
     code = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
-    out = subprocess.run(["sh", "-c", '"$0" -c "$1" </dev/null >/dev/null 2>&1 & echo $!',
-                          sys.executable, code], capture_output=True, text=True, check=True,
-                         timeout=10)
+    out = subprocess.run(
+        ["sh", "-c", '"$0" -c "$1" </dev/null >/dev/null 2>&1 & echo $!', sys.executable, code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    )
     return int(out.stdout)
 
 
@@ -67,23 +71,28 @@ def scripted_arm(arm):
     """The runner's ArmEngine for `arm`, around a scripted engine in this process's thread:
     its CPU is the harness's own; with no process of its own it is counted as attached."""
     with serve_in_thread(arm.scripted) as served:
-        process = SimpleNamespace(base_url=served.base_url,
-                                  metrics_url=served.base_url + "/metrics",
-                                  served_model="scripted", metrics_dialect="vllm",
-                                  pgid=None, alive=lambda: True)
+        process = SimpleNamespace(
+            base_url=served.base_url,
+            metrics_url=served.base_url + "/metrics",
+            served_model="scripted",
+            metrics_dialect="vllm",
+            pgid=None,
+            alive=lambda: True,
+        )
         yield SimpleNamespace(arm=arm, gpus=None, ensure=lambda started_for: process)
 
 
 @pytest.mark.timing
 def test_a_cell_run_beside_a_spinning_process_is_measured_again_and_the_quiet_one_kept(
-        tmp_path: Path):
+    tmp_path: Path,
+):
     path = study_file(tmp_path, recording={"host_foreign_cpu_limit": LIMIT, "cell_retries": 1})
     loaded = load_study_file(path)
     store = new_run(loaded, tmp_path / "results")
     cell = next(c for c in plan_cells(loaded.study) if c.id == "base/chat/speed/c001")
     arm = next(a for a in loaded.study.arms if a.name == "base")
     cpus = sorted(os.sched_getaffinity(0))
-    progress = Progress([spin_outside_this_tree(cpu) for cpu in cpus[:max(1, len(cpus) // 2)]])
+    progress = Progress([spin_outside_this_tree(cpu) for cpu in cpus[: max(1, len(cpus) // 2)]])
     try:
         with scripted_arm(arm) as engine:
             usable = measure_cell(store, loaded.study, engine, cell, cast(RunProgress, progress))
@@ -96,7 +105,8 @@ def test_a_cell_run_beside_a_spinning_process_is_measured_again_and_the_quiet_on
     busy = attempts[0]["error"]
     assert busy.startswith("host busy: ") and busy.endswith(
         f"above the limit {LIMIT:g}; the engine is attached, so its own CPU, if on this"
-        " host, counts as other"), busy
+        " host, counts as other"
+    ), busy
     assert float(busy.split()[2]) > LIMIT
     assert [status for status, _ in progress.ends] == ["REMEASURE", "done"]
     assert usable
@@ -115,7 +125,8 @@ def test_every_cell_records_the_shares_even_with_no_limit_registered(tmp_path: P
     arm = next(a for a in loaded.study.arms if a.name == "base")
     with scripted_arm(arm) as engine:
         assert measure_cell(store, loaded.study, engine, cell, cast(RunProgress, Progress([])))
-    health = json.loads((store.cell_dir(cell.id) / "complete.json").read_text())[
-        "outcome"]["health"]
+    health = json.loads((store.cell_dir(cell.id) / "complete.json").read_text())["outcome"][
+        "health"
+    ]
     assert health["host_foreign_cpu_limit"] is None
     assert 0 <= health["host_foreign_cpu_share"] <= 1 and 0 <= health["host_steal_share"] <= 1

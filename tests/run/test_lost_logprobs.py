@@ -27,8 +27,13 @@ DRAFTER = {**SGLANG, "accept_probs": [1.0, 1.0, 1.0, 1.0], "accept_draws": "even
 
 
 def lost_study(tmp_path, drafter: dict, base: dict | None = None):
-    return study_file(tmp_path, base={**SGLANG, **(base or {})}, drafter={**DRAFTER, **drafter},
-                      identity=BEYOND, recording={"smoke": True})
+    return study_file(
+        tmp_path,
+        base={**SGLANG, **(base or {})},
+        drafter={**DRAFTER, **drafter},
+        identity=BEYOND,
+        recording={"smoke": True},
+    )
 
 
 def test_a_near_tie_after_a_lost_step_passes_and_the_smoke_goes_on(tmp_path):
@@ -38,8 +43,11 @@ def test_a_near_tie_after_a_lost_step_passes_and_the_smoke_goes_on(tmp_path):
     results = tmp_path / "results"
     proc = specbench("run", str(study), "--results", str(results), "--no-report")
     run = run_folder(results)
-    baseline = [line for line in (run / "smoke" / "requests.jsonl").read_text().splitlines()
-                if '"cell_id":"smoke/base"' in line.replace(" ", "")]
+    baseline = [
+        line
+        for line in (run / "smoke" / "requests.jsonl").read_text().splitlines()
+        if '"cell_id":"smoke/base"' in line.replace(" ", "")
+    ]
     assert baseline and all('"lost":true' in line.replace(" ", "") for line in baseline)
     (check,) = [r for r in smoke_lines(run) if r["kind"] == "identity"]
     assert check["status"] == "passed", said(proc)[-2000:]
@@ -47,14 +55,18 @@ def test_a_near_tie_after_a_lost_step_passes_and_the_smoke_goes_on(tmp_path):
     beyond = identity_under(run, study, "beyond_near_ties")
     arm = beyond.evidence["tasks"]["chat"]["arms"]["drafter"]
     assert beyond.status == "pass" and arm["divergence_kinds"] == {
-        "numeric": 6, "real": 0, "unknown": 0}, arm
+        "numeric": 6,
+        "real": 0,
+        "unknown": 0,
+    }, arm
     assert arm["mismatches"][0]["divergence"]["token_index"] == 6
 
 
 def test_a_real_divergence_after_a_lost_step_still_stops_the_smoke(tmp_path):
     study = lost_study(tmp_path, {"flip_at_token": 7})
-    proc = specbench("run", str(study), "--results", str(tmp_path / "results"), "--no-report",
-                     check=False)
+    proc = specbench(
+        "run", str(study), "--results", str(tmp_path / "results"), "--no-report", check=False
+    )
     assert proc.returncode == 1, said(proc)[-3000:]
     first = specbench_errors(proc)[0]
     assert "at token 6 " in first and "-- real: " in first, first
@@ -65,8 +77,7 @@ def test_a_divergence_between_two_fragments_is_read_by_bytes(tmp_path):
     # bytes differ) at a near-tie: found at token 2 and numeric, not "the tokens agree".
     study = lost_study(tmp_path, {"tie_at_token": 3, "flip_at_token": 3}, {"tie_at_token": 3})
     proc = specbench("run", str(study), "--results", str(tmp_path / "results"), "--no-report")
-    (check,) = [r for r in smoke_lines(run_folder(tmp_path / "results"))
-                if r["kind"] == "identity"]
+    (check,) = [r for r in smoke_lines(run_folder(tmp_path / "results")) if r["kind"] == "identity"]
     assert check["status"] == "passed", said(proc)[-2000:]
     (tie, _) = check["near_ties"]
     assert (tie["token_index"], tie["kind"]) == (2, "numeric"), tie
@@ -77,8 +88,12 @@ def test_a_divergence_between_two_fragments_is_read_by_bytes(tmp_path):
 
 
 def frag(raw: bytes) -> TokenLogprob:
-    return TokenLogprob(token="\ufffd", logprob=-0.1, bytes=list(raw),
-                        top=[("\ufffd", -0.1, list(raw)), ("\ufffd", -3.0, [0xE4, 0xB9])])
+    return TokenLogprob(
+        token="\ufffd",
+        logprob=-0.1,
+        bytes=list(raw),
+        top=[("\ufffd", -0.1, list(raw)), ("\ufffd", -3.0, [0xE4, 0xB9])],
+    )
 
 
 def word(text: str) -> TokenLogprob:
@@ -98,8 +113,9 @@ def test_a_list_that_cannot_be_aligned_is_never_a_real_divergence():
     # A lost token alone in its step is rebuilt from its bytes: its key is known, its
     # logprobs are not, so the drafter's side alone can show a near-tie there...
     other = [word(" a"), frag(b"\xe4\xb9"), frag(b"\xad"), word(" b"), word(" c")]
-    other[1] = other[1].model_copy(update={"top": [("\ufffd", -0.1, [0xE4, 0xB9]),
-                                                   ("\ufffd", -0.11, [0xE4, 0xB8])]})
+    other[1] = other[1].model_copy(
+        update={"top": [("\ufffd", -0.1, [0xE4, 0xB9]), ("\ufffd", -0.11, [0xE4, 0xB8])]}
+    )
     d = token_divergence(other, baseline, 0.5, " a乭 b c", " a中 b d")
     assert (d.token_index, d.kind, d.baseline_margin) == (1, "numeric", None)
     assert (d.drafter_token, d.baseline_token) == ("\\xe4\\xb9", "\\xe4\\xb8")
@@ -115,9 +131,19 @@ def test_a_list_that_cannot_be_aligned_is_never_a_real_divergence():
 def sse(content: str | None, tokens: int | None, entries: list[dict] | None) -> tuple[float, bytes]:
     import json
 
-    chunk: dict = {"id": "x", "choices": [] if content is None else [
-        {"index": 0, "delta": {"content": content}, "finish_reason": None,
-         "logprobs": None if entries is None else {"content": entries}}]}
+    chunk: dict = {
+        "id": "x",
+        "choices": []
+        if content is None
+        else [
+            {
+                "index": 0,
+                "delta": {"content": content},
+                "finish_reason": None,
+                "logprobs": None if entries is None else {"content": entries},
+            }
+        ],
+    }
     if tokens is not None:
         chunk["usage"] = {"prompt_tokens": 1, "completion_tokens": tokens}
     return 0.0, b"data: " + json.dumps(chunk).encode()
@@ -125,8 +151,12 @@ def sse(content: str | None, tokens: int | None, entries: list[dict] | None) -> 
 
 def entry(text: str, raw: bytes | None = None) -> dict:
     raw = raw if raw is not None else text.encode()
-    return {"token": text, "logprob": -0.1, "bytes": list(raw),
-            "top_logprobs": [{"token": text, "logprob": -0.1, "bytes": list(raw)}]}
+    return {
+        "token": text,
+        "logprob": -0.1,
+        "bytes": list(raw),
+        "top_logprobs": [{"token": text, "logprob": -0.1, "bytes": list(raw)}],
+    }
 
 
 def parsed(events: list[tuple[float, bytes]]) -> RequestRecord:
@@ -138,12 +168,27 @@ def parsed(events: list[tuple[float, bytes]]) -> RequestRecord:
 
 def test_the_client_places_a_placeholder_for_each_token_counted_and_not_scored():
     # The fragment's step sent nothing: usage jumps by 2 at the next chunk.
-    rec = parsed([sse(" a", 1, [entry(" a")]), sse("中", 3, [entry("\ufffd", b"\xad")]),
-                  sse(" b", 4, [entry(" b")])])
+    rec = parsed(
+        [
+            sse(" a", 1, [entry(" a")]),
+            sse("中", 3, [entry("\ufffd", b"\xad")]),
+            sse(" b", 4, [entry(" b")]),
+        ]
+    )
     assert [(t.shown, t.lost) for t in rec.token_logprobs or []] == [
-        (" a", False), ("", True), ("\\xad", False), (" b", False)]
+        (" a", False),
+        ("", True),
+        ("\\xad", False),
+        (" b", False),
+    ]
     # Without per-chunk counts the entries after the first gap cannot be placed: those
     # whose bytes tile the text from its start are kept, the rest marked lost.
-    rec = parsed([sse(" a", None, [entry(" a")]), sse("中", None, [entry("\ufffd", b"\xad")]),
-                  sse(" b", None, [entry(" b")]), sse(None, 4, None)])
+    rec = parsed(
+        [
+            sse(" a", None, [entry(" a")]),
+            sse("中", None, [entry("\ufffd", b"\xad")]),
+            sse(" b", None, [entry(" b")]),
+            sse(None, 4, None),
+        ]
+    )
     assert [t.lost for t in rec.token_logprobs or []] == [False, True, True, True]

@@ -21,50 +21,90 @@ from harness.testengine.spec import ScriptedEngineSpec
 from tests.run.conftest import run_folder, specbench
 from tests.weights.hubcache import build_hub_cache
 
-ENGINE: dict[str, Any] = {"weight_bytes": 2.0e10, "bandwidth_bytes_per_s": 2.0e12,
-                          "flops_per_token": 2.0e10, "flops_per_s": 4.0e13,
-                          "served_model": "tiny", "seed": 1}
+ENGINE: dict[str, Any] = {
+    "weight_bytes": 2.0e10,
+    "bandwidth_bytes_per_s": 2.0e12,
+    "flops_per_token": 2.0e10,
+    "flops_per_s": 4.0e13,
+    "served_model": "tiny",
+    "seed": 1,
+}
 
 
 def study(base_url: str, draft_url: str) -> dict:
     attach = {"metrics": "vllm", "served_model": "tiny"}
     return {
-        "title": "pinned-run test", "registered": "2026-11-30",
+        "title": "pinned-run test",
+        "registered": "2026-11-30",
         "hardware": {"gpu": "H100", "memory_bandwidth_gb_s": 2000, "dense_tflops": 1000},
-        "model": {"id": "specbench/tiny", "revision": "main", "served_name": "tiny",
-                  "params_billion": 0.001},
+        "model": {
+            "id": "specbench/tiny",
+            "revision": "main",
+            "served_name": "tiny",
+            "params_billion": 0.001,
+        },
         "arms": [
             {"name": "base", "engine": "vllm", "attach": {"base_url": base_url, **attach}},
-            {"name": "draft", "engine": "vllm", "attach": {"base_url": draft_url, **attach},
-             "drafter": {"method": "ngram", "num_draft_tokens": 4}, "baseline": "base"},
+            {
+                "name": "draft",
+                "engine": "vllm",
+                "attach": {"base_url": draft_url, **attach},
+                "drafter": {"method": "ngram", "num_draft_tokens": 4},
+                "baseline": "base",
+            },
         ],
-        "loads": {"closed_loop": {"concurrency": [1], "requests": {"min": 4, "per_user": 4},
-                                  "warmup_per_user": 1}},
-        "tasks": [{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 16,
-                   "subset": 8}],
-        "recording": {"sessions": 1, "lag_limit_p99_ms": 1000, "min_delivered_share": 0.5, "cell_retries": 0},
-        "bars": {"pass": {"speed": {"concurrencies": [1]}, "identity": None,
-                          "knee": {"required": False}},
-                 "stop": {"concurrencies": [1], "threshold": 0.01},
-                 "check": {"threshold": 1000},
-                 "intervals": {"bootstrap_resamples": 200}},
+        "loads": {
+            "closed_loop": {
+                "concurrency": [1],
+                "requests": {"min": 4, "per_user": 4},
+                "warmup_per_user": 1,
+            }
+        },
+        "tasks": [
+            {"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 16, "subset": 8}
+        ],
+        "recording": {
+            "sessions": 1,
+            "lag_limit_p99_ms": 1000,
+            "min_delivered_share": 0.5,
+            "cell_retries": 0,
+        },
+        "bars": {
+            "pass": {
+                "speed": {"concurrencies": [1]},
+                "identity": None,
+                "knee": {"required": False},
+            },
+            "stop": {"concurrencies": [1], "threshold": 0.01},
+            "check": {"threshold": 1000},
+            "intervals": {"bootstrap_resamples": 200},
+        },
     }
 
 
 def page_one(pdf: Path) -> str:
     tool = shutil.which("pdftotext")
     assert tool, "pdftotext not found: install poppler-utils"
-    return subprocess.run([tool, "-f", "1", "-l", "1", "-layout", str(pdf), "-"],
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        [tool, "-f", "1", "-l", "1", "-layout", str(pdf), "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def test_unpinned_gpu_study_is_refused_then_runs_with_the_deviation_recorded(tmp_path) -> None:
     hub = build_hub_cache(tmp_path / "weights")
-    env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub.root),
-           "SPECBENCH_CACHE": str(tmp_path / "specbench-cache")}
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_CACHE": str(hub.root),
+        "SPECBENCH_CACHE": str(tmp_path / "specbench-cache"),
+    }
     drafter = {**ENGINE, "num_draft_tokens": 4, "accept_probs": [0.9, 0.8, 0.7, 0.6]}
-    with ScriptedEngineProcess(ScriptedEngineSpec(**ENGINE), tmp_path / "e1") as base, \
-            ScriptedEngineProcess(ScriptedEngineSpec(**drafter), tmp_path / "e2") as draft:
+    with (
+        ScriptedEngineProcess(ScriptedEngineSpec(**ENGINE), tmp_path / "e1") as base,
+        ScriptedEngineProcess(ScriptedEngineSpec(**drafter), tmp_path / "e2") as draft,
+    ):
         path = tmp_path / "study.yaml"
         text = yaml.safe_dump(study(base.base_url, draft.base_url), sort_keys=False)
         path.write_text(text + "# TO FIX BEFORE THE RUN: confirm the tuned flags\n")
@@ -85,9 +125,11 @@ def test_unpinned_gpu_study_is_refused_then_runs_with_the_deviation_recorded(tmp
     [deviation] = manifest["deviations"]
     assert deviation["what"] == "ran with unpinned revisions or open markers (--allow-unpinned)"
     assert [(u["checkpoint"], u["revision"]) for u in deviation["unpinned"]] == [
-        ("specbench/tiny", "main")]
+        ("specbench/tiny", "main")
+    ]
     assert deviation["open_markers"] == [
-        f"{path}:{marker_line}: TO FIX BEFORE THE RUN: confirm the tuned flags"]
+        f"{path}:{marker_line}: TO FIX BEFORE THE RUN: confirm the tuned flags"
+    ]
     [checkpoint] = manifest["checkpoints"]
     assert checkpoint["commit"] == hub.target_commit and checkpoint["revision"] == "main"
     assert checkpoint["weights"][0]["sha256"] == hub.weights_sha256

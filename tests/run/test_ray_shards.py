@@ -63,8 +63,9 @@ def sequential(request, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("sharded")
-    proc = specbench("run", str(STUDY), "--results", str(out / "results"), "--no-report",
-                     "--gpus", "2")
+    proc = specbench(
+        "run", str(STUDY), "--results", str(out / "results"), "--no-report", "--gpus", "2"
+    )
     return run_folder(out / "results"), proc.stdout + proc.stderr
 
 
@@ -74,8 +75,10 @@ def test_two_gpus_make_two_shards_with_the_sequential_verdict(sequential, sharde
     assert manifest["status"] == "complete"
     shards = manifest["sharding"]["shards"]
     assert [s["name"] for s in shards] == ["shard1", "shard2"]
-    assert [u["arms"] for s in shards for u in s["units"]] == [["a-base", "a-draft"],
-                                                               ["b-base", "b-draft"]]
+    assert [u["arms"] for s in shards for u in s["units"]] == [
+        ["a-base", "a-draft"],
+        ["b-base", "b-draft"],
+    ]
     # Two workers, each on its own logical GPU.
     gpus = {name: entry["where"]["ray_gpu_ids"] for name, entry in manifest["shards"].items()}
     assert sorted(gpus) == ["shard1", "shard2"] and gpus["shard1"] != gpus["shard2"], gpus
@@ -83,8 +86,9 @@ def test_two_gpus_make_two_shards_with_the_sequential_verdict(sequential, sharde
     # The bars decide alike.
     seq, par = verdict_of(sequential), verdict_of(run)
     assert par["verdict"] == seq["verdict"] == "PASS", json.dumps(par, indent=1)[:3000]
-    assert {b["name"]: b["status"] for b in par["bars"]} == \
-        {b["name"]: b["status"] for b in seq["bars"]}
+    assert {b["name"]: b["status"] for b in par["bars"]} == {
+        b["name"]: b["status"] for b in seq["bars"]
+    }
     # The same arms were measured: each drafter's tokens per round at one user, which the
     # scripted engine draws from the arm's declared acceptance and its seed, agree within
     # 5% (measured: equal, a 3.30-3.42, b 2.66; a swap of arms or shards would show).
@@ -121,8 +125,12 @@ def test_the_two_cells_of_every_speedup_ran_in_one_shard_on_one_gpu(sharded):
         assert d["where"]["hostname"] == base["where"]["hostname"]
     # Every measured cell says where; identity, accuracy and open-loop cells stay with
     # their group's shard too.
-    shard_of_arm = {"a-base": "shard1", "a-draft": "shard1", "b-base": "shard2",
-                    "b-draft": "shard2"}
+    shard_of_arm = {
+        "a-base": "shard1",
+        "a-draft": "shard1",
+        "b-base": "shard2",
+        "b-draft": "shard2",
+    }
     for cell_id in complete_markers(run):
         info = cell_info(run, cell_id)
         assert info["where"]["shard"] == shard_of_arm[info["cell"]["arm"]], cell_id
@@ -143,8 +151,11 @@ def _kill_a_worker_after(results: Path, cells: int, proc: subprocess.Popen) -> l
         runs = [p for p in results.glob("*") if (p / "manifest.json").exists()]
         done = list(complete_markers(runs[0])) if runs and (runs[0] / "cells").exists() else []
         if len(done) >= cells:
-            workers = [p for p in psutil.process_iter(["cmdline"])
-                       if any("ShardWorker" in part for part in (p.info["cmdline"] or []))]
+            workers = [
+                p
+                for p in psutil.process_iter(["cmdline"])
+                if any("ShardWorker" in part for part in (p.info["cmdline"] or []))
+            ]
             if workers:
                 workers[0].kill()
                 return done
@@ -163,9 +174,24 @@ def test_a_worker_killed_mid_shard_is_resumed_and_no_finished_cell_is_measured_t
     study.write_text(yaml.safe_dump(data, sort_keys=False))
     results = tmp_path / "results"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", str(study), "--results", str(results),
-         "--no-report", "--gpus", "2"], cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            str(study),
+            "--results",
+            str(results),
+            "--no-report",
+            "--gpus",
+            "2",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ),
+    )
     try:
         _kill_a_worker_after(results, 3, proc)
         output, _ = proc.communicate(timeout=300)
@@ -182,8 +208,9 @@ def test_a_worker_killed_mid_shard_is_resumed_and_no_finished_cell_is_measured_t
     assert before, "the cells finished before the loss are in the driver's folder"
     attempts_before = {cell_id: cell_info(run, cell_id)["attempts"] for cell_id in before}
     # The resume measures what is missing, with the shards the manifest recorded.
-    specbench("run", str(study), "--results", str(results), "--no-report", "--gpus", "2",
-              "--resume")
+    specbench(
+        "run", str(study), "--results", str(results), "--no-report", "--gpus", "2", "--resume"
+    )
     after = complete_markers(run)
     assert verdict_of(run)["verdict"] == "PASS"
     assert json.loads((run / "manifest.json").read_text())["status"] == "complete"
@@ -201,8 +228,16 @@ def test_without_ray_sharding_is_refused_in_one_line(tmp_path):
     fake = tmp_path / "noray"
     (fake / "ray").mkdir(parents=True)
     (fake / "ray" / "__init__.py").write_text("raise ImportError('No module named ray')\n")
-    proc = specbench("run", str(STUDY), "--results", str(tmp_path / "results"), "--gpus", "2",
-                     check=False, env={"PYTHONPATH": f"{fake}:{ROOT}"})
+    proc = specbench(
+        "run",
+        str(STUDY),
+        "--results",
+        str(tmp_path / "results"),
+        "--gpus",
+        "2",
+        check=False,
+        env={"PYTHONPATH": f"{fake}:{ROOT}"},
+    )
     assert proc.returncode == 2, proc.stderr
     assert "pip install -e '.[ray]'" in proc.stderr
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())

@@ -15,8 +15,10 @@ from harness.records import RequestRecord
 from harness.testengine.server import serve_in_thread
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "scripted-pass.yaml"
-PROMPTS = [RequestSpec(item_id=f"p{i}", messages=[{"role": "user", "content": f"say {i}"}],
-                       max_tokens=8) for i in range(2)]
+PROMPTS = [
+    RequestSpec(item_id=f"p{i}", messages=[{"role": "user", "content": f"say {i}"}], max_tokens=8)
+    for i in range(2)
+]
 
 
 class FakeMeter:
@@ -32,14 +34,12 @@ class FakeMeter:
         pass
 
     def finish(self) -> HostCpu:
-        return HostCpu(foreign_share=FakeMeter.shares.pop(0), steal_share=0.01,
-                       engine_counted=True)
+        return HostCpu(foreign_share=FakeMeter.shares.pop(0), steal_share=0.01, engine_counted=True)
 
 
 def study(limit: float | None, retries: int = 2):
     s = load_study(EXAMPLE)
-    rec = s.recording.model_copy(update={"host_foreign_cpu_limit": limit,
-                                         "cell_retries": retries})
+    rec = s.recording.model_copy(update={"host_foreign_cpu_limit": limit, "cell_retries": retries})
     return s.model_copy(update={"recording": rec})
 
 
@@ -52,8 +52,9 @@ def meter(monkeypatch):
 
 def time_regime(s, base_url: str):
     seen: list[RequestRecord] = []
-    rec = regime_mod.measure_regime(s, "base", "k", base_url, "scripted", PROMPTS,
-                                    on_record=seen.append, engine_group=4242)
+    rec = regime_mod.measure_regime(
+        s, "base", "k", base_url, "scripted", PROMPTS, on_record=seen.append, engine_group=4242
+    )
     return rec, seen
 
 
@@ -85,8 +86,10 @@ def test_a_level_busy_after_every_try_is_kept_and_the_line_says_so(meter):
         rec, _ = time_regime(s, eng.base_url)
     two = rec.levels[1]
     assert (two.attempts, two.host_busy) == (2, True) and two.host_busy_share == pytest.approx(0.56)
-    assert rec.line().endswith(f"(timed while other work took the host's CPU: {two.users} users"
-                               " 0.56, above the limit 0.25 after every try)"), rec.line()
+    assert rec.line().endswith(
+        f"(timed while other work took the host's CPU: {two.users} users"
+        " 0.56, above the limit 0.25 after every try)"
+    ), rec.line()
 
 
 def test_without_a_registered_limit_each_level_is_timed_once(meter):

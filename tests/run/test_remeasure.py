@@ -21,9 +21,16 @@ from tests.run.conftest import ROOT, copy_of_run, run_folder, specbench, verdict
 SPEED = [f"{arm}/chat/speed/c{c:03d}" for arm in ("base", "drafter") for c in (1, 2, 4)]
 
 
-def study_file(tmp_path: Path, *, base: dict | None = None, drafter: dict | None = None,
-               recording: dict | None = None, chat: dict | None = None,
-               identity: dict | None = None, accuracy: dict | None = None) -> Path:
+def study_file(
+    tmp_path: Path,
+    *,
+    base: dict | None = None,
+    drafter: dict | None = None,
+    recording: dict | None = None,
+    chat: dict | None = None,
+    identity: dict | None = None,
+    accuracy: dict | None = None,
+) -> Path:
     """examples/scripted-pass.yaml at levels 1-4, no open loop, knee not required (so
     only speed, identity and accuracy decide), with per-arm scripted-engine changes."""
     data = yaml.safe_load((ROOT / "examples" / "scripted-pass.yaml").read_text())
@@ -37,8 +44,12 @@ def study_file(tmp_path: Path, *, base: dict | None = None, drafter: dict | None
     # No cell is remeasured for client lag here, whatever the machine's load. The smoke
     # stage is off: its prompts would take arrivals 2 and 3 of the first arm's engine,
     # which it keeps for the first cell, and the refusals below count arrivals from there.
-    data["recording"] = {**data["recording"], "lag_limit_p99_ms": 10_000, "smoke": False,
-                         **(recording or {})}
+    data["recording"] = {
+        **data["recording"],
+        "lag_limit_p99_ms": 10_000,
+        "smoke": False,
+        **(recording or {}),
+    }
     arms = {a["name"]: a for a in data["arms"]}
     arms["base"]["scripted"].update(base or {})
     arms["drafter"]["scripted"].update(drafter or {})
@@ -83,14 +94,19 @@ def early_refusal_run(tmp_path_factory) -> Path:
     with no output is counted. A folder holding study.yaml and results/; the resume
     test works on a copy of it (its base arm is the plain one)."""
     folder = tmp_path_factory.mktemp("early-refusal")
-    study = study_file(folder, drafter=refuse(3), chat={"subset": 32, "identity_items": 32},
-                       identity={"min_identical_share": 0.95})
+    study = study_file(
+        folder,
+        drafter=refuse(3),
+        chat={"subset": 32, "identity_items": 32},
+        identity={"min_identical_share": 0.95},
+    )
     specbench("run", str(study), "--results", str(folder / "results"), "--no-report")
     return folder
 
 
 def test_one_early_refusal_in_a_32_request_cell_neither_aborts_it_nor_leaves_a_bar_incomplete(
-        early_refusal_run):
+    early_refusal_run,
+):
     # Before, 1 error in the first 10 requests aborted the cell and left the identity bar
     # INCOMPLETE.
     run = run_folder(early_refusal_run / "results")
@@ -107,8 +123,10 @@ def test_one_early_refusal_in_a_32_request_cell_neither_aborts_it_nor_leaves_a_b
     # The refused item is not compared (a failed request has no text to compare); the
     # other 31 are, and are identical.
     assert arm["drafter_cell"] == cell and (arm["n_compared"], arm["n_identical"]) == (31, 31)
-    records = [json.loads(line) for line in
-               (run / "cells" / cell_dirname(cell) / "requests.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line)
+        for line in (run / "cells" / cell_dirname(cell) / "requests.jsonl").read_text().splitlines()
+    ]
     refused = [r["item_id"] for r in records if r["phase"] == "measure" and r["error"]]
     assert [n["item_id"] for n in arm["not_compared"]] == refused and len(refused) == 1
 
@@ -123,7 +141,8 @@ def test_an_aborted_cell_is_measured_again_and_the_new_attempt_is_used(results, 
     info = cell_json(run, cell)
     assert statuses(run, cell) == ["invalid", "complete"], info["attempts"]
     assert info["attempts"][0]["error"].startswith(
-        "aborted: error rate 3/3 measured requests = 100.0% passed the limit 5.0%")
+        "aborted: error rate 3/3 measured requests = 100.0% passed the limit 5.0%"
+    )
     assert marker(run, cell)["attempt"] == 2
     assert marker(run, cell)["outcome"]["n_errors"] == 0
     # Every attempt's records are kept; analysis reads the one complete.json names.
@@ -138,7 +157,9 @@ def test_an_aborted_cell_is_measured_again_and_the_new_attempt_is_used(results, 
     assert arm["baseline_cell"] == cell and arm["n_identical"] == arm["n_compared"] == 6
     text = said(proc)
     assert "REMEASURE base/chat/identity" in text
-    assert "unusable: aborted: error rate 3/3" in text and "(1 of at most 3 measurements used)" in text
+    assert (
+        "unusable: aborted: error rate 3/3" in text and "(1 of at most 3 measurements used)" in text
+    )
     # Stage 2 starts a fresh base engine, which refuses the first three requests of
     # base/gsm8k/accuracy (four users, no warm-up): aborted too, and measured again.
     accuracy = "base/gsm8k/accuracy"
@@ -153,9 +174,13 @@ def test_a_cell_without_a_per_user_speed_is_remeasured_then_stays_invalid(result
     # and end share a stamp, so every request is a burst with no TPOT, attempt after
     # attempt.
     # Identity and accuracy judge every drafter, so they need no speedup to pick one.
-    study = study_file(tmp_path, base={"chunking": "per_request"},
-                       recording={"cell_retries": 1}, identity={"arms": "all_drafters"},
-                       accuracy={"arms": "all_drafters"})
+    study = study_file(
+        tmp_path,
+        base={"chunking": "per_request"},
+        recording={"cell_retries": 1},
+        identity={"arms": "all_drafters"},
+        accuracy={"arms": "all_drafters"},
+    )
     proc = specbench("run", str(study), "--results", str(results), "--no-report", check=False)
     assert proc.returncode == 3, said(proc)[-3000:]  # INCOMPLETE: not a complete answer's 0
     run = run_folder(results)
@@ -181,26 +206,33 @@ def test_a_cell_without_a_per_user_speed_is_remeasured_then_stays_invalid(result
     assert "all 2 measurements spent, so no bar uses it" in text
 
     # A resume finds them unusable with no attempts left: nothing is measured again.
-    before = {c: (run / "cells" / cell_dirname(c) / "requests.jsonl").stat().st_size
-              for c in base_speed}
-    again = specbench("run", str(study), "--results", str(results), "--resume", "--no-report",
-                      check=False)
+    before = {
+        c: (run / "cells" / cell_dirname(c) / "requests.jsonl").stat().st_size for c in base_speed
+    }
+    again = specbench(
+        "run", str(study), "--results", str(results), "--resume", "--no-report", check=False
+    )
     assert again.returncode == 3 and "base/chat/speed/c001 stays invalid" in said(again)
     # The verdict says why and how to go on: bursts are a cause that may pass (a client
     # that fell behind), so the command it names measures them again with a fresh budget.
-    assert ("bursts, 3 cells (pass.speed 3): 1.00 of the requests arrived in bursts, above"
-            " the limit 0.1" in said(again)), said(again)[-3000:]
-    assert f"to finish the run: specbench run {study} --resume {run} --remeasure-invalid" in \
-        said(again)
+    assert (
+        "bursts, 3 cells (pass.speed 3): 1.00 of the requests arrived in bursts, above"
+        " the limit 0.1" in said(again)
+    ), said(again)[-3000:]
+    assert f"to finish the run: specbench run {study} --resume {run} --remeasure-invalid" in said(
+        again
+    )
     for cell in base_speed:
         assert statuses(run, cell) == ["invalid", "invalid"]
-        assert (run / "cells" / cell_dirname(cell) / "requests.jsonl").stat().st_size == \
-            before[cell]
+        assert (run / "cells" / cell_dirname(cell) / "requests.jsonl").stat().st_size == before[
+            cell
+        ]
     assert verdict_of(run)["verdict"] == "INCOMPLETE"
 
 
 def test_resume_remeasures_a_complete_but_unusable_cell_while_attempts_remain(
-        early_refusal_run, tmp_path):
+    early_refusal_run, tmp_path
+):
     study, results = copy_of_run(early_refusal_run, "study.yaml", tmp_path)
     run = run_folder(results)
     assert verdict_of(run)["verdict"] == "PASS"
@@ -223,8 +255,9 @@ def test_resume_remeasures_a_complete_but_unusable_cell_while_attempts_remain(
 
     proc = specbench("run", str(study), "--results", str(results), "--resume", "--no-report")
     text = said(proc)
-    assert (f"remeasuring {cell}: attempt 1 is unusable: no request with a per-user speed"
-            in text), text[-3000:]
+    assert f"remeasuring {cell}: attempt 1 is unusable: no request with a per-user speed" in text, (
+        text[-3000:]
+    )
     assert "(1 of at most 3 measurements used)" in text
     info = cell_json(run, cell)
     assert statuses(run, cell) == ["invalid", "complete"], info["attempts"]

@@ -28,8 +28,13 @@ from tests.run.conftest import ROOT, run_folder, verdict_of
 from tests.run.test_host_busy import spin_outside_this_tree
 from tests.run.test_remeasure import SPEED, cell_json, study_file
 
-CELLS = [*SPEED, "base/chat/identity", "drafter/chat/identity", "base/gsm8k/accuracy",
-         "drafter/gsm8k/accuracy"]
+CELLS = [
+    *SPEED,
+    "base/chat/identity",
+    "drafter/chat/identity",
+    "base/gsm8k/accuracy",
+    "drafter/gsm8k/accuracy",
+]
 
 
 def figures(run: Path, cells: list[str]) -> dict[str, tuple[bytes, bytes]]:
@@ -38,8 +43,10 @@ def figures(run: Path, cells: list[str]) -> dict[str, tuple[bytes, bytes]]:
     out = {}
     for cell in cells:
         folder = run / "cells" / cell_dirname(cell)
-        out[cell] = ((folder / "complete.json").read_bytes(),
-                     (folder / "requests.jsonl").read_bytes())
+        out[cell] = (
+            (folder / "complete.json").read_bytes(),
+            (folder / "requests.jsonl").read_bytes(),
+        )
     return out
 
 
@@ -53,7 +60,8 @@ def said(text: str) -> str:
 
 
 def test_a_cell_invalid_for_client_lag_is_finished_by_the_command_the_verdict_names(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     # The drafter's cell at two users is driven by a client that waits 0.5 s before each
     # user's next request (injected, so no machine's speed decides it): a turnaround far
     # over the 200 ms limit and a delivered load far under 0.9 of its users. No retries.
@@ -81,14 +89,16 @@ def test_a_cell_invalid_for_client_lag_is_finished_by_the_command_the_verdict_na
     verdict = verdict_of(run)
     assert verdict["verdict"] == "INCOMPLETE"
     unfinished = verdict["unfinished"]
-    command = (f"specbench run {study.resolve()} --resume {run.resolve()}"
-               " --remeasure-invalid")
+    command = f"specbench run {study.resolve()} --resume {run.resolve()} --remeasure-invalid"
     assert unfinished["command"] == command
     causes = {c["cause"]: c for c in unfinished["causes"]}
     # The held-up users' requests may also arrive bunched, a third cause that passes with the
     # moment; whether the burst check sees it hangs on the host's timing, so it may be there.
-    assert ({"client_lag", "delivered_short"} <= set(causes)
-            <= {"client_lag", "delivered_short", "bursts"}), causes
+    assert (
+        {"client_lag", "delivered_short"}
+        <= set(causes)
+        <= {"client_lag", "delivered_short", "bursts"}
+    ), causes
     assert all(c["cells"] == [slow] for c in causes.values()), causes
     lag, short = causes["client_lag"], causes["delivered_short"]
     # Identity and accuracy judge the best drafter, which the pass levels' speed cells pick.
@@ -97,14 +107,22 @@ def test_a_cell_invalid_for_client_lag_is_finished_by_the_command_the_verdict_na
     assert lag["low"] == lag["high"] > 200 and lag["limit"] == 200
     assert short["high"] < 0.9 and short["limit"] == 0.9
     cost = re.escape("1 cell (pass.speed 1, pass.identity 1, pass.accuracy 1)")
-    assert re.fullmatch(rf"client lag, {cost}: the client's lag p99 \d+\.\d ms, above the"
-                        r" limit 200 ms", lag["line"]), lag["line"]
-    assert re.fullmatch(rf"delivered load short, {cost}: 0\.\d\d of the registered users"
-                        r" kept in flight, below 0\.9", short["line"]), short["line"]
+    assert re.fullmatch(
+        rf"client lag, {cost}: the client's lag p99 \d+\.\d ms, above the"
+        r" limit 200 ms",
+        lag["line"],
+    ), lag["line"]
+    assert re.fullmatch(
+        rf"delivered load short, {cost}: 0\.\d\d of the registered users"
+        r" kept in flight, below 0\.9",
+        short["line"],
+    ), short["line"]
     # The same text in verdict.json's reasons and the terminal's summary.
-    assert verdict["reasons"] == ["incomplete: pass.speed, pass.identity, pass.accuracy",
-                                  *[c["line"] for c in unfinished["causes"]],
-                                  f"to finish the run: {command}"]
+    assert verdict["reasons"] == [
+        "incomplete: pass.speed, pass.identity, pass.accuracy",
+        *[c["line"] for c in unfinished["causes"]],
+        f"to finish the run: {command}",
+    ]
     assert lag["line"] in verdict["reasons"] and short["line"] in verdict["reasons"]
     for line in verdict["reasons"]:
         assert line in first, line
@@ -116,13 +134,27 @@ def test_a_cell_invalid_for_client_lag_is_finished_by_the_command_the_verdict_na
     monkeypatch.setattr(execute, "cell_pattern", real)
     assert main(["run", str(study), "--results", str(results), "--resume", "--no-report"]) == 3
     plain = said(capsys.readouterr().out)
-    assert (f"{slow} stays invalid" in plain and "`--remeasure-invalid` measures it again with"
-            " a fresh budget" in plain), plain[-2000:]
+    assert (
+        f"{slow} stays invalid" in plain
+        and "`--remeasure-invalid` measures it again with a fresh budget" in plain
+    ), plain[-2000:]
     assert [a["status"] for a in cell_json(run, slow)["attempts"]] == ["invalid"]
 
     # The command the verdict named, on a client that keeps up: the complete verdict.
-    assert main(["run", str(study), "--results", str(results), "--resume",
-                 "--remeasure-invalid", "--no-report"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(study),
+                "--results",
+                str(results),
+                "--resume",
+                "--remeasure-invalid",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     out = said(capsys.readouterr().out)
     assert f"{slow} (after 1 attempts)" in out
     verdict = verdict_of(run)
@@ -139,8 +171,9 @@ def test_a_cell_invalid_for_client_lag_is_finished_by_the_command_the_verdict_na
     assert "now valid; read against base/chat/speed/c002, kept as measured" in listed["line"]
     # Every valid cell as it was: its records, and every figure of its row.
     assert figures(run, [c for c in CELLS if c != slow]) == before
-    pd.testing.assert_frame_equal(cell_rows(run, [c for c in CELLS if c != slow]), rows,
-                                  check_dtype=False)  # a column of blanks reads as either
+    pd.testing.assert_frame_equal(
+        cell_rows(run, [c for c in CELLS if c != slow]), rows, check_dtype=False
+    )  # a column of blanks reads as either
 
 
 def slowed_once(monkeypatch, cell_id: str) -> list[str]:
@@ -162,7 +195,8 @@ def slowed_once(monkeypatch, cell_id: str) -> list[str]:
 
 
 def test_a_check_rerun_invalid_for_client_lag_is_measured_again_by_the_command(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     # examples/scripted-check.yaml at levels 1-4: ~7x at one user fires the check bar, and
     # the baseline's rerun at one user is held up by its client. A rerun left invalid is
     # never rerun by a plain resume; the verdict's command measures it again.
@@ -188,8 +222,20 @@ def test_a_check_rerun_invalid_for_client_lag_is_measured_again_by_the_command(
     assert causes["client_lag"]["per_bar"] == {"check": 1}
     assert verdict["unfinished"]["command"].endswith("--remeasure-invalid")
 
-    assert main(["run", str(study), "--results", str(results), "--resume",
-                 "--remeasure-invalid", "--no-report"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(study),
+                "--results",
+                str(results),
+                "--resume",
+                "--remeasure-invalid",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     verdict = verdict_of(run)
     assert verdict["verdict"] == "PASS", verdict["reasons"]
     assert [a["status"] for a in cell_json(run, rerun)["attempts"]] == ["invalid", "complete"]
@@ -221,16 +267,29 @@ def test_a_run_another_program_disturbed_ends_incomplete_and_its_command_finishe
     results, log = tmp_path / "results", tmp_path / "run.log"
     base = [c for c in SPEED if c.startswith("base/")]
     cpus = sorted(os.sched_getaffinity(0))
-    spinners = [spin_outside_this_tree(cpu) for cpu in cpus[:max(1, len(cpus) // 2)]]
+    spinners = [spin_outside_this_tree(cpu) for cpu in cpus[: max(1, len(cpus) // 2)]]
     try:
         with open(log, "w") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", str(study),
-                                     "--results", str(results), "--no-report"], cwd=ROOT,
-                                    stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "harness.cli",
+                    "run",
+                    str(study),
+                    "--results",
+                    str(results),
+                    "--no-report",
+                ],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
             deadline = time.monotonic() + 300
             while proc.poll() is None and time.monotonic() < deadline:
-                if any(results.glob(f"*/cells/{cell_dirname('drafter/chat/identity')}"
-                                    "/complete.json")):
+                if any(
+                    results.glob(f"*/cells/{cell_dirname('drafter/chat/identity')}/complete.json")
+                ):
                     stop(spinners)  # SIGKILL: quiet at once, before the next cell starts
                 time.sleep(0.005)
             code = proc.wait(timeout=300)
@@ -250,7 +309,8 @@ def test_a_run_another_program_disturbed_ends_incomplete_and_its_command_finishe
     assert busy["line"] == (
         f"host busy, 3 cells (pass.speed 3, pass.identity 3, pass.accuracy 3):"
         f" {busy['low']:.2f}-{busy['high']:.2f} of the host's CPU time went to other processes,"
-        " above the limit 0.25")
+        " above the limit 0.25"
+    )
     command = f"specbench run {study} --resume {run} --remeasure-invalid"
     assert verdict["unfinished"]["command"] == command
     assert busy["line"] in text and f"to finish the run: {command}" in text
@@ -258,9 +318,13 @@ def test_a_run_another_program_disturbed_ends_incomplete_and_its_command_finishe
     before, rows = figures(run, valid), cell_rows(run, valid)
 
     # The command it names, on a quiet host: the complete verdict.
-    again = subprocess.run([sys.executable, "-m", "harness.cli", *command.split()[1:],
-                            "--no-report"], cwd=ROOT, capture_output=True, text=True,
-                           timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "harness.cli", *command.split()[1:], "--no-report"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, said(again.stdout + again.stderr)[-3000:]
     verdict = verdict_of(run)
     assert verdict["verdict"] == "PASS", verdict["reasons"]
@@ -269,8 +333,7 @@ def test_a_run_another_program_disturbed_ends_incomplete_and_its_command_finishe
     for r in records:
         assert "host_busy" in r.causes and r.reason.startswith("host busy: ")
         assert r.attempts_before == 1 and r.partners == [r.cell.replace("base/", "drafter/")]
-        assert [a["status"] for a in cell_json(run, r.cell)["attempts"]] == ["invalid",
-                                                                             "complete"]
+        assert [a["status"] for a in cell_json(run, r.cell)["attempts"]] == ["invalid", "complete"]
     assert sorted(r["cell"] for r in verdict["remeasured"]) == sorted(base)
     assert figures(run, valid) == before
     pd.testing.assert_frame_equal(cell_rows(run, valid), rows, check_dtype=False)

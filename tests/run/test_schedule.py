@@ -37,7 +37,8 @@ class RecordingExecutor:
 
 
 def test_the_stop_bar_waits_for_stage_one_and_keeps_stage_two_speed_cells_unstarted(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     loaded = load_study_file(STUDY)
     store = new_run(loaded, tmp_path / "results")
     judged: list[str] = []
@@ -79,7 +80,8 @@ def test_the_stop_bar_waits_for_stage_one_and_keeps_stage_two_speed_cells_unstar
 
 
 def test_stage_five_runs_the_schedule_recorded_once_and_skips_a_task_without_one(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """surface.verify_schedule: after stage 4 the proposed schedule is recorded in the
     manifest and handed to the executor with stage 5's cells; a resumed run reuses the
     record (nothing proposed again); a task the surface proposes none for is skipped, once,
@@ -94,9 +96,15 @@ def test_stage_five_runs_the_schedule_recorded_once_and_skips_a_task_without_one
     cells = [c for c in plan_cells(study) if c.stage == 5]
     proposed: list[int] = []
     record = KScheduleRecord(
-        arm="surface-schedule-chat", task="chat", ranges=[(1, 2, 3), (3, None, 2)],
-        levels=[ScheduledLevel(concurrency=2, k=3, predicted_speedup=2.9, ci_lower=2.8,
-                               ci_upper=3.0)], setting="scripted: ...", proposed_wall=1.0)
+        arm="surface-schedule-chat",
+        task="chat",
+        ranges=[(1, 2, 3), (3, None, 2)],
+        levels=[
+            ScheduledLevel(concurrency=2, k=3, predicted_speedup=2.9, ci_lower=2.8, ci_upper=3.0)
+        ],
+        setting="scripted: ...",
+        proposed_wall=1.0,
+    )
 
     def k_schedule_records(a, when):
         proposed.append(1)
@@ -115,12 +123,16 @@ def test_stage_five_runs_the_schedule_recorded_once_and_skips_a_task_without_one
 
     # No schedule proposed (the drafter's acceptance unmeasured): skipped, said once.
     fresh = new_run(loaded, tmp_path / "other")
-    monkeypatch.setattr(analysis, "k_schedule_records",
-                        lambda a, when: ([], {"chat": "drafter's acceptance not measured"}))
+    monkeypatch.setattr(
+        analysis,
+        "k_schedule_records",
+        lambda a, when: ([], {"chat": "drafter's acceptance not measured"}),
+    )
     with RunProgress(Console(file=io.StringIO()), 0) as progress:
         assert verification_batch(fresh, study, cells, progress) is None
         assert verification_batch(fresh, study, cells, progress) is None
     skipped = fresh.manifest().skipped
     assert [s.cell for s in skipped] == [c.id for c in cells]
-    assert all(s.reason == "no k schedule proposed: drafter's acceptance not measured"
-               for s in skipped)
+    assert all(
+        s.reason == "no k schedule proposed: drafter's acceptance not measured" for s in skipped
+    )

@@ -37,16 +37,23 @@ def complete_cells(run: Path) -> dict[str, dict]:
 
 def usable_attempt(run: Path, cell: str, marker: dict) -> bool:
     info = json.loads((run / "cells" / cell_dirname(cell) / "cell.json").read_text())
-    return any(a["attempt"] == marker["attempt"] and a["status"] == "complete"
-               for a in info["attempts"])
+    return any(
+        a["attempt"] == marker["attempt"] and a["status"] == "complete" for a in info["attempts"]
+    )
 
 
 @pytest.fixture(scope="module")
 def pass_run(tmp_path_factory) -> Path:
     """examples/scripted-pass.yaml run once, uninterrupted (a reference for the resume test)."""
     out = tmp_path_factory.mktemp("pass")
-    specbench("run", "examples/scripted-pass.yaml", "--results", str(out / "results"),
-              "--reports", str(out / "reports"))
+    specbench(
+        "run",
+        "examples/scripted-pass.yaml",
+        "--results",
+        str(out / "results"),
+        "--reports",
+        str(out / "reports"),
+    )
     return run_folder(out / "results")
 
 
@@ -95,8 +102,7 @@ def stop_run(tmp_path_factory) -> Path:
     holding stop.yaml and results/: read by the stop test, and copied by each test that
     resumes a finished run (copy_of_run)."""
     folder = tmp_path_factory.mktemp("stop")
-    specbench("run", str(stop_study(folder)), "--results", str(folder / "results"),
-              "--no-report")
+    specbench("run", str(stop_study(folder)), "--results", str(folder / "results"), "--no-report")
     return folder
 
 
@@ -131,23 +137,43 @@ def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(resul
     reference = verdict_of(pass_run)
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", "examples/scripted-pass.yaml",
-         "--results", str(results), "--no-report"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            "examples/scripted-pass.yaml",
+            "--results",
+            str(results),
+            "--no-report",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     children: list[psutil.Process] = []
     try:
+
         def mid_cell() -> bool:
             if len(list(results.glob("*/cells/*/complete.json"))) < 4:
                 return False
             # The newest engine serving, and a cell measuring on it (requests, no marker).
             manifest = json.loads(next(results.glob("*/manifest.json")).read_text())
-            newest = max((e for es in manifest["engines"].values() for e in es),
-                         key=lambda e: e["started_wall"])
-            measuring = [c for c in results.glob("*/cells/*")
-                         if (c / "requests.jsonl").exists() and not (c / "complete.json").exists()
-                         and (c / "requests.jsonl").stat().st_size > 0]
-            return newest["state"] == "ready" and psutil.pid_exists(newest["pid"]) and bool(measuring)
+            newest = max(
+                (e for es in manifest["engines"].values() for e in es),
+                key=lambda e: e["started_wall"],
+            )
+            measuring = [
+                c
+                for c in results.glob("*/cells/*")
+                if (c / "requests.jsonl").exists()
+                and not (c / "complete.json").exists()
+                and (c / "requests.jsonl").stat().st_size > 0
+            ]
+            return (
+                newest["state"] == "ready" and psutil.pid_exists(newest["pid"]) and bool(measuring)
+            )
 
         _wait_for(mid_cell, 120, "four complete cells and a cell in progress")
         # The engine and its guard each run in a session of their own: the kill of the
@@ -166,8 +192,9 @@ def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(resul
     assert serving["state"] == "ready" and serving["pid"] in {c.pid for c in children}
     # Nothing stops them but what the harness set up before it died.
     deadline = time.monotonic() + 30
-    while (alive(children) or any(group_members(e["pgid"]) for e in records)) \
-            and time.monotonic() < deadline:
+    while (
+        alive(children) or any(group_members(e["pgid"]) for e in records)
+    ) and time.monotonic() < deadline:
         time.sleep(0.2)
     survivors = [(p.pid, p.cmdline()) for p in alive(children)]
     assert not survivors, f"processes outlived the SIGKILLed runner: {survivors}"
@@ -183,8 +210,9 @@ def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(resul
     smoked = (run / "smoke" / "arms.jsonl").read_text()
     assert smoked.count('"status":"passed"') == 3  # base, drafter, drafter against base
 
-    specbench("run", "examples/scripted-pass.yaml", "--results", str(results), "--resume",
-              "--no-report")
+    specbench(
+        "run", "examples/scripted-pass.yaml", "--results", str(results), "--resume", "--no-report"
+    )
     after = complete_cells(run)
     # The smoke passed before the kill and the arms are unchanged: not redone.
     assert (run / "smoke" / "arms.jsonl").read_text() == smoked
@@ -204,12 +232,14 @@ def test_resume_under_a_changed_study_needs_allow_deviation(stop_run, tmp_path):
     data = yaml.safe_load(study.read_text())
     data["tasks"][0]["max_tokens"] = 24
     study.write_text(yaml.safe_dump(data, sort_keys=False))
-    refused = specbench("run", str(study), "--results", str(results), "--resume", "--no-report",
-                        check=False)
+    refused = specbench(
+        "run", str(study), "--results", str(results), "--resume", "--no-report", check=False
+    )
     assert refused.returncode == 2
     assert "--allow-deviation" in refused.stderr and "Traceback" not in refused.stderr
-    specbench("run", str(study), "--results", str(results), "--resume", "--allow-deviation",
-              "--no-report")
+    specbench(
+        "run", str(study), "--results", str(results), "--resume", "--allow-deviation", "--no-report"
+    )
     manifest = json.loads((run_folder(results) / "manifest.json").read_text())
     assert len(manifest["deviations"]) == 1
     assert any("max_tokens" in change for change in manifest["deviations"][0]["changes"])
@@ -229,13 +259,25 @@ def test_engine_killed_mid_cell_is_restarted_and_the_cell_retried(results, tmp_p
     data["bars"]["pass"]["identity"] = None
     study.write_text(yaml.safe_dump(data, sort_keys=False))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", str(study),
-         "--results", str(results), "--no-report"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            str(study),
+            "--results",
+            str(results),
+            "--no-report",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
     )
     target = "base__chat__speed__c001"
     try:
+
         def requests_started() -> bool:
             path = next(iter(results.glob(f"*/cells/{target}/requests.jsonl")), None)
             return path is not None and len(path.read_text().splitlines()) >= 1
@@ -246,8 +288,11 @@ def test_engine_killed_mid_cell_is_restarted_and_the_cell_retried(results, tmp_p
         os.kill(engines[-1]["pid"], signal.SIGKILL)
         # Once the retried cell is complete, Ctrl-C the runner: it stops its engine
         # and leaves every finished cell readable.
-        _wait_for(lambda: (run / "cells" / target / "complete.json").exists(), 180,
-                  "the retried cell to complete")
+        _wait_for(
+            lambda: (run / "cells" / target / "complete.json").exists(),
+            180,
+            "the retried cell to complete",
+        )
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     finally:
@@ -277,30 +322,58 @@ def test_resume_stops_a_stale_engine_and_refuses_a_live_runner(stop_run, tmp_pat
     run = run_folder(results)
     manifest_path = run / "manifest.json"
     port = free_port()
-    command = [sys.executable, "-m", "harness.testengine", "--host", "127.0.0.1", "--port",
-               str(port), "--spec-json", "{}", "--served-model-name", "scripted"]
+    command = [
+        sys.executable,
+        "-m",
+        "harness.testengine",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--spec-json",
+        "{}",
+        "--served-model-name",
+        "scripted",
+    ]
     started = time.time()
-    stale = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
+    stale = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     sleeper = None
     try:
         _wait_for(lambda: port_in_use("127.0.0.1", port), 30, "the stale engine's port")
         manifest = json.loads(manifest_path.read_text())
         recorded = dict(manifest["engines"]["base"][-1])
-        recorded.update(pid=stale.pid, pgid=stale.pid, host="127.0.0.1", port=port,
-                        command=command, started_wall=started, guard_pid=None,
-                        base_url=f"http://127.0.0.1:{port}")
+        recorded.update(
+            pid=stale.pid,
+            pgid=stale.pid,
+            host="127.0.0.1",
+            port=port,
+            command=command,
+            started_wall=started,
+            guard_pid=None,
+            base_url=f"http://127.0.0.1:{port}",
+        )
         manifest["engines"]["base"].append(recorded)
         manifest_path.write_text(json.dumps(manifest))
 
         # A runner still alive (its recorded pid and start time) keeps the run its own.
         sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         saved = json.loads(manifest_path.read_text())
-        saved["runner"] = {"pid": sleeper.pid, "cmdline": ["specbench"], "invoked_as": None,
-                           "started_wall": psutil.Process(sleeper.pid).create_time()}
+        saved["runner"] = {
+            "pid": sleeper.pid,
+            "cmdline": ["specbench"],
+            "invoked_as": None,
+            "started_wall": psutil.Process(sleeper.pid).create_time(),
+        }
         manifest_path.write_text(json.dumps(saved))
-        refused = specbench("run", str(study), "--results", str(results), "--resume",
-                            "--no-report", check=False)
+        refused = specbench(
+            "run", str(study), "--results", str(results), "--resume", "--no-report", check=False
+        )
         assert refused.returncode == 1, refused.stderr
         assert f"still being run by process {sleeper.pid}" in refused.stderr
         assert stale.poll() is None  # refused before touching anything
@@ -308,14 +381,17 @@ def test_resume_stops_a_stale_engine_and_refuses_a_live_runner(stop_run, tmp_pat
         sleeper.kill()
         sleeper.wait()
         out = specbench("run", str(study), "--results", str(results), "--resume", "--no-report")
-        assert f"stopping a stale engine of arm 'base' from run {run.name}: pid {stale.pid}" \
-            in out.stdout, out.stdout
+        assert (
+            f"stopping a stale engine of arm 'base' from run {run.name}: pid {stale.pid}"
+            in out.stdout
+        ), out.stdout
         assert f"port {port} (held)" in out.stdout
         assert stale.wait(timeout=10) is not None
         assert not port_in_use("127.0.0.1", port)
         after = json.loads(manifest_path.read_text())
         assert [(s["pid"], s["action"]) for s in after["stale_engines"]] == [
-            (stale.pid, "stopped on resume")]
+            (stale.pid, "stopped on resume")
+        ]
         assert after["status"] == "complete" and after["runner"]["pid"] != sleeper.pid
     finally:
         for proc in (stale, sleeper):

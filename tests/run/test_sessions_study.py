@@ -21,8 +21,14 @@ from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
 pytestmark = pytest.mark.timing
 
 STUDY = "examples/scripted-sessions.yaml"
-INTERLEAVED = [("base", 1), ("drafter", 1), ("drafter", 2), ("base", 2), ("base", 3),
-               ("drafter", 3)]
+INTERLEAVED = [
+    ("base", 1),
+    ("drafter", 1),
+    ("drafter", 2),
+    ("base", 2),
+    ("base", 3),
+    ("drafter", 3),
+]
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +57,22 @@ def test_sessions_run_interleaved_each_on_a_fresh_engine(sessions_run):
     # One engine start per arm per session (drafter twice in a row included), each told
     # its session, in the same order. The smoke starts the drafter without a session, and
     # ends on base, whose engine it starts as session 1 for the first cell.
-    starts = sorted(((e["started_wall"], arm, (e.get("session") or {}).get("session"),
-                      e["env_overrides"].get("SPECBENCH_ENGINE_SESSION"), e["started_for"])
-                     for arm, entries in manifest["engines"].items() for e in entries))
+    starts = sorted(
+        (
+            (
+                e["started_wall"],
+                arm,
+                (e.get("session") or {}).get("session"),
+                e["env_overrides"].get("SPECBENCH_ENGINE_SESSION"),
+                e["started_for"],
+            )
+            for arm, entries in manifest["engines"].items()
+            for e in entries
+        )
+    )
     assert [(arm, s, env) for _, arm, s, env, _ in starts] == [("drafter", None, None)] + [
-        (arm, s, str(s)) for arm, s in INTERLEAVED]
+        (arm, s, str(s)) for arm, s in INTERLEAVED
+    ]
     assert [why for *_, why in starts[:3]] == ["smoke", "smoke", "drafter/chat/speed/c001"]
     assert manifest["smoke"]["status"] == "passed"
     # Every session kept: its own folder, its cell.json naming its session, finished in order.
@@ -70,7 +87,8 @@ def test_sessions_run_interleaved_each_on_a_fresh_engine(sessions_run):
     assert finished == sorted(finished)
     cells = pd.read_csv(sessions_run / "cells.csv")
     assert sorted(zip(cells["arm"], cells["concurrency"], cells["session"], strict=True)) == [
-        (arm, c, s) for arm in ("base", "drafter") for c in (1, 2) for s in (1, 2, 3)]
+        (arm, c, s) for arm in ("base", "drafter") for c in (1, 2) for s in (1, 2, 3)
+    ]
     # The scripted engine said which speed each session declared.
     spec = ScriptedEngineSpec(session_speed_spread=0.3, session_speed_seed=6)
     log = (sessions_run / "engines" / "base" / "engine-base.log").read_text()
@@ -112,10 +130,12 @@ def test_the_verdict_does_not_claim_the_gain_the_sessions_do_not_support(session
     headers = " ".join(line for line in lines if line.startswith("arm "))
     assert all(col in headers for col in ("interval", "within", "spread d", "spread b"))
     row = next(line for line in lines if line.startswith("drafter  chat  1  3 "))
-    assert row.split()[5:9] == [f"[{figures[0]['ci_lower']:.3f},",
-                                f"{figures[0]['ci_upper']:.3f}]",
-                                f"[{sp_within(sessions_run, 1)[0]:.3f},",
-                                f"{sp_within(sessions_run, 1)[1]:.3f}]"]
+    assert row.split()[5:9] == [
+        f"[{figures[0]['ci_lower']:.3f},",
+        f"{figures[0]['ci_upper']:.3f}]",
+        f"[{sp_within(sessions_run, 1)[0]:.3f},",
+        f"{sp_within(sessions_run, 1)[1]:.3f}]",
+    ]
 
 
 def test_resume_measures_only_the_missing_session(sessions_run, tmp_path):
@@ -124,11 +144,11 @@ def test_resume_measures_only_the_missing_session(sessions_run, tmp_path):
     run = tmp_path / sessions_run.name
     shutil.copytree(sessions_run, run)
     shutil.rmtree(run / "cells" / "drafter__chat__speed__c002__s2")
-    proc = specbench("run", STUDY, "--results", str(tmp_path), "--resume", str(run),
-                     "--no-report")
+    proc = specbench("run", STUDY, "--results", str(tmp_path), "--resume", str(run), "--no-report")
     manifest = json.loads((run / "manifest.json").read_text())
     assert [(s["arm"], s["session"], s["cells"]) for s in manifest["sessions"][6:]] == [
-        ("drafter", 2, ["drafter/chat/speed/c002/s2"])]
+        ("drafter", 2, ["drafter/chat/speed/c002/s2"])
+    ]
     assert len(manifest["engines"]["drafter"]) == 5 and len(manifest["engines"]["base"]) == 3
     assert manifest["engines"]["drafter"][-1]["session"]["session"] == 2
     for name in ("base__chat__speed__c001__s2", "drafter__chat__speed__c001__s2"):

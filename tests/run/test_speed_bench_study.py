@@ -23,28 +23,74 @@ from tests.workloads.speedbench import build_speed_bench_cache, speed_bench_task
 def test_a_scripted_study_breaks_speed_bench_down_by_category(tmp_path: Path) -> None:
     cache = build_speed_bench_cache(tmp_path, configs=("qualitative", "throughput_1k"))
     study = write_scripted_study(
-        tmp_path, "speed", "SPEED-Bench by category",
-        arms=[{"name": "base", "engine": "scripted", "launch": {},
-               "scripted": dict(SCRIPTED_ENGINE)},
-              {"name": "drafter", "engine": "scripted", "launch": {}, "baseline": "base",
-               "drafter": {"method": "scripted-draft", "num_draft_tokens": 3},
-               "scripted": {**SCRIPTED_ENGINE, "num_draft_tokens": 3,
-                            "accept_probs": [0.8, 0.7, 0.6]}}],
-        loads={"closed_loop": {"concurrency": [1, 2], "requests": {"min": 16, "per_user": 8},
-                               "warmup_per_user": 1, "stagger_warmup": True}},
-        tasks=[speed_bench_task(cache.commit, max_tokens=16, turns="all"),
-               speed_bench_task(cache.commit, name="long", config="throughput_1k",
-                                categories=["math"], max_tokens=16)],
-        recording={"sessions": 1, "lag_limit_p99_ms": 25, "min_delivered_share": 0.9,
-                   "regime": {"enabled": False}},
-        bars={"pass": {"speed": {"threshold": 1.2, "concurrencies": [1]}, "identity": None,
-                       "knee": {"beyond_top": "pass"}},
-              "stop": {"concurrencies": [1]}, "intervals": {"bootstrap_resamples": 200}})
-    env = {"HF_HUB_CACHE": str(cache.root), "HF_HUB_OFFLINE": "1",
-           "SPECBENCH_CACHE": str(tmp_path / "specbench-cache")}
+        tmp_path,
+        "speed",
+        "SPEED-Bench by category",
+        arms=[
+            {"name": "base", "engine": "scripted", "launch": {}, "scripted": dict(SCRIPTED_ENGINE)},
+            {
+                "name": "drafter",
+                "engine": "scripted",
+                "launch": {},
+                "baseline": "base",
+                "drafter": {"method": "scripted-draft", "num_draft_tokens": 3},
+                "scripted": {
+                    **SCRIPTED_ENGINE,
+                    "num_draft_tokens": 3,
+                    "accept_probs": [0.8, 0.7, 0.6],
+                },
+            },
+        ],
+        loads={
+            "closed_loop": {
+                "concurrency": [1, 2],
+                "requests": {"min": 16, "per_user": 8},
+                "warmup_per_user": 1,
+                "stagger_warmup": True,
+            }
+        },
+        tasks=[
+            speed_bench_task(cache.commit, max_tokens=16, turns="all"),
+            speed_bench_task(
+                cache.commit,
+                name="long",
+                config="throughput_1k",
+                categories=["math"],
+                max_tokens=16,
+            ),
+        ],
+        recording={
+            "sessions": 1,
+            "lag_limit_p99_ms": 25,
+            "min_delivered_share": 0.9,
+            "regime": {"enabled": False},
+        },
+        bars={
+            "pass": {
+                "speed": {"threshold": 1.2, "concurrencies": [1]},
+                "identity": None,
+                "knee": {"beyond_top": "pass"},
+            },
+            "stop": {"concurrencies": [1]},
+            "intervals": {"bootstrap_resamples": 200},
+        },
+    )
+    env = {
+        "HF_HUB_CACHE": str(cache.root),
+        "HF_HUB_OFFLINE": "1",
+        "SPECBENCH_CACHE": str(tmp_path / "specbench-cache"),
+    }
     env = {**{k: v for k, v in os.environ.items() if k != "HF_HOME"}, **env}
-    specbench("run", str(study), "--results", str(tmp_path / "results"), "--reports",
-              str(tmp_path / "reports"), env=env, timeout=300)
+    specbench(
+        "run",
+        str(study),
+        "--results",
+        str(tmp_path / "results"),
+        "--reports",
+        str(tmp_path / "reports"),
+        env=env,
+        timeout=300,
+    )
     run = run_folder(tmp_path / "results")
 
     table = pd.read_csv(run / "categories.csv")
@@ -60,9 +106,13 @@ def test_a_scripted_study_breaks_speed_bench_down_by_category(tmp_path: Path) ->
     ok = table[table["status"] == "ok"]
     assert len(ok) == 4, table[["category", "concurrency", "status", "reason"]]
     for col in ("speedup", "tokens_per_round", "acceptance_rate"):
-        low, high = (("ci_lower", "ci_upper") if col == "speedup" else
-                     (f"{col}_ci_lower", f"{col}_ci_upper") if col == "tokens_per_round"
-                     else ("acceptance_ci_lower", "acceptance_ci_upper"))
+        low, high = (
+            ("ci_lower", "ci_upper")
+            if col == "speedup"
+            else (f"{col}_ci_lower", f"{col}_ci_upper")
+            if col == "tokens_per_round"
+            else ("acceptance_ci_lower", "acceptance_ci_upper")
+        )
         assert (ok[low] <= ok[col]).all() and (ok[col] <= ok[high]).all(), col
     assert (ok["speedup"] > 1).all() and (ok["tokens_per_round"] > 1).all()
     # Each category's requests are its own items' (four each, cycled by the users).
@@ -73,8 +123,9 @@ def test_a_scripted_study_breaks_speed_bench_down_by_category(tmp_path: Path) ->
     assert len(reports) == 1
     pdftotext = shutil.which("pdftotext")
     assert pdftotext, "pdftotext not found: install poppler-utils"
-    text = subprocess.run([pdftotext, "-layout", str(reports[0]), "-"], capture_output=True,
-                          text=True, check=True).stdout
+    text = subprocess.run(
+        [pdftotext, "-layout", str(reports[0]), "-"], capture_output=True, text=True, check=True
+    ).stdout
     assert "SPEED-Bench by category: speed (qualitative)" in text
     assert "SPEED-Bench by category: speed, the figures" in text
     assert "SPEED-Bench by category: long (throughput_1k)" in text
@@ -90,13 +141,20 @@ def test_a_scripted_study_breaks_speed_bench_down_by_category(tmp_path: Path) ->
     for path in (run / "cells").glob("*speed*/requests.jsonl"):
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         for first in (r for r in records if r["item_id"] == "speed_bench:coding-3"):
-            (second,) = [r for r in records if r["index"] == first["index"]
-                         and r["attempt"] == first["attempt"] and r["turn"] == 2]
+            (second,) = [
+                r
+                for r in records
+                if r["index"] == first["index"]
+                and r["attempt"] == first["attempt"]
+                and r["turn"] == 2
+            ]
             assert first["turn"] == 1 and second["item_id"] == "speed_bench:coding-3#turn2"
             assert second["user"] == first["user"] and second["sent_t"] >= first["end_t"]
-            messages = [{"role": "user", "content": "Write a stack class."},
-                        {"role": "assistant", "content": first["output_text"]},
-                        {"role": "user", "content": "Now add a peek method."}]
+            messages = [
+                {"role": "user", "content": "Write a stack class."},
+                {"role": "assistant", "content": first["output_text"]},
+                {"role": "user", "content": "Now add a peek method."},
+            ]
             assert second["output_text"] == scripted_text(messages, 16)
             sessions += 1
     assert sessions >= 4  # in every speed cell of both arms, at least once
@@ -104,13 +162,25 @@ def test_a_scripted_study_breaks_speed_bench_down_by_category(tmp_path: Path) ->
     # Reported where the dataset is not in the cache: the categories the run recorded
     # when it started are used, the same table.
     before = pd.read_csv(run / "categories.csv")
-    specbench("report", str(run), "--out", str(tmp_path / "elsewhere.pdf"),
-              env={**env, "HF_HUB_CACHE": str(tmp_path / "empty")}, timeout=120)
+    specbench(
+        "report",
+        str(run),
+        "--out",
+        str(tmp_path / "elsewhere.pdf"),
+        env={**env, "HF_HUB_CACHE": str(tmp_path / "empty")},
+        timeout=120,
+    )
     pd.testing.assert_frame_equal(pd.read_csv(run / "categories.csv"), before)
     # A folder without that record, where the dataset is absent: said per task.
     shutil.rmtree(run / "items")
-    specbench("report", str(run), "--out", str(tmp_path / "elsewhere.pdf"),
-              env={**env, "HF_HUB_CACHE": str(tmp_path / "empty")}, timeout=120)
+    specbench(
+        "report",
+        str(run),
+        "--out",
+        str(tmp_path / "elsewhere.pdf"),
+        env={**env, "HF_HUB_CACHE": str(tmp_path / "empty")},
+        timeout=120,
+    )
     table = pd.read_csv(run / "categories.csv")
     assert list(table["status"]) == ["unavailable", "unavailable"]
     assert table["reason"].str.contains("is not in the hub cache").all()

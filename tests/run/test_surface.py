@@ -62,8 +62,13 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
     # Stage 4 ran after the registered stages, one engine start per control arm and session.
     manifest = read_manifest(run / "manifest.json")
     surface_arms = [a for a in manifest.engines if a.startswith("surface-k")]
-    assert sorted(surface_arms) == ["surface-k2-L1.25", "surface-k2-L2.25", "surface-k3-L1.25",
-                                    "surface-k3-L2.25", "surface-k3-L3.25"]
+    assert sorted(surface_arms) == [
+        "surface-k2-L1.25",
+        "surface-k2-L2.25",
+        "surface-k3-L1.25",
+        "surface-k3-L2.25",
+        "surface-k3-L3.25",
+    ]
     assert all(len(manifest.engines[a]) == 3 for a in surface_arms)
     assert len(manifest.engines["surface-schedule-chat"]) == 3
     study = load_study_json(run)  # read back: the registration's arms, no generated ones
@@ -87,7 +92,8 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
         row = surface.loc[(k, 10)]
         assert row["status"] == "located", row
         assert row["break_even_length"] == pytest.approx(
-            declared_break_even(k, 10, lengths), rel=0.02), k
+            declared_break_even(k, 10, lengths), rel=0.02
+        ), k
 
     verdict = verdict_of(run)
     placed = {(p["arm"], p["concurrency"]): p for p in verdict["surface"]["placements"]}
@@ -95,8 +101,10 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
     assert placed[("weak", 10)]["status"] == "does_not_pay"  # 1.3 a round, needs ~1.4
     assert placed[("weak", 10)]["label"].startswith("does not pay: needs 1.4")
     assert placed[("weak", 2)]["status"] == "pays"  # every L measured pays at 2 users
-    assert all(line.endswith("the gain falls with load for the round's cost")
-               for line in verdict["surface"]["loss_of_gain"]), verdict["surface"]
+    assert all(
+        line.endswith("the gain falls with load for the round's cost")
+        for line in verdict["surface"]["loss_of_gain"]
+    ), verdict["surface"]
     # The k schedule: every round costs a plain step at 2 users, so the drafter's own k = 3;
     # at 10, k = 2 (2.6 tokens over x1.4) beats k = 3 (3.1 over x1.8).
     schedule = {r["concurrency"]: r for r in verdict["surface"]["schedule"]}
@@ -106,7 +114,8 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
     assert "(one session: session variation not in the interval)" in schedule[10]["label"]
     assert schedule[10]["candidates"]["2"] > 1.05 * schedule[10]["candidates"]["3"]
     assert verdict["surface"]["schedule_settings"] == {
-        "chat": "scripted: drafter.k_schedule [[1, 2, 3], [3, null, 2]] (the spec's k_schedule)"}
+        "chat": "scripted: drafter.k_schedule [[1, 2, 3], [3, null, 2]] (the spec's k_schedule)"
+    }
 
     # Stage 5 ran that schedule: recorded once in the manifest, carried by the engine's
     # command, measured at both registered levels beside the prediction.
@@ -119,12 +128,14 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
     assert (verified["status"] == "ok").all() and not verified["collapse"].any(), verified
     for c in (2, 10):  # the declared model: measured within 4 % of the surface's prediction
         assert verified.loc[c, "speedup"] == pytest.approx(
-            verified.loc[c, "predicted_speedup"], rel=0.04), c
+            verified.loc[c, "predicted_speedup"], rel=0.04
+        ), c
     # At 10 users the schedule's k = 2 beats the drafter's own k = 3 (its registered cell).
     own = pd.read_csv(run / "speedups.csv").set_index(["arm", "concurrency"])
     assert verified.loc[10, "ci_lower"] > own.loc[("drafter", 10), "ci_upper"]
     assert [r["label"] for r in verdict["surface"]["verification"]][1].startswith(
-        "k=2 at 10 users (a threshold: k changes here): predicted x1.")
+        "k=2 at 10 users (a threshold: k changes here): predicted x1."
+    )
     assert verdict["surface"]["collapses"] == []
     assert {b["name"]: b["status"] for b in verdict["bars"]}["pass.speed"] == "pass"
     # No bar reads the surface: the best drafter is a registered one.
@@ -132,8 +143,13 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
     assert speed["evidence"]["tasks"]["chat"]["best_drafter"] == "drafter"
 
     pdf = reports / f"{run.name}.pdf"
-    text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True,
-                          text=True, check=True, timeout=120).stdout
+    text = subprocess.run(
+        ["pdftotext", "-layout", str(pdf), "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     assert "The round-cost surface: task chat" in text
     assert "weak (k=2) c=10: does not pay: needs 1.4" in text
     assert "The k schedule verified: task chat" in text
@@ -142,8 +158,23 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
     for title in ("The round-cost surface: task chat", "The k schedule verified: task chat"):
         number = next(i for i, page in enumerate(pages, 1) if title in page)
         png = tmp_path / f"page{number}"
-        subprocess.run(["pdftoppm", "-r", "40", "-png", "-singlefile", "-f", str(number),
-                        "-l", str(number), str(pdf), str(png)], check=True, timeout=120)
+        subprocess.run(
+            [
+                "pdftoppm",
+                "-r",
+                "40",
+                "-png",
+                "-singlefile",
+                "-f",
+                str(number),
+                "-l",
+                str(number),
+                str(pdf),
+                str(png),
+            ],
+            check=True,
+            timeout=120,
+        )
         pixels = np.asarray(matplotlib.image.imread(png.with_suffix(".png")))
         assert pixels.std() > 0.01, f"{title}: page {number} is blank"
 
@@ -151,8 +182,13 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
 def test_plan_says_what_a_surface_would_cost_on_the_registered_h100(tmp_path):
     shutil.copytree(ROOT / "arms", tmp_path / "arms")
     data = yaml.safe_load((ROOT / "prereg.yaml").read_text())
-    data["surface"] = {"drafter": "vllm-eagle3", "k": [1, 3, 5], "acceptance_length": [1.5, 2.5, 3.5],
-                       "concurrency": [1, 4, 16, 64], "tasks": ["chat"]}
+    data["surface"] = {
+        "drafter": "vllm-eagle3",
+        "k": [1, 3, 5],
+        "acceptance_length": [1.5, 2.5, 3.5],
+        "concurrency": [1, 4, 16, 64],
+        "tasks": ["chat"],
+    }
     path = tmp_path / "prereg.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     out = specbench("plan", str(path)).stdout

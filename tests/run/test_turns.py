@@ -45,8 +45,9 @@ def test_turns_all_sends_each_mt_bench_question_as_a_session_of_its_turns(tmp_pa
 
 def test_turns_all_on_a_single_turn_task_is_refused(tmp_path):
     data = yaml.safe_load(EXAMPLE.read_text())
-    data["tasks"].append({"name": "math", "kind": "gsm8k", "uses": ["speed"],
-                          "max_tokens": 32, "turns": "all"})
+    data["tasks"].append(
+        {"name": "math", "kind": "gsm8k", "uses": ["speed"], "max_tokens": 32, "turns": "all"}
+    )
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(InputError, match=r"tasks\[1\]: turns: all is for multi-turn tasks"):

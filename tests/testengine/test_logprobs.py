@@ -26,8 +26,11 @@ def ask(spec: ScriptedEngineSpec, body: dict) -> str:
 
 
 def token_chunks(text: str) -> list[dict]:
-    return [e for e in sse_objects(text) if isinstance(e, dict) and e["choices"]
-            and e["choices"][0]["delta"].get("content")]
+    return [
+        e
+        for e in sse_objects(text)
+        if isinstance(e, dict) and e["choices"] and e["choices"][0]["delta"].get("content")
+    ]
 
 
 def entries(text: str) -> list[dict]:
@@ -49,8 +52,9 @@ def test_without_logprobs_the_stream_is_as_before() -> None:
     tied = ask(ScriptedEngineSpec(tie_at_token=3, tie_margin=0.0, **DRAFTING), BODY)
     for text in (plain, tied):
         lines = [b for b in text.split("\n\n") if b.startswith("data: {")]
-        assert lines and all('"logprobs":null,"finish_reason"' in b for b in lines
-                             if '"choices":[{' in b)
+        assert lines and all(
+            '"logprobs":null,"finish_reason"' in b for b in lines if '"choices":[{' in b
+        )
         assert '"top_logprobs"' not in text and '"bytes"' not in text
     assert "".join(words(plain)) == "".join(words(tied))
 
@@ -82,8 +86,9 @@ def test_logprobs_give_one_entry_per_token_in_vllm_shape() -> None:
 
 
 def test_asking_for_logprobs_does_not_change_the_text() -> None:
-    assert words(ask(ScriptedEngineSpec(**DRAFTING), SCORED)) == \
-        words(ask(ScriptedEngineSpec(**DRAFTING), BODY))
+    assert words(ask(ScriptedEngineSpec(**DRAFTING), SCORED)) == words(
+        ask(ScriptedEngineSpec(**DRAFTING), BODY)
+    )
 
 
 @pytest.mark.parametrize("top_n", [0, 1, 5, 20])
@@ -133,13 +138,13 @@ def test_a_tie_and_a_numerics_flip_diverge_at_that_word_only() -> None:
     base, flip = entries(base_text), entries(flip_text)
     base_words = "".join(words(base_text)).split(" ")[1:]
     flip_words = "".join(words(flip_text)).split(" ")[1:]
-    assert [i for i, (a, b) in enumerate(zip(base_words, flip_words, strict=True))
-            if a != b] == [2]
+    assert [i for i, (a, b) in enumerate(zip(base_words, flip_words, strict=True)) if a != b] == [2]
     assert [i for i, (a, b) in enumerate(zip(base, flip, strict=True)) if a != b] == [2]
     for scored in (base, flip):
         assert margin(scored[2]) == pytest.approx(0.02, abs=1e-6)
-        assert all(margin(e) == pytest.approx(5.0, abs=1e-6) for i, e in enumerate(scored)
-                   if i != 2)
+        assert all(
+            margin(e) == pytest.approx(5.0, abs=1e-6) for i, e in enumerate(scored) if i != 2
+        )
     b, f = base[2], flip[2]
     assert f["token"] != b["token"]
     assert f["top_logprobs"][0]["token"] == f["token"]  # its own ranking: its word first
@@ -178,22 +183,32 @@ def test_output_salt_scores_its_own_words() -> None:
     assert all(e["top_logprobs"][0]["token"] == e["token"] for e in salted)
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs must be an integer from 0 to 20"),
-    ({"logprobs": True, "top_logprobs": -1}, "top_logprobs must be an integer from 0 to 20"),
-    ({"top_logprobs": 2}, "`logprobs` must be set to true"),
-    ({"logprobs": "yes"}, "logprobs must be a boolean"),
-])
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs must be an integer from 0 to 20"),
+        ({"logprobs": True, "top_logprobs": -1}, "top_logprobs must be an integer from 0 to 20"),
+        ({"top_logprobs": 2}, "`logprobs` must be set to true"),
+        ({"logprobs": "yes"}, "logprobs must be a boolean"),
+    ],
+)
 def test_bad_logprobs_requests_are_refused(extra, message) -> None:
     with serve_in_thread(ScriptedEngineSpec(**FAST)) as eng:
-        reply = httpx.post(eng.base_url + "/v1/chat/completions", json={**BODY, **extra},
-                           timeout=10)
+        reply = httpx.post(
+            eng.base_url + "/v1/chat/completions", json={**BODY, **extra}, timeout=10
+        )
     assert reply.status_code == 400 and message in reply.json()["error"]["message"]
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("flip_at_token", 0), ("tie_at_token", 0), ("logprob_margin", 0.0), ("tie_margin", -0.1),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("flip_at_token", 0),
+        ("tie_at_token", 0),
+        ("logprob_margin", 0.0),
+        ("tie_margin", -0.1),
+    ],
+)
 def test_spec_refuses_bad_divergence_fields(field, value) -> None:
     with pytest.raises(ValueError, match=field):
         ScriptedEngineSpec(**{field: value})

@@ -25,11 +25,20 @@ REQUESTS = [RequestSpec("a", [{"role": "user", "content": "hi"}], 12)]
 
 def cell(base_url: str, model: str, n: int, extra_body: dict | None = None):
     records: list[RequestRecord] = []
-    outcome = asyncio.run(run_cell(
-        base_url=base_url, model=model, requests=REQUESTS,
-        pattern=ClosedLoop(concurrency=2, requests=n), sampling={"temperature": 0.0},
-        extra_body=extra_body or {}, cell_id="k", attempt=1, on_record=records.append,
-        timeout_s=10))
+    outcome = asyncio.run(
+        run_cell(
+            base_url=base_url,
+            model=model,
+            requests=REQUESTS,
+            pattern=ClosedLoop(concurrency=2, requests=n),
+            sampling={"temperature": 0.0},
+            extra_body=extra_body or {},
+            cell_id="k",
+            attempt=1,
+            on_record=records.append,
+            timeout_s=10,
+        )
+    )
     return outcome, records
 
 
@@ -44,8 +53,9 @@ def test_scripted_arm_starts_serves_and_stops_like_any_engine(tmp_path) -> None:
     engine = start_engine(arm, study, tmp_path)
     try:
         assert engine.served_model == study.model.request_name
-        outcome, records = cell(engine.base_url, engine.served_model, 6,
-                                kind.request_fields(arm, study))
+        outcome, records = cell(
+            engine.base_url, engine.served_model, 6, kind.request_fields(arm, study)
+        )
         assert outcome.n_ok == 6
         assert all(r.speculation is not None and r.speculation.rounds > 0 for r in records)
         assert all(r.spec["num_spec_steps"] == r.speculation.rounds for r in records)
@@ -56,16 +66,29 @@ def test_scripted_arm_starts_serves_and_stops_like_any_engine(tmp_path) -> None:
 
 
 def test_die_ends_the_engine_process_and_the_cell_still_finishes(tmp_path) -> None:
-    spec = ScriptedEngineSpec(weight_bytes=1e9, bandwidth_bytes_per_s=1e12,
-                              failures=[FailureInjection(mode="die", requests=[3])])
+    spec = ScriptedEngineSpec(
+        weight_bytes=1e9,
+        bandwidth_bytes_per_s=1e12,
+        failures=[FailureInjection(mode="die", requests=[3])],
+    )
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.testengine", "--spec-json", spec.model_dump_json(),
-         "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "harness.testengine",
+            "--spec-json",
+            spec.model_dump_json(),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         for _ in range(100):

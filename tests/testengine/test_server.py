@@ -17,8 +17,12 @@ from harness.testengine.spec import ScriptedEngineSpec
 
 # 1 ms steps: tests stay quick.
 FAST: dict[str, Any] = {"weight_bytes": 1e9, "bandwidth_bytes_per_s": 1e12}
-BODY = {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 40,
-        "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+BODY = {
+    "messages": [{"role": "user", "content": "hello there"}],
+    "max_tokens": 40,
+    "stream": True,
+    "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+}
 
 
 def sse_objects(text: str) -> list:
@@ -42,8 +46,10 @@ def test_stream_has_vllm_shape_and_usage_on_every_chunk(tmp_path) -> None:
     final = events[-2]
     assert final["choices"] == [] and final["usage"]["completion_tokens"] == 40
     figures = final["metrics"]["speculative_decoding"]
-    assert figures["num_spec_steps"] > 0 and sum(figures["acceptance_histogram"]) == \
-        figures["num_spec_steps"]
+    assert (
+        figures["num_spec_steps"] > 0
+        and sum(figures["acceptance_histogram"]) == figures["num_spec_steps"]
+    )
     token_chunks = [e for e in events[1:-2]]
     counts = [e["usage"]["completion_tokens"] for e in token_chunks]
     added = [b - a for a, b in zip([0, *counts], counts, strict=False)]
@@ -57,12 +63,14 @@ def test_stream_has_vllm_shape_and_usage_on_every_chunk(tmp_path) -> None:
 
 
 def test_per_token_chunking_and_no_usage_unless_asked() -> None:
-    spec = ScriptedEngineSpec(num_draft_tokens=2, accept_probs=[1.0, 1.0], chunking="per_token",
-                              **FAST)
+    spec = ScriptedEngineSpec(
+        num_draft_tokens=2, accept_probs=[1.0, 1.0], chunking="per_token", **FAST
+    )
     body = {**BODY, "stream_options": {"include_usage": True}}
     with serve_in_thread(spec) as eng:
-        events = sse_objects(httpx.post(eng.base_url + "/v1/chat/completions", json=body,
-                                        timeout=10).text)
+        events = sse_objects(
+            httpx.post(eng.base_url + "/v1/chat/completions", json=body, timeout=10).text
+        )
     token_chunks = events[1:-2]
     assert all("usage" not in e for e in token_chunks)
     assert len(token_chunks) == 40  # one chunk per token, three sent per step
@@ -85,18 +93,21 @@ def test_plain_endpoints_and_non_streaming() -> None:
 
 @pytest.mark.parametrize("dialect", ["vllm", "sglang"])
 def test_metrics_read_by_the_project_parser_match_what_was_served(dialect) -> None:
-    spec = ScriptedEngineSpec(metrics_dialect=dialect, num_draft_tokens=3,
-                              accept_probs=[0.8, 0.6, 0.5], **FAST)
+    spec = ScriptedEngineSpec(
+        metrics_dialect=dialect, num_draft_tokens=3, accept_probs=[0.8, 0.6, 0.5], **FAST
+    )
     body = {**BODY, "return_spec_tokens_details": True}
     with serve_in_thread(spec) as eng:
         before = parse_metrics(httpx.get(eng.metrics_url).text, dialect)
         finals = []
         for _ in range(4):
-            events = sse_objects(httpx.post(eng.base_url + "/v1/chat/completions", json=body,
-                                            timeout=10).text)
+            events = sse_objects(
+                httpx.post(eng.base_url + "/v1/chat/completions", json=body, timeout=10).text
+            )
             # vLLM: on the final usage chunk; SGLang: in a chunk of its own before it.
-            finals.append(next(e for e in events if isinstance(e, dict)
-                               and ("metrics" in e or "sglext" in e)))
+            finals.append(
+                next(e for e in events if isinstance(e, dict) and ("metrics" in e or "sglext" in e))
+            )
         after = parse_metrics(httpx.get(eng.metrics_url).text, dialect)
     window = acceptance_window(before, after)
     assert window is not None and after.running == 0 and after.waiting == 0
@@ -116,19 +127,28 @@ def test_metrics_read_by_the_project_parser_match_what_was_served(dialect) -> No
         for f in figures:
             assert f["spec_accept_length"] == pytest.approx(40 / f["spec_verify_ct"])
             assert sum(f["spec_correct_drafts_histogram"]) == f["spec_verify_ct"]
-            assert sum(j * n for j, n in enumerate(f["spec_correct_drafts_histogram"])) == \
-                f["spec_num_correct_drafts"]
+            assert (
+                sum(j * n for j, n in enumerate(f["spec_correct_drafts_histogram"]))
+                == f["spec_num_correct_drafts"]
+            )
             assert f["spec_num_proposed_drafts"] == 3 * f["spec_verify_ct"]
 
 
 def test_sglang_sends_its_figures_in_their_own_chunk_only_when_asked() -> None:
-    spec = ScriptedEngineSpec(metrics_dialect="sglang", num_draft_tokens=2,
-                              accept_probs=[0.9, 0.5], **FAST)
+    spec = ScriptedEngineSpec(
+        metrics_dialect="sglang", num_draft_tokens=2, accept_probs=[0.9, 0.5], **FAST
+    )
     with serve_in_thread(spec) as eng:
-        plain = sse_objects(httpx.post(eng.base_url + "/v1/chat/completions", json=BODY,
-                                       timeout=10).text)
-        asked = sse_objects(httpx.post(eng.base_url + "/v1/chat/completions", timeout=10,
-                                       json={**BODY, "return_spec_tokens_details": True}).text)
+        plain = sse_objects(
+            httpx.post(eng.base_url + "/v1/chat/completions", json=BODY, timeout=10).text
+        )
+        asked = sse_objects(
+            httpx.post(
+                eng.base_url + "/v1/chat/completions",
+                timeout=10,
+                json={**BODY, "return_spec_tokens_details": True},
+            ).text
+        )
     assert not any("sglext" in e for e in plain if isinstance(e, dict))
     ext, usage, done = asked[-3:]
     assert done == "[DONE]" and usage["usage"]["completion_tokens"] == 40 and "sglext" not in usage
@@ -137,13 +157,21 @@ def test_sglang_sends_its_figures_in_their_own_chunk_only_when_asked() -> None:
     assert asked[-4]["choices"][0]["finish_reason"] == "length"  # after the finish chunk
 
 
-@pytest.mark.parametrize(("dialect", "series"), [
-    ("vllm", "vllm:spec_decode_num_drafts_total"),
-    ("sglang", "sglang:spec_verify_calls_total"),
-])
+@pytest.mark.parametrize(
+    ("dialect", "series"),
+    [
+        ("vllm", "vllm:spec_decode_num_drafts_total"),
+        ("sglang", "sglang:spec_verify_calls_total"),
+    ],
+)
 def test_omit_series_leaves_a_counter_out_of_metrics(dialect, series) -> None:
-    spec = ScriptedEngineSpec(metrics_dialect=dialect, num_draft_tokens=2,
-                              accept_probs=[0.9, 0.5], omit_series=[series], **FAST)
+    spec = ScriptedEngineSpec(
+        metrics_dialect=dialect,
+        num_draft_tokens=2,
+        accept_probs=[0.9, 0.5],
+        omit_series=[series],
+        **FAST,
+    )
     with serve_in_thread(spec) as eng:
         httpx.post(eng.base_url + "/v1/chat/completions", json=BODY, timeout=10)
         text = httpx.get(eng.metrics_url).text
@@ -166,9 +194,21 @@ def test_runs_as_a_module_with_a_spec_file(tmp_path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "harness.testengine", "--spec", str(spec_path),
-                             "--port", str(port), "--truth-log", str(truth)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness.testengine",
+            "--spec",
+            str(spec_path),
+            "--port",
+            str(port),
+            "--truth-log",
+            str(truth),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         for _ in range(100):
@@ -189,8 +229,13 @@ def test_runs_as_a_module_with_a_spec_file(tmp_path) -> None:
 def test_bad_spec_file_exits_2_with_one_line(tmp_path) -> None:
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps({"num_draft_tokens": 2}))
-    proc = subprocess.run([sys.executable, "-m", "harness.testengine", "--spec", str(spec_path)],
-                          capture_output=True, text=True, timeout=30, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.testengine", "--spec", str(spec_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "accept_probs" in proc.stderr
 
@@ -198,8 +243,13 @@ def test_bad_spec_file_exits_2_with_one_line(tmp_path) -> None:
 @pytest.mark.parametrize("dialect", ["vllm", "sglang"])
 def test_frozen_spec_counters_are_exported_but_never_move(dialect) -> None:
     """A drafter arm whose engine drafts nothing, for the smoke stage's tests."""
-    spec = ScriptedEngineSpec(metrics_dialect=dialect, num_draft_tokens=2, accept_probs=[0.9, 0.9],
-                              frozen_spec_counters=True, **FAST)
+    spec = ScriptedEngineSpec(
+        metrics_dialect=dialect,
+        num_draft_tokens=2,
+        accept_probs=[0.9, 0.9],
+        frozen_spec_counters=True,
+        **FAST,
+    )
     with serve_in_thread(spec) as eng:
         before = parse_metrics(httpx.get(eng.metrics_url).text, dialect)
         reply = httpx.post(eng.base_url + "/v1/chat/completions", json=BODY, timeout=10)
@@ -227,14 +277,26 @@ def test_output_salt_changes_the_text_and_only_the_text() -> None:
 def test_the_engine_log_names_its_declared_faults(tmp_path) -> None:
     import socket
 
-    spec = ScriptedEngineSpec(num_draft_tokens=1, accept_probs=[0.5], frozen_spec_counters=True,
-                              output_salt=3, **FAST)
+    spec = ScriptedEngineSpec(
+        num_draft_tokens=1, accept_probs=[0.5], frozen_spec_counters=True, output_salt=3, **FAST
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "harness.testengine", "--spec-json",
-                             spec.model_dump_json(), "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness.testengine",
+            "--spec-json",
+            spec.model_dump_json(),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         lines = [proc.stdout.readline().strip() for _ in range(3)]
@@ -246,4 +308,5 @@ def test_the_engine_log_names_its_declared_faults(tmp_path) -> None:
         "WARNING scripted engine: speculation counters frozen (frozen_spec_counters): they"
         " never move",
         "WARNING scripted engine: output salted (output_salt 3): greedy text differs from an"
-        " unsalted engine's"]
+        " unsalted engine's",
+    ]

@@ -12,8 +12,13 @@ from harness.testengine.spec import ScriptedEngineSpec, load_spec
 
 
 def test_roofline_switches_from_memory_to_compute_bound() -> None:
-    spec = ScriptedEngineSpec(weight_bytes=1e10, bandwidth_bytes_per_s=1e12,
-                              flops_per_token=1e10, flops_per_s=1e14, step_overhead_s=0.001)
+    spec = ScriptedEngineSpec(
+        weight_bytes=1e10,
+        bandwidth_bytes_per_s=1e12,
+        flops_per_token=1e10,
+        flops_per_s=1e14,
+        step_overhead_s=0.001,
+    )
     assert spec.step_seconds(1) == pytest.approx(0.001 + 0.01)  # weights / bandwidth
     assert spec.step_seconds(1000) == pytest.approx(0.001 + 0.1)  # flops / rate
     # A prompt admitted in the step costs its flops too, unless declared cheaper.
@@ -57,8 +62,10 @@ def test_session_speed_factor_is_declared_seeded_and_slows_every_step() -> None:
     # Seeded: the same factors every time, one per session, inside [0.7, 1.3].
     factors = [spec.session_speed_factor(s) for s in (1, 2, 3)]
     assert [round(f, 3) for f in factors] == [0.758, 0.874, 1.129]
-    assert ScriptedEngineSpec(session_speed_spread=0.3, session_speed_seed=7
-                              ).session_speed_factor(1) != factors[0]
+    assert (
+        ScriptedEngineSpec(session_speed_spread=0.3, session_speed_seed=7).session_speed_factor(1)
+        != factors[0]
+    )
     assert ScriptedEngineSpec().session_speed_factor(2) == 1.0  # no spread: all alike
     slow = spec.for_session(1)
     assert slow.step_seconds(1) == pytest.approx(spec.step_seconds(1) / 0.758, rel=1e-3)
@@ -73,8 +80,9 @@ def test_the_server_takes_its_session_from_the_harness(monkeypatch) -> None:
     monkeypatch.setenv("SPECBENCH_ENGINE_SESSION", "2")
     assert _session_from_environment() == 2
     spec = ScriptedEngineSpec(session_speed_spread=0.3, session_speed_seed=6)
-    args = argparse.Namespace(spec_json=spec.model_dump_json(), spec=None,
-                              served_model_name=None, session=2)
+    args = argparse.Namespace(
+        spec_json=spec.model_dump_json(), spec=None, served_model_name=None, session=2
+    )
     assert _spec_from_args(args).speed_factor == pytest.approx(0.874, abs=1e-3)
     monkeypatch.setenv("SPECBENCH_ENGINE_SESSION", "two")
     with pytest.raises(InputError, match="SPECBENCH_ENGINE_SESSION='two': expected a session"):

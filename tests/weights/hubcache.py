@@ -30,29 +30,57 @@ def build_hub_cache(base: Path) -> HubCache:
     root = base / "hub"
     target = add_to_hub_cache(model, root, "specbench/tiny")
     draft_commit = add_to_hub_cache(draft, root, "specbench/tiny-draft")
-    return HubCache(root, model, target, draft_commit, sha256_of(model / "model.safetensors"),
-                    sha256_of(draft / "model.safetensors"))
+    return HubCache(
+        root,
+        model,
+        target,
+        draft_commit,
+        sha256_of(model / "model.safetensors"),
+        sha256_of(draft / "model.safetensors"),
+    )
 
 
-def study(model: str, revision: str | None, drafter: tuple[str, str | None] | None = None,
-          engine: str = "vllm", launch: dict | None = None) -> dict:
+def study(
+    model: str,
+    revision: str | None,
+    drafter: tuple[str, str | None] | None = None,
+    engine: str = "vllm",
+    launch: dict | None = None,
+) -> dict:
     launch = launch or {"python": "/x/python"}
     arms: list[dict] = [{"name": "base", "engine": engine, "launch": launch}]
     if drafter is not None:
-        arms.append({"name": "draft", "engine": engine, "launch": launch, "baseline": "base",
-                     "drafter": {"method": "draft_model", "model": drafter[0],
-                                 "num_draft_tokens": 3,
-                                 **({"revision": drafter[1]} if drafter[1] else {})}})
+        arms.append(
+            {
+                "name": "draft",
+                "engine": engine,
+                "launch": launch,
+                "baseline": "base",
+                "drafter": {
+                    "method": "draft_model",
+                    "model": drafter[0],
+                    "num_draft_tokens": 3,
+                    **({"revision": drafter[1]} if drafter[1] else {}),
+                },
+            }
+        )
     return {
-        "title": "fetch test", "registered": "2026-11-30",
+        "title": "fetch test",
+        "registered": "2026-11-30",
         "hardware": {"gpu": "H100", "memory_bandwidth_gb_s": 2000, "dense_tflops": 1000},
-        "model": {"id": model, "params_billion": 0.001, "served_name": "tiny",
-                  **({"revision": revision} if revision else {})},
+        "model": {
+            "id": model,
+            "params_billion": 0.001,
+            "served_name": "tiny",
+            **({"revision": revision} if revision else {}),
+        },
         "arms": arms,
         "loads": {"closed_loop": {"concurrency": [1]}},
         "tasks": [{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 8}],
-        "bars": {"pass": {"speed": {"concurrencies": [1]}, "identity": None},
-                 "stop": {"concurrencies": [1]}},
+        "bars": {
+            "pass": {"speed": {"concurrencies": [1]}, "identity": None},
+            "stop": {"concurrencies": [1]},
+        },
     }
 
 

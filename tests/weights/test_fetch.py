@@ -25,11 +25,22 @@ def hub(tmp_path_factory) -> HubCache:
 
 
 def fetch(path: Path, hub: HubCache, cache: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub.root),
-           "SPECBENCH_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_CACHE": str(hub.root),
+        "SPECBENCH_CACHE": str(cache),
+        "PYTHONPATH": str(ROOT),
+    }
     env.pop("HF_HOME", None)
-    return subprocess.run([sys.executable, "-m", "harness.cli", "fetch", str(path)], cwd=path.parent,
-                          env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", "fetch", str(path)],
+        cwd=path.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def hash_cache_entries(cache: Path) -> dict:
@@ -70,7 +81,9 @@ def test_a_branch_prints_the_commit_to_register(hub, tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr
     register = re.findall(r"^register: (\S+) revision: ([0-9a-f]{40}) at (\S+)$", proc.stdout, re.M)
     assert [(repo, sha) for repo, sha, _ in register] == [
-        ("specbench/tiny", hub.target_commit), ("specbench/tiny-draft", hub.draft_commit)]
+        ("specbench/tiny", hub.target_commit),
+        ("specbench/tiny-draft", hub.draft_commit),
+    ]
     # Each names the line to write it at: the revision, or the drafter without one.
     lines = path.read_text().splitlines()
     target_at, draft_at = (int(where.rsplit(":", 1)[1]) for _, _, where in register)
@@ -81,17 +94,22 @@ def test_a_branch_prints_the_commit_to_register(hub, tmp_path) -> None:
     assert "no revision (the hub's default branch, which moves)" in proc.stdout
 
 
-@pytest.mark.parametrize("model, revision", [
-    ("specbench/absent", ABSENT_SHA),  # no such repository in the cache
-    ("specbench/tiny", ABSENT_SHA),  # the repository, not that commit
-    ("specbench/absent", "main"),  # a branch of a repository never fetched
-])
+@pytest.mark.parametrize(
+    "model, revision",
+    [
+        ("specbench/absent", ABSENT_SHA),  # no such repository in the cache
+        ("specbench/tiny", ABSENT_SHA),  # the repository, not that commit
+        ("specbench/absent", "main"),  # a branch of a repository never fetched
+    ],
+)
 def test_a_missing_checkpoint_is_one_line_and_exit_2(hub, tmp_path, model, revision) -> None:
     path = write_study(tmp_path / "study.yaml", study(model, revision))
     proc = fetch(path, hub, tmp_path / "c")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     errors = proc.stderr.strip().splitlines()
-    assert errors == [f"specbench: model {model}@{revision}: not in the hub cache {hub.root}"], errors
+    assert errors == [f"specbench: model {model}@{revision}: not in the hub cache {hub.root}"], (
+        errors
+    )
     assert "Traceback" not in proc.stderr
 
 
@@ -102,7 +120,8 @@ def test_one_missing_checkpoint_fails_the_fetch_after_the_others(hub, tmp_path) 
     assert f"ok: commit {hub.target_commit}" in proc.stdout  # the present one still fetched
     assert proc.stderr.strip().splitlines() == [
         f"specbench: drafter of arm draft specbench/absent@{ABSENT_SHA}: not in the hub cache"
-        f" {hub.root}"]
+        f" {hub.root}"
+    ]
 
 
 def test_a_corrupt_blob_is_refused(hub, tmp_path) -> None:
@@ -115,7 +134,10 @@ def test_a_corrupt_blob_is_refused(hub, tmp_path) -> None:
     proc = fetch(path, bad, tmp_path / "c")
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()
-    assert "model.safetensors: sha256" in line and f"differs from the hub's {bad.weights_sha256}" in line
+    assert (
+        "model.safetensors: sha256" in line
+        and f"differs from the hub's {bad.weights_sha256}" in line
+    )
 
 
 def test_a_study_of_local_models_has_nothing_to_fetch(hub, tmp_path) -> None:
@@ -128,8 +150,20 @@ def test_a_study_of_local_models_has_nothing_to_fetch(hub, tmp_path) -> None:
 def test_tiny_model_lays_itself_out_in_the_hub_cache(tmp_path) -> None:
     env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "tiny-model", str(tmp_path / "m"), "--hub-repo",
-         "org/tiny"], env=env, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "tiny-model",
+            str(tmp_path / "m"),
+            "--hub-repo",
+            "org/tiny",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     said = re.search(r"org/tiny at commit ([0-9a-f]{40}) \(refs/main\)", proc.stdout)
     assert said is not None, proc.stdout
@@ -146,15 +180,19 @@ def test_an_interrupted_download_is_incomplete_not_present(tmp_path) -> None:
     # format_version 1); a snapshot that lacks a listed file was cut off mid-download.
     cut = build_hub_cache(tmp_path / "cut")
     storage = repo_folder(cut.root, "specbench/tiny")
-    listing = {f.name: {"size": f.stat().st_size, "blob_id": f.resolve().name}
-               for f in (storage / "snapshots" / cut.target_commit).iterdir()}
+    listing = {
+        f.name: {"size": f.stat().st_size, "blob_id": f.resolve().name}
+        for f in (storage / "snapshots" / cut.target_commit).iterdir()
+    }
     listing["model-00002-of-00002.safetensors"] = {"size": 10, "blob_id": "0" * 40}
     (storage / "trees").mkdir()
     (storage / "trees" / f"{cut.target_commit}.json").write_text(
-        json.dumps({"format_version": 1, "files": listing}))
+        json.dumps({"format_version": 1, "files": listing})
+    )
     path = write_study(tmp_path / "study.yaml", study("specbench/tiny", cut.target_commit))
     proc = fetch(path, cut, tmp_path / "c")
     assert proc.returncode == 2, proc.stdout
     assert proc.stderr.strip().splitlines() == [
         f"specbench: model specbench/tiny@{cut.target_commit}: the cached snapshot in {cut.root}"
-        " is incomplete; run `specbench fetch` with network access"]
+        " is incomplete; run `specbench fetch` with network access"
+    ]

@@ -40,8 +40,12 @@ def point_at(monkeypatch: pytest.MonkeyPatch, **env: str) -> None:
 
 
 def pinned_study(tmp_path: Path, cached: HubCache) -> Path:
-    return write_study(tmp_path / "study.yaml", study(
-        "specbench/tiny", cached.target_commit, ("specbench/tiny-draft", cached.draft_commit)))
+    return write_study(
+        tmp_path / "study.yaml",
+        study(
+            "specbench/tiny", cached.target_commit, ("specbench/tiny-draft", cached.draft_commit)
+        ),
+    )
 
 
 def what_each_command_sees(path: Path) -> dict[str, object]:
@@ -61,16 +65,21 @@ def what_each_command_sees(path: Path) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("variable", ["HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME"])
-def test_validate_doctor_and_fetch_look_in_one_cache(variable, cached, tmp_path,
-                                                     monkeypatch) -> None:
+def test_validate_doctor_and_fetch_look_in_one_cache(
+    variable, cached, tmp_path, monkeypatch
+) -> None:
     # HF_HOME names the folder that holds hub/; the other two name the cache itself.
-    point_at(monkeypatch, HF_HUB_OFFLINE="1",
-             **{variable: str(cached.root.parent if variable == "HF_HOME" else cached.root)})
+    point_at(
+        monkeypatch,
+        HF_HUB_OFFLINE="1",
+        **{variable: str(cached.root.parent if variable == "HF_HOME" else cached.root)},
+    )
     cache = hub_cache_dir()
     assert cache == cached.root.resolve()
     draft = find_checkpoint("specbench/tiny-draft", cached.draft_commit)
     assert draft.present and draft.snapshot == (
-        repo_folder(cache, "specbench/tiny-draft") / "snapshots" / cached.draft_commit)
+        repo_folder(cache, "specbench/tiny-draft") / "snapshots" / cached.draft_commit
+    )
     seen = what_each_command_sees(pinned_study(tmp_path, cached))
     assert draft.snapshot is not None
     assert seen["validate: drafter config"] == draft.snapshot / "config.json"
@@ -78,16 +87,22 @@ def test_validate_doctor_and_fetch_look_in_one_cache(variable, cached, tmp_path,
     assert seen["doctor: model"] == "ok" and seen["doctor: drafter"] == "ok"
     assert seen["fetch: snapshots"] == {
         "specbench/tiny": repo_folder(cache, "specbench/tiny") / "snapshots" / cached.target_commit,
-        "specbench/tiny-draft": draft.snapshot}
+        "specbench/tiny-draft": draft.snapshot,
+    }
 
 
-def test_hf_hub_cache_wins_over_the_legacy_name_for_every_command(cached, tmp_path,
-                                                                  monkeypatch) -> None:
+def test_hf_hub_cache_wins_over_the_legacy_name_for_every_command(
+    cached, tmp_path, monkeypatch
+) -> None:
     # huggingface_hub's order: HF_HUB_CACHE first. An empty one there hides the filled
     # cache the legacy variable names, from all three commands alike.
     empty = tmp_path / "empty-hub"
-    point_at(monkeypatch, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(empty),
-             HUGGINGFACE_HUB_CACHE=str(cached.root))
+    point_at(
+        monkeypatch,
+        HF_HUB_OFFLINE="1",
+        HF_HUB_CACHE=str(empty),
+        HUGGINGFACE_HUB_CACHE=str(cached.root),
+    )
     assert hub_cache_dir() == empty.resolve()
     path = pinned_study(tmp_path, cached)
     loaded = load_study_file(path)
@@ -101,22 +116,37 @@ def test_hf_hub_cache_wins_over_the_legacy_name_for_every_command(cached, tmp_pa
             hub.fetch(ckpt, Console(file=io.StringIO()))
 
 
-def test_the_commands_agree_under_the_legacy_variable(cached, tmp_path, capsys,
-                                                      monkeypatch) -> None:
+def test_the_commands_agree_under_the_legacy_variable(
+    cached, tmp_path, capsys, monkeypatch
+) -> None:
     """The commands themselves, with HUGGINGFACE_HUB_CACHE alone: fetch (a fresh
     interpreter, as huggingface_hub reads its environment at import), validate."""
     path = pinned_study(tmp_path, cached)
     env = {k: v for k, v in os.environ.items() if k not in HUB_VARIABLES}
-    env.update(HF_HUB_OFFLINE="1", HUGGINGFACE_HUB_CACHE=str(cached.root),
-               SPECBENCH_CACHE=str(tmp_path / "specbench-cache"), PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, "-m", "harness.cli", "fetch", str(path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HUGGINGFACE_HUB_CACHE=str(cached.root),
+        SPECBENCH_CACHE=str(tmp_path / "specbench-cache"),
+        PYTHONPATH=str(ROOT),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "fetch", str(path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert f"hub cache {cached.root.resolve()} (offline" in done.stdout
     assert f"ok: commit {cached.draft_commit}" in done.stdout
     point_at(monkeypatch, HUGGINGFACE_HUB_CACHE=str(cached.root))
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
-    config = (repo_folder(cached.root.resolve(), "specbench/tiny-draft") / "snapshots"
-              / cached.draft_commit / "config.json")
+    config = (
+        repo_folder(cached.root.resolve(), "specbench/tiny-draft")
+        / "snapshots"
+        / cached.draft_commit
+        / "config.json"
+    )
     assert f"draft: {config} names no base model" in out

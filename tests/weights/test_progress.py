@@ -18,18 +18,28 @@ def test_hub_bars_become_rich_tasks_with_their_counts() -> None:
     with rich_progress(console) as progress:
         # As snapshot_download makes its byte bar (it passes a plain tqdm class no name).
         # huggingface_hub types these classes as tqdm.auto's; any tqdm works (hub.py).
-        size = _create_progress_bar(cls=RichTqdm,  # type: ignore[arg-type]
-                                    log_level=logging.INFO, name="hub.bytes",
-                                    desc="Reconstructing", total=0, initial=0, unit="B",
-                                    unit_scale=True)
+        size = _create_progress_bar(
+            cls=RichTqdm,  # type: ignore[arg-type]
+            log_level=logging.INFO,
+            name="hub.bytes",
+            desc="Reconstructing",
+            total=0,
+            initial=0,
+            unit="B",
+            unit_scale=True,
+        )
         size.total = 3_000_000
         size.update(1_000_000)
         size.update(500_000)
         size.refresh()
         # ... and its per-file bar, through huggingface_hub's own thread map.
-        assert hf_thread_map(lambda x: x * 2, [1, 2, 3], desc="Fetching 3 files",
-                             tqdm_class=RichTqdm,  # type: ignore[arg-type]
-                             max_workers=2) == [2, 4, 6]
+        assert hf_thread_map(
+            lambda x: x * 2,
+            [1, 2, 3],
+            desc="Fetching 3 files",
+            tqdm_class=RichTqdm,  # type: ignore[arg-type]
+            max_workers=2,
+        ) == [2, 4, 6]
         tasks = {t.description: t for t in progress.tasks}
         assert tasks["Reconstructing"].completed == 1_500_000
         assert tasks["Reconstructing"].total == 3_000_000

@@ -33,9 +33,7 @@ _NUMBER = re.compile(
     r"(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
 )
 _ANSWER_PHRASE = re.compile(r"answer\s*(?:is|:|=)", re.IGNORECASE)
-_PHRASE_NUMBER = re.compile(
-    r"[\s:=$*\\(\[]*(-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:\s*/\s*\d+)?)"
-)
+_PHRASE_NUMBER = re.compile(r"[\s:=$*\\(\[]*(-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:\s*/\s*\d+)?)")
 _FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 _TEXT_CMD = re.compile(r"\\(?:text|textbf|mathrm|mathbf|operatorname|mbox)\s*\{([^{}]*)\}")
 _LATEX_NOISE = re.compile(r"\\[,;:! ]|\\left|\\right|\\%|%|\\\$|\$|\\quad|\\qquad|~")
@@ -193,7 +191,10 @@ def extract_code(response: str) -> str:
 
 
 def defines_function(code: str, name: str) -> bool:
-    return re.search(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\(", code, re.MULTILINE) is not None
+    return (
+        re.search(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\(", code, re.MULTILINE)
+        is not None
+    )
 
 
 def humaneval_program(prompt: str, completion: str, test: str, entry_point: str) -> str:

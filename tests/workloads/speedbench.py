@@ -18,16 +18,18 @@ import pyarrow.parquet as pq
 from harness.weights.local_hub import add_to_hub_cache
 
 REPO = "nvidia/SPEED-Bench"
-SCHEMA = pa.schema([
-    ("question_id", pa.string()),
-    ("category", pa.string()),
-    ("sub_category", pa.string()),
-    ("turns", pa.list_(pa.string())),
-    ("source", pa.string()),
-    ("src_id", pa.string()),
-    ("difficulty", pa.string()),
-    ("multiturn", pa.bool_()),
-])
+SCHEMA = pa.schema(
+    [
+        ("question_id", pa.string()),
+        ("category", pa.string()),
+        ("sub_category", pa.string()),
+        ("turns", pa.list_(pa.string())),
+        ("source", pa.string()),
+        ("src_id", pa.string()),
+        ("difficulty", pa.string()),
+        ("multiturn", pa.bool_()),
+    ]
+)
 # What the card's front matter says of the files (configs: data_files).
 CARD_HEAD = """---
 license: other
@@ -45,18 +47,29 @@ CARD_TAIL = """---
 
 
 def row(qid: str, category: str, turns: list[str], difficulty: str = "easy") -> dict:
-    return {"question_id": qid, "category": category, "sub_category": f"{category}-sub",
-            "turns": turns, "source": "made-up", "src_id": f"src-{qid}",
-            "difficulty": difficulty, "multiturn": len(turns) > 1}
+    return {
+        "question_id": qid,
+        "category": category,
+        "sub_category": f"{category}-sub",
+        "turns": turns,
+        "source": "made-up",
+        "src_id": f"src-{qid}",
+        "difficulty": difficulty,
+        "multiturn": len(turns) > 1,
+    }
 
 
 # Two categories, four prompts each; coding's last item has two turns.
 ROWS = [
-    *(row(f"coding-{i}", "coding", [f"Write a function number {i} that adds two numbers."])
-      for i in range(3)),
+    *(
+        row(f"coding-{i}", "coding", [f"Write a function number {i} that adds two numbers."])
+        for i in range(3)
+    ),
     row("coding-3", "coding", ["Write a stack class.", "Now add a peek method."], "hard"),
-    *(row(f"math-{i}", "math", [f"What is {i} plus {i + 1}? Answer briefly."], "medium")
-      for i in range(4)),
+    *(
+        row(f"math-{i}", "math", [f"What is {i} plus {i + 1}? Answer briefly."], "medium")
+        for i in range(4)
+    ),
 ]
 
 
@@ -72,9 +85,12 @@ def write_parquet(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def build_speed_bench_cache(base: Path, rows: list[dict] | None = None,
-                            commit: str | None = None,
-                            configs: tuple[str, ...] = ("qualitative",)) -> SpeedBenchCache:
+def build_speed_bench_cache(
+    base: Path,
+    rows: list[dict] | None = None,
+    commit: str | None = None,
+    configs: tuple[str, ...] = ("qualitative",),
+) -> SpeedBenchCache:
     """The dataset (each config with the same rows) in `base/hub`, at `commit` (default:
     one made from the files, as local_hub does)."""
     folder = base / "speed-bench-files"
@@ -89,5 +105,12 @@ def build_speed_bench_cache(base: Path, rows: list[dict] | None = None,
 
 
 def speed_bench_task(commit: str, name: str = "speed", **extra: object) -> dict:
-    return {"name": name, "kind": "speed_bench", "uses": ["speed"], "max_tokens": 8,
-            "config": "qualitative", "revision": commit, **extra}
+    return {
+        "name": name,
+        "kind": "speed_bench",
+        "uses": ["speed"],
+        "max_tokens": 8,
+        "config": "qualitative",
+        "revision": commit,
+        **extra,
+    }

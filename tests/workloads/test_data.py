@@ -73,8 +73,12 @@ def test_license_and_provenance_are_vendored(kind):
 
 @pytest.mark.parametrize(
     ("kind", "name"),
-    [("chat", "question.jsonl"), ("gsm8k", "test.jsonl"), ("humaneval", "HumanEval.jsonl.gz"),
-     ("mmlu", "source/mmlu.zip")],
+    [
+        ("chat", "question.jsonl"),
+        ("gsm8k", "test.jsonl"),
+        ("humaneval", "HumanEval.jsonl.gz"),
+        ("mmlu", "source/mmlu.zip"),
+    ],
 )
 def test_vendored_files_are_the_upstream_bytes(kind, name):
     # The digest recorded when the source was fetched (the copied "files" section),
@@ -114,8 +118,9 @@ def test_humaneval_items_carry_the_test_program_pieces():
     items = load_items("humaneval")
     assert [it.id for it in items] == [f"humaneval:HumanEval/{n}" for n in range(164)]
     for row, it in zip(raw, items, strict=True):
-        assert it.reference == {k: row[k] for k in
-                                ("task_id", "prompt", "canonical_solution", "test", "entry_point")}
+        assert it.reference == {
+            k: row[k] for k in ("task_id", "prompt", "canonical_solution", "test", "entry_point")
+        }
         assert row["prompt"] in it.messages[0]["content"]
 
 
@@ -131,7 +136,7 @@ def test_mmlu_ids_name_the_row_of_the_subject_csv():
     items = load_items("mmlu")
     assert sum(len(t) for t in tables.values()) == 14042 and len(tables) == 57
     for it in items:
-        subject, row = it.id[len("mmlu:"):].rsplit("/", 1)
+        subject, row = it.id[len("mmlu:") :].rsplit("/", 1)
         q, a, b, c, d, ans = tables[subject][int(row)]
         assert it.reference == {"answer": ans, "subject": subject}
         content = it.messages[0]["content"]
@@ -225,8 +230,10 @@ def test_hub_source_uses_datasets_with_the_same_ids(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "CACHE_DIR", tmp_path / "cache")
     repo = tmp_path / "hub" / "gsm8k"
     repo.mkdir(parents=True)
-    rows = [{"question": f"What is {i}+{i}?", "answer": f"{i}+{i}\n#### {2 * i:,}"}
-            for i in range(600, 605)]
+    rows = [
+        {"question": f"What is {i}+{i}?", "answer": f"{i}+{i}\n#### {2 * i:,}"}
+        for i in range(600, 605)
+    ]
     (repo / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     items = load_items("gsm8k", source=Hub(str(repo), "main", "test"))
     assert [it.id for it in items] == [f"gsm8k:{i}" for i in range(5)]
@@ -246,7 +253,10 @@ def test_hub_mmlu_maps_cais_layout(tmp_path, monkeypatch):
     (repo / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     items = load_items("mmlu", source=Hub(str(repo), "main"))
     assert [(it.id, it.reference["answer"]) for it in items] == [
-        ("mmlu:anatomy/0", "C"), ("mmlu:anatomy/1", "A"), ("mmlu:virology/0", "D")]
+        ("mmlu:anatomy/0", "C"),
+        ("mmlu:anatomy/1", "A"),
+        ("mmlu:virology/0", "D"),
+    ]
 
 
 def test_hub_source_needs_a_revision():
@@ -261,10 +271,13 @@ def test_prompts_follow_the_registered_conventions():
     gsm = load_items("gsm8k")[0].messages
     assert gsm == [{"role": "user", "content": gsm[0]["content"]}]
     assert gsm[0]["content"].endswith(
-        "\nPlease reason step by step, and put your final answer within \\boxed{}.")
+        "\nPlease reason step by step, and put your final answer within \\boxed{}."
+    )
     mmlu = load_items("mmlu")[0].messages[0]["content"]
-    assert mmlu.startswith("Answer the following multiple choice question. The last line of "
-                           "your response should be of the following format: 'Answer: $LETTER'")
+    assert mmlu.startswith(
+        "Answer the following multiple choice question. The last line of "
+        "your response should be of the following format: 'Answer: $LETTER'"
+    )
     he = load_items("humaneval")[0]
     content = he.messages[0]["content"]
     assert "```python" in content and "completed function" in content

@@ -49,8 +49,10 @@ def _score(items, responses):
 def test_every_canonical_solution_passes(items):
     # As a chat reply: the full function in a python block (run as is, no prompt).
     responses = {
-        i: "Here is the function:\n```python\n" + it.reference["prompt"]
-        + it.reference["canonical_solution"] + "```\nDone."
+        i: "Here is the function:\n```python\n"
+        + it.reference["prompt"]
+        + it.reference["canonical_solution"]
+        + "```\nDone."
         for i, it in items.items()
     }
     scores = _score(items, responses)
@@ -74,8 +76,11 @@ def test_every_pass_body_fails(items):
 
 def test_every_wrong_return_fails(items):
     responses = {
-        i: "```python\n" + it.reference["prompt"] + it.reference["canonical_solution"]
-        + PERTURBED.format(ep=it.reference["entry_point"]) + "```"
+        i: "```python\n"
+        + it.reference["prompt"]
+        + it.reference["canonical_solution"]
+        + PERTURBED.format(ep=it.reference["entry_point"])
+        + "```"
         for i, it in items.items()
     }
     scores = _score(items, responses)

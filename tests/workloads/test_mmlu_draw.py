@@ -38,8 +38,10 @@ def test_the_script_reproduces_the_vendored_sample(tmp_path):
     rows = mod.read_test_rows(paths.WORKLOADS_DIR / "mmlu" / "source" / "mmlu.zip")
     assert len(rows) == 14042
     # The same serialisation of every row is the upstream provenance's derived file.
-    assert hashlib.sha256(mod.serialise(rows)).hexdigest() == (
-        provenance("mmlu")["files"]["mmlu_test_all.jsonl"]["sha256"])
+    assert (
+        hashlib.sha256(mod.serialise(rows)).hexdigest()
+        == (provenance("mmlu")["files"]["mmlu_test_all.jsonl"]["sha256"])
+    )
     sample = mod.serialise(mod.draw(rows))
     vendored = (paths.WORKLOADS_DIR / "mmlu" / "mmlu_test_sample.jsonl").read_bytes()
     assert sample == vendored
@@ -49,7 +51,12 @@ def test_the_script_reproduces_the_vendored_sample(tmp_path):
 
 
 def test_the_script_check_mode_passes():
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True,
-                          text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "ok: 1000 of 14042 rows" in proc.stdout

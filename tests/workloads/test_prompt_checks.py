@@ -41,15 +41,19 @@ def hub(tmp_path, monkeypatch):
 
 def test_a_placeholder_row_is_never_loaded_and_refused_unless_dropped(hub):
     refused = TaskSpec.model_validate(speed_bench_task(hub.commit))
-    with pytest.raises(DataIntegrityError, match=r"by category: coding 1 of 5, math 0 of 4,"
-                       r" summary 2 of 2; never sent: register `placeholders: drop`"):
+    with pytest.raises(
+        DataIntegrityError,
+        match=r"by category: coding 1 of 5, math 0 of 4,"
+        r" summary 2 of 2; never sent: register `placeholders: drop`",
+    ):
         load_items("speed_bench", source=refused.source)
     dropped = TaskSpec.model_validate(speed_bench_task(hub.commit, placeholders="drop"))
     items = load_items("speed_bench", source=dropped.source)
     assert [it.id for it in items] == [f"speed_bench:{r['question_id']}" for r in ROWS]
     assert not any(PLACEHOLDER in m["content"] for it in items for m in it.messages)
-    only = TaskSpec.model_validate(speed_bench_task(hub.commit, placeholders="drop",
-                                                    categories=["summary"]))
+    only = TaskSpec.model_validate(
+        speed_bench_task(hub.commit, placeholders="drop", categories=["summary"])
+    )
     with pytest.raises(DataIntegrityError, match="no row is left"):
         load_items("speed_bench", source=only.source)
 
@@ -62,61 +66,123 @@ def test_validate_counts_them_per_category_and_refuses_unless_dropped(hub, tmp_p
         f"specbench: {path}:{line}: tasks[0].placeholders: task speed: 3 rows are SPEED-Bench"
         " placeholders (coding 1 of 5, math 0 of 4, summary 2 of 2), whose text lives in"
         " other datasets: register `placeholders: drop` to measure the rest (specbench does"
-        " not resolve them)"]
+        " not resolve them)"
+    ]
     path = write(tmp_path / "drop.yaml", study(hub.commit, placeholders="drop"))
     assert main(["validate", str(path)]) == 0
-    assert ("task speed: SPEED-Bench placeholder rows (never sent), by category: coding 1 of"
-            " 5, math 0 of 4, summary 2 of 2: dropped (placeholders: drop); categories left"
-            " empty: summary") in capsys.readouterr().out
+    assert (
+        "task speed: SPEED-Bench placeholder rows (never sent), by category: coding 1 of"
+        " 5, math 0 of 4, summary 2 of 2: dropped (placeholders: drop); categories left"
+        " empty: summary"
+    ) in capsys.readouterr().out
 
 
 def test_fetch_counts_them_too(hub, tmp_path):
     path = write(tmp_path / "study.yaml", study(hub.commit))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub.root),
-           "SPECBENCH_CACHE": str(tmp_path / "c")}
-    proc = subprocess.run([".venv/bin/specbench", "fetch", str(path)], capture_output=True,
-                          text=True, timeout=120, env=env, cwd=Path(__file__).parents[2])
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_CACHE": str(hub.root),
+        "SPECBENCH_CACHE": str(tmp_path / "c"),
+    }
+    proc = subprocess.run(
+        [".venv/bin/specbench", "fetch", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=Path(__file__).parents[2],
+    )
     assert proc.returncode == 0, proc.stderr
-    assert ("placeholder rows (never sent), by category: coding 1 of 5, math 0 of 4, summary"
-            " 2 of 2") in proc.stdout
+    assert (
+        "placeholder rows (never sent), by category: coding 1 of 5, math 0 of 4, summary 2 of 2"
+    ) in proc.stdout
 
 
-def test_a_dropping_study_sends_none_and_counts_them_in_its_manifest_and_report(hub,
-                                                                               tmp_path):
+def test_a_dropping_study_sends_none_and_counts_them_in_its_manifest_and_report(hub, tmp_path):
     study_path = write_scripted_study(
-        tmp_path, "drop", "SPEED-Bench with placeholder rows",
-        arms=[{"name": "base", "engine": "scripted", "launch": {},
-               "scripted": dict(SCRIPTED_ENGINE)},
-              {"name": "drafter", "engine": "scripted", "launch": {}, "baseline": "base",
-               "drafter": {"method": "scripted-draft", "num_draft_tokens": 3},
-               "scripted": {**SCRIPTED_ENGINE, "num_draft_tokens": 3,
-                            "accept_probs": [0.8, 0.7, 0.6]}}],
-        loads={"closed_loop": {"concurrency": [1], "requests": {"min": 9, "per_user": 9},
-                               "warmup_per_user": 1}},
+        tmp_path,
+        "drop",
+        "SPEED-Bench with placeholder rows",
+        arms=[
+            {"name": "base", "engine": "scripted", "launch": {}, "scripted": dict(SCRIPTED_ENGINE)},
+            {
+                "name": "drafter",
+                "engine": "scripted",
+                "launch": {},
+                "baseline": "base",
+                "drafter": {"method": "scripted-draft", "num_draft_tokens": 3},
+                "scripted": {
+                    **SCRIPTED_ENGINE,
+                    "num_draft_tokens": 3,
+                    "accept_probs": [0.8, 0.7, 0.6],
+                },
+            },
+        ],
+        loads={
+            "closed_loop": {
+                "concurrency": [1],
+                "requests": {"min": 9, "per_user": 9},
+                "warmup_per_user": 1,
+            }
+        },
         tasks=[speed_bench_task(hub.commit, max_tokens=8, placeholders="drop")],
-        recording={"lag_limit_p99_ms": 25, "min_delivered_share": 0.9,
-                   "regime": {"enabled": False}},
-        bars={"pass": {"speed": {"threshold": 1.2, "concurrencies": [1]}, "identity": None,
-                       "knee": {"required": False}},
-              "stop": {"concurrencies": [1]}, "intervals": {"bootstrap_resamples": 200}})
-    env = {**{k: v for k, v in os.environ.items() if k != "HF_HOME"},
-           "HF_HUB_CACHE": str(hub.root), "HF_HUB_OFFLINE": "1",
-           "SPECBENCH_CACHE": str(tmp_path / "specbench-cache")}
-    specbench("run", str(study_path), "--results", str(tmp_path / "results"), "--reports",
-              str(tmp_path / "reports"), env=env, timeout=300)
+        recording={
+            "lag_limit_p99_ms": 25,
+            "min_delivered_share": 0.9,
+            "regime": {"enabled": False},
+        },
+        bars={
+            "pass": {
+                "speed": {"threshold": 1.2, "concurrencies": [1]},
+                "identity": None,
+                "knee": {"required": False},
+            },
+            "stop": {"concurrencies": [1]},
+            "intervals": {"bootstrap_resamples": 200},
+        },
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "HF_HOME"},
+        "HF_HUB_CACHE": str(hub.root),
+        "HF_HUB_OFFLINE": "1",
+        "SPECBENCH_CACHE": str(tmp_path / "specbench-cache"),
+    }
+    specbench(
+        "run",
+        str(study_path),
+        "--results",
+        str(tmp_path / "results"),
+        "--reports",
+        str(tmp_path / "reports"),
+        env=env,
+        timeout=300,
+    )
     run = run_folder(tmp_path / "results")
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["speed_bench_placeholders"] == {
-        "speed": {"coding": [1, 5], "math": [0, 4], "summary": [2, 2]}}
-    sent = [json.loads(line) for p in (run / "cells").glob("*/requests.jsonl")
-            for line in p.read_text().splitlines()]
+        "speed": {"coding": [1, 5], "math": [0, 4], "summary": [2, 2]}
+    }
+    sent = [
+        json.loads(line)
+        for p in (run / "cells").glob("*/requests.jsonl")
+        for line in p.read_text().splitlines()
+    ]
     assert sent and not {r["item_id"] for r in sent} & {
-        "speed_bench:coding-9", "speed_bench:summary-0", "speed_bench:summary-1"}
+        "speed_bench:coding-9",
+        "speed_bench:summary-0",
+        "speed_bench:summary-1",
+    }
     (pdf,) = (tmp_path / "reports").glob("*.pdf")
-    text = " ".join(subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True,
-                                   text=True, check=True).stdout.split())
-    assert ("Placeholder rows dropped, never sent (placeholders: drop): coding 1 of 5, summary"
-            " 2 of 2; categories left empty: summary") in text
+    text = " ".join(
+        subprocess.run(
+            ["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
+    assert (
+        "Placeholder rows dropped, never sent (placeholders: drop): coding 1 of 5, summary"
+        " 2 of 2; categories left empty: summary"
+    ) in text
 
 
 def tiny_model(folder: Path) -> Path:
@@ -126,8 +192,7 @@ def tiny_model(folder: Path) -> Path:
     return folder
 
 
-def test_a_prompt_longer_than_the_context_is_refused_naming_its_items(hub, tmp_path,
-                                                                     capsys):
+def test_a_prompt_longer_than_the_context_is_refused_naming_its_items(hub, tmp_path, capsys):
     from tokenizers import Tokenizer
 
     # With the tokenizer at hand (a local model folder): counted exactly.
@@ -137,14 +202,24 @@ def test_a_prompt_longer_than_the_context_is_refused_naming_its_items(hub, tmp_p
     path = write(tmp_path / "study.yaml", data)
     assert main(["validate", str(path)]) == 2
     (err,) = capsys.readouterr().err.splitlines()
-    counts = {f"speed_bench:{r['question_id']}": len(Tokenizer.from_file(
-        str(model / "tokenizer.json")).encode(r["turns"][0], add_special_tokens=False).ids)
-        + 8 + 16 + 8 for r in ROWS}
+    counts = {
+        f"speed_bench:{r['question_id']}": len(
+            Tokenizer.from_file(str(model / "tokenizer.json"))
+            .encode(r["turns"][0], add_special_tokens=False)
+            .ids
+        )
+        + 8
+        + 16
+        + 8
+        for r in ROWS
+    }
     over = [k for k, v in counts.items() if v > 40]
     assert over, counts
-    assert f"tasks[0].max_tokens: task speed: {len(over)} of 8 items need more than the" \
-        " context, 40 tokens (model.max_model_len), with max_tokens 8 (counted with" \
+    assert (
+        f"tasks[0].max_tokens: task speed: {len(over)} of 8 items need more than the"
+        " context, 40 tokens (model.max_model_len), with max_tokens 8 (counted with"
         " tokenizer.json" in err
+    )
     assert err.endswith(": " + ", ".join(f"{k} ({counts[k]})" for k in over))
     # Enough room: validate passes and says what it counted.
     data["model"]["max_model_len"] = 4096
@@ -162,9 +237,13 @@ def test_a_task_read_from_the_hub_at_run_time_is_not_fetched_by_validate(monkeyp
     from harness.workloads import fit
 
     data = load_study(Path(__file__).parents[2] / "prereg.yaml").model_dump(
-        mode="json", by_alias=True, exclude_none=True)
-    data["tasks"][1]["source"] = {"dataset": "openai/gsm8k", "config": "main",
-                                  "revision": "e53f048856ff4f594e959d75785d2c2d37b678ee"}
+        mode="json", by_alias=True, exclude_none=True
+    )
+    data["tasks"][1]["source"] = {
+        "dataset": "openai/gsm8k",
+        "config": "main",
+        "revision": "e53f048856ff4f594e959d75785d2c2d37b678ee",
+    }
     lines, problems = fit.context_report(Study.model_validate(data), skip=set())
     assert "  task gsm8k: not checked (read from the hub when the run starts)" in lines
     assert problems == [] and any(ln.startswith("  task chat: at most") for ln in lines)

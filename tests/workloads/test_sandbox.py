@@ -73,8 +73,9 @@ def test_the_hook_mode_never_runs_without_its_hook():
 
 def test_correct_completion_passes_in_every_mode(item):
     for name, limits in MODES.items():
-        s = score_item("humaneval", item, "```python\n" + _correct_function(item) + "```",
-                       limits=limits)
+        s = score_item(
+            "humaneval", item, "```python\n" + _correct_function(item) + "```", limits=limits
+        )
         assert s.correct, (name, s.detail)
         tag = "namespaces(" if name.startswith("ns") else "rlimits+audit-hook, no namespaces"
         assert f"[sandbox: {tag}" in s.detail
@@ -96,41 +97,54 @@ def victims(tmp_path):
     return private / "victim.txt", shared / "victim.txt"
 
 
-def _hostile(name: str, harness_pid: int, victims, port: int, escape: Path,
-             unix_path: Path) -> tuple[str, str]:
+def _hostile(
+    name: str, harness_pid: int, victims, port: int, escape: Path, unix_path: Path
+) -> tuple[str, str]:
     """(code placed before the correct function, code placed after it)."""
     private, shared = victims
     return {
         "infinite loop": ("while True:\n    pass\n", ""),
         "fork loop": ("import os\nwhile True:\n    os.fork()\n", ""),
         "fork bomb that sleeps": (
-            ("import os, time\nfor _ in range(10000):\n    try:\n        os.fork()\n"
-            "    except OSError:\n        break\ntime.sleep(60)\n"), ""),
+            (
+                "import os, time\nfor _ in range(10000):\n    try:\n        os.fork()\n"
+                "    except OSError:\n        break\ntime.sleep(60)\n"
+            ),
+            "",
+        ),
         "10 GB allocation": ("x = bytearray(10 * 1024 ** 3)\n", ""),
         "write a private file outside": (f"open({str(private)!r}, 'w').write('pwned')\n", ""),
-        "write a world-writable file outside": (
-            f"open({str(shared)!r}, 'w').write('pwned')\n", ""),
+        "write a world-writable file outside": (f"open({str(shared)!r}, 'w').write('pwned')\n", ""),
         "create a file in /tmp": (f"open({str(escape)!r}, 'w').write('x')\n", ""),
         "write next to the work dir": ("open('../escape.txt', 'w').write('x')\n", ""),
         "delete a file outside": (f"import os\nos.remove({str(shared)!r})\n", ""),
-        "delete a tree outside": (
-            f"import shutil\nshutil.rmtree({str(private.parent)!r})\n", ""),
+        "delete a tree outside": (f"import shutil\nshutil.rmtree({str(private.parent)!r})\n", ""),
         "network connection": (
-            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\n", ""),
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\n",
+            "",
+        ),
         "unix socket connection": (
-            f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({str(unix_path)!r})\n", ""),
+            f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({str(unix_path)!r})\n",
+            "",
+        ),
         "kill the harness by pid": (
-            f"import os, signal\nos.kill({harness_pid}, signal.SIGKILL)\n", ""),
+            f"import os, signal\nos.kill({harness_pid}, signal.SIGKILL)\n",
+            "",
+        ),
         "kill the parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", ""),
         "kill every process": ("import os, signal\nos.kill(-1, signal.SIGKILL)\n", ""),
         "kill the process group": ("import os, signal\nos.killpg(0, signal.SIGKILL)\n", ""),
         "kill the harness found in /proc": (
-            ("import os, signal\nfor p in os.listdir('/proc'):\n    if not p.isdigit():\n"
-            "        continue\n    try:\n        cmd = open(f'/proc/{p}/cmdline', 'rb').read()\n"
-            "    except OSError:\n        continue\n"
-            "    if b'pytest' in cmd or b'harness.commands.score' in cmd:\n"
-            "        os.kill(int(p), signal.SIGKILL)\n"
-            "raise SystemExit('no harness found to kill')\n"), ""),
+            (
+                "import os, signal\nfor p in os.listdir('/proc'):\n    if not p.isdigit():\n"
+                "        continue\n    try:\n        cmd = open(f'/proc/{p}/cmdline', 'rb').read()\n"
+                "    except OSError:\n        continue\n"
+                "    if b'pytest' in cmd or b'harness.commands.score' in cmd:\n"
+                "        os.kill(int(p), signal.SIGKILL)\n"
+                "raise SystemExit('no harness found to kill')\n"
+            ),
+            "",
+        ),
         "huge file": ("open('big', 'wb').write(b'x' * (100 * 2 ** 20))\n", ""),
         "flood the output": ("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", ""),
         "sys.exit(0) before the tests": ("", "import sys\nsys.exit(0)\n"),
@@ -139,13 +153,26 @@ def _hostile(name: str, harness_pid: int, victims, port: int, escape: Path,
 
 
 HOSTILE = [
-    "infinite loop", "fork loop", "fork bomb that sleeps", "10 GB allocation",
-    "write a private file outside", "write a world-writable file outside",
-    "create a file in /tmp", "write next to the work dir", "delete a file outside",
-    "delete a tree outside", "network connection", "unix socket connection",
-    "kill the harness by pid", "kill the parent",
-    "kill every process", "kill the process group", "kill the harness found in /proc",
-    "huge file", "flood the output", "sys.exit(0) before the tests",
+    "infinite loop",
+    "fork loop",
+    "fork bomb that sleeps",
+    "10 GB allocation",
+    "write a private file outside",
+    "write a world-writable file outside",
+    "create a file in /tmp",
+    "write next to the work dir",
+    "delete a file outside",
+    "delete a tree outside",
+    "network connection",
+    "unix socket connection",
+    "kill the harness by pid",
+    "kill the parent",
+    "kill every process",
+    "kill the process group",
+    "kill the harness found in /proc",
+    "huge file",
+    "flood the output",
+    "sys.exit(0) before the tests",
     "os._exit(0) before the tests",
 ]
 SLOW = {"infinite loop", "fork bomb that sleeps", "flood the output"}
@@ -154,8 +181,11 @@ SLOW = {"infinite loop", "fork bomb that sleeps", "flood the output"}
 def _sandbox_processes() -> list[psutil.Process]:
     """Processes of this test process's sandboxes (other test runs may share the machine)."""
     mine = sandbox_uids()
-    found = [c for c in psutil.Process().children(recursive=True)
-             if "_sandbox_launcher" in " ".join(_cmdline(c))]
+    found = [
+        c
+        for c in psutil.Process().children(recursive=True)
+        if "_sandbox_launcher" in " ".join(_cmdline(c))
+    ]
     for p in psutil.process_iter(["uids"]):
         try:
             if p.info["uids"] and p.info["uids"].real in mine:
@@ -203,8 +233,9 @@ def test_hostile_completion_is_contained(case, mode, item, victims, sandbox_tmp)
     unix_path.chmod(0o777)
     unix_listener.listen(1)
     unix_listener.setblocking(False)
-    before, after = _hostile(case, os.getpid(), victims, listener.getsockname()[1], escape,
-                             unix_path)
+    before, after = _hostile(
+        case, os.getpid(), victims, listener.getsockname()[1], escape, unix_path
+    )
     response = "```python\n" + before + _correct_function(item) + after + "```"
     try:
         t0 = time.monotonic()
@@ -241,8 +272,10 @@ def test_hostile_completion_is_contained(case, mode, item, victims, sandbox_tmp)
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_a_daemonised_child_does_not_outlive_its_program(mode, item):
-    code = ("import os, time\ntry:\n    if os.fork() == 0:\n        os.setsid()\n"
-            "        time.sleep(60)\n        os._exit(0)\nexcept PermissionError:\n    pass\n")
+    code = (
+        "import os, time\ntry:\n    if os.fork() == 0:\n        os.setsid()\n"
+        "        time.sleep(60)\n        os._exit(0)\nexcept PermissionError:\n    pass\n"
+    )
     s = score_item("humaneval", item, code + _correct_function(item), limits=MODES[mode])
     # Whether or not the fork was allowed, the program itself passes its tests ...
     assert s.correct, s.detail
@@ -262,10 +295,18 @@ def test_programs_run_in_parallel_up_to_the_bound():
 
 @pytest.mark.timing
 def test_a_hostile_neighbour_does_not_disturb_a_correct_program(item):
-    bomb = ("import os, time\nfor _ in range(10000):\n    try:\n        os.fork()\n"
-            "    except OSError:\n        break\ntime.sleep(60)\n")
-    programs = [bomb, "import time\ntime.sleep(0.3)\n" + _correct_function(item)
-                + "\n" + item.reference["test"] + "\ncheck(has_close_elements)\n"]
+    bomb = (
+        "import os, time\nfor _ in range(10000):\n    try:\n        os.fork()\n"
+        "    except OSError:\n        break\ntime.sleep(60)\n"
+    )
+    programs = [
+        bomb,
+        "import time\ntime.sleep(0.3)\n"
+        + _correct_function(item)
+        + "\n"
+        + item.reference["test"]
+        + "\ncheck(has_close_elements)\n",
+    ]
     # Without the hook where namespaces exist, so the kernel limits are what is shown.
     # 5 s: the correct program needs ~0.5 s, with margin for a machine whose other core
     # is busy while the bomb forks next to it.

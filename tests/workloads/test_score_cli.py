@@ -38,12 +38,18 @@ def test_gsm8k_summary_and_per_item(tmp_path, capsys):
         {"id": "gsm8k:3", "response": "\\boxed{-1}"},
     ]
     out_path = tmp_path / "sub" / "per_item.jsonl"
-    code, out, err = _run(capsys, "gsm8k", _write(tmp_path / "r.jsonl", rows),
-                          "--per-item", out_path)
+    code, out, err = _run(
+        capsys, "gsm8k", _write(tmp_path / "r.jsonl", rows), "--per-item", out_path
+    )
     assert code == 0, err
     summary = json.loads(out)
-    assert summary == {"task": "gsm8k", "n": 4, "correct": 2, "accuracy": 0.5,
-                       "ci95": list(wilson_interval(2, 4))}
+    assert summary == {
+        "task": "gsm8k",
+        "n": 4,
+        "correct": 2,
+        "accuracy": 0.5,
+        "ci95": list(wilson_interval(2, 4)),
+    }
     per_item = [json.loads(line) for line in out_path.read_text().splitlines()]
     assert [p["id"] for p in per_item] == [r["id"] for r in rows]
     assert all(set(p) == {"id", "extracted", "correct", "detail"} for p in per_item)
@@ -54,8 +60,10 @@ def test_gsm8k_summary_and_per_item(tmp_path, capsys):
 
 def test_mmlu(tmp_path, capsys):
     items = load_items("mmlu")[:3]
-    rows = [{"id": it.id, "response": f"Reasoning...\nAnswer: {it.reference['answer']}"}
-            for it in items[:2]] + [{"id": items[2].id, "response": "no idea"}]
+    rows = [
+        {"id": it.id, "response": f"Reasoning...\nAnswer: {it.reference['answer']}"}
+        for it in items[:2]
+    ] + [{"id": items[2].id, "response": "no idea"}]
     code, out, _ = _run(capsys, "mmlu", _write(tmp_path / "r.jsonl", rows))
     assert code == 0
     assert json.loads(out)["correct"] == 2
@@ -73,11 +81,17 @@ def test_humaneval_with_the_real_harness_as_parent(tmp_path, isolation):
         "            cmd = open(f'/proc/{p}/cmdline', 'rb').read()\n        except OSError:\n"
         "            continue\n        if b'harness.cli' in cmd:\n"
         "            os.kill(int(p), signal.SIGKILL)\n"
-        "raise SystemExit('found no harness to kill')\n")
+        "raise SystemExit('found no harness to kill')\n"
+    )
 
     def full(it, before=""):
-        return "```python\n" + before + it.reference["prompt"] + it.reference[
-            "canonical_solution"] + "```"
+        return (
+            "```python\n"
+            + before
+            + it.reference["prompt"]
+            + it.reference["canonical_solution"]
+            + "```"
+        )
 
     rows = [
         {"id": items[0].id, "response": full(items[0])},
@@ -87,11 +101,25 @@ def test_humaneval_with_the_real_harness_as_parent(tmp_path, isolation):
     ]
     out_path = tmp_path / "per_item.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "score", "humaneval",
-         str(_write(tmp_path / "r.jsonl", rows)), "--per-item", str(out_path)],
-        capture_output=True, text=True, timeout=300, check=False,
-        env={**os.environ, "SPECBENCH_HOME": str(paths.PROJECT_ROOT),
-             "SPECBENCH_SANDBOX": isolation},
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "score",
+            "humaneval",
+            str(_write(tmp_path / "r.jsonl", rows)),
+            "--per-item",
+            str(out_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={
+            **os.environ,
+            "SPECBENCH_HOME": str(paths.PROJECT_ROOT),
+            "SPECBENCH_SANDBOX": isolation,
+        },
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["correct"] == 1
@@ -106,18 +134,24 @@ def test_humaneval_with_the_real_harness_as_parent(tmp_path, isolation):
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        (['{"id": "gsm8k:0", "response": "1"}', '{"id": "gsm8k:1", "response": '],
-         "line 2: bad JSON"),
+        (
+            ['{"id": "gsm8k:0", "response": "1"}', '{"id": "gsm8k:1", "response": '],
+            "line 2: bad JSON",
+        ),
         (['{"id": "gsm8k:0"}'], "line 1: missing field 'response'"),
         (['{"response": "x"}'], "line 1: missing field 'id'"),
         (['{"id": "gsm8k:0", "response": null}'], "line 1: field 'response' must be a string"),
         (['{"id": 3, "response": "x"}'], "line 1: field 'id' must be a string, not int"),
         (['["gsm8k:0", "x"]'], "line 1: expected a JSON object"),
-        (['{"id": "gsm8k:0", "response": "1"}', "", '{"id": "gsm8k:99999", "response": "1"}'],
-         "line 3: unknown id 'gsm8k:99999' for task gsm8k"),
+        (
+            ['{"id": "gsm8k:0", "response": "1"}', "", '{"id": "gsm8k:99999", "response": "1"}'],
+            "line 3: unknown id 'gsm8k:99999' for task gsm8k",
+        ),
         (['{"id": "mmlu:anatomy/0", "response": "1"}'], "line 1: unknown id 'mmlu:anatomy/0'"),
-        (['{"id": "gsm8k:5", "response": "1"}', '{"id": "gsm8k:5", "response": "2"}'],
-         "line 2: id 'gsm8k:5' repeats line 1"),
+        (
+            ['{"id": "gsm8k:5", "response": "1"}', '{"id": "gsm8k:5", "response": "2"}'],
+            "line 2: id 'gsm8k:5' repeats line 1",
+        ),
         ([""], "no responses to score"),
     ],
 )
@@ -132,7 +166,9 @@ def test_bad_input_exits_2_naming_the_line(tmp_path, capsys, lines, message):
 
 def test_not_utf8(tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
-    path.write_bytes(b'{"id": "gsm8k:0", "response": "ok"}\n{"id": "gsm8k:1", "response": "\xff"}\n')
+    path.write_bytes(
+        b'{"id": "gsm8k:0", "response": "ok"}\n{"id": "gsm8k:1", "response": "\xff"}\n'
+    )
     code, _, err = _run(capsys, "gsm8k", path)
     assert code == 2 and "line 2: not UTF-8" in err
 

@@ -80,8 +80,7 @@ def test_paired_comparison_counts_and_p():
     a = {"x": True, "y": True, "z": False, "w": False, "v": True}
     b = {"x": True, "y": False, "z": True, "w": False, "v": False}
     r = paired_comparison(a, b)
-    assert r == PairedComparison(n=5, both_right=1, only_a=2, only_b=1, both_wrong=1,
-                                 mcnemar_p=1.0)
+    assert r == PairedComparison(n=5, both_right=1, only_a=2, only_b=1, both_wrong=1, mcnemar_p=1.0)
     assert r.accuracy_a == 0.6 and r.accuracy_b == 0.4
     assert r.to_dict()["only_a"] == 2
 

@@ -46,8 +46,11 @@ def test_the_task_kinds_are_one_list():
 
 
 def test_a_table_that_misses_a_kind_is_refused():
-    with pytest.raises(RuntimeError, match=r"missing kind\(s\) \['mmlu', 'speed_bench'\]"
-                       r".*unknown kind\(s\) \['x'\]"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"missing kind\(s\) \['mmlu', 'speed_bench'\]"
+        r".*unknown kind\(s\) \['x'\]",
+    ):
         kinds.per_kind({"chat": 1, "gsm8k": 2, "humaneval": 3, "x": 4}, "a table")
     assert list(kinds.per_kind({k: k for k in reversed(kinds.TASK_KINDS)}, "t")) == list(
         kinds.TASK_KINDS
@@ -71,8 +74,9 @@ def test_the_schema_loads_the_kinds_without_the_workloads_code():
         "import sys, harness.prereg.schema; "
         "print(sorted(m for m in sys.modules if m.startswith('harness.workloads')))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "['harness.workloads', 'harness.workloads.kinds']"
 
 
@@ -122,31 +126,79 @@ def _edit(root, kind: str, old: str, new: str) -> str:
 @pytest.mark.parametrize(
     ("kind", "old", "new", "message"),
     [
-        ("gsm8k", "steps: [last_boxed, number]", "steps: [last_boxd, number]",
-         r"scorer\.extract\[1\]\.first_of\[0\]\.steps\[0\]: unknown extraction step "
-         r"'last_boxd'; registered: answer_phrase, code_block, first_of, "),
-        ("mmlu", "group: 1", "group: 2",
-         r"scorer\.extract\[1\]: regex: group 2: the pattern has 1 group\(s\)"),
-        ("mmlu", "take: last", "take: final",
-         r"scorer\.extract\[1\]: regex\.take: Input should be 'first' or 'last'"),
-        ("mmlu", "take: last", "take: last\n        flags: i",
-         r"scorer\.extract\[1\]: regex\.flags: Extra inputs are not permitted"),
-        ("mmlu", "pattern: '(?i:answer)", "pattern: '((?i:answer)",
-         r"scorer\.extract\[1\]: regex\.pattern: not a valid regular expression"),
-        ("humaneval", "languages: [python, py, python3]", "languages: []",
-         r"scorer\.extract\[1\]\.first_of\[0\]\.steps\[0\]: code_block\.languages: "),
-        ("gsm8k", "  - strip_think", "  - strip_think: {all: true}",
-         r"scorer\.extract\[0\]: step 'strip_think' takes no arguments"),
-        ("gsm8k", "- label: last-number", "- label: boxed",
-         r"scorer\.extract\[1\]: first_of branch labels must differ"),
-        ("gsm8k", "  compare:", "  comparer: x\n  compare:",
-         r"scorer\.comparer: Extra inputs are not permitted"),
-        ("mmlu", "  extract:", "  extract: []\n  old_extract:",
-         r"scorer\.old_extract: Extra inputs"),
-        ("gsm8k", "  name: gsm8k", "  name: null",
-         r"'scorer\.name' must be 'gsm8k' \(a scored task kind\)"),
-        ("chat", "  name: null", "  name: null\n  extract: [strip_think]",
-         r"'scorer\.extract' is for scored tasks"),
+        (
+            "gsm8k",
+            "steps: [last_boxed, number]",
+            "steps: [last_boxd, number]",
+            r"scorer\.extract\[1\]\.first_of\[0\]\.steps\[0\]: unknown extraction step "
+            r"'last_boxd'; registered: answer_phrase, code_block, first_of, ",
+        ),
+        (
+            "mmlu",
+            "group: 1",
+            "group: 2",
+            r"scorer\.extract\[1\]: regex: group 2: the pattern has 1 group\(s\)",
+        ),
+        (
+            "mmlu",
+            "take: last",
+            "take: final",
+            r"scorer\.extract\[1\]: regex\.take: Input should be 'first' or 'last'",
+        ),
+        (
+            "mmlu",
+            "take: last",
+            "take: last\n        flags: i",
+            r"scorer\.extract\[1\]: regex\.flags: Extra inputs are not permitted",
+        ),
+        (
+            "mmlu",
+            "pattern: '(?i:answer)",
+            "pattern: '((?i:answer)",
+            r"scorer\.extract\[1\]: regex\.pattern: not a valid regular expression",
+        ),
+        (
+            "humaneval",
+            "languages: [python, py, python3]",
+            "languages: []",
+            r"scorer\.extract\[1\]\.first_of\[0\]\.steps\[0\]: code_block\.languages: ",
+        ),
+        (
+            "gsm8k",
+            "  - strip_think",
+            "  - strip_think: {all: true}",
+            r"scorer\.extract\[0\]: step 'strip_think' takes no arguments",
+        ),
+        (
+            "gsm8k",
+            "- label: last-number",
+            "- label: boxed",
+            r"scorer\.extract\[1\]: first_of branch labels must differ",
+        ),
+        (
+            "gsm8k",
+            "  compare:",
+            "  comparer: x\n  compare:",
+            r"scorer\.comparer: Extra inputs are not permitted",
+        ),
+        (
+            "mmlu",
+            "  extract:",
+            "  extract: []\n  old_extract:",
+            r"scorer\.old_extract: Extra inputs",
+        ),
+        (
+            "gsm8k",
+            "  name: gsm8k",
+            "  name: null",
+            r"'scorer\.name' must be 'gsm8k' \(a scored task kind\)",
+        ),
+        (
+            "chat",
+            "  name: null",
+            "  name: null\n  extract: [strip_think]",
+            r"'scorer\.extract' is for scored tasks",
+        ),
     ],
 )
 def test_a_bad_declaration_is_one_line_naming_file_and_field(
@@ -166,18 +218,26 @@ def test_the_scorer_runs_exactly_the_declared_steps(workloads_copy):
     reply = f"\\boxed{{{gold}}} but the answer is {int(gold) + 1}."
     (before,) = score_items("gsm8k", {item.id: item}, {item.id: reply})
     assert before.correct and before.detail == f"read by boxed; gold {gold}"
-    _edit(workloads_copy, "gsm8k", "        - label: boxed\n          steps: [last_boxed, number]\n",
-          "")
+    _edit(
+        workloads_copy,
+        "gsm8k",
+        "        - label: boxed\n          steps: [last_boxed, number]\n",
+        "",
+    )
     (after,) = score_items("gsm8k", {item.id: item}, {item.id: reply})
     assert not after.correct and after.detail == f"read by answer-phrase; gold {gold}"
     assert extract_gsm8k(reply) == (str(int(gold) + 1), "answer-phrase")
 
 
 def test_run_steps_semantics():
-    calls = steps.ScorerSection.model_validate({"extract": [
-        "strip_think",
-        {"regex": {"pattern": r"x=(?P<v>\d+)", "group": "v"}},
-    ]}).extract
+    calls = steps.ScorerSection.model_validate(
+        {
+            "extract": [
+                "strip_think",
+                {"regex": {"pattern": r"x=(?P<v>\d+)", "group": "v"}},
+            ]
+        }
+    ).extract
     assert steps.run_steps(calls, "x=1 x=2") == steps.Extraction("1", "regex")
     assert steps.run_steps(calls, "nothing") == steps.Extraction(None, "none")
     assert steps.run_steps([], "as is") == steps.Extraction("as is", "as-is")
@@ -188,16 +248,36 @@ def test_run_steps_semantics():
 # Replies that are not tied to an item: the extraction tests' tables plus edge cases
 # of the phrase and number rules.
 EXTRA_REPLIES = [
-    "The answer is 5/0.", "The answer is 5, not 6", "answer{,}: 5", "The answer is: -.5",
-    "answer is" + " " * 90 + "12345", "answer is" + " " * 77 + "12345", "Answer = 3/4",
-    "The answer is \\$1{,}200.", "The answer is \u22127", "\\boxed{\\frac{1}{0}} so 4",
-    "\\boxed{abc} The answer is 9", "\\boxed{} \\boxed{2", "answer is answer is 3",
-    "**Answer:** $\\boxed{B}$", "Answer: (A) or Answer: **D**", "Answer:\nB", "Answer: B\u200b",
-    "```python\n```", "```\n```python\nx\n```", "``` python\ny=1\n```", "````python\nz\n````",
-    "<think></think>", "<THINK>a</THINK>Answer: A", "answer is 1e5", "answer: 0.000",
+    "The answer is 5/0.",
+    "The answer is 5, not 6",
+    "answer{,}: 5",
+    "The answer is: -.5",
+    "answer is" + " " * 90 + "12345",
+    "answer is" + " " * 77 + "12345",
+    "Answer = 3/4",
+    "The answer is \\$1{,}200.",
+    "The answer is \u22127",
+    "\\boxed{\\frac{1}{0}} so 4",
+    "\\boxed{abc} The answer is 9",
+    "\\boxed{} \\boxed{2",
+    "answer is answer is 3",
+    "**Answer:** $\\boxed{B}$",
+    "Answer: (A) or Answer: **D**",
+    "Answer:\nB",
+    "Answer: B\u200b",
+    "```python\n```",
+    "```\n```python\nx\n```",
+    "``` python\ny=1\n```",
+    "````python\nz\n````",
+    "<think></think>",
+    "<THINK>a</THINK>Answer: A",
+    "answer is 1e5",
+    "answer: 0.000",
 ]
 FREE_REPLIES = (
-    [r for r, *_ in GSM8K_CASES] + [r for r, _ in MMLU_CASES] + [r for r, _ in CODE_CASES]
+    [r for r, *_ in GSM8K_CASES]
+    + [r for r, _ in MMLU_CASES]
+    + [r for r, _ in CODE_CASES]
     + EXTRA_REPLIES
 )
 
@@ -294,7 +374,10 @@ def test_gsm8k_declared_steps_read_what_the_old_code_read():
         extracted, rule = legacy.extract_gsm8k(replies[s.id])
         how = "no number found" if extracted is None else f"read by {rule}"
         assert (s.extracted, s.correct, s.detail) == (
-            extracted, legacy.gsm8k_equal(extracted, gold), f"{how}; gold {gold}")
+            extracted,
+            legacy.gsm8k_equal(extracted, gold),
+            f"{how}; gold {gold}",
+        )
 
 
 def test_mmlu_declared_steps_read_what_the_old_code_read():

@@ -18,35 +18,49 @@ class Launch(Strict):
     never by importing it (vLLM and SGLang cannot share an environment)."""
 
     python: str | None = Field(
-        None, description="The engine environment's Python interpreter, which runs the"
-                          " engine's server module (`${VAR}` is expanded when the engine"
-                          " starts). Give this or `command`, not both.")
+        None,
+        description="The engine environment's Python interpreter, which runs the"
+        " engine's server module (`${VAR}` is expanded when the engine"
+        " starts). Give this or `command`, not both.",
+    )
     command: list[str] | None = Field(
-        None, description="Or an explicit executable prefix the engine's arguments follow,"
-                          " e.g. `[\"vllm\"]`.")
+        None,
+        description="Or an explicit executable prefix the engine's arguments follow,"
+        ' e.g. `["vllm"]`.',
+    )
     env: dict[str, str] = Field(
-        default_factory=dict, description="Environment variables set for the engine process"
-                                          " (`${VAR}` expanded).")
+        default_factory=dict,
+        description="Environment variables set for the engine process (`${VAR}` expanded).",
+    )
     extra_args: list[str] = Field(
-        default_factory=list, description="Engine flags appended after the ones specbench"
-                                          " writes, so they win (`${VAR}` expanded).")
+        default_factory=list,
+        description="Engine flags appended after the ones specbench"
+        " writes, so they win (`${VAR}` expanded).",
+    )
     # cpu_native: a step memory-bound at one user, with its ridge within reach, on each
     # kind of host (no knee inside tens of users with bfloat16 on AMX tiles).
     dtype: Literal["auto", "bfloat16", "float16", "float32", "cpu_native"] | None = Field(
-        None, description="The dtype the engine computes in (--dtype). `cpu_native`, for the"
-                          " CPU build only: bfloat16 where oneDNN builds a bfloat16 matmul"
-                          " (AVX-512), float32 elsewhere (AVX2), float16 where bfloat16 would"
-                          " run on AMX tiles (harness/engines/cpu_dtype.py); what it resolved"
-                          " to is recorded with each engine start. null: the engine decides.")
+        None,
+        description="The dtype the engine computes in (--dtype). `cpu_native`, for the"
+        " CPU build only: bfloat16 where oneDNN builds a bfloat16 matmul"
+        " (AVX-512), float32 elsewhere (AVX2), float16 where bfloat16 would"
+        " run on AMX tiles (harness/engines/cpu_dtype.py); what it resolved"
+        " to is recorded with each engine start. null: the engine decides.",
+    )
     host: str = Field("127.0.0.1", description="The address the engine listens on.")
     port: Annotated[int, Field(ge=1, le=65535)] | None = Field(
-        None, description="The engine's port; null: a free port picked at each start.")
+        None, description="The engine's port; null: a free port picked at each start."
+    )
     startup_timeout_s: Positive = Field(
-        1200.0, description="Seconds an engine start may take to answer ready before it is"
-                            " stopped and the start counted as failed.")
+        1200.0,
+        description="Seconds an engine start may take to answer ready before it is"
+        " stopped and the start counted as failed.",
+    )
     stop_grace_s: Positive = Field(
-        30.0, description="Seconds a stopped engine gets after SIGTERM before its process"
-                          " group is killed.")
+        30.0,
+        description="Seconds a stopped engine gets after SIGTERM before its process"
+        " group is killed.",
+    )
 
     @model_validator(mode="after")
     def _one_way_to_start(self) -> Launch:
@@ -58,8 +72,10 @@ class Launch(Strict):
 class Attach(Strict):
     """An OpenAI-compatible endpoint the user runs; the harness neither starts nor stops it."""
 
-    base_url: str = Field(description="The endpoint's http:// or https:// URL, without"
-                                      " `/v1` (a trailing `/` is dropped).")
+    base_url: str = Field(
+        description="The endpoint's http:// or https:// URL, without"
+        " `/v1` (a trailing `/` is dropped)."
+    )
     metrics: Dialect = Field(description="Which engine's /metrics names the endpoint exports.")
     served_model: str = Field(description="The model name its requests use.")
 
@@ -76,9 +92,11 @@ class DrafterExpect(Strict):
 
     # Catches a head left stale by a changed target before any cell is measured.
     acceptance_length_min: Annotated[float, Field(ge=1)] | None = Field(
-        None, description="Tokens per round at one user, from the client's chunks over the"
-                          " smoke prompts: a drafter below it stops the run in the smoke"
-                          " stage. null: not checked.")
+        None,
+        description="Tokens per round at one user, from the client's chunks over the"
+        " smoke prompts: a drafter below it stops the run in the smoke"
+        " stage. null: not checked.",
+    )
 
 
 class SyntheticAcceptance(Strict):
@@ -91,12 +109,16 @@ class SyntheticAcceptance(Strict):
     first i + 1 drafts are all kept, non-increasing; vLLM's synthetic_acceptance_rates)."""
 
     acceptance_length: Annotated[float, Field(ge=1)] | None = Field(
-        None, description="Mean tokens a round, 1 to k + 1 (vLLM's"
-                          " synthetic_acceptance_length, SGLang's SGLANG_SIMULATE_ACC_LEN).")
+        None,
+        description="Mean tokens a round, 1 to k + 1 (vLLM's"
+        " synthetic_acceptance_length, SGLang's SGLANG_SIMULATE_ACC_LEN).",
+    )
     rates: list[Annotated[float, Field(ge=0, le=1)]] | None = Field(
-        None, description="Per draft position i, the unconditional chance that the first"
-                          " i + 1 drafts are all kept: k entries, non-increasing (vLLM's"
-                          " synthetic_acceptance_rates).")
+        None,
+        description="Per draft position i, the unconditional chance that the first"
+        " i + 1 drafts are all kept: k entries, non-increasing (vLLM's"
+        " synthetic_acceptance_rates).",
+    )
 
     @model_validator(mode="after")
     def _one(self) -> SyntheticAcceptance:
@@ -122,8 +144,11 @@ class SyntheticAcceptance(Strict):
     def label(self, k: int) -> str:
         if self.acceptance_length is not None:
             return f"synthetic acceptance length {self.acceptance_length:g}"
-        return ("synthetic acceptance rates [" + ", ".join(f"{r:g}" for r in self.rates or [])
-                + f"] ({self.tokens_per_round(k):.3g} tokens a round)")
+        return (
+            "synthetic acceptance rates ["
+            + ", ".join(f"{r:g}" for r in self.rates or [])
+            + f"] ({self.tokens_per_round(k):.3g} tokens a round)"
+        )
 
 
 # One range of a k schedule: batch sizes first..last (inclusive; None: open) draft k.
@@ -138,8 +163,10 @@ def k_schedule_problem(ranges: list[tuple[int, int | None, int]], max_k: int) ->
     expect = 1
     for i, (first, last, k) in enumerate(ranges):
         if first != expect:
-            return (f"range {i + 1} starts at batch {first}, expected {expect} (the ranges"
-                    " cover every batch size from 1, in order)")
+            return (
+                f"range {i + 1} starts at batch {first}, expected {expect} (the ranges"
+                " cover every batch size from 1, in order)"
+            )
         if last is None and i != len(ranges) - 1:
             return f"range {i + 1} is open (last null) but is not the last range"
         if last is not None and last < first:
@@ -159,56 +186,76 @@ class Drafter(Strict):
     # pre-flight names unknown ones.
     method: str = Field(
         description="The speculative method in specbench's spelling, lowercase (ngram, eagle3,"
-                    " eagle, draft_model, dflash, mtp, standalone, suffix, ...), mapped to the"
-                    " engine's own name.")
+        " eagle, draft_model, dflash, mtp, standalone, suffix, ...), mapped to the"
+        " engine's own name."
+    )
     model: str | None = Field(
-        None, description="The draft checkpoint: a hub id or local path (`${VAR}` expanded);"
-                          " null for a method without draft weights (ngram) or one that"
-                          " uses the target's own (mtp).")
+        None,
+        description="The draft checkpoint: a hub id or local path (`${VAR}` expanded);"
+        " null for a method without draft weights (ngram) or one that"
+        " uses the target's own (mtp).",
+    )
     revision: str | None = Field(
-        None, description="The draft checkpoint's hub commit; only a 40-hex sha pins it.")
-    num_draft_tokens: PositiveInt = Field(
-        description="k: draft tokens proposed per round.")
+        None, description="The draft checkpoint's hub commit; only a 40-hex sha pins it."
+    )
+    num_draft_tokens: PositiveInt = Field(description="k: draft tokens proposed per round.")
     # Registered because SGLang otherwise gives the draft the target's --quantization,
     # quantizing a BF16 drafter on the fly.
     quantization: Annotated[str, Field(min_length=1)] = Field(
-        "checkpoint", description="The draft weights' precision: `checkpoint` keeps the draft"
-                                  " checkpoint's own (its config.json quantization_config,"
-                                  " else unquantized); any other value is an engine"
-                                  " quantization method (fp8, ...).")
+        "checkpoint",
+        description="The draft weights' precision: `checkpoint` keeps the draft"
+        " checkpoint's own (its config.json quantization_config,"
+        " else unquantized); any other value is an engine"
+        " quantization method (fp8, ...).",
+    )
     options: dict[str, Any] = Field(
         default_factory=dict,
         description="Engine-specific extras, passed verbatim: keys of vLLM's"
-                    " --speculative-config (e.g. prompt_lookup_max), or SGLang"
-                    " `--speculative-<key>` flags (true: the bare flag).")
+        " --speculative-config (e.g. prompt_lookup_max), or SGLang"
+        " `--speculative-<key>` flags (true: the bare flag).",
+    )
     assumed_acceptance_length: Positive | None = Field(
-        None, description="Tokens per round assumed for the plan's GPU-time estimate only,"
-                          " never for a verdict; null: plan_estimate's.")
+        None,
+        description="Tokens per round assumed for the plan's GPU-time estimate only,"
+        " never for a verdict; null: plan_estimate's.",
+    )
     params_billion: Positive | None = Field(
-        None, description="The draft model's parameters in billions, for the roofline"
-                          " prediction beside each measured speedup (analysis/predict.py);"
-                          " null: no draft weights (e.g. n-gram lookup), costed at 0.")
+        None,
+        description="The draft model's parameters in billions, for the roofline"
+        " prediction beside each measured speedup (analysis/predict.py);"
+        " null: no draft weights (e.g. n-gram lookup), costed at 0.",
+    )
     draft_steps: PositiveInt | None = Field(
-        None, description="The draft model's forward passes per round in that prediction;"
-                          " null: one per draft token (a block drafter: 1).")
+        None,
+        description="The draft model's forward passes per round in that prediction;"
+        " null: one per draft token (a block drafter: 1).",
+    )
     expect: DrafterExpect | None = Field(
-        None, description="What this drafter must at least reach in the smoke stage; null:"
-                          " nothing checked.")
+        None,
+        description="What this drafter must at least reach in the smoke stage; null:"
+        " nothing checked.",
+    )
     trained_against: str | None = Field(
-        None, description="The base model this checkpoint was trained against, when it is"
-                          " not the study's target on purpose: `validate` then accepts a"
-                          " checkpoint config naming it (prereg/drafter_base.py), and the"
-                          " verdict page shows it.")
+        None,
+        description="The base model this checkpoint was trained against, when it is"
+        " not the study's target on purpose: `validate` then accepts a"
+        " checkpoint config naming it (prereg/drafter_base.py), and the"
+        " verdict page shows it.",
+    )
     synthetic: SyntheticAcceptance | None = Field(
-        None, description="Makes this a control arm: the engine keeps drafts by these"
-                          " chances, not by their content; never judged by a bar.")
+        None,
+        description="Makes this a control arm: the engine keeps drafts by these"
+        " chances, not by their content; never judged by a bar.",
+    )
     k_schedule: list[KRange] | None = Field(
-        None, description="Draft tokens by running batch size: inclusive [first, last, k]"
-                          " ranges from batch 1, the last open (null), k = 0 drafting"
-                          " nothing, none above num_draft_tokens (vLLM 0.32's"
-                          " num_speculative_tokens_per_batch_size). null: k at every batch"
-                          " size. The surface's verification arm carries the schedule the"
-                          " surface proposed (harness/plan_arms.py).")
+        None,
+        description="Draft tokens by running batch size: inclusive [first, last, k]"
+        " ranges from batch 1, the last open (null), k = 0 drafting"
+        " nothing, none above num_draft_tokens (vLLM 0.32's"
+        " num_speculative_tokens_per_batch_size). null: k at every batch"
+        " size. The surface's verification arm carries the schedule the"
+        " surface proposed (harness/plan_arms.py).",
+    )
 
     @model_validator(mode="after")
     def _synthetic_fits(self) -> Drafter:
@@ -216,14 +263,18 @@ class Drafter(Strict):
         if syn is None:
             return self
         if syn.acceptance_length is not None and syn.acceptance_length > k + 1:
-            raise ValueError(f"synthetic.acceptance_length {syn.acceptance_length:g} is above"
-                             f" k + 1 = {k + 1} (num_draft_tokens {k})")
+            raise ValueError(
+                f"synthetic.acceptance_length {syn.acceptance_length:g} is above"
+                f" k + 1 = {k + 1} (num_draft_tokens {k})"
+            )
         if syn.rates is not None and len(syn.rates) != k:
-            raise ValueError(f"synthetic.rates needs {k} entries (num_draft_tokens), got"
-                             f" {len(syn.rates)}")
+            raise ValueError(
+                f"synthetic.rates needs {k} entries (num_draft_tokens), got {len(syn.rates)}"
+            )
         if self.expect is not None:
-            raise ValueError("expect is for a drafter whose acceptance is measured; a synthetic"
-                             " one's is set")
+            raise ValueError(
+                "expect is for a drafter whose acceptance is measured; a synthetic one's is set"
+            )
         return self
 
     @model_validator(mode="after")
@@ -234,77 +285,109 @@ class Drafter(Strict):
         if problem is not None:
             raise ValueError(f"k_schedule: {problem}")
         if self.synthetic is not None:
-            raise ValueError("k_schedule is for a drafter whose acceptance is measured; a"
-                             " control arm's round is costed at one k")
+            raise ValueError(
+                "k_schedule is for a drafter whose acceptance is measured; a"
+                " control arm's round is costed at one k"
+            )
         return self
 
 
 class Arm(Strict):
     """An arm: one engine serving the target, with a drafter or without (a baseline)."""
 
-    name: Name = Field(description="The arm's name, unique in the study; cell ids and"
-                                   " folders carry it.")
-    engine: EngineName = Field(description="The engine kind that serves it: vllm, sglang,"
-                                           " vllm-cpu or scripted (harness/engines"
-                                           " registry).")
+    name: Name = Field(
+        description="The arm's name, unique in the study; cell ids and folders carry it."
+    )
+    engine: EngineName = Field(
+        description="The engine kind that serves it: vllm, sglang,"
+        " vllm-cpu or scripted (harness/engines"
+        " registry)."
+    )
     description: str | None = Field(None, description="Free text shown with the arm.")
     launch: Launch | None = Field(
-        None, description="How specbench starts the engine; give this or `attach`.")
+        None, description="How specbench starts the engine; give this or `attach`."
+    )
     attach: Attach | None = Field(
-        None, description="A running endpoint to use instead; give this or `launch`.")
+        None, description="A running endpoint to use instead; give this or `launch`."
+    )
     drafter: Drafter | None = Field(
-        None, description="The speculative drafter; null: a no-drafter (baseline) arm.")
+        None, description="The speculative drafter; null: a no-drafter (baseline) arm."
+    )
     baseline: Name | None = Field(
-        None, description="A drafter arm's no-drafter arm on the same engine, its speedups'"
-                          " denominator; required with a drafter, null on a baseline.")
+        None,
+        description="A drafter arm's no-drafter arm on the same engine, its speedups'"
+        " denominator; required with a drafter, null on a baseline.",
+    )
     max_running_requests: PositiveInt | None = Field(
-        None, description="The engine's cap on requests running at once (vLLM"
-                          " --max-num-seqs, SGLang --max-running-requests); null: the"
-                          " engine's default.")
+        None,
+        description="The engine's cap on requests running at once (vLLM"
+        " --max-num-seqs, SGLang --max-running-requests); null: the"
+        " engine's default.",
+    )
     # Unset, SGLang turns it on by itself for DFLASH and DSPARK only, so a drafter arm and
     # its baseline would queue new requests differently (harness/engines/sglang_engine.py).
     min_free_slots_delay: Annotated[int, Field(ge=0)] | None = Field(
-        None, description="SGLang only (--min-free-slots-delay): admissions held until this"
-                          " many running slots are free (0 or 1: off). null: SGLang's"
-                          " default.")
+        None,
+        description="SGLang only (--min-free-slots-delay): admissions held until this"
+        " many running slots are free (0 or 1: off). null: SGLang's"
+        " default.",
+    )
     scripted: ScriptedEngineSpec | None = Field(
-        None, description="The scripted test engine's declared model (dry runs, tests);"
-                          " required for, and only for, engine `scripted`.")
+        None,
+        description="The scripted test engine's declared model (dry runs, tests);"
+        " required for, and only for, engine `scripted`.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Arm:
         if (self.launch is None) == (self.attach is None):
-            raise ValueError("give exactly one of launch (start the engine) or attach (use a running one)")
+            raise ValueError(
+                "give exactly one of launch (start the engine) or attach (use a running one)"
+            )
         if self.drafter is not None and self.baseline is None:
-            raise ValueError("an arm with a drafter needs a baseline: its no-drafter arm on the same engine")
+            raise ValueError(
+                "an arm with a drafter needs a baseline: its no-drafter arm on the same engine"
+            )
         if self.drafter is None and self.baseline is not None:
             raise ValueError("baseline is for drafter arms; a no-drafter arm is itself a baseline")
         if get_engine_kind(self.engine).scripted_spec != (self.scripted is not None):
             if self.scripted is None:
-                raise ValueError(f"scripted is required for engine {self.engine!r} (the"
-                                 " scripted test engine's declared model)")
-            raise ValueError(f"scripted is only allowed for the scripted test engine, not"
-                             f" engine {self.engine!r}")
+                raise ValueError(
+                    f"scripted is required for engine {self.engine!r} (the"
+                    " scripted test engine's declared model)"
+                )
+            raise ValueError(
+                f"scripted is only allowed for the scripted test engine, not engine {self.engine!r}"
+            )
         if self.min_free_slots_delay is not None and self.engine != "sglang":
             raise ValueError("min_free_slots_delay is an SGLang setting (engine 'sglang' only)")
-        if (self.launch is not None and self.launch.dtype == "cpu_native"
-                and self.engine != "vllm-cpu"):
-            raise ValueError("launch.dtype cpu_native is for the CPU build (engine 'vllm-cpu' only)")
+        if (
+            self.launch is not None
+            and self.launch.dtype == "cpu_native"
+            and self.engine != "vllm-cpu"
+        ):
+            raise ValueError(
+                "launch.dtype cpu_native is for the CPU build (engine 'vllm-cpu' only)"
+            )
         if self.drafter is not None:
             problem = get_engine_kind(self.engine).method_problem(self)
             if problem is not None:
                 raise ValueError(f"drafter.method: {problem}")
         if self.is_control:
             if self.attach is not None:
-                raise ValueError("drafter.synthetic needs the engine started by specbench"
-                                 " (launch): an attached engine's acceptance is not ours to set")
+                raise ValueError(
+                    "drafter.synthetic needs the engine started by specbench"
+                    " (launch): an attached engine's acceptance is not ours to set"
+                )
             problem = get_engine_kind(self.engine).synthetic_problem(self)
             if problem is not None:
                 raise ValueError(f"drafter.synthetic: {problem}")
         if self.drafter is not None and self.drafter.k_schedule is not None:
             if self.attach is not None:
-                raise ValueError("drafter.k_schedule needs the engine started by specbench"
-                                 " (launch): an attached engine's k is not ours to set")
+                raise ValueError(
+                    "drafter.k_schedule needs the engine started by specbench"
+                    " (launch): an attached engine's k is not ours to set"
+                )
             problem = get_engine_kind(self.engine).k_schedule_problem(self)
             if problem is not None:
                 raise ValueError(f"drafter.k_schedule: {problem}")

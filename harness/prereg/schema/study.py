@@ -29,11 +29,12 @@ class PlanEstimate(Strict):
     """Assumptions behind `specbench plan`'s GPU-time estimate (never a result)."""
 
     assumed_acceptance_length: Positive = Field(
-        2.5, description="Tokens per round for drafters that state no"
-                         " assumed_acceptance_length.")
+        2.5, description="Tokens per round for drafters that state no assumed_acceptance_length."
+    )
     mean_output_tokens: Literal["max_tokens"] | PositiveInt = Field(
-        "max_tokens", description="Output tokens per request assumed; `max_tokens`: each"
-                                  " task's max_tokens.")
+        "max_tokens",
+        description="Output tokens per request assumed; `max_tokens`: each task's max_tokens.",
+    )
     engine_start_s: Positive = Field(180.0, description="Seconds assumed per engine start.")
 
 
@@ -47,24 +48,30 @@ class Study(Strict):
     model: ModelSpec = Field(description="The target model.")
     arms: list[Arm] = Field(
         description="The arms, at least one; an item may be `file: arms/x.yaml`, an arm in a"
-                    " file of its own (the seal covers it).")
+        " file of its own (the seal covers it)."
+    )
     loads: Loads = Field(description="The loads the arms are measured under.")
     tasks: list[TaskSpec] = Field(description="The tasks, at least one with the speed use.")
-    sampling: Sampling = Field(default_factory=Sampling,
-                               description="How every request samples.")
-    recording: Recording = Field(default_factory=Recording,
-                                 description="How cells are measured and judged valid.")
+    sampling: Sampling = Field(default_factory=Sampling, description="How every request samples.")
+    recording: Recording = Field(
+        default_factory=Recording, description="How cells are measured and judged valid."
+    )
     bars: Bars = Field(default_factory=Bars, description="The bars the run is judged by.")
     plan_estimate: PlanEstimate = Field(
-        default_factory=PlanEstimate, description="Assumptions of the plan's GPU-time"
-                                                  " estimate, never a result.")
+        default_factory=PlanEstimate,
+        description="Assumptions of the plan's GPU-time estimate, never a result.",
+    )
     surface: Surface | None = Field(
-        None, description="The round-cost surface, a stage after the registered ones, never"
-                          " read by a bar; null: not measured.")
+        None,
+        description="The round-cost surface, a stage after the registered ones, never"
+        " read by a bar; null: not measured.",
+    )
     design: Design = Field(
-        default_factory=Design, description="When the bars are read: once, after the last"
-                                            " session (fixed), or also at looks between"
-                                            " sessions (group_sequential).")
+        default_factory=Design,
+        description="When the bars are read: once, after the last"
+        " session (fixed), or also at looks between"
+        " sessions (group_sequential).",
+    )
 
     @field_validator("registered", mode="before")
     @classmethod
@@ -123,25 +130,39 @@ class Study(Strict):
             for k, name in enumerate(self.bars.pass_.accuracy.tasks):
                 named = next((t for t in self.tasks if t.name == name), None)
                 if named is None:
-                    problems.append((("bars", "pass", "accuracy", "tasks", k), f"no task named {name!r}"))
+                    problems.append(
+                        (("bars", "pass", "accuracy", "tasks", k), f"no task named {name!r}")
+                    )
                 elif "accuracy" not in named.uses:
                     problems.append(
-                        (("bars", "pass", "accuracy", "tasks", k), f"task {name!r} lacks the accuracy use")
+                        (
+                            ("bars", "pass", "accuracy", "tasks", k),
+                            f"task {name!r} lacks the accuracy use",
+                        )
                     )
         if self.loads.open_loop is not None and self.loads.open_loop.task not in task_names:
-            problems.append((("loads", "open_loop", "task"), f"no task named {self.loads.open_loop.task!r}"))
+            problems.append(
+                (("loads", "open_loop", "task"), f"no task named {self.loads.open_loop.task!r}")
+            )
         if not any("speed" in t.uses for t in self.tasks):
             problems.append((("tasks",), "expected at least one task with the speed use"))
         if self.surface is not None:
             problems.extend(self._surface_problems(by_name, levels))
-        problems.extend(design_problems(self.design, self.recording.sessions,
-                                        self.bars.intervals.method, self.bars.intervals.pooling))
+        problems.extend(
+            design_problems(
+                self.design,
+                self.recording.sessions,
+                self.bars.intervals.method,
+                self.bars.intervals.pooling,
+            )
+        )
         if problems:
             raise CrossReferenceError(problems)
         return self
 
-    def _surface_problems(self, by_name: dict[str, int], levels: set[int]
-                          ) -> list[tuple[tuple, str]]:
+    def _surface_problems(
+        self, by_name: dict[str, int], levels: set[int]
+    ) -> list[tuple[tuple, str]]:
         surface = self.surface
         assert surface is not None
         out: list[tuple[tuple, str]] = []
@@ -150,39 +171,67 @@ class Study(Strict):
         if template is None:
             out.append((("surface", "drafter"), f"no arm named {surface.drafter!r}"))
         elif template.drafter is None or template.is_control:
-            out.append((("surface", "drafter"), f"arm {surface.drafter!r} is not a drafter arm"
-                        " with a real drafter (the surface copies its engine and method)"))
+            out.append(
+                (
+                    ("surface", "drafter"),
+                    f"arm {surface.drafter!r} is not a drafter arm"
+                    " with a real drafter (the surface copies its engine and method)",
+                )
+            )
         elif template.attach is not None:
-            out.append((("surface", "drafter"), f"arm {surface.drafter!r} is attached: the"
-                        " surface sets acceptance on engines specbench starts (launch)"))
+            out.append(
+                (
+                    ("surface", "drafter"),
+                    f"arm {surface.drafter!r} is attached: the"
+                    " surface sets acceptance on engines specbench starts (launch)",
+                )
+            )
         else:
             problem = get_engine_kind(template.engine).synthetic_problem(template)
             if problem is not None:
                 out.append((("surface", "drafter"), problem))
         for i, k in enumerate(surface.k):
             if not surface.lengths_at(k):
-                out.append((("surface", "k", i), f"k={k}: every acceptance_length is above"
-                            f" k + 1 = {k + 1}"))
+                out.append(
+                    (
+                        ("surface", "k", i),
+                        f"k={k}: every acceptance_length is above k + 1 = {k + 1}",
+                    )
+                )
         missing = sorted(set(surface.concurrency) - levels)
         if missing:
-            out.append((("surface", "concurrency"), f"concurrencies {missing} are not"
-                        " closed-loop levels (each surface cell is paired with its baseline's"
-                        " cell at that level)"))
+            out.append(
+                (
+                    ("surface", "concurrency"),
+                    f"concurrencies {missing} are not"
+                    " closed-loop levels (each surface cell is paired with its baseline's"
+                    " cell at that level)",
+                )
+            )
         speed_tasks = {t.name for t in self.tasks if "speed" in t.uses}
         for i, name in enumerate(surface.tasks or []):
             if name not in speed_tasks:
-                out.append((("surface", "tasks", i), f"no task named {name!r} with the"
-                            " speed use"))
+                out.append((("surface", "tasks", i), f"no task named {name!r} with the speed use"))
         names = {a.name for a in self.arms}
         if surface.verify_schedule:
             for task in self.surface_tasks():
                 if schedule_arm_name(task) in names:
-                    out.append((("surface",), f"arm name {schedule_arm_name(task)!r} is"
-                                " the schedule verification's own; rename the registered arm"))
+                    out.append(
+                        (
+                            ("surface",),
+                            f"arm name {schedule_arm_name(task)!r} is"
+                            " the schedule verification's own; rename the registered arm",
+                        )
+                    )
                 elif len(schedule_arm_name(task)) > 64:
-                    out.append((("surface", "verify_schedule"), f"task {task!r}: its"
-                                f" verification arm's name {schedule_arm_name(task)!r} is over"
-                                " 64 characters; shorten the task's name"))
+                    out.append(
+                        (
+                            ("surface", "verify_schedule"),
+                            f"task {task!r}: its"
+                            f" verification arm's name {schedule_arm_name(task)!r} is over"
+                            " 64 characters; shorten the task's name",
+                        )
+                    )
             if j is not None:
                 problem = get_engine_kind(self.arms[j].engine).k_schedule_problem(self.arms[j])
                 if problem is not None:
@@ -190,14 +239,21 @@ class Study(Strict):
         for k in surface.k:
             for length in surface.lengths_at(k):
                 if surface_arm_name(k, length) in names:
-                    out.append((("surface",), f"arm name {surface_arm_name(k, length)!r} is"
-                                " the surface's own; rename the registered arm"))
+                    out.append(
+                        (
+                            ("surface",),
+                            f"arm name {surface_arm_name(k, length)!r} is"
+                            " the surface's own; rename the registered arm",
+                        )
+                    )
         if template is not None and not out:  # each control arm as its engine can set it
             from harness.plan_arms import surface_arms
 
-            out += [(("surface", "acceptance_length"), f"arm {arm.name!r}: {problem}")
-                    for arm in surface_arms(self)
-                    if (problem := get_engine_kind(arm.engine).synthetic_problem(arm))]
+            out += [
+                (("surface", "acceptance_length"), f"arm {arm.name!r}: {problem}")
+                for arm in surface_arms(self)
+                if (problem := get_engine_kind(arm.engine).synthetic_problem(arm))
+            ]
         return out
 
     def surface_tasks(self) -> list[str]:
@@ -226,14 +282,23 @@ class Study(Strict):
                 continue
             k = arm.drafter.num_draft_tokens
             syn = arm.drafter.synthetic
-            out.append({"arm": arm.name, "baseline": arm.baseline, "engine": arm.engine,
-                        "method": arm.drafter.method, "num_draft_tokens": k,
-                        "synthetic": syn.model_dump(mode="json", exclude_none=True),
-                        "tokens_per_round": syn.tokens_per_round(k),
-                        "line": (f"{arm.name} ({arm.drafter.method}, k={k}, {syn.label(k)}):"
-                                 " a control arm, its drafts kept by a set chance whatever"
-                                 " they say; measured for the cost of a round, never judged"
-                                 " (no identity or accuracy cells, read by no bar)")})
+            out.append(
+                {
+                    "arm": arm.name,
+                    "baseline": arm.baseline,
+                    "engine": arm.engine,
+                    "method": arm.drafter.method,
+                    "num_draft_tokens": k,
+                    "synthetic": syn.model_dump(mode="json", exclude_none=True),
+                    "tokens_per_round": syn.tokens_per_round(k),
+                    "line": (
+                        f"{arm.name} ({arm.drafter.method}, k={k}, {syn.label(k)}):"
+                        " a control arm, its drafts kept by a set chance whatever"
+                        " they say; measured for the cost of a round, never judged"
+                        " (no identity or accuracy cells, read by no bar)"
+                    ),
+                }
+            )
         return out
 
     def task(self, name: str) -> TaskSpec:

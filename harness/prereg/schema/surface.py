@@ -18,30 +18,40 @@ class Surface(Strict):
     to pay (harness/analysis/surface.py). Never read by a bar. An L above k + 1 cannot be
     set at that k and is left out there."""
 
-    drafter: Name = Field(description="The drafter arm copied (its engine, launch, method"
-                                      " and baseline): a launched arm with a real drafter.")
+    drafter: Name = Field(
+        description="The drafter arm copied (its engine, launch, method"
+        " and baseline): a launched arm with a real drafter."
+    )
     k: Annotated[list[PositiveInt], Field(min_length=1)] = Field(
-        description="The draft tokens per round measured, distinct (sorted).")
-    acceptance_length: Annotated[list[Annotated[float, Field(ge=1)]], Field(min_length=2)] = \
-        Field(description="The acceptance lengths (tokens a round) set, at least two,"
-                          " distinct (sorted); one above k + 1 is left out at that k.")
+        description="The draft tokens per round measured, distinct (sorted)."
+    )
+    acceptance_length: Annotated[list[Annotated[float, Field(ge=1)]], Field(min_length=2)] = Field(
+        description="The acceptance lengths (tokens a round) set, at least two,"
+        " distinct (sorted); one above k + 1 is left out at that k."
+    )
     concurrency: Annotated[list[PositiveInt], Field(min_length=1)] = Field(
-        description="The levels measured, distinct (sorted), each a registered closed-loop"
-                    " level.")
+        description="The levels measured, distinct (sorted), each a registered closed-loop level."
+    )
     tasks: list[Name] | None = Field(
-        None, description="The tasks measured, each with the speed use; null: every task"
-                          " with the speed use.")
+        None,
+        description="The tasks measured, each with the speed use; null: every task"
+        " with the speed use.",
+    )
     # vllm#49548: a schedule's throughput falling apart at its batch-size threshold.
     verify_schedule: bool = Field(
-        False, description="Stage 5: run the k schedule proposed from the surface by the"
-                           " drafter's engine (`surface-schedule-<task>`, its drafter with"
-                           " drafter.k_schedule set once stage 4 is measured) at every"
-                           " registered closed-loop level, its measured speedup beside the"
-                           " predicted one.")
+        False,
+        description="Stage 5: run the k schedule proposed from the surface by the"
+        " drafter's engine (`surface-schedule-<task>`, its drafter with"
+        " drafter.k_schedule set once stage 4 is measured) at every"
+        " registered closed-loop level, its measured speedup beside the"
+        " predicted one.",
+    )
     collapse_below: Annotated[float, Field(gt=0, le=1)] = Field(
-        0.8, description="A verified level whose measured speedup (its interval's upper"
-                         " bound) is below this many times the predicted one is flagged a"
-                         " collapse.")
+        0.8,
+        description="A verified level whose measured speedup (its interval's upper"
+        " bound) is below this many times the predicted one is flagged a"
+        " collapse.",
+    )
 
     @field_validator("k", "acceptance_length", "concurrency")
     @classmethod
