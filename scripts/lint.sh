@@ -4,8 +4,8 @@
 #   ruff format --check   the same folders                        ([tool.ruff.format])
 #   mypy                  harness/ and tests/                     ([tool.mypy])
 # Every step runs; each one that fails says so in one line, and the exit status is 1 if
-# any did. --no-format leaves the format check out (scripts/test.sh passes it until the
-# tree has been reformatted once: scripts/format.sh).
+# any did. --no-format leaves the format check out (a quick look at a change not yet
+# formatted; scripts/format.sh formats the tree).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

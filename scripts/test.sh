@@ -28,10 +28,8 @@ build_docs() {  # the docs site, strict (a few seconds): a broken link fails CI
   bash scripts/docs.sh
 }
 
-lint() {  # ruff and mypy (scripts/lint.sh); a finding fails CI
-  # The format check waits for the tree's one reformat (scripts/format.sh, after the
-  # branches in flight have merged); then drop --no-format here.
-  bash scripts/lint.sh --no-format
+lint() {  # ruff (lint and format check) and mypy (scripts/lint.sh); a finding fails CI
+  bash scripts/lint.sh
 }
 
 if [ "$workers" -eq 0 ]; then
