@@ -1,7 +1,7 @@
 """Is the drafter drafting: the one rule over an arm's speculation counter.
 
 Readiness asks it right after the warm-up (harness/engines/readiness.py), the smoke
-over its greedy prompts (harness/run/smoke.py); both read the counter through
+over its greedy prompts (harness/run/smoke_speculation.py); both read the counter through
 `wait_for_drafting` and judge each reading with `drafting_problem`. The counter is
 `speculation_counter(dialect)` (vLLM `vllm:spec_decode_num_drafts_total`, SGLang
 `sglang:spec_verify_calls_total`), the snapshot's `drafts`: None when the series is

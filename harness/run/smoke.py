@@ -22,247 +22,48 @@ whose engine the runner keeps for that cell (one engine start fewer).
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import json
-import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.analysis.identity import DEFAULT_NEAR_TIE_MARGIN, excerpt_around, token_divergence
+from harness.analysis.identity import DEFAULT_NEAR_TIE_MARGIN
 from harness.analysis.regime import REGIME_FILE, regime_levels
-from harness.analysis.smoke import compares, margin_text, smoke_line, value_text
-from harness.derived.itl import tokens_per_chunk
-from harness.dialects import Dialect
-from harness.engines import get_engine_kind
-from harness.engines.drafting import wait_for_drafting
+from harness.analysis.smoke import compares, smoke_line, value_text
 from harness.engines.engine_log import relevant_log_line
-from harness.engines.engine_process import EngineProcess
-from harness.engines.metrics import counter_name, scrape_metrics
 from harness.engines.process import tail_lines
 from harness.errors import SpecbenchError
-from harness.measure.driver import run_cell
-from harness.measure.patterns import ClosedLoop
-from harness.measure.requests import RequestSpec, scored_output_fields
-from harness.prereg.schema import Drafter, Study, TaskSpec
-from harness.records import (
-    RequestRecord,
-    SmokeAcceptance,
-    SmokeAnswer,
-    SmokeArmCheck,
-    SmokeCounter,
-    SmokeDivergence,
-    SmokeIdentityCheck,
-    read_smoke_records,
-)
-from harness.run.cell_requests import task_items
-from harness.run.execute import sampling_fields
+from harness.prereg.schema import Study
+from harness.records import RequestRecord, SmokeAnswer, SmokeArmCheck, SmokeIdentityCheck
 from harness.run.progress import RunProgress
 from harness.run.regime import measure_regime
+from harness.run.smoke_identity import compare_answers, logprobs_hint, smoke_answers
+from harness.run.smoke_plan import (
+    SMOKE_DIR,
+    passed_checks,
+    smoke_key,
+    smoke_order,
+    smoke_records,
+    smoke_requests,
+    smoke_task,
+)
+from harness.run.smoke_speculation import (
+    acceptance_check,
+    counter_check,
+    draft_count_problem,
+    read_drafts,
+)
 from harness.run.store import JsonlWriter, RunStore
 from harness.rundir.manifest import Deviation, SmokeSummary
 
 if TYPE_CHECKING:
     from harness.run.arm_engine import ArmEngine
 
-SMOKE_DIR = "smoke"
-SMOKE_PROMPTS = 2
-# Both engines count a request's drafts when it finishes, so the series can trail the
-# stream's end a little: the after-scrape is retried this long before "did not move"
-# (the rule itself, absent-before included: harness/engines/drafting.py).
-COUNTER_WAIT_S = 10.0
 LOG_TAIL = 200
 
 
 class SmokeFailed(SpecbenchError):
     """The smoke stage found a broken arm: the run stops before its first cell."""
-
-
-def smoke_task(study: Study) -> TaskSpec:
-    """The identity task (the prompts the identity bar compares), else the first speed task."""
-    for task in study.tasks:
-        if "identity" in task.uses:
-            return task
-    return next(t for t in study.tasks if "speed" in t.uses)
-
-
-def smoke_requests(study: Study) -> list[RequestSpec]:
-    task = smoke_task(study)
-    return [
-        RequestSpec(item_id=item.id, messages=item.messages, max_tokens=task.max_tokens)
-        for item in task_items(task)[:SMOKE_PROMPTS]
-    ]
-
-
-def smoke_key(study: Study, arm_name: str, requests: list[RequestSpec]) -> str:
-    arm = study.arm(arm_name)
-    baseline = study.arm(arm.baseline) if arm.baseline else None
-    data = {
-        "arm": arm.model_dump(mode="json"),
-        "baseline": baseline.model_dump(mode="json") if baseline else None,
-        "model": study.model.model_dump(mode="json"),
-        "sampling": study.sampling.model_dump(mode="json"),
-        "requests": [asdict(r) for r in requests],
-    }
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-
-
-def smoke_order(study: Study, arms: list[str], last: str | None) -> list[str]:
-    """Baselines first (a drafter is compared as soon as it answers), then drafters, and
-    `last` (the first registered cell's arm) at the end, so its engine stays up."""
-    baselines = [a.name for a in study.arms if a.name in arms and a.is_baseline]
-    drafters = [a.name for a in study.arms if a.name in arms and not a.is_baseline]
-    order = [n for n in baselines + drafters if n != last]
-    return order + [last] if last in arms else order
-
-
-def smoke_records(root: Path) -> list[SmokeArmCheck | SmokeIdentityCheck]:
-    """smoke/arms.jsonl as written (empty when the run has no smoke yet)."""
-    return read_smoke_records(root / SMOKE_DIR / "arms.jsonl")
-
-
-def passed_checks(records: list, keys: dict[str, str]) -> tuple[dict[str, SmokeArmCheck], set[str]]:
-    """The latest passed own check of each arm under its current key, and the drafters
-    whose latest comparison under their current key passed."""
-    own: dict[str, SmokeArmCheck] = {}
-    identity: dict[str, bool] = {}
-    for rec in records:
-        if keys.get(rec.arm) != rec.key:
-            continue
-        if isinstance(rec, SmokeArmCheck):
-            if rec.status == "passed":
-                own[rec.arm] = rec
-            else:
-                own.pop(rec.arm, None)
-        else:
-            identity[rec.arm] = rec.status == "passed"
-    return own, {arm for arm, ok in identity.items() if ok}
-
-
-def compare_answers(
-    drafter: str,
-    baseline: str,
-    key: str,
-    mine: list[SmokeAnswer],
-    theirs: list[SmokeAnswer],
-    near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN,
-) -> SmokeIdentityCheck:
-    """A drafter's smoke answers against its baseline's. A text that differs where the
-    target's two best tokens were a near-tie is numerics (speculative decoding is lossless
-    up to them): recorded, and the run goes on. Any other divergence, or one a side sent
-    no logprobs for, fails the check with the token and both margins."""
-    by_item = {a.item_id: a for a in theirs}
-    compared = 0
-    near_ties: list[SmokeDivergence] = []
-    for answer in mine:
-        other = by_item.get(answer.item_id)
-        if other is None or not (answer.ok and other.ok):
-            continue  # the answer check already failed the side that did not answer
-        compared += 1
-        if answer.output_text == other.output_text:
-            continue
-        div = SmokeDivergence(
-            item_id=answer.item_id,
-            **asdict(
-                token_divergence(
-                    answer.token_logprobs,
-                    other.token_logprobs,
-                    near_tie_margin,
-                    answer.output_text,
-                    other.output_text,
-                )
-            ),
-        )
-        if div.kind == "numeric":
-            near_ties.append(div)
-            continue
-        i = len(os.path.commonprefix([answer.output_text, other.output_text]))
-        token = (
-            ""
-            if div.token_index is None
-            else f" token {div.token_index} {div.drafter_token!r} vs {div.baseline_token!r}"
-            f" (the target's margin {margin_text(div.drafter_margin)} drafter,"
-            f" {margin_text(div.baseline_margin)} baseline; a near-tie is below"
-            f" {near_tie_margin:g}),"
-        )
-        drafter_text = excerpt_around(answer.output_text, i)
-        baseline_text = excerpt_around(other.output_text, i)
-        return SmokeIdentityCheck(
-            arm=drafter,
-            baseline=baseline,
-            key=key,
-            wall=time.time(),
-            status="failed",
-            compared=compared,
-            item_id=answer.item_id,
-            char_index=i,
-            drafter_text=drafter_text,
-            baseline_text=baseline_text,
-            divergence=div,
-            near_ties=near_ties,
-            near_tie_margin=near_tie_margin,
-            reason=(
-                f"arm {drafter!r}: its greedy output differs from its baseline"
-                f" {baseline!r} on item {answer.item_id} at{token} character {i}:"
-                f" {drafter_text!r} vs {baseline_text!r}"
-                f" -- {div.kind}: {div.why}"
-            ),
-        )
-    return SmokeIdentityCheck(
-        arm=drafter,
-        baseline=baseline,
-        key=key,
-        wall=time.time(),
-        status="passed",
-        compared=compared,
-        near_ties=near_ties,
-        near_tie_margin=near_tie_margin,
-    )
-
-
-def logprobs_hint(error: str | None) -> str:
-    """What to do when an engine refused the logprobs the smoke asks for (identity is read
-    token by token): SGLang's spec-v1 DFlash worker raised "DFLASH does not support
-    return_logprob"; its spec-v2 worker serves them (sglang PR 33459), and 0.5.23, the
-    pinned release, has only that one (harness/engines/sglang_engine.py)."""
-    if not error or "logprob" not in error.lower():
-        return ""
-    return (
-        " (the smoke and identity cells ask for logprobs, top 2, to read identity token"
-        " by token: serve this drafter through a path that returns them, e.g. SGLang's"
-        " spec v2 for DFLASH, the only DFLASH worker in the pinned SGLang 0.5.23: check"
-        " the engine environment's version)"
-    )
-
-
-# Drafters that may skip a step (no match to propose from): their rounds are a lower bound.
-MAY_SKIP_DRAFTING = {"ngram", "ngram_gpu", "suffix"}
-
-
-def draft_count_problem(rec: RequestRecord, drafter: Drafter) -> str | None:
-    """Whether a request's own speculation figures add up to its tokens: the first token
-    comes from the prefill and each round gives its accepted drafts plus one, so
-    rounds + accepted + 1 = completion_tokens (within one token). A request cut at
-    max_tokens may have dropped up to k of its last round's tokens; a drafter that can
-    skip steps (n-gram: no match) gives the plain steps between its rounds uncounted, so
-    for it the sum is only a lower bound. None: they agree, or the engine sent none."""
-    s, tokens = rec.speculation, rec.completion_tokens
-    if s is None or tokens is None or not rec.ok:
-        return None
-    counted = s.rounds + s.accepted + 1
-    cut = drafter.num_draft_tokens if rec.finish_reason == "length" else 0
-    low = float("-inf") if drafter.method in MAY_SKIP_DRAFTING else tokens - 1
-    if low <= counted <= tokens + cut + 1:
-        return None
-    return (
-        f"item {rec.item_id}: the engine counted {s.rounds} rounds and {s.accepted}"
-        f" accepted drafts (+1 for the prefill's token = {counted} tokens) for a request"
-        f" of {tokens} completion tokens (finish {rec.finish_reason}): what a 'draft'"
-        " counts does not match what the acceptance figures assume"
-    )
 
 
 class SmokeStage:
@@ -382,8 +183,10 @@ class SmokeStage:
         how = "attached" if arm.attach is not None else ("reused" if was_up else "started")
         fields["engine"] = how
         dialect = process.metrics_dialect
-        before = self._drafts(process) if arm.drafter is not None else None
-        answers = self._answer(process, name, attempt, requests_out)
+        before = read_drafts(process) if arm.drafter is not None else None
+        answers, self._records[name] = smoke_answers(
+            self.study, name, self.requests, process, attempt, requests_out
+        )
         failed = [a for a in answers if not a.ok or not (a.completion_tokens or a.output_text)]
         if failed:
             what = (failed[0].error or "no output tokens") + logprobs_hint(failed[0].error)
@@ -401,7 +204,7 @@ class SmokeStage:
             )
         counter = None
         if arm.drafter is not None and before is not None:  # before: read for a drafter
-            counter = self._counter(process, dialect, before)
+            counter = counter_check(process, dialect, before)
             if not counter.moved:
                 return SmokeArmCheck(
                     **fields,
@@ -436,7 +239,7 @@ class SmokeStage:
                     answers=answers,
                     counter=counter,
                 )
-        acceptance = self._acceptance(name)
+        acceptance = acceptance_check(arm.drafter, self._records.get(name, []))
         if acceptance is not None and acceptance.below:
             measured = (
                 "no chunk after the first"
@@ -508,94 +311,6 @@ class SmokeStage:
             out.write(record)
         self.store.edit_manifest(lambda m: m.regime.update({name: record}))
         self.progress.note(record.line())
-
-    def _acceptance(self, name: str) -> SmokeAcceptance | None:
-        """The drafter's tokens per round over its smoke prompts against its floor (None:
-        no floor registered). The client's chunks, so attached arms are measured alike."""
-        drafter = self.study.arm(name).drafter
-        floor = drafter.expect.acceptance_length_min if drafter and drafter.expect else None
-        if floor is None:
-            return None
-        tpr = tokens_per_chunk(self._records.get(name, []))
-        return SmokeAcceptance(tokens_per_round=tpr, floor=floor, below=tpr is None or tpr < floor)
-
-    def _answer(
-        self, process: EngineProcess, name: str, attempt: int, requests_out: JsonlWriter
-    ) -> list[SmokeAnswer]:
-        """The smoke prompts one at a time, through the cells' client, every record kept."""
-        arm, study = self.study.arm(name), self.study
-        records: list[RequestRecord] = []
-
-        def record(rec: RequestRecord) -> None:
-            requests_out.write(rec)
-            records.append(rec)
-
-        asyncio.run(
-            run_cell(
-                base_url=process.base_url,
-                model=process.served_model,
-                requests=self.requests,
-                pattern=ClosedLoop(concurrency=1, requests=len(self.requests), warmup=0),
-                sampling=sampling_fields(study),
-                extra_body={
-                    **get_engine_kind(arm.engine).request_fields(arm, study),
-                    **scored_output_fields(process.metrics_dialect),
-                },
-                cell_id=f"{SMOKE_DIR}/{name}",
-                attempt=attempt,
-                on_record=record,
-                timeout_s=study.recording.request_timeout_s,
-                error_rate_limit=None,
-                lag_limit_ms=study.recording.lag_limit_p99_ms,
-                judge_timing=False,
-            )
-        )
-        by_item = {r.item_id: r for r in records if r.phase == "measure"}
-        self._records[name] = list(by_item.values())
-        return [
-            SmokeAnswer(
-                item_id=spec.item_id,
-                ok=r is not None and r.ok,
-                error=("not sent" if r is None else r.error),
-                output_text=r.output_text if r else "",
-                token_logprobs=r.token_logprobs if r else None,
-                finish_reason=r.finish_reason if r else None,
-                completion_tokens=r.completion_tokens if r else None,
-            )
-            for spec in self.requests
-            for r in [by_item.get(spec.item_id)]
-        ]
-
-    @staticmethod
-    def _drafts(process: EngineProcess) -> tuple[float | None, str | None]:
-        """The drafts counter now (None: the series is absent), or why /metrics failed."""
-        result = scrape_metrics(process.metrics_url, process.metrics_dialect)
-        if result.snapshot is None:
-            return None, f"/metrics failed: {result.error}"
-        return result.snapshot.drafts, None
-
-    def _counter(
-        self, process: EngineProcess, dialect: Dialect, before: tuple[float | None, str | None]
-    ) -> SmokeCounter:
-        """Whether the drafts counter moved past its reading before the prompts, by the
-        drafting rule readiness uses too (harness/engines/drafting.py)."""
-        name = counter_name(dialect, "drafts")
-        value, error = before
-        if error is not None:
-            return SmokeCounter(name=f"{name} ({error})", before=None, after=None, moved=False)
-        reading = wait_for_drafting(
-            lambda: self._drafts(process),
-            dialect,
-            drafter=True,
-            before=value,
-            over="the smoke prompts",
-            wait_s=COUNTER_WAIT_S,
-            poll_s=0.5,
-        )
-        if reading.problem is None:
-            return SmokeCounter(name=name, before=value, after=reading.after, moved=True)
-        label = name + (f" ({reading.error})" if reading.error else "")
-        return SmokeCounter(name=label, before=value, after=reading.after, moved=False)
 
     # --- drafter against baseline ---------------------------------------------------
 

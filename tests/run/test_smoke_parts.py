@@ -22,20 +22,20 @@ from harness.errors import InputError, SpecbenchError
 from harness.plan import estimate, plan_cells
 from harness.prereg import load_study, load_study_file
 from harness.records import SmokeAnswer, SmokeArmCheck, SmokeIdentityCheck, TokenLogprob
-from harness.run import smoke
+from harness.run import smoke_speculation
 from harness.run.arm_engine import ArmEngine
 from harness.run.progress import RunProgress
 from harness.run.runner import new_run
-from harness.run.smoke import (
-    SmokeFailed,
-    SmokeStage,
-    compare_answers,
+from harness.run.smoke import SmokeFailed, SmokeStage
+from harness.run.smoke_identity import compare_answers
+from harness.run.smoke_plan import (
     passed_checks,
     smoke_key,
     smoke_order,
     smoke_records,
     smoke_requests,
 )
+from harness.run.smoke_speculation import counter_check
 from harness.testengine.server import serve_in_thread
 from tests.run.test_remeasure import study_file
 
@@ -341,7 +341,9 @@ def run_smoke(
 def test_a_drafter_passes_when_its_counter_moves_and_fails_naming_it_when_not(
     tmp_path, monkeypatch, dialect, counter
 ):
-    monkeypatch.setattr(smoke, "COUNTER_WAIT_S", 1.0)  # a frozen counter is waited on this long
+    monkeypatch.setattr(
+        smoke_speculation, "COUNTER_WAIT_S", 1.0
+    )  # a frozen counter is waited on this long
     store, error, said = run_smoke(tmp_path / "ok", dialect, {})
     assert error is None, error
     records = smoke_records(store.root)
@@ -391,18 +393,17 @@ def test_a_drafter_below_its_floor_runs_under_allow_deviation_and_the_deviation_
 def test_an_absent_counter_is_zero_for_sglang_and_no_counter_for_vllm(monkeypatch):
     # SGLang creates sglang:spec_verify_calls_total on the first finished request that
     # verified drafts; vLLM exports its counters from the start with a speculative config.
-    monkeypatch.setattr(smoke, "COUNTER_WAIT_S", 0.6)
+    monkeypatch.setattr(smoke_speculation, "COUNTER_WAIT_S", 0.6)
     scrapes: Iterator[tuple[float | None, str | None]] = iter([(None, None), (3.0, None)])
-    monkeypatch.setattr(SmokeStage, "_drafts", staticmethod(lambda process: next(scrapes)))
-    stage = SmokeStage.__new__(SmokeStage)
-    no_process = cast(EngineProcess, None)  # _drafts is patched: no engine is read
-    counter = stage._counter(no_process, "sglang", (None, None))
+    monkeypatch.setattr(smoke_speculation, "read_drafts", lambda process: next(scrapes))
+    no_process = cast(EngineProcess, None)  # read_drafts is patched: no engine is read
+    counter = counter_check(no_process, "sglang", (None, None))
     assert (counter.before, counter.after, counter.moved) == (None, 3.0, True)
     scrapes = iter([(None, None)] * 5)
-    counter = stage._counter(no_process, "vllm", (None, None))
+    counter = counter_check(no_process, "vllm", (None, None))
     assert not counter.moved and counter.name == "vllm:spec_decode_num_drafts_total"
     scrapes = iter([(None, "/metrics failed: HTTP 500")] * 5)
-    counter = stage._counter(no_process, "vllm", (2.0, None))
+    counter = counter_check(no_process, "vllm", (2.0, None))
     assert not counter.moved and counter.name.endswith("(/metrics failed: HTTP 500)")
 
 
@@ -453,7 +454,7 @@ def test_the_plan_counts_the_smokes_engine_starts_and_says_so(tmp_path, capsys):
 def test_a_drafts_count_that_does_not_add_up_to_the_tokens_is_named():
     from harness.prereg.schema import Drafter
     from harness.records import RequestRecord, RequestSpeculation
-    from harness.run.smoke import draft_count_problem
+    from harness.run.smoke_speculation import draft_count_problem
 
     def rec(rounds: int, accepted: int, tokens: int, finish: str = "stop") -> RequestRecord:
         return RequestRecord(
@@ -490,7 +491,7 @@ def test_a_drafts_count_that_does_not_add_up_to_the_tokens_is_named():
 
 
 def test_an_engine_that_refuses_logprobs_is_told_what_to_do():
-    from harness.run.smoke import logprobs_hint
+    from harness.run.smoke_identity import logprobs_hint
 
     assert logprobs_hint("HTTP 500: DFLASH does not support return_logprob.").startswith(
         " (the smoke and identity cells ask for logprobs, top 2"
