@@ -15,6 +15,7 @@ from harness.report.pages_acceptance import (
 )
 from harness.report.pages_categories import category_pages
 from harness.report.pages_decompose import decomposition_pages
+from harness.report.pages_environment import environment_pages
 from harness.report.pages_gpu import gpu_pages
 from harness.report.pages_load import delivered_load_page
 from harness.report.pages_open import open_loop_page
@@ -22,7 +23,7 @@ from harness.report.pages_quality import accuracy_pages, identity_pages
 from harness.report.pages_sessions import interval_pages
 from harness.report.pages_speed import speed_curve_pages, speedup_pages
 from harness.report.pages_surface import surface_pages
-from harness.report.pages_text import environment_pages, verdict_page
+from harness.report.pages_text import verdict_page
 from harness.rundir.verdict import Verdict
 
 

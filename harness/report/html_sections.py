@@ -15,11 +15,13 @@ from harness.analysis.bar_common import speed_tasks
 from harness.analysis.tables import Analysis
 from harness.report import html_figures as speed
 from harness.report import html_figures_cells as cells
+from harness.report import html_figures_surface as surface
 from harness.report.html_plotly import figure_div
 from harness.report.html_text import escape, lines_html
 from harness.report.pages_acceptance import MAX_TASKS, three_figures_lines
 from harness.report.pages_categories import category_subtitle, category_table_lines
 from harness.report.pages_decompose import decomposition_lines
+from harness.report.pages_environment import environment_lines
 from harness.report.pages_gpu import CELL_SUBTITLE, gpu_cell_lines
 from harness.report.pages_headline import HEADLINE_TASKS, VERDICT_COLOURS
 from harness.report.pages_load import SUBTITLE as LOAD_SUBTITLE
@@ -29,12 +31,7 @@ from harness.report.pages_quality import identity_lines, paired_lines
 from harness.report.pages_sessions import interval_lines
 from harness.report.pages_speed import speedup_note
 from harness.report.pages_surface import surface_text_lines, verification_lines
-from harness.report.pages_text import (
-    bar_lines,
-    environment_lines,
-    evidence_lines,
-    verdict_notice,
-)
+from harness.report.pages_text import bar_lines, evidence_lines, verdict_notice
 from harness.rundir.verdict import Verdict
 
 
@@ -175,13 +172,13 @@ def surface_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     for task in study.surface_tasks():
         body += [
             f"<h3>task {escape(task)}</h3>",
-            fig(speed.surface_figure(a, v, task), wide=True),
+            fig(surface.surface_figure(a, v, task), wide=True),
             lines_html(surface_text_lines(a, v, task)),
         ]
         if study.surface.verify_schedule:
             body += [
                 f"<h3>The k schedule verified: task {escape(task)}</h3>",
-                fig(speed.verification_figure(a, v, task), wide=True),
+                fig(surface.verification_figure(a, v, task), wide=True),
                 lines_html(verification_lines(a, v, task)),
             ]
     return Section(

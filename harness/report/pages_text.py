@@ -1,11 +1,11 @@
-"""Text pages: the verdict with each bar's evidence, and the run's environment."""
+"""The verdict page with each bar's evidence, and the run-record lines it shares with the
+environment page (pages_environment.py): deviations, checkpoints, the smoke and the regime."""
 
 from __future__ import annotations
 
 import datetime
 import json
 
-import pandas as pd
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.load import RunData
@@ -15,14 +15,14 @@ from harness.analysis.tables import Analysis
 from harness.engines.chosen_settings import differences
 from harness.prereg.operating import operating_lines
 from harness.records import SmokeArmCheck, SmokeIdentityCheck
-from harness.report.layout import table_lines, text_pages, wrap_lines
+from harness.report.layout import text_pages, wrap_lines
 from harness.report.pages_headline import headline_page
 from harness.report.pages_quality import mismatch_where
-from harness.rundir.manifest import Manifest, RunGpuTelemetry
+from harness.rundir.manifest import Manifest
 from harness.rundir.verdict import Verdict
 
 
-def _wall(t: float | str | None) -> str:
+def wall_clock(t: float | str | None) -> str:
     if t is None:
         return "-"
     if not isinstance(t, int | float):
@@ -200,7 +200,7 @@ def deviation_lines(manifest: Manifest) -> list[str]:
     lines: list[str] = []
     for d in manifest.deviations:
         seal = f" (seal {d.old_seal[:12]} -> {str(d.new_seal)[:12]})" if d.old_seal else ""
-        lines.append(f"  {_wall(d.when)}: {d.what}{seal}")
+        lines.append(f"  {wall_clock(d.when)}: {d.what}{seal}")
         for u in d.unpinned or []:
             lines.append(
                 f"    unpinned: {', '.join(u.get('roles') or [])} {u.get('checkpoint')}"
@@ -211,7 +211,7 @@ def deviation_lines(manifest: Manifest) -> list[str]:
     return lines
 
 
-def _checkpoint_lines(manifest: Manifest) -> list[str]:
+def checkpoint_lines(manifest: Manifest) -> list[str]:
     lines = []
     for c in manifest.checkpoints or []:
         name = c.repo or c.path
@@ -270,13 +270,33 @@ def smoke_summary(run: RunData) -> list[str]:
     ] + [f"  {line}" for line in ties]
 
 
-def _smoke_detail(run: RunData) -> list[str]:
+def smoke_detail(run: RunData) -> list[str]:
     if not run.smoke:
         return smoke_summary(run)
     lines = smoke_summary(run) + ["  every check, in the order made (smoke/arms.jsonl):"]
     for rec in run.smoke:
-        stamp = _wall(rec.started_wall if isinstance(rec, SmokeArmCheck) else rec.wall)
+        stamp = wall_clock(rec.started_wall if isinstance(rec, SmokeArmCheck) else rec.wall)
         lines.append(f"  {stamp}  {smoke_line(rec)}")
+    return lines
+
+
+def engine_choice_lines(run: RunData) -> list[str]:
+    """Each setting an engine chose by itself that differs between a drafter and its
+    baseline, from their last engine starts (a speedup measures that choice too)."""
+    engines = run.manifest.engines
+
+    def last(name: str) -> dict[str, str]:
+        started = engines.get(name, [])
+        return started[-1].settings if started else {}
+
+    lines = []
+    for arm in run.study.arms:
+        if arm.baseline is None or not (last(arm.name) and last(arm.baseline)):
+            continue
+        lines += [
+            f"Engine setting differs: {arm.name} vs {arm.baseline}: {d}"
+            for d in differences(last(arm.name), last(arm.baseline))
+        ]
     return lines
 
 
@@ -290,7 +310,7 @@ def evidence_lines(verdict: Verdict) -> list[str]:
                     lines.append(f"  task {task}:")
                     lines.extend(_entry_lines(entry, "    "))
             else:
-                lines.append(f"  {key}: {_short(value)}")
+                lines.append(f"  {key}: {short_json(value)}")
         lines.append("")
     return lines
 
@@ -315,11 +335,11 @@ def _entry_lines(entry: dict, pad: str) -> list[str]:
         elif key == "arms" and isinstance(value, dict):
             for arm, detail in value.items():
                 d = {k: v for k, v in detail.items() if k != "mismatches"}
-                out.append(f"{pad}{arm}: {_short(d)}")
+                out.append(f"{pad}{arm}: {short_json(d)}")
                 for m in detail.get("mismatches", [])[:5]:
                     out += f"{pad}  mismatch {m['item_id']}: {mismatch_where(m)}".split("\n")
         else:
-            out.append(f"{pad}{key}: {_short(value)}")
+            out.append(f"{pad}{key}: {short_json(value)}")
     return out
 
 
@@ -327,177 +347,6 @@ def _num(v) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-def _short(value, limit: int = 400) -> str:
+def short_json(value, limit: int = 400) -> str:
     text = json.dumps(value, default=str)
     return text if len(text) <= limit else text[:limit] + " ..."
-
-
-def environment_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
-    return text_pages(pdf, "Environment, seal and deviations", environment_lines(a, verdict))
-
-
-def environment_lines(a: Analysis, verdict: Verdict) -> list[str]:
-    m = a.run.manifest
-    study = a.run.study
-    lines = [
-        f"run id            {a.run.run_id}",
-        f"seal              {m.seal}",
-        (f"study             {study.title} (registered {study.registered}; file {m.study_file})"),
-        f"specbench commit  {m.specbench_commit}",
-        (
-            f"status            {m.status}   started {_wall(m.started_wall)}"
-            f"   ended {_wall(m.ended_wall)}"
-        ),
-        (
-            f"hardware (study)  {study.hardware.count} x {study.hardware.gpu};"
-            f" model {study.model.id}@{study.model.revision}"
-        ),
-        "",
-        "host:",
-    ]
-    host = m.host.model_dump(exclude_none=True) if m.host else {}
-    lines += [f"  {k}: {_short(v, 200)}" for k, v in host.items()]
-    lines += ["", f"GPU telemetry: {_telemetry_line(m.gpu_telemetry)}"]
-    lines += ["", "engines (per arm, each start):"]
-    for arm, infos in m.engines.items():
-        for info in infos:
-            keys = {"kind", "version", "gpu", "started_wall", "started_for", "command"}
-            shown = info.model_dump(include=keys)
-            lines.append(f"  {arm}: {_short(shown, 300)}")
-    lines += ["", "arm settings the engine would otherwise pick (as each engine started):"]
-    lines += _settings_lines(a) or ["  none"]
-    lines += ["", "checkpoints (commit and weight sha256):", *_checkpoint_lines(m)]
-    lines += ["", "engine environments (full package lists in manifest.json):"]
-    for python, env in m.engine_environments.items():
-        held = (
-            f"{len(env.packages)} packages"
-            if env.packages is not None
-            else f"not listed: {env.error}"
-        )
-        lines.append(
-            f"  {python}: {env.pin or 'not a pinned venv'}; {held}; arms {', '.join(env.arms)}"
-        )
-    for s in m.stale_engines:
-        lines.append(
-            f"  stale engine of {s.arm} (pid {s.pid}, port {s.port})"
-            f" from an earlier attempt: {s.action}"
-        )
-    lines += ["", *_smoke_detail(a.run)]
-    lines += ["", "deviations from the registered study:"]
-    lines += deviation_lines(m) or ["  none"]
-    stop = m.stop
-    lines += [
-        "",
-        (
-            f"stop bar at the end of stage 1: {_short(stop.fired) if stop else '-'}"
-            f" (judged {_wall(stop.judged_wall) if stop else '-'})"
-        ),
-    ]
-    if stop and stop.fired:
-        lines.append(
-            "  the stop bar fired: the remaining speed cells were skipped;"
-            " identity and accuracy still ran"
-        )
-    lines += ["", f"skipped cells ({len(m.skipped)}):"]
-    lines += [f"  {s.cell}: {s.reason}" for s in m.skipped] or ["  none"]
-    lines += ["", f"baseline reruns by the check bar ({len(m.reruns)}); both runs are kept:"]
-    lines += [f"  {r.cell} of {r.of}: {r.reason}" for r in m.reruns] or ["  none"]
-    for r in verdict.reruns:
-        lines.append(
-            f"  {r.cell}: {r.state}"
-            + (f" ({r.relative_difference:+.1%})" if r.relative_difference is not None else "")
-        )
-    if m.failed_cells:
-        lines += ["", "cells that failed every attempt:"]
-        lines += [f"  {f.cell}: {f.reason}" for f in m.failed_cells]
-    lines += ["", "cells:"]
-    status = a.cells[a.cells["rerun_of"].isna()]["status"].value_counts().to_dict()
-    lines.append("  " + ", ".join(f"{n} {s}" for s, n in status.items()))
-    bad = a.cells[a.cells["status"].isin(["invalid", "missing"])]
-    lines += (
-        table_lines(
-            ["cell", "status", "reason"],
-            [[r.cell_id, r.status, r.reason] for r in bad.itertuples()],
-        )
-        if len(bad)
-        else []
-    )
-    lines += _burst_lines(a)
-    return lines
-
-
-def engine_choice_lines(run: RunData) -> list[str]:
-    """Each setting an engine chose by itself that differs between a drafter and its
-    baseline, from their last engine starts (a speedup measures that choice too)."""
-    engines = run.manifest.engines
-
-    def last(name: str) -> dict[str, str]:
-        started = engines.get(name, [])
-        return started[-1].settings if started else {}
-
-    lines = []
-    for arm in run.study.arms:
-        if arm.baseline is None or not (last(arm.name) and last(arm.baseline)):
-            continue
-        lines += [
-            f"Engine setting differs: {arm.name} vs {arm.baseline}: {d}"
-            for d in differences(last(arm.name), last(arm.baseline))
-        ]
-    return lines
-
-
-def _settings_lines(a: Analysis) -> list[str]:
-    """Each arm's resolved settings (drafter precision, SGLang's admission delay): from
-    its last engine start in the manifest, else resolved from the study (never started)."""
-    from harness.engines import ENGINE_KINDS
-
-    engines = a.run.manifest.engines
-    lines = []
-    for arm in a.run.study.arms:
-        started = engines.get(arm.name, [])
-        settings, where = (started[-1].settings if started else {}), ""
-        kind = ENGINE_KINDS.get(arm.engine)
-        if not started and kind is not None and arm.attach is None:
-            settings, where = kind.resolved_settings(arm, a.run.study), " (no start recorded)"
-        lines += [
-            f"  {arm.name}: {key.replace('_', ' ')}: {value}{where}"
-            for key, value in settings.items()
-        ]
-    return lines
-
-
-def _telemetry_line(entry: RunGpuTelemetry | None) -> str:
-    if entry is None:
-        return "not recorded (no engine started, or a run from before telemetry)"
-    if not entry.recorded:
-        return entry.reason or "no GPU telemetry"
-    gpus = ", ".join(
-        f"GPU {g.get('index')} {g.get('name')} ({g.get('uuid')})" for g in entry.gpus or []
-    )
-    return f"recorded through NVML (driver {entry.driver_version}; {gpus})"
-
-
-def _burst_lines(a: Analysis) -> list[str]:
-    """Per speed cell, the share of requests that arrived in bursts (no per-user speed)."""
-    if "burst_share" not in a.cells:
-        return []
-    speed = a.cells[(a.cells["kind"] == "speed") & a.cells["burst_share"].notna()]
-    if speed.empty:
-        return []
-    limit = a.run.study.recording.max_burst_share
-    bound = speed.get("client_stamp_bound_p99_ms")
-    rows = [
-        [
-            r.cell_id,
-            r.status,
-            f"{r.burst_share:.2f}",
-            "" if bound is None or pd.isna(bound[i]) else f"{bound[i]:.1f}",
-        ]
-        for i, r in zip(speed.index, speed.itertuples(), strict=True)
-    ]
-    return [
-        "",
-        f"bursts: share of a speed cell's requests with most tokens from several steps under one stamp"
-        f" (invalid above {limit:g}):",
-        *table_lines(["cell", "status", "burst share", "stamp bound p99 ms"], rows),
-    ]

@@ -183,7 +183,7 @@ def test_environment_page_shows_each_arms_resolved_settings(tmp_path):
     from matplotlib.backends.backend_pdf import PdfPages
 
     from harness.analysis import analyse, evaluate
-    from harness.report.pages_text import environment_pages
+    from harness.report.pages_environment import environment_pages
 
     data = study_dict()
     for arm in data["arms"]:
