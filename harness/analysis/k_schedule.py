@@ -37,7 +37,7 @@ from harness.analysis.intervals import t_interval
 from harness.analysis.load import RunData
 from harness.analysis.speedup import pair_figures, pair_key
 from harness.prereg.schema import Study, schedule_arm_name
-from harness.rundir.manifest import KScheduleRecord, ScheduledLevel
+from harness.rundir.schedule import KScheduleRecord, ScheduledLevel
 
 if TYPE_CHECKING:
     from harness.analysis.tables import Analysis

@@ -20,7 +20,7 @@ from harness.dialects import Dialect
 from harness.engines.engine_log import LOG_TAIL_LINES
 from harness.engines.process import EngineGuard, stop_group, tail_lines, wait_port_free
 from harness.errors import SpecbenchError
-from harness.rundir.manifest import EngineInfo
+from harness.rundir.engines import EngineInfo
 
 if TYPE_CHECKING:
     from harness.engines.base import EngineKind

@@ -37,7 +37,7 @@ from harness.engines.readiness import wait_ready
 from harness.engines.versions import probe_version
 from harness.errors import SpecbenchError
 from harness.host_gpus import gpu_description
-from harness.rundir.manifest import EngineInfo
+from harness.rundir.engines import EngineInfo
 from harness.testengine.spec import ENGINE_SESSION_VARIABLE
 from harness.weights.record import hub_environment
 

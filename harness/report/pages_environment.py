@@ -14,7 +14,7 @@ from harness.report.pages_text import (
     smoke_detail,
     wall_clock,
 )
-from harness.rundir.manifest import RunGpuTelemetry
+from harness.rundir.engines import RunGpuTelemetry
 from harness.rundir.verdict import Verdict
 
 

@@ -16,7 +16,8 @@ from harness.prereg.schema import Arm, Study
 from harness.run.gpu_telemetry import ArmGpus, RunTelemetry
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
-from harness.rundir.manifest import EngineInfo, EngineStart, Manifest
+from harness.rundir.engines import EngineInfo, EngineStart
+from harness.rundir.manifest import Manifest
 
 
 class ArmEngine:

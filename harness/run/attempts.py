@@ -30,7 +30,7 @@ from harness.run.execute import EngineDied, execute_cell
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
 from harness.rundir import Outcome
-from harness.rundir.manifest import FailedCell
+from harness.rundir.schedule import FailedCell
 
 if TYPE_CHECKING:
     from harness.run.arm_engine import ArmEngine

@@ -17,7 +17,8 @@ from harness.engines.packages import package_changes, package_list
 from harness.engines.pins import pin_for_interpreter
 from harness.prereg.schema import Study
 from harness.run.store import RunStore
-from harness.rundir.manifest import Deviation, EngineEnvironment, Manifest
+from harness.rundir.engines import EngineEnvironment
+from harness.rundir.manifest import Deviation, Manifest
 
 
 def engine_interpreters(study: Study) -> dict[str, list[str]]:

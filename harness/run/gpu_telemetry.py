@@ -21,7 +21,7 @@ from harness.measure.gpu_sampler import GpuSampler
 from harness.prereg.schema import Arm
 from harness.records import GpuSample
 from harness.run.store import RunStore
-from harness.rundir.manifest import RunGpuTelemetry
+from harness.rundir.engines import RunGpuTelemetry
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from rich.console import Console
 from harness.engines.stale import find_stale_engines, stop_stale_engine
 from harness.errors import SpecbenchError
 from harness.run.store import RunStore
-from harness.rundir.manifest import Manifest, RunnerRecord, StaleEngineRecord
+from harness.rundir.engines import StaleEngineRecord
+from harness.rundir.manifest import Manifest, RunnerRecord
 
 # Set by a script that wraps `specbench run FILE` (scripts/demo.sh): what the verdict's
 # command to finish a run starts with instead.

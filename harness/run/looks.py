@@ -13,7 +13,7 @@ from harness.prereg.schema import Study
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
 from harness.rundir.looks import LookDecision, LookRecord
-from harness.rundir.manifest import SkippedCell
+from harness.rundir.schedule import SkippedCell
 
 
 def take_look(

@@ -42,17 +42,9 @@ from harness.run.smoke import SmokeFailed
 from harness.run.store import RunStore
 from harness.run.where import gpu_model_deviation
 from harness.rundir import COMPLETE, cell_dirname
-from harness.rundir.manifest import (
-    MANIFEST,
-    Manifest,
-    Sharding,
-    ShardPlan,
-    ShardRecord,
-    ShardWorkerRecord,
-    SmokeStatus,
-    SmokeSummary,
-    manifest_from,
-)
+from harness.rundir.manifest import MANIFEST, Manifest, manifest_from
+from harness.rundir.schedule import SmokeStatus, SmokeSummary
+from harness.rundir.shards import Sharding, ShardPlan, ShardRecord, ShardWorkerRecord
 from harness.shards import Shard, plan_shards, shard_cells, shard_of, slots_for
 
 

@@ -36,13 +36,8 @@ from harness.run.progress import RunProgress
 from harness.run.schedule import Batch, rerun_batch, rerun_cells, run_schedule
 from harness.run.smoke import SmokeStage
 from harness.run.store import RunStore, host_facts, specbench_commit
-from harness.rundir.manifest import (
-    ControlArmRecord,
-    Deviation,
-    Manifest,
-    SessionRecord,
-    SmokeSummary,
-)
+from harness.rundir.manifest import ControlArmRecord, Deviation, Manifest
+from harness.rundir.schedule import SessionRecord, SmokeSummary
 
 
 def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:

@@ -35,13 +35,8 @@ from harness.run.attempts import needs_measuring
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
 from harness.rundir import RERUN_SUFFIX, rerun_of
-from harness.rundir.manifest import (
-    Manifest,
-    RerunRecord,
-    RunStatus,
-    SkippedCell,
-    StopDecisionRecord,
-)
+from harness.rundir.manifest import Manifest, RunStatus
+from harness.rundir.schedule import RerunRecord, SkippedCell, StopDecisionRecord
 
 
 @dataclass(frozen=True)

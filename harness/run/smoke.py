@@ -54,7 +54,8 @@ from harness.run.smoke_speculation import (
     read_drafts,
 )
 from harness.run.store import JsonlWriter, RunStore
-from harness.rundir.manifest import Deviation, SmokeSummary
+from harness.rundir.manifest import Deviation
+from harness.rundir.schedule import SmokeSummary
 
 if TYPE_CHECKING:
     from harness.run.arm_engine import ArmEngine

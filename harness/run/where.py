@@ -18,7 +18,7 @@ from harness.engines import get_engine_kind
 from harness.measure.gpu import NoTelemetry, open_nvml
 from harness.prereg.schema import Study
 from harness.rundir import gpu_key
-from harness.rundir.manifest import EngineEnvironment
+from harness.rundir.engines import EngineEnvironment
 
 
 def _gpus() -> dict[str, Any]:

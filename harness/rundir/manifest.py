@@ -23,12 +23,27 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from harness.calibration import CalibrationRecord
-from harness.dialects import Dialect
 from harness.errors import InputError
+from harness.rundir.engines import (
+    EngineEnvironment,
+    EngineStart,
+    RunGpuTelemetry,
+    StaleEngineRecord,
+)
 from harness.rundir.looks import LookRecord
 from harness.rundir.record import EVERY_KEY, RunRecord, since
 from harness.rundir.regime import BaselineRegime
 from harness.rundir.remeasure import RemeasureRecord
+from harness.rundir.schedule import (
+    FailedCell,
+    KScheduleRecord,
+    RerunRecord,
+    SessionRecord,
+    SkippedCell,
+    SmokeSummary,
+    StopDecisionRecord,
+)
+from harness.rundir.shards import Sharding, ShardRecord
 
 MANIFEST = "manifest.json"
 # The run folder's format; a folder written by a newer format is refused, not misread.
@@ -67,98 +82,6 @@ class RunnerRecord(RunRecord):
     # The command that stands for `specbench run FILE` where a script wraps it
     # (scripts/demo.sh sets SPECBENCH_INVOKED_AS): the verdict's command to finish a run.
     invoked_as: str | None = Field(None, json_schema_extra=since(4))
-
-
-# --- engines ----------------------------------------------------------------------------
-
-
-class EngineInfo(RunRecord):
-    """What an engine process is: how it was started, where it listens, what finds it
-    again (harness.engines.lifecycle makes one per start or attach)."""
-
-    arm: str
-    kind: str
-    metrics_dialect: Dialect
-    version: str | None = None
-    command: list[str] = []
-    env_overrides: dict[str, str] = {}
-    # EngineKind.resolved_settings: the drafter's precision, SGLang's admission delay.
-    settings: dict[str, str] = {}
-    gpu: str | None = None
-    started_wall: float  # time.time() when started (or attached)
-    started_iso: str
-    ready_after_s: float | None = None
-    launched: bool
-    log_path: str | None = None
-    pid: int | None = None
-    # What finds a stale engine of this run later (harness/engines/stale.py): its
-    # process group (the engine leads its own session), where it listens, and the
-    # guard that stops the group if the harness dies.
-    pgid: int | None = None
-    host: str | None = None
-    port: int | None = None
-    guard_pid: int | None = None
-    base_url: str
-    served_model: str
-
-
-class EngineSession(RunRecord):
-    stage: int
-    session: int
-
-
-class EngineStart(EngineInfo):
-    """One start of an arm's engine, as the manifest keeps it (`engines[arm][i]`):
-    recorded at spawn ("starting"), then completed when it is ready."""
-
-    state: Literal["starting", "ready", "failed to start"]
-    started_for: str | None = None  # the cell or stage it was started for
-    session: EngineSession | None = None  # the registered session it belongs to
-    # harness.measure.priority.PriorityLift.to_dict and
-    # harness.measure.placement.CpuPlacement.to_dict: read by the report's text only.
-    client_priority: dict[str, Any] | None = None
-    client_placement: dict[str, Any] | None = None
-    # harness.run.gpu_telemetry.RunTelemetry.for_arm: the GPUs sampled for this arm.
-    gpu_telemetry: dict[str, Any] | None = None
-    # Merged from a shard's worker by the Ray driver (harness.run.ray_executor).
-    shard: str | None = None
-    shard_worker: int | None = None
-    node_hostname: str | None = None
-
-
-class EngineEnvironment(RunRecord):
-    """One interpreter the arms start engines from (harness.run.environments)."""
-
-    python: str
-    python_version: str | None = None
-    packages: list[dict[str, str]] | None = None  # {"name", "version"}
-    error: str | None = None  # the interpreter could not list its packages
-    arms: list[str]
-    listed_wall: float
-    pin: str | None = None  # the project's pinned requirement for it
-
-
-class StaleEngineRecord(RunRecord):
-    """An engine an earlier attempt left running, stopped on resume."""
-
-    when: float
-    arm: str
-    pid: int | None = None
-    pgid: int | None = None
-    port: int | None = None
-    port_held: bool
-    processes: list[int]
-    action: str
-
-
-class RunGpuTelemetry(RunRecord):
-    """Whether NVML was opened, and what it saw (harness.run.gpu_telemetry)."""
-
-    recorded: bool
-    reason: str | None = None
-    driver_version: str | None = None
-    binding: str | None = None
-    gpus: list[dict[str, Any]] | None = None  # harness.measure.gpu.Gpu.describe
 
 
 # --- what the study registered, as run --------------------------------------------------
@@ -217,133 +140,6 @@ class Deviation(RunRecord):
     # merged from a shard's worker
     shard: str | None = None
     shard_worker: int | None = None
-
-
-# --- the schedule -----------------------------------------------------------------------
-
-
-class SkippedCell(RunRecord):
-    cell: str
-    reason: str
-
-
-class FailedCell(RunRecord):
-    cell: str
-    reason: str
-    shard: str | None = None
-    shard_worker: int | None = None
-
-
-class RerunRecord(RunRecord):
-    """A check-bar rerun of a baseline cell (`cell` is the rerun's id, `of` the original)."""
-
-    cell: str
-    of: str
-    reason: str
-    when: float
-
-
-class StopDecisionRecord(RunRecord):
-    """The stop bar, judged after stage 1 (harness.run.schedule)."""
-
-    fired: bool | None
-    judged_wall: float
-    evidence: dict[str, Any]  # the stop bar's evidence (harness.analysis.stop_check)
-
-
-class SessionRecord(RunRecord):
-    """A registered engine session: the cells one engine start measured."""
-
-    stage: int
-    session: int
-    arm: str
-    cells: list[str]
-    started_wall: float
-    shard: str | None = None
-    shard_worker: int | None = None
-
-
-SmokeStatus = Literal["running", "passed", "failed", "off"]
-
-
-class SmokeSummary(RunRecord):
-    """The smoke stage's outcome (harness.run.smoke; a sharded run's: every shard's)."""
-
-    status: SmokeStatus
-    order: list[str] | None = None
-    smoked_now: list[str] | None = None
-    started_wall: float | None = None
-    ended_wall: float | None = None
-    # where it failed
-    arm: str | None = None
-    reason: str | None = None
-    log_line: str | None = None
-    # a sharded run: each shard's status
-    shards: dict[str, str | None] | None = None
-
-
-# --- shards (harness.run.ray_executor) --------------------------------------------------
-
-
-class ShardUnit(RunRecord):
-    arms: list[str]
-    tasks: list[str]
-
-
-class ShardPlan(RunRecord):
-    name: str
-    units: list[ShardUnit]
-
-
-class Sharding(RunRecord):
-    gpus: int
-    slots: int
-    shards: list[ShardPlan]
-
-
-class ShardWorkerRecord(RunRecord):
-    pid: int
-    where: dict[str, Any]  # harness.run.where.placement
-    folder: str
-    started_wall: float
-
-
-class ShardRecord(RunRecord):
-    """One shard as the driver saw it: its workers, where they ran, their facts."""
-
-    status: str | None = None
-    status_wall: float | None = None
-    error: str | None = None
-    where: dict[str, Any] | None = None  # harness.run.where.placement
-    workers: list[ShardWorkerRecord] = []
-    smoke: SmokeSummary | None = None
-    gpu_telemetry: RunGpuTelemetry | None = None
-    engine_environments: dict[str, EngineEnvironment] | None = None
-
-
-# --- the schedule verification -------------------------------------------------------------
-
-
-class ScheduledLevel(RunRecord):
-    """One surface level of a proposed k schedule: the k chosen and its prediction."""
-
-    concurrency: int
-    k: int
-    predicted_speedup: float
-    ci_lower: float | None
-    ci_upper: float | None
-
-
-class KScheduleRecord(RunRecord):
-    """A k schedule proposed from the surface (harness.analysis.k_schedule), for one task,
-    as the verification arm runs it."""
-
-    arm: str
-    task: str
-    ranges: list[tuple[int, int | None, int]]  # inclusive [first, last (None: open), k]
-    levels: list[ScheduledLevel]
-    setting: str  # the drafter engine's own spelling (EngineKind.k_schedule_setting)
-    proposed_wall: float
 
 
 # --- the manifest -----------------------------------------------------------------------
@@ -479,29 +275,10 @@ __all__ = [
     "RemeasureRecord",
     "ControlArmRecord",
     "Deviation",
-    "KScheduleRecord",
-    "ScheduledLevel",
-    "EngineEnvironment",
-    "EngineInfo",
-    "EngineSession",
-    "EngineStart",
-    "FailedCell",
     "HostFacts",
     "Manifest",
-    "RerunRecord",
-    "RunGpuTelemetry",
     "RunRecord",
     "RunnerRecord",
-    "SessionRecord",
-    "ShardPlan",
-    "ShardRecord",
-    "ShardUnit",
-    "ShardWorkerRecord",
-    "Sharding",
-    "SkippedCell",
-    "SmokeSummary",
-    "StaleEngineRecord",
-    "StopDecisionRecord",
     "check_format",
     "since",
     "manifest_from",

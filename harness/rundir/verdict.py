@@ -24,11 +24,11 @@ from harness.rundir.manifest import (
     FORMAT_VERSION,
     ControlArmRecord,
     RunRecord,
-    SkippedCell,
     since,
     validation_problem,
 )
 from harness.rundir.remeasure import RemeasuredCell, Unfinished
+from harness.rundir.schedule import SkippedCell
 
 VERDICT = "verdict.json"
 

@@ -26,7 +26,8 @@ from harness.records import (
     RequestSpeculation,
 )
 from harness.rundir import CellFile, CompleteFile, cell_dirname
-from harness.rundir.manifest import EngineStart, HostFacts, Manifest
+from harness.rundir.engines import EngineStart
+from harness.rundir.manifest import HostFacts, Manifest
 
 LEVELS = [1, 2, 4, 8, 16]
 TOKENS = 101  # completion tokens per request: 100 intervals after the first token

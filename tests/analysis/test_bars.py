@@ -11,7 +11,7 @@ import pytest
 
 from harness.analysis import analyse, check_bar_targets, judge_stop, write_verdict
 from harness.analysis.stop_check import agreement
-from harness.rundir.manifest import SkippedCell, StopDecisionRecord
+from harness.rundir.schedule import SkippedCell, StopDecisionRecord
 
 from .runfolder import (
     ACCURACY_ITEMS,

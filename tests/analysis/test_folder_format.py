@@ -18,7 +18,8 @@ from harness.analysis.load import load_run
 from harness.errors import InputError
 from harness.run.store import RunStore
 from harness.rundir import CellFile, Outcome, rerun_of
-from harness.rundir.manifest import FORMAT_VERSION, EngineStart, Manifest, read_manifest
+from harness.rundir.engines import EngineStart
+from harness.rundir.manifest import FORMAT_VERSION, Manifest, read_manifest
 from harness.rundir.verdict import Verdict, read_verdict
 from tests.analysis.runfolder import RunBuilder
 from tests.run.conftest import specbench

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from harness.analysis.bars import write_verdict
 from harness.rundir import cell_dirname
-from harness.rundir.manifest import Deviation, RunnerRecord, Sharding
+from harness.rundir.manifest import Deviation, RunnerRecord
+from harness.rundir.shards import Sharding
 from tests.analysis.runfolder import RunBuilder
 
 

@@ -285,7 +285,8 @@ def test_stale_engines_of_earlier_runs_are_named_then_stopped(tmp_path, hub, mon
     import json
     import time
 
-    from harness.rundir.manifest import EngineStart, Manifest
+    from harness.rundir.engines import EngineStart
+    from harness.rundir.manifest import Manifest
 
     use_nvml(monkeypatch, FakeNvml([], fail_init="Driver Not Loaded"))
     command = [sys.executable, "-c", "import time; time.sleep(120)"]

@@ -16,7 +16,7 @@ from harness.engines.readiness import (
     warm_up_problem,
 )
 from harness.prereg import load_study
-from harness.rundir.manifest import EngineInfo
+from harness.rundir.engines import EngineInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM = ROOT / "tests" / "fixtures" / "vllm"

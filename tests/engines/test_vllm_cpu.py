@@ -30,7 +30,7 @@ from harness.measure.driver import run_cell
 from harness.measure.patterns import ClosedLoop
 from harness.measure.requests import RequestSpec, scored_output_fields
 from harness.records import RequestRecord
-from harness.rundir.manifest import EngineInfo
+from harness.rundir.engines import EngineInfo
 from tests.tiny_study import tiny_study, vllm_cpu_arms, vllm_cpu_launch
 
 pytestmark = pytest.mark.vllm

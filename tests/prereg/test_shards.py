@@ -134,7 +134,8 @@ def test_the_gpu_model_deviation_is_recorded_once_for_the_verdict_page(tmp_path)
     from harness.report.pages_text import deviation_lines
     from harness.run.ray_executor import record_gpu_model_deviation
     from harness.run.store import RunStore
-    from harness.rundir.manifest import Manifest, ShardRecord
+    from harness.rundir.manifest import Manifest
+    from harness.rundir.shards import ShardRecord
 
     store = RunStore(tmp_path)
     store.create_manifest(

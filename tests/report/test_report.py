@@ -14,7 +14,8 @@ import pytest
 
 from harness.cli import main
 from harness.finalize import build_report
-from harness.rundir.manifest import Deviation, SkippedCell, StopDecisionRecord
+from harness.rundir.manifest import Deviation
+from harness.rundir.schedule import SkippedCell, StopDecisionRecord
 from tests.analysis.runfolder import PASSING_SPEEDUPS, RunBuilder, engine_start, study_dict
 
 # verdict, evidence, speedup, speed curves, 3 x acceptance, consistency, the three

@@ -28,7 +28,7 @@ from harness.engines.scripted import ScriptedKind
 from harness.prereg import load_study
 from harness.prereg.schema import Arm, Study
 from harness.run.where import engine_versions
-from harness.rundir.manifest import EngineEnvironment
+from harness.rundir.engines import EngineEnvironment
 from harness.testengine.spec import ScriptedEngineSpec
 from tests.run.conftest import run_folder, verdict_of
 

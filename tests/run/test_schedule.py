@@ -88,7 +88,7 @@ def test_stage_five_runs_the_schedule_recorded_once_and_skips_a_task_without_one
     with the reason."""
     from harness.plan import plan_cells
     from harness.run.schedule import verification_batch
-    from harness.rundir.manifest import KScheduleRecord, ScheduledLevel
+    from harness.rundir.schedule import KScheduleRecord, ScheduledLevel
 
     loaded = load_study_file(ROOT / "examples" / "scripted-surface.yaml")
     store = new_run(loaded, tmp_path / "results")

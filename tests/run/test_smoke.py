@@ -23,7 +23,7 @@ from harness.run.arm_engine import ArmEngine
 from harness.run.progress import RunProgress
 from harness.run.runner import Runner, new_run
 from harness.run.session import executed_study
-from harness.rundir.manifest import SmokeSummary
+from harness.rundir.schedule import SmokeSummary
 from tests.run.conftest import run_folder, specbench, verdict_of
 from tests.run.test_remeasure import study_file
 
