@@ -3,88 +3,23 @@
 Each step admits waiting requests (up to max_batch), lasts the roofline time of the
 tokens it processes, and then hands every running request its tokens: 1 from prefill,
 then 1 + the accepted drafts per verification step. Every chunk's true send time is
-written to the truth log, on the monotonic clock the client on this host shares: `t`
-just after the write returned and `began` just before it, so a kernel receive stamp,
-taken inside the write on loopback, lies between the two whatever the machine's load.
+written to the truth log (harness.testengine.truth).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import math
 import random
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import IO, Protocol
+from typing import IO
 
-from harness.testengine import chunks
+from harness.testengine import chunks, output, truth
 from harness.testengine.metrics_text import EngineCounters
+from harness.testengine.sequence import Sequence
 from harness.testengine.spec import FailureInjection, ScriptedEngineSpec
-from harness.testengine.tokens import WORDS, StreamedText, candidates, logprob_fields, token_bytes
-
-# How far below the runner-up further alternatives sit (top_logprobs > 2): well clear of
-# both candidates, so they never change a margin.
-_FAR_BELOW = 20.0
-
-
-def prompt_key(messages: list) -> int:
-    """A stable key for a request's messages (independent of the process's hash seed)."""
-    data = json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
-
-
-class Sink(Protocol):
-    """Where a request's bytes go (the HTTP connection)."""
-
-    def start(self) -> None: ...
-    def send(self, data: bytes) -> float: ...  # returns the monotonic time it left
-    def finish(self, body: bytes | None = None) -> float: ...
-    def abort(self) -> None: ...
-    @property
-    def gone(self) -> bool: ...
-
-
-@dataclass
-class Sequence:
-    rid: str
-    number: int  # arrival number over the engine's life, 1-based
-    prompt_tokens: int
-    max_tokens: int
-    ignore_eos: bool
-    stream: bool
-    include_usage: bool
-    continuous_usage: bool
-    sink: Sink
-    arrival_t: float
-    failure: FailureInjection | None = None
-    prefilled: bool = False
-    generated: int = 0
-    chunk_index: int = 0
-    first_t: float | None = None
-    drafts: int = 0
-    draft_tokens: int = 0
-    accepted: int = 0
-    histogram: list[int] = field(default_factory=list)  # rounds by drafts kept
-    # accept_draws: even, each position's running share of rounds owed (error diffusion)
-    owed: list[float] = field(default_factory=list)
-    # SGLang sends its per-request figures only when the request asks
-    # (`return_spec_tokens_details`); vLLM whenever its serve flag is on.
-    spec_details: bool = False
-    text: list[bytes] = field(default_factory=list)
-    done: asyncio.Future | None = None
-    prompt_key: int = 0  # the text is a function of the prompt, as greedy decoding is
-    held: list[tuple[bytes, list[int]]] = field(default_factory=list)  # flush_every_steps
-    # The request asked for logprobs (with this many alternatives per token): each token's
-    # entry, kept alongside text for per_request chunking and the non-streamed body.
-    logprobs: bool = False
-    top_logprobs: int = 0
-    token_ids: bool = False  # vLLM's return_tokens_as_token_ids
-    scores: list[dict] = field(default_factory=list)
-    streamed: StreamedText | None = None  # the text as the engine streams it
-    unsent: int = 0  # tokens of steps that sent no chunk (SGLang: empty text)
+from harness.testengine.tokens import StreamedText, token_bytes
 
 
 class ScriptedEngine:
@@ -266,68 +201,13 @@ class ScriptedEngine:
             finish = "length"
         self._emit(seq, n, finish)
 
-    # --- output -------------------------------------------------------------
-    def _ids(self, seq: Sequence, n: int) -> list[int]:
-        """The tokens at positions [generated - n, generated): a function of the prompt
-        (and the spec's output_salt, split_char_at_token and flip_at_token) and the
-        position only, so like greedy decoding the text does not depend on drafting,
-        batching or which attempt it is (identity cells can compare arms)."""
-        first, spec = seq.generated - n, self.spec
-        key = seq.prompt_key ^ spec.output_salt  # salt 0: the prompt's own words
-        # This arm keeps the runner-up at flip_at_token (output positions are 1-based).
-        return [
-            candidates(key, i, spec.split_char_at_token)[int(i + 1 == spec.flip_at_token)]
-            for i in range(first, first + n)
-        ]
-
-    def _scores(self, seq: Sequence, n: int) -> list[dict]:
-        """The `logprobs.content` entries of the tokens at [generated - n, generated): the
-        target's top-1 and runner-up with the spec's margin there, as this arm reports
-        them (see ScriptedEngineSpec.flip_at_token)."""
-        spec, first = self.spec, seq.generated - n
-        key = seq.prompt_key ^ spec.output_salt
-        out = []
-        for i in range(first, first + n):
-            position = i + 1
-            top, runner = candidates(key, i, spec.split_char_at_token)
-            margin = spec.tie_margin if position == spec.tie_at_token else spec.logprob_margin
-            # Two-way log-softmax: the pair is a distribution and the margin is exact.
-            top_lp = -math.log1p(math.exp(-margin))
-            runner_lp = top_lp - margin
-            ranked, token, logprob = [(top, top_lp), (runner, runner_lp)], top, top_lp
-            if position == spec.flip_at_token:
-                token = runner
-                if position == spec.tie_at_token:
-                    # Numerics: its own kernels ranked the two the other way round.
-                    ranked, logprob = [(runner, top_lp), (top, runner_lp)], top_lp
-                else:
-                    logprob = runner_lp  # a bug: kept a token the target did not prefer
-            ranked = ranked[: seq.top_logprobs]
-            if seq.top_logprobs > 2:
-                others = (
-                    w for w in ((runner + j) % len(WORDS) for j in range(1, len(WORDS))) if w != top
-                )
-                ranked += [
-                    (w, runner_lp - _FAR_BELOW - j)
-                    for j, w in zip(range(seq.top_logprobs - 2), others, strict=False)
-                ]
-            sglang = spec.metrics_dialect == "sglang"
-            out.append(
-                chunks.token_logprob(
-                    logprob_fields(token, sglang, seq.token_ids),
-                    logprob,
-                    [(logprob_fields(w, sglang, seq.token_ids), lp) for w, lp in ranked],
-                )
-            )
-        return out
-
     def _emit(self, seq: Sequence, n: int, finish: str | None) -> None:
         """Send this step's tokens (and, when finishing, the end of the stream)."""
         spec = self.spec
-        ids = self._ids(seq, n)
+        ids = output.output_ids(spec, seq, n)
         seq.text.extend(token_bytes(t) for t in ids)
         if seq.logprobs:
-            seq.scores.extend(self._scores(seq, n))
+            seq.scores.extend(output.output_scores(spec, seq, n))
         if not seq.stream:
             if finish is not None:
                 self._finish(seq, finish)
@@ -381,7 +261,7 @@ class ScriptedEngine:
             seq.held.clear()
         payload_began = time.monotonic()  # with t, brackets the write: the kernel stamps inside it
         if finish is not None:
-            out.append(self._closing_events(seq))
+            out.append(output.closing_events(self.spec, seq))
             t = seq.sink.finish(b"".join(out))
         else:
             t = seq.sink.send(b"".join(out))
@@ -389,60 +269,13 @@ class ScriptedEngine:
         if finish is not None:
             self._finish(seq, finish, end_t=t)
 
-    def _closing_events(self, seq: Sequence) -> bytes:
-        """Where each engine puts its per-request figures: vLLM on the final usage chunk
-        (sent only when usage was asked for), SGLang in a chunk of its own before it."""
-        extra = self._spec_extra(seq)
-        model, out = self.spec.served_model, b""
-        if extra is not None and self.spec.metrics_dialect == "sglang":
-            out += chunks.sse(chunks.usage_chunk(seq.rid, model, None, extra))
-            extra = None
-        if seq.include_usage:
-            out += chunks.sse(
-                chunks.usage_chunk(
-                    seq.rid, model, chunks.usage(seq.prompt_tokens, seq.generated), extra
-                )
-            )
-        return out + chunks.DONE
-
-    def _spec_extra(self, seq: Sequence) -> dict | None:
-        spec = self.spec
-        if not (spec.per_request_spec_metrics and spec.num_draft_tokens):
-            return None
-        if spec.metrics_dialect == "sglang" and not seq.spec_details:
-            return None
-        return chunks.spec_figures(
-            spec.metrics_dialect,
-            seq.drafts,
-            seq.draft_tokens,
-            seq.accepted,
-            seq.histogram or [0] * (spec.num_draft_tokens + 1),
-            seq.generated,
-            spec.num_draft_tokens,
-        )
-
     def _log_chunks(
         self, seq: Sequence, sizes: list[int], t: float, began: float | None = None
     ) -> None:
         if seq.first_t is None and sizes:
             seq.first_t = t
-        if self.truth is None:
-            return
-        for n in sizes:
-            self.truth.write(
-                json.dumps(
-                    {
-                        "kind": "chunk",
-                        "rid": seq.rid,
-                        "i": seq.chunk_index,
-                        "tokens": n,
-                        "t": t,
-                        "began": t if began is None else began,
-                    }
-                )
-                + "\n"
-            )
-            seq.chunk_index += 1
+        if self.truth is not None:
+            truth.log_chunks(self.truth, seq, sizes, t, began)
 
     def _fail(self, seq: Sequence, f: FailureInjection) -> None:
         if f.mode == "drop":
@@ -464,7 +297,7 @@ class ScriptedEngine:
         if seq in self.running:
             self.running.remove(seq)
         if not seq.stream and error is None:
-            extra = self._spec_extra(seq)
+            extra = output.spec_extra(self.spec, seq)
             text = b"".join(seq.text).decode("utf-8", "replace")
             body = chunks.completion(
                 seq.rid,
@@ -484,22 +317,7 @@ class ScriptedEngine:
         bucket = reason if error is None else ("abort" if reason == "abort" else "error")
         self.counters.requests_finished[bucket] = self.counters.requests_finished.get(bucket, 0) + 1
         if self.truth is not None:
-            self.truth.write(
-                json.dumps(
-                    {
-                        "kind": "request",
-                        "rid": seq.rid,
-                        "number": seq.number,
-                        "arrival_t": seq.arrival_t,
-                        "first_t": seq.first_t,
-                        "end_t": end_t if end_t is not None else time.monotonic(),
-                        "completion_tokens": seq.generated,
-                        "finish_reason": reason,
-                        "error": error,
-                    }
-                )
-                + "\n"
-            )
-            self.truth.flush()
+            end_t = end_t if end_t is not None else time.monotonic()
+            truth.log_request(self.truth, seq, reason, end_t, error)
         if seq.done is not None and not seq.done.done():
             seq.done.set_result(error)

@@ -25,8 +25,9 @@ from pathlib import Path
 from harness.errors import InputError, SpecbenchError
 from harness.testengine import __version__ as VERSION
 from harness.testengine import chunks
-from harness.testengine.engine import ScriptedEngine, Sequence, prompt_key
+from harness.testengine.engine import ScriptedEngine
 from harness.testengine.metrics_text import metrics_text
+from harness.testengine.sequence import Sequence, prompt_key
 from harness.testengine.spec import ENGINE_SESSION_VARIABLE, ScriptedEngineSpec, load_spec
 
 _REASONS = {

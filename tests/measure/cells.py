@@ -53,7 +53,7 @@ def run(
 
 def scripted_text(messages: list[dict], n: int) -> str:
     """What the scripted engine answers these messages with (a function of them alone)."""
-    from harness.testengine.engine import prompt_key
+    from harness.testengine.sequence import prompt_key
     from harness.testengine.tokens import WORDS, mix
 
     key = prompt_key(messages)
