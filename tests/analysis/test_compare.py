@@ -316,7 +316,11 @@ def test_a_slower_drafter_is_found_and_named(tmp_path, capsys):
         r = rows[("drafter", c)]
         assert r["interval_method"] in ((method, "welch") if c == 1 else (method,)), r
         assert r["status"].startswith("B slower"), r
-        assert r["ratio_upper"] < 1.0 and r["ratio_lower"] < r["ratio"] < r["ratio_upper"]
+        assert r["ratio_upper"] < 1.0
+        if c == 1:  # a t interval on three sessions that differ: the point strictly inside
+            assert r["ratio_lower"] < r["ratio"] < r["ratio_upper"], r
+        else:  # a percentile bootstrap of medians: with tied speeds a bound may be the point
+            assert r["ratio_lower"] <= r["ratio"] <= r["ratio_upper"], r
         assert abs(r["ratio"] - 0.9) < 0.06, r
         assert "the drafter moved" in r["moved"] or "both arms moved" in r["moved"], r["moved"]
         assert abs(r["baseline_speed_ratio"] - 1.0) < 0.03, r
