@@ -96,14 +96,16 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
         return
 
     # On a memory-bound host, the verdict the demo registers (examples/cpu.yaml says how
-    # its bars were chosen): the small model drafting for the large one speeds one and two
-    # users by 1.5x or more (measured 1.8-3.9x), and the gain is gone inside the levels,
-    # where the CPU turns compute-bound.
+    # its bars were chosen): the small model drafting for the large one speeds one user by
+    # 1.5x or more (measured 1.83-3.9x), and the gain falls inside the levels, where the CPU
+    # turns compute-bound (at two users on an AVX2 host already: 1.39-1.68x, so the bar
+    # reads one user).
     assert verdict["verdict"] == "PASS", json.dumps(verdict, indent=1)[:4000]
     assert proc.returncode == 0, proc.stderr[-3000:]  # a complete answer's exit
     speed = bar(verdict, "pass.speed")
     chat = speed["evidence"]["tasks"]["chat"]
     figures = {f["concurrency"]: f for f in chat["figures"]}
+    assert sorted(figures) == [1], chat  # the registered level alone
     assert chat["best_drafter"] == "cpu-draft" and figures[1]["speedup"] >= 1.5, chat
     # The knee on the point: inside the levels, or (the demo registers beyond_top: pass)
     # a gain still left at 32 users, accepted as a bound; never below the first level.
