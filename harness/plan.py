@@ -32,6 +32,7 @@ from typing import Literal
 from harness.calibration import EffectiveHardware, RooflineFigures, figure_text
 from harness.plan_arms import schedule_arms, surface_arms
 from harness.prereg.schema import SCHEDULE_PREFIX, Arm, Study, TaskSpec
+from harness.rundir import open_cell_id, speed_cell_id, task_cell_id
 
 CellKind = Literal["speed", "identity", "accuracy", "open"]
 
@@ -68,17 +69,12 @@ def task_size(task: TaskSpec) -> int:
     return len(load_items(task.kind, source=task.source))
 
 
-def session_id(cell_id: str, session: int | None) -> str:
-    """Session 1 (or a cell measured once) keeps the plain id; session s is `<id>/s<s>`."""
-    return cell_id if session is None or session == 1 else f"{cell_id}/s{session}"
-
-
 def _speed_cell(
     study: Study, arm: Arm, task: TaskSpec, c: int, stage: int, session: int | None = None
 ) -> Cell:
     closed = study.loads.closed_loop
     return Cell(
-        id=session_id(f"{arm.name}/{task.name}/speed/c{c:03d}", session),
+        id=speed_cell_id(arm.name, task.name, c, session),
         stage=stage,
         arm=arm.name,
         task=task.name,
@@ -88,6 +84,14 @@ def _speed_cell(
         warmup=closed.warmup_per_user * c,
         session=session,
     )
+
+
+def baseline_speed_cell_id(study: Study, cell: Cell, session: int | None = None) -> str:
+    """The baseline's speed cell a drafter's speed cell is read against: same task and level."""
+    baseline = study.arm(cell.arm).baseline
+    if baseline is None:
+        raise ValueError(f"{cell.id}: its arm has no baseline")
+    return speed_cell_id(baseline, cell.task, cell.concurrency, session)
 
 
 def repeats(study: Study, concurrency: int) -> bool:
@@ -148,7 +152,7 @@ def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
             for rate in open_loop.rates_relative_to_knee:
                 cells.append(
                     Cell(
-                        f"{arm.name}/{open_loop.task}/open/x{rate:g}",
+                        open_cell_id(arm.name, open_loop.task, rate),
                         3,
                         arm.name,
                         open_loop.task,
@@ -214,7 +218,7 @@ def _identity_cells(arm: Arm, study: Study, sizes: dict[str, int], concurrency: 
         return []  # its text is not the target's: nothing to compare
     return [
         Cell(
-            f"{arm.name}/{task.name}/identity",
+            task_cell_id(arm.name, task.name, "identity"),
             1,
             arm.name,
             task.name,
@@ -233,7 +237,7 @@ def _accuracy_cells(arm: Arm, study: Study, sizes: dict[str, int]) -> list[Cell]
         return []
     return [
         Cell(
-            f"{arm.name}/{task.name}/accuracy",
+            task_cell_id(arm.name, task.name, "accuracy"),
             2,
             arm.name,
             task.name,

@@ -42,6 +42,7 @@ from harness.rundir import (
     ScoreRecord,
     cell_dirname,
     rerun_of,
+    speed_cell_id,
 )
 from harness.rundir.manifest import MANIFEST, Manifest, read_manifest, validation_problem
 
@@ -106,8 +107,8 @@ class RunData:
     def find(self, arm: str, task: str, kind: str, concurrency: int | None = None) -> CellData:
         """The cell (for repeated sessions: its first session)."""
         if kind == "speed":
-            return self.cell(f"{arm}/{task}/speed/c{concurrency:03d}")
-        return self.cell(f"{arm}/{task}/{kind}")
+            return self.cell(speed_cell_id(arm, task, concurrency))
+        return self.cell(f"{arm}/{task}/{kind}")  # identity, accuracy (task_cell_id)
 
     def sessions_of(self, cell: CellData) -> list[CellData]:
         """Every session of a planned cell in session order; [cell] for one measured once.

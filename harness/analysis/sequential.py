@@ -17,6 +17,7 @@ from harness.analysis.knee import knee_table
 from harness.analysis.stop_check import _check_figures, stop_decision
 from harness.plan import speed_stage
 from harness.prereg.schema import Study
+from harness.rundir import speed_cell_id
 
 # --- the decisions at a look ---------------------------------------------------------------
 
@@ -161,6 +162,6 @@ def needed_cells(study: Study, outcome: LookOutcome) -> set[str]:
     """The speed cells (session 1 ids) the rows still needed read: drafter and baseline."""
     out = set()
     for arm, task, c in outcome.needed:
-        for name in (arm, study.arm(arm).baseline):
-            out.add(f"{name}/{task}/speed/c{c:03d}")
+        for name in filter(None, (arm, study.arm(arm).baseline)):
+            out.add(speed_cell_id(name, task, c))
     return out

@@ -12,6 +12,7 @@ from harness.plan import Cell
 from harness.prereg.schema import Study
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
+from harness.rundir import speed_cell_id
 from harness.rundir.looks import LookDecision, LookRecord
 from harness.rundir.schedule import SkippedCell
 
@@ -37,7 +38,7 @@ def take_look(
         if (d.bar, d.part) not in seen and reads_stage(study, d.bar, stage)
     ]
     keep = needed_cells(study, outcome)
-    lost = [c for c in later if f"{c.arm}/{c.task}/speed/c{c.concurrency:03d}" not in keep]
+    lost = [c for c in later if speed_cell_id(c.arm, c.task, c.concurrency) not in keep]
     n = study.recording.sessions
     record = LookRecord(
         stage=stage,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from harness.errors import SpecbenchError
-from harness.plan import Cell, session_id
+from harness.plan import Cell, baseline_speed_cell_id
 from harness.prereg.schema import Study
 from harness.run.attempts import needs_measuring
 from harness.run.progress import RunProgress
@@ -208,12 +208,7 @@ def surface_batch(store: RunStore, study: Study, cells: list[Cell], progress: Ru
     cell at the same level and task, so where the stop bar skipped that one, it is
     skipped too (there is nothing to divide by)."""
     skipped = store.manifest().skipped_reasons()
-    paired = {
-        c.id: session_id(
-            f"{study.arm(c.arm).baseline}/{c.task}/speed/c{c.concurrency:03d}", c.session
-        )
-        for c in cells
-    }
+    paired = {c.id: baseline_speed_cell_id(study, c, c.session) for c in cells}
     lost = [c for c in cells if paired[c.id] in skipped]
     if lost:
         _skip(
@@ -260,7 +255,7 @@ def verification_batch(
         for c in cells
         if c.id not in skipped
         and c.arm in schedules
-        and f"{study.arm(c.arm).baseline}/{c.task}/speed/c{c.concurrency:03d}" in skipped
+        and baseline_speed_cell_id(study, c) in skipped
     ]
     if lost:
         _skip(

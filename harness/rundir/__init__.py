@@ -1,5 +1,5 @@
 """The run folder's format, owned here: its version (`manifest.json`'s `format_version`),
-the cell ids' folder names and rerun suffixes, and the typed records of a cell
+the cell ids (their one grammar, built here alone), their folder names and rerun suffixes, and the typed records of a cell
 (`CellFile` for cell.json, `CompleteFile` for complete.json), which the writer
 (harness.run.store) builds and analysis (harness.analysis.load) reads back. The records
 allow fields they do not name (a newer writer may add some); the ones named are checked.
@@ -23,6 +23,28 @@ SCORES = "scores.jsonl"
 RERUN_SUFFIX = "/rerun1"
 RERUN = re.compile(r"^(?P<original>.+)/rerun(?P<n>\d+)$")
 RERUN_DIR = re.compile(r"^(?P<original>.+)__rerun(?P<n>\d+)$")
+
+
+def speed_cell_id(arm: str, task: str, concurrency: int | None, session: int | None = None) -> str:
+    """A closed-loop speed cell: `<arm>/<task>/speed/c<NNN>`, in session s `.../s<s>`."""
+    if concurrency is None:
+        raise ValueError(f"a speed cell of {arm}/{task} without a concurrency")
+    return session_id(f"{arm}/{task}/speed/c{concurrency:03d}", session)
+
+
+def task_cell_id(arm: str, task: str, kind: Literal["identity", "accuracy"]) -> str:
+    """A cell measured once per arm and task: `<arm>/<task>/identity` or `.../accuracy`."""
+    return f"{arm}/{task}/{kind}"
+
+
+def open_cell_id(arm: str, task: str, rate_relative: float) -> str:
+    """An open-loop cell at a multiple of the knee's throughput: `<arm>/<task>/open/x<rate>`."""
+    return f"{arm}/{task}/open/x{rate_relative:g}"
+
+
+def session_id(cell_id: str, session: int | None) -> str:
+    """Session 1 (or a cell measured once) keeps the plain id; session s is `<id>/s<s>`."""
+    return cell_id if session is None or session == 1 else f"{cell_id}/s{session}"
 
 
 def cell_dirname(cell_id: str) -> str:
