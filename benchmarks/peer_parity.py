@@ -42,11 +42,11 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from harness.engines.base import expand_study
-from harness.engines.lifecycle import start_engine
-from harness.engines.metrics import acceptance_window, parse_metrics
-from harness.engines.tiny_model import build_tiny_model
-from harness.engines.vllm_engine import default_vllm_cpu_python
+from harness.engines.launch.base import expand_study
+from harness.engines.launch.vllm_engine import default_vllm_cpu_python
+from harness.engines.readout.metrics import acceptance_window, parse_metrics
+from harness.engines.running.lifecycle import start_engine
+from harness.engines.tiny.tiny_model import build_tiny_model
 from harness.measure.delivered import (
     Span,
     arrival_statistics,

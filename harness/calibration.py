@@ -3,7 +3,7 @@
 A registration states `hardware.memory_bandwidth_gb_s` and `hardware.dense_tflops` once
 (published figures, or measured on another machine); the plan's estimate and the
 analysis's predicted speedups divide by them. This module runs the probe
-(harness/engines/calibrate_probe.py) with an engine environment's interpreter, in a
+(harness/engines/probe/calibrate_probe.py) with an engine environment's interpreter, in a
 subprocess under a timeout, reads its one JSON line into a `Calibration`, and says which
 figures a roofline should use: the measured ones where a calibration succeeded, the
 registered ones otherwise, both kept (`EffectiveHardware`). What a run records in its
@@ -29,7 +29,7 @@ from harness.prereg.schema.base import Positive
 if TYPE_CHECKING:
     from harness.rundir.manifest import Manifest
 
-CALIBRATE_PROBE = Path(__file__).parent / "engines" / "calibrate_probe.py"
+CALIBRATE_PROBE = Path(__file__).parent / "engines" / "probe" / "calibrate_probe.py"
 # The probe takes ~5 s on one CPU core and under 20 s on a GPU; torch's import on a
 # loaded host and a first CUDA context take the rest.
 TIMEOUT_S = 120.0

@@ -3,9 +3,9 @@ speculation figures. The one list of them, named here and nowhere else.
 
 An engine kind says which dialect it speaks (`EngineKind.metrics_dialect`, or per arm
 `dialect_for`); an attached endpoint names it (`Attach.metrics`). Each dialect's names
-live with what reads them: the /metrics series in harness/engines/metrics.py, the
-per-request figures in harness/engines/request_spec.py, the drafting rule's facts in
-harness/engines/drafting.py; the scripted test engine can speak each one
+live with what reads them: the /metrics series in harness/engines/readout/metrics.py, the
+per-request figures in harness/engines/readout/request_spec.py, the drafting rule's facts in
+harness/engines/readout/drafting.py; the scripted test engine can speak each one
 (harness/testengine). A new engine that speaks an existing dialect changes nothing here.
 
 Standard library only: the prereg schema, the run records and the scripted test engine

@@ -355,7 +355,7 @@ def estimate(
     # Whether the first SGLang start compiles DeepGEMM's FP8 kernels (10-20 min) or finds
     # them compiled by `specbench engines warm sglang` (imported here: nothing else in
     # the plan needs the engine adapters).
-    from harness.engines.deepgemm import plan_note
+    from harness.engines.install.deepgemm import plan_note
 
     deepgemm = plan_note(study) if cells else None
     seconds += deepgemm[1] if deepgemm else 0.0

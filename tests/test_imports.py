@@ -25,7 +25,7 @@ HARNESS = ROOT / "harness"
 # What `validate` and `report` must never load: the run stack (the runner, the smoke,
 # the run folder's writer), the engine lifecycle (process start, readiness, signal
 # handlers) and the measurement core (load driver, client transport, scraper).
-FORBIDDEN = ("harness.run", "harness.engines.lifecycle", "harness.measure")
+FORBIDDEN = ("harness.run", "harness.engines.running.lifecycle", "harness.measure")
 
 
 def _module_name(path: Path) -> str:
@@ -236,7 +236,7 @@ def loaded_by(modules: list[str]) -> list[str]:
 def test_a_command_loads_neither_the_run_stack_nor_the_engine_lifecycle(command, needs) -> None:
     """`import harness.commands.X`, then every module its functions can import (what
     running the command may load), in a fresh interpreter: no module under harness.run,
-    harness.engines.lifecycle or harness.measure is among them, by name."""
+    harness.engines.running.lifecycle or harness.measure is among them, by name."""
     statically = reachable(command)
     loaded = loaded_by(sorted(statically))
     plain = loaded_by([command])

@@ -11,7 +11,7 @@ import weakref
 import pytest
 
 from harness import interrupts
-from harness.engines.readiness import wait_ready
+from harness.engines.running.readiness import wait_ready
 
 
 @pytest.fixture(autouse=True)

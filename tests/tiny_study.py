@@ -11,7 +11,7 @@ from harness.prereg.schema import Study
 
 # Flags for the CPU engine serving the tiny model (ENGINES.md): eager mode starts
 # in ~25 s instead of ~45 s. The dtype is the demo's `launch.dtype: cpu_native`
-# (harness/engines/cpu_dtype.py: bfloat16 with AVX-512, float16 with AMX, float32 on AVX2
+# (harness/engines/launch/cpu_dtype.py: bfloat16 with AVX-512, float16 with AMX, float32 on AVX2
 # alone). A fixed bfloat16 ran on torch's slow fallback on an AVX2-only host, and with an
 # AVX-512 host held to AVX2 (ONEDNN_MAX_CPU_ISA) vLLM's engine core died on it.
 VLLM_CPU_EXTRA_ARGS = ["--enforce-eager"]

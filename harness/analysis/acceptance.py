@@ -19,7 +19,7 @@ from itertools import pairwise
 
 import pandas as pd
 
-from harness.engines.metrics import acceptance_window
+from harness.engines.readout.metrics import acceptance_window
 from harness.records import EngineSnapshot, MetricSample
 
 COUNTERS = (

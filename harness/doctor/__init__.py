@@ -18,8 +18,8 @@ from harness.doctor.host_checks import (
     stale_checks,
     weight_checks,
 )
-from harness.engines.base import expand_study
-from harness.engines.stale import find_stale_in
+from harness.engines.launch.base import expand_study
+from harness.engines.running.stale import find_stale_in
 from harness.errors import InputError
 from harness.prereg.schema import Study
 

@@ -8,8 +8,8 @@ import psutil
 from harness.doctor.check import Check
 from harness.doctor.gpu import GIB, GpuReport, GpuStatus, gpu_matches
 from harness.engines import get_engine_kind
-from harness.engines.base import option_value
-from harness.engines.stale import StaleEngine
+from harness.engines.launch.base import option_value
+from harness.engines.running.stale import StaleEngine
 from harness.prereg.schema import Study
 
 

@@ -15,11 +15,11 @@ import psutil
 from harness.doctor.check import Check
 from harness.doctor.gpu import GIB, GpuReport, cuda_tuple
 from harness.engines import get_engine_kind
-from harness.engines.attach import attach_problem
-from harness.engines.base import looks_like_local_path
-from harness.engines.pins import pin_for_interpreter
-from harness.engines.process import port_in_use
-from harness.engines.stale import StaleEngine, stop_stale_engine
+from harness.engines.install.pins import pin_for_interpreter
+from harness.engines.launch.base import looks_like_local_path
+from harness.engines.running.attach import attach_problem
+from harness.engines.running.process import port_in_use
+from harness.engines.running.stale import StaleEngine, stop_stale_engine
 from harness.prereg.schema import Study
 from harness.run.environments import engine_interpreters
 from harness.weights.cache import (

@@ -5,10 +5,10 @@ A new engine is one module with an EngineKind subclass plus one entry below.
 
 from __future__ import annotations
 
-from harness.engines.base import EngineKind
-from harness.engines.scripted import ScriptedKind
-from harness.engines.sglang_engine import SglangKind
-from harness.engines.vllm_engine import VllmCpuKind, VllmKind
+from harness.engines.launch.base import EngineKind
+from harness.engines.launch.scripted import ScriptedKind
+from harness.engines.launch.sglang_engine import SglangKind
+from harness.engines.launch.vllm_engine import VllmCpuKind, VllmKind
 from harness.errors import SpecbenchError
 
 ENGINE_KINDS: dict[str, EngineKind] = {

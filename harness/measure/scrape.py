@@ -4,7 +4,7 @@ Scrape k is due at start + k * interval, whatever earlier scrapes cost, so the g
 never drifts. Each scrape is bounded by a timeout shorter than the interval: a slow or
 failed scrape becomes a recorded gap (ok=False, with why), never a stall of the grid.
 When stopped, one last scrape off the grid (final=True) closes the cell's window.
-Metric names live only in harness.engines.metrics (parse_metrics, acceptance_window).
+Metric names live only in harness.engines.readout.metrics (parse_metrics, acceptance_window).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import httpx
 import pandas as pd
 
 from harness.dialects import Dialect
-from harness.engines.metrics import MetricsParseError, acceptance_window, parse_metrics
+from harness.engines.readout.metrics import MetricsParseError, acceptance_window, parse_metrics
 from harness.measure.transport import shared_ssl_context
 from harness.records import MetricSample
 

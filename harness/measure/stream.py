@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from harness.derived.tokens import tiled_prefix
-from harness.engines.request_spec import request_speculation
+from harness.engines.readout.request_spec import request_speculation
 from harness.measure.transport import arrival_time, request_left_time
 from harness.records import RequestRecord, TokenLogprob, kept_bytes
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.engines import ENGINE_KINDS
-from harness.engines.base import looks_like_local_path
+from harness.engines.launch.base import looks_like_local_path
 from harness.errors import InputError
 from harness.prereg.load import LoadedStudy
 from harness.prereg.schema import Study

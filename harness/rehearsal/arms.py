@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.engines.vllm_engine import VLLM_METHODS, VllmCpuKind, VllmKind
+from harness.engines.launch.vllm_engine import VLLM_METHODS, VllmCpuKind, VllmKind
 from harness.prereg.schema import Arm
 from harness.rehearsal.difference import Difference
 
@@ -114,7 +114,7 @@ def cpu_arm(arm: Arm, pair: Path, diffs: list[Difference]) -> dict[str, Any] | N
                     "a drafter is a dependency of its target: the rehearsal's target is the tiny"
                     " one, and its "
                     + (
-                        "EAGLE-3 head is constructed to predict it (harness/engines/tiny_eagle3.py)"
+                        "EAGLE-3 head is constructed to predict it (harness/engines/tiny/tiny_eagle3.py)"
                         if method == "eagle3"
                         else "draft computes its function"
                     ),

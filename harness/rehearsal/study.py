@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from harness.engines.cpu_dtype import host_cpu_dtype
-from harness.engines.vllm_engine import VllmCpuKind
+from harness.engines.launch.cpu_dtype import host_cpu_dtype
+from harness.engines.launch.vllm_engine import VllmCpuKind
 from harness.prereg.schema import Study
 from harness.rehearsal.arms import cpu_arm
 from harness.rehearsal.difference import Difference, merged

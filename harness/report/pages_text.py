@@ -12,7 +12,7 @@ from harness.analysis.load import RunData
 from harness.analysis.regime import regime_lines
 from harness.analysis.smoke import compares, smoke_line
 from harness.analysis.tables import Analysis
-from harness.engines.chosen_settings import differences
+from harness.engines.launch.chosen_settings import differences
 from harness.prereg.operating import operating_lines
 from harness.records import SmokeArmCheck, SmokeIdentityCheck
 from harness.report.layout import text_pages, wrap_lines

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.engines.engine_process import EngineProcess
-from harness.engines.lifecycle import start_engine
+from harness.engines.running.engine_process import EngineProcess
+from harness.engines.running.lifecycle import start_engine
 from harness.measure.placement import local_listener_pid, place_client
 from harness.measure.priority import match_engine_priority
 from harness.prereg.schema import Arm, Study

@@ -61,7 +61,7 @@ def cpu_engine_cores(bind: str | None = None) -> list[int]:
     allowed = sorted(os.sched_getaffinity(0))
     if bind and bind not in ("auto", "all", "nobind"):
         try:
-            from harness.engines.calibrate_probe import parse_cpus
+            from harness.engines.probe.calibrate_probe import parse_cpus
 
             return parse_cpus(bind.split("|")[0])
         except ValueError:
@@ -92,7 +92,7 @@ def study_probe(
     """The probe for a study, its baseline arm's `${VAR}`s expanded as a run expands them
     (the model's are not needed)."""
     from harness.engines import get_engine_kind
-    from harness.engines.base import expand_arm
+    from harness.engines.launch.base import expand_arm
 
     arm, unset = expand_arm(first_baseline(study))
     kind = get_engine_kind(arm.engine)

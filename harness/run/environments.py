@@ -13,8 +13,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from harness.engines import get_engine_kind
-from harness.engines.packages import package_changes, package_list
-from harness.engines.pins import pin_for_interpreter
+from harness.engines.install.packages import package_changes, package_list
+from harness.engines.install.pins import pin_for_interpreter
 from harness.prereg.schema import Study
 from harness.run.store import RunStore
 from harness.rundir.engines import EngineEnvironment

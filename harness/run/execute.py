@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from harness.engines import get_engine_kind
-from harness.engines.serving import ServingEngine
+from harness.engines.running.serving import ServingEngine
 from harness.measure.driver import run_cell
 from harness.measure.host_cpu import HostCpuMeter
 from harness.measure.patterns import ClosedLoop, OpenLoop

@@ -3,7 +3,7 @@
 `specbench run` records its own process in the manifest (`runner`); `--resume`
 refuses a run whose recorded runner is still alive (two runners in one folder would
 measure each other's load), then stops every engine of the run that is still running
-(harness/engines/stale.py), says so, and records it (`stale_engines`), so the resumed
+(harness/engines/running/stale.py), says so, and records it (`stale_engines`), so the resumed
 run never measures a GPU shared with a stale server.
 """
 
@@ -15,7 +15,7 @@ import time
 import psutil
 from rich.console import Console
 
-from harness.engines.stale import find_stale_engines, stop_stale_engine
+from harness.engines.running.stale import find_stale_engines, stop_stale_engine
 from harness.errors import SpecbenchError
 from harness.run.store import RunStore
 from harness.rundir.engines import StaleEngineRecord

@@ -16,7 +16,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from harness.engines.metrics import acceptance_window
+from harness.engines.readout.metrics import acceptance_window
 from harness.plan import Cell
 from harness.records import EngineSnapshot, MetricSample, RequestRecord
 

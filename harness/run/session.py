@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.engines.base import expand_study
-from harness.engines.preflight import require_preflight, settings_lines
+from harness.engines.launch.base import expand_study
+from harness.engines.probe.preflight import require_preflight, settings_lines
 from harness.prereg.schema import Study
 from harness.rundir.verdict import Verdict
 

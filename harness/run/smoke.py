@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 from harness.analysis.identity import DEFAULT_NEAR_TIE_MARGIN
 from harness.analysis.regime import REGIME_FILE, regime_levels
 from harness.analysis.smoke import compares, smoke_line, value_text
-from harness.engines.engine_log import relevant_log_line
-from harness.engines.process import tail_lines
+from harness.engines.running.engine_log import relevant_log_line
+from harness.engines.running.process import tail_lines
 from harness.errors import SpecbenchError
 from harness.prereg.schema import Study
 from harness.records import RequestRecord, SmokeAnswer, SmokeArmCheck, SmokeIdentityCheck

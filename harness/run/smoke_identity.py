@@ -10,7 +10,7 @@ from dataclasses import asdict
 from harness.analysis.identity import DEFAULT_NEAR_TIE_MARGIN, excerpt_around, token_divergence
 from harness.analysis.smoke import margin_text
 from harness.engines import get_engine_kind
-from harness.engines.engine_process import EngineProcess
+from harness.engines.running.engine_process import EngineProcess
 from harness.measure.driver import run_cell
 from harness.measure.patterns import ClosedLoop
 from harness.measure.requests import RequestSpec, scored_output_fields
@@ -160,7 +160,7 @@ def logprobs_hint(error: str | None) -> str:
     """What to do when an engine refused the logprobs the smoke asks for (identity is read
     token by token): SGLang's spec-v1 DFlash worker raised "DFLASH does not support
     return_logprob"; its spec-v2 worker serves them (sglang PR 33459), and 0.5.23, the
-    pinned release, has only that one (harness/engines/sglang_engine.py)."""
+    pinned release, has only that one (harness/engines/launch/sglang_engine.py)."""
     if not error or "logprob" not in error.lower():
         return ""
     return (

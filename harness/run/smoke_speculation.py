@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from harness.derived.itl import tokens_per_chunk
 from harness.dialects import Dialect
-from harness.engines.drafting import wait_for_drafting
-from harness.engines.engine_process import EngineProcess
-from harness.engines.metrics import counter_name, scrape_metrics
+from harness.engines.readout.drafting import wait_for_drafting
+from harness.engines.readout.metrics import counter_name, scrape_metrics
+from harness.engines.running.engine_process import EngineProcess
 from harness.prereg.schema import Drafter
 from harness.records import RequestRecord, SmokeAcceptance, SmokeCounter
 
 # Both engines count a request's drafts when it finishes, so the series can trail the
 # stream's end a little: the after-scrape is retried this long before "did not move"
-# (the rule itself, absent-before included: harness/engines/drafting.py).
+# (the rule itself, absent-before included: harness/engines/readout/drafting.py).
 COUNTER_WAIT_S = 10.0
 
 # Drafters that may skip a step (no match to propose from): their rounds are a lower bound.
@@ -54,7 +54,7 @@ def counter_check(
     process: EngineProcess, dialect: Dialect, before: tuple[float | None, str | None]
 ) -> SmokeCounter:
     """Whether the drafts counter moved past its reading before the prompts, by the
-    drafting rule readiness uses too (harness/engines/drafting.py)."""
+    drafting rule readiness uses too (harness/engines/readout/drafting.py)."""
     name = counter_name(dialect, "drafts")
     value, error = before
     if error is not None:

@@ -165,7 +165,7 @@ class RunStore:
     # --- engines ---------------------------------------------------------------------
 
     def engine_dir(self, arm: str) -> Path:
-        """Where an arm's engine logs (harness.engines.lifecycle names the file in it)."""
+        """Where an arm's engine logs (harness.engines.running.lifecycle names the file in it)."""
         return self.root / "engines" / arm
 
     def engine_log(self, arm: str) -> Path:

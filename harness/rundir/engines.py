@@ -12,7 +12,7 @@ from harness.rundir.record import RunRecord
 
 class EngineInfo(RunRecord):
     """What an engine process is: how it was started, where it listens, what finds it
-    again (harness.engines.lifecycle makes one per start or attach)."""
+    again (harness.engines.running.lifecycle makes one per start or attach)."""
 
     arm: str
     kind: str
@@ -29,7 +29,7 @@ class EngineInfo(RunRecord):
     launched: bool
     log_path: str | None = None
     pid: int | None = None
-    # What finds a stale engine of this run later (harness/engines/stale.py): its
+    # What finds a stale engine of this run later (harness/engines/running/stale.py): its
     # process group (the engine leads its own session), where it listens, and the
     # guard that stops the group if the harness dies.
     pgid: int | None = None

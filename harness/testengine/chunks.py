@@ -108,7 +108,7 @@ def spec_figures(
     k: int,
 ) -> dict:
     """The engine's per-request speculation figures, in each engine's own field names and
-    place (harness.engines.request_spec names the sources): vLLM's
+    place (harness.engines.readout.request_spec names the sources): vLLM's
     `metrics.speculative_decoding`, SGLang's `sglext.spec_tokens_details`."""
     if dialect == "sglang":
         return {

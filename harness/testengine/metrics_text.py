@@ -1,7 +1,7 @@
 """The scripted engine's /metrics, in the real engines' exposition format.
 
 Names, labels and HELP texts follow vLLM 0.32 (/work/shared/fixtures/*.metrics.txt) and
-SGLang (ENGINES.md), so the one metric parser (harness.engines.metrics) reads this text
+SGLang (ENGINES.md), so the one metric parser (harness.engines.readout.metrics) reads this text
 exactly as it reads theirs. prometheus_client writes it, as it does inside both engines.
 """
 

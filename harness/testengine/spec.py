@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from harness.dialects import Dialect
 from harness.errors import InputError
 
-# The repeated session an engine start belongs to (harness.engines.lifecycle sets it):
+# The repeated session an engine start belongs to (harness.engines.running.lifecycle sets it):
 # the scripted engine's per-session speed factor is drawn for that number.
 ENGINE_SESSION_VARIABLE = "SPECBENCH_ENGINE_SESSION"
 

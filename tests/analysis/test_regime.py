@@ -9,7 +9,7 @@ import json
 import pytest
 
 from harness.analysis.regime import BaselineRegime, host_regime, judge, read_regime
-from harness.engines.cpu_dtype import (
+from harness.engines.launch.cpu_dtype import (
     AMX_FLAGS,
     AVX512_CORE_FLAGS,
     choose_cpu_dtype,

@@ -22,7 +22,7 @@ from harness.analysis.surface import (
     loss_of_gain,
 )
 from harness.engines import get_engine_kind
-from harness.engines.scripted import ScriptedKind
+from harness.engines.launch.scripted import ScriptedKind
 from harness.errors import InputError
 from harness.plan import plan_cells
 from harness.plan_arms import schedule_arms, surface_arms
@@ -115,7 +115,7 @@ def test_a_k_schedule_that_leaves_a_batch_size_without_a_k_is_refused(tmp_path, 
 
 
 def test_a_k_schedule_is_run_by_vllm_and_the_scripted_engine_and_refused_elsewhere(tmp_path):
-    from harness.engines.vllm_engine import speculative_config
+    from harness.engines.launch.vllm_engine import speculative_config
 
     data = yaml.safe_load(EXAMPLE.read_text())
     data["arms"][1]["drafter"]["k_schedule"] = [[1, 8, 3], [9, 31, 1], [32, None, 0]]

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from harness.engines.lifecycle import start_engine
+from harness.engines.running.lifecycle import start_engine
 from harness.prereg.schema import Study
 
 

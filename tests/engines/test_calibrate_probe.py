@@ -1,4 +1,4 @@
-"""The calibration probe itself (harness/engines/calibrate_probe.py): its CPU list, its
+"""The calibration probe itself (harness/engines/probe/calibrate_probe.py): its CPU list, its
 refusal where torch is missing, and a real measurement in the CPU engine's environment."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.calibration import CALIBRATE_PROBE, ProbeRequest, run_probe
-from harness.engines.calibrate_probe import parse_cpus
-from harness.engines.vllm_engine import default_vllm_cpu_python
+from harness.engines.launch.vllm_engine import default_vllm_cpu_python
+from harness.engines.probe.calibrate_probe import parse_cpus
 
 
 def test_cpu_lists_are_read_as_the_kernel_writes_them():

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.engines.chosen_settings import differences, sglang_chosen, vllm_chosen
-from harness.engines.preflight import settings_lines
+from harness.engines.launch.chosen_settings import differences, sglang_chosen, vllm_chosen
+from harness.engines.probe.preflight import settings_lines
 from tests.engines.test_preflight import fake_python, study_64
 
 LOGS = Path(__file__).parents[1] / "fixtures" / "engine_logs"
@@ -164,8 +164,8 @@ def test_an_sglang_whose_server_cannot_import_fails_the_install_check_and_prefli
     import sys
 
     from harness.engines import get_engine_kind
-    from harness.engines.install import installed_version
-    from harness.engines.pins import pin
+    from harness.engines.install.install import installed_version
+    from harness.engines.install.pins import pin
 
     # `import sglang` works; its server's arguments module does not (srt extras missing).
     (tmp_path / "sglang").mkdir()

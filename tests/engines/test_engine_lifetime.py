@@ -1,6 +1,6 @@
 """No engine outlives its harness: a harness SIGKILLed with an engine up leaves nothing
 running (the parent-death signal and the engine guard), and what a run recorded finds
-whatever an earlier attempt did leave (harness/engines/stale.py)."""
+whatever an earlier attempt did leave (harness/engines/running/stale.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.engines.process import port_in_use
-from harness.engines.stale import find_stale_engines, find_stale_in, stop_stale_engine
+from harness.engines.running.process import port_in_use
+from harness.engines.running.stale import find_stale_engines, find_stale_in, stop_stale_engine
 from tests.tiny_study import tiny_study
 
 FAKE = Path(__file__).with_name("fake_engine.py")

@@ -1,6 +1,6 @@
 """Every registered engine command parsed by the engine that will run it (issue 47 part 6):
 a flag, a value or a speculative setting the pinned engine does not know fails the suite,
-not the GPU day. harness/engines/parse_probe.py runs in the engine's own interpreter.
+not the GPU day. harness/engines/probe/parse_probe.py runs in the engine's own interpreter.
 
 Covered, vLLM: each vLLM arm of prereg.yaml (the baseline, EAGLE-3, ngram_gpu), control
 arms with synthetic acceptance (a length, and per-position rates) on the EAGLE-3 arm, the
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.engines.base import expand_study_leaving_unset
-from harness.engines.engine_parse import parse_arms
+from harness.engines.launch.base import expand_study_leaving_unset
+from harness.engines.probe.engine_parse import parse_arms
 from harness.plan_arms import schedule_arms, surface_arms
 from harness.prereg import load_study_file
 from harness.prereg.schema import Study, SyntheticAcceptance

@@ -9,7 +9,7 @@ import pytest
 
 from harness.commands import serve
 from harness.engines import get_engine_kind
-from harness.engines.base import expand_study
+from harness.engines.launch.base import expand_study
 from harness.errors import InputError
 from harness.prereg import load_study
 from harness.run import session

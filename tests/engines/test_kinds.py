@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from harness.engines import ENGINE_KINDS, get_engine_kind
-from harness.engines.base import EngineKind, expand_arm, option_value, parse_version_output
-from harness.engines.sglang_engine import SglangKind, min_free_slots, speculative_args
-from harness.engines.vllm_engine import VLLM_CPU_LAUNCHER, VllmCpuKind, VllmKind
+from harness.engines.launch.base import EngineKind, expand_arm, option_value, parse_version_output
+from harness.engines.launch.sglang_engine import SglangKind, min_free_slots, speculative_args
+from harness.engines.launch.vllm_engine import VLLM_CPU_LAUNCHER, VllmCpuKind, VllmKind
 from harness.errors import SpecbenchError
 from tests.tiny_study import tiny_study
 

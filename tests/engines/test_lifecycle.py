@@ -16,8 +16,8 @@ import psutil
 import pytest
 import yaml
 
-from harness.engines.lifecycle import start_engine
-from harness.engines.process import free_port, port_in_use
+from harness.engines.running.lifecycle import start_engine
+from harness.engines.running.process import free_port, port_in_use
 from harness.errors import SpecbenchError
 from tests.tiny_study import tiny_study
 
@@ -170,7 +170,7 @@ def test_keyboard_interrupt_while_starting_stops_the_engine(
 ) -> None:
     pids = tmp_path / "pids"
     study = tiny_study(tmp_path, [fake_arm(mode="hang", pids=pids, startup_timeout_s=60)])
-    from harness.engines import lifecycle
+    from harness.engines.running import lifecycle
 
     calls = {"n": 0}
     real_sleep = time.sleep
@@ -266,7 +266,7 @@ HARNESS_SCRIPT = """
 import sys, time
 sys.path.insert(0, {root!r})
 from tests.tiny_study import tiny_study
-from harness.engines.lifecycle import start_engine
+from harness.engines.running.lifecycle import start_engine
 study = tiny_study({tmp!r}, [{arm!r}])
 engine = start_engine(study.arms[0], study, {tmp!r})
 print("ready", flush=True)

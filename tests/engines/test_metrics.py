@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from harness.dialects import Dialect
-from harness.engines.metrics import (
+from harness.engines.readout.metrics import (
     MetricsParseError,
     acceptance_window,
     parse_metrics,
     scrape_metrics,
 )
-from harness.engines.process import free_port
+from harness.engines.running.process import free_port
 from harness.records import EngineSnapshot
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -204,7 +204,7 @@ def test_parsing_only_the_read_series_gives_the_full_parse(
 ) -> None:
     """The scraper parses the lines of the series it reads (a tenth of the time, inside
     the client's event loop); every field must be what parsing the whole page gives."""
-    import harness.engines.metrics as metrics
+    import harness.engines.readout.metrics as metrics
 
     dialect: Dialect = "vllm" if name.startswith("vllm/") else "sglang"
     text = fixture(name)

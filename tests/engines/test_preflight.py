@@ -13,9 +13,9 @@ from typing import ClassVar
 
 import pytest
 
-from harness.engines.preflight import preflight, require_preflight, settings_lines
-from harness.engines.process import free_port
-from harness.engines.sglang_engine import DFLASH_WORKER
+from harness.engines.launch.sglang_engine import DFLASH_WORKER
+from harness.engines.probe.preflight import preflight, require_preflight, settings_lines
+from harness.engines.running.process import free_port
 from harness.errors import SpecbenchError
 from tests.tiny_study import tiny_study
 

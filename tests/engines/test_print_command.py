@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.engines import cpu_dtype, get_engine_kind, pins
-from harness.engines.base import expand_study, expand_study_leaving_unset
-from harness.engines.command_line import invocation, quote
-from harness.engines.cpu_dtype import AMX_FLAGS, AVX512_CORE_FLAGS, host_cpu_dtype
-from harness.engines.vllm_engine import VLLM_CPU_LAUNCHER
+from harness.engines import get_engine_kind
+from harness.engines.install import pins
+from harness.engines.launch import cpu_dtype
+from harness.engines.launch.base import expand_study, expand_study_leaving_unset
+from harness.engines.launch.command_line import invocation, quote
+from harness.engines.launch.cpu_dtype import AMX_FLAGS, AVX512_CORE_FLAGS, host_cpu_dtype
+from harness.engines.launch.vllm_engine import VLLM_CPU_LAUNCHER
 from harness.prereg import load_study
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -301,7 +303,7 @@ def test_print_command_for_the_registered_arms_names_the_interpreter_run_would_s
     arm: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     """With the interpreter variables unset, `run` starts the pinned venvs' pythons
-    (harness/engines/pins.py); the printed line is that command, expanded as `run`
+    (harness/engines/install/pins.py); the printed line is that command, expanded as `run`
     expands it (serve printed `${SPECBENCH_VLLM_PYTHON}`, empty when pasted)."""
     for name in GPU_ENV:
         monkeypatch.delenv(name, raising=False)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import httpx
 
-from harness.engines.engine_process import EngineProcess
-from harness.engines.readiness import (
+from harness.engines.running.engine_process import EngineProcess
+from harness.engines.running.readiness import (
     metrics_problem,
     served_model_problem,
     speculation_counter_problem,

@@ -11,7 +11,7 @@ import pytest
 
 from harness.analysis.acceptance_requests import acceptance_disagreement, request_acceptance
 from harness.derived.itl import tokens_per_chunk
-from harness.engines.request_spec import parse_request_speculation, request_speculation
+from harness.engines.readout.request_spec import parse_request_speculation, request_speculation
 from harness.measure.stream import _fill_from_events
 from harness.records import RequestRecord, RequestSpeculation
 

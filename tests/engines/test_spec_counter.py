@@ -12,7 +12,7 @@ from typing import Any
 import psutil
 import pytest
 
-from harness.engines.lifecycle import start_engine
+from harness.engines.running.lifecycle import start_engine
 from harness.errors import SpecbenchError
 from harness.testengine import __version__ as SCRIPTED_VERSION
 from tests.tiny_study import tiny_study

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.engines.tiny_eagle3 import AUX_LAYER_IDS, HEAD_LAYERS
-from harness.engines.tiny_pair import EAGLE3_DIR, PAIR_SHAPE, build_tiny_pair
+from harness.engines.tiny.tiny_eagle3 import AUX_LAYER_IDS, HEAD_LAYERS
+from harness.engines.tiny.tiny_pair import EAGLE3_DIR, PAIR_SHAPE, build_tiny_pair
 
 H, HEADS, KV, D = (
     PAIR_SHAPE[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim")

@@ -10,7 +10,7 @@ from pathlib import Path
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
-from harness.engines.tiny_model import CHATML_TEMPLATE, FILES, SHAPE, build_tiny_model
+from harness.engines.tiny.tiny_model import CHATML_TEMPLATE, FILES, SHAPE, build_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,7 +98,7 @@ def _bf16_tensors(path: Path) -> dict[str, bytes]:
 
 
 def test_pair_target_is_the_draft_plus_layers_that_add_nothing(tmp_path: Path) -> None:
-    from harness.engines.tiny_pair import DRAFT_LAYERS, build_tiny_pair
+    from harness.engines.tiny.tiny_pair import DRAFT_LAYERS, build_tiny_pair
 
     target, draft = build_tiny_pair(tmp_path / "a", seed=3, extra_layers=1)
     again, _ = build_tiny_pair(tmp_path / "b", seed=3, extra_layers=1)

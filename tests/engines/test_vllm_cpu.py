@@ -21,10 +21,10 @@ from harness.analysis.acceptance_requests import request_acceptance
 from harness.analysis.identity import token_divergence
 from harness.derived.itl import tokens_per_chunk
 from harness.engines import get_engine_kind
-from harness.engines.engine_process import EngineProcess
-from harness.engines.lifecycle import start_engine
-from harness.engines.metrics import acceptance_window, parse_metrics, scrape_metrics
-from harness.engines.process import descendants, group_members, port_in_use
+from harness.engines.readout.metrics import acceptance_window, parse_metrics, scrape_metrics
+from harness.engines.running.engine_process import EngineProcess
+from harness.engines.running.lifecycle import start_engine
+from harness.engines.running.process import descendants, group_members, port_in_use
 from harness.errors import SpecbenchError
 from harness.measure.driver import run_cell
 from harness.measure.patterns import ClosedLoop

@@ -16,8 +16,8 @@ import pytest
 
 from harness import paths
 from harness.cli import main
-from harness.engines import warm
-from harness.engines.deepgemm import (
+from harness.engines.install import warm
+from harness.engines.install.deepgemm import (
     COMPILE_ESTIMATE_S,
     compile_command,
     plan_note,

@@ -176,7 +176,7 @@ def test_engine_acceptance_length_agrees_with_client_tokens_per_chunk() -> None:
 
     with serve_in_thread(spec) as eng:
         records, samples = asyncio.run(main(eng))
-    from harness.engines.metrics import acceptance_window
+    from harness.engines.readout.metrics import acceptance_window
 
     first, last = samples[0], samples[-1]
     assert first.ok and last.ok and last.final, [s.error for s in samples]

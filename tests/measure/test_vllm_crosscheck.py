@@ -21,7 +21,7 @@ import asyncio
 import pytest
 
 from harness.derived.itl import tokens_per_chunk
-from harness.engines.metrics import acceptance_window
+from harness.engines.readout.metrics import acceptance_window
 from harness.measure.driver import run_cell
 from harness.measure.patterns import ClosedLoop
 from harness.measure.requests import RequestSpec

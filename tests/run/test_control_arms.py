@@ -18,10 +18,10 @@ import yaml
 
 from harness.cli import main
 from harness.engines import get_engine_kind
-from harness.engines.base import expand_study_leaving_unset
-from harness.engines.command_line import invocation
-from harness.engines.scripted import conditional_rates
-from harness.engines.vllm_engine import speculative_config
+from harness.engines.launch.base import expand_study_leaving_unset
+from harness.engines.launch.command_line import invocation
+from harness.engines.launch.scripted import conditional_rates
+from harness.engines.launch.vllm_engine import speculative_config
 from harness.plan import plan_cells
 from harness.prereg import load_study
 from harness.prereg.schema import Study, SyntheticAcceptance

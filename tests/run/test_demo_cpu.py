@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.engines.cpu_dtype import host_cpu_dtype
+from harness.engines.launch.cpu_dtype import host_cpu_dtype
 from tests.run.conftest import run_folder, specbench, verdict_of
 
 
@@ -152,7 +152,7 @@ def test_demo_study_passes_on_the_cpu_engine_and_reports(
         "tokens_per_round"
     ]  # k = 3, ~all accepted
     assert draft["explained_speedup"].notna().all()
-    # The EAGLE-3 head (harness/engines/tiny_eagle3.py) drafts the draft model's tokens but
+    # The EAGLE-3 head (harness/engines/tiny/tiny_eagle3.py) drafts the draft model's tokens but
     # for the sequence's first token: measured ~3.0 tokens a round at every level (per
     # position ~0.80 / 0.73 / 0.61), far from chance (a random head: ~1.0), below the draft
     # model's 3.9; its two layers make a round cost more, which the decomposition shows.

@@ -2,7 +2,7 @@
 existing metrics dialect is one module with an EngineKind subclass plus its entry in the
 registry, and a study runs on it end to end. This module is that one module: ToyKind is
 defined here and registered at run time, nothing else is added anywhere. And the one
-rule for "is the drafter drafting" (harness/engines/drafting.py), which readiness and the
+rule for "is the drafter drafting" (harness/engines/readout/drafting.py), which readiness and the
 smoke both ask."""
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import yaml
 from harness.cli import main
 from harness.dialects import DIALECTS, Dialect
 from harness.engines import ENGINE_KINDS, get_engine_kind
-from harness.engines.drafting import (
+from harness.engines.launch.scripted import ScriptedKind
+from harness.engines.readout.drafting import (
     DEFAULT_MISSING_COUNTER_HINT,
     drafting_problem,
     missing_counter_hint,
     wait_for_drafting,
 )
-from harness.engines.scripted import ScriptedKind
 from harness.prereg import load_study
 from harness.prereg.schema import Arm, Study
 from harness.run.where import engine_versions

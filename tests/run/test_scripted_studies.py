@@ -14,7 +14,7 @@ import psutil
 import pytest
 import yaml
 
-from harness.engines.process import alive, free_port, group_members, port_in_use
+from harness.engines.running.process import alive, free_port, group_members, port_in_use
 from harness.rundir import cell_dirname
 from tests.run.conftest import ROOT, copy_of_run, run_folder, specbench, verdict_of
 

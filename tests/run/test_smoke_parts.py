@@ -16,8 +16,8 @@ from rich.console import Console
 
 from harness.analysis.smoke import smoke_line
 from harness.cli import main
-from harness.engines.engine_log import relevant_log_line
-from harness.engines.engine_process import EngineProcess
+from harness.engines.running.engine_log import relevant_log_line
+from harness.engines.running.engine_process import EngineProcess
 from harness.errors import InputError, SpecbenchError
 from harness.plan import estimate, plan_cells
 from harness.prereg import load_study, load_study_file

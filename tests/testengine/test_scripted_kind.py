@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from harness.engines import get_engine_kind
-from harness.engines.lifecycle import start_engine
+from harness.engines.running.lifecycle import start_engine
 from harness.measure.driver import run_cell
 from harness.measure.patterns import ClosedLoop
 from harness.measure.requests import RequestSpec

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.engines.metrics import acceptance_window, parse_metrics
+from harness.engines.readout.metrics import acceptance_window, parse_metrics
 from harness.testengine.server import serve_in_thread
 from harness.testengine.spec import ScriptedEngineSpec
 

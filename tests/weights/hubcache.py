@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from harness.engines.tiny_model import build_tiny_model
+from harness.engines.tiny.tiny_model import build_tiny_model
 from harness.weights.hashes import sha256_of
 from harness.weights.local_hub import add_to_hub_cache
 

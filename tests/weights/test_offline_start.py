@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness import paths
-from harness.engines.lifecycle import start_engine
-from harness.engines.preflight import preflight
+from harness.engines.probe.preflight import preflight
+from harness.engines.running.lifecycle import start_engine
 from harness.prereg.schema import Study
 from harness.weights.record import checkpoint_records, hub_environment, weights_problems
 from tests.weights.hubcache import ABSENT_SHA, HubCache, build_hub_cache, study

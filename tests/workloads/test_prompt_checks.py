@@ -186,7 +186,7 @@ def test_a_dropping_study_sends_none_and_counts_them_in_its_manifest_and_report(
 
 
 def tiny_model(folder: Path) -> Path:
-    from harness.engines.tiny_model import build_tiny_model
+    from harness.engines.tiny.tiny_model import build_tiny_model
 
     build_tiny_model(folder)
     return folder

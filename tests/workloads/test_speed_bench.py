@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from harness.cli import main
-from harness.engines.preflight import preflight
+from harness.engines.probe.preflight import preflight
 from harness.prereg import load_study, seal_of
 from harness.prereg.schema import TaskSpec
 from harness.workloads import DataIntegrityError, load_items

@@ -44,7 +44,7 @@ class Launch(Strict):
         description="The dtype the engine computes in (--dtype). `cpu_native`, for the"
         " CPU build only: bfloat16 where oneDNN builds a bfloat16 matmul"
         " (AVX-512), float32 elsewhere (AVX2), float16 where bfloat16 would"
-        " run on AMX tiles (harness/engines/cpu_dtype.py); what it resolved"
+        " run on AMX tiles (harness/engines/launch/cpu_dtype.py); what it resolved"
         " to is recorded with each engine start. null: the engine decides.",
     )
     host: str = Field("127.0.0.1", description="The address the engine listens on.")
@@ -325,7 +325,7 @@ class Arm(Strict):
         " engine's default.",
     )
     # Unset, SGLang turns it on by itself for DFLASH and DSPARK only, so a drafter arm and
-    # its baseline would queue new requests differently (harness/engines/sglang_engine.py).
+    # its baseline would queue new requests differently (harness/engines/launch/sglang_engine.py).
     min_free_slots_delay: Annotated[int, Field(ge=0)] | None = Field(
         None,
         description="SGLang only (--min-free-slots-delay): admissions held until this"

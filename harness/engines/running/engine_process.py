@@ -17,13 +17,13 @@ import httpx
 
 from harness import interrupts
 from harness.dialects import Dialect
-from harness.engines.engine_log import LOG_TAIL_LINES
-from harness.engines.process import EngineGuard, stop_group, tail_lines, wait_port_free
+from harness.engines.running.engine_log import LOG_TAIL_LINES
+from harness.engines.running.process import EngineGuard, stop_group, tail_lines, wait_port_free
 from harness.errors import SpecbenchError
 from harness.rundir.engines import EngineInfo
 
 if TYPE_CHECKING:
-    from harness.engines.base import EngineKind
+    from harness.engines.launch.base import EngineKind
     from harness.prereg.schema import Arm
 
 

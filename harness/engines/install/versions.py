@@ -6,10 +6,10 @@ from __future__ import annotations
 import subprocess
 from typing import TYPE_CHECKING
 
-from harness.engines.base import parse_version_output
+from harness.engines.launch.base import parse_version_output
 
 if TYPE_CHECKING:
-    from harness.engines.base import EngineKind
+    from harness.engines.launch.base import EngineKind
     from harness.prereg.schema import Arm
 
 

@@ -1,6 +1,6 @@
 """Is the drafter drafting: the one rule over an arm's speculation counter.
 
-Readiness asks it right after the warm-up (harness/engines/readiness.py), the smoke
+Readiness asks it right after the warm-up (harness/engines/running/readiness.py), the smoke
 over its greedy prompts (harness/run/smoke_speculation.py); both read the counter through
 `wait_for_drafting` and judge each reading with `drafting_problem`. The counter is
 `speculation_counter(dialect)` (vLLM `vllm:spec_decode_num_drafts_total`, SGLang
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from harness.dialects import Dialect
-from harness.engines.metrics import speculation_counter
+from harness.engines.readout.metrics import speculation_counter
 
 # Dialects whose counter appears only when the first request that verified drafts
 # finishes (SGLang's TokenizerMetricsCollector creates it then): absent reads as 0.

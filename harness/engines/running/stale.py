@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil
 
-from harness.engines.process import port_in_use
+from harness.engines.running.process import port_in_use
 from harness.errors import InputError
 from harness.rundir.manifest import MANIFEST, read_manifest
 

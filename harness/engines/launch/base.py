@@ -123,7 +123,7 @@ class EngineKind(ABC):
 
     def chosen_settings(self, arm: Arm, log: list[str], command: list[str]) -> dict[str, str]:
         """Settings the engine chose by itself, read from its startup log once it is
-        ready (harness/engines/chosen_settings.py); merged over resolved_settings."""
+        ready (harness/engines/launch/chosen_settings.py); merged over resolved_settings."""
         return {}
 
     def dtype_for(self, arm: Arm) -> str | None:
@@ -245,7 +245,7 @@ def _expand(value: str, environ: Mapping[str, str], missing: set[str]) -> str:
 
 def _machine_environment() -> dict[str, str]:
     # The engine interpreters' variables default to the venvs engines.lock.toml pins.
-    from harness.engines.pins import machine_environment
+    from harness.engines.install.pins import machine_environment
 
     return machine_environment()
 
@@ -253,7 +253,7 @@ def _machine_environment() -> dict[str, str]:
 def expand_arm(arm: Arm, environ: Mapping[str, str] | None = None) -> tuple[Arm, list[str]]:
     """The arm with `${VAR}` in its launch fields and drafter model replaced from the
     environment (by default this machine's: os.environ over the pinned engine
-    interpreters, harness/engines/pins.py), and the names of variables that are not
+    interpreters, harness/engines/install/pins.py), and the names of variables that are not
     set (left unexpanded)."""
     env = _machine_environment() if environ is None else environ
     missing: set[str] = set()

@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.engines import ENGINE_KINDS
-from harness.engines.attach import attach_problem
-from harness.engines.base import EngineKind, expand_arm, looks_like_local_path
-from harness.engines.chosen_settings import differences
-from harness.engines.parse_probe import WEIGHTLESS_METHODS
-from harness.engines.pins import pin_for_interpreter
-from harness.engines.process import port_in_use
-from harness.engines.sglang_engine import SPECULATIVE_RUNNING_CAP, SglangKind
-from harness.engines.versions import probe_version
+from harness.engines.install.pins import pin_for_interpreter
+from harness.engines.install.versions import probe_version
+from harness.engines.launch.base import EngineKind, expand_arm, looks_like_local_path
+from harness.engines.launch.chosen_settings import differences
+from harness.engines.launch.sglang_engine import SPECULATIVE_RUNNING_CAP, SglangKind
+from harness.engines.probe.parse_probe import WEIGHTLESS_METHODS
+from harness.engines.running.attach import attach_problem
+from harness.engines.running.process import port_in_use
 from harness.errors import SpecbenchError
 from harness.weights.datasets import dataset_problems
 from harness.weights.record import weights_problems

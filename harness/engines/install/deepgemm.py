@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness import paths
-from harness.engines.base import option_value
-from harness.engines.pins import pin
+from harness.engines.install.pins import pin
+from harness.engines.launch.base import option_value
 from harness.errors import InputError
 
 if TYPE_CHECKING:

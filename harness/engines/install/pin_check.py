@@ -19,7 +19,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from harness.engines.pins import EnginePin
+from harness.engines.install.pins import EnginePin
 from harness.errors import SpecbenchError
 
 _JSON = "application/vnd.pypi.simple.v1+json"

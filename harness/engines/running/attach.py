@@ -1,6 +1,6 @@
 """An attach arm's endpoint, checked: it answers /v1/models, lists the arm's served
 model, and that model is the study's. Asked by pre-flight, `specbench doctor` and the
-attach itself (harness.engines.lifecycle)."""
+attach itself (harness.engines.running.lifecycle)."""
 
 from __future__ import annotations
 

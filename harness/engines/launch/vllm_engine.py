@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.dialects import Dialect
-from harness.engines.base import EngineKind, compact_json, int_option, option_value
-from harness.engines.chosen_settings import vllm_chosen
-from harness.engines.cpu_dtype import CpuDtype, host_cpu_dtype
-from harness.engines.parse_probe import WEIGHTLESS_METHODS
-from harness.engines.pins import interpreter_for
+from harness.engines.install.pins import interpreter_for
+from harness.engines.launch.base import EngineKind, compact_json, int_option, option_value
+from harness.engines.launch.chosen_settings import vllm_chosen
+from harness.engines.launch.cpu_dtype import CpuDtype, host_cpu_dtype
+from harness.engines.probe.parse_probe import WEIGHTLESS_METHODS
 
 if TYPE_CHECKING:
     from harness.prereg.schema import Arm, Study

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.atomic import write_text
-from harness.engines.bf16_safetensors import bf16_values, write_bf16_safetensors
+from harness.engines.tiny.bf16_safetensors import bf16_values, write_bf16_safetensors
 
 HEAD_LAYERS = 2
 SHAPE_KEYS = (

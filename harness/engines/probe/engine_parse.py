@@ -2,7 +2,7 @@
 
 An arm's command (flags, speculative config, k schedule, synthetic acceptance) is read
 by the engine's own parser and configuration checks in the engine's own interpreter
-(harness/engines/parse_probe.py says how far each goes without the model's files): a
+(harness/engines/probe/parse_probe.py says how far each goes without the model's files): a
 flag or a value the pinned engine does not know fails here, not on the GPU day. vLLM's
 commands parse in any vLLM 0.32 environment, the CPU build's included; SGLang's in the
 test-only `sglang-args` environment (engines.lock.toml) where no GPU one is at hand.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.engines import get_engine_kind
-from harness.engines.parse_probe import PARSE_RESULT_MARKER
+from harness.engines.probe.parse_probe import PARSE_RESULT_MARKER
 from harness.errors import SpecbenchError
 from harness.prereg.schema import Arm, Study
 

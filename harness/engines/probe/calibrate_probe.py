@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import Callable
 
-# Run as a script, this file's folder (harness/engines) heads sys.path: drop it so
+# Run as a script, this file's folder (harness/engines/probe) heads sys.path: drop it so
 # nothing in the harness shadows the engine's own modules.
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from harness.engines import get_engine_kind
-from harness.engines.preflight import launcher_problem
+from harness.engines.probe.preflight import launcher_problem
 
 if TYPE_CHECKING:
     from harness.prereg.schema import Arm, Study

@@ -2,7 +2,7 @@
 returning a problem (one sentence) or None, the shape harness/doctor/check.py uses:
 the readiness path answers, /v1/models lists the registered model, one streamed greedy
 warm-up generates every token, and the speculation counter says the drafter drafts
-(harness/engines/drafting.py, the one rule the smoke asks too). `wait_ready` polls the
+(harness/engines/readout/drafting.py, the one rule the smoke asks too). `wait_ready` polls the
 first, runs the rest in order, and turns the first problem into an error that carries
 the command and the log's tail.
 """
@@ -16,10 +16,10 @@ from collections.abc import Callable
 import httpx
 
 from harness import interrupts
-from harness.engines.drafting import wait_for_drafting
-from harness.engines.engine_log import LOG_TAIL_LINES, engine_error_line
-from harness.engines.engine_process import EngineProcess
-from harness.engines.metrics import scrape_metrics
+from harness.engines.readout.drafting import wait_for_drafting
+from harness.engines.readout.metrics import scrape_metrics
+from harness.engines.running.engine_log import LOG_TAIL_LINES, engine_error_line
+from harness.engines.running.engine_process import EngineProcess
 from harness.errors import SpecbenchError
 from harness.tls import shared_ssl_context
 
@@ -152,7 +152,7 @@ def metrics_problem(engine: EngineProcess, client: httpx.Client) -> str | None:
 
 def speculation_counter_problem(engine: EngineProcess, client: httpx.Client) -> str | None:
     """After the warm-up, a drafter arm must export its speculation counter and an arm
-    without a drafter must not (harness/engines/drafting.py): otherwise the engine is not
+    without a drafter must not (harness/engines/readout/drafting.py): otherwise the engine is not
     running the registered arm, or every cell of hours of them would end with no
     acceptance figure."""
     dialect = engine.metrics_dialect

@@ -1,6 +1,6 @@
 """Parse engine commands with the engine's own parser and configuration checks, as far
 as they go without the model's files or a GPU. Run by an engine environment's interpreter
-(harness/engines/engine_parse.py; the harness imports its constants only): reads
+(harness/engines/probe/engine_parse.py; the harness imports its constants only): reads
 {"engine", "commands": [{"name", "argv", "env"}]} on stdin (argv: what follows the
 interpreter's module) and prints one JSON line after PARSE_RESULT_MARKER: per command
 `ok`, `problem` in the engine's words, and `checked`. A flag must be exact (argparse takes a unique prefix).
@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-# Run as a script, this file's folder (harness/engines) heads sys.path: drop it so
+# Run as a script, this file's folder (harness/engines/probe) heads sys.path: drop it so
 # nothing in the harness shadows the engine's own modules.
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]

@@ -2,7 +2,7 @@
 the SGLang engine environment with progress, or printed as one shell line.
 
 Why: a cold first SGLang start on an FP8 model spends 10-20 minutes compiling DeepGEMM
-kernels (harness/engines/deepgemm.py) inside the engine's startup timeout and the run's
+kernels (harness/engines/install/deepgemm.py) inside the engine's startup timeout and the run's
 GPU time; compiled once beforehand, the kernels are loaded from SGLang's cache.
 """
 
@@ -17,9 +17,7 @@ from typing import TYPE_CHECKING
 
 from harness import paths
 from harness.engines import get_engine_kind
-from harness.engines.base import expand_study_leaving_unset
-from harness.engines.command_line import quote
-from harness.engines.deepgemm import (
+from harness.engines.install.deepgemm import (
     COMPILE_MODULE,
     cache_dir,
     compile_command,
@@ -27,8 +25,10 @@ from harness.engines.deepgemm import (
     warm_arm,
     write_marker,
 )
-from harness.engines.pins import interpreter_for, pin
-from harness.engines.process import free_port, spawn, stop_group, tail_lines
+from harness.engines.install.pins import interpreter_for, pin
+from harness.engines.launch.base import expand_study_leaving_unset
+from harness.engines.launch.command_line import quote
+from harness.engines.running.process import free_port, spawn, stop_group, tail_lines
 from harness.errors import InputError, SpecbenchError
 from harness.prereg import load_study
 

@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.dialects import Dialect
-from harness.engines.base import EngineKind
+from harness.engines.launch.base import EngineKind
 
 if TYPE_CHECKING:
     from harness.prereg.schema import Arm, Study

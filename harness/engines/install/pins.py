@@ -40,7 +40,7 @@ class EnginePin(BaseModel):
     remove_after: list[str] = Field(default_factory=list)  # uninstalled after the install
     # An environment only the test suite uses (no arm runs it): the package without its
     # dependencies (no_deps), these beside it, and empty modules standing in for ones it
-    # imports and this environment never runs (harness/engines/install.py).
+    # imports and this environment never runs (harness/engines/install/install.py).
     test_only: bool = False
     no_deps: bool = False
     with_packages: list[str] = Field(default_factory=list)

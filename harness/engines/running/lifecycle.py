@@ -2,11 +2,11 @@
 
 start_engine() launches the arm's command in a new process group with the arm's
 environment, logs to the run folder, records it (`on_spawn`) the moment it exists, and
-waits until it is ready (harness/engines/readiness.py: the port, the readiness path, the
+waits until it is ready (harness/engines/running/readiness.py: the port, the readiness path, the
 served model, one warm-up generation, the speculation counter). If the process exits or
 the timeout passes first, the error carries the command and the last 40 lines of its
 log. Attach arms name an endpoint the user runs: it is checked
-(harness/engines/attach.py), never started or stopped.
+(harness/engines/running/attach.py), never started or stopped.
 
 The pieces, one job each: the handle and its stop (engine_process.py), readiness
 probes (readiness.py), the log's lines (engine_log.py), attach checks (attach.py), the
@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING
 import httpx
 
 from harness.engines import get_engine_kind
-from harness.engines.attach import attach_problem
-from harness.engines.base import EngineKind, expand_arm
-from harness.engines.engine_log import redact_secrets
-from harness.engines.engine_process import EngineProcess, stop_engines_on_sigterm, track
-from harness.engines.process import EngineGuard, free_port, port_in_use, spawn, stop_group
-from harness.engines.readiness import wait_ready
-from harness.engines.versions import probe_version
+from harness.engines.install.versions import probe_version
+from harness.engines.launch.base import EngineKind, expand_arm
+from harness.engines.running.attach import attach_problem
+from harness.engines.running.engine_log import redact_secrets
+from harness.engines.running.engine_process import EngineProcess, stop_engines_on_sigterm, track
+from harness.engines.running.process import EngineGuard, free_port, port_in_use, spawn, stop_group
+from harness.engines.running.readiness import wait_ready
 from harness.errors import SpecbenchError
 from harness.host_gpus import gpu_description
 from harness.rundir.engines import EngineInfo

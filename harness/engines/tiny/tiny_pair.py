@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.engines.bf16_safetensors import write_bf16_safetensors
-from harness.engines.tiny_eagle3 import write_eagle3_head
-from harness.engines.tiny_model import write_model_files
+from harness.engines.tiny.bf16_safetensors import write_bf16_safetensors
+from harness.engines.tiny.tiny_eagle3 import write_eagle3_head
+from harness.engines.tiny.tiny_model import write_model_files
 
 # hidden 1024 and 16 x 64 heads: a step is weight-bound (29 MB a layer) rather than
 # dispatch-bound, as a layer of the 128-wide test model is.

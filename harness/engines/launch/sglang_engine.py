@@ -31,8 +31,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.dialects import Dialect
-from harness.engines.base import EngineKind, int_option, option_value
-from harness.engines.chosen_settings import sglang_chosen
+from harness.engines.launch.base import EngineKind, int_option, option_value
+from harness.engines.launch.chosen_settings import sglang_chosen
 
 if TYPE_CHECKING:
     from harness.prereg.schema import Arm, Study

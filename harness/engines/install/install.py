@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.engines.base import parse_version_output, version_probe_code
-from harness.engines.pins import EnginePin
+from harness.engines.install.pins import EnginePin
+from harness.engines.launch.base import parse_version_output, version_probe_code
 from harness.errors import SpecbenchError
 
 CommandRunner = Callable[[Sequence[str]], int]

@@ -1,6 +1,6 @@
 """The engines' per-request speculation figures, read from a response in their own names.
 
-The one place that knows these field names (as harness.engines.metrics is for /metrics).
+The one place that knows these field names (as harness.engines.readout.metrics is for /metrics).
 
 vLLM 0.32, started with `--per-request-spec-decode-metrics summary`:
 vllm/entrypoints/openai/chat_completion/serving.py puts `metrics.speculative_decoding`

@@ -13,7 +13,7 @@ import importlib.metadata as _metadata
 import os
 import sys
 
-# Run as a script, this file's folder (harness/engines) heads sys.path: drop it so
+# Run as a script, this file's folder (harness/engines/launch) heads sys.path: drop it so
 # nothing in the harness shadows the engine's own modules.
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
