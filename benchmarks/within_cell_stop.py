@@ -165,7 +165,10 @@ def summarise(points: list[dict], seconds: float, workers: int) -> list[str]:
     for p in points:
         a = p["acc"]
         for name in names:
-            cover = f"{np.mean(a[name + '|cover']):.3f}"
+            # the runs' own coverage varies (their rows share engine starts): its error
+            # is the spread over runs, not a binomial's over rows
+            runs = np.asarray(a[name + "|cover"])
+            cover = f"{runs.mean():.3f}+-{runs.std(ddof=1) / math.sqrt(len(runs)):.3f}"
             knee = _m(a[name + "|knee_one"]) if name + "|knee_one" in a else "-"
             share = _m(a[name + "|share"]) if name != "fixed" else "1.00"
             differ = _m(a[name + "|differ"]) if name != "fixed" else "-"
