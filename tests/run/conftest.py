@@ -44,6 +44,62 @@ def write_scripted_study(folder: Path, name: str, title: str, **sections: object
     return path
 
 
+def scripted_arms(
+    accept_probs: list[float],
+    *,
+    engine: str = "scripted",
+    drafter: dict[str, object] | None = None,
+    **scripted: object,
+) -> list[dict[str, object]]:
+    """'base' and 'drafter' on SCRIPTED_ENGINE: a scripted draft of k = len(accept_probs)
+    tokens accepted at `accept_probs`; `drafter` adds to the declared drafter, `scripted`
+    to the drafter arm's script (accept_draws, speed_factor, ...)."""
+    k = len(accept_probs)
+    return [
+        {"name": "base", "engine": engine, "launch": {}, "scripted": dict(SCRIPTED_ENGINE)},
+        {
+            "name": "drafter",
+            "engine": engine,
+            "launch": {},
+            "baseline": "base",
+            "drafter": {"method": "scripted-draft", "num_draft_tokens": k, **(drafter or {})},
+            "scripted": {
+                **SCRIPTED_ENGINE,
+                "num_draft_tokens": k,
+                "accept_probs": accept_probs,
+                **scripted,
+            },
+        },
+    ]
+
+
+def scripted_recording(**varies: object) -> dict[str, object]:
+    """A scripted study's recording: one session, the client's lag p99 within 25 ms, 90%
+    of the load delivered, the host's regime timing off; `varies` replaces or adds."""
+    return {
+        "sessions": 1,
+        "lag_limit_p99_ms": 25,
+        "min_delivered_share": 0.9,
+        "regime": {"enabled": False},
+        **varies,
+    }
+
+
+def scripted_bars(resamples: int = 200, **passing: object) -> dict[str, object]:
+    """Pass and stop bars read at one user: speed 1.2x, the knee passing beyond the top
+    level, `passing` replacing or adding parts of the pass bar; `resamples` bootstrap
+    resamples for the intervals."""
+    return {
+        "pass": {
+            "speed": {"threshold": 1.2, "concurrencies": [1]},
+            "knee": {"beyond_top": "pass"},
+            **passing,
+        },
+        "stop": {"concurrencies": [1]},
+        "intervals": {"bootstrap_resamples": resamples},
+    }
+
+
 def specbench(
     *args: str, cwd: Path = ROOT, env: dict | None = None, timeout: float = 600, check: bool = True
 ) -> subprocess.CompletedProcess:

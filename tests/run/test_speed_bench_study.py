@@ -16,7 +16,14 @@ from pathlib import Path
 import pandas as pd
 
 from tests.measure.cells import scripted_text
-from tests.run.conftest import SCRIPTED_ENGINE, run_folder, specbench, write_scripted_study
+from tests.run.conftest import (
+    run_folder,
+    scripted_arms,
+    scripted_bars,
+    scripted_recording,
+    specbench,
+    write_scripted_study,
+)
 from tests.workloads.speedbench import build_speed_bench_cache, speed_bench_task
 
 
@@ -26,21 +33,7 @@ def test_a_scripted_study_breaks_speed_bench_down_by_category(tmp_path: Path) ->
         tmp_path,
         "speed",
         "SPEED-Bench by category",
-        arms=[
-            {"name": "base", "engine": "scripted", "launch": {}, "scripted": dict(SCRIPTED_ENGINE)},
-            {
-                "name": "drafter",
-                "engine": "scripted",
-                "launch": {},
-                "baseline": "base",
-                "drafter": {"method": "scripted-draft", "num_draft_tokens": 3},
-                "scripted": {
-                    **SCRIPTED_ENGINE,
-                    "num_draft_tokens": 3,
-                    "accept_probs": [0.8, 0.7, 0.6],
-                },
-            },
-        ],
+        arms=scripted_arms([0.8, 0.7, 0.6]),
         loads={
             "closed_loop": {
                 "concurrency": [1, 2],
@@ -59,21 +52,8 @@ def test_a_scripted_study_breaks_speed_bench_down_by_category(tmp_path: Path) ->
                 max_tokens=16,
             ),
         ],
-        recording={
-            "sessions": 1,
-            "lag_limit_p99_ms": 25,
-            "min_delivered_share": 0.9,
-            "regime": {"enabled": False},
-        },
-        bars={
-            "pass": {
-                "speed": {"threshold": 1.2, "concurrencies": [1]},
-                "identity": None,
-                "knee": {"beyond_top": "pass"},
-            },
-            "stop": {"concurrencies": [1]},
-            "intervals": {"bootstrap_resamples": 200},
-        },
+        recording=scripted_recording(),
+        bars=scripted_bars(identity=None),
     )
     env = {
         "HF_HUB_CACHE": str(cache.root),

@@ -17,7 +17,14 @@ from harness.cli import main
 from harness.prereg.schema import TaskSpec
 from harness.workloads import DataIntegrityError, load_items
 from harness.workloads.speed_bench import PLACEHOLDER
-from tests.run.conftest import SCRIPTED_ENGINE, run_folder, specbench, write_scripted_study
+from tests.run.conftest import (
+    run_folder,
+    scripted_arms,
+    scripted_bars,
+    scripted_recording,
+    specbench,
+    write_scripted_study,
+)
 from tests.workloads.speedbench import ROWS, build_speed_bench_cache, row, speed_bench_task
 from tests.workloads.test_speed_bench import _line_of, study, write
 
@@ -104,21 +111,7 @@ def test_a_dropping_study_sends_none_and_counts_them_in_its_manifest_and_report(
         tmp_path,
         "drop",
         "SPEED-Bench with placeholder rows",
-        arms=[
-            {"name": "base", "engine": "scripted", "launch": {}, "scripted": dict(SCRIPTED_ENGINE)},
-            {
-                "name": "drafter",
-                "engine": "scripted",
-                "launch": {},
-                "baseline": "base",
-                "drafter": {"method": "scripted-draft", "num_draft_tokens": 3},
-                "scripted": {
-                    **SCRIPTED_ENGINE,
-                    "num_draft_tokens": 3,
-                    "accept_probs": [0.8, 0.7, 0.6],
-                },
-            },
-        ],
+        arms=scripted_arms([0.8, 0.7, 0.6]),
         loads={
             "closed_loop": {
                 "concurrency": [1],
@@ -127,20 +120,8 @@ def test_a_dropping_study_sends_none_and_counts_them_in_its_manifest_and_report(
             }
         },
         tasks=[speed_bench_task(hub.commit, max_tokens=8, placeholders="drop")],
-        recording={
-            "lag_limit_p99_ms": 25,
-            "min_delivered_share": 0.9,
-            "regime": {"enabled": False},
-        },
-        bars={
-            "pass": {
-                "speed": {"threshold": 1.2, "concurrencies": [1]},
-                "identity": None,
-                "knee": {"required": False},
-            },
-            "stop": {"concurrencies": [1]},
-            "intervals": {"bootstrap_resamples": 200},
-        },
+        recording=scripted_recording(sessions=3),  # the schema's default
+        bars=scripted_bars(identity=None, knee={"required": False}),
     )
     env = {
         **{k: v for k, v in os.environ.items() if k != "HF_HOME"},
