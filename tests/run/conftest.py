@@ -119,6 +119,21 @@ def specbench(
     return proc
 
 
+def pdf_text(pdf: Path, page: int | None = None) -> str:
+    """The PDF's text as `pdftotext -layout` lays it out, pages split by form feeds;
+    `page`: that page alone (1 the first)."""
+    tool = shutil.which("pdftotext")
+    assert tool, "pdftotext not found: install poppler-utils (apt-get install -y poppler-utils)"
+    pages = ["-f", str(page), "-l", str(page)] if page else []
+    return subprocess.run(
+        [tool, *pages, "-layout", str(pdf), "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+
+
 def run_folder(results: Path) -> Path:
     runs = [p for p in results.iterdir() if (p / "manifest.json").exists()]
     assert len(runs) == 1, runs

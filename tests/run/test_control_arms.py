@@ -27,6 +27,7 @@ from harness.prereg import load_study
 from harness.prereg.schema import Study, SyntheticAcceptance
 from tests.run.conftest import (
     SCRIPTED_ENGINE,
+    pdf_text,
     run_folder,
     scripted_arms,
     scripted_bars,
@@ -159,13 +160,7 @@ def test_a_control_arm_is_measured_and_never_judged(tmp_path, capsys):
 
     # The report names it beside the bars.
     pdf = tmp_path / "reports" / f"{run.name}.pdf"
-    text = subprocess.run(
-        ["pdftotext", "-layout", str(pdf), "-"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
+    text = pdf_text(pdf)
     assert "Control arms (synthetic acceptance; never judged):" in text
 
 

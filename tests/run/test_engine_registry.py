@@ -8,7 +8,6 @@ smoke both ask."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import ClassVar
 
@@ -31,6 +30,7 @@ from harness.run.where import engine_versions
 from harness.rundir.engines import EngineEnvironment
 from harness.testengine.spec import ScriptedEngineSpec
 from tests.run.conftest import (
+    pdf_text,
     run_folder,
     scripted_arms,
     scripted_bars,
@@ -141,13 +141,7 @@ def test_a_study_runs_end_to_end_on_a_kind_a_test_module_registered(
     # The report asks the kind for its dialect, not the engine's name, where SGLang's
     # counters leave a page empty: no per-position acceptance in the toy's dialect.
     pdf = tmp_path / "reports" / f"{run.name}.pdf"
-    text = subprocess.run(
-        ["pdftotext", "-layout", str(pdf), "-"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
+    text = pdf_text(pdf)
     assert "per-position acceptance not exported by toy" in text
 
 

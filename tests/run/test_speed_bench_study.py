@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pandas as pd
 
 from tests.measure.cells import scripted_text
 from tests.run.conftest import (
+    pdf_text,
     run_folder,
     scripted_arms,
     scripted_bars,
@@ -101,11 +101,7 @@ def test_a_scripted_study_breaks_speed_bench_down_by_category(tmp_path: Path) ->
 
     reports = list((tmp_path / "reports").glob("*.pdf"))
     assert len(reports) == 1
-    pdftotext = shutil.which("pdftotext")
-    assert pdftotext, "pdftotext not found: install poppler-utils"
-    text = subprocess.run(
-        [pdftotext, "-layout", str(reports[0]), "-"], capture_output=True, text=True, check=True
-    ).stdout
+    text = pdf_text(reports[0])
     assert "SPEED-Bench by category: speed (qualitative)" in text
     assert "SPEED-Bench by category: speed, the figures" in text
     assert "SPEED-Bench by category: long (throughput_1k)" in text

@@ -18,6 +18,7 @@ from harness.prereg.schema import TaskSpec
 from harness.workloads import DataIntegrityError, load_items
 from harness.workloads.speed_bench import PLACEHOLDER
 from tests.run.conftest import (
+    pdf_text,
     run_folder,
     scripted_arms,
     scripted_bars,
@@ -155,11 +156,7 @@ def test_a_dropping_study_sends_none_and_counts_them_in_its_manifest_and_report(
         "speed_bench:summary-1",
     }
     (pdf,) = (tmp_path / "reports").glob("*.pdf")
-    text = " ".join(
-        subprocess.run(
-            ["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True
-        ).stdout.split()
-    )
+    text = " ".join(pdf_text(pdf).split())
     assert (
         "Placeholder rows dropped, never sent (placeholders: drop): coding 1 of 5, summary"
         " 2 of 2; categories left empty: summary"
