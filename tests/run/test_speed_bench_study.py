@@ -8,7 +8,6 @@ turn carries the first answer (issue 33, parts 1 and 2)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -17,14 +16,18 @@ import pandas as pd
 from tests.measure.cells import scripted_text
 from tests.run.conftest import (
     pdf_text,
-    run_folder,
     scripted_arms,
     scripted_bars,
     scripted_recording,
     specbench,
     write_scripted_study,
 )
-from tests.workloads.speedbench import build_speed_bench_cache, speed_bench_task
+from tests.workloads.speedbench import (
+    build_speed_bench_cache,
+    offline_env,
+    run_offline,
+    speed_bench_task,
+)
 
 
 def test_a_scripted_study_breaks_speed_bench_down_by_category(tmp_path: Path) -> None:
@@ -55,23 +58,8 @@ def test_a_scripted_study_breaks_speed_bench_down_by_category(tmp_path: Path) ->
         recording=scripted_recording(),
         bars=scripted_bars(identity=None),
     )
-    env = {
-        "HF_HUB_CACHE": str(cache.root),
-        "HF_HUB_OFFLINE": "1",
-        "SPECBENCH_CACHE": str(tmp_path / "specbench-cache"),
-    }
-    env = {**{k: v for k, v in os.environ.items() if k != "HF_HOME"}, **env}
-    specbench(
-        "run",
-        str(study),
-        "--results",
-        str(tmp_path / "results"),
-        "--reports",
-        str(tmp_path / "reports"),
-        env=env,
-        timeout=300,
-    )
-    run = run_folder(tmp_path / "results")
+    run = run_offline(study, cache.root, tmp_path)
+    env = offline_env(cache.root, tmp_path)
 
     table = pd.read_csv(run / "categories.csv")
     # The throughput configuration (its one registered category) says its input length.

@@ -19,14 +19,18 @@ from harness.workloads import DataIntegrityError, load_items
 from harness.workloads.speed_bench import PLACEHOLDER
 from tests.run.conftest import (
     pdf_text,
-    run_folder,
     scripted_arms,
     scripted_bars,
     scripted_recording,
-    specbench,
     write_scripted_study,
 )
-from tests.workloads.speedbench import ROWS, build_speed_bench_cache, row, speed_bench_task
+from tests.workloads.speedbench import (
+    ROWS,
+    build_speed_bench_cache,
+    row,
+    run_offline,
+    speed_bench_task,
+)
 from tests.workloads.test_speed_bench import _line_of, study, write
 
 # As the hub publishes them: the sentence alone, or with a template whose holes the
@@ -124,23 +128,7 @@ def test_a_dropping_study_sends_none_and_counts_them_in_its_manifest_and_report(
         recording=scripted_recording(sessions=3),  # the schema's default
         bars=scripted_bars(identity=None, knee={"required": False}),
     )
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "HF_HOME"},
-        "HF_HUB_CACHE": str(hub.root),
-        "HF_HUB_OFFLINE": "1",
-        "SPECBENCH_CACHE": str(tmp_path / "specbench-cache"),
-    }
-    specbench(
-        "run",
-        str(study_path),
-        "--results",
-        str(tmp_path / "results"),
-        "--reports",
-        str(tmp_path / "reports"),
-        env=env,
-        timeout=300,
-    )
-    run = run_folder(tmp_path / "results")
+    run = run_offline(study_path, hub.root, tmp_path)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["speed_bench_placeholders"] == {
         "speed": {"coding": [1, 5], "math": [0, 4], "summary": [2, 2]}
