@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -132,6 +133,25 @@ def pdf_text(pdf: Path, page: int | None = None) -> str:
         check=True,
         timeout=120,
     ).stdout
+
+
+def start_run(study: Path | str, results: Path, **popen: Any) -> subprocess.Popen:
+    """`specbench run STUDY --results RESULTS --no-report` started in the background from
+    the repository root (`popen`: its output, session, ...), for a test that stops it."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            str(study),
+            "--results",
+            str(results),
+            "--no-report",
+        ],
+        cwd=ROOT,
+        **popen,
+    )
 
 
 def run_folder(results: Path) -> Path:

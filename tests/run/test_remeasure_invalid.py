@@ -24,7 +24,7 @@ from harness.cli import main
 from harness.rundir import cell_dirname
 from harness.rundir.manifest import read_manifest
 from tests.measure.test_delivered import SlowTurnaroundLoop
-from tests.run.conftest import ROOT, run_folder, verdict_of
+from tests.run.conftest import ROOT, run_folder, start_run, verdict_of
 from tests.run.test_host_busy import spin_outside_this_tree
 from tests.run.test_remeasure import SPEED, cell_json, study_file
 
@@ -249,21 +249,7 @@ def test_a_run_another_program_disturbed_ends_incomplete_and_its_command_finishe
     spinners = [spin_outside_this_tree(cpu) for cpu in cpus[: max(1, len(cpus) // 2)]]
     try:
         with open(log, "w") as out:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "harness.cli",
-                    "run",
-                    str(study),
-                    "--results",
-                    str(results),
-                    "--no-report",
-                ],
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+            proc = start_run(study, results, stdout=out, stderr=subprocess.STDOUT)
             deadline = time.monotonic() + 300
             while proc.poll() is None and time.monotonic() < deadline:
                 if any(
