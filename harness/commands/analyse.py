@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.console import Console
 
 from harness.calibration import run_hardware
 from harness.commands.output import add_format_option, print_json, write_table
 from harness.commands.report import resolve_run
+from harness.commands.run_folder import add_results_option
 from harness.numbers import number_text
-from harness.paths import RESULTS_DIR
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         " tables and verdict.json into the run folder)",
     )
     p.add_argument("run", help="run id (under --results) or run folder")
-    p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders are")
+    add_results_option(p)
     add_format_option(p)
     p.set_defaults(func=run)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from harness.commands.output import add_format_option, print_json, write_table
 from harness.commands.report import resolve_run
+from harness.commands.run_folder import add_results_option
 from harness.numbers import number_text
-from harness.paths import RESULTS_DIR
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("run_a", help="run id (under --results) or run folder")
     p.add_argument("run_b", help="run id (under --results) or run folder")
-    p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders are")
+    add_results_option(p)
     add_format_option(p)
     p.add_argument(
         "--html",

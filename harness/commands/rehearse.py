@@ -13,9 +13,10 @@ from pathlib import Path
 
 from harness.atomic import write_text
 from harness.commands import run as run_command
+from harness.commands.run_folder import add_run_folder_options
 from harness.engines.tiny.tiny_pair import EAGLE3_DIR, build_tiny_pair
 from harness.errors import InputError
-from harness.paths import CACHE_DIR, REPORTS_DIR, RESULTS_DIR
+from harness.paths import CACHE_DIR
 from harness.prereg import load_study_file
 from harness.rehearsal import FULL, SMALL, rehearsal_study, study_yaml
 
@@ -52,24 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="write the study and print the differences; run nothing",
     )
-    p.add_argument(
-        "--resume",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="RUN",
-        help="continue a rehearsal's run (as `specbench run --resume`)",
+    add_run_folder_options(
+        p,
+        resume="a rehearsal's run (its id or folder; default: the newest run of the"
+        " generated study)",
     )
-    p.add_argument(
-        "--remeasure-invalid",
-        action="store_true",
-        help="with --resume: measure again every cell left invalid by a cause that"
-        " passes (as `specbench run --remeasure-invalid`)",
-    )
-    p.add_argument("--run-id", help="name of a new run folder")
-    p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders go")
-    p.add_argument("--reports", type=Path, default=REPORTS_DIR, help="where reports go")
-    p.add_argument("--no-report", action="store_true", help="skip the report at the end")
     p.set_defaults(func=run)
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.commands.run_folder import add_results_option
 from harness.errors import InputError
-from harness.paths import REPORTS_DIR, RESULTS_DIR
+from harness.paths import REPORTS_DIR
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=Path,
         help="the PDF to write (default: reports/<run-id>.pdf); the HTML report goes beside it",
     )
-    p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders are")
+    add_results_option(p)
     p.set_defaults(func=run)
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.console import Console
 
 from harness.commands.report import resolve_run
-from harness.paths import RESULTS_DIR
+from harness.commands.run_folder import add_results_option
 from harness.run.leftovers import clear_leftovers
 from harness.run.runner import Runner
 from harness.run.session import executed_study, finish_run
@@ -21,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="rerun the baseline cells behind a fired check bar, keeping both runs",
     )
     p.add_argument("run", help="run id or folder")
-    p.add_argument("--results", type=Path, default=RESULTS_DIR)
+    add_results_option(p)
     p.set_defaults(func=run)
 
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from harness.commands.run_folder import add_run_folder_options
 from harness.errors import InputError
-from harness.paths import REPORTS_DIR, RESULTS_DIR
 from harness.plan import plan_cells
 from harness.prereg import load_study_file
 from harness.prereg.pins import gate
@@ -34,23 +33,7 @@ from harness.weights.record import checkpoint_records
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a study: every cell, the bars, the verdict and the report")
     p.add_argument("file", help="the study's prereg YAML")
-    p.add_argument(
-        "--resume",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="RUN",
-        help="continue a run (its id or folder; default: the newest run of FILE),"
-        " skipping complete cells",
-    )
-    p.add_argument(
-        "--remeasure-invalid",
-        action="store_true",
-        help="with --resume: measure again every cell left invalid by a cause that"
-        " passes (host busy, client lag, delivered load short, bursts, a dead"
-        " engine, GPU throttling under remeasure), each with a fresh"
-        " cell_retries budget; every earlier attempt is kept",
-    )
+    add_run_folder_options(p, resume="a run (its id or folder; default: the newest run of FILE)")
     p.add_argument(
         "--allow-deviation",
         action="store_true",
@@ -63,10 +46,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run a GPU study with unpinned revisions or open TO FIX BEFORE THE RUN"
         " markers; each is recorded as a deviation",
     )
-    p.add_argument("--run-id", help="name of a new run folder (default: <study>-<time>)")
-    p.add_argument("--results", type=Path, default=RESULTS_DIR, help="where run folders go")
-    p.add_argument("--reports", type=Path, default=REPORTS_DIR, help="where PDF reports go")
-    p.add_argument("--no-report", action="store_true", help="skip the PDF at the end")
     p.add_argument(
         "--gpus",
         type=int,

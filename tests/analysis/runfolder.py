@@ -316,20 +316,7 @@ class RunBuilder:
 
     def identity(self, arm: str, task: str, outputs: dict[str, str], **kw) -> str:
         cell_id = f"{arm}/{task}/identity"
-        recs = [
-            RequestRecord(
-                cell_id=cell_id,
-                index=i,
-                item_id=item,
-                scheduled_t=i,
-                sent_t=i,
-                first_token_t=i + 0.1,
-                end_t=i + 1.0,
-                completion_tokens=TOKENS,
-                output_text=text,
-            )
-            for i, (item, text) in enumerate(outputs.items())
-        ]
+        recs = item_records(cell_id, outputs)
         self.write_cell(
             cell_id,
             {"arm": arm, "task": task, "kind": "identity", "concurrency": 1, "stage": 1},
@@ -340,20 +327,7 @@ class RunBuilder:
 
     def accuracy(self, arm: str, task: str, correct: dict[str, bool], **kw) -> str:
         cell_id = f"{arm}/{task}/accuracy"
-        recs = [
-            RequestRecord(
-                cell_id=cell_id,
-                index=i,
-                item_id=item,
-                scheduled_t=i,
-                sent_t=i,
-                first_token_t=i + 0.1,
-                end_t=i + 1.0,
-                completion_tokens=TOKENS,
-                output_text="answer",
-            )
-            for i, item in enumerate(correct)
-        ]
+        recs = item_records(cell_id, dict.fromkeys(correct, "answer"))
         self.write_cell(
             cell_id,
             {"arm": arm, "task": task, "kind": "accuracy", "concurrency": 16, "stage": 2},
@@ -480,6 +454,24 @@ class RunBuilder:
 
 
 # --- records ----------------------------------------------------------------------------
+
+
+def item_records(cell_id: str, outputs: dict[str, str]) -> list[RequestRecord]:
+    """One request a second per item, its answer the item's text."""
+    return [
+        RequestRecord(
+            cell_id=cell_id,
+            index=i,
+            item_id=item,
+            scheduled_t=i,
+            sent_t=i,
+            first_token_t=i + 0.1,
+            end_t=i + 1.0,
+            completion_tokens=TOKENS,
+            output_text=text,
+        )
+        for i, (item, text) in enumerate(outputs.items())
+    ]
 
 
 def speed_requests(

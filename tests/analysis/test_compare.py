@@ -19,7 +19,12 @@ from harness.analysis.tables import analyse, write_tables
 from harness.analysis.two_sample import equal_spread_p, holm, log_difference, t_p_value
 from harness.cli import main
 from tests.analysis.runfolder import RunBuilder, study_dict
-from tests.run.conftest import SCRIPTED_ENGINE, write_scripted_study
+from tests.run.conftest import (
+    scripted_arms,
+    scripted_bars,
+    scripted_recording,
+    write_scripted_study,
+)
 
 # Student's t quantiles at 0.975, from tables (not the code's own t_quantile).
 T_975 = {2: 4.302652729749464, 4: 2.7764451051977987}
@@ -230,32 +235,13 @@ def test_a_folder_that_is_not_a_run_is_one_line_and_exit_2(tmp_path, capsys):
     assert len(err) == 1 and "no study.json" in err[0], err
 
 
-ENGINE = SCRIPTED_ENGINE
-
-
 def study(folder: Path, name: str, drafter_speed: float) -> Path:
     """Three sessions at c=1 (the pass level, sessions_for pass_cells), one at c=2."""
     return write_scripted_study(
         folder,
         name,
         "Two runs compared",
-        arms=[
-            {"name": "base", "engine": "scripted", "launch": {}, "scripted": dict(ENGINE)},
-            {
-                "name": "drafter",
-                "engine": "scripted",
-                "launch": {},
-                "baseline": "base",
-                "drafter": {"method": "scripted-draft", "num_draft_tokens": 3},
-                "scripted": {
-                    **ENGINE,
-                    "num_draft_tokens": 3,
-                    "accept_probs": [0.9, 0.8, 0.7],
-                    "accept_draws": "even",
-                    "speed_factor": drafter_speed,
-                },
-            },
-        ],
+        arms=scripted_arms([0.9, 0.8, 0.7], accept_draws="even", speed_factor=drafter_speed),
         loads={
             "closed_loop": {
                 "concurrency": [1, 2],
@@ -265,24 +251,8 @@ def study(folder: Path, name: str, drafter_speed: float) -> Path:
             }
         },
         tasks=[{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32, "subset": 16}],
-        recording={
-            "lag_limit_p99_ms": 25,
-            "min_delivered_share": 0.9,
-            "smoke": False,
-            "regime": {"enabled": False},
-            "sessions": 3,
-            "sessions_for": "pass_cells",
-        },
-        bars={
-            "pass": {
-                "speed": {"threshold": 1.2, "concurrencies": [1]},
-                "identity": None,
-                "accuracy": None,
-                "knee": {"beyond_top": "pass"},
-            },
-            "stop": {"concurrencies": [1]},
-            "intervals": {"bootstrap_resamples": 300},
-        },
+        recording=scripted_recording(smoke=False, sessions=3, sessions_for="pass_cells"),
+        bars=scripted_bars(300, identity=None, accuracy=None),
     )
 
 

@@ -23,6 +23,7 @@ from harness.engines.launch.command_line import invocation, quote
 from harness.engines.launch.cpu_dtype import AMX_FLAGS, AVX512_CORE_FLAGS, host_cpu_dtype
 from harness.engines.launch.vllm_engine import VLLM_CPU_LAUNCHER
 from harness.prereg import load_study
+from tests.engines.registered_flags import SGLANG_TAIL, sglang_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 PREREG = ROOT / "prereg.yaml"
@@ -71,33 +72,7 @@ def prereg_argv(python: str) -> dict[str, list[str]]:
     ]
     vllm_tail = ["--gpu-memory-utilization", "0.90", "--no-enable-prefix-caching"]
     per_request = ["--per-request-spec-decode-metrics", "summary"]
-    sglang = [
-        python % "sglang",
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        "Qwen/Qwen3-8B-FP8",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "8000",
-        "--served-model-name",
-        "qwen3-8b-fp8",
-        "--enable-metrics",
-        "--revision",
-        rev,
-        "--quantization",
-        "fp8",
-        "--context-length",
-        "8192",
-        "--random-seed",
-        "0",
-        "--max-running-requests",
-        "64",
-        "--min-free-slots-delay",
-        "1",
-    ]
-    sglang_tail = ["--mem-fraction-static", "0.85", "--disable-radix-cache"]
+    sglang = [python % "sglang", "-m", "sglang.launch_server", *sglang_flags(8000)]
     eagle = {
         "method": "eagle3",
         "num_speculative_tokens": 3,
@@ -126,7 +101,7 @@ def prereg_argv(python: str) -> dict[str, list[str]]:
             *per_request,
             *vllm_tail,
         ],
-        "sglang-base": [*sglang, *sglang_tail],
+        "sglang-base": [*sglang, *SGLANG_TAIL],
         "sglang-dflash": [
             *sglang,
             "--speculative-algorithm",
@@ -139,7 +114,7 @@ def prereg_argv(python: str) -> dict[str, list[str]]:
             "16",
             "--speculative-draft-model-quantization",
             "unquant",
-            *sglang_tail,
+            *SGLANG_TAIL,
         ],
     }
 

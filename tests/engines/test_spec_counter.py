@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from harness.engines.running.lifecycle import start_engine
+from harness.engines.running.process import free_port
 from harness.errors import SpecbenchError
 from harness.testengine import __version__ as SCRIPTED_VERSION
 from tests.tiny_study import tiny_study
@@ -93,9 +94,7 @@ def test_a_drafter_free_arm_whose_engine_drafts_is_not_the_registered_arm(tmp_pa
 
 
 def test_the_failed_start_frees_its_port(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     study = tiny_study(tmp_path, scripted_arms("sglang", [COUNTER["sglang"]]))
     with pytest.raises(SpecbenchError):
         start_engine(study.arm("drafter"), study, tmp_path, port=port)

@@ -27,6 +27,7 @@ from harness.engines.install.deepgemm import (
 from harness.plan import estimate, plan_cells
 from harness.prereg import load_study
 from harness.prereg.schema import Study
+from tests.engines.registered_flags import SGLANG_TAIL, sglang_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 PREREG = ROOT / "prereg.yaml"
@@ -40,38 +41,7 @@ def compile_s(study: Study) -> float | None:
 
 def registered_flags() -> list[str]:
     """sglang-base's launch flags in prereg.yaml (port 30000), then what the warm adds."""
-    rev = load_study(PREREG).model.revision
-    assert rev is not None  # pinned
-    return [
-        "--model-path",
-        "Qwen/Qwen3-8B-FP8",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "30000",
-        "--served-model-name",
-        "qwen3-8b-fp8",
-        "--enable-metrics",
-        "--revision",
-        rev,
-        "--quantization",
-        "fp8",
-        "--context-length",
-        "8192",
-        "--random-seed",
-        "0",
-        "--max-running-requests",
-        "64",
-        "--min-free-slots-delay",
-        "1",
-        "--mem-fraction-static",
-        "0.85",
-        "--disable-radix-cache",
-        "--tp-size",
-        "1",
-        "--timeout",
-        "3600",
-    ]
+    return [*sglang_flags(30000), *SGLANG_TAIL, "--tp-size", "1", "--timeout", "3600"]
 
 
 def scripted_python(tmp_path: Path, *, probe_exit: int = 0, compile_exit: int = 0) -> Path:

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -44,6 +45,62 @@ def write_scripted_study(folder: Path, name: str, title: str, **sections: object
     return path
 
 
+def scripted_arms(
+    accept_probs: list[float],
+    *,
+    engine: str = "scripted",
+    drafter: dict[str, object] | None = None,
+    **scripted: object,
+) -> list[dict[str, object]]:
+    """'base' and 'drafter' on SCRIPTED_ENGINE: a scripted draft of k = len(accept_probs)
+    tokens accepted at `accept_probs`; `drafter` adds to the declared drafter, `scripted`
+    to the drafter arm's script (accept_draws, speed_factor, ...)."""
+    k = len(accept_probs)
+    return [
+        {"name": "base", "engine": engine, "launch": {}, "scripted": dict(SCRIPTED_ENGINE)},
+        {
+            "name": "drafter",
+            "engine": engine,
+            "launch": {},
+            "baseline": "base",
+            "drafter": {"method": "scripted-draft", "num_draft_tokens": k, **(drafter or {})},
+            "scripted": {
+                **SCRIPTED_ENGINE,
+                "num_draft_tokens": k,
+                "accept_probs": accept_probs,
+                **scripted,
+            },
+        },
+    ]
+
+
+def scripted_recording(**varies: object) -> dict[str, object]:
+    """A scripted study's recording: one session, the client's lag p99 within 25 ms, 90%
+    of the load delivered, the host's regime timing off; `varies` replaces or adds."""
+    return {
+        "sessions": 1,
+        "lag_limit_p99_ms": 25,
+        "min_delivered_share": 0.9,
+        "regime": {"enabled": False},
+        **varies,
+    }
+
+
+def scripted_bars(resamples: int = 200, **passing: object) -> dict[str, object]:
+    """Pass and stop bars read at one user: speed 1.2x, the knee passing beyond the top
+    level, `passing` replacing or adding parts of the pass bar; `resamples` bootstrap
+    resamples for the intervals."""
+    return {
+        "pass": {
+            "speed": {"threshold": 1.2, "concurrencies": [1]},
+            "knee": {"beyond_top": "pass"},
+            **passing,
+        },
+        "stop": {"concurrencies": [1]},
+        "intervals": {"bootstrap_resamples": resamples},
+    }
+
+
 def specbench(
     *args: str, cwd: Path = ROOT, env: dict | None = None, timeout: float = 600, check: bool = True
 ) -> subprocess.CompletedProcess:
@@ -61,6 +118,40 @@ def specbench(
             f"\n--- stderr\n{proc.stderr[-4000:]}"
         )
     return proc
+
+
+def pdf_text(pdf: Path, page: int | None = None) -> str:
+    """The PDF's text as `pdftotext -layout` lays it out, pages split by form feeds;
+    `page`: that page alone (1 the first)."""
+    tool = shutil.which("pdftotext")
+    assert tool, "pdftotext not found: install poppler-utils (apt-get install -y poppler-utils)"
+    pages = ["-f", str(page), "-l", str(page)] if page else []
+    return subprocess.run(
+        [tool, *pages, "-layout", str(pdf), "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+
+
+def start_run(study: Path | str, results: Path, **popen: Any) -> subprocess.Popen:
+    """`specbench run STUDY --results RESULTS --no-report` started in the background from
+    the repository root (`popen`: its output, session, ...), for a test that stops it."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "run",
+            str(study),
+            "--results",
+            str(results),
+            "--no-report",
+        ],
+        cwd=ROOT,
+        **popen,
+    )
 
 
 def run_folder(results: Path) -> Path:

@@ -25,7 +25,16 @@ from harness.engines.launch.vllm_engine import speculative_config
 from harness.plan import plan_cells
 from harness.prereg import load_study
 from harness.prereg.schema import Study, SyntheticAcceptance
-from tests.run.conftest import SCRIPTED_ENGINE, run_folder, verdict_of, write_scripted_study
+from tests.run.conftest import (
+    SCRIPTED_ENGINE,
+    pdf_text,
+    run_folder,
+    scripted_arms,
+    scripted_bars,
+    scripted_recording,
+    verdict_of,
+    write_scripted_study,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PREREG = ROOT / "prereg.yaml"
@@ -41,20 +50,7 @@ def control_study(folder: Path, synthetic: dict | None = None) -> Path:
         "control",
         "A control arm beside a real drafter",
         arms=[
-            {"name": "base", "engine": "scripted", "launch": {}, "scripted": dict(ENGINE)},
-            {
-                "name": "drafter",
-                "engine": "scripted",
-                "launch": {},
-                "baseline": "base",
-                "drafter": {"method": "scripted-draft", "num_draft_tokens": 3},
-                "scripted": {
-                    **ENGINE,
-                    "num_draft_tokens": 3,
-                    "accept_probs": [0.6, 0.5, 0.4],
-                    "accept_draws": "even",
-                },
-            },
+            *scripted_arms([0.6, 0.5, 0.4], accept_draws="even"),
             {
                 "name": "control",
                 "engine": "scripted",
@@ -93,23 +89,8 @@ def control_study(folder: Path, synthetic: dict | None = None) -> Path:
             },
             {"name": "gsm8k", "kind": "gsm8k", "uses": ["accuracy"], "max_tokens": 16, "subset": 4},
         ],
-        recording={
-            "sessions": 1,
-            "lag_limit_p99_ms": 25,
-            "min_delivered_share": 0.9,
-            "smoke": True,
-            "regime": {"enabled": False},
-            "accuracy_concurrency": 4,
-        },
-        bars={
-            "pass": {
-                "speed": {"threshold": 1.2, "concurrencies": [1]},
-                "accuracy": {"tasks": ["gsm8k"]},
-                "knee": {"beyond_top": "pass"},
-            },
-            "stop": {"concurrencies": [1]},
-            "intervals": {"bootstrap_resamples": 200},
-        },
+        recording=scripted_recording(smoke=True, accuracy_concurrency=4),
+        bars=scripted_bars(accuracy={"tasks": ["gsm8k"]}),
     )
 
 
@@ -179,13 +160,7 @@ def test_a_control_arm_is_measured_and_never_judged(tmp_path, capsys):
 
     # The report names it beside the bars.
     pdf = tmp_path / "reports" / f"{run.name}.pdf"
-    text = subprocess.run(
-        ["pdftotext", "-layout", str(pdf), "-"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
+    text = pdf_text(pdf)
     assert "Control arms (synthetic acceptance; never judged):" in text
 
 

@@ -8,7 +8,6 @@ smoke both ask."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import ClassVar
 
@@ -30,7 +29,15 @@ from harness.prereg.schema import Arm, Study
 from harness.run.where import engine_versions
 from harness.rundir.engines import EngineEnvironment
 from harness.testengine.spec import ScriptedEngineSpec
-from tests.run.conftest import run_folder, verdict_of
+from tests.run.conftest import (
+    pdf_text,
+    run_folder,
+    scripted_arms,
+    scripted_bars,
+    scripted_recording,
+    verdict_of,
+    write_scripted_study,
+)
 
 
 class ToyKind(ScriptedKind):
@@ -50,79 +57,30 @@ def toy_registered(monkeypatch):
     monkeypatch.setitem(ENGINE_KINDS, ToyKind.name, ToyKind())
 
 
-ENGINE = {
-    "weight_bytes": 2.0e10,
-    "bandwidth_bytes_per_s": 2.0e12,
-    "flops_per_token": 2.0e10,
-    "flops_per_s": 4.0e13,
-    "seed": 1,
-}
-
-
 def toy_study(folder: Path) -> Path:
     """The smallest study that reaches a verdict: a baseline and a drafter on the toy
     engine, speed cells at one user, the smoke on (the drafting rule, the counter moving)
     and the host's regime timing off."""
-    data = {
-        "title": "A toy engine kind registered by a test module",
-        "registered": "2026-11-30",
-        "hardware": {"gpu": "toy (no GPU)", "memory_bandwidth_gb_s": 2000, "dense_tflops": 40},
-        "model": {
-            "id": "scripted",
-            "served_name": "scripted",
-            "params_billion": 10,
-            "weight_bytes_per_param": 2,
-        },
-        "arms": [
-            {"name": "base", "engine": "toy", "launch": {}, "scripted": dict(ENGINE)},
-            {
-                "name": "drafter",
-                "engine": "toy",
-                "launch": {},
-                "baseline": "base",
-                "drafter": {
-                    "method": "scripted-draft",
-                    "num_draft_tokens": 4,
-                    "assumed_acceptance_length": 3.7,
-                },
-                "scripted": {
-                    **ENGINE,
-                    "num_draft_tokens": 4,
-                    "accept_probs": [0.9, 0.85, 0.8, 0.75],
-                },
-            },
-        ],
-        "loads": {
+    return write_scripted_study(
+        folder,
+        "toy",
+        "A toy engine kind registered by a test module",
+        registered="2026-11-30",
+        hardware={"gpu": "toy (no GPU)", "memory_bandwidth_gb_s": 2000, "dense_tflops": 40},
+        arms=scripted_arms(
+            [0.9, 0.85, 0.8, 0.75], engine="toy", drafter={"assumed_acceptance_length": 3.7}
+        ),
+        loads={
             "closed_loop": {
                 "concurrency": [1],
                 "requests": {"min": 8, "per_user": 1},
                 "warmup_per_user": 1,
             }
         },
-        "tasks": [
-            {"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32, "subset": 16}
-        ],
-        "recording": {
-            "sessions": 1,
-            "lag_limit_p99_ms": 25,
-            "min_delivered_share": 0.9,
-            "smoke": True,
-            "regime": {"enabled": False},
-        },
-        "bars": {
-            "pass": {
-                "speed": {"concurrencies": [1]},
-                "identity": None,
-                "accuracy": None,
-                "knee": {"beyond_top": "pass"},
-            },
-            "stop": {"concurrencies": [1]},
-            "intervals": {"bootstrap_resamples": 200},
-        },
-    }
-    path = folder / "toy.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+        tasks=[{"name": "chat", "kind": "chat", "uses": ["speed"], "max_tokens": 32, "subset": 16}],
+        recording=scripted_recording(smoke=True),
+        bars=scripted_bars(speed={"concurrencies": [1]}, identity=None, accuracy=None),
+    )
 
 
 def test_an_engine_name_is_one_the_registry_holds(tmp_path, capsys):
@@ -183,13 +141,7 @@ def test_a_study_runs_end_to_end_on_a_kind_a_test_module_registered(
     # The report asks the kind for its dialect, not the engine's name, where SGLang's
     # counters leave a page empty: no per-position acceptance in the toy's dialect.
     pdf = tmp_path / "reports" / f"{run.name}.pdf"
-    text = subprocess.run(
-        ["pdftotext", "-layout", str(pdf), "-"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
+    text = pdf_text(pdf)
     assert "per-position acceptance not exported by toy" in text
 
 

@@ -13,7 +13,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from harness.run.attempts import needs_measuring
 from harness.run.progress import RunProgress
 from harness.run.store import JsonlWriter, RunStore
 from harness.rundir import Outcome, cell_dirname
-from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
+from tests.run.conftest import ROOT, pdf_text, run_folder, specbench, verdict_of
 
 FAKE_DIR = ROOT / "tests" / "fake_nvml"
 FIRST = "base/chat/speed/c001"  # the first cell of the plan below
@@ -96,15 +95,6 @@ def cell_json(run: Path, cell: str) -> dict:
     return json.loads((run / "cells" / cell_dirname(cell) / "cell.json").read_text())
 
 
-def pdf_text(pdf: Path) -> str:
-    tool = shutil.which("pdftotext")
-    assert tool, "pdftotext not found: install poppler-utils (apt-get install -y poppler-utils)"
-    out = subprocess.run(
-        [tool, "-layout", str(pdf), "-"], capture_output=True, text=True, check=True
-    )
-    return re.sub(r"\s+", " ", out.stdout)
-
-
 def test_telemetry_is_recorded_per_cell_and_a_throttled_cell_is_flagged(results, tmp_path):
     scenario = {
         **THROTTLED_START,
@@ -162,7 +152,7 @@ def test_telemetry_is_recorded_per_cell_and_a_throttled_cell_is_flagged(results,
     assert figures[1]["baseline_cell"] == FIRST and figures[1]["speedup"] > 1  # still used
     assert f"chat: measured while the GPU throttled: {FIRST}" in speed["summary"]
 
-    text = pdf_text(tmp_path / "reports" / f"{run.name}.pdf")
+    text = re.sub(r"\s+", " ", pdf_text(tmp_path / "reports" / f"{run.name}.pdf"))
     assert "GPU telemetry across the run" in text and "GPU telemetry per cell" in text
     assert f"{FIRST} complete" in text and "YES: sw_power_cap (2)" in text
     assert "Cells measured while the GPU throttled (recording.gpu_throttle: flag" in text
@@ -217,7 +207,7 @@ def test_a_host_without_nvml_records_no_gpu_telemetry_once_and_runs_cleanly(resu
     verdict = verdict_of(run)
     assert verdict["verdict"] == "PASS" and verdict["excluded_cells"] == [], verdict["reasons"]
     assert verdict["gpu_throttled_cells"] == []
-    text = pdf_text(tmp_path / "reports" / f"{run.name}.pdf")
+    text = re.sub(r"\s+", " ", pdf_text(tmp_path / "reports" / f"{run.name}.pdf"))
     page = text.index("GPU telemetry NVML, sampled")  # the telemetry page says why it is empty
     assert text.index(reason, page) < page + 400
     assert f"GPU telemetry: {reason}" in text  # and so does the environment page

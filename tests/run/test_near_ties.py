@@ -5,7 +5,6 @@ real. Scripted engines serve logprobs and diverge at a chosen token with a chose
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import yaml
@@ -13,7 +12,7 @@ import yaml
 from harness.analysis.bars import identity_bar
 from harness.analysis.tables import analyse
 from harness.prereg import load_study_file
-from tests.run.conftest import run_folder, specbench, verdict_of
+from tests.run.conftest import pdf_text, run_folder, specbench, verdict_of
 from tests.run.test_remeasure import said, study_file
 from tests.run.test_smoke import specbench_errors
 
@@ -81,15 +80,7 @@ def test_a_near_tie_divergence_passes_beyond_near_ties_fails_exact_and_the_smoke
 
     # The report's identity page lists every divergence, with both margins and its kind.
     pdf = tmp_path / "reports" / f"{run.name}.pdf"
-    text = " ".join(
-        subprocess.run(
-            ["pdftotext", "-layout", str(pdf), "-"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        ).stdout.split()
-    )
+    text = " ".join(pdf_text(pdf).split())
     # Six on the identity page (every one), five more in the verdict's evidence.
     assert text.count("first divergent token: #2 drafter") == 11, text[-3000:]
     assert "(margin 0.01) vs baseline" in text and "NUMERIC (the target's top two" in text

@@ -9,16 +9,13 @@ run takes seconds and no GPU; the target is the tiny model in a hub cache built 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from harness.testengine.process import ScriptedEngineProcess
 from harness.testengine.spec import ScriptedEngineSpec
-from tests.run.conftest import run_folder, specbench
+from tests.run.conftest import pdf_text, run_folder, specbench
 from tests.weights.hubcache import build_hub_cache
 
 ENGINE: dict[str, Any] = {
@@ -82,17 +79,6 @@ def study(base_url: str, draft_url: str) -> dict:
     }
 
 
-def page_one(pdf: Path) -> str:
-    tool = shutil.which("pdftotext")
-    assert tool, "pdftotext not found: install poppler-utils"
-    return subprocess.run(
-        [tool, "-f", "1", "-l", "1", "-layout", str(pdf), "-"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-
-
 def test_unpinned_gpu_study_is_refused_then_runs_with_the_deviation_recorded(tmp_path) -> None:
     hub = build_hub_cache(tmp_path / "weights")
     env = {
@@ -134,7 +120,7 @@ def test_unpinned_gpu_study_is_refused_then_runs_with_the_deviation_recorded(tmp
     assert checkpoint["commit"] == hub.target_commit and checkpoint["revision"] == "main"
     assert checkpoint["weights"][0]["sha256"] == hub.weights_sha256
     # The verdict page says so, where a reader of the verdict cannot miss it.
-    text = page_one(reports / f"{run.name}.pdf")
+    text = pdf_text(reports / f"{run.name}.pdf", page=1)
     assert "Deviations from the registered study" in text
     assert "ran with unpinned revisions or open markers (--allow-unpinned)" in text
     assert "unpinned: model specbench/tiny at revision main" in text

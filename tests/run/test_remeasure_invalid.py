@@ -24,7 +24,7 @@ from harness.cli import main
 from harness.rundir import cell_dirname
 from harness.rundir.manifest import read_manifest
 from tests.measure.test_delivered import SlowTurnaroundLoop
-from tests.run.conftest import ROOT, run_folder, verdict_of
+from tests.run.conftest import ROOT, run_folder, start_run, verdict_of
 from tests.run.test_host_busy import spin_outside_this_tree
 from tests.run.test_remeasure import SPEED, cell_json, study_file
 
@@ -59,6 +59,11 @@ def said(text: str) -> str:
     return re.sub(r"\s+", " ", text)
 
 
+def run_study(study: Path, results: Path, *flags: str) -> int:
+    """`specbench run STUDY --results RESULTS FLAGS --no-report`, in this process: its exit code."""
+    return main(["run", str(study), "--results", str(results), *flags, "--no-report"])
+
+
 def test_a_cell_invalid_for_client_lag_is_finished_by_the_command_the_verdict_names(
     tmp_path, monkeypatch, capsys
 ):
@@ -81,7 +86,7 @@ def test_a_cell_invalid_for_client_lag_is_finished_by_the_command_the_verdict_na
         return pattern
 
     monkeypatch.setattr(execute, "cell_pattern", held_up)
-    assert main(["run", str(study), "--results", str(results), "--no-report"]) == 3
+    assert run_study(study, results) == 3
     raw = capsys.readouterr().out
     first = said(raw)
     assert slowed == [slow]
@@ -132,7 +137,7 @@ def test_a_cell_invalid_for_client_lag_is_finished_by_the_command_the_verdict_na
 
     # A plain resume has nothing left to spend on it, and says what would.
     monkeypatch.setattr(execute, "cell_pattern", real)
-    assert main(["run", str(study), "--results", str(results), "--resume", "--no-report"]) == 3
+    assert run_study(study, results, "--resume") == 3
     plain = said(capsys.readouterr().out)
     assert (
         f"{slow} stays invalid" in plain
@@ -141,20 +146,7 @@ def test_a_cell_invalid_for_client_lag_is_finished_by_the_command_the_verdict_na
     assert [a["status"] for a in cell_json(run, slow)["attempts"]] == ["invalid"]
 
     # The command the verdict named, on a client that keeps up: the complete verdict.
-    assert (
-        main(
-            [
-                "run",
-                str(study),
-                "--results",
-                str(results),
-                "--resume",
-                "--remeasure-invalid",
-                "--no-report",
-            ]
-        )
-        == 0
-    )
+    assert run_study(study, results, "--resume", "--remeasure-invalid") == 0
     out = said(capsys.readouterr().out)
     assert f"{slow} (after 1 attempts)" in out
     verdict = verdict_of(run)
@@ -210,7 +202,7 @@ def test_a_check_rerun_invalid_for_client_lag_is_measured_again_by_the_command(
     results = tmp_path / "results"
     rerun = "base/chat/speed/c001/rerun1"
     slowed = slowed_once(monkeypatch, rerun)
-    assert main(["run", str(study), "--results", str(results), "--no-report"]) == 3
+    assert run_study(study, results) == 3
     capsys.readouterr()
     assert slowed == [rerun]
     run = run_folder(results)
@@ -222,20 +214,7 @@ def test_a_check_rerun_invalid_for_client_lag_is_measured_again_by_the_command(
     assert causes["client_lag"]["per_bar"] == {"check": 1}
     assert verdict["unfinished"]["command"].endswith("--remeasure-invalid")
 
-    assert (
-        main(
-            [
-                "run",
-                str(study),
-                "--results",
-                str(results),
-                "--resume",
-                "--remeasure-invalid",
-                "--no-report",
-            ]
-        )
-        == 0
-    )
+    assert run_study(study, results, "--resume", "--remeasure-invalid") == 0
     verdict = verdict_of(run)
     assert verdict["verdict"] == "PASS", verdict["reasons"]
     assert [a["status"] for a in cell_json(run, rerun)["attempts"]] == ["invalid", "complete"]
@@ -270,21 +249,7 @@ def test_a_run_another_program_disturbed_ends_incomplete_and_its_command_finishe
     spinners = [spin_outside_this_tree(cpu) for cpu in cpus[: max(1, len(cpus) // 2)]]
     try:
         with open(log, "w") as out:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "harness.cli",
-                    "run",
-                    str(study),
-                    "--results",
-                    str(results),
-                    "--no-report",
-                ],
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+            proc = start_run(study, results, stdout=out, stderr=subprocess.STDOUT)
             deadline = time.monotonic() + 300
             while proc.poll() is None and time.monotonic() < deadline:
                 if any(

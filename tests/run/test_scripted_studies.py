@@ -16,7 +16,7 @@ import yaml
 
 from harness.engines.running.process import alive, free_port, group_members, port_in_use
 from harness.rundir import cell_dirname
-from tests.run.conftest import ROOT, copy_of_run, run_folder, specbench, verdict_of
+from tests.run.conftest import ROOT, copy_of_run, run_folder, specbench, start_run, verdict_of
 
 
 def bar(verdict: dict, name: str) -> dict:
@@ -136,18 +136,9 @@ def test_killed_runner_resumes_to_the_same_verdict_without_rerunning_cells(resul
     engine process survives it, and `--resume` finishes the study without rerunning cells."""
     reference = verdict_of(pass_run)
 
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            "examples/scripted-pass.yaml",
-            "--results",
-            str(results),
-            "--no-report",
-        ],
-        cwd=ROOT,
+    proc = start_run(
+        "examples/scripted-pass.yaml",
+        results,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -258,18 +249,9 @@ def test_engine_killed_mid_cell_is_restarted_and_the_cell_retried(results, tmp_p
     data["tasks"][0]["uses"] = ["speed"]
     data["bars"]["pass"]["identity"] = None
     study.write_text(yaml.safe_dump(data, sort_keys=False))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            str(study),
-            "--results",
-            str(results),
-            "--no-report",
-        ],
-        cwd=ROOT,
+    proc = start_run(
+        study,
+        results,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

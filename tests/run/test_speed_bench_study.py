@@ -8,16 +8,26 @@ turn carries the first answer (issue 33, parts 1 and 2)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pandas as pd
 
 from tests.measure.cells import scripted_text
-from tests.run.conftest import SCRIPTED_ENGINE, run_folder, specbench, write_scripted_study
-from tests.workloads.speedbench import build_speed_bench_cache, speed_bench_task
+from tests.run.conftest import (
+    pdf_text,
+    scripted_arms,
+    scripted_bars,
+    scripted_recording,
+    specbench,
+    write_scripted_study,
+)
+from tests.workloads.speedbench import (
+    build_speed_bench_cache,
+    offline_env,
+    run_offline,
+    speed_bench_task,
+)
 
 
 def test_a_scripted_study_breaks_speed_bench_down_by_category(tmp_path: Path) -> None:
@@ -26,21 +36,7 @@ def test_a_scripted_study_breaks_speed_bench_down_by_category(tmp_path: Path) ->
         tmp_path,
         "speed",
         "SPEED-Bench by category",
-        arms=[
-            {"name": "base", "engine": "scripted", "launch": {}, "scripted": dict(SCRIPTED_ENGINE)},
-            {
-                "name": "drafter",
-                "engine": "scripted",
-                "launch": {},
-                "baseline": "base",
-                "drafter": {"method": "scripted-draft", "num_draft_tokens": 3},
-                "scripted": {
-                    **SCRIPTED_ENGINE,
-                    "num_draft_tokens": 3,
-                    "accept_probs": [0.8, 0.7, 0.6],
-                },
-            },
-        ],
+        arms=scripted_arms([0.8, 0.7, 0.6]),
         loads={
             "closed_loop": {
                 "concurrency": [1, 2],
@@ -59,39 +55,11 @@ def test_a_scripted_study_breaks_speed_bench_down_by_category(tmp_path: Path) ->
                 max_tokens=16,
             ),
         ],
-        recording={
-            "sessions": 1,
-            "lag_limit_p99_ms": 25,
-            "min_delivered_share": 0.9,
-            "regime": {"enabled": False},
-        },
-        bars={
-            "pass": {
-                "speed": {"threshold": 1.2, "concurrencies": [1]},
-                "identity": None,
-                "knee": {"beyond_top": "pass"},
-            },
-            "stop": {"concurrencies": [1]},
-            "intervals": {"bootstrap_resamples": 200},
-        },
+        recording=scripted_recording(),
+        bars=scripted_bars(identity=None),
     )
-    env = {
-        "HF_HUB_CACHE": str(cache.root),
-        "HF_HUB_OFFLINE": "1",
-        "SPECBENCH_CACHE": str(tmp_path / "specbench-cache"),
-    }
-    env = {**{k: v for k, v in os.environ.items() if k != "HF_HOME"}, **env}
-    specbench(
-        "run",
-        str(study),
-        "--results",
-        str(tmp_path / "results"),
-        "--reports",
-        str(tmp_path / "reports"),
-        env=env,
-        timeout=300,
-    )
-    run = run_folder(tmp_path / "results")
+    run = run_offline(study, cache.root, tmp_path)
+    env = offline_env(cache.root, tmp_path)
 
     table = pd.read_csv(run / "categories.csv")
     # The throughput configuration (its one registered category) says its input length.
@@ -121,11 +89,7 @@ def test_a_scripted_study_breaks_speed_bench_down_by_category(tmp_path: Path) ->
 
     reports = list((tmp_path / "reports").glob("*.pdf"))
     assert len(reports) == 1
-    pdftotext = shutil.which("pdftotext")
-    assert pdftotext, "pdftotext not found: install poppler-utils"
-    text = subprocess.run(
-        [pdftotext, "-layout", str(reports[0]), "-"], capture_output=True, text=True, check=True
-    ).stdout
+    text = pdf_text(reports[0])
     assert "SPEED-Bench by category: speed (qualitative)" in text
     assert "SPEED-Bench by category: speed, the figures" in text
     assert "SPEED-Bench by category: long (throughput_1k)" in text

@@ -11,9 +11,12 @@ registered study with a surface says what that stage would cost on the H100."""
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import matplotlib.image
 import numpy as np
@@ -23,7 +26,7 @@ import yaml
 
 from harness.analysis.load import load_study_json
 from harness.rundir.manifest import read_manifest
-from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
+from tests.run.conftest import ROOT, pdf_text, run_folder, specbench, verdict_of
 
 EXAMPLE = ROOT / "examples" / "scripted-surface.yaml"
 # The declaration (examples/scripted-surface.yaml): 10 ms a step up to 20 verified tokens,
@@ -49,15 +52,25 @@ def declared_break_even(k: int, users: int, lengths: list[float]) -> float:
     raise AssertionError(f"the declaration has no break-even at k={k}, c={users}")
 
 
-@pytest.mark.timing
-def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_drafter(tmp_path):
-    results, reports = tmp_path / "results", tmp_path / "reports"
+@pytest.fixture(scope="module")
+def surface_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """examples/scripted-surface.yaml run once, the pass level (2 users) in 3 sessions:
+    (the run folder, the reports folder)."""
+    root = tmp_path_factory.mktemp("surface")
+    results, reports = root / "results", root / "reports"
     data = yaml.safe_load(EXAMPLE.read_text())
     data["recording"] |= {"sessions": 3, "sessions_for": "pass_cells"}  # c=2 repeats
-    study_file = tmp_path / "scripted-surface.yaml"
+    study_file = root / "scripted-surface.yaml"
     study_file.write_text(yaml.safe_dump(data, sort_keys=False))
     specbench("run", str(study_file), "--results", str(results), "--reports", str(reports))
-    run = run_folder(results)
+    return run_folder(results), reports
+
+
+@pytest.mark.timing
+def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_drafter(
+    surface_run: tuple[Path, Path], tmp_path: Path
+) -> None:
+    run, reports = surface_run
 
     # Stage 4 ran after the registered stages, one engine start per control arm and session.
     manifest = read_manifest(run / "manifest.json")
@@ -143,13 +156,7 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
     assert speed["evidence"]["tasks"]["chat"]["best_drafter"] == "drafter"
 
     pdf = reports / f"{run.name}.pdf"
-    text = subprocess.run(
-        ["pdftotext", "-layout", str(pdf), "-"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
+    text = pdf_text(pdf)
     assert "The round-cost surface: task chat" in text
     assert "weak (k=2) c=10: does not pay: needs 1.4" in text
     assert "The k schedule verified: task chat" in text
@@ -177,6 +184,70 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
         )
         pixels = np.asarray(matplotlib.image.imread(png.with_suffix(".png")))
         assert pixels.std() > 0.01, f"{title}: page {number} is blank"
+
+
+def section_traces(html: str, section: str) -> list[dict[str, dict]]:
+    """Each plotly figure drawn in the HTML report's `section`: its traces by name, with x
+    and y as lists (plotly writes a numpy column as a typed array in base64)."""
+    start = html.index(f'<section class="report-section" id="{section}"')
+    end = html.find('<section class="report-section"', start + 1)
+    part = html[start : end if end > 0 else len(html)]
+
+    def values(v: object) -> list:
+        if isinstance(v, dict):  # {"dtype": "f8", "bdata": "..."}
+            return np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"]).tolist()
+        return list(v) if isinstance(v, list) else []
+
+    figures = []
+    for m in re.finditer(r'Plotly\.newPlot\(\s*"fig-\d+",\s*', part):
+        traces, _ = json.JSONDecoder().raw_decode(part, m.end())
+        named = [t for t in traces if t.get("name")]
+        figures.append(
+            {t["name"]: {"x": values(t.get("x")), "y": values(t.get("y"))} for t in named}
+        )
+    return figures
+
+
+def assert_html_surface(html: str, run: Path) -> None:
+    """The HTML report's surface section draws the surface (a round's cost and the
+    break-even L per k, each drafter placed) and the k schedule verified (measured beside
+    predicted), their points the run's surface.csv and schedule.csv."""
+    figures = section_traces(html, "surface")
+    assert len(figures) == 2, [list(f) for f in figures]
+    drawn, verified = figures
+    surface = pd.read_csv(run / "surface.csv")
+    for k in (2, 3):
+        rows = surface[(surface["task"] == "chat") & (surface["k"] == k)]
+        rows = rows.sort_values("concurrency")
+        assert drawn[f"k={k}"]["x"] == [2, 10]
+        assert drawn[f"k={k}"]["y"] == pytest.approx(list(rows["round_cost_ratio"]))
+        located = rows[rows["status"] == "located"]  # at 10 users; at 2, every L pays
+        assert drawn[f"break-even, k={k}"]["x"] == [10]
+        assert drawn[f"break-even, k={k}"]["y"] == pytest.approx(list(located["break_even_length"]))
+    assert drawn["pays at every L measured"]["x"] == [2]  # the triangle where none is located
+    assert drawn["drafter (k=3) reaches"]["x"] == drawn["weak (k=2) reaches"]["x"] == [2, 10]
+    schedule = pd.read_csv(run / "schedule.csv").sort_values("concurrency")
+    assert set(verified) >= {
+        "measured (95 % interval)",
+        "predicted from the surface",
+        "drafter at its own k",
+    }, list(verified)
+    measured, predicted = (
+        verified["measured (95 % interval)"],
+        verified["predicted from the surface"],
+    )
+    assert measured["x"] == predicted["x"] == [2, 10]
+    assert measured["y"] == pytest.approx(list(schedule["speedup"]))
+    assert predicted["y"] == pytest.approx(list(schedule["predicted_speedup"]))
+    assert verified["drafter at its own k"]["x"] == [2, 10]
+
+
+@pytest.mark.timing
+def test_the_html_report_draws_the_surface_and_the_schedule_it_verified(
+    surface_run: tuple[Path, Path],
+) -> None:
+    run, reports = surface_run
+    assert_html_surface((reports / f"{run.name}.html").read_text(encoding="utf-8"), run)
 
 
 def test_plan_says_what_a_surface_would_cost_on_the_registered_h100(tmp_path):

@@ -12,6 +12,7 @@ import httpx
 
 from harness.engines import get_engine_kind
 from harness.engines.running.lifecycle import start_engine
+from harness.engines.running.process import free_port
 from harness.measure.driver import run_cell
 from harness.measure.patterns import ClosedLoop
 from harness.measure.requests import RequestSpec
@@ -71,11 +72,7 @@ def test_die_ends_the_engine_process_and_the_cell_still_finishes(tmp_path) -> No
         bandwidth_bytes_per_s=1e12,
         failures=[FailureInjection(mode="die", requests=[3])],
     )
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,

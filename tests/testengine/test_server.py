@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from harness.engines.readout.metrics import acceptance_window, parse_metrics
+from harness.engines.running.process import free_port
 from harness.testengine.server import serve_in_thread
 from harness.testengine.spec import ScriptedEngineSpec
 
@@ -189,11 +190,7 @@ def test_runs_as_a_module_with_a_spec_file(tmp_path) -> None:
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(ScriptedEngineSpec(**FAST).model_dump_json())
     truth = tmp_path / "truth.jsonl"
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -275,14 +272,10 @@ def test_output_salt_changes_the_text_and_only_the_text() -> None:
 
 
 def test_the_engine_log_names_its_declared_faults(tmp_path) -> None:
-    import socket
-
     spec = ScriptedEngineSpec(
         num_draft_tokens=1, accept_probs=[0.5], frozen_spec_counters=True, output_salt=3, **FAST
     )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -9,6 +9,7 @@ dataset is copied here (its license does not allow it).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.weights.local_hub import add_to_hub_cache
+from tests.run.conftest import run_folder, specbench
 
 REPO = "nvidia/SPEED-Bench"
 SCHEMA = pa.schema(
@@ -114,3 +116,30 @@ def speed_bench_task(commit: str, name: str = "speed", **extra: object) -> dict:
         "revision": commit,
         **extra,
     }
+
+
+def offline_env(hub: Path, folder: Path) -> dict[str, str]:
+    """SPEED-Bench read offline from the hub cache `hub`; the specbench cache in `folder`."""
+    return {
+        **{k: v for k, v in os.environ.items() if k != "HF_HOME"},
+        "HF_HUB_CACHE": str(hub),
+        "HF_HUB_OFFLINE": "1",
+        "SPECBENCH_CACHE": str(folder / "specbench-cache"),
+    }
+
+
+def run_offline(study: Path, hub: Path, folder: Path) -> Path:
+    """`specbench run STUDY` under offline_env, results and reports under `folder`: the
+    run folder."""
+    results = folder / "results"
+    specbench(
+        "run",
+        str(study),
+        "--results",
+        str(results),
+        "--reports",
+        str(folder / "reports"),
+        env=offline_env(hub, folder),
+        timeout=300,
+    )
+    return run_folder(results)

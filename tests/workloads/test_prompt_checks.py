@@ -17,8 +17,20 @@ from harness.cli import main
 from harness.prereg.schema import TaskSpec
 from harness.workloads import DataIntegrityError, load_items
 from harness.workloads.speed_bench import PLACEHOLDER
-from tests.run.conftest import SCRIPTED_ENGINE, run_folder, specbench, write_scripted_study
-from tests.workloads.speedbench import ROWS, build_speed_bench_cache, row, speed_bench_task
+from tests.run.conftest import (
+    pdf_text,
+    scripted_arms,
+    scripted_bars,
+    scripted_recording,
+    write_scripted_study,
+)
+from tests.workloads.speedbench import (
+    ROWS,
+    build_speed_bench_cache,
+    row,
+    run_offline,
+    speed_bench_task,
+)
 from tests.workloads.test_speed_bench import _line_of, study, write
 
 # As the hub publishes them: the sentence alone, or with a template whose holes the
@@ -104,21 +116,7 @@ def test_a_dropping_study_sends_none_and_counts_them_in_its_manifest_and_report(
         tmp_path,
         "drop",
         "SPEED-Bench with placeholder rows",
-        arms=[
-            {"name": "base", "engine": "scripted", "launch": {}, "scripted": dict(SCRIPTED_ENGINE)},
-            {
-                "name": "drafter",
-                "engine": "scripted",
-                "launch": {},
-                "baseline": "base",
-                "drafter": {"method": "scripted-draft", "num_draft_tokens": 3},
-                "scripted": {
-                    **SCRIPTED_ENGINE,
-                    "num_draft_tokens": 3,
-                    "accept_probs": [0.8, 0.7, 0.6],
-                },
-            },
-        ],
+        arms=scripted_arms([0.8, 0.7, 0.6]),
         loads={
             "closed_loop": {
                 "concurrency": [1],
@@ -127,38 +125,10 @@ def test_a_dropping_study_sends_none_and_counts_them_in_its_manifest_and_report(
             }
         },
         tasks=[speed_bench_task(hub.commit, max_tokens=8, placeholders="drop")],
-        recording={
-            "lag_limit_p99_ms": 25,
-            "min_delivered_share": 0.9,
-            "regime": {"enabled": False},
-        },
-        bars={
-            "pass": {
-                "speed": {"threshold": 1.2, "concurrencies": [1]},
-                "identity": None,
-                "knee": {"required": False},
-            },
-            "stop": {"concurrencies": [1]},
-            "intervals": {"bootstrap_resamples": 200},
-        },
+        recording=scripted_recording(sessions=3),  # the schema's default
+        bars=scripted_bars(identity=None, knee={"required": False}),
     )
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "HF_HOME"},
-        "HF_HUB_CACHE": str(hub.root),
-        "HF_HUB_OFFLINE": "1",
-        "SPECBENCH_CACHE": str(tmp_path / "specbench-cache"),
-    }
-    specbench(
-        "run",
-        str(study_path),
-        "--results",
-        str(tmp_path / "results"),
-        "--reports",
-        str(tmp_path / "reports"),
-        env=env,
-        timeout=300,
-    )
-    run = run_folder(tmp_path / "results")
+    run = run_offline(study_path, hub.root, tmp_path)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["speed_bench_placeholders"] == {
         "speed": {"coding": [1, 5], "math": [0, 4], "summary": [2, 2]}
@@ -174,11 +144,7 @@ def test_a_dropping_study_sends_none_and_counts_them_in_its_manifest_and_report(
         "speed_bench:summary-1",
     }
     (pdf,) = (tmp_path / "reports").glob("*.pdf")
-    text = " ".join(
-        subprocess.run(
-            ["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True
-        ).stdout.split()
-    )
+    text = " ".join(pdf_text(pdf).split())
     assert (
         "Placeholder rows dropped, never sent (placeholders: drop): coding 1 of 5, summary"
         " 2 of 2; categories left empty: summary"
