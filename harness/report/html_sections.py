@@ -1,7 +1,5 @@
-"""The HTML report's sections, in the PDF's order, each from the same Analysis and Verdict
-and the same text its PDF page prints (the pages_*.py line functions): verdict, speedups,
-intervals, decomposition, surface, speed curves, acceptance, consistency, three figures,
-accuracy, identity, open loop, delivered load, GPU, environment."""
+"""The HTML report's sections (views.SECTION_ORDER, the PDF's order), each from the same
+Analysis and Verdict and the same views and text its PDF page prints."""
 
 from __future__ import annotations
 
@@ -18,26 +16,23 @@ from harness.report import html_figures_cells as cells
 from harness.report import html_figures_surface as surface
 from harness.report.html_plotly import figure_div
 from harness.report.html_text import escape, lines_html
-from harness.report.pages_acceptance import MAX_TASKS, three_figures_lines
+from harness.report.pages_acceptance import MAX_TASKS
 from harness.report.pages_categories import category_subtitle, category_table_lines
 from harness.report.pages_decompose import decomposition_lines
-from harness.report.pages_environment import environment_lines
 from harness.report.pages_gpu import CELL_SUBTITLE, gpu_cell_lines
 from harness.report.pages_headline import HEADLINE_TASKS, VERDICT_COLOURS
-from harness.report.pages_load import SUBTITLE as LOAD_SUBTITLE
-from harness.report.pages_load import delivered_load_lines
 from harness.report.pages_open import fleet_lines
-from harness.report.pages_quality import identity_lines, paired_lines
-from harness.report.pages_sessions import interval_lines
+from harness.report.pages_quality import paired_lines
 from harness.report.pages_speed import speedup_note
 from harness.report.pages_surface import surface_text_lines, verification_lines
 from harness.report.pages_text import bar_lines, evidence_lines, verdict_notice
+from harness.report.views import SECTION_ORDER
+from harness.report.views.text import TEXT_VIEWS, TextView
 from harness.rundir.verdict import Verdict
 
 
 @dataclass(frozen=True)
 class Section:
-    id: str
     title: str
     body: str  # HTML
     subtitle: str = ""
@@ -53,6 +48,9 @@ class Figures:
         self.count += 1
         cls = "figure wide" if wide else "figure"
         return f'<div class="{cls}">{figure_div(fig, f"fig-{self.count}")}</div>'
+
+
+SectionWriter = Callable[[Analysis, Verdict, Figures], Section]
 
 
 def _grid(items: list[str]) -> str:
@@ -89,7 +87,6 @@ def verdict_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     ]
     study = a.run.study
     return Section(
-        "verdict",
         f"Verdict: {v.verdict}",
         "\n".join(body),
         f"{study.title} | run {a.run.run_id} | seal {str(v.seal)[:16]}...",
@@ -99,18 +96,9 @@ def verdict_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 def speedup_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     items = [fig(speed.speedup_figure(a, t)) for t in speed_tasks(a.run.study)]
     return Section(
-        "speedups",
         "Speedup vs concurrency",
         _grid(items) or _note("no speed task"),
         speedup_note(a),
-    )
-
-
-def interval_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section(
-        "intervals",
-        "Speedup intervals: sessions and what they rest on",
-        lines_html(interval_lines(a)),
     )
 
 
@@ -123,7 +111,6 @@ def decomposition_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
             lines_html(decomposition_lines(a, task)),
         ]
     return Section(
-        "decomposition",
         "Why each speedup is what it is",
         "\n".join(body) or _note("no speed task"),
         "speedup = (tokens per round / baseline's) / (round time / plain step), from"
@@ -136,7 +123,7 @@ def category_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     title = "SPEED-Bench by category"
     df = a.categories
     if df is None or not len(df):
-        return Section("categories", title, _note("the study has no SPEED-Bench speed task"))
+        return Section(title, _note("the study has no SPEED-Bench speed task"))
     body = []
     for task, rows in df.groupby("task", sort=False):
         config = rows["config"].iloc[0]
@@ -154,7 +141,6 @@ def category_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     if lengths is not None:
         body += ["<h3>SPEED-Bench by input length</h3>", fig(lengths, wide=True)]
     return Section(
-        "categories",
         title,
         "\n".join(body),
         "the per-category acceptance matrix, with intervals; a throughput"
@@ -165,9 +151,7 @@ def category_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 def surface_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     study = a.run.study
     if study.surface is None or v.surface is None:
-        return Section(
-            "surface", "The round-cost surface", _note("the study registers no round-cost surface")
-        )
+        return Section("The round-cost surface", _note("the study registers no round-cost surface"))
     body = []
     for task in study.surface_tasks():
         body += [
@@ -182,7 +166,6 @@ def surface_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
                 lines_html(verification_lines(a, v, task)),
             ]
     return Section(
-        "surface",
         "The round-cost surface",
         "\n".join(body),
         f"control arms of {study.surface.drafter} with acceptance set (k"
@@ -198,7 +181,6 @@ def _num(v: float | None) -> str:
 def speed_curves_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     items = [fig(speed.speed_curves_figure(a, t), wide=True) for t in speed_tasks(a.run.study)]
     return Section(
-        "speed-curves",
         "Per-user speed and throughput vs concurrency",
         "\n".join(items) or _note("no speed task"),
         "per-user speed = median over requests of (tokens - 1) / (end - first token);"
@@ -219,7 +201,6 @@ def acceptance_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
             or _note("no speed task")
         )
     return Section(
-        "acceptance",
         "Acceptance",
         "\n".join(body) or _note("no drafter arm"),
         "top: the engine's tokens per round (as its engine counts rounds) each second of each speed cell"
@@ -229,18 +210,9 @@ def acceptance_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 def consistency_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     return Section(
-        "consistency",
         "Acceptance length: measured against its parts",
         fig(cells.consistency_figure(a), wide=True),
         "one point per drafter speed cell; on the diagonal the two figures agree",
-    )
-
-
-def three_figures_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section(
-        "three-figures",
-        "Acceptance: three figures side by side",
-        lines_html(three_figures_lines(a)),
     )
 
 
@@ -248,7 +220,6 @@ def accuracy_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     judged = a.run.study.bars.pass_.accuracy
     level = judged.level if judged else 0.95
     return Section(
-        "accuracy",
         "Accuracy",
         fig(cells.accuracy_figure(a), wide=True)
         + "<h3>Paired comparisons</h3>"
@@ -258,28 +229,17 @@ def accuracy_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     )
 
 
-def identity_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section("identity", "Greedy identity", lines_html(identity_lines(a)))
-
-
 def open_loop_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     ol = a.run.study.loads.open_loop
     if ol is None:
-        return Section("open-loop", "Open loop", _note("the study registers no open-loop load"))
+        return Section("Open loop", _note("the study registers no open-loop load"))
     obj = ol.objective
     return Section(
-        "open-loop",
         "Open loop near the knee: latency vs offered rate",
         fig(cells.open_loop_figure(a), wide=True) + lines_html(fleet_lines(a)),
         f"{ol.arrival} arrivals on task {ol.task}; objective p{obj.percentile:g}"
         f" {obj.metric.upper()} <= {obj.max_s:g} s (measured from the scheduled send,"
         " so client queueing counts; a failed request counts as too slow)",
-    )
-
-
-def delivered_load_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section(
-        "delivered-load", "Delivered load", lines_html(delivered_load_lines(a)), LOAD_SUBTITLE
     )
 
 
@@ -292,9 +252,8 @@ def gpu_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
             if entry is not None and not entry.recorded
             else "no cell of this run has a GPU reading"
         )
-        return Section("gpu", "GPU telemetry", _note(why or "no GPU telemetry"))
+        return Section("GPU telemetry", _note(why or "no GPU telemetry"))
     return Section(
-        "gpu",
         "GPU telemetry across the run",
         fig(figure, wide=True)
         + f"<h3>Per cell</h3>{_note(CELL_SUBTITLE)}"
@@ -304,32 +263,31 @@ def gpu_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     )
 
 
-def environment_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section(
-        "environment", "Environment, seal and deviations", lines_html(environment_lines(a, v))
-    )
+def _text(build: Callable[[Analysis, Verdict], TextView]) -> SectionWriter:
+    def write(a: Analysis, v: Verdict, fig: Figures) -> Section:
+        view = build(a, v)
+        return Section(view.title, lines_html(view.lines), view.subtitle)
+
+    return write
 
 
-SECTIONS: list[Callable[[Analysis, Verdict, Figures], Section]] = [
-    verdict_section,
-    speedup_section,
-    interval_section,
-    decomposition_section,
-    category_section,
-    surface_section,
-    speed_curves_section,
-    acceptance_section,
-    consistency_section,
-    three_figures_section,
-    accuracy_section,
-    identity_section,
-    open_loop_section,
-    delivered_load_section,
-    gpu_section,
-    environment_section,
-]
+# Section id -> its HTML section.
+HTML_SECTIONS: dict[str, SectionWriter] = {
+    "verdict": verdict_section,
+    "speedups": speedup_section,
+    "decomposition": decomposition_section,
+    "categories": category_section,
+    "surface": surface_section,
+    "speed-curves": speed_curves_section,
+    "acceptance": acceptance_section,
+    "consistency": consistency_section,
+    "accuracy": accuracy_section,
+    "open-loop": open_loop_section,
+    "gpu": gpu_section,
+    **{section: _text(build) for section, build in TEXT_VIEWS.items()},
+}
 
 
-def report_sections(a: Analysis, v: Verdict) -> list[Section]:
+def report_sections(a: Analysis, v: Verdict) -> list[tuple[str, Section]]:
     fig = Figures()
-    return [make(a, v, fig) for make in SECTIONS]
+    return [(section, HTML_SECTIONS[section](a, v, fig)) for section in SECTION_ORDER]

@@ -11,6 +11,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 from harness.analysis.tables import Analysis
 from harness.report.layout import new_page, save, table_lines, text_pages
 from harness.report.pages_speed import arm_colours
+from harness.rundir.verdict import Verdict
 
 # (column, its interval's columns, the panel's title)
 PANELS = (
@@ -125,7 +126,7 @@ def category_table_lines(rows: pd.DataFrame) -> list[str]:
     return table_lines(TABLE_COLUMNS, table)
 
 
-def category_pages(pdf: PdfPages, a: Analysis) -> int:
+def category_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     """Per SPEED-Bench task: speedup, tokens per round and acceptance by category, each
     with its interval, then the table; and the throughput configurations by input length."""
     df = a.categories

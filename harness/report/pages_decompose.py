@@ -20,11 +20,12 @@ from harness.analysis.tables import Analysis
 from harness.calibration import run_hardware
 from harness.report.layout import MONO, empty_axes, log2_axis, new_page, save, table_lines
 from harness.report.pages_speed import arm_colours
+from harness.rundir.verdict import Verdict
 
 ROWS_ON_PAGE = 14
 
 
-def decomposition_pages(pdf: PdfPages, a: Analysis) -> int:
+def decomposition_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     pages = 0
     for task in speed_tasks(a.run.study):
         _task_page(pdf, a, task)

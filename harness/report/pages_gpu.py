@@ -11,6 +11,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 from harness.analysis.gpu import gpu_series
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, new_page, save, table_lines, text_pages
+from harness.rundir.verdict import Verdict
 
 _SUBTITLE = (
     "NVML, sampled with the engine's metrics during every cell (each cell's"
@@ -19,7 +20,7 @@ _SUBTITLE = (
 )
 
 
-def gpu_pages(pdf: PdfPages, a: Analysis) -> int:
+def gpu_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     series = gpu_series(a.run)
     ok = series[series["ok"]]
     entry = a.run.manifest.gpu_telemetry

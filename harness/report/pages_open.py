@@ -10,9 +10,10 @@ from harness.analysis.open_loop import drafters_by_baseline
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, new_page, save, table_lines
 from harness.report.pages_speed import arm_colours
+from harness.rundir.verdict import Verdict
 
 
-def open_loop_page(pdf: PdfPages, a: Analysis) -> int:
+def open_loop_page(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     ol = a.run.study.loads.open_loop
     if ol is None:
         fig = new_page("Open loop", "the study registers no open-loop load")

@@ -10,6 +10,7 @@ from harness.analysis.bar_common import speed_tasks
 from harness.analysis.knee import knee_span
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, log2_axis, new_page, save
+from harness.rundir.verdict import Verdict
 
 TASKS_PER_PAGE = 3
 
@@ -34,7 +35,7 @@ def _chunks(items: list[str], n: int) -> list[list[str]]:
     return [items[i : i + n] for i in range(0, len(items), n)] or [[]]
 
 
-def speedup_pages(pdf: PdfPages, a: Analysis) -> int:
+def speedup_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     colours = arm_colours(a)
     note = speedup_note(a)
     pages = 0
@@ -165,7 +166,7 @@ def _mark_knee(ax, a: Analysis, arm: str, task: str, colour: str, levels: list[i
         )
 
 
-def speed_curve_pages(pdf: PdfPages, a: Analysis) -> int:
+def speed_curve_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     """Per-user speed and output throughput vs concurrency, every arm, per task."""
     levels = a.run.study.loads.closed_loop.concurrency
     colours = arm_colours(a)

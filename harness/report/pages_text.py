@@ -1,5 +1,5 @@
 """The verdict page with each bar's evidence, and the run-record lines it shares with the
-environment page (pages_environment.py): deviations, checkpoints, the smoke and the regime."""
+environment page (views/environment.py): deviations, checkpoints, the smoke and the regime."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from harness.prereg.operating import operating_lines
 from harness.records import SmokeArmCheck, SmokeIdentityCheck
 from harness.report.layout import text_pages, wrap_lines
 from harness.report.pages_headline import headline_page
-from harness.report.pages_quality import mismatch_where
+from harness.report.views.identity import mismatch_where
 from harness.rundir.manifest import Manifest
 from harness.rundir.verdict import Verdict
 
