@@ -11,7 +11,8 @@ import plotly.graph_objects as go
 from harness.analysis.knee import knee_span
 from harness.analysis.tables import Analysis
 from harness.report.html_plotly import band, empty, floats, grid, log2_x
-from harness.report.pages_speed import arm_colours
+from harness.report.views import arm_colours
+from harness.report.views.speed import SpeedCurvesView
 
 
 def _speedups(a: Analysis, task: str):
@@ -158,30 +159,19 @@ def factors_figure(a: Analysis, task: str) -> go.Figure:
     return fig
 
 
-def speed_curves_figure(a: Analysis, task: str) -> go.Figure:
+def speed_curves_figure(view: SpeedCurvesView, task: str) -> go.Figure:
     """Per-user speed and output throughput against users, every arm."""
-    levels = a.run.study.loads.closed_loop.concurrency
-    colours = arm_colours(a)
-    cells = a.cells[
-        (a.cells["kind"] == "speed")
-        & (a.cells["status"] == "complete")
-        & a.cells["rerun_of"].isna()
-        & (a.cells["task"] == task)
-    ]
     fig = grid(1, 2, [f"{task}: per-user speed (tok/s)", f"{task}: output throughput (tok/s)"])
-    for arm in a.run.study.arms:
-        rows = cells[cells["arm"] == arm.name].sort_values("concurrency")
-        if rows.empty:
-            continue
-        style = {"color": colours[arm.name], "dash": "solid" if arm.baseline is None else "dash"}
+    for curve in view.tasks[task]:
+        style = {"color": curve.colour, "dash": "dash" if curve.drafter else "solid"}
         for col, column in ((1, "per_user_speed"), (2, "output_throughput_tok_s")):
             fig.add_trace(
                 go.Scatter(
-                    x=rows["concurrency"],
-                    y=floats(rows[column]),
+                    x=curve.rows["concurrency"],
+                    y=floats(curve.rows[column]),
                     mode="lines+markers",
-                    name=arm.name,
-                    legendgroup=arm.name,
+                    name=curve.arm,
+                    legendgroup=curve.arm,
                     showlegend=col == 1,
                     line=style,
                 ),
@@ -189,9 +179,9 @@ def speed_curves_figure(a: Analysis, task: str) -> go.Figure:
                 col=col,
             )
     for col in (1, 2):
-        log2_x(fig, levels, 1, col)
+        log2_x(fig, view.levels, 1, col)
         fig.update_yaxes(rangemode="tozero", row=1, col=col)
-        if cells.empty:
+        if not view.tasks[task]:
             empty(fig, "no complete speed cells", 1, col)
     return fig
 

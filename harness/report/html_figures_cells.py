@@ -10,14 +10,13 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
-from harness.analysis.gpu import gpu_series
 from harness.analysis.open_loop import drafters_by_baseline
 from harness.analysis.tables import Analysis
 from harness.prereg.schema import Arm
 from harness.report.acceptance_series import NO_SERIES, acceptance_by_level, no_positions_line
 from harness.report.html_plotly import empty, floats, grid
-from harness.report.pages_gpu import alternate_cell_spans
-from harness.report.pages_speed import arm_colours
+from harness.report.views import arm_colours
+from harness.report.views.gpu import GpuView
 
 
 def _level_colours(levels: list[int]) -> dict[int, str]:
@@ -252,15 +251,10 @@ def open_loop_figure(a: Analysis) -> go.Figure:
     return fig
 
 
-def gpu_figure(a: Analysis) -> go.Figure | None:
-    """Clocks, power and temperature across the run, throttled readings marked; None
-    when no cell has a GPU reading (the section says why)."""
-    series = gpu_series(a.run)
-    ok = series[series["ok"]]
-    if ok.empty:
-        return None
+def gpu_figure(view: GpuView) -> go.Figure:
+    """Clocks, power and temperature across the run, throttled readings marked."""
+    ok, minutes = view.readings, view.minutes
     fig = grid(3, 1, ["clock (MHz)", "power (W)", "temperature (C)"], height=820, shared_xaxes=True)
-    minutes = (ok["wall_time"] - float(ok["wall_time"].min())) / 60.0
     for gpu, rows in ok.groupby("gpu"):
         x = floats(minutes[rows.index])
         for row, column, name in (
@@ -298,7 +292,7 @@ def gpu_figure(a: Analysis) -> go.Figure | None:
                     row=row,
                     col=1,
                 )
-    for _cell, lo, hi in alternate_cell_spans(ok, minutes):
+    for _cell, lo, hi in view.cell_spans:
         fig.add_vrect(
             x0=lo, x1=hi, fillcolor="#000000", opacity=0.05, line_width=0, row="all", col=1
         )

@@ -19,7 +19,6 @@ from harness.report.html_text import escape, lines_html
 from harness.report.pages_acceptance import MAX_TASKS
 from harness.report.pages_categories import category_subtitle, category_table_lines
 from harness.report.pages_decompose import decomposition_lines
-from harness.report.pages_gpu import CELL_SUBTITLE, gpu_cell_lines
 from harness.report.pages_headline import HEADLINE_TASKS, VERDICT_COLOURS
 from harness.report.pages_open import fleet_lines
 from harness.report.pages_quality import paired_lines
@@ -27,6 +26,8 @@ from harness.report.pages_speed import speedup_note
 from harness.report.pages_surface import surface_text_lines, verification_lines
 from harness.report.pages_text import bar_lines, evidence_lines, verdict_notice
 from harness.report.views import SECTION_ORDER
+from harness.report.views.gpu import build_gpu_view
+from harness.report.views.speed import build_speed_curves_view
 from harness.report.views.text import TEXT_VIEWS, TextView
 from harness.rundir.verdict import Verdict
 
@@ -179,13 +180,9 @@ def _num(v: float | None) -> str:
 
 
 def speed_curves_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    items = [fig(speed.speed_curves_figure(a, t), wide=True) for t in speed_tasks(a.run.study)]
-    return Section(
-        "Per-user speed and throughput vs concurrency",
-        "\n".join(items) or _note("no speed task"),
-        "per-user speed = median over requests of (tokens - 1) / (end - first token);"
-        " throughput = output tokens / measured wall time",
-    )
+    view = build_speed_curves_view(a, v)
+    items = [fig(speed.speed_curves_figure(view, t), wide=True) for t in view.tasks]
+    return Section(view.title, "\n".join(items) or _note("no speed task"), view.subtitle)
 
 
 def acceptance_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
@@ -244,22 +241,15 @@ def open_loop_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def gpu_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    figure = cells.gpu_figure(a)
-    if figure is None:
-        entry = a.run.manifest.gpu_telemetry
-        why = (
-            entry.reason
-            if entry is not None and not entry.recorded
-            else "no cell of this run has a GPU reading"
-        )
-        return Section("GPU telemetry", _note(why or "no GPU telemetry"))
+    view = build_gpu_view(a, v)
+    if view.why_none:
+        return Section(view.title, _note(view.why_none), view.subtitle)
     return Section(
-        "GPU telemetry across the run",
-        fig(figure, wide=True)
-        + f"<h3>Per cell</h3>{_note(CELL_SUBTITLE)}"
-        + lines_html(gpu_cell_lines(a)),
-        "NVML, sampled with the engine's metrics during every cell; red marks: a"
-        " reading with a power, thermal or hardware slowdown reason",
+        view.title,
+        fig(cells.gpu_figure(view), wide=True)
+        + f"<h3>Per cell</h3>{_note(view.cell_subtitle)}"
+        + lines_html(view.cell_lines),
+        view.subtitle,
     )
 
 

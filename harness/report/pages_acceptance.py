@@ -16,7 +16,7 @@ from harness.report.acceptance_series import (
     no_positions_line,
 )
 from harness.report.layout import empty_axes, new_page, save
-from harness.report.pages_speed import arm_colours
+from harness.report.views import arm_colours
 from harness.rundir.verdict import Verdict
 
 MAX_TASKS = 3

@@ -10,7 +10,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.tables import Analysis
 from harness.report.layout import new_page, save, table_lines, text_pages
-from harness.report.pages_speed import arm_colours
+from harness.report.views import arm_colours
 from harness.rundir.verdict import Verdict
 
 # (column, its interval's columns, the panel's title)

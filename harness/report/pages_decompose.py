@@ -19,7 +19,7 @@ from harness.analysis.decompose import factor_shift
 from harness.analysis.tables import Analysis
 from harness.calibration import run_hardware
 from harness.report.layout import MONO, empty_axes, log2_axis, new_page, save, table_lines
-from harness.report.pages_speed import arm_colours
+from harness.report.views import arm_colours
 from harness.rundir.verdict import Verdict
 
 ROWS_ON_PAGE = 14

@@ -16,7 +16,8 @@ from matplotlib.backends.backend_pdf import PdfPages
 from harness.analysis.bar_common import speed_tasks
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, log2_axis, new_page, save, wrap_lines
-from harness.report.pages_speed import arm_colours, speedup_axes, speedup_legend
+from harness.report.pages_speed import speedup_axes, speedup_legend
+from harness.report.views import arm_colours
 from harness.rundir.verdict import Verdict
 
 HEADLINE_TASKS = 3  # columns on page one; further tasks are on the speedup pages

@@ -9,7 +9,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 from harness.analysis.open_loop import drafters_by_baseline
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, new_page, save, table_lines
-from harness.report.pages_speed import arm_colours
+from harness.report.views import arm_colours
 from harness.rundir.verdict import Verdict
 
 

@@ -10,25 +10,11 @@ from harness.analysis.bar_common import speed_tasks
 from harness.analysis.knee import knee_span
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, log2_axis, new_page, save
+from harness.report.views import arm_colours
+from harness.report.views.speed import build_speed_curves_view
 from harness.rundir.verdict import Verdict
 
 TASKS_PER_PAGE = 3
-
-
-def arm_colours(a: Analysis) -> dict[str, str]:
-    palette = [
-        "#1f77b4",
-        "#d62728",
-        "#2ca02c",
-        "#9467bd",
-        "#ff7f0e",
-        "#8c564b",
-        "#e377c2",
-        "#17becf",
-        "#bcbd22",
-        "#7f7f7f",
-    ]
-    return {arm.name: palette[i % len(palette)] for i, arm in enumerate(a.run.study.arms)}
 
 
 def _chunks(items: list[str], n: int) -> list[list[str]]:
@@ -168,49 +154,35 @@ def _mark_knee(ax, a: Analysis, arm: str, task: str, colour: str, levels: list[i
 
 def speed_curve_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     """Per-user speed and output throughput vs concurrency, every arm, per task."""
-    levels = a.run.study.loads.closed_loop.concurrency
-    colours = arm_colours(a)
-    cells = a.cells[
-        (a.cells["kind"] == "speed")
-        & (a.cells["status"] == "complete")
-        & a.cells["rerun_of"].isna()
-    ]
+    view = build_speed_curves_view(a, verdict)
     pages = 0
-    for tasks in _chunks(speed_tasks(a.run.study), TASKS_PER_PAGE):
-        fig = new_page(
-            "Per-user speed and throughput vs concurrency",
-            "per-user speed = median over requests of (tokens - 1) / (end - first "
-            "token); throughput = output tokens / measured wall time",
-        )
+    for tasks in _chunks(list(view.tasks), TASKS_PER_PAGE):
+        fig = new_page(view.title, view.subtitle)
         axes = fig.subplots(2, max(1, len(tasks)), squeeze=False)
         fig.subplots_adjust(left=0.07, right=0.98, top=0.85, bottom=0.14, wspace=0.28, hspace=0.4)
         handles = {}
         for j, task in enumerate(tasks):
             up, down = axes[0][j], axes[1][j]
-            sub = cells[cells["task"] == task]
-            for arm in (x.name for x in a.run.study.arms):
-                rows = sub[sub["arm"] == arm].sort_values("concurrency")
-                if rows.empty:
-                    continue
-                style = "o-" if a.run.study.arm(arm).baseline else "s--"
+            for curve in view.tasks[task]:
+                rows, style = curve.rows, "o-" if curve.drafter else "s--"
                 (h,) = up.plot(
                     rows["concurrency"],
                     rows["per_user_speed"],
                     style,
-                    color=colours[arm],
-                    label=arm,
+                    color=curve.colour,
+                    label=curve.arm,
                     ms=4,
                 )
                 down.plot(
                     rows["concurrency"],
                     rows["output_throughput_tok_s"],
                     style,
-                    color=colours[arm],
+                    color=curve.colour,
                     ms=4,
                 )
-                handles[arm] = h
+                handles[curve.arm] = h
             for ax, ylabel in ((up, "per-user speed (tok/s)"), (down, "output throughput (tok/s)")):
-                log2_axis(ax, levels)
+                log2_axis(ax, view.levels)
                 ax.set_ylabel(ylabel)
                 ax.set_xlabel("concurrent users")
                 ax.grid(alpha=0.3)
