@@ -12,6 +12,7 @@ from harness.analysis.knee import knee_span
 from harness.analysis.tables import Analysis
 from harness.report.html_plotly import band, empty, floats, grid, log2_x
 from harness.report.views import arm_colours
+from harness.report.views.categories import PANELS, InputLengths, TaskCategories
 from harness.report.views.speed import SpeedCurvesView
 
 
@@ -262,13 +263,11 @@ def decomposition_figure(a: Analysis, task: str) -> go.Figure:
     return fig
 
 
-def category_figure(a: Analysis, task: str) -> go.Figure:
+def category_figure(a: Analysis, t: TaskCategories) -> go.Figure:
     """A SPEED-Bench task by category: speedup, tokens per round and acceptance, one
     marker series per drafter arm and concurrency, each with its interval (the PDF's
     pages_categories panels)."""
-    from harness.report.pages_categories import PANELS
-
-    rows = a.categories[(a.categories["task"] == task) & (a.categories["status"] == "ok")]
+    rows = t.rows
     fig = grid(1, len(PANELS), [title for *_, title in PANELS], height=420)
     colours = arm_colours(a)
     for col, (value, lo, hi, _) in enumerate(PANELS, start=1):
@@ -283,18 +282,7 @@ def category_figure(a: Analysis, task: str) -> go.Figure:
                     legendgroup=f"{arm} c={c}",
                     showlegend=col == 1,
                     marker={"color": colours.get(str(arm), "#444444"), "size": 9},
-                    error_y={
-                        "type": "data",
-                        "symmetric": False,
-                        "array": [
-                            max(0.0, (h or v) - v) if v is not None else 0.0
-                            for v, h in zip(y, floats(grp[hi]), strict=True)
-                        ],
-                        "arrayminus": [
-                            max(0.0, v - (lw or v)) if v is not None else 0.0
-                            for v, lw in zip(y, floats(grp[lo]), strict=True)
-                        ],
-                    },
+                    error_y=_error_bars(y, floats(grp[lo]), floats(grp[hi])),
                 ),
                 row=1,
                 col=col,
@@ -305,26 +293,26 @@ def category_figure(a: Analysis, task: str) -> go.Figure:
     return fig
 
 
-def input_length_figure(a: Analysis) -> go.Figure | None:
-    """The throughput configurations' speedups (their categories pooled) against input
-    length, one line per drafter arm and concurrency (None: no throughput task)."""
-    lengths = {
-        t.name: t.config.removeprefix("throughput_")
-        for t in a.run.study.tasks
-        if t.kind == "speed_bench"
-        and t.config
-        and t.config.startswith("throughput_")
-        and "speed" in t.uses
+def _error_bars(y: list, lo: list, hi: list) -> dict:
+    """Asymmetric error bars from a point and its interval (a gap: no bar)."""
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [
+            max(0.0, (h or v) - v) if v is not None else 0.0 for v, h in zip(y, hi, strict=True)
+        ],
+        "arrayminus": [
+            max(0.0, v - (lw or v)) if v is not None else 0.0 for v, lw in zip(y, lo, strict=True)
+        ],
     }
-    if not lengths:
-        return None
-    sp = a.speedups[a.speedups["task"].isin(lengths) & (a.speedups["status"] == "ok")].copy()
-    sp["input_length"] = sp["task"].map(lengths)
-    order = sorted(set(lengths.values()), key=lambda x: int(x.rstrip("k")))
+
+
+def input_length_figure(a: Analysis, view: InputLengths) -> go.Figure:
+    """The throughput configurations' speedups (their categories pooled) against input
+    length, one line per drafter arm and concurrency."""
     fig = grid(1, 1, ["speedup by input length (configuration)"], height=380)
     colours = arm_colours(a)
-    for (arm, c), grp in sp.groupby(["arm", "concurrency"], sort=False):
-        grp = grp.assign(order=grp["input_length"].map(order.index)).sort_values("order")
+    for arm, c, grp in view.series:
         y, lo, hi = floats(grp["speedup"]), floats(grp["ci_lower"]), floats(grp["ci_upper"])
         fig.add_trace(
             go.Scatter(
@@ -332,25 +320,14 @@ def input_length_figure(a: Analysis) -> go.Figure | None:
                 y=y,
                 mode="lines+markers",
                 name=f"{arm} c={c}",
-                line={"color": colours.get(str(arm), "#444444")},
-                error_y={
-                    "type": "data",
-                    "symmetric": False,
-                    "array": [
-                        max(0.0, (h or v) - v) if v is not None else 0.0
-                        for v, h in zip(y, hi, strict=True)
-                    ],
-                    "arrayminus": [
-                        max(0.0, v - (lw or v)) if v is not None else 0.0
-                        for v, lw in zip(y, lo, strict=True)
-                    ],
-                },
+                line={"color": colours.get(arm, "#444444")},
+                error_y=_error_bars(y, lo, hi),
             ),
             row=1,
             col=1,
         )
-    fig.update_xaxes(categoryorder="array", categoryarray=order, row=1, col=1)
+    fig.update_xaxes(categoryorder="array", categoryarray=view.order, row=1, col=1)
     fig.add_hline(1.0, line={"color": "black", "width": 1})
-    if sp.empty:
+    if not view.series:
         empty(fig, "no usable speedup of a throughput configuration", 1, 1)
     return fig

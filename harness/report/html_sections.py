@@ -17,7 +17,6 @@ from harness.report import html_figures_surface as surface
 from harness.report.html_plotly import figure_div
 from harness.report.html_text import escape, lines_html
 from harness.report.pages_acceptance import MAX_TASKS
-from harness.report.pages_categories import category_subtitle, category_table_lines
 from harness.report.pages_decompose import decomposition_lines
 from harness.report.pages_headline import HEADLINE_TASKS, VERDICT_COLOURS
 from harness.report.pages_open import fleet_lines
@@ -26,6 +25,7 @@ from harness.report.pages_speed import speedup_note
 from harness.report.pages_surface import surface_text_lines, verification_lines
 from harness.report.pages_text import bar_lines, evidence_lines, verdict_notice
 from harness.report.views import SECTION_ORDER
+from harness.report.views.categories import build_categories_view
 from harness.report.views.gpu import build_gpu_view
 from harness.report.views.speed import build_speed_curves_view
 from harness.report.views.text import TEXT_VIEWS, TextView
@@ -121,32 +121,26 @@ def decomposition_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def category_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    title = "SPEED-Bench by category"
-    df = a.categories
-    if df is None or not len(df):
-        return Section(title, _note("the study has no SPEED-Bench speed task"))
+    view = build_categories_view(a, v)
+    if view.none:
+        return Section(view.title, _note(view.none))
     body = []
-    for task, rows in df.groupby("task", sort=False):
-        config = rows["config"].iloc[0]
-        body.append(f"<h3>{escape(str(task))} ({escape(str(config))})</h3>")
-        unavailable = rows[rows["status"] == "unavailable"]
-        if len(unavailable):
-            body.append(_note(str(unavailable["reason"].iloc[0])))
+    for t in view.tasks:
+        body.append(f"<h3>{escape(t.title)}</h3>")
+        if t.unavailable:
+            body.append(_note(t.unavailable))
             continue
         body += [
-            _note(category_subtitle(a, str(task))),
-            fig(speed.category_figure(a, str(task)), wide=True),
-            lines_html(category_table_lines(rows)),
+            _note(t.subtitle),
+            fig(speed.category_figure(a, t), wide=True),
+            lines_html(t.table_lines),
         ]
-    lengths = speed.input_length_figure(a)
-    if lengths is not None:
-        body += ["<h3>SPEED-Bench by input length</h3>", fig(lengths, wide=True)]
-    return Section(
-        title,
-        "\n".join(body),
-        "the per-category acceptance matrix, with intervals; a throughput"
-        " configuration is one input length",
-    )
+    if view.lengths is not None:
+        body += [
+            f"<h3>{escape(view.lengths.title)}</h3>",
+            fig(speed.input_length_figure(a, view.lengths), wide=True),
+        ]
+    return Section(view.title, "\n".join(body), view.subtitle)
 
 
 def surface_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
