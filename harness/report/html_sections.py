@@ -3,7 +3,6 @@ Analysis and Verdict and the same views and text its PDF page prints."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -167,10 +166,6 @@ def surface_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
         f" {study.surface.k}, L {study.surface.acceptance_length}); break-even L:"
         " where the speedup's interval reaches 1.0, interpolated; read by no bar",
     )
-
-
-def _num(v: float | None) -> str:
-    return "-" if v is None or not math.isfinite(v) else f"{v:.2f}"
 
 
 def speed_curves_section(a: Analysis, v: Verdict, fig: Figures) -> Section:

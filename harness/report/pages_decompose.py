@@ -9,8 +9,6 @@ the speedup from the lowest level to each higher one.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from matplotlib.backends.backend_pdf import PdfPages
 
@@ -18,6 +16,7 @@ from harness.analysis.bar_common import speed_tasks
 from harness.analysis.decompose import factor_shift
 from harness.analysis.tables import Analysis
 from harness.calibration import run_hardware
+from harness.report.acceptance_series import is_nan
 from harness.report.layout import MONO, empty_axes, log2_axis, new_page, save, table_lines
 from harness.report.views import arm_colours
 from harness.rundir.verdict import Verdict
@@ -239,14 +238,10 @@ def _table(a: Analysis, sp, tol: float) -> list[str]:
 
 def _ratio(r) -> float | None:
     t, b = r["tokens_per_round"], r["baseline_tokens_per_round"]
-    if t is None or b is None or _nan(t) or _nan(b) or not b:
+    if is_nan(t) or is_nan(b) or not b:
         return None
     return float(t) / float(b)
 
 
 def _pct(v) -> str:
-    return "-" if v is None or _nan(v) else f"{float(v):+.1%}"
-
-
-def _nan(v) -> bool:
-    return isinstance(v, float) and math.isnan(v)
+    return "-" if is_nan(v) else f"{float(v):+.1%}"

@@ -8,6 +8,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.open_loop import drafters_by_baseline
 from harness.analysis.tables import Analysis
+from harness.report.acceptance_series import is_nan
 from harness.report.layout import empty_axes, new_page, save, table_lines
 from harness.report.views import arm_colours
 from harness.rundir.verdict import Verdict
@@ -87,7 +88,7 @@ def fleet_lines(a: Analysis) -> list[str]:
                 r.arm,
                 r.baseline or "(baseline)",
                 r.sustainable_rps,
-                r.gpus if r.gpus is not None and not _nan(r.gpus) else "none sustains",
+                r.gpus if not is_nan(r.gpus) else "none sustains",
                 r.baseline_gpus,
                 r.gpus_saved,
                 f"{r.cells_usable}/{r.cells_planned}",
@@ -114,7 +115,3 @@ def fleet_lines(a: Analysis) -> list[str]:
         rows,
     )
     return lines
-
-
-def _nan(v) -> bool:
-    return isinstance(v, float) and math.isnan(v)

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from harness.analysis.acceptance_requests import AGREE_WITHIN
 from harness.analysis.tables import Analysis
+from harness.numbers import number_text
 from harness.report.acceptance_series import is_nan
 from harness.report.layout import table_lines
-
-
-def _shown(v) -> str:
-    return "-" if is_nan(v) else f"{float(v):.3f}"
 
 
 def three_figures_lines(a: Analysis) -> list[str]:
@@ -30,9 +27,9 @@ def three_figures_lines(a: Analysis) -> list[str]:
         rows.append(
             [
                 r.cell_id,
-                _shown(r.accept_length_per_round_engine),
-                _shown(r.accept_length_per_round_requests),
-                _shown(r.tokens_per_step_client),
+                number_text(r.accept_length_per_round_engine, ".3f"),
+                number_text(r.accept_length_per_round_requests, ".3f"),
+                number_text(r.tokens_per_step_client, ".3f"),
                 int(r.spec_requests),
                 mark,
                 r.engine_round or "-",
