@@ -27,6 +27,7 @@ from harness.report.views import SECTION_ORDER
 from harness.report.views.categories import build_categories_view
 from harness.report.views.gpu import build_gpu_view
 from harness.report.views.speed import build_speed_curves_view
+from harness.report.views.speedups import build_speedup_panel
 from harness.report.views.text import TEXT_VIEWS, TextView
 from harness.rundir.verdict import Verdict
 
@@ -76,7 +77,8 @@ def verdict_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
         body.append(f'<pre class="text notice">{escape(chr(10).join(notice))}</pre>')
     figures = []
     for task in speed_tasks(a.run.study)[:HEADLINE_TASKS]:
-        figures += [fig(speed.speedup_figure(a, task)), fig(speed.factors_figure(a, task))]
+        panel = build_speedup_panel(a, task)
+        figures += [fig(speed.speedup_figure(panel)), fig(speed.factors_figure(panel))]
     body.append(_grid(figures) or _note("no speed task"))
     body += [
         "<h3>The bars</h3>",
@@ -94,7 +96,7 @@ def verdict_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def speedup_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    items = [fig(speed.speedup_figure(a, t)) for t in speed_tasks(a.run.study)]
+    items = [fig(speed.speedup_figure(build_speedup_panel(a, t))) for t in speed_tasks(a.run.study)]
     return Section(
         "Speedup vs concurrency",
         _grid(items) or _note("no speed task"),
