@@ -11,12 +11,7 @@ from harness.report.html_plotly import band, empty, floats, grid, log2_x
 from harness.report.views import arm_colours
 from harness.report.views.categories import PANELS, InputLengths, TaskCategories
 from harness.report.views.speed import SpeedCurvesView
-from harness.report.views.speedups import SpeedupPanel
-
-
-def _speedups(a: Analysis, task: str):
-    return a.speedups[(a.speedups["task"] == task) & (a.speedups["status"] == "ok")]
-
+from harness.report.views.speedups import DECOMPOSITION_TITLES, SpeedupPanel
 
 # How each registered bar's line is drawn.
 BAR_DASHES = {"pass": "dash", "stop": "dot", "check": "dashdot"}
@@ -161,25 +156,13 @@ def speed_curves_figure(view: SpeedCurvesView, task: str) -> go.Figure:
     return fig
 
 
-def decomposition_figure(a: Analysis, task: str) -> go.Figure:
+def decomposition_figure(panel: SpeedupPanel) -> go.Figure:
     """Measured, explained and predicted speedup; tokens per round (client and engine);
     round time against the plain step; measured and predicted round cost."""
-    colours = arm_colours(a)
-    sp = _speedups(a, task)
-    fig = grid(
-        1,
-        4,
-        [
-            "speedup: measured, explained, predicted",
-            "tokens per round",
-            "round time vs plain step (ms)",
-            "round cost (x plain step)",
-        ],
-        height=400,
-    )
-    for i, (arm, grp) in enumerate(sp.groupby("arm", sort=False)):
-        g = grp.sort_values("concurrency")
-        c, x = colours[arm], g["concurrency"]
+    fig = grid(1, 4, DECOMPOSITION_TITLES, height=400)
+    for i, drafter in enumerate(panel.arms):
+        g, c, arm = drafter.rows, drafter.colour, drafter.arm
+        x = g["concurrency"]
 
         def line(
             col: int,
@@ -230,9 +213,9 @@ def decomposition_figure(a: Analysis, task: str) -> go.Figure:
         line(4, g["predicted_round_cost_ratio"], f"{arm} roofline cost", dash="dot", mode="lines")
     fig.add_hline(1.0, line={"color": "black", "width": 1}, row=1, col=1)
     for col in range(1, 5):
-        log2_x(fig, a.run.study.loads.closed_loop.concurrency, 1, col)
+        log2_x(fig, panel.levels, 1, col)
         fig.update_yaxes(rangemode="tozero", row=1, col=col)
-        if sp.empty:
+        if panel.empty:
             empty(fig, "no usable speed cells", 1, col)
     return fig
 

@@ -10,13 +10,13 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
-from harness.analysis.open_loop import drafters_by_baseline
 from harness.analysis.tables import Analysis
 from harness.prereg.schema import Arm
 from harness.report.acceptance_series import NO_SERIES, acceptance_by_level, no_positions_line
 from harness.report.html_plotly import empty, floats, grid
 from harness.report.views import arm_colours
 from harness.report.views.gpu import GpuView
+from harness.report.views.open_loop import OpenLoopView
 
 
 def _level_colours(levels: list[int]) -> dict[int, str]:
@@ -189,16 +189,10 @@ def accuracy_figure(a: Analysis) -> go.Figure:
     return fig
 
 
-def open_loop_figure(a: Analysis) -> go.Figure:
+def open_loop_figure(view: OpenLoopView) -> go.Figure:
     """Per engine group: the objective's latency against offered rate, and the client's
     queueing beneath."""
-    ol = a.run.study.loads.open_loop
-    assert ol is not None
-    obj = ol.objective
-    label = f"p{obj.percentile:g} {obj.metric.upper()}"
-    groups = drafters_by_baseline(a.run) or {"(none)": []}
-    colours = arm_colours(a)
-    table = a.open_loop[a.open_loop["status"] == "complete"]
+    groups = view.groups
     fig = grid(
         2,
         len(groups),
@@ -207,46 +201,32 @@ def open_loop_figure(a: Analysis) -> go.Figure:
         shared_xaxes=True,
         row_heights=[0.65, 0.35],
     )
-    for col, (baseline, drafters) in enumerate(groups.items(), start=1):
-        plotted = False
-        for arm in [baseline, *drafters]:
-            rows = table[table["arm"] == arm].sort_values("rate_rps")
-            if rows.empty:
-                continue
-            kw = {"name": arm, "legendgroup": arm, "line": {"color": colours.get(arm)}}
-            fig.add_trace(
-                go.Scatter(
-                    x=rows["rate_rps"],
-                    y=floats(rows["objective_value_s"]),
-                    mode="lines+markers",
-                    **kw,
-                ),
-                row=1,
-                col=col,
-            )
-            fig.add_trace(
-                go.Scatter(
-                    x=rows["rate_rps"],
-                    y=floats(rows["queue_p99_s"]),
-                    mode="lines+markers",
-                    showlegend=False,
-                    **kw,
-                ),
-                row=2,
-                col=col,
-            )
-            plotted = True
+    for col, curves in enumerate(groups.values(), start=1):
+        for c in curves:
+            kw = {"name": c.arm, "legendgroup": c.arm, "line": {"color": c.colour}}
+            for row, column in ((1, "objective_value_s"), (2, "queue_p99_s")):
+                fig.add_trace(
+                    go.Scatter(
+                        x=c.rows["rate_rps"],
+                        y=floats(c.rows[column]),
+                        mode="lines+markers",
+                        **({} if row == 1 else {"showlegend": False}),
+                        **kw,
+                    ),
+                    row=row,
+                    col=col,
+                )
         fig.add_hline(
-            obj.max_s,
+            view.max_s,
             line={"color": "#c62828", "dash": "dash"},
             row=1,
             col=col,
-            annotation_text=f"objective {obj.max_s:g} s",
+            annotation_text=f"objective {view.max_s:g} s",
         )
-        fig.update_yaxes(title_text=f"{label} (s)", row=1, col=col)
+        fig.update_yaxes(title_text=f"{view.objective} (s)", row=1, col=col)
         fig.update_yaxes(title_text="client queueing p99 (s)", row=2, col=col)
         fig.update_xaxes(title_text="offered rate (requests/s)", row=2, col=col)
-        if not plotted:
+        if not curves:
             empty(fig, "no usable open-loop cells", 1, col)
     return fig
 

@@ -18,7 +18,6 @@ from harness.report.html_text import escape, lines_html
 from harness.report.pages_acceptance import MAX_TASKS
 from harness.report.pages_decompose import decomposition_lines
 from harness.report.pages_headline import HEADLINE_TASKS, VERDICT_COLOURS
-from harness.report.pages_open import fleet_lines
 from harness.report.pages_quality import paired_lines
 from harness.report.pages_speed import speedup_note
 from harness.report.pages_surface import surface_text_lines, verification_lines
@@ -26,6 +25,7 @@ from harness.report.pages_text import bar_lines, evidence_lines, verdict_notice
 from harness.report.views import SECTION_ORDER
 from harness.report.views.categories import build_categories_view
 from harness.report.views.gpu import build_gpu_view
+from harness.report.views.open_loop import build_open_loop_view
 from harness.report.views.speed import build_speed_curves_view
 from harness.report.views.speedups import build_speedup_panel
 from harness.report.views.text import TEXT_VIEWS, TextView
@@ -109,7 +109,7 @@ def decomposition_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     for task in speed_tasks(a.run.study):
         body += [
             f"<h3>Why this speedup: task {escape(task)}</h3>",
-            fig(speed.decomposition_figure(a, task), wide=True),
+            fig(speed.decomposition_figure(build_speedup_panel(a, task)), wide=True),
             lines_html(decomposition_lines(a, task)),
         ]
     return Section(
@@ -218,17 +218,11 @@ def accuracy_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def open_loop_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    ol = a.run.study.loads.open_loop
-    if ol is None:
-        return Section("Open loop", _note("the study registers no open-loop load"))
-    obj = ol.objective
-    return Section(
-        "Open loop near the knee: latency vs offered rate",
-        fig(cells.open_loop_figure(a), wide=True) + lines_html(fleet_lines(a)),
-        f"{ol.arrival} arrivals on task {ol.task}; objective p{obj.percentile:g}"
-        f" {obj.metric.upper()} <= {obj.max_s:g} s (measured from the scheduled send,"
-        " so client queueing counts; a failed request counts as too slow)",
-    )
+    view = build_open_loop_view(a, v)
+    if not view.registered:
+        return Section(view.title, _note(view.subtitle))
+    body = fig(cells.open_loop_figure(view), wide=True) + lines_html(view.fleet_lines)
+    return Section(view.title, body, view.subtitle)
 
 
 def gpu_section(a: Analysis, v: Verdict, fig: Figures) -> Section:

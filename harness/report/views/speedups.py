@@ -13,6 +13,14 @@ from harness.analysis.knee import knee_span
 from harness.analysis.tables import Analysis
 from harness.report.views import arm_colours
 
+# The decomposition's four panels, over the same usable speedups (pages_decompose.py).
+DECOMPOSITION_TITLES = (
+    "speedup: measured, explained, predicted",
+    "tokens per round",
+    "round time vs plain step (ms)",
+    "round cost (x plain step)",
+)
+
 
 @dataclass(frozen=True)
 class ArmSpeedups:
