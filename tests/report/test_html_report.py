@@ -76,6 +76,17 @@ def test_html_is_self_contained_with_plotly_figures_and_html_tables(tmp_path):
     assert "arm settings the engine would otherwise pick" in text
 
 
+def test_each_section_in_the_shared_order_has_a_pdf_and_an_html_renderer():
+    """One order for both outputs: a section drawn by one renderer only, or by neither,
+    fails here rather than going missing from one report."""
+    from harness.report.build import PDF_PAGES
+    from harness.report.html_sections import HTML_SECTIONS
+    from harness.report.views import SECTION_ORDER
+
+    assert list(SECTION_ORDER) == SECTIONS
+    assert set(PDF_PAGES) == set(HTML_SECTIONS) == set(SECTION_ORDER)
+
+
 def test_the_same_lines_give_the_pdf_its_fixed_width_tables():
     """The tables keep their text lines: the PDF's pages print exactly what they did."""
     from harness.report.layout import TableLine, table_lines
