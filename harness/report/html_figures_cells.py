@@ -15,6 +15,7 @@ from harness.prereg.schema import Arm
 from harness.report.acceptance_series import NO_SERIES, acceptance_by_level, no_positions_line
 from harness.report.html_plotly import empty, floats, grid
 from harness.report.views import arm_colours
+from harness.report.views.accuracy import AccuracyView
 from harness.report.views.gpu import GpuView
 from harness.report.views.open_loop import OpenLoopView
 
@@ -149,23 +150,15 @@ def consistency_figure(a: Analysis) -> go.Figure:
     return fig
 
 
-def accuracy_figure(a: Analysis) -> go.Figure:
+def accuracy_figure(a: Analysis, view: AccuracyView) -> go.Figure:
     """Each arm's accuracy with its Wilson interval, one panel per task."""
-    acc = a.accuracy[a.accuracy["status"] == "complete"]
-    tasks = list(dict.fromkeys(a.accuracy["task"])) or ["(none)"]
-    judged = a.run.study.bars.pass_.accuracy
     colours = arm_colours(a)
-    titles = [
-        f"task: {t}" + ((" (judged)" if t in judged.tasks else " (reported)") if judged else "")
-        for t in tasks
-    ]
-    fig = grid(1, len(tasks), titles, height=400)
-    for col, task in enumerate(tasks, start=1):
-        rows = acc[acc["task"] == task]
-        if rows.empty:
+    fig = grid(1, len(view.panels), [p.title for p in view.panels], height=400)
+    for col, panel in enumerate(view.panels, start=1):
+        if panel.rows.empty:
             empty(fig, "no usable accuracy cells", 1, col)
             continue
-        for r in rows.itertuples():
+        for r in panel.rows.itertuples():
             fig.add_trace(
                 go.Scatter(
                     x=[r.arm],

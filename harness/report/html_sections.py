@@ -18,11 +18,11 @@ from harness.report.html_text import escape, lines_html
 from harness.report.pages_acceptance import MAX_TASKS
 from harness.report.pages_decompose import decomposition_lines
 from harness.report.pages_headline import HEADLINE_TASKS, VERDICT_COLOURS
-from harness.report.pages_quality import paired_lines
 from harness.report.pages_speed import speedup_note
 from harness.report.pages_surface import surface_text_lines, verification_lines
 from harness.report.pages_text import bar_lines, evidence_lines, verdict_notice
 from harness.report.views import SECTION_ORDER
+from harness.report.views.accuracy import build_accuracy_view
 from harness.report.views.categories import build_categories_view
 from harness.report.views.gpu import build_gpu_view
 from harness.report.views.open_loop import build_open_loop_view
@@ -205,15 +205,13 @@ def consistency_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def accuracy_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    judged = a.run.study.bars.pass_.accuracy
-    level = judged.level if judged else 0.95
+    view = build_accuracy_view(a, v)
     return Section(
-        "Accuracy",
-        fig(cells.accuracy_figure(a), wide=True)
+        view.title,
+        fig(cells.accuracy_figure(a, view), wide=True)
         + "<h3>Paired comparisons</h3>"
-        + lines_html(paired_lines(a)),
-        f"each arm's accuracy with its Wilson {level:.0%} interval; bar-judged tasks: "
-        + (", ".join(judged.tasks) if judged else "none"),
+        + lines_html(view.paired_lines),
+        view.subtitle,
     )
 
 

@@ -1,57 +1,55 @@
-"""Accuracy with intervals and paired comparisons; greedy identity."""
+"""What the accuracy section shows: each arm's accuracy with its interval per task, and
+each drafter against its baseline on the same items."""
 
 from __future__ import annotations
 
-from matplotlib.backends.backend_pdf import PdfPages
+from dataclasses import dataclass
+
+import pandas as pd
 
 from harness.analysis.accuracy import compare_accuracy
 from harness.analysis.tables import Analysis
-from harness.report.layout import empty_axes, new_page, save, table_lines, text_pages
-from harness.report.views import arm_colours
+from harness.report.layout import table_lines
 from harness.rundir.verdict import Verdict
 
 
-def accuracy_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
+@dataclass(frozen=True)
+class AccuracyPanel:
+    task: str
+    title: str  # the task, and whether a bar judges it
+    rows: pd.DataFrame  # each arm's complete accuracy cell: arm, accuracy, ci_lower, ci_upper
+
+
+@dataclass(frozen=True)
+class AccuracyView:
+    title: str
+    subtitle: str
+    panels: list[AccuracyPanel]
+    paired_title: str
+    paired_lines: list[str]
+
+
+def build_accuracy_view(a: Analysis, v: Verdict) -> AccuracyView:
     acc = a.accuracy[a.accuracy["status"] == "complete"]
-    tasks = list(dict.fromkeys(a.accuracy["task"])) or ["(none)"]
-    colours = arm_colours(a)
     judged = a.run.study.bars.pass_.accuracy
     level = judged.level if judged else 0.95
-    fig = new_page(
+    tasks = list(dict.fromkeys(a.accuracy["task"]))
+    panels = [
+        AccuracyPanel(
+            task,
+            f"task: {task}" + (" (judged)" if judged and task in judged.tasks else " (reported)"),
+            acc[acc["task"] == task],
+        )
+        for task in tasks
+    ] or [AccuracyPanel("(none)", "task: (none)", acc)]
+    return AccuracyView(
         "Accuracy",
         f"each arm's accuracy with its Wilson {level:.0%} interval;"
         " bar-judged tasks: " + (", ".join(judged.tasks) if judged else "none"),
+        panels,
+        "Accuracy: paired comparisons",
+        paired_lines(a),
     )
-    axes = fig.subplots(1, len(tasks), squeeze=False)[0]
-    fig.subplots_adjust(left=0.07, right=0.98, top=0.84, bottom=0.28, wspace=0.3)
-    for ax, task in zip(axes, tasks, strict=True):
-        rows = acc[acc["task"] == task]
-        if rows.empty:
-            empty_axes(ax, "no usable accuracy cells")
-            ax.set_title(f"task: {task}", fontsize=11)
-            continue
-        xs = range(len(rows))
-        for x, r in zip(xs, rows.itertuples(), strict=True):
-            ax.errorbar(
-                [x],
-                [r.accuracy],
-                yerr=[[r.accuracy - r.ci_lower], [r.ci_upper - r.accuracy]],
-                fmt="o",
-                color=colours.get(r.arm, "black"),
-                capsize=4,
-            )
-        ax.set_xticks(list(xs))
-        ax.set_xticklabels(rows["arm"], rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel("accuracy (share correct)")
-        mark = " (judged)" if judged and task in judged.tasks else " (reported)"
-        ax.set_title(f"task: {task}{mark}", fontsize=11)
-        ax.grid(alpha=0.3, axis="y")
-        ax.set_xlim(-0.5, len(rows) - 0.5)
-        ax.set_ylim(
-            max(0, rows["ci_lower"].min() - 0.1) - 0.02, min(1, rows["ci_upper"].max() + 0.1) + 0.02
-        )
-    save(pdf, fig)
-    return 1 + text_pages(pdf, "Accuracy: paired comparisons", paired_lines(a))
 
 
 def paired_lines(a: Analysis) -> list[str]:
