@@ -21,7 +21,7 @@ def html_report(a: Analysis, verdict: Verdict) -> str:
     return html_page(
         f"specbench report: {a.run.run_id}",
         f"{a.run.study.title} | verdict {verdict.verdict} | seal {verdict.seal}",
-        [(s.id, s.title, s.subtitle, s.body) for s in sections],
+        [(i, s.title, s.subtitle, s.body) for i, s in sections],
     )
 
 

@@ -4,184 +4,144 @@ per-user speed and throughput, why each speedup is what it is, by category and i
 
 from __future__ import annotations
 
-import math
-
 import plotly.graph_objects as go
 
-from harness.analysis.knee import knee_span
 from harness.analysis.tables import Analysis
 from harness.report.html_plotly import band, empty, floats, grid, log2_x
-from harness.report.pages_speed import arm_colours
+from harness.report.views import arm_colours
+from harness.report.views.categories import PANELS, InputLengths, TaskCategories
+from harness.report.views.speed import SpeedCurvesView
+from harness.report.views.speedups import DECOMPOSITION_TITLES, SpeedupPanel
+
+# How each registered bar's line is drawn.
+BAR_DASHES = {"pass": "dash", "stop": "dot", "check": "dashdot"}
 
 
-def _speedups(a: Analysis, task: str):
-    return a.speedups[(a.speedups["task"] == task) & (a.speedups["status"] == "ok")]
-
-
-def speedup_figure(a: Analysis, task: str) -> go.Figure:
+def speedup_figure(panel: SpeedupPanel) -> go.Figure:
     """One task's speedup against users: each drafter with its interval band, the 1.0,
     pass and stop lines (the check line when in reach), each knee marked."""
-    study = a.run.study
-    bars = study.bars
-    colours = arm_colours(a)
-    fig = grid(1, 1, [f"task: {task}"], height=420)
-    sp = _speedups(a, task)
-    top = 1.5
-    for arm, grp in sp.groupby("arm", sort=False):
-        g = grp.sort_values("concurrency")
-        c = colours[arm]
-        band(fig, g["concurrency"], g["ci_lower"], g["ci_upper"], c, arm, 1, 1)
+    fig = grid(1, 1, [f"task: {panel.task}"], height=420)
+    for arm in panel.arms:
+        g, c, name = arm.rows, arm.colour, arm.arm
+        band(fig, g["concurrency"], g["ci_lower"], g["ci_upper"], c, name, 1, 1)
         fig.add_trace(
             go.Scatter(
                 x=g["concurrency"],
                 y=floats(g["speedup"]),
                 mode="lines+markers",
-                name=arm,
-                legendgroup=arm,
+                name=name,
+                legendgroup=name,
                 line={"color": c, "width": 2},
                 customdata=list(zip(floats(g["ci_lower"]), floats(g["ci_upper"]), strict=True)),
                 hovertemplate=(
-                    f"{arm}<br>users %{{x}}<br>speedup %{{y:.3f}}x"
+                    f"{name}<br>users %{{x}}<br>speedup %{{y:.3f}}x"
                     "<br>interval [%{customdata[0]:.3f}, %{customdata[1]:.3f}]"
                     "<extra></extra>"
                 ),
             )
         )
-        rerun = g[g["baseline_rerun_speed"].notna()]
-        if len(rerun):  # the check bar's rerun, beside the original
+        if len(arm.rerun):  # the check bar's rerun, beside the original
             fig.add_trace(
                 go.Scatter(
-                    x=rerun["concurrency"],
-                    y=floats(
-                        rerun["speed_drafter"].astype(float)
-                        / rerun["baseline_rerun_speed"].astype(float)
-                    ),
+                    x=arm.rerun["concurrency"],
+                    y=floats(arm.rerun["ratio"]),
                     mode="markers",
                     marker={"symbol": "x", "size": 11, "color": c},
-                    name=f"{arm} against the baseline rerun",
-                    legendgroup=arm,
+                    name=f"{name} against the baseline rerun",
+                    legendgroup=name,
                 )
             )
-        top = max(top, float(g["ci_upper"].astype(float).max()))
-        knee = a.knees[(a.knees["arm"] == arm) & (a.knees["task"] == task)]
-        if (
-            not knee.empty
-            and knee.iloc[0]["status"] in ("located", "below_first")
-            and not math.isnan(knee.iloc[0]["knee_concurrency"])
-        ):
+        if arm.knee is not None:
             fig.add_trace(
                 go.Scatter(
-                    x=[knee.iloc[0]["knee_concurrency"]],
+                    x=[arm.knee],
                     y=[1.0],
                     mode="markers",
                     marker={"symbol": "triangle-down", "size": 13, "color": c},
-                    name=f"{arm} knee (speedup crosses 1.0)",
-                    legendgroup=arm,
+                    name=f"{name} knee (speedup crosses 1.0)",
+                    legendgroup=name,
                 )
             )
-            if span := knee_span(knee.iloc[0], study.loads.closed_loop.concurrency):
+            if arm.knee_span:
                 fig.add_trace(
                     go.Scatter(
-                        x=list(span),
+                        x=list(arm.knee_span),
                         y=[1.0, 1.0],
                         mode="lines",
                         opacity=0.35,
                         line={"color": c, "width": 6},
-                        name=f"{arm} knee interval",
-                        legendgroup=arm,
-                        hovertemplate=f"knee interval {knee.iloc[0]['interval']}<extra></extra>",
+                        name=f"{name} knee interval",
+                        legendgroup=name,
+                        hovertemplate=f"knee interval {arm.knee_interval}<extra></extra>",
                     )
                 )
     fig.add_hline(1.0, line={"color": "black", "width": 1})
-    fig.add_hline(
-        bars.pass_.speed.threshold,
-        line={"color": "#1a7f37", "dash": "dash"},
-        annotation_text=f"pass {bars.pass_.speed.threshold:g}x",
-    )
-    fig.add_hline(
-        bars.stop.threshold,
-        line={"color": "#b26a00", "dash": "dot"},
-        annotation_text=f"stop {bars.stop.threshold:g}x",
-    )
-    if top > bars.check.threshold * 0.9:
+    for bar in panel.bars:
         fig.add_hline(
-            bars.check.threshold,
-            line={"color": "#c62828", "dash": "dashdot"},
-            annotation_text=f"check {bars.check.threshold:g}x",
+            bar.value,
+            line={"color": bar.colour, "dash": BAR_DASHES[bar.name]},
+            annotation_text=f"{bar.name} {bar.value:g}x",
         )
-    log2_x(fig, study.loads.closed_loop.concurrency, 1, 1, "concurrent users (closed loop)")
+    log2_x(fig, panel.levels, 1, 1, "concurrent users (closed loop)")
     fig.update_yaxes(
         title_text="speedup (x, per-user speed ratio)",
-        range=[0, max(top, bars.pass_.speed.threshold) * 1.1],
+        range=[0, max(panel.top, panel.bars[0].value) * 1.1],
     )
-    if sp.empty:
+    if panel.empty:
         empty(fig, "no usable speed cells", 1, 1)
     return fig
 
 
-def factors_figure(a: Analysis, task: str) -> go.Figure:
+def factors_figure(panel: SpeedupPanel) -> go.Figure:
     """Tokens per round over the baseline's (solid) and the round cost ratio (dashed):
     their quotient is the explained speedup."""
-    colours = arm_colours(a)
-    fig = grid(1, 1, [f"why ({task}): speedup = tokens factor / cost factor"], height=300)
-    sp = _speedups(a, task)
-    sp = sp[sp["explained_speedup"].notna()]
-    for arm, grp in sp.groupby("arm", sort=False):
-        g = grp.sort_values("concurrency")
-        tokens = g["tokens_per_round"].astype(float) / g["baseline_tokens_per_round"].astype(float)
+    fig = grid(1, 1, [f"why ({panel.task}): speedup = tokens factor / cost factor"], height=300)
+    for arm in panel.arms:
+        f = arm.factors
+        if f.empty:
+            continue
         fig.add_trace(
             go.Scatter(
-                x=g["concurrency"],
-                y=floats(tokens),
+                x=f["concurrency"],
+                y=floats(f["tokens"]),
                 mode="lines+markers",
-                name=f"{arm}: tokens per round / baseline's",
-                legendgroup=arm,
-                line={"color": colours[arm]},
+                name=f"{arm.arm}: tokens per round / baseline's",
+                legendgroup=arm.arm,
+                line={"color": arm.colour},
             )
         )
         fig.add_trace(
             go.Scatter(
-                x=g["concurrency"],
-                y=floats(g["round_cost_ratio"]),
+                x=f["concurrency"],
+                y=floats(f["cost"]),
                 mode="lines+markers",
-                legendgroup=arm,
-                name=f"{arm}: round cost / plain step",
-                line={"color": colours[arm], "dash": "dash"},
+                legendgroup=arm.arm,
+                name=f"{arm.arm}: round cost / plain step",
+                line={"color": arm.colour, "dash": "dash"},
                 marker={"symbol": "square"},
             )
         )
     fig.add_hline(1.0, line={"color": "black", "width": 1})
-    log2_x(fig, a.run.study.loads.closed_loop.concurrency, 1, 1)
+    log2_x(fig, panel.levels, 1, 1)
     fig.update_yaxes(title_text="factor (x)", rangemode="tozero")
-    if sp.empty:
+    if panel.no_factors:
         empty(fig, "no decomposition (no chunk stamps)", 1, 1)
     return fig
 
 
-def speed_curves_figure(a: Analysis, task: str) -> go.Figure:
+def speed_curves_figure(view: SpeedCurvesView, task: str) -> go.Figure:
     """Per-user speed and output throughput against users, every arm."""
-    levels = a.run.study.loads.closed_loop.concurrency
-    colours = arm_colours(a)
-    cells = a.cells[
-        (a.cells["kind"] == "speed")
-        & (a.cells["status"] == "complete")
-        & a.cells["rerun_of"].isna()
-        & (a.cells["task"] == task)
-    ]
     fig = grid(1, 2, [f"{task}: per-user speed (tok/s)", f"{task}: output throughput (tok/s)"])
-    for arm in a.run.study.arms:
-        rows = cells[cells["arm"] == arm.name].sort_values("concurrency")
-        if rows.empty:
-            continue
-        style = {"color": colours[arm.name], "dash": "solid" if arm.baseline is None else "dash"}
+    for curve in view.tasks[task]:
+        style = {"color": curve.colour, "dash": "dash" if curve.drafter else "solid"}
         for col, column in ((1, "per_user_speed"), (2, "output_throughput_tok_s")):
             fig.add_trace(
                 go.Scatter(
-                    x=rows["concurrency"],
-                    y=floats(rows[column]),
+                    x=curve.rows["concurrency"],
+                    y=floats(curve.rows[column]),
                     mode="lines+markers",
-                    name=arm.name,
-                    legendgroup=arm.name,
+                    name=curve.arm,
+                    legendgroup=curve.arm,
                     showlegend=col == 1,
                     line=style,
                 ),
@@ -189,32 +149,20 @@ def speed_curves_figure(a: Analysis, task: str) -> go.Figure:
                 col=col,
             )
     for col in (1, 2):
-        log2_x(fig, levels, 1, col)
+        log2_x(fig, view.levels, 1, col)
         fig.update_yaxes(rangemode="tozero", row=1, col=col)
-        if cells.empty:
+        if not view.tasks[task]:
             empty(fig, "no complete speed cells", 1, col)
     return fig
 
 
-def decomposition_figure(a: Analysis, task: str) -> go.Figure:
+def decomposition_figure(panel: SpeedupPanel) -> go.Figure:
     """Measured, explained and predicted speedup; tokens per round (client and engine);
     round time against the plain step; measured and predicted round cost."""
-    colours = arm_colours(a)
-    sp = _speedups(a, task)
-    fig = grid(
-        1,
-        4,
-        [
-            "speedup: measured, explained, predicted",
-            "tokens per round",
-            "round time vs plain step (ms)",
-            "round cost (x plain step)",
-        ],
-        height=400,
-    )
-    for i, (arm, grp) in enumerate(sp.groupby("arm", sort=False)):
-        g = grp.sort_values("concurrency")
-        c, x = colours[arm], g["concurrency"]
+    fig = grid(1, 4, DECOMPOSITION_TITLES, height=400)
+    for i, drafter in enumerate(panel.arms):
+        g, c, arm = drafter.rows, drafter.colour, drafter.arm
+        x = g["concurrency"]
 
         def line(
             col: int,
@@ -265,20 +213,18 @@ def decomposition_figure(a: Analysis, task: str) -> go.Figure:
         line(4, g["predicted_round_cost_ratio"], f"{arm} roofline cost", dash="dot", mode="lines")
     fig.add_hline(1.0, line={"color": "black", "width": 1}, row=1, col=1)
     for col in range(1, 5):
-        log2_x(fig, a.run.study.loads.closed_loop.concurrency, 1, col)
+        log2_x(fig, panel.levels, 1, col)
         fig.update_yaxes(rangemode="tozero", row=1, col=col)
-        if sp.empty:
+        if panel.empty:
             empty(fig, "no usable speed cells", 1, col)
     return fig
 
 
-def category_figure(a: Analysis, task: str) -> go.Figure:
+def category_figure(a: Analysis, t: TaskCategories) -> go.Figure:
     """A SPEED-Bench task by category: speedup, tokens per round and acceptance, one
     marker series per drafter arm and concurrency, each with its interval (the PDF's
     pages_categories panels)."""
-    from harness.report.pages_categories import PANELS
-
-    rows = a.categories[(a.categories["task"] == task) & (a.categories["status"] == "ok")]
+    rows = t.rows
     fig = grid(1, len(PANELS), [title for *_, title in PANELS], height=420)
     colours = arm_colours(a)
     for col, (value, lo, hi, _) in enumerate(PANELS, start=1):
@@ -293,18 +239,7 @@ def category_figure(a: Analysis, task: str) -> go.Figure:
                     legendgroup=f"{arm} c={c}",
                     showlegend=col == 1,
                     marker={"color": colours.get(str(arm), "#444444"), "size": 9},
-                    error_y={
-                        "type": "data",
-                        "symmetric": False,
-                        "array": [
-                            max(0.0, (h or v) - v) if v is not None else 0.0
-                            for v, h in zip(y, floats(grp[hi]), strict=True)
-                        ],
-                        "arrayminus": [
-                            max(0.0, v - (lw or v)) if v is not None else 0.0
-                            for v, lw in zip(y, floats(grp[lo]), strict=True)
-                        ],
-                    },
+                    error_y=_error_bars(y, floats(grp[lo]), floats(grp[hi])),
                 ),
                 row=1,
                 col=col,
@@ -315,26 +250,26 @@ def category_figure(a: Analysis, task: str) -> go.Figure:
     return fig
 
 
-def input_length_figure(a: Analysis) -> go.Figure | None:
-    """The throughput configurations' speedups (their categories pooled) against input
-    length, one line per drafter arm and concurrency (None: no throughput task)."""
-    lengths = {
-        t.name: t.config.removeprefix("throughput_")
-        for t in a.run.study.tasks
-        if t.kind == "speed_bench"
-        and t.config
-        and t.config.startswith("throughput_")
-        and "speed" in t.uses
+def _error_bars(y: list, lo: list, hi: list) -> dict:
+    """Asymmetric error bars from a point and its interval (a gap: no bar)."""
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [
+            max(0.0, (h or v) - v) if v is not None else 0.0 for v, h in zip(y, hi, strict=True)
+        ],
+        "arrayminus": [
+            max(0.0, v - (lw or v)) if v is not None else 0.0 for v, lw in zip(y, lo, strict=True)
+        ],
     }
-    if not lengths:
-        return None
-    sp = a.speedups[a.speedups["task"].isin(lengths) & (a.speedups["status"] == "ok")].copy()
-    sp["input_length"] = sp["task"].map(lengths)
-    order = sorted(set(lengths.values()), key=lambda x: int(x.rstrip("k")))
+
+
+def input_length_figure(a: Analysis, view: InputLengths) -> go.Figure:
+    """The throughput configurations' speedups (their categories pooled) against input
+    length, one line per drafter arm and concurrency."""
     fig = grid(1, 1, ["speedup by input length (configuration)"], height=380)
     colours = arm_colours(a)
-    for (arm, c), grp in sp.groupby(["arm", "concurrency"], sort=False):
-        grp = grp.assign(order=grp["input_length"].map(order.index)).sort_values("order")
+    for arm, c, grp in view.series:
         y, lo, hi = floats(grp["speedup"]), floats(grp["ci_lower"]), floats(grp["ci_upper"])
         fig.add_trace(
             go.Scatter(
@@ -342,25 +277,14 @@ def input_length_figure(a: Analysis) -> go.Figure | None:
                 y=y,
                 mode="lines+markers",
                 name=f"{arm} c={c}",
-                line={"color": colours.get(str(arm), "#444444")},
-                error_y={
-                    "type": "data",
-                    "symmetric": False,
-                    "array": [
-                        max(0.0, (h or v) - v) if v is not None else 0.0
-                        for v, h in zip(y, hi, strict=True)
-                    ],
-                    "arrayminus": [
-                        max(0.0, v - (lw or v)) if v is not None else 0.0
-                        for v, lw in zip(y, lo, strict=True)
-                    ],
-                },
+                line={"color": colours.get(arm, "#444444")},
+                error_y=_error_bars(y, lo, hi),
             ),
             row=1,
             col=1,
         )
-    fig.update_xaxes(categoryorder="array", categoryarray=order, row=1, col=1)
+    fig.update_xaxes(categoryorder="array", categoryarray=view.order, row=1, col=1)
     fig.add_hline(1.0, line={"color": "black", "width": 1})
-    if sp.empty:
+    if not view.series:
         empty(fig, "no usable speedup of a throughput configuration", 1, 1)
     return fig

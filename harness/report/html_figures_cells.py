@@ -10,14 +10,14 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
-from harness.analysis.gpu import gpu_series
-from harness.analysis.open_loop import drafters_by_baseline
 from harness.analysis.tables import Analysis
 from harness.prereg.schema import Arm
 from harness.report.acceptance_series import NO_SERIES, acceptance_by_level, no_positions_line
 from harness.report.html_plotly import empty, floats, grid
-from harness.report.pages_gpu import alternate_cell_spans
-from harness.report.pages_speed import arm_colours
+from harness.report.views import arm_colours
+from harness.report.views.accuracy import AccuracyView
+from harness.report.views.gpu import GpuView
+from harness.report.views.open_loop import OpenLoopView
 
 
 def _level_colours(levels: list[int]) -> dict[int, str]:
@@ -150,23 +150,15 @@ def consistency_figure(a: Analysis) -> go.Figure:
     return fig
 
 
-def accuracy_figure(a: Analysis) -> go.Figure:
+def accuracy_figure(a: Analysis, view: AccuracyView) -> go.Figure:
     """Each arm's accuracy with its Wilson interval, one panel per task."""
-    acc = a.accuracy[a.accuracy["status"] == "complete"]
-    tasks = list(dict.fromkeys(a.accuracy["task"])) or ["(none)"]
-    judged = a.run.study.bars.pass_.accuracy
     colours = arm_colours(a)
-    titles = [
-        f"task: {t}" + ((" (judged)" if t in judged.tasks else " (reported)") if judged else "")
-        for t in tasks
-    ]
-    fig = grid(1, len(tasks), titles, height=400)
-    for col, task in enumerate(tasks, start=1):
-        rows = acc[acc["task"] == task]
-        if rows.empty:
+    fig = grid(1, len(view.panels), [p.title for p in view.panels], height=400)
+    for col, panel in enumerate(view.panels, start=1):
+        if panel.rows.empty:
             empty(fig, "no usable accuracy cells", 1, col)
             continue
-        for r in rows.itertuples():
+        for r in panel.rows.itertuples():
             fig.add_trace(
                 go.Scatter(
                     x=[r.arm],
@@ -190,16 +182,10 @@ def accuracy_figure(a: Analysis) -> go.Figure:
     return fig
 
 
-def open_loop_figure(a: Analysis) -> go.Figure:
+def open_loop_figure(view: OpenLoopView) -> go.Figure:
     """Per engine group: the objective's latency against offered rate, and the client's
     queueing beneath."""
-    ol = a.run.study.loads.open_loop
-    assert ol is not None
-    obj = ol.objective
-    label = f"p{obj.percentile:g} {obj.metric.upper()}"
-    groups = drafters_by_baseline(a.run) or {"(none)": []}
-    colours = arm_colours(a)
-    table = a.open_loop[a.open_loop["status"] == "complete"]
+    groups = view.groups
     fig = grid(
         2,
         len(groups),
@@ -208,59 +194,40 @@ def open_loop_figure(a: Analysis) -> go.Figure:
         shared_xaxes=True,
         row_heights=[0.65, 0.35],
     )
-    for col, (baseline, drafters) in enumerate(groups.items(), start=1):
-        plotted = False
-        for arm in [baseline, *drafters]:
-            rows = table[table["arm"] == arm].sort_values("rate_rps")
-            if rows.empty:
-                continue
-            kw = {"name": arm, "legendgroup": arm, "line": {"color": colours.get(arm)}}
-            fig.add_trace(
-                go.Scatter(
-                    x=rows["rate_rps"],
-                    y=floats(rows["objective_value_s"]),
-                    mode="lines+markers",
-                    **kw,
-                ),
-                row=1,
-                col=col,
-            )
-            fig.add_trace(
-                go.Scatter(
-                    x=rows["rate_rps"],
-                    y=floats(rows["queue_p99_s"]),
-                    mode="lines+markers",
-                    showlegend=False,
-                    **kw,
-                ),
-                row=2,
-                col=col,
-            )
-            plotted = True
+    for col, curves in enumerate(groups.values(), start=1):
+        for c in curves:
+            kw = {"name": c.arm, "legendgroup": c.arm, "line": {"color": c.colour}}
+            for row, column in ((1, "objective_value_s"), (2, "queue_p99_s")):
+                fig.add_trace(
+                    go.Scatter(
+                        x=c.rows["rate_rps"],
+                        y=floats(c.rows[column]),
+                        mode="lines+markers",
+                        **({} if row == 1 else {"showlegend": False}),
+                        **kw,
+                    ),
+                    row=row,
+                    col=col,
+                )
         fig.add_hline(
-            obj.max_s,
+            view.max_s,
             line={"color": "#c62828", "dash": "dash"},
             row=1,
             col=col,
-            annotation_text=f"objective {obj.max_s:g} s",
+            annotation_text=f"objective {view.max_s:g} s",
         )
-        fig.update_yaxes(title_text=f"{label} (s)", row=1, col=col)
+        fig.update_yaxes(title_text=f"{view.objective} (s)", row=1, col=col)
         fig.update_yaxes(title_text="client queueing p99 (s)", row=2, col=col)
         fig.update_xaxes(title_text="offered rate (requests/s)", row=2, col=col)
-        if not plotted:
+        if not curves:
             empty(fig, "no usable open-loop cells", 1, col)
     return fig
 
 
-def gpu_figure(a: Analysis) -> go.Figure | None:
-    """Clocks, power and temperature across the run, throttled readings marked; None
-    when no cell has a GPU reading (the section says why)."""
-    series = gpu_series(a.run)
-    ok = series[series["ok"]]
-    if ok.empty:
-        return None
+def gpu_figure(view: GpuView) -> go.Figure:
+    """Clocks, power and temperature across the run, throttled readings marked."""
+    ok, minutes = view.readings, view.minutes
     fig = grid(3, 1, ["clock (MHz)", "power (W)", "temperature (C)"], height=820, shared_xaxes=True)
-    minutes = (ok["wall_time"] - float(ok["wall_time"].min())) / 60.0
     for gpu, rows in ok.groupby("gpu"):
         x = floats(minutes[rows.index])
         for row, column, name in (
@@ -298,7 +265,7 @@ def gpu_figure(a: Analysis) -> go.Figure | None:
                     row=row,
                     col=1,
                 )
-    for _cell, lo, hi in alternate_cell_spans(ok, minutes):
+    for _cell, lo, hi in view.cell_spans:
         fig.add_vrect(
             x0=lo, x1=hi, fillcolor="#000000", opacity=0.05, line_width=0, row="all", col=1
         )

@@ -7,8 +7,8 @@ import plotly.graph_objects as go
 
 from harness.analysis.tables import Analysis
 from harness.report.html_plotly import band, empty, floats, grid, log2_x
-from harness.report.pages_speed import arm_colours
 from harness.report.pages_surface import placed_drafters
+from harness.report.views import arm_colours
 from harness.rundir.verdict import Verdict
 
 K_DASHES = ["solid", "dash", "dashdot", "dot"]

@@ -1,11 +1,8 @@
-"""The HTML report's sections, in the PDF's order, each from the same Analysis and Verdict
-and the same text its PDF page prints (the pages_*.py line functions): verdict, speedups,
-intervals, decomposition, surface, speed curves, acceptance, consistency, three figures,
-accuracy, identity, open loop, delivered load, GPU, environment."""
+"""The HTML report's sections (views.SECTION_ORDER, the PDF's order), each from the same
+Analysis and Verdict and the same views and text its PDF page prints."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,26 +15,25 @@ from harness.report import html_figures_cells as cells
 from harness.report import html_figures_surface as surface
 from harness.report.html_plotly import figure_div
 from harness.report.html_text import escape, lines_html
-from harness.report.pages_acceptance import MAX_TASKS, three_figures_lines
-from harness.report.pages_categories import category_subtitle, category_table_lines
+from harness.report.pages_acceptance import MAX_TASKS
 from harness.report.pages_decompose import decomposition_lines
-from harness.report.pages_environment import environment_lines
-from harness.report.pages_gpu import CELL_SUBTITLE, gpu_cell_lines
 from harness.report.pages_headline import HEADLINE_TASKS, VERDICT_COLOURS
-from harness.report.pages_load import SUBTITLE as LOAD_SUBTITLE
-from harness.report.pages_load import delivered_load_lines
-from harness.report.pages_open import fleet_lines
-from harness.report.pages_quality import identity_lines, paired_lines
-from harness.report.pages_sessions import interval_lines
 from harness.report.pages_speed import speedup_note
 from harness.report.pages_surface import surface_text_lines, verification_lines
 from harness.report.pages_text import bar_lines, evidence_lines, verdict_notice
+from harness.report.views import SECTION_ORDER
+from harness.report.views.accuracy import build_accuracy_view
+from harness.report.views.categories import build_categories_view
+from harness.report.views.gpu import build_gpu_view
+from harness.report.views.open_loop import build_open_loop_view
+from harness.report.views.speed import build_speed_curves_view
+from harness.report.views.speedups import build_speedup_panel
+from harness.report.views.text import TEXT_VIEWS, TextView
 from harness.rundir.verdict import Verdict
 
 
 @dataclass(frozen=True)
 class Section:
-    id: str
     title: str
     body: str  # HTML
     subtitle: str = ""
@@ -53,6 +49,9 @@ class Figures:
         self.count += 1
         cls = "figure wide" if wide else "figure"
         return f'<div class="{cls}">{figure_div(fig, f"fig-{self.count}")}</div>'
+
+
+SectionWriter = Callable[[Analysis, Verdict, Figures], Section]
 
 
 def _grid(items: list[str]) -> str:
@@ -78,7 +77,8 @@ def verdict_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
         body.append(f'<pre class="text notice">{escape(chr(10).join(notice))}</pre>')
     figures = []
     for task in speed_tasks(a.run.study)[:HEADLINE_TASKS]:
-        figures += [fig(speed.speedup_figure(a, task)), fig(speed.factors_figure(a, task))]
+        panel = build_speedup_panel(a, task)
+        figures += [fig(speed.speedup_figure(panel)), fig(speed.factors_figure(panel))]
     body.append(_grid(figures) or _note("no speed task"))
     body += [
         "<h3>The bars</h3>",
@@ -89,7 +89,6 @@ def verdict_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     ]
     study = a.run.study
     return Section(
-        "verdict",
         f"Verdict: {v.verdict}",
         "\n".join(body),
         f"{study.title} | run {a.run.run_id} | seal {str(v.seal)[:16]}...",
@@ -97,20 +96,11 @@ def verdict_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def speedup_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    items = [fig(speed.speedup_figure(a, t)) for t in speed_tasks(a.run.study)]
+    items = [fig(speed.speedup_figure(build_speedup_panel(a, t))) for t in speed_tasks(a.run.study)]
     return Section(
-        "speedups",
         "Speedup vs concurrency",
         _grid(items) or _note("no speed task"),
         speedup_note(a),
-    )
-
-
-def interval_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section(
-        "intervals",
-        "Speedup intervals: sessions and what they rest on",
-        lines_html(interval_lines(a)),
     )
 
 
@@ -119,11 +109,10 @@ def decomposition_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     for task in speed_tasks(a.run.study):
         body += [
             f"<h3>Why this speedup: task {escape(task)}</h3>",
-            fig(speed.decomposition_figure(a, task), wide=True),
+            fig(speed.decomposition_figure(build_speedup_panel(a, task)), wide=True),
             lines_html(decomposition_lines(a, task)),
         ]
     return Section(
-        "decomposition",
         "Why each speedup is what it is",
         "\n".join(body) or _note("no speed task"),
         "speedup = (tokens per round / baseline's) / (round time / plain step), from"
@@ -133,41 +122,32 @@ def decomposition_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def category_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    title = "SPEED-Bench by category"
-    df = a.categories
-    if df is None or not len(df):
-        return Section("categories", title, _note("the study has no SPEED-Bench speed task"))
+    view = build_categories_view(a, v)
+    if view.none:
+        return Section(view.title, _note(view.none))
     body = []
-    for task, rows in df.groupby("task", sort=False):
-        config = rows["config"].iloc[0]
-        body.append(f"<h3>{escape(str(task))} ({escape(str(config))})</h3>")
-        unavailable = rows[rows["status"] == "unavailable"]
-        if len(unavailable):
-            body.append(_note(str(unavailable["reason"].iloc[0])))
+    for t in view.tasks:
+        body.append(f"<h3>{escape(t.title)}</h3>")
+        if t.unavailable:
+            body.append(_note(t.unavailable))
             continue
         body += [
-            _note(category_subtitle(a, str(task))),
-            fig(speed.category_figure(a, str(task)), wide=True),
-            lines_html(category_table_lines(rows)),
+            _note(t.subtitle),
+            fig(speed.category_figure(a, t), wide=True),
+            lines_html(t.table_lines),
         ]
-    lengths = speed.input_length_figure(a)
-    if lengths is not None:
-        body += ["<h3>SPEED-Bench by input length</h3>", fig(lengths, wide=True)]
-    return Section(
-        "categories",
-        title,
-        "\n".join(body),
-        "the per-category acceptance matrix, with intervals; a throughput"
-        " configuration is one input length",
-    )
+    if view.lengths is not None:
+        body += [
+            f"<h3>{escape(view.lengths.title)}</h3>",
+            fig(speed.input_length_figure(a, view.lengths), wide=True),
+        ]
+    return Section(view.title, "\n".join(body), view.subtitle)
 
 
 def surface_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     study = a.run.study
     if study.surface is None or v.surface is None:
-        return Section(
-            "surface", "The round-cost surface", _note("the study registers no round-cost surface")
-        )
+        return Section("The round-cost surface", _note("the study registers no round-cost surface"))
     body = []
     for task in study.surface_tasks():
         body += [
@@ -182,7 +162,6 @@ def surface_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
                 lines_html(verification_lines(a, v, task)),
             ]
     return Section(
-        "surface",
         "The round-cost surface",
         "\n".join(body),
         f"control arms of {study.surface.drafter} with acceptance set (k"
@@ -191,19 +170,10 @@ def surface_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     )
 
 
-def _num(v: float | None) -> str:
-    return "-" if v is None or not math.isfinite(v) else f"{v:.2f}"
-
-
 def speed_curves_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    items = [fig(speed.speed_curves_figure(a, t), wide=True) for t in speed_tasks(a.run.study)]
-    return Section(
-        "speed-curves",
-        "Per-user speed and throughput vs concurrency",
-        "\n".join(items) or _note("no speed task"),
-        "per-user speed = median over requests of (tokens - 1) / (end - first token);"
-        " throughput = output tokens / measured wall time",
-    )
+    view = build_speed_curves_view(a, v)
+    items = [fig(speed.speed_curves_figure(view, t), wide=True) for t in view.tasks]
+    return Section(view.title, "\n".join(items) or _note("no speed task"), view.subtitle)
 
 
 def acceptance_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
@@ -219,7 +189,6 @@ def acceptance_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
             or _note("no speed task")
         )
     return Section(
-        "acceptance",
         "Acceptance",
         "\n".join(body) or _note("no drafter arm"),
         "top: the engine's tokens per round (as its engine counts rounds) each second of each speed cell"
@@ -229,107 +198,69 @@ def acceptance_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 def consistency_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
     return Section(
-        "consistency",
         "Acceptance length: measured against its parts",
         fig(cells.consistency_figure(a), wide=True),
         "one point per drafter speed cell; on the diagonal the two figures agree",
     )
 
 
-def three_figures_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section(
-        "three-figures",
-        "Acceptance: three figures side by side",
-        lines_html(three_figures_lines(a)),
-    )
-
-
 def accuracy_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    judged = a.run.study.bars.pass_.accuracy
-    level = judged.level if judged else 0.95
+    view = build_accuracy_view(a, v)
     return Section(
-        "accuracy",
-        "Accuracy",
-        fig(cells.accuracy_figure(a), wide=True)
+        view.title,
+        fig(cells.accuracy_figure(a, view), wide=True)
         + "<h3>Paired comparisons</h3>"
-        + lines_html(paired_lines(a)),
-        f"each arm's accuracy with its Wilson {level:.0%} interval; bar-judged tasks: "
-        + (", ".join(judged.tasks) if judged else "none"),
+        + lines_html(view.paired_lines),
+        view.subtitle,
     )
-
-
-def identity_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section("identity", "Greedy identity", lines_html(identity_lines(a)))
 
 
 def open_loop_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    ol = a.run.study.loads.open_loop
-    if ol is None:
-        return Section("open-loop", "Open loop", _note("the study registers no open-loop load"))
-    obj = ol.objective
-    return Section(
-        "open-loop",
-        "Open loop near the knee: latency vs offered rate",
-        fig(cells.open_loop_figure(a), wide=True) + lines_html(fleet_lines(a)),
-        f"{ol.arrival} arrivals on task {ol.task}; objective p{obj.percentile:g}"
-        f" {obj.metric.upper()} <= {obj.max_s:g} s (measured from the scheduled send,"
-        " so client queueing counts; a failed request counts as too slow)",
-    )
-
-
-def delivered_load_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section(
-        "delivered-load", "Delivered load", lines_html(delivered_load_lines(a)), LOAD_SUBTITLE
-    )
+    view = build_open_loop_view(a, v)
+    if not view.registered:
+        return Section(view.title, _note(view.subtitle))
+    body = fig(cells.open_loop_figure(view), wide=True) + lines_html(view.fleet_lines)
+    return Section(view.title, body, view.subtitle)
 
 
 def gpu_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    figure = cells.gpu_figure(a)
-    if figure is None:
-        entry = a.run.manifest.gpu_telemetry
-        why = (
-            entry.reason
-            if entry is not None and not entry.recorded
-            else "no cell of this run has a GPU reading"
-        )
-        return Section("gpu", "GPU telemetry", _note(why or "no GPU telemetry"))
+    view = build_gpu_view(a, v)
+    if view.why_none:
+        return Section(view.title, _note(view.why_none), view.subtitle)
     return Section(
-        "gpu",
-        "GPU telemetry across the run",
-        fig(figure, wide=True)
-        + f"<h3>Per cell</h3>{_note(CELL_SUBTITLE)}"
-        + lines_html(gpu_cell_lines(a)),
-        "NVML, sampled with the engine's metrics during every cell; red marks: a"
-        " reading with a power, thermal or hardware slowdown reason",
+        view.title,
+        fig(cells.gpu_figure(view), wide=True)
+        + f"<h3>Per cell</h3>{_note(view.cell_subtitle)}"
+        + lines_html(view.cell_lines),
+        view.subtitle,
     )
 
 
-def environment_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section(
-        "environment", "Environment, seal and deviations", lines_html(environment_lines(a, v))
-    )
+def _text(build: Callable[[Analysis, Verdict], TextView]) -> SectionWriter:
+    def write(a: Analysis, v: Verdict, fig: Figures) -> Section:
+        view = build(a, v)
+        return Section(view.title, lines_html(view.lines), view.subtitle)
+
+    return write
 
 
-SECTIONS: list[Callable[[Analysis, Verdict, Figures], Section]] = [
-    verdict_section,
-    speedup_section,
-    interval_section,
-    decomposition_section,
-    category_section,
-    surface_section,
-    speed_curves_section,
-    acceptance_section,
-    consistency_section,
-    three_figures_section,
-    accuracy_section,
-    identity_section,
-    open_loop_section,
-    delivered_load_section,
-    gpu_section,
-    environment_section,
-]
+# Section id -> its HTML section.
+HTML_SECTIONS: dict[str, SectionWriter] = {
+    "verdict": verdict_section,
+    "speedups": speedup_section,
+    "decomposition": decomposition_section,
+    "categories": category_section,
+    "surface": surface_section,
+    "speed-curves": speed_curves_section,
+    "acceptance": acceptance_section,
+    "consistency": consistency_section,
+    "accuracy": accuracy_section,
+    "open-loop": open_loop_section,
+    "gpu": gpu_section,
+    **{section: _text(build) for section, build in TEXT_VIEWS.items()},
+}
 
 
-def report_sections(a: Analysis, v: Verdict) -> list[Section]:
+def report_sections(a: Analysis, v: Verdict) -> list[tuple[str, Section]]:
     fig = Figures()
-    return [make(a, v, fig) for make in SECTIONS]
+    return [(section, HTML_SECTIONS[section](a, v, fig)) for section in SECTION_ORDER]

@@ -8,17 +8,16 @@ import matplotlib
 import numpy as np
 from matplotlib.backends.backend_pdf import PdfPages
 
-from harness.analysis.acceptance_requests import AGREE_WITHIN
 from harness.analysis.cells import engine_rounds
 from harness.analysis.tables import Analysis
 from harness.report.acceptance_series import (
     NO_SERIES,
     acceptance_by_level,
-    is_nan,
     no_positions_line,
 )
-from harness.report.layout import empty_axes, new_page, save, table_lines, text_pages
-from harness.report.pages_speed import arm_colours
+from harness.report.layout import empty_axes, new_page, save
+from harness.report.views import arm_colours
+from harness.rundir.verdict import Verdict
 
 MAX_TASKS = 3
 
@@ -29,7 +28,7 @@ def _level_colours(levels: list[int]) -> dict[int, tuple]:
     return {c: cmap(0.9 * i / n) for i, c in enumerate(levels)}
 
 
-def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
+def acceptance_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     study = a.run.study
     levels = study.loads.closed_loop.concurrency
     colours = _level_colours(levels)
@@ -94,7 +93,7 @@ def acceptance_pages(pdf: PdfPages, a: Analysis) -> int:
     return pages
 
 
-def consistency_page(pdf: PdfPages, a: Analysis) -> int:
+def consistency_page(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     """The engine's tokens per drafting round beside 1 + the sum of its per-position rates
     (two counters that must agree), and beside the client's tokens per decode step (which
     is lower when steps run without drafts: vLLM counts no round on those)."""
@@ -156,72 +155,3 @@ def consistency_page(pdf: PdfPages, a: Analysis) -> int:
         )
     save(pdf, fig)
     return 1
-
-
-def _shown(v) -> str:
-    return "-" if is_nan(v) else f"{float(v):.3f}"
-
-
-def three_figures_pages(pdf: PdfPages, a: Analysis) -> int:
-    return text_pages(pdf, "Acceptance: three figures side by side", three_figures_lines(a))
-
-
-def three_figures_lines(a: Analysis) -> list[str]:
-    """Per drafter cell, the engine's tokens per drafting round from its counters and
-    from its per-request figures, and the client's tokens per decode step, side by side;
-    cells where they disagree beyond AGREE_WITHIN are flagged."""
-    drafters = {x.name for x in a.run.study.arms if x.drafter is not None}
-    cells = a.cells[
-        a.cells["arm"].isin(drafters)
-        & a.cells["kind"].isin(["speed", "open"])
-        & (a.cells["status"] == "complete")
-    ]
-    rows, flagged = [], []
-    for r in cells.itertuples():
-        agree = r.acceptance_agree
-        mark = "-" if agree is None or is_nan(agree) else ("yes" if agree else "NO")
-        rows.append(
-            [
-                r.cell_id,
-                _shown(r.accept_length_per_round_engine),
-                _shown(r.accept_length_per_round_requests),
-                _shown(r.tokens_per_step_client),
-                int(r.spec_requests),
-                mark,
-                r.engine_round or "-",
-            ]
-        )
-        if mark == "NO":
-            flagged.append(f"  {r.cell_id}: {r.acceptance_disagreement}")
-    lines = [
-        "engine counters: tokens per round as its engine counts rounds (`engine round`: per drafting"
-        " round, a step with drafts; per scheduled decode step under vLLM's async scheduling,"
-        " drafted or not; per decode step for a drafter that always drafts), from /metrics"
-        " over the cell's window (it holds the cell's warm-up requests too)",
-        "per-request: the same count summed over the measured requests' own figures (vLLM"
-        " metrics.speculative_decoding, SGLang sglext.spec_tokens_details)",
-        "client: tokens per decode step from the streamed chunks (lower where steps ran"
-        " without drafts, and for SGLang, whose count includes the prefill token)",
-        f"agree: counters within {AGREE_WITHIN:.0%} of the per-request figures of the same"
-        " requests (the warm-up ones too), and client not above per-request by more than"
-        f" {AGREE_WITHIN:.0%}; '-': a figure is missing",
-        "",
-    ]
-    if rows:
-        lines += table_lines(
-            [
-                "cell",
-                "engine counters",
-                "per-request",
-                "client",
-                "requests with figures",
-                "agree",
-                "engine round",
-            ],
-            rows,
-        )
-    else:
-        lines.append("no complete drafter speed or open-loop cell")
-    lines += ["", f"disagreements beyond {AGREE_WITHIN:.0%} ({len(flagged)}):"]
-    lines += flagged or ["  none"]
-    return lines

@@ -1,5 +1,5 @@
-"""SPEED-Bench by category (the per-category acceptance matrix, with intervals) and, for
-its throughput configurations, by input length."""
+"""SPEED-Bench by category (views/categories.py): per task, speedup, tokens per round and
+acceptance by category with their intervals, then the table; and by input length."""
 
 from __future__ import annotations
 
@@ -9,43 +9,12 @@ import pandas as pd
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.tables import Analysis
-from harness.report.layout import new_page, save, table_lines, text_pages
-from harness.report.pages_speed import arm_colours
+from harness.report.layout import new_page, save, text_pages
+from harness.report.views import arm_colours
+from harness.report.views.categories import PANELS, InputLengths, build_categories_view
+from harness.rundir.verdict import Verdict
 
-# (column, its interval's columns, the panel's title)
-PANELS = (
-    ("speedup", "ci_lower", "ci_upper", "speedup"),
-    (
-        "tokens_per_round",
-        "tokens_per_round_ci_lower",
-        "tokens_per_round_ci_upper",
-        "tokens per round (client)",
-    ),
-    (
-        "acceptance_rate",
-        "acceptance_ci_lower",
-        "acceptance_ci_upper",
-        "acceptance rate (engine, per request)",
-    ),
-)
 MARKERS = ("o", "s", "D", "^", "v", "P")
-TABLE_COLUMNS = [
-    "arm",
-    "concurrency",
-    "category",
-    "n_items",
-    "n_drafter",
-    "speedup",
-    "ci_lower",
-    "ci_upper",
-    "tokens_per_round",
-    "tokens_per_round_ci_lower",
-    "tokens_per_round_ci_upper",
-    "acceptance_rate",
-    "acceptance_ci_lower",
-    "acceptance_ci_upper",
-    "status",
-]
 
 
 def _num(v: object) -> float:
@@ -97,58 +66,22 @@ def _panel(
     ax.grid(axis="y", alpha=0.3)
 
 
-def category_subtitle(a: Analysis, task: str) -> str:
-    level = a.run.study.bars.intervals.level
-    turns = (
-        "every turn of a multi-turn item, sent as one session (turns: all)"
-        if a.run.study.task(task).turns == "all"
-        else "a multi-turn item's first turn only (turns: first)"
-    )
-    dropped = a.run.manifest.speed_bench_placeholders.get(task, {})
-    held = [f"{c} {h} of {n}" for c, (h, n) in dropped.items() if h]
-    empty = [c for c, (h, n) in dropped.items() if h == n]
-    return (
-        f"per drafter arm and concurrency; bars = {level:.0%} intervals (speedup and"
-        " tokens per round: the speedup's registered rule; acceptance: a bootstrap over"
-        f" the category's requests); {turns}"
-        + (
-            f". Placeholder rows dropped, never sent (placeholders: drop): {', '.join(held)}"
-            + (f"; categories left empty: {', '.join(empty)}" if empty else "")
-            if held
-            else ""
-        )
-    )
-
-
-def category_table_lines(rows: pd.DataFrame) -> list[str]:
-    table = [[r.get(c) for c in TABLE_COLUMNS] for r in rows.to_dict("records")]
-    return table_lines(TABLE_COLUMNS, table)
-
-
-def category_pages(pdf: PdfPages, a: Analysis) -> int:
+def category_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     """Per SPEED-Bench task: speedup, tokens per round and acceptance by category, each
     with its interval, then the table; and the throughput configurations by input length."""
-    df = a.categories
-    if df is None or not len(df):
-        return 0
+    view = build_categories_view(a, verdict)
     colours = arm_colours(a)
     pages = 0
-    for task, rows in df.groupby("task", sort=False):
-        config = rows["config"].iloc[0]
-        unavailable = rows[rows["status"] == "unavailable"]
-        if len(unavailable):
-            pages += text_pages(
-                pdf, f"SPEED-Bench by category: {task}", [str(unavailable["reason"].iloc[0])]
-            )
+    for t in view.tasks:
+        if t.unavailable:
+            pages += text_pages(pdf, f"{view.title}: {t.task}", [t.unavailable])
             continue
-        categories = list(dict.fromkeys(rows["category"]))
-        fig = new_page(
-            f"SPEED-Bench by category: {task} ({config})", category_subtitle(a, str(task))
-        )
+        categories = list(dict.fromkeys(t.rows["category"]))
+        fig = new_page(f"{view.title}: {t.title}", t.subtitle)
         axes = fig.subplots(1, len(PANELS), squeeze=False)[0]
         fig.subplots_adjust(left=0.06, right=0.98, top=0.83, bottom=0.2, wspace=0.25)
         for ax, (col, lo, hi, title) in zip(axes, PANELS, strict=True):
-            _panel(ax, rows[rows["status"] == "ok"], categories, col, lo, hi, colours)
+            _panel(ax, t.rows, categories, col, lo, hi, colours)
             ax.set_title(title, fontsize=10)
         axes[0].axhline(1.0, color="black", lw=0.8)
         handles, labels = axes[0].get_legend_handles_labels()
@@ -163,44 +96,21 @@ def category_pages(pdf: PdfPages, a: Analysis) -> int:
             )
         save(pdf, fig)
         pages += 1
-        pages += text_pages(
-            pdf, f"SPEED-Bench by category: {task}, the figures", category_table_lines(rows)
-        )
-    pages += _input_length_page(pdf, a)
-    return pages
+        pages += text_pages(pdf, f"{view.title}: {t.task}, the figures", t.table_lines)
+    return pages + (_input_length_page(pdf, a, view.lengths) if view.lengths else 0)
 
 
-def _input_length_page(pdf: PdfPages, a: Analysis) -> int:
-    """The throughput configurations' speedups (all categories) against input length."""
-    lengths = {
-        t.name: t.config.removeprefix("throughput_")
-        for t in a.run.study.tasks
-        if t.kind == "speed_bench"
-        and t.config
-        and t.config.startswith("throughput_")
-        and "speed" in t.uses
-    }
-    if not lengths:
-        return 0
-    sp = a.speedups[a.speedups["task"].isin(lengths) & (a.speedups["status"] == "ok")].copy()
-    sp["input_length"] = sp["task"].map(lengths)
-    order = sorted(set(lengths.values()), key=lambda s: int(s.rstrip("k")))
-    fig = new_page(
-        "SPEED-Bench by input length",
-        "speedup of each drafter arm per throughput configuration (its registered"
-        " categories pooled), with its interval; one line per arm and concurrency",
-    )
+def _input_length_page(pdf: PdfPages, a: Analysis, view: InputLengths) -> int:
+    fig = new_page(view.title, view.subtitle)
     ax = fig.subplots(1, 1)
     fig.subplots_adjust(left=0.08, right=0.98, top=0.85, bottom=0.15)
     colours = arm_colours(a)
-    series = list(sp.groupby(["arm", "concurrency"], sort=False))
-    for j, ((arm, c), grp) in enumerate(series):
+    for j, (arm, c, grp) in enumerate(view.series):
         # Side by side at each length, so that overlapping intervals stay readable.
-        shift = (j - (len(series) - 1) / 2) * 0.3 / max(1, len(series))
-        grp = grp.assign(x=grp["input_length"].map(order.index) + shift).sort_values("x")
+        shift = (j - (len(view.series) - 1) / 2) * 0.3 / max(1, len(view.series))
         y = grp["speedup"].astype(float)
         ax.errorbar(
-            grp["x"],
+            grp["order"] + shift,
             y,
             yerr=[
                 (y - grp["ci_lower"].astype(float)).clip(lower=0),
@@ -209,12 +119,12 @@ def _input_length_page(pdf: PdfPages, a: Analysis) -> int:
             fmt=MARKERS[j % len(MARKERS)] + "-",
             ms=4,
             capsize=2,
-            color=colours.get(str(arm)),
+            color=colours.get(arm),
             label=f"{arm} c={c}",
         )
     ax.axhline(1.0, color="black", lw=0.8)
-    ax.set_xticks(range(len(order)))
-    ax.set_xticklabels(order)
+    ax.set_xticks(range(len(view.order)))
+    ax.set_xticklabels(view.order)
     ax.set_xlabel("input length (configuration)")
     ax.set_ylabel("speedup")
     ax.legend(fontsize=8, frameon=False)

@@ -9,8 +9,6 @@ the speedup from the lowest level to each higher one.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from matplotlib.backends.backend_pdf import PdfPages
 
@@ -18,32 +16,34 @@ from harness.analysis.bar_common import speed_tasks
 from harness.analysis.decompose import factor_shift
 from harness.analysis.tables import Analysis
 from harness.calibration import run_hardware
+from harness.report.acceptance_series import is_nan
 from harness.report.layout import MONO, empty_axes, log2_axis, new_page, save, table_lines
-from harness.report.pages_speed import arm_colours
+from harness.report.views.speedups import (
+    DECOMPOSITION_TITLES,
+    SpeedupPanel,
+    build_speedup_panel,
+)
+from harness.rundir.verdict import Verdict
 
 ROWS_ON_PAGE = 14
 
 
-def decomposition_pages(pdf: PdfPages, a: Analysis) -> int:
+def decomposition_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     pages = 0
     for task in speed_tasks(a.run.study):
-        _task_page(pdf, a, task)
+        _task_page(pdf, a, build_speedup_panel(a, task))
         pages += 1
     return pages
 
 
-def _task_page(pdf: PdfPages, a: Analysis, task: str) -> None:
-    study = a.run.study
-    levels = study.loads.closed_loop.concurrency
-    colours = arm_colours(a)
+def _task_page(pdf: PdfPages, a: Analysis, panel: SpeedupPanel) -> None:
     fig = new_page(
-        f"Why this speedup: task {task}",
+        f"Why this speedup: task {panel.task}",
         "speedup = (tokens per round / baseline's) / (round time / plain step), from the"
         " client's chunks (one chunk = one engine step); predicted = E[tokens] x"
         " t_target(B,1) / (s x t_draft(B) + t_target(B,k+1)) on the plan's roofline,"
         " E[tokens] = 1 + sum(p_i) from the engine's counters",
     )
-    sp = a.speedups[(a.speedups["task"] == task) & (a.speedups["status"] == "ok")]
     grid = fig.add_gridspec(
         2,
         4,
@@ -56,15 +56,9 @@ def _task_page(pdf: PdfPages, a: Analysis, task: str) -> None:
         hspace=0.32,
     )
     axes = [fig.add_subplot(grid[0, j]) for j in range(4)]
-    titles = (
-        "speedup: measured, explained, predicted",
-        "tokens per round",
-        "round time vs plain step (ms)",
-        "round cost (x plain step)",
-    )
-    for arm, grp in sp.groupby("arm", sort=False):
-        g = grp.sort_values("concurrency")
-        c, x = colours[arm], g["concurrency"]
+    for drafter in panel.arms:
+        g, c, arm = drafter.rows, drafter.colour, drafter.arm
+        x = g["concurrency"]
         axes[0].plot(x, g["speedup"], "o-", color=c, ms=4, label=f"{arm} measured")
         axes[0].fill_between(
             x.astype(float),
@@ -90,7 +84,7 @@ def _task_page(pdf: PdfPages, a: Analysis, task: str) -> None:
             color="black",
             ms=3,
             lw=0.9,
-            label="baseline step" if arm == sp["arm"].iloc[0] else None,
+            label="baseline step" if drafter is panel.arms[0] else None,
         )
         axes[3].plot(x, g["round_cost_ratio"], "o-", color=c, ms=4, label=f"{arm} measured")
         axes[3].fill_between(
@@ -104,8 +98,8 @@ def _task_page(pdf: PdfPages, a: Analysis, task: str) -> None:
         axes[3].plot(
             x, g["predicted_round_cost_ratio"], ":", color=c, lw=1.4, label=f"{arm} roofline"
         )
-    for ax, title in zip(axes, titles, strict=True):
-        log2_axis(ax, levels)
+    for ax, title in zip(axes, DECOMPOSITION_TITLES, strict=True):
+        log2_axis(ax, panel.levels)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("concurrent users", fontsize=8)
         ax.tick_params(labelsize=7)
@@ -113,14 +107,14 @@ def _task_page(pdf: PdfPages, a: Analysis, task: str) -> None:
         drawn = [np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()]
         top = max((max(y) for y in drawn if len(y)), default=1.0)
         ax.set_ylim(0, float(top) * 1.15 if top and top == top else 1.0)
-        if sp.empty:
+        if panel.empty:
             empty_axes(ax, "no usable speed cells")
         elif ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=6, frameon=False, loc="best")
     axes[0].axhline(1.0, color="black", lw=0.7)
     text = fig.add_subplot(grid[1, :])
     text.axis("off")
-    lines = decomposition_lines(a, task)
+    lines = decomposition_lines(a, panel.task)
     if len(lines) > ROWS_ON_PAGE + 8:  # the rest is in speedups.csv, never cut silently
         lines = lines[: ROWS_ON_PAGE + 7] + [
             f"... {len(lines) - ROWS_ON_PAGE - 7} more lines: speedups.csv has every row and note"
@@ -238,14 +232,10 @@ def _table(a: Analysis, sp, tol: float) -> list[str]:
 
 def _ratio(r) -> float | None:
     t, b = r["tokens_per_round"], r["baseline_tokens_per_round"]
-    if t is None or b is None or _nan(t) or _nan(b) or not b:
+    if is_nan(t) or is_nan(b) or not b:
         return None
     return float(t) / float(b)
 
 
 def _pct(v) -> str:
-    return "-" if v is None or _nan(v) else f"{float(v):+.1%}"
-
-
-def _nan(v) -> bool:
-    return isinstance(v, float) and math.isnan(v)
+    return "-" if is_nan(v) else f"{float(v):+.1%}"

@@ -16,7 +16,8 @@ from matplotlib.backends.backend_pdf import PdfPages
 from harness.analysis.bar_common import speed_tasks
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, log2_axis, new_page, save, wrap_lines
-from harness.report.pages_speed import arm_colours, speedup_axes, speedup_legend
+from harness.report.pages_speed import speedup_axes, speedup_legend
+from harness.report.views.speedups import SpeedupPanel, build_speedup_panel
 from harness.rundir.verdict import Verdict
 
 HEADLINE_TASKS = 3  # columns on page one; further tasks are on the speedup pages
@@ -74,7 +75,6 @@ def headline_page(pdf: PdfPages, a: Analysis, verdict: Verdict, notice: Sequence
         )
         top -= 0.022 * len(shown)
     tasks = speed_tasks(a.run.study)[:HEADLINE_TASKS] or [""]
-    colours = arm_colours(a)
     n = len(tasks)
     grid = fig.add_gridspec(
         2,
@@ -95,44 +95,37 @@ def headline_page(pdf: PdfPages, a: Analysis, verdict: Verdict, notice: Sequence
         if not task:
             empty_axes(ax, "no speed task")
             continue
-        speedup_axes(ax, a, task, handles, colours)
+        panel = build_speedup_panel(a, task)
+        speedup_axes(ax, panel, handles)
         ax.set_xlabel("")
-        factors_axes(fig.add_subplot(grid[1, j], sharex=ax), a, task, colours, handles)
+        factors_axes(fig.add_subplot(grid[1, j], sharex=ax), panel, handles)
     speedup_legend(fig, first, a, handles, bottom=0.0)
     save(pdf, fig)
     return 1
 
 
-def factors_axes(ax, a: Analysis, task: str, colours: dict[str, str], handles: dict) -> None:
+def factors_axes(ax, panel: SpeedupPanel, handles: dict) -> None:
     """The two factors against users: tokens per round over the baseline's (solid) and
     the round cost ratio (dashed); their quotient is the explained speedup."""
-    levels = a.run.study.loads.closed_loop.concurrency
-    sp = a.speedups[
-        (a.speedups["task"] == task)
-        & (a.speedups["status"] == "ok")
-        & a.speedups["explained_speedup"].notna()
-    ]
     top = 1.5
-    for arm, grp in sp.groupby("arm", sort=False):
-        grp = grp.sort_values("concurrency")
-        tokens = grp["tokens_per_round"].astype(float) / grp["baseline_tokens_per_round"].astype(
-            float
-        )
-        cost = grp["round_cost_ratio"].astype(float)
-        ax.plot(grp["concurrency"], tokens, "o-", color=colours[arm], ms=3, lw=1.3)
-        ax.plot(grp["concurrency"], cost, "s--", color=colours[arm], ms=3, lw=1.1)
-        top = max(top, float(tokens.max()), float(cost.max()))
+    for arm in panel.arms:
+        f = arm.factors
+        if f.empty:
+            continue
+        ax.plot(f["concurrency"], f["tokens"], "o-", color=arm.colour, ms=3, lw=1.3)
+        ax.plot(f["concurrency"], f["cost"], "s--", color=arm.colour, ms=3, lw=1.1)
+        top = max(top, float(f["tokens"].max()), float(f["cost"].max()))
     handles["tokens per round / baseline's (lower panel)"] = ax.plot(
         [], [], "o-", color="gray", ms=3
     )[0]
     handles["round cost / plain step (lower panel)"] = ax.plot([], [], "s--", color="gray", ms=3)[0]
     ax.axhline(1.0, color="black", lw=0.6)
-    log2_axis(ax, levels)
+    log2_axis(ax, panel.levels)
     ax.set_ylim(0, top * 1.15)
     ax.set_ylabel("factor (x)", fontsize=8)
     ax.set_xlabel("concurrent users (closed loop)", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
     ax.set_title("why: speedup = tokens factor / cost factor", fontsize=8, loc="left")
-    if sp.empty:
+    if panel.no_factors:
         empty_axes(ax, "no decomposition (no chunk stamps)")

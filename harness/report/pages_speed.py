@@ -2,40 +2,23 @@
 
 from __future__ import annotations
 
-import math
-
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.bar_common import speed_tasks
-from harness.analysis.knee import knee_span
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, log2_axis, new_page, save
+from harness.report.views.speed import build_speed_curves_view
+from harness.report.views.speedups import ArmSpeedups, SpeedupPanel, build_speedup_panel
+from harness.rundir.verdict import Verdict
 
 TASKS_PER_PAGE = 3
-
-
-def arm_colours(a: Analysis) -> dict[str, str]:
-    palette = [
-        "#1f77b4",
-        "#d62728",
-        "#2ca02c",
-        "#9467bd",
-        "#ff7f0e",
-        "#8c564b",
-        "#e377c2",
-        "#17becf",
-        "#bcbd22",
-        "#7f7f7f",
-    ]
-    return {arm.name: palette[i % len(palette)] for i, arm in enumerate(a.run.study.arms)}
 
 
 def _chunks(items: list[str], n: int) -> list[list[str]]:
     return [items[i : i + n] for i in range(0, len(items), n)] or [[]]
 
 
-def speedup_pages(pdf: PdfPages, a: Analysis) -> int:
-    colours = arm_colours(a)
+def speedup_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     note = speedup_note(a)
     pages = 0
     for tasks in _chunks(speed_tasks(a.run.study), TASKS_PER_PAGE):
@@ -44,7 +27,7 @@ def speedup_pages(pdf: PdfPages, a: Analysis) -> int:
         fig.subplots_adjust(left=0.06, right=0.98, top=0.83, bottom=0.2, wspace=0.25)
         handles: dict = {}
         for ax, task in zip(axes, tasks, strict=False):
-            speedup_axes(ax, a, task, handles, colours)
+            speedup_axes(ax, build_speedup_panel(a, task), handles)
         speedup_legend(fig, axes[0], a, handles)
         save(pdf, fig)
         pages += 1
@@ -75,57 +58,45 @@ def speedup_note(a: Analysis) -> str:
     return note
 
 
-def speedup_axes(ax, a: Analysis, task: str, handles: dict, colours: dict[str, str]) -> None:
+# How each registered bar's line is drawn: (line style, width).
+BAR_STYLES = {"pass": ("--", 1.0), "stop": (":", 1.2), "check": ("-.", 1.0)}
+
+
+def speedup_axes(ax, panel: SpeedupPanel, handles: dict) -> None:
     """One task's speedup against users: every drafter with its interval band, the 1.0,
     pass and stop lines (the check line when in reach), each knee marked."""
-    study = a.run.study
-    levels = study.loads.closed_loop.concurrency
-    bars = study.bars
-    sp = a.speedups[(a.speedups["task"] == task) & (a.speedups["status"] == "ok")]
-    top = 1.5
-    for arm, grp in sp.groupby("arm", sort=False):
-        grp = grp.sort_values("concurrency")
-        c = colours[arm]
+    for arm in panel.arms:
+        g, c = arm.rows, arm.colour
         (line,) = ax.plot(
-            grp["concurrency"], grp["speedup"], "o-", color=c, label=arm, lw=1.6, ms=4
+            g["concurrency"], g["speedup"], "o-", color=c, label=arm.arm, lw=1.6, ms=4
         )
         ax.fill_between(
-            grp["concurrency"].astype(float),
-            grp["ci_lower"].astype(float),
-            grp["ci_upper"].astype(float),
+            g["concurrency"].astype(float),
+            g["ci_lower"].astype(float),
+            g["ci_upper"].astype(float),
             color=c,
             alpha=0.18,
             lw=0,
         )
-        handles[arm] = line
-        rerun = grp[grp["baseline_rerun_speed"].notna()]
-        if len(rerun):  # the check bar's rerun, shown beside the original
-            ratio = rerun["speed_drafter"].astype(float) / rerun["baseline_rerun_speed"].astype(
-                float
-            )
+        handles[arm.arm] = line
+        if len(arm.rerun):  # the check bar's rerun, shown beside the original
             handles["against the baseline rerun"] = ax.plot(
-                rerun["concurrency"], ratio, "x", color=c, ms=9, mew=2
+                arm.rerun["concurrency"], arm.rerun["ratio"], "x", color=c, ms=9, mew=2
             )[0]
-        top = max(top, float(grp["ci_upper"].max()))
-        _mark_knee(ax, a, arm, task, c, levels)
+        _mark_knee(ax, arm, panel.levels)
     handles["no gain (1.0x)"] = ax.axhline(1.0, color="black", lw=0.8)
-    handles[f"pass bar ({bars.pass_.speed.threshold:g}x)"] = ax.axhline(
-        bars.pass_.speed.threshold, color="#1a7f37", ls="--", lw=1
-    )
-    handles[f"stop bar ({bars.stop.threshold:g}x)"] = ax.axhline(
-        bars.stop.threshold, color="#b26a00", ls=":", lw=1.2
-    )
-    if top > bars.check.threshold * 0.9:
-        handles[f"check bar ({bars.check.threshold:g}x)"] = ax.axhline(
-            bars.check.threshold, color="#c62828", ls="-.", lw=1
+    for bar in panel.bars:
+        ls, lw = BAR_STYLES[bar.name]
+        handles[f"{bar.name} bar ({bar.value:g}x)"] = ax.axhline(
+            bar.value, color=bar.colour, ls=ls, lw=lw
         )
-    log2_axis(ax, levels)
-    ax.set_ylim(0, max(top, bars.pass_.speed.threshold) * 1.1)
-    ax.set_title(f"task: {task}", fontsize=11)
+    log2_axis(ax, panel.levels)
+    ax.set_ylim(0, max(panel.top, panel.bars[0].value) * 1.1)
+    ax.set_title(f"task: {panel.task}", fontsize=11)
     ax.set_xlabel("concurrent users (closed loop)")
     ax.set_ylabel("speedup (x, per-user speed ratio)")
     ax.grid(alpha=0.3)
-    if sp.empty:
+    if panel.empty:
         empty_axes(ax, "no usable speed cells")
 
 
@@ -146,70 +117,60 @@ def speedup_legend(fig, ax, a: Analysis, handles: dict, bottom: float = 0.0) -> 
     )
 
 
-def _mark_knee(ax, a: Analysis, arm: str, task: str, colour: str, levels: list[int]) -> None:
-    row = a.knees[(a.knees["arm"] == arm) & (a.knees["task"] == task)]
-    if row.empty:
-        return
-    k = row.iloc[0]
-    if k["status"] in ("located", "below_first") and not math.isnan(k["knee_concurrency"]):
-        ax.axvline(k["knee_concurrency"], color=colour, ls="--", lw=0.8, alpha=0.7)
-        ax.plot([k["knee_concurrency"]], [1.0], "v", color=colour, ms=8)
-        if (span := knee_span(k, levels)) is not None:
-            ax.plot(span, [1.0, 1.0], "-", color=colour, lw=4, alpha=0.35, solid_capstyle="butt")
-    elif k["status"] in ("beyond", "beyond_skipped"):
+def _mark_knee(ax, arm: ArmSpeedups, levels: list[int]) -> None:
+    if arm.knee is not None:
+        ax.axvline(arm.knee, color=arm.colour, ls="--", lw=0.8, alpha=0.7)
+        ax.plot([arm.knee], [1.0], "v", color=arm.colour, ms=8)
+        if arm.knee_span is not None:
+            ax.plot(
+                arm.knee_span,
+                [1.0, 1.0],
+                "-",
+                color=arm.colour,
+                lw=4,
+                alpha=0.35,
+                solid_capstyle="butt",
+            )
+    elif arm.knee_beyond:
         ax.annotate(
             "",
             xy=(levels[-1] * 1.22, 1.0),
             xytext=(levels[-1], 1.0),
-            arrowprops={"arrowstyle": "->", "color": colour},
+            arrowprops={"arrowstyle": "->", "color": arm.colour},
         )
 
 
-def speed_curve_pages(pdf: PdfPages, a: Analysis) -> int:
+def speed_curve_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     """Per-user speed and output throughput vs concurrency, every arm, per task."""
-    levels = a.run.study.loads.closed_loop.concurrency
-    colours = arm_colours(a)
-    cells = a.cells[
-        (a.cells["kind"] == "speed")
-        & (a.cells["status"] == "complete")
-        & a.cells["rerun_of"].isna()
-    ]
+    view = build_speed_curves_view(a, verdict)
     pages = 0
-    for tasks in _chunks(speed_tasks(a.run.study), TASKS_PER_PAGE):
-        fig = new_page(
-            "Per-user speed and throughput vs concurrency",
-            "per-user speed = median over requests of (tokens - 1) / (end - first "
-            "token); throughput = output tokens / measured wall time",
-        )
+    for tasks in _chunks(list(view.tasks), TASKS_PER_PAGE):
+        fig = new_page(view.title, view.subtitle)
         axes = fig.subplots(2, max(1, len(tasks)), squeeze=False)
         fig.subplots_adjust(left=0.07, right=0.98, top=0.85, bottom=0.14, wspace=0.28, hspace=0.4)
         handles = {}
         for j, task in enumerate(tasks):
             up, down = axes[0][j], axes[1][j]
-            sub = cells[cells["task"] == task]
-            for arm in (x.name for x in a.run.study.arms):
-                rows = sub[sub["arm"] == arm].sort_values("concurrency")
-                if rows.empty:
-                    continue
-                style = "o-" if a.run.study.arm(arm).baseline else "s--"
+            for curve in view.tasks[task]:
+                rows, style = curve.rows, "o-" if curve.drafter else "s--"
                 (h,) = up.plot(
                     rows["concurrency"],
                     rows["per_user_speed"],
                     style,
-                    color=colours[arm],
-                    label=arm,
+                    color=curve.colour,
+                    label=curve.arm,
                     ms=4,
                 )
                 down.plot(
                     rows["concurrency"],
                     rows["output_throughput_tok_s"],
                     style,
-                    color=colours[arm],
+                    color=curve.colour,
                     ms=4,
                 )
-                handles[arm] = h
+                handles[curve.arm] = h
             for ax, ylabel in ((up, "per-user speed (tok/s)"), (down, "output throughput (tok/s)")):
-                log2_axis(ax, levels)
+                log2_axis(ax, view.levels)
                 ax.set_ylabel(ylabel)
                 ax.set_xlabel("concurrent users")
                 ax.grid(alpha=0.3)

@@ -12,7 +12,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 from harness.analysis.tables import Analysis
 from harness.prereg.schema import Arm, Drafter, schedule_arm_name
 from harness.report.layout import MONO, log2_axis, new_page, save, wrap_lines
-from harness.report.pages_speed import arm_colours
+from harness.report.views import arm_colours
 from harness.rundir.verdict import Placement, Verdict
 
 K_STYLES = ["-", "--", "-.", ":"]

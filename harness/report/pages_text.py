@@ -1,5 +1,5 @@
 """The verdict page with each bar's evidence, and the run-record lines it shares with the
-environment page (pages_environment.py): deviations, checkpoints, the smoke and the regime."""
+environment page (views/environment.py): deviations, checkpoints, the smoke and the regime."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from harness.analysis.regime import regime_lines
 from harness.analysis.smoke import compares, smoke_line
 from harness.analysis.tables import Analysis
 from harness.engines.launch.chosen_settings import differences
+from harness.numbers import number_text
 from harness.prereg.operating import operating_lines
 from harness.records import SmokeArmCheck, SmokeIdentityCheck
 from harness.report.layout import text_pages, wrap_lines
 from harness.report.pages_headline import headline_page
-from harness.report.pages_quality import mismatch_where
+from harness.report.views.identity import mismatch_where
 from harness.rundir.manifest import Manifest
 from harness.rundir.verdict import Verdict
 
@@ -322,8 +323,8 @@ def _entry_lines(entry: dict, pad: str) -> list[str]:
             out.append(f"{pad}figures:")
             for f in value:
                 out.append(
-                    f"{pad}  c={f['concurrency']}: speedup {_num(f['speedup'])} "
-                    f"[{_num(f['ci_lower'])}, {_num(f['ci_upper'])}]  "
+                    f"{pad}  c={f['concurrency']}: speedup {number_text(f['speedup'], '.3f')} "
+                    f"[{number_text(f['ci_lower'], '.3f')}, {number_text(f['ci_upper'], '.3f')}]  "
                     f"{f['drafter_cell']} vs {f['baseline_cell']}"
                     + (f"  passes={f['passes']}" if "passes" in f else "")
                     + (
@@ -341,10 +342,6 @@ def _entry_lines(entry: dict, pad: str) -> list[str]:
         else:
             out.append(f"{pad}{key}: {short_json(value)}")
     return out
-
-
-def _num(v) -> str:
-    return "-" if v is None else f"{v:.3f}"
 
 
 def short_json(value, limit: int = 400) -> str:

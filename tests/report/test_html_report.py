@@ -7,12 +7,10 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import cast
 
 import pytest
 
 from harness.analysis import analyse, evaluate
-from harness.analysis.tables import Analysis
 from harness.report.html_build import html_report, write_html
 from harness.report.html_page import plotly_js
 from tests.analysis.runfolder import RunBuilder
@@ -76,6 +74,17 @@ def test_html_is_self_contained_with_plotly_figures_and_html_tables(tmp_path):
     assert "Registered: recording.sessions 1" in intervals
     assert "roofline inputs:" in text and "Fleet figure:" in text
     assert "arm settings the engine would otherwise pick" in text
+
+
+def test_each_section_in_the_shared_order_has_a_pdf_and_an_html_renderer():
+    """One order for both outputs: a section drawn by one renderer only, or by neither,
+    fails here rather than going missing from one report."""
+    from harness.report.build import PDF_PAGES
+    from harness.report.html_sections import HTML_SECTIONS
+    from harness.report.views import SECTION_ORDER
+
+    assert list(SECTION_ORDER) == SECTIONS
+    assert set(PDF_PAGES) == set(HTML_SECTIONS) == set(SECTION_ORDER)
 
 
 def test_the_same_lines_give_the_pdf_its_fixed_width_tables():
@@ -147,16 +156,14 @@ def test_a_missing_chromium_is_named_with_how_to_install_it(monkeypatch):
         find_chromium()
 
 
-def test_the_gpu_figure_shades_every_other_cell_as_the_pdf_does(monkeypatch):
+def test_the_gpu_figure_shades_every_other_cell_as_the_pdf_does():
     """Three cells' readings: the second cell's span is shaded across the three panels, as
     the PDF page's axvspan does, and a throttled reading is marked."""
-    from types import SimpleNamespace
-
     import pandas as pd
 
     from harness.analysis.gpu import GPU_SERIES_COLUMNS
     from harness.report import html_figures_cells
-    from harness.report.pages_gpu import alternate_cell_spans
+    from harness.report.views.gpu import GpuView, alternate_cell_spans
 
     rows = []
     for i, cell in enumerate(["a/chat/speed/c001", "a/chat/speed/c002", "a/chat/speed/c004"]):
@@ -177,12 +184,11 @@ def test_the_gpu_figure_shades_every_other_cell_as_the_pdf_does(monkeypatch):
                 }
             )
     series = pd.DataFrame(rows, columns=GPU_SERIES_COLUMNS)
-    monkeypatch.setattr(html_figures_cells, "gpu_series", lambda run: series)
-    # gpu_series is patched: the analysis is never read.
-    fig = html_figures_cells.gpu_figure(cast(Analysis, SimpleNamespace(run=None)))
-    assert fig is not None
     minutes = (series["wall_time"] - 1000.0) / 60.0
-    assert alternate_cell_spans(series, minutes) == [("a/chat/speed/c002", 3.0, 5.0)]
+    spans = alternate_cell_spans(series, minutes)
+    assert spans == [("a/chat/speed/c002", 3.0, 5.0)]
+    view = GpuView("GPU telemetry across the run", "", "", series, minutes, spans, "", "", [])
+    fig = html_figures_cells.gpu_figure(view)
     shaded = [(s.x0, s.x1) for s in fig.layout.shapes]
     assert shaded == [(3.0, 5.0)] * 3  # one rectangle a panel
     assert [t.name for t in fig.data if "throttled" in t.name] == ["GPU 0 throttled"] * 3

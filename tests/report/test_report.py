@@ -184,7 +184,7 @@ def test_environment_page_shows_each_arms_resolved_settings(tmp_path):
     from matplotlib.backends.backend_pdf import PdfPages
 
     from harness.analysis import analyse, evaluate
-    from harness.report.pages_environment import environment_pages
+    from harness.report.build import PDF_PAGES
 
     data = study_dict()
     for arm in data["arms"]:
@@ -207,7 +207,7 @@ def test_environment_page_shows_each_arms_resolved_settings(tmp_path):
     a = analyse(b.root)
     out = tmp_path / "env.pdf"
     with PdfPages(out) as pdf:
-        assert environment_pages(pdf, a, evaluate(a)) >= 1
+        assert PDF_PAGES["environment"](pdf, a, evaluate(a)) >= 1
     text = subprocess.run(
         [_tool("pdftotext"), "-layout", str(out), "-"], capture_output=True, text=True, check=True
     ).stdout

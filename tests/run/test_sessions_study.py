@@ -13,7 +13,7 @@ import pytest
 
 from harness.analysis.tables import analyse
 from harness.prereg import load_study
-from harness.report.pages_sessions import interval_lines
+from harness.report.views.intervals import interval_lines
 from harness.testengine.spec import ScriptedEngineSpec
 from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
 

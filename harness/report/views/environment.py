@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pandas as pd
-from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.tables import Analysis
-from harness.report.layout import table_lines, text_pages
+from harness.report.layout import table_lines
 from harness.report.pages_text import (
     checkpoint_lines,
     deviation_lines,
@@ -16,10 +15,6 @@ from harness.report.pages_text import (
 )
 from harness.rundir.engines import RunGpuTelemetry
 from harness.rundir.verdict import Verdict
-
-
-def environment_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
-    return text_pages(pdf, "Environment, seal and deviations", environment_lines(a, verdict))
 
 
 def environment_lines(a: Analysis, verdict: Verdict) -> list[str]:

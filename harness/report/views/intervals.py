@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 import math
 
-from matplotlib.backends.backend_pdf import PdfPages
-
 from harness.analysis.design import look_levels
 from harness.analysis.intervals import MIN_REQUESTS
 from harness.analysis.tables import Analysis
-from harness.report.layout import table_lines, text_pages
+from harness.report.layout import table_lines
 
 
 def _interval(lo, hi) -> str:
@@ -116,7 +114,3 @@ def interval_lines(a: Analysis) -> list[str]:
         f" fewer than {MIN_REQUESTS} measured requests of an arm.",
     ]
     return lines
-
-
-def interval_pages(pdf: PdfPages, a: Analysis) -> int:
-    return text_pages(pdf, "Speedup intervals: sessions and what they rest on", interval_lines(a))

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import math
 
-from matplotlib.backends.backend_pdf import PdfPages
-
 from harness.analysis.tables import Analysis
-from harness.report.layout import table_lines, text_pages
+from harness.report.layout import table_lines
 
 _COLUMNS = (
     "delivered_concurrency",
@@ -16,13 +14,6 @@ _COLUMNS = (
     "turnaround_p99_ms",
     "turnaround_max_ms",
 )
-
-
-def delivered_load_page(pdf: PdfPages, a: Analysis) -> int:
-    return text_pages(pdf, "Delivered load", delivered_load_lines(a), SUBTITLE)
-
-
-SUBTITLE = "registered users vs requests kept in flight, per closed-loop cell"
 
 
 def delivered_load_lines(a: Analysis) -> list[str]:

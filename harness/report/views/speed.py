@@ -1,0 +1,54 @@
+"""What the speed-curve figures draw: per task, each arm's per-user speed and output
+throughput at each level of its complete, first-measured speed cells."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from harness.analysis.bar_common import speed_tasks
+from harness.analysis.tables import Analysis
+from harness.report.views import arm_colours
+from harness.rundir.verdict import Verdict
+
+
+@dataclass(frozen=True)
+class ArmCurve:
+    arm: str
+    colour: str
+    drafter: bool
+    rows: pd.DataFrame  # concurrency, per_user_speed, output_throughput_tok_s; by concurrency
+
+
+@dataclass(frozen=True)
+class SpeedCurvesView:
+    title: str
+    subtitle: str
+    levels: list[int]
+    tasks: dict[str, list[ArmCurve]]  # every speed task; [] where it has no complete cell
+
+
+def build_speed_curves_view(a: Analysis, v: Verdict) -> SpeedCurvesView:
+    colours = arm_colours(a)
+    cells = a.cells[
+        (a.cells["kind"] == "speed")
+        & (a.cells["status"] == "complete")
+        & a.cells["rerun_of"].isna()
+    ]
+    tasks: dict[str, list[ArmCurve]] = {}
+    for task in speed_tasks(a.run.study):
+        sub = cells[cells["task"] == task]
+        tasks[task] = []
+        for arm in a.run.study.arms:
+            rows = sub[sub["arm"] == arm.name].sort_values("concurrency")
+            if not rows.empty:
+                curve = ArmCurve(arm.name, colours[arm.name], arm.baseline is not None, rows)
+                tasks[task].append(curve)
+    return SpeedCurvesView(
+        "Per-user speed and throughput vs concurrency",
+        "per-user speed = median over requests of (tokens - 1) / (end - first token);"
+        " throughput = output tokens / measured wall time",
+        a.run.study.loads.closed_loop.concurrency,
+        tasks,
+    )
