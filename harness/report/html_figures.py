@@ -133,7 +133,9 @@ def speed_curves_figure(view: SpeedCurvesView, task: str) -> go.Figure:
     """Per-user speed and output throughput against users, every arm."""
     fig = grid(1, 2, [f"{task}: per-user speed (tok/s)", f"{task}: output throughput (tok/s)"])
     for curve in view.tasks[task]:
-        style = {"color": curve.colour, "dash": "dash" if curve.drafter else "solid"}
+        # As the PDF draws them: a drafter solid with circles, a baseline dashed with squares.
+        style = {"color": curve.colour, "dash": "solid" if curve.drafter else "dash"}
+        marker = {"symbol": "circle" if curve.drafter else "square"}
         for col, column in ((1, "per_user_speed"), (2, "output_throughput_tok_s")):
             fig.add_trace(
                 go.Scatter(
@@ -144,6 +146,7 @@ def speed_curves_figure(view: SpeedCurvesView, task: str) -> go.Figure:
                     legendgroup=curve.arm,
                     showlegend=col == 1,
                     line=style,
+                    marker=marker,
                 ),
                 row=1,
                 col=col,

@@ -192,3 +192,39 @@ def test_the_gpu_figure_shades_every_other_cell_as_the_pdf_does():
     shaded = [(s.x0, s.x1) for s in fig.layout.shapes]
     assert shaded == [(3.0, 5.0)] * 3  # one rectangle a panel
     assert [t.name for t in fig.data if "throttled" in t.name] == ["GPU 0 throttled"] * 3
+
+
+def test_the_speed_curves_draw_drafters_solid_and_baselines_dashed_as_the_pdf_does(
+    tmp_path, monkeypatch
+):
+    """The HTML drew the opposite of the PDF (drafters dashed) until 2026-12-06: both read
+    the one view, a drafter solid with circles, a baseline dashed with squares."""
+    from matplotlib.backends.backend_pdf import PdfPages
+
+    from harness.report import pages_speed
+    from harness.report.html_figures import speed_curves_figure
+    from harness.report.views.speed import build_speed_curves_view
+
+    a = analyse(half_empty_run(tmp_path).root)
+    verdict = evaluate(a)
+    view = build_speed_curves_view(a, verdict)
+    drafter = {c.arm: c.drafter for c in view.tasks["chat"]}
+    assert set(drafter.values()) == {False, True}, drafter  # baselines and drafters
+    html = {(t.name, t.line.dash, t.marker.symbol) for t in speed_curves_figure(view, "chat").data}
+    assert html == {
+        (arm, "solid" if d else "dash", "circle" if d else "square") for arm, d in drafter.items()
+    }
+    drawn: set[tuple[str, str, str]] = set()
+    real_save = pages_speed.save
+
+    def keep_lines(pdf, fig):  # the page's lines, read before it is saved and closed
+        for ax in fig.axes:
+            for line in ax.get_lines():
+                if line.get_label() in drafter:
+                    drawn.add((line.get_label(), line.get_linestyle(), line.get_marker()))
+        real_save(pdf, fig)
+
+    monkeypatch.setattr(pages_speed, "save", keep_lines)
+    with PdfPages(tmp_path / "speed.pdf") as pdf:
+        assert pages_speed.speed_curve_pages(pdf, a, verdict) >= 1
+    assert drawn == {(arm, "-" if d else "--", "o" if d else "s") for arm, d in drafter.items()}
