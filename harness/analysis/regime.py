@@ -23,8 +23,11 @@ REGIME_FILE = "regime.jsonl"
 
 
 def regime_levels(study: Study) -> list[int]:
-    """One user and the pass bar's levels."""
-    return sorted({1, *study.bars.pass_.speed.concurrencies})
+    """One and two users, and the pass bar's levels. Two users even where the bar reads one
+    alone: a plain step at two rows that costs two at one is compute-bound from the first
+    row, so a round of k + 1 positions at one user costs k + 1 steps (an AVX2 CPU serving
+    bfloat16 without native matmuls)."""
+    return sorted({1, 2, *study.bars.pass_.speed.concurrencies})
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ costs several steps, and no drafter can pay, whatever it accepts. That is a fact
 the host, not the drafter, and the verdict page says so beside the verdict.
 
 In the smoke stage, right after a baseline's own checks pass (its engine is up), its
-plain step is timed at one user and at each of the pass bar's levels: a short closed
+plain step is timed at one and two users and at each of the pass bar's levels
+(harness.analysis.regime.regime_levels): a short closed
 loop of greedy requests run to `recording.regime.max_tokens` (ignore_eos), a warm-up
 per user, and the median gap between consecutive chunks of the rest, per token (one
 token a chunk without a drafter: the decode step as the user saw it; the median leaves

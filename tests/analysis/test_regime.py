@@ -41,6 +41,22 @@ def test_a_step_that_grows_with_users_is_compute_bound_at_the_first_such_level()
     )
 
 
+def test_two_users_are_timed_even_where_the_pass_bar_reads_one_user_alone():
+    """The demo's bar reads one user since 2026-12-06; without two users timed, the check
+    had nothing to judge (CI's demo timed one user alone), a check that could not fire."""
+    from pathlib import Path
+
+    from harness.analysis.regime import regime_levels
+    from harness.prereg import load_study_file
+
+    root = Path(__file__).resolve().parents[2]
+    demo = load_study_file(root / "examples" / "cpu.yaml").study
+    assert demo.bars.pass_.speed.concurrencies == [1]
+    assert regime_levels(demo) == [1, 2]
+    registered = load_study_file(root / "prereg.yaml").study
+    assert regime_levels(registered) == sorted({1, *registered.bars.pass_.speed.concurrencies})
+
+
 def test_the_tolerance_is_the_registered_one():
     steps = {1: (10.0, 2), 2: (14.0, 4)}
     assert judge("b", "k", 32, 1.3, steps).memory_bound is False

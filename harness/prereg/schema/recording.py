@@ -11,7 +11,7 @@ from harness.prereg.schema.base import Positive, PositiveInt, Strict
 
 class RegimeCheck(Strict):
     """The host's regime, timed in the smoke stage (harness/run/regime.py): each baseline's
-    plain step at one user and at the pass bar's levels. A level whose step is more than
+    plain step at one and two users and at the pass bar's levels. A level whose step is more than
     max_step_ratio x the one-user step is compute-bound there, and the verdict page says
     speculation cannot pay on this host, beside whatever verdict the bars give."""
 
