@@ -213,13 +213,17 @@ def test_a_check_rerun_invalid_for_client_lag_is_measured_again_by_the_command(
     assert causes["client_lag"]["cells"] == [rerun]
     assert causes["client_lag"]["per_bar"] == {"check": 1}
     assert verdict["unfinished"]["command"].endswith("--remeasure-invalid")
+    # Under the suite's load another cell may end invalid too (bursts: cell_retries 0), and
+    # the command measures it again as well; nothing the first run measured validly.
+    invalid = {cell for c in verdict["unfinished"]["causes"] for cell in c.get("cells", [])}
 
     assert run_study(study, results, "--resume", "--remeasure-invalid") == 0
     verdict = verdict_of(run)
     assert verdict["verdict"] == "PASS", verdict["reasons"]
     assert [a["status"] for a in cell_json(run, rerun)["attempts"]] == ["invalid", "complete"]
-    (record,) = read_manifest(run / "manifest.json").remeasured
-    assert record.cell == rerun and record.partners == ["base/chat/speed/c001"]
+    records = {r.cell: r for r in read_manifest(run / "manifest.json").remeasured}
+    assert rerun in records and set(records) <= invalid, (sorted(records), sorted(invalid))
+    assert records[rerun].partners == ["base/chat/speed/c001"]
 
 
 def test_remeasure_invalid_needs_resume(tmp_path):
