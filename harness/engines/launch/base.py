@@ -76,10 +76,25 @@ class EngineKind(ABC):
     def command(self, arm: Arm, study: Study, host: str, port: int) -> list[str]:
         """The full argv that starts this arm's engine listening on host:port."""
 
+    # The engine's entry point after its interpreter (`python -m ...`), and the engine's
+    # name in an error; a kind without one has no parser specbench reads flags with.
+    entry_point: ClassVar[tuple[str, ...]] = ()
+    display_name: ClassVar[str] = ""
+
     def prefix(self, arm: Arm) -> list[str]:
         """What precedes the engine's own flags in `command` (its interpreter and entry
         point, or the arm's launch.command): the rest is what its parser reads."""
-        raise NotImplementedError(f"engine {self.name!r} has no parser to read its flags")
+        if not self.entry_point:
+            raise NotImplementedError(f"engine {self.name!r} has no parser to read its flags")
+        launch = arm.launch
+        if launch is not None and launch.command:
+            return list(launch.command)
+        python = self.interpreter(arm)
+        if python is None:
+            raise ValueError(
+                f"arm {arm.name!r}: launch needs python or command for {self.display_name}"
+            )
+        return [python, *self.entry_point]
 
     def environment(self, arm: Arm) -> dict[str, str]:
         """Variables added over os.environ for the engine process (the arm's own win)."""

@@ -147,6 +147,8 @@ def min_free_slots(
 
 class SglangKind(EngineKind):
     name: ClassVar[str] = "sglang"
+    entry_point: ClassVar[tuple[str, ...]] = ("-m", "sglang.launch_server")
+    display_name: ClassVar[str] = "SGLang"
 
     def speculation_gate(self, arm: Arm, up_to: int | None) -> str:
         # Not found for 0.5.23: the PRs that added a batch-size fallback to plain decode
@@ -206,15 +208,6 @@ class SglangKind(EngineKind):
                 "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token",
             }
         return {**env, **super().environment(arm)}
-
-    def prefix(self, arm: Arm) -> list[str]:
-        launch = arm.launch
-        if launch is not None and launch.command:
-            return list(launch.command)
-        python = self.interpreter(arm)
-        if python is None:
-            raise ValueError(f"arm {arm.name!r}: launch needs python or command for SGLang")
-        return [python, "-m", "sglang.launch_server"]
 
     def command(self, arm: Arm, study: Study, host: str, port: int) -> list[str]:
         model = study.model

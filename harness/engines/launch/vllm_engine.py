@@ -104,6 +104,8 @@ ASYNC_SCHEDULING_METHODS = {
 
 class VllmKind(EngineKind):
     name: ClassVar[str] = "vllm"
+    entry_point: ClassVar[tuple[str, ...]] = ("-m", "vllm.entrypoints.cli.main")
+    display_name: ClassVar[str] = "vLLM"
 
     def speculation_gate(self, arm: Arm, up_to: int | None) -> str:
         return _vllm_gate(arm, up_to)
@@ -134,16 +136,6 @@ class VllmKind(EngineKind):
     # The smallest max_num_seqs vLLM 0.32 picks by itself for the OpenAI server on a
     # GPU (256 below 70 GiB; 1024 on H100-class cards), used when the arm sets none.
     default_max_num_seqs: ClassVar[int] = 256
-
-    def prefix(self, arm: Arm) -> list[str]:
-        """What precedes `serve MODEL ...`: the arm's command, or its python running vLLM's CLI."""
-        launch = arm.launch
-        if launch is not None and launch.command:
-            return list(launch.command)
-        python = self.interpreter(arm)
-        if python is None:
-            raise ValueError(f"arm {arm.name!r}: launch needs python or command for vLLM")
-        return [python, "-m", "vllm.entrypoints.cli.main"]
 
     def command(self, arm: Arm, study: Study, host: str, port: int) -> list[str]:
         model = study.model
