@@ -135,9 +135,10 @@ def pdf_text(pdf: Path, page: int | None = None) -> str:
     ).stdout
 
 
-def start_run(study: Path | str, results: Path, **popen: Any) -> subprocess.Popen:
-    """`specbench run STUDY --results RESULTS --no-report` started in the background from
-    the repository root (`popen`: its output, session, ...), for a test that stops it."""
+def start_run(study: Path | str, results: Path, *extra: str, **popen: Any) -> subprocess.Popen:
+    """`specbench run STUDY --results RESULTS --no-report [EXTRA...]` started in the
+    background from the repository root (`popen`: its output, session, ...), for a test
+    that stops it."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -148,6 +149,7 @@ def start_run(study: Path | str, results: Path, **popen: Any) -> subprocess.Pope
             "--results",
             str(results),
             "--no-report",
+            *extra,
         ],
         cwd=ROOT,
         **popen,

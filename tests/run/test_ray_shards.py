@@ -8,7 +8,6 @@ import csv
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import yaml
 from harness.plan import plan_cells
 from harness.prereg import load_study_file
 from harness.rundir import cell_dirname
-from tests.run.conftest import ROOT, run_folder, specbench, verdict_of
+from tests.run.conftest import ROOT, run_folder, specbench, start_run, verdict_of
 from tests.run.shards_sequential import kept, run_sequential
 
 STUDY = ROOT / "examples" / "scripted-shards.yaml"
@@ -173,20 +172,11 @@ def test_a_worker_killed_mid_shard_is_resumed_and_no_finished_cell_is_measured_t
     study = tmp_path / "shards.yaml"
     study.write_text(yaml.safe_dump(data, sort_keys=False))
     results = tmp_path / "results"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "run",
-            str(study),
-            "--results",
-            str(results),
-            "--no-report",
-            "--gpus",
-            "2",
-        ],
-        cwd=ROOT,
+    proc = start_run(
+        study,
+        results,
+        "--gpus",
+        "2",
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
