@@ -16,7 +16,6 @@ from harness.report import html_figures_surface as surface
 from harness.report.html_plotly import figure_div
 from harness.report.html_text import escape, lines_html
 from harness.report.pages_acceptance import MAX_TASKS
-from harness.report.pages_decompose import decomposition_lines
 from harness.report.pages_headline import HEADLINE_TASKS, VERDICT_COLOURS
 from harness.report.pages_speed import speedup_note
 from harness.report.pages_surface import surface_text_lines, verification_lines
@@ -24,6 +23,7 @@ from harness.report.pages_text import bar_lines, evidence_lines, verdict_notice
 from harness.report.views import SECTION_ORDER
 from harness.report.views.accuracy import build_accuracy_view
 from harness.report.views.categories import build_categories_view
+from harness.report.views.decomposition import build_decomposition_view
 from harness.report.views.gpu import build_gpu_view
 from harness.report.views.open_loop import build_open_loop_view
 from harness.report.views.speed import build_speed_curves_view
@@ -105,20 +105,15 @@ def speedup_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def decomposition_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
+    view = build_decomposition_view(a, v)
     body = []
-    for task in speed_tasks(a.run.study):
+    for task in view.tasks:
         body += [
-            f"<h3>Why this speedup: task {escape(task)}</h3>",
-            fig(speed.decomposition_figure(build_speedup_panel(a, task)), wide=True),
-            lines_html(decomposition_lines(a, task)),
+            f"<h3>{escape(task.title)}</h3>",
+            fig(speed.decomposition_figure(task.panel), wide=True),
+            lines_html(task.lines),
         ]
-    return Section(
-        "Why each speedup is what it is",
-        "\n".join(body) or _note("no speed task"),
-        "speedup = (tokens per round / baseline's) / (round time / plain step), from"
-        " the client's chunks; predicted on the plan's roofline, E[tokens] = 1 +"
-        " sum(p_i) from the engine's counters",
-    )
+    return Section(view.title, "\n".join(body) or _note("no speed task"), view.subtitle)
 
 
 def category_section(a: Analysis, v: Verdict, fig: Figures) -> Section:

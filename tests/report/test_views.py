@@ -1,0 +1,53 @@
+"""Each section's view (harness/report/views/) read from a run folder whose figures are
+known (tests/analysis/runfolder.py): a view that computes a figure wrongly fails here,
+whichever renderer would have drawn it."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.analysis import analyse, evaluate
+from harness.analysis.tables import Analysis
+from harness.report.layout import TableLine
+from harness.rundir.verdict import Verdict
+from tests.analysis.runfolder import PASSING_SPEEDUPS, RunBuilder
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Analysis, Verdict]:
+    a = analyse(RunBuilder(tmp_path_factory.mktemp("full")).full_passing_run().root)
+    return a, evaluate(a)
+
+
+def table_rows(lines: list[str]) -> list[list[str]]:
+    tables = [line.table for line in lines if isinstance(line, TableLine)]
+    assert tables, "no table among the lines"
+    return tables[0].rows
+
+
+def test_the_decomposition_view_names_what_moved_each_speedup(full_run):
+    from harness.report.views.decomposition import build_decomposition_view
+
+    a, v = full_run
+    view = build_decomposition_view(a, v)
+    assert [t.title for t in view.tasks] == [
+        "Why this speedup: task chat",
+        "Why this speedup: task gsm8k",
+    ]
+    chat = view.tasks[0]
+    assert chat.panel.task == "chat"
+    assert chat.lines[0].startswith("roofline inputs: registered 1000 GB/s, 100 TFLOP/s")
+    rows = {(r[0], int(r[1])): r for r in table_rows(chat.lines)}
+    for arm, by_level in PASSING_SPEEDUPS.items():
+        assert [float(rows[arm, c][2]) for c in by_level] == list(by_level.values())
+    # ngram's round costs 0.4, 0.417, 0.455 of a plain step at 1, 2, 4 users (tokens per
+    # round steady): 4 % moved is within the 5 % tolerance, 14 % is the round's cost.
+    assert [rows["vllm-ngram", c][11] for c in (1, 2, 4)] == [
+        "-",
+        "steady (within 5%)",
+        "round cost (100% of it)",
+    ]
+    assert any(
+        line.startswith("measured against predicted: mean -25.9%, range -68.0% to +20.0%")
+        for line in chat.lines
+    )
