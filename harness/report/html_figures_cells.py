@@ -11,27 +11,19 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
 from harness.analysis.tables import Analysis
-from harness.prereg.schema import Arm
-from harness.report.acceptance_series import NO_SERIES, acceptance_by_level, no_positions_line
 from harness.report.html_plotly import empty, floats, grid
 from harness.report.views import arm_colours
+from harness.report.views.acceptance import NO_SERIES, AcceptanceView, ArmAcceptance
 from harness.report.views.accuracy import AccuracyView
 from harness.report.views.gpu import GpuView
 from harness.report.views.open_loop import OpenLoopView
 
 
-def _level_colours(levels: list[int]) -> dict[int, str]:
-    n = max(1, len(levels) - 1)
-    shades = sample_colorscale("Viridis", [0.9 * i / n for i in range(len(levels))])
-    return dict(zip(levels, shades, strict=True))
-
-
-def acceptance_figure(a: Analysis, arm: Arm, task: str) -> go.Figure:
+def acceptance_figure(view: AcceptanceView, arm: ArmAcceptance, task: str) -> go.Figure:
     """Top: the engine's tokens per drafting round each second of each speed cell;
     bottom: the share of rounds keeping >= i drafts, one line per level."""
-    assert arm.drafter is not None
-    levels = a.run.study.loads.closed_loop.concurrency
-    colours = _level_colours(levels)
+    shades = sample_colorscale("Viridis", list(view.shades.values()))
+    colours = dict(zip(view.shades, shades, strict=True))
     fig = grid(
         2,
         1,
@@ -42,7 +34,7 @@ def acceptance_figure(a: Analysis, arm: Arm, task: str) -> go.Figure:
         height=620,
     )
     any_series = any_pos = False
-    for level in acceptance_by_level(a, arm, task):
+    for level in arm.tasks[task]:
         c = level.concurrency
         if not level.per_second.empty:
             fig.add_trace(
@@ -80,7 +72,7 @@ def acceptance_figure(a: Analysis, arm: Arm, task: str) -> go.Figure:
     if not any_series:
         empty(fig, NO_SERIES, 1, 1)
     if not any_pos:
-        empty(fig, no_positions_line(arm), 2, 1)
+        empty(fig, arm.no_positions, 2, 1)
     return fig
 
 

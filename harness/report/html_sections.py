@@ -15,12 +15,12 @@ from harness.report import html_figures_cells as cells
 from harness.report import html_figures_surface as surface
 from harness.report.html_plotly import figure_div
 from harness.report.html_text import escape, lines_html
-from harness.report.pages_acceptance import MAX_TASKS
 from harness.report.pages_headline import HEADLINE_TASKS, VERDICT_COLOURS
 from harness.report.pages_speed import speedup_note
 from harness.report.pages_surface import surface_text_lines, verification_lines
 from harness.report.pages_text import bar_lines, evidence_lines, verdict_notice
 from harness.report.views import SECTION_ORDER
+from harness.report.views.acceptance import build_acceptance_view
 from harness.report.views.accuracy import build_accuracy_view
 from harness.report.views.categories import build_categories_view
 from harness.report.views.decomposition import build_decomposition_view
@@ -172,23 +172,15 @@ def speed_curves_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def acceptance_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    tasks = speed_tasks(a.run.study)[:MAX_TASKS]
+    view = build_acceptance_view(a, v)
     body = []
-    for arm, drafter in ((x, x.drafter) for x in a.run.study.arms if x.drafter is not None):
+    for arm in view.arms:
+        body.append(f"<h3>{escape(arm.heading)}</h3>")
         body.append(
-            f"<h3>{escape(arm.name)} ({escape(arm.engine)}, {escape(drafter.method)},"
-            f" k={drafter.num_draft_tokens})</h3>"
-        )
-        body.append(
-            _grid([fig(cells.acceptance_figure(a, arm, t)) for t in tasks])
+            _grid([fig(cells.acceptance_figure(view, arm, t)) for t in arm.tasks])
             or _note("no speed task")
         )
-    return Section(
-        "Acceptance",
-        "\n".join(body) or _note("no drafter arm"),
-        "top: the engine's tokens per round (as its engine counts rounds) each second of each speed cell"
-        " (counter deltas between scrapes); bottom: share of rounds keeping >= i drafts",
-    )
+    return Section(view.title, "\n".join(body) or _note("no drafter arm"), view.subtitle)
 
 
 def consistency_section(a: Analysis, v: Verdict, fig: Figures) -> Section:

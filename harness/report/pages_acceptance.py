@@ -8,47 +8,30 @@ import matplotlib
 import numpy as np
 from matplotlib.backends.backend_pdf import PdfPages
 
-from harness.analysis.cells import engine_rounds
 from harness.analysis.tables import Analysis
-from harness.report.acceptance_series import (
-    NO_SERIES,
-    acceptance_by_level,
-    no_positions_line,
-)
 from harness.report.layout import empty_axes, new_page, save
 from harness.report.views import arm_colours
+from harness.report.views.acceptance import NO_SERIES, build_acceptance_view
 from harness.rundir.verdict import Verdict
-
-MAX_TASKS = 3
-
-
-def _level_colours(levels: list[int]) -> dict[int, tuple]:
-    cmap = matplotlib.colormaps["viridis"]
-    n = max(1, len(levels) - 1)
-    return {c: cmap(0.9 * i / n) for i, c in enumerate(levels)}
 
 
 def acceptance_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
-    study = a.run.study
-    levels = study.loads.closed_loop.concurrency
-    colours = _level_colours(levels)
-    tasks = [t.name for t in study.tasks if "speed" in t.uses][:MAX_TASKS]
-    pages, rounds = 0, engine_rounds(a.run)
-    for arm, drafter in ((x, x.drafter) for x in study.arms if x.drafter is not None):
+    view = build_acceptance_view(a, verdict)
+    colours = {c: matplotlib.colormaps["viridis"](s) for c, s in view.shades.items()}
+    for arm in view.arms:
         fig = new_page(
-            f"Acceptance: {arm.name} ({arm.engine}, {drafter.method},"
-            f" k={drafter.num_draft_tokens})",
-            f"top: the engine's tokens per {rounds.get(arm.name, 'round')} each"
+            f"Acceptance: {arm.heading}",
+            f"top: the engine's tokens per {arm.round} each"
             " second of each speed cell (counter deltas between scrapes: what its"
             " engine counts as a round); bottom: share of rounds keeping >= i drafts",
         )
-        axes = fig.subplots(2, max(1, len(tasks)), squeeze=False)
+        axes = fig.subplots(2, max(1, len(arm.tasks)), squeeze=False)
         fig.subplots_adjust(left=0.07, right=0.98, top=0.85, bottom=0.14, wspace=0.28, hspace=0.4)
         handles = {}
-        for j, task in enumerate(tasks):
+        for j, (task, levels) in enumerate(arm.tasks.items()):
             top, bottom = axes[0][j], axes[1][j]
             any_series = any_pos = False
-            for level in acceptance_by_level(a, arm, task):
+            for level in levels:
                 c = level.concurrency
                 if not level.per_second.empty:
                     (h,) = top.plot(
@@ -66,7 +49,7 @@ def acceptance_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
                     any_pos = True
             top.set_title(f"task: {task}", fontsize=11)
             top.set_xlabel("seconds since the cell's first scrape")
-            top.set_ylabel(f"tokens per {rounds.get(arm.name, 'round')} (engine)")
+            top.set_ylabel(f"tokens per {arm.round} (engine)")
             top.grid(alpha=0.3)
             bottom.set_xlabel("draft position i")
             bottom.set_ylabel("acceptance rate at position i")
@@ -75,9 +58,9 @@ def acceptance_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
             if not any_series:
                 empty_axes(top, NO_SERIES)
             if not any_pos:
-                empty_axes(bottom, no_positions_line(arm))
+                empty_axes(bottom, arm.no_positions)
             else:
-                bottom.set_xticks(range(1, drafter.num_draft_tokens + 1))
+                bottom.set_xticks(range(1, arm.k + 1))
         fig.legend(
             handles.values(),
             handles.keys(),
@@ -89,8 +72,7 @@ def acceptance_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
             title_fontsize=8,
         )
         save(pdf, fig)
-        pages += 1
-    return pages
+    return len(view.arms)
 
 
 def consistency_page(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:

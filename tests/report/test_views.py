@@ -51,3 +51,36 @@ def test_the_decomposition_view_names_what_moved_each_speedup(full_run):
         line.startswith("measured against predicted: mean -25.9%, range -68.0% to +20.0%")
         for line in chat.lines
     )
+
+
+@pytest.fixture(scope="module")
+def half_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Analysis, Verdict]:
+    """Task gsm8k has no speed cell; every chat speed cell keeps 2.5 tokens a round."""
+    from tests.report.test_html_report import half_empty_run
+
+    a = analyse(half_empty_run(tmp_path_factory.mktemp("half")).root)
+    return a, evaluate(a)
+
+
+def test_the_acceptance_view_reads_each_levels_seconds_and_positions(half_run):
+    from harness.report.views.acceptance import build_acceptance_view
+
+    a, v = half_run
+    view = build_acceptance_view(a, v)
+    levels = [1, 2, 4, 8, 16]
+    assert view.shades == {c: 0.9 * i / 4 for i, c in enumerate(levels)}
+    by_arm = {arm.arm.name: arm for arm in view.arms}
+    assert list(by_arm) == ["vllm-ngram", "vllm-eagle3", "sglang-dflash"]
+    assert by_arm["vllm-ngram"].heading == "vllm-ngram (vllm, ngram, k=3)"
+    for arm in by_arm.values():
+        assert arm.tasks["gsm8k"] == []  # no speed cell: the panel says why
+        chat = arm.tasks["chat"]
+        assert [level.concurrency for level in chat] == levels
+        for level in chat:
+            # 10 one-second scrapes, one failed: 9 seconds, each 2.5 tokens a round.
+            assert level.per_second["acceptance_length"].tolist() == pytest.approx([2.5] * 9)
+    # vLLM's three positions keep 0.5, 0.3 and 0.2 of the 1.5 accepted tokens a round.
+    assert by_arm["vllm-eagle3"].tasks["chat"][0].position_rates == pytest.approx([0.75, 0.45, 0.3])
+    assert by_arm["sglang-dflash"].tasks["chat"][0].position_rates == []
+    assert by_arm["sglang-dflash"].no_positions == "per-position acceptance not exported by sglang"
+    assert by_arm["vllm-ngram"].round != by_arm["vllm-eagle3"].round  # as each engine counts

@@ -12,7 +12,7 @@ from harness.analysis.bar_common import speed_tasks
 from harness.analysis.decompose import factor_shift
 from harness.analysis.tables import Analysis
 from harness.calibration import run_hardware
-from harness.report.acceptance_series import is_nan
+from harness.numbers import is_nan
 from harness.report.layout import table_lines
 from harness.report.views.speedups import SpeedupPanel, build_speedup_panel
 from harness.rundir.verdict import Verdict
