@@ -4,9 +4,6 @@ accuracy with its intervals, open loop against offered rate, and GPU telemetry."
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
@@ -15,6 +12,7 @@ from harness.report.html_plotly import empty, floats, grid
 from harness.report.views import arm_colours
 from harness.report.views.acceptance import NO_SERIES, AcceptanceView, ArmAcceptance
 from harness.report.views.accuracy import AccuracyView
+from harness.report.views.consistency import NO_POINTS, ConsistencyView
 from harness.report.views.gpu import GpuView
 from harness.report.views.open_loop import OpenLoopView
 
@@ -76,59 +74,39 @@ def acceptance_figure(view: AcceptanceView, arm: ArmAcceptance, task: str) -> go
     return fig
 
 
-def consistency_figure(a: Analysis) -> go.Figure:
+def consistency_figure(a: Analysis, view: ConsistencyView) -> go.Figure:
     """One point per drafter speed cell: the engine's tokens per round against 1 + the sum
     of its per-position rates, and against the client's tokens per decode step."""
     colours = arm_colours(a)
-    drafters = {x.name for x in a.run.study.arms if x.drafter is not None}
-    cells = a.cells[
-        (a.cells["kind"] == "speed")
-        & a.cells["arm"].isin(drafters)
-        & (a.cells["status"] == "complete")
-    ]
-    fig = grid(
-        1,
-        2,
-        [
-            "engine counters against each other",
-            "per decode step (client) vs per engine round (engine_round)",
-        ],
-        height=440,
-    )
-    for col, xcol, xlabel in (
-        (1, "accept_rate_sum", "1 + sum of per-position acceptance rates"),
-        (2, "tokens_per_step_client", "client: tokens per decode step"),
+    fig = grid(1, 2, [p.title for p in view.panels], height=440)
+    for col, panel, xlabel in zip(
+        (1, 2),
+        view.panels,
+        ("1 + sum of per-position acceptance rates", "client: tokens per decode step"),
+        strict=True,
     ):
-        lo, hi = math.inf, -math.inf
-        for arm, grp in cells.groupby("arm", sort=False):
-            x = grp[xcol].astype(float) + (1.0 if xcol == "accept_rate_sum" else 0.0)
-            y = grp["accept_length_per_round_engine"].astype(float)
-            ok = ~(np.isnan(x) | np.isnan(y))
-            if not ok.any():
-                continue
+        for points in panel.arms:
             fig.add_trace(
                 go.Scatter(
-                    x=x[ok],
-                    y=y[ok],
+                    x=points.x,
+                    y=points.y,
                     mode="markers",
-                    name=arm,
-                    legendgroup=arm,
+                    name=points.arm,
+                    legendgroup=points.arm,
                     showlegend=col == 1,
-                    text=grp["cell_id"][ok],
-                    marker={"color": colours[arm], "size": 9},
+                    text=points.cells,
+                    marker={"color": colours[points.arm], "size": 9},
                 ),
                 row=1,
                 col=col,
             )
-            lo, hi = min(lo, x[ok].min(), y[ok].min()), max(hi, x[ok].max(), y[ok].max())
         fig.update_xaxes(title_text=xlabel, row=1, col=col)
         fig.update_yaxes(title_text="engine: tokens per round", row=1, col=col)
-        if math.isfinite(lo):
-            pad = 0.1 * max(hi - lo, 0.5)
+        if panel.diagonal is not None:
             fig.add_trace(
                 go.Scatter(
-                    x=[lo - pad, hi + pad],
-                    y=[lo - pad, hi + pad],
+                    x=list(panel.diagonal),
+                    y=list(panel.diagonal),
                     mode="lines",
                     line={"color": "grey", "dash": "dash", "width": 1},
                     name="agree",
@@ -138,7 +116,7 @@ def consistency_figure(a: Analysis) -> go.Figure:
                 col=col,
             )
         else:
-            empty(fig, "no cell has both figures (per-position rates are vLLM-only)", 1, col)
+            empty(fig, NO_POINTS, 1, col)
     return fig
 
 

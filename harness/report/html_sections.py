@@ -23,6 +23,7 @@ from harness.report.views import SECTION_ORDER
 from harness.report.views.acceptance import build_acceptance_view
 from harness.report.views.accuracy import build_accuracy_view
 from harness.report.views.categories import build_categories_view
+from harness.report.views.consistency import build_consistency_view
 from harness.report.views.decomposition import build_decomposition_view
 from harness.report.views.gpu import build_gpu_view
 from harness.report.views.open_loop import build_open_loop_view
@@ -184,11 +185,8 @@ def acceptance_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def consistency_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section(
-        "Acceptance length: measured against its parts",
-        fig(cells.consistency_figure(a), wide=True),
-        "one point per drafter speed cell; on the diagonal the two figures agree",
-    )
+    view = build_consistency_view(a, v)
+    return Section(view.title, fig(cells.consistency_figure(a, view), wide=True), view.subtitle)
 
 
 def accuracy_section(a: Analysis, v: Verdict, fig: Figures) -> Section:

@@ -1,17 +1,16 @@
-"""Acceptance: per second over each cell, per position, and measured against its parts."""
+"""Acceptance (views/acceptance.py): per second over each cell and per position; and
+measured against its parts (views/consistency.py)."""
 
 from __future__ import annotations
 
-import math
-
 import matplotlib
-import numpy as np
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, new_page, save
 from harness.report.views import arm_colours
 from harness.report.views.acceptance import NO_SERIES, build_acceptance_view
+from harness.report.views.consistency import NO_POINTS, build_consistency_view
 from harness.rundir.verdict import Verdict
 
 
@@ -76,61 +75,36 @@ def acceptance_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
 
 
 def consistency_page(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
-    """The engine's tokens per drafting round beside 1 + the sum of its per-position rates
-    (two counters that must agree), and beside the client's tokens per decode step (which
-    is lower when steps run without drafts: vLLM counts no round on those)."""
+    view = build_consistency_view(a, verdict)
     colours = arm_colours(a)
-    drafters = {x.name for x in a.run.study.arms if x.drafter is not None}
-    cells = a.cells[
-        (a.cells["kind"] == "speed")
-        & a.cells["arm"].isin(drafters)
-        & (a.cells["status"] == "complete")
-    ]
-    fig = new_page(
-        "Acceptance length: measured against its parts",
-        "one point per drafter speed cell; on the diagonal the two figures agree",
-    )
-    left, right = fig.subplots(1, 2)
+    fig = new_page(view.title, view.subtitle)
+    axes = fig.subplots(1, 2)
     fig.subplots_adjust(left=0.07, right=0.98, top=0.84, bottom=0.2, wspace=0.25)
     handles = {}
-    for ax, xcol, ycol, xlabel, ylabel in (
+    for ax, panel, xlabel, ylabel in zip(
+        axes,
+        view.panels,
         (
-            left,
-            "accept_rate_sum",
-            "accept_length_per_round_engine",
             "1 + sum of per-position acceptance rates",
-            ("engine: tokens per round\n(1 + accepted / drafts)"),
-        ),
-        (
-            right,
-            "tokens_per_step_client",
-            "accept_length_per_round_engine",
             "client: tokens per decode step (per streamed chunk)",
-            "engine: tokens per round",
         ),
+        ("engine: tokens per round\n(1 + accepted / drafts)", "engine: tokens per round"),
+        strict=True,
     ):
-        lo, hi = math.inf, -math.inf
-        for arm, grp in cells.groupby("arm", sort=False):
-            x = grp[xcol].astype(float) + (1.0 if xcol == "accept_rate_sum" else 0.0)
-            y = grp[ycol].astype(float)
-            ok = ~(np.isnan(x) | np.isnan(y))
-            if not ok.any():
-                continue
-            h = ax.scatter(x[ok], y[ok], color=colours[arm], s=22, label=arm)
-            handles[arm] = h
-            lo, hi = min(lo, x[ok].min(), y[ok].min()), max(hi, x[ok].max(), y[ok].max())
-        if math.isfinite(lo):
-            pad = 0.1 * max(hi - lo, 0.5)
-            ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="gray", lw=0.8, ls="--")
-            ax.set_xlim(lo - pad, hi + pad)
-            ax.set_ylim(lo - pad, hi + pad)
+        for points in panel.arms:
+            h = ax.scatter(points.x, points.y, color=colours[points.arm], s=22, label=points.arm)
+            handles[points.arm] = h
+        if panel.diagonal is not None:
+            lo, hi = panel.diagonal
+            ax.plot([lo, hi], [lo, hi], color="gray", lw=0.8, ls="--")
+            ax.set_xlim(lo, hi)
+            ax.set_ylim(lo, hi)
         else:
-            empty_axes(ax, "no cell has both figures (per-position rates are vLLM-only)")
+            empty_axes(ax, NO_POINTS)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    left.set_title("engine counters against each other", fontsize=11)
-    right.set_title("per decode step (client) vs per engine round (engine_round)", fontsize=11)
+        ax.set_title(panel.title, fontsize=11)
     if handles:
         fig.legend(
             handles.values(), handles.keys(), loc="lower center", ncol=5, fontsize=8, frameon=False

@@ -84,3 +84,24 @@ def test_the_acceptance_view_reads_each_levels_seconds_and_positions(half_run):
     assert by_arm["sglang-dflash"].tasks["chat"][0].position_rates == []
     assert by_arm["sglang-dflash"].no_positions == "per-position acceptance not exported by sglang"
     assert by_arm["vllm-ngram"].round != by_arm["vllm-eagle3"].round  # as each engine counts
+
+
+def test_the_consistency_view_puts_each_cells_counters_against_each_other(half_run):
+    from harness.report.views.consistency import build_consistency_view
+
+    a, v = half_run
+    counters, client = build_consistency_view(a, v).panels
+    # 1 + the positions' rates (0.75 + 0.45 + 0.3) against the engine's 2.5 a round, for
+    # the vLLM arms only (SGLang exports no positions): on the diagonal.
+    assert [p.arm for p in counters.arms] == ["vllm-ngram", "vllm-eagle3"]
+    for points in counters.arms:
+        assert points.x.tolist() == pytest.approx([2.5] * 5)
+        assert points.y.tolist() == pytest.approx([2.5] * 5)
+        assert points.cells.tolist() == [
+            f"{points.arm}/chat/speed/c{c:03d}" for c in (1, 2, 4, 8, 16)
+        ]
+    assert counters.diagonal == pytest.approx((2.45, 2.55))  # padded by 0.1 x 0.5
+    # The client's 10 tokens a chunk (several steps a chunk) against the engine's 2.5.
+    assert [p.arm for p in client.arms] == ["vllm-ngram", "vllm-eagle3", "sglang-dflash"]
+    assert all(p.x.tolist() == [10.0] * 5 for p in client.arms)
+    assert client.diagonal == pytest.approx((1.75, 10.75))
