@@ -17,7 +17,6 @@ from harness.report.html_plotly import figure_div
 from harness.report.html_text import escape, lines_html
 from harness.report.pages_headline import HEADLINE_TASKS, VERDICT_COLOURS
 from harness.report.pages_speed import speedup_note
-from harness.report.pages_surface import surface_text_lines, verification_lines
 from harness.report.pages_text import bar_lines, evidence_lines, verdict_notice
 from harness.report.views import SECTION_ORDER
 from harness.report.views.acceptance import build_acceptance_view
@@ -29,6 +28,7 @@ from harness.report.views.gpu import build_gpu_view
 from harness.report.views.open_loop import build_open_loop_view
 from harness.report.views.speed import build_speed_curves_view
 from harness.report.views.speedups import build_speedup_panel
+from harness.report.views.surface import build_surface_view
 from harness.report.views.text import TEXT_VIEWS, TextView
 from harness.rundir.verdict import Verdict
 
@@ -141,29 +141,23 @@ def category_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def surface_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    study = a.run.study
-    if study.surface is None or v.surface is None:
-        return Section("The round-cost surface", _note("the study registers no round-cost surface"))
+    view = build_surface_view(a, v)
+    if not view.registered:
+        return Section(view.title, _note("the study registers no round-cost surface"))
     body = []
-    for task in study.surface_tasks():
+    for task in view.tasks:
         body += [
-            f"<h3>task {escape(task)}</h3>",
-            fig(surface.surface_figure(a, v, task), wide=True),
-            lines_html(surface_text_lines(a, v, task)),
+            f"<h3>task {escape(task.task)}</h3>",
+            fig(surface.surface_figure(a, view, task), wide=True),
+            lines_html(task.lines),
         ]
-        if study.surface.verify_schedule:
+        if task.verification is not None:
             body += [
-                f"<h3>The k schedule verified: task {escape(task)}</h3>",
-                fig(surface.verification_figure(a, v, task), wide=True),
-                lines_html(verification_lines(a, v, task)),
+                f"<h3>{escape(task.verification.title)}</h3>",
+                fig(surface.verification_figure(view, task.verification), wide=True),
+                lines_html(task.verification.lines),
             ]
-    return Section(
-        "The round-cost surface",
-        "\n".join(body),
-        f"control arms of {study.surface.drafter} with acceptance set (k"
-        f" {study.surface.k}, L {study.surface.acceptance_length}); break-even L:"
-        " where the speedup's interval reaches 1.0, interpolated; read by no bar",
-    )
+    return Section(view.title, "\n".join(body), view.subtitle)
 
 
 def speed_curves_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
