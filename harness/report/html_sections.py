@@ -15,9 +15,7 @@ from harness.report import html_figures_cells as cells
 from harness.report import html_figures_surface as surface
 from harness.report.html_plotly import figure_div
 from harness.report.html_text import escape, lines_html
-from harness.report.pages_headline import HEADLINE_TASKS, VERDICT_COLOURS
 from harness.report.pages_speed import speedup_note
-from harness.report.pages_text import bar_lines, evidence_lines, verdict_notice
 from harness.report.views import SECTION_ORDER
 from harness.report.views.acceptance import build_acceptance_view
 from harness.report.views.accuracy import build_accuracy_view
@@ -30,6 +28,7 @@ from harness.report.views.speed import build_speed_curves_view
 from harness.report.views.speedups import build_speedup_panel
 from harness.report.views.surface import build_surface_view
 from harness.report.views.text import TEXT_VIEWS, TextView
+from harness.report.views.verdict import build_verdict_view
 from harness.rundir.verdict import Verdict
 
 
@@ -64,36 +63,29 @@ def _note(text: str) -> str:
 
 
 def verdict_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    colour = VERDICT_COLOURS.get(v.verdict, "black")
+    view = build_verdict_view(a, v)
     # One line a reason: an unfinished verdict's causes and its command stay whole.
-    reasons = "<br>".join(escape(r) for r in v.reasons) or "every registered bar passes"
-    statuses = "".join(f"<li><b>{escape(b.name)}</b>: {escape(b.status)}</li>" for b in v.bars)
-    notice = verdict_notice(a)
+    reasons = "<br>".join(escape(r) for r in view.reasons)
+    statuses = "".join(f"<li><b>{escape(n)}</b>: {escape(s)}</li>" for n, s in view.statuses)
     body = [
-        f'<p class="verdict" style="color:{colour}">{escape(v.verdict)}</p>',
+        f'<p class="verdict" style="color:{view.colour}">{escape(view.word)}</p>',
         f"<p>{reasons}</p>",
         f'<ul class="bars">{statuses}</ul>',
     ]
-    if notice:
-        body.append(f'<pre class="text notice">{escape(chr(10).join(notice))}</pre>')
+    if view.notice:
+        body.append(f'<pre class="text notice">{escape(chr(10).join(view.notice))}</pre>')
     figures = []
-    for task in speed_tasks(a.run.study)[:HEADLINE_TASKS]:
-        panel = build_speedup_panel(a, task)
+    for panel in view.panels:
         figures += [fig(speed.speedup_figure(panel)), fig(speed.factors_figure(panel))]
     body.append(_grid(figures) or _note("no speed task"))
     body += [
         "<h3>The bars</h3>",
-        lines_html(bar_lines(a, v)),
+        lines_html(view.bar_lines),
         "<h3>Bar evidence</h3>",
         _note("every figure each bar used, as written to verdict.json"),
-        lines_html(evidence_lines(v)),
+        lines_html(view.evidence_lines),
     ]
-    study = a.run.study
-    return Section(
-        f"Verdict: {v.verdict}",
-        "\n".join(body),
-        f"{study.title} | run {a.run.run_id} | seal {str(v.seal)[:16]}...",
-    )
+    return Section(view.title, "\n".join(body), " | ".join(view.about))
 
 
 def speedup_section(a: Analysis, v: Verdict, fig: Figures) -> Section:

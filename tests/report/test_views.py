@@ -105,3 +105,37 @@ def test_the_consistency_view_puts_each_cells_counters_against_each_other(half_r
     assert [p.arm for p in client.arms] == ["vllm-ngram", "vllm-eagle3", "sglang-dflash"]
     assert all(p.x.tolist() == [10.0] * 5 for p in client.arms)
     assert client.diagonal == pytest.approx((1.75, 10.75))
+
+
+def test_the_verdict_view_gives_page_one_its_word_reasons_notice_and_panels(tmp_path):
+    from harness.report.views.verdict import build_verdict_view
+    from harness.rundir.manifest import Deviation
+
+    b = RunBuilder(tmp_path).full_passing_run()
+    b.manifest.deviations = [Deviation(when="2026-11-30T02:00:00", what="max_tokens 128 -> 64")]
+    b.write_manifest()
+    a = analyse(b.root)
+    view = build_verdict_view(a, evaluate(a))
+    assert (view.title, view.word, view.colour) == ("Verdict: PASS", "PASS", "#1a7f37")
+    assert view.about == ["synthetic study", "run synthetic-run", "seal ffffffffffffffff..."]
+    assert view.reasons == ["every registered bar passes"]
+    assert dict(view.statuses) == {
+        "pass.speed": "pass",
+        "pass.identity": "pass",
+        "pass.accuracy": "pass",
+        "pass.knee": "pass",
+        "stop": "not_fired",
+        "check": "not_fired",
+    }
+    # The deviation is on page one, not only on the bars' page.
+    assert view.notice == [
+        "Deviations from the registered study (manifest.json):",
+        "  2026-11-30T02:00:00: max_tokens 128 -> 64",
+    ]
+    assert view.notice[1] in view.bar_lines
+    # One panel a speed task, each drafter's speedups the run's.
+    assert [p.task for p in view.panels] == ["chat", "gsm8k"]
+    for arm in view.panels[0].arms:
+        assert list(arm.rows["speedup"]) == pytest.approx(list(PASSING_SPEEDUPS[arm.arm].values()))
+    assert view.bar_lines[0] == "[          PASS]  pass.speed"
+    assert view.evidence_lines[0] == "== pass.speed: pass"
