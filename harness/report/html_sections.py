@@ -8,14 +8,12 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from harness.analysis.bar_common import speed_tasks
 from harness.analysis.tables import Analysis
 from harness.report import html_figures as speed
 from harness.report import html_figures_cells as cells
 from harness.report import html_figures_surface as surface
 from harness.report.html_plotly import figure_div
 from harness.report.html_text import escape, lines_html
-from harness.report.pages_speed import speedup_note
 from harness.report.views import SECTION_ORDER
 from harness.report.views.acceptance import build_acceptance_view
 from harness.report.views.accuracy import build_accuracy_view
@@ -25,7 +23,7 @@ from harness.report.views.decomposition import build_decomposition_view
 from harness.report.views.gpu import build_gpu_view
 from harness.report.views.open_loop import build_open_loop_view
 from harness.report.views.speed import build_speed_curves_view
-from harness.report.views.speedups import build_speedup_panel
+from harness.report.views.speedups import build_speedups_view
 from harness.report.views.surface import build_surface_view
 from harness.report.views.text import TEXT_VIEWS, TextView
 from harness.report.views.verdict import build_verdict_view
@@ -89,12 +87,9 @@ def verdict_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def speedup_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    items = [fig(speed.speedup_figure(build_speedup_panel(a, t))) for t in speed_tasks(a.run.study)]
-    return Section(
-        "Speedup vs concurrency",
-        _grid(items) or _note("no speed task"),
-        speedup_note(a),
-    )
+    view = build_speedups_view(a, v)
+    items = [fig(speed.speedup_figure(panel)) for panel in view.panels]
+    return Section(view.title, _grid(items) or _note("no speed task"), view.subtitle)
 
 
 def decomposition_section(a: Analysis, v: Verdict, fig: Figures) -> Section:

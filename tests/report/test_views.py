@@ -139,3 +139,22 @@ def test_the_verdict_view_gives_page_one_its_word_reasons_notice_and_panels(tmp_
         assert list(arm.rows["speedup"]) == pytest.approx(list(PASSING_SPEEDUPS[arm.arm].values()))
     assert view.bar_lines[0] == "[          PASS]  pass.speed"
     assert view.evidence_lines[0] == "== pass.speed: pass"
+
+
+def test_the_speedups_view_reads_each_drafters_speedups_and_knee(full_run):
+    from harness.report.views.speedups import build_speedups_view
+
+    a, v = full_run
+    view = build_speedups_view(a, v)
+    assert view.title == "Speedup vs concurrency"
+    assert view.subtitle.startswith("median per-user speed ratio vs the same-engine baseline")
+    assert "sessions" not in view.subtitle  # one session: no interval over sessions
+    assert [p.task for p in view.panels] == ["chat", "gsm8k"]
+    arms = {arm.arm: arm for arm in view.panels[0].arms}
+    assert list(arms) == list(PASSING_SPEEDUPS)
+    for name, by_level in PASSING_SPEEDUPS.items():
+        assert list(arms[name].rows["speedup"]) == pytest.approx(list(by_level.values()))
+        # Each crosses 1.0 between 8 users (above) and 16 (below).
+        knee = arms[name].knee
+        assert knee is not None and 8 < knee < 16, name
+    assert [b.name for b in view.panels[0].bars] == ["pass", "stop"]  # 3.0 is far from check's
