@@ -12,3 +12,8 @@ def number_text(v: object, spec: str = ".2f") -> str:
     except (TypeError, ValueError):
         return "-" if v is None else str(v)
     return "-" if math.isnan(x) else format(x, spec)
+
+
+def is_nan(v: object) -> bool:
+    """A missing figure: None or NaN."""
+    return v is None or (isinstance(v, float) and math.isnan(v))

@@ -13,11 +13,11 @@ from harness.report.pages_acceptance import acceptance_pages, consistency_page
 from harness.report.pages_categories import category_pages
 from harness.report.pages_decompose import decomposition_pages
 from harness.report.pages_gpu import gpu_pages
+from harness.report.pages_headline import verdict_page
 from harness.report.pages_open import open_loop_page
 from harness.report.pages_quality import accuracy_pages
 from harness.report.pages_speed import speed_curve_pages, speedup_pages
 from harness.report.pages_surface import surface_pages
-from harness.report.pages_text import verdict_page
 from harness.report.views import SECTION_ORDER
 from harness.report.views.text import TEXT_VIEWS, TextView
 from harness.rundir.verdict import Verdict

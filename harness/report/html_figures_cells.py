@@ -4,34 +4,24 @@ accuracy with its intervals, open loop against offered rate, and GPU telemetry."
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
 from harness.analysis.tables import Analysis
-from harness.prereg.schema import Arm
-from harness.report.acceptance_series import NO_SERIES, acceptance_by_level, no_positions_line
 from harness.report.html_plotly import empty, floats, grid
 from harness.report.views import arm_colours
+from harness.report.views.acceptance import NO_SERIES, AcceptanceView, ArmAcceptance
 from harness.report.views.accuracy import AccuracyView
+from harness.report.views.consistency import NO_POINTS, ConsistencyView
 from harness.report.views.gpu import GpuView
 from harness.report.views.open_loop import OpenLoopView
 
 
-def _level_colours(levels: list[int]) -> dict[int, str]:
-    n = max(1, len(levels) - 1)
-    shades = sample_colorscale("Viridis", [0.9 * i / n for i in range(len(levels))])
-    return dict(zip(levels, shades, strict=True))
-
-
-def acceptance_figure(a: Analysis, arm: Arm, task: str) -> go.Figure:
+def acceptance_figure(view: AcceptanceView, arm: ArmAcceptance, task: str) -> go.Figure:
     """Top: the engine's tokens per drafting round each second of each speed cell;
     bottom: the share of rounds keeping >= i drafts, one line per level."""
-    assert arm.drafter is not None
-    levels = a.run.study.loads.closed_loop.concurrency
-    colours = _level_colours(levels)
+    shades = sample_colorscale("Viridis", list(view.shades.values()))
+    colours = dict(zip(view.shades, shades, strict=True))
     fig = grid(
         2,
         1,
@@ -42,7 +32,7 @@ def acceptance_figure(a: Analysis, arm: Arm, task: str) -> go.Figure:
         height=620,
     )
     any_series = any_pos = False
-    for level in acceptance_by_level(a, arm, task):
+    for level in arm.tasks[task]:
         c = level.concurrency
         if not level.per_second.empty:
             fig.add_trace(
@@ -80,63 +70,43 @@ def acceptance_figure(a: Analysis, arm: Arm, task: str) -> go.Figure:
     if not any_series:
         empty(fig, NO_SERIES, 1, 1)
     if not any_pos:
-        empty(fig, no_positions_line(arm), 2, 1)
+        empty(fig, arm.no_positions, 2, 1)
     return fig
 
 
-def consistency_figure(a: Analysis) -> go.Figure:
+def consistency_figure(a: Analysis, view: ConsistencyView) -> go.Figure:
     """One point per drafter speed cell: the engine's tokens per round against 1 + the sum
     of its per-position rates, and against the client's tokens per decode step."""
     colours = arm_colours(a)
-    drafters = {x.name for x in a.run.study.arms if x.drafter is not None}
-    cells = a.cells[
-        (a.cells["kind"] == "speed")
-        & a.cells["arm"].isin(drafters)
-        & (a.cells["status"] == "complete")
-    ]
-    fig = grid(
-        1,
-        2,
-        [
-            "engine counters against each other",
-            "per decode step (client) vs per engine round (engine_round)",
-        ],
-        height=440,
-    )
-    for col, xcol, xlabel in (
-        (1, "accept_rate_sum", "1 + sum of per-position acceptance rates"),
-        (2, "tokens_per_step_client", "client: tokens per decode step"),
+    fig = grid(1, 2, [p.title for p in view.panels], height=440)
+    for col, panel, xlabel in zip(
+        (1, 2),
+        view.panels,
+        ("1 + sum of per-position acceptance rates", "client: tokens per decode step"),
+        strict=True,
     ):
-        lo, hi = math.inf, -math.inf
-        for arm, grp in cells.groupby("arm", sort=False):
-            x = grp[xcol].astype(float) + (1.0 if xcol == "accept_rate_sum" else 0.0)
-            y = grp["accept_length_per_round_engine"].astype(float)
-            ok = ~(np.isnan(x) | np.isnan(y))
-            if not ok.any():
-                continue
+        for points in panel.arms:
             fig.add_trace(
                 go.Scatter(
-                    x=x[ok],
-                    y=y[ok],
+                    x=points.x,
+                    y=points.y,
                     mode="markers",
-                    name=arm,
-                    legendgroup=arm,
+                    name=points.arm,
+                    legendgroup=points.arm,
                     showlegend=col == 1,
-                    text=grp["cell_id"][ok],
-                    marker={"color": colours[arm], "size": 9},
+                    text=points.cells,
+                    marker={"color": colours[points.arm], "size": 9},
                 ),
                 row=1,
                 col=col,
             )
-            lo, hi = min(lo, x[ok].min(), y[ok].min()), max(hi, x[ok].max(), y[ok].max())
         fig.update_xaxes(title_text=xlabel, row=1, col=col)
         fig.update_yaxes(title_text="engine: tokens per round", row=1, col=col)
-        if math.isfinite(lo):
-            pad = 0.1 * max(hi - lo, 0.5)
+        if panel.diagonal is not None:
             fig.add_trace(
                 go.Scatter(
-                    x=[lo - pad, hi + pad],
-                    y=[lo - pad, hi + pad],
+                    x=list(panel.diagonal),
+                    y=list(panel.diagonal),
                     mode="lines",
                     line={"color": "grey", "dash": "dash", "width": 1},
                     name="agree",
@@ -146,7 +116,7 @@ def consistency_figure(a: Analysis) -> go.Figure:
                 col=col,
             )
         else:
-            empty(fig, "no cell has both figures (per-position rates are vLLM-only)", 1, col)
+            empty(fig, NO_POINTS, 1, col)
     return fig
 
 

@@ -7,27 +7,23 @@ import plotly.graph_objects as go
 
 from harness.analysis.tables import Analysis
 from harness.report.html_plotly import band, empty, floats, grid, log2_x
-from harness.report.pages_surface import placed_drafters
 from harness.report.views import arm_colours
-from harness.rundir.verdict import Verdict
+from harness.report.views.surface import SurfaceTask, SurfaceView, Verification
 
 K_DASHES = ["solid", "dash", "dashdot", "dot"]
 
 
-def surface_figure(a: Analysis, verdict: Verdict, task: str) -> go.Figure:
+def surface_figure(a: Analysis, view: SurfaceView, task: SurfaceTask) -> go.Figure:
     """A round's cost over a plain step per k; the break-even acceptance length per k, with
     each real drafter's measured tokens per round placed on it."""
-    study = a.run.study
-    assert study.surface is not None and verdict.surface is not None
     fig = grid(
         1,
         2,
         ["round cost (x plain step)", "acceptance a round needs to pay (tokens a round)"],
         height=420,
     )
-    rows = a.surface[a.surface["task"] == task]
-    for i, (k, grp) in enumerate(rows.groupby("k", sort=True)):
-        g = grp.sort_values("concurrency")
+    for i, line in enumerate(task.ks):
+        g, k = line.rows, line.k
         dash = K_DASHES[i % len(K_DASHES)]
         band(
             fig,
@@ -51,7 +47,7 @@ def surface_figure(a: Analysis, verdict: Verdict, task: str) -> go.Figure:
             row=1,
             col=1,
         )
-        located = g[g["status"] == "located"]
+        located = line.located
         fig.add_trace(
             go.Scatter(
                 x=located["concurrency"],
@@ -65,64 +61,58 @@ def surface_figure(a: Analysis, verdict: Verdict, task: str) -> go.Figure:
             row=1,
             col=2,
         )
-        for r in g.itertuples():  # v: every L measured pays; ^: none does
-            lengths = [float(v) for v in str(r.lengths).split(",") if v]
-            if r.status in ("below_measured", "above_measured") and lengths:
-                below = r.status == "below_measured"
-                fig.add_trace(
-                    go.Scatter(
-                        x=[r.concurrency],
-                        y=[min(lengths) if below else max(lengths)],
-                        mode="markers",
-                        showlegend=False,
-                        legendgroup=f"k={k}",
-                        name="pays at every L measured" if below else "no L measured pays",
-                        marker={
-                            "symbol": "triangle-down" if below else "triangle-up",
-                            "size": 11,
-                            "color": "black",
-                        },
-                    ),
-                    row=1,
-                    col=2,
-                )
-    colours = arm_colours(a)
-    for arm, drafter, mine in placed_drafters(a, verdict, task):
-        if mine:
+        for users, length, below in line.bounds:  # v: every L measured pays; ^: none does
             fig.add_trace(
                 go.Scatter(
-                    x=[p.concurrency for p in mine],
-                    y=[p.reaches for p in mine],
+                    x=[users],
+                    y=[length],
                     mode="markers",
-                    name=f"{arm.name} (k={drafter.num_draft_tokens}) reaches",
-                    text=[p.label for p in mine],
+                    showlegend=False,
+                    legendgroup=f"k={k}",
+                    name="pays at every L measured" if below else "no L measured pays",
                     marker={
-                        "symbol": "circle-open",
-                        "size": 13,
-                        "color": colours[arm.name],
-                        "line": {"width": 2},
+                        "symbol": "triangle-down" if below else "triangle-up",
+                        "size": 11,
+                        "color": "black",
                     },
                 ),
                 row=1,
                 col=2,
             )
+    colours = arm_colours(a)
+    for drafter in task.drafters:
+        mine = drafter.placements
+        fig.add_trace(
+            go.Scatter(
+                x=[p.concurrency for p in mine],
+                y=[p.reaches for p in mine],
+                mode="markers",
+                name=drafter.label,
+                text=[p.label for p in mine],
+                marker={
+                    "symbol": "circle-open",
+                    "size": 13,
+                    "color": colours[drafter.arm],
+                    "line": {"width": 2},
+                },
+            ),
+            row=1,
+            col=2,
+        )
     fig.add_hline(1.0, line={"color": "grey", "width": 1}, row=1, col=1)
     for col in (1, 2):
-        log2_x(fig, study.surface.concurrency, 1, col, "users (closed loop)")
-    if rows.empty or not rows["round_cost_ratio"].astype(float).notna().any():
+        log2_x(fig, view.levels, 1, col, "users (closed loop)")
+    if task.no_cell:
         empty(fig, "no usable surface cell", 1, 1)
     return fig
 
 
-def verification_figure(a: Analysis, verdict: Verdict, task: str) -> go.Figure:
+def verification_figure(view: SurfaceView, v: Verification) -> go.Figure:
     """The k schedule run at every registered level: measured speedup with its interval,
     the surface's prediction with its own, the drafter at its own k; thresholds dotted,
     collapses crossed."""
-    study = a.run.study
-    assert study.surface is not None and verdict.surface is not None
     fig = grid(1, 1, ["speedup over the baseline"], height=380)
-    rows = [r for r in verdict.surface.verification if r.task == task]
-    ok = [r for r in rows if r.status == "ok" and r.speedup is not None]
+    ok = v.ok
     band(
         fig,
         [r.concurrency for r in ok],
@@ -146,7 +136,7 @@ def verification_figure(a: Analysis, verdict: Verdict, task: str) -> go.Figure:
         row=1,
         col=1,
     )
-    predicted = [(r, p) for r in rows if (p := r.predicted_speedup) is not None]
+    predicted = [(r, p) for r in v.predicted if (p := r.predicted_speedup) is not None]
     fig.add_trace(
         go.Scatter(
             x=[r.concurrency for r, _ in predicted],
@@ -165,11 +155,7 @@ def verification_figure(a: Analysis, verdict: Verdict, task: str) -> go.Figure:
         row=1,
         col=1,
     )
-    own = a.speedups[
-        (a.speedups["arm"] == study.surface.drafter)
-        & (a.speedups["task"] == task)
-        & (a.speedups["status"] == "ok")
-    ]
+    own = v.own
     if len(own):
         fig.add_trace(
             go.Scatter(
@@ -177,7 +163,7 @@ def verification_figure(a: Analysis, verdict: Verdict, task: str) -> go.Figure:
                 y=floats(own["speedup"]),
                 mode="lines+markers",
                 line={"color": "grey", "dash": "dot"},
-                name=f"{study.surface.drafter} at its own k",
+                name=f"{view.drafter} at its own k",
             ),
             row=1,
             col=1,
@@ -196,11 +182,11 @@ def verification_figure(a: Analysis, verdict: Verdict, task: str) -> go.Figure:
             row=1,
             col=1,
         )
-    for r in rows:
+    for r in v.rows:
         if r.threshold:
             fig.add_vline(r.concurrency, line={"color": "grey", "width": 1, "dash": "dot"})
     fig.add_hline(1.0, line={"color": "grey", "width": 1}, row=1, col=1)
-    log2_x(fig, study.loads.closed_loop.concurrency, 1, 1, "users (closed loop)")
+    log2_x(fig, v.levels, 1, 1, "users (closed loop)")
     if not ok and not predicted:
         empty(fig, "no schedule was run", 1, 1)
     return fig

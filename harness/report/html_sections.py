@@ -8,27 +8,25 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from harness.analysis.bar_common import speed_tasks
 from harness.analysis.tables import Analysis
 from harness.report import html_figures as speed
 from harness.report import html_figures_cells as cells
 from harness.report import html_figures_surface as surface
 from harness.report.html_plotly import figure_div
 from harness.report.html_text import escape, lines_html
-from harness.report.pages_acceptance import MAX_TASKS
-from harness.report.pages_decompose import decomposition_lines
-from harness.report.pages_headline import HEADLINE_TASKS, VERDICT_COLOURS
-from harness.report.pages_speed import speedup_note
-from harness.report.pages_surface import surface_text_lines, verification_lines
-from harness.report.pages_text import bar_lines, evidence_lines, verdict_notice
 from harness.report.views import SECTION_ORDER
+from harness.report.views.acceptance import build_acceptance_view
 from harness.report.views.accuracy import build_accuracy_view
 from harness.report.views.categories import build_categories_view
+from harness.report.views.consistency import build_consistency_view
+from harness.report.views.decomposition import build_decomposition_view
 from harness.report.views.gpu import build_gpu_view
 from harness.report.views.open_loop import build_open_loop_view
 from harness.report.views.speed import build_speed_curves_view
-from harness.report.views.speedups import build_speedup_panel
+from harness.report.views.speedups import build_speedups_view
+from harness.report.views.surface import build_surface_view
 from harness.report.views.text import TEXT_VIEWS, TextView
+from harness.report.views.verdict import build_verdict_view
 from harness.rundir.verdict import Verdict
 
 
@@ -63,62 +61,47 @@ def _note(text: str) -> str:
 
 
 def verdict_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    colour = VERDICT_COLOURS.get(v.verdict, "black")
+    view = build_verdict_view(a, v)
     # One line a reason: an unfinished verdict's causes and its command stay whole.
-    reasons = "<br>".join(escape(r) for r in v.reasons) or "every registered bar passes"
-    statuses = "".join(f"<li><b>{escape(b.name)}</b>: {escape(b.status)}</li>" for b in v.bars)
-    notice = verdict_notice(a)
+    reasons = "<br>".join(escape(r) for r in view.reasons)
+    statuses = "".join(f"<li><b>{escape(n)}</b>: {escape(s)}</li>" for n, s in view.statuses)
     body = [
-        f'<p class="verdict" style="color:{colour}">{escape(v.verdict)}</p>',
+        f'<p class="verdict" style="color:{view.colour}">{escape(view.word)}</p>',
         f"<p>{reasons}</p>",
         f'<ul class="bars">{statuses}</ul>',
     ]
-    if notice:
-        body.append(f'<pre class="text notice">{escape(chr(10).join(notice))}</pre>')
+    if view.notice:
+        body.append(f'<pre class="text notice">{escape(chr(10).join(view.notice))}</pre>')
     figures = []
-    for task in speed_tasks(a.run.study)[:HEADLINE_TASKS]:
-        panel = build_speedup_panel(a, task)
+    for panel in view.panels:
         figures += [fig(speed.speedup_figure(panel)), fig(speed.factors_figure(panel))]
     body.append(_grid(figures) or _note("no speed task"))
     body += [
         "<h3>The bars</h3>",
-        lines_html(bar_lines(a, v)),
+        lines_html(view.bar_lines),
         "<h3>Bar evidence</h3>",
         _note("every figure each bar used, as written to verdict.json"),
-        lines_html(evidence_lines(v)),
+        lines_html(view.evidence_lines),
     ]
-    study = a.run.study
-    return Section(
-        f"Verdict: {v.verdict}",
-        "\n".join(body),
-        f"{study.title} | run {a.run.run_id} | seal {str(v.seal)[:16]}...",
-    )
+    return Section(view.title, "\n".join(body), " | ".join(view.about))
 
 
 def speedup_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    items = [fig(speed.speedup_figure(build_speedup_panel(a, t))) for t in speed_tasks(a.run.study)]
-    return Section(
-        "Speedup vs concurrency",
-        _grid(items) or _note("no speed task"),
-        speedup_note(a),
-    )
+    view = build_speedups_view(a, v)
+    items = [fig(speed.speedup_figure(panel)) for panel in view.panels]
+    return Section(view.title, _grid(items) or _note("no speed task"), view.subtitle)
 
 
 def decomposition_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
+    view = build_decomposition_view(a, v)
     body = []
-    for task in speed_tasks(a.run.study):
+    for task in view.tasks:
         body += [
-            f"<h3>Why this speedup: task {escape(task)}</h3>",
-            fig(speed.decomposition_figure(build_speedup_panel(a, task)), wide=True),
-            lines_html(decomposition_lines(a, task)),
+            f"<h3>{escape(task.title)}</h3>",
+            fig(speed.decomposition_figure(task.panel), wide=True),
+            lines_html(task.lines),
         ]
-    return Section(
-        "Why each speedup is what it is",
-        "\n".join(body) or _note("no speed task"),
-        "speedup = (tokens per round / baseline's) / (round time / plain step), from"
-        " the client's chunks; predicted on the plan's roofline, E[tokens] = 1 +"
-        " sum(p_i) from the engine's counters",
-    )
+    return Section(view.title, "\n".join(body) or _note("no speed task"), view.subtitle)
 
 
 def category_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
@@ -145,29 +128,23 @@ def category_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def surface_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    study = a.run.study
-    if study.surface is None or v.surface is None:
-        return Section("The round-cost surface", _note("the study registers no round-cost surface"))
+    view = build_surface_view(a, v)
+    if not view.registered:
+        return Section(view.title, _note("the study registers no round-cost surface"))
     body = []
-    for task in study.surface_tasks():
+    for task in view.tasks:
         body += [
-            f"<h3>task {escape(task)}</h3>",
-            fig(surface.surface_figure(a, v, task), wide=True),
-            lines_html(surface_text_lines(a, v, task)),
+            f"<h3>task {escape(task.task)}</h3>",
+            fig(surface.surface_figure(a, view, task), wide=True),
+            lines_html(task.lines),
         ]
-        if study.surface.verify_schedule:
+        if task.verification is not None:
             body += [
-                f"<h3>The k schedule verified: task {escape(task)}</h3>",
-                fig(surface.verification_figure(a, v, task), wide=True),
-                lines_html(verification_lines(a, v, task)),
+                f"<h3>{escape(task.verification.title)}</h3>",
+                fig(surface.verification_figure(view, task.verification), wide=True),
+                lines_html(task.verification.lines),
             ]
-    return Section(
-        "The round-cost surface",
-        "\n".join(body),
-        f"control arms of {study.surface.drafter} with acceptance set (k"
-        f" {study.surface.k}, L {study.surface.acceptance_length}); break-even L:"
-        " where the speedup's interval reaches 1.0, interpolated; read by no bar",
-    )
+    return Section(view.title, "\n".join(body), view.subtitle)
 
 
 def speed_curves_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
@@ -177,31 +154,20 @@ def speed_curves_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
 
 
 def acceptance_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    tasks = speed_tasks(a.run.study)[:MAX_TASKS]
+    view = build_acceptance_view(a, v)
     body = []
-    for arm, drafter in ((x, x.drafter) for x in a.run.study.arms if x.drafter is not None):
+    for arm in view.arms:
+        body.append(f"<h3>{escape(arm.heading)}</h3>")
         body.append(
-            f"<h3>{escape(arm.name)} ({escape(arm.engine)}, {escape(drafter.method)},"
-            f" k={drafter.num_draft_tokens})</h3>"
-        )
-        body.append(
-            _grid([fig(cells.acceptance_figure(a, arm, t)) for t in tasks])
+            _grid([fig(cells.acceptance_figure(view, arm, t)) for t in arm.tasks])
             or _note("no speed task")
         )
-    return Section(
-        "Acceptance",
-        "\n".join(body) or _note("no drafter arm"),
-        "top: the engine's tokens per round (as its engine counts rounds) each second of each speed cell"
-        " (counter deltas between scrapes); bottom: share of rounds keeping >= i drafts",
-    )
+    return Section(view.title, "\n".join(body) or _note("no drafter arm"), view.subtitle)
 
 
 def consistency_section(a: Analysis, v: Verdict, fig: Figures) -> Section:
-    return Section(
-        "Acceptance length: measured against its parts",
-        fig(cells.consistency_figure(a), wide=True),
-        "one point per drafter speed cell; on the diagonal the two figures agree",
-    )
+    view = build_consistency_view(a, v)
+    return Section(view.title, fig(cells.consistency_figure(a, view), wide=True), view.subtitle)
 
 
 def accuracy_section(a: Analysis, v: Verdict, fig: Figures) -> Section:

@@ -1,7 +1,8 @@
-"""The report's first page: the verdict, and the answer and its reason in one figure.
+"""The verdict (views/verdict.py): page one, the answer and its reason in one figure,
+then each bar's summary and its evidence on text pages.
 
-Speedup against users per speed task and drafter (interval band, the registered pass
-and stop lines, the knee), and beneath it the decomposition's two factors (tokens per
+Page one: speedup against users per speed task and drafter (interval band, the registered
+pass and stop lines, the knee), and beneath it the decomposition's two factors (tokens per
 round over the baseline's, and the round's cost over a plain step: analysis/decompose.py),
 so a reader sees on page one whether a gain fell with fewer accepted drafts or with a
 dearer round.
@@ -9,20 +10,14 @@ dearer round.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from matplotlib.backends.backend_pdf import PdfPages
 
-from harness.analysis.bar_common import speed_tasks
 from harness.analysis.tables import Analysis
-from harness.report.layout import empty_axes, log2_axis, new_page, save, wrap_lines
+from harness.report.layout import empty_axes, log2_axis, new_page, save, text_pages, wrap_lines
 from harness.report.pages_speed import speedup_axes, speedup_legend
-from harness.report.views.speedups import SpeedupPanel, build_speedup_panel
+from harness.report.views.speedups import SpeedupPanel
+from harness.report.views.verdict import VerdictView, build_verdict_view
 from harness.rundir.verdict import Verdict
-
-HEADLINE_TASKS = 3  # columns on page one; further tasks are on the speedup pages
-VERDICT_COLOURS = {"PASS": "#1a7f37", "FAIL": "#c62828", "STOP": "#b26a00", "INCOMPLETE": "#555555"}
-
 
 NOTICE_LINES = 6  # deviations shown on page one (all of them on the bars page)
 # Lines of the verdict's reasons on page one: an unfinished verdict's causes and the
@@ -31,34 +26,40 @@ REASON_LINES = 9
 LINE_HEIGHT = 0.02  # one 8.5 pt line at 1.4 spacing, as a share of the page's height
 
 
-def headline_page(pdf: PdfPages, a: Analysis, verdict: Verdict, notice: Sequence[str] = ()) -> int:
-    """`notice`: lines a reader of the verdict must not miss (recorded deviations)."""
-    study = a.run.study
-    fig = new_page(
-        f"Verdict: {verdict.verdict}",
-        f"{study.title}  |  run {a.run.run_id}  |  seal {str(verdict.seal)[:16]}...",
+def verdict_page(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
+    """Page one; then each bar's status and summary, the smoke, deviations; then every
+    figure each bar used."""
+    view = build_verdict_view(a, verdict)
+    pages = headline_page(pdf, a, view)
+    pages += text_pages(
+        pdf,
+        f"{view.title}: the bars",
+        wrap_lines(view.bar_lines, 140),
+        "each registered bar, the smoke stage, deviations",
     )
-    fig.text(
-        0.03,
-        0.905,
-        verdict.verdict,
-        fontsize=26,
-        fontweight="bold",
-        color=VERDICT_COLOURS.get(verdict.verdict, "black"),
-        va="top",
+    return pages + text_pages(
+        pdf,
+        "Bar evidence",
+        view.evidence_lines,
+        "every figure each bar used, as written to verdict.json",
     )
-    reasons = wrap_lines(list(verdict.reasons) or ["every registered bar passes"], 150)
+
+
+def headline_page(pdf: PdfPages, a: Analysis, view: VerdictView) -> int:
+    fig = new_page(view.title, "  |  ".join(view.about))
+    fig.text(0.03, 0.905, view.word, fontsize=26, fontweight="bold", color=view.colour, va="top")
+    reasons = wrap_lines(view.reasons, 150)
     if len(reasons) > REASON_LINES:
         reasons = reasons[: REASON_LINES - 1] + [
             f"  ... {len(reasons) - REASON_LINES + 1} more lines on the next page"
         ]
-    statuses = "   ".join(f"{b.name}: {b.status}" for b in verdict.bars)
+    statuses = "   ".join(f"{name}: {status}" for name, status in view.statuses)
     # Below the verdict word, never beside it: a long word (INCOMPLETE) would overlap.
     fig.text(0.03, 0.845, "\n".join(reasons + [statuses]), fontsize=8.5, va="top", linespacing=1.4)
     below = LINE_HEIGHT * max(0, len(reasons) - 2)  # what the reasons take past two lines
     top = 0.74 - below
-    if notice:
-        shown = wrap_lines(list(notice), 170)
+    if view.notice:
+        shown = wrap_lines(view.notice, 170)
         if len(shown) > NOTICE_LINES:
             shown = shown[: NOTICE_LINES - 1] + [
                 f"  ... {len(shown) - NOTICE_LINES + 1} more lines on the next page"
@@ -74,8 +75,7 @@ def headline_page(pdf: PdfPages, a: Analysis, verdict: Verdict, notice: Sequence
             linespacing=1.3,
         )
         top -= 0.022 * len(shown)
-    tasks = speed_tasks(a.run.study)[:HEADLINE_TASKS] or [""]
-    n = len(tasks)
+    n = len(view.panels) or 1
     grid = fig.add_gridspec(
         2,
         n,
@@ -89,13 +89,12 @@ def headline_page(pdf: PdfPages, a: Analysis, verdict: Verdict, notice: Sequence
     )
     handles: dict = {}
     first = None
-    for j, task in enumerate(tasks):
+    for j, panel in enumerate(view.panels or [None]):
         ax = fig.add_subplot(grid[0, j])
         first = first or ax
-        if not task:
+        if panel is None:
             empty_axes(ax, "no speed task")
             continue
-        panel = build_speedup_panel(a, task)
         speedup_axes(ax, panel, handles)
         ax.set_xlabel("")
         factors_axes(fig.add_subplot(grid[1, j], sharex=ax), panel, handles)

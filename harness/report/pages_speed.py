@@ -2,60 +2,38 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from matplotlib.backends.backend_pdf import PdfPages
 
-from harness.analysis.bar_common import speed_tasks
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, log2_axis, new_page, save
 from harness.report.views.speed import build_speed_curves_view
-from harness.report.views.speedups import ArmSpeedups, SpeedupPanel, build_speedup_panel
+from harness.report.views.speedups import ArmSpeedups, SpeedupPanel, build_speedups_view
 from harness.rundir.verdict import Verdict
 
 TASKS_PER_PAGE = 3
+T = TypeVar("T")
 
 
-def _chunks(items: list[str], n: int) -> list[list[str]]:
+def _chunks(items: list[T], n: int) -> list[list[T]]:
     return [items[i : i + n] for i in range(0, len(items), n)] or [[]]
 
 
 def speedup_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
-    note = speedup_note(a)
+    view = build_speedups_view(a, verdict)
     pages = 0
-    for tasks in _chunks(speed_tasks(a.run.study), TASKS_PER_PAGE):
-        fig = new_page("Speedup vs concurrency", note)
-        axes = fig.subplots(1, max(1, len(tasks)), squeeze=False)[0]
+    for panels in _chunks(view.panels, TASKS_PER_PAGE):
+        fig = new_page(view.title, view.subtitle)
+        axes = fig.subplots(1, max(1, len(panels)), squeeze=False)[0]
         fig.subplots_adjust(left=0.06, right=0.98, top=0.83, bottom=0.2, wspace=0.25)
         handles: dict = {}
-        for ax, task in zip(axes, tasks, strict=False):
-            speedup_axes(ax, build_speedup_panel(a, task), handles)
+        for ax, panel in zip(axes, panels, strict=False):
+            speedup_axes(ax, panel, handles)
         speedup_legend(fig, axes[0], a, handles)
         save(pdf, fig)
         pages += 1
     return pages
-
-
-def speedup_note(a: Analysis) -> str:
-    """What the speedup figures show and how their intervals were made."""
-    study = a.run.study
-    bars = study.bars
-    note = (
-        f"median per-user speed ratio vs the same-engine baseline; band = "
-        f"{bars.intervals.level:.0%} interval (within a session a bootstrap of"
-        f" {bars.intervals.bootstrap_resamples} resamples); knee = where the speedup crosses"
-        " 1.0, its interval (the bar at 1.0) where the band's edges do"
-    )
-    if study.recording.sessions > 1:
-        # The band over sessions is by the registered method (harness.analysis.intervals).
-        how: str = bars.intervals.method
-        if how == "auto":
-            how += " (below 30 sessions a t interval on the sessions' log ratios)"
-        note += f"; over {study.recording.sessions} sessions by interval method {how}"
-    marked = a.speedups["interval_caveat"].notna() & (a.speedups["status"] == "ok")
-    if marked.any():
-        note += f"; {int(marked.sum())} intervals marked (one session or < 20 requests: next page)"
-    if a.run.stop_fired:
-        note += "; STOP fired: higher levels skipped"
-    return note
 
 
 # How each registered bar's line is drawn: (line style, width).

@@ -328,10 +328,9 @@ def test_a_runs_predictions_use_its_measured_figures(tmp_path, capsys):
         before.loc[("vllm-ngram", "chat", 16), "predicted_speedup"] / 4
     )
     # The decomposition page names both sets of figures above its table.
-    from harness.report.pages_decompose import _table
+    from harness.report.views.decomposition import decomposition_lines
 
-    sp = a.speedups[(a.speedups["task"] == "chat") & (a.speedups["status"] == "ok")]
-    lines = _table(a, sp, 0.05)
+    lines = decomposition_lines(a, "chat")
     assert lines[0] == ("roofline inputs: measured 1000 GB/s, 10 TFLOP/s (registered 1000, 100)")
     # ...and so does `specbench analyse`.
     assert main(["analyse", str(b.root)]) == 0

@@ -117,7 +117,7 @@ def test_the_pdfs_first_page_and_the_html_report_show_the_same_lines(tmp_path):
 
     from harness.analysis import analyse, evaluate
     from harness.report.html_sections import Figures, verdict_section
-    from harness.report.pages_text import verdict_page
+    from harness.report.pages_headline import verdict_page
 
     b = full_run(tmp_path)
     for cell, share in {

@@ -16,7 +16,7 @@ from harness.prereg.operating import (
 from harness.prereg.schema import Study
 from harness.report.html_build import html_report
 from harness.report.html_text import escape
-from harness.report.pages_text import bar_lines
+from harness.report.views.verdict import bar_lines
 from tests.analysis.runfolder import RunBuilder, study_dict
 
 ROOT = Path(__file__).resolve().parents[2]

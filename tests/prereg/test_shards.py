@@ -131,7 +131,7 @@ def test_a_unit_measured_on_two_gpus_is_named():
 
 
 def test_the_gpu_model_deviation_is_recorded_once_for_the_verdict_page(tmp_path):
-    from harness.report.pages_text import deviation_lines
+    from harness.report.views.verdict import deviation_lines
     from harness.run.ray_executor import record_gpu_model_deviation
     from harness.run.store import RunStore
     from harness.rundir.manifest import Manifest

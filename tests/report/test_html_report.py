@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.analysis import analyse, evaluate
+from harness.analysis.tables import Analysis
 from harness.report.html_build import html_report, write_html
 from harness.report.html_page import plotly_js
+from harness.rundir.verdict import Verdict
 from tests.analysis.runfolder import RunBuilder
 
 # The PDF's order (harness/report/build.py): one <section> each, always present.
@@ -85,6 +89,52 @@ def test_each_section_in_the_shared_order_has_a_pdf_and_an_html_renderer():
 
     assert list(SECTION_ORDER) == SECTIONS
     assert set(PDF_PAGES) == set(HTML_SECTIONS) == set(SECTION_ORDER)
+
+
+def test_each_section_is_built_once_as_a_view_and_no_renderer_reads_the_tables(tmp_path):
+    """Every section has its view (harness/report/views/), and the renderers draw views:
+    no PDF page or HTML section module reads the analysis tables itself."""
+    from harness.report.views.acceptance import build_acceptance_view
+    from harness.report.views.accuracy import build_accuracy_view
+    from harness.report.views.categories import build_categories_view
+    from harness.report.views.consistency import build_consistency_view
+    from harness.report.views.decomposition import build_decomposition_view
+    from harness.report.views.gpu import build_gpu_view
+    from harness.report.views.open_loop import build_open_loop_view
+    from harness.report.views.speed import build_speed_curves_view
+    from harness.report.views.speedups import build_speedups_view
+    from harness.report.views.surface import build_surface_view
+    from harness.report.views.text import TEXT_VIEWS
+    from harness.report.views.verdict import build_verdict_view
+
+    views: dict[str, Callable[[Analysis, Verdict], Any]] = {
+        "verdict": build_verdict_view,
+        "speedups": build_speedups_view,
+        "decomposition": build_decomposition_view,
+        "categories": build_categories_view,
+        "surface": build_surface_view,
+        "speed-curves": build_speed_curves_view,
+        "acceptance": build_acceptance_view,
+        "consistency": build_consistency_view,
+        "accuracy": build_accuracy_view,
+        "open-loop": build_open_loop_view,
+        "gpu": build_gpu_view,
+        **TEXT_VIEWS,
+    }
+    assert sorted(views) == sorted(SECTIONS)
+    a = analyse(half_empty_run(tmp_path).root)
+    v = evaluate(a)
+    assert all(views[section](a, v).title for section in SECTIONS)
+    report = Path(__file__).parents[2] / "harness" / "report"
+    renderers = [
+        *report.glob("pages_*.py"),
+        report / "html_sections.py",
+        *report.glob("html_fig*.py"),
+    ]
+    tables = re.compile(r"\ba\.(speedups|cells|surface|accuracy|open_loop|gpu|intervals)\b")
+    assert {
+        p.name: tables.findall(p.read_text()) for p in renderers if tables.search(p.read_text())
+    } == {}
 
 
 def test_the_same_lines_give_the_pdf_its_fixed_width_tables():

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from harness.analysis.load import load_run
 from harness.prereg import load_study_file
-from harness.report.pages_text import smoke_summary
+from harness.report.views.verdict import smoke_summary
 from harness.run import arm_engine as arm_engine_module
 from harness.run import runner as runner_module
 from harness.run.arm_engine import ArmEngine
@@ -316,7 +316,7 @@ def test_a_host_whose_plain_step_grows_with_users_is_named_compute_bound_beside_
     assert entry["line"].endswith("tolerance x1.3); speculation cannot pay here")
     assert "compute-bound at 2 users" in said(proc)  # said as the smoke timed it
     # The verdict page carries the same sentence (and whatever verdict the bars gave).
-    from harness.report.pages_text import regime_summary
+    from harness.report.views.verdict import regime_summary
     from harness.rundir.manifest import read_manifest
 
     assert regime_summary(read_manifest(run / "manifest.json")) == [entry["line"]]

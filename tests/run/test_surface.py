@@ -186,6 +186,47 @@ def test_the_surface_stage_measures_the_declared_round_cost_and_places_each_draf
         assert pixels.std() > 0.01, f"{title}: page {number} is blank"
 
 
+@pytest.mark.timing
+def test_the_surface_view_draws_the_declared_cost_and_break_even(
+    surface_run: tuple[Path, Path],
+) -> None:
+    """The one view both reports draw (harness/report/views/surface.py), read from the
+    run: each k's round cost and break-even length the declaration's, within 2 %; at 2
+    users every L measured pays (a v under the lowest, 1.25); both drafters placed; the
+    schedule verified at both levels beside the drafter at its own k."""
+    from harness.analysis import analyse, evaluate
+    from harness.report.views.surface import build_surface_view
+
+    run, _ = surface_run
+    a = analyse(run)
+    view = build_surface_view(a, evaluate(a))
+    assert view.registered and view.levels == [2, 10] and view.drafter == "drafter"
+    (task,) = view.tasks
+    assert task.title == "The round-cost surface: task chat" and not task.no_cell
+    lengths = {2: [1.25, 2.25], 3: [1.25, 2.25, 3.25]}
+    assert [line.k for line in task.ks] == [2, 3]
+    for line in task.ks:
+        assert list(line.rows["concurrency"]) == [2, 10]
+        for c, cost in zip(line.rows["concurrency"], line.rows["round_cost_ratio"], strict=True):
+            # The surface's cost at a level: its arms' (one per L) median, each declared.
+            declared = np.median([declared_cost(line.k, c, length) for length in lengths[line.k]])
+            assert cost == pytest.approx(declared, rel=0.02), (line.k, c)
+        assert list(line.located["concurrency"]) == [10]
+        assert line.located["break_even_length"].iloc[0] == pytest.approx(
+            declared_break_even(line.k, 10, lengths[line.k]), rel=0.02
+        )
+        assert line.bounds == [(2, 1.25, True)]
+    assert [d.label for d in task.drafters] == ["drafter (k=3) reaches", "weak (k=2) reaches"]
+    assert all([p.concurrency for p in d.placements] == [2, 10] for d in task.drafters)
+    assert task.lines[0] == "break-even (v: every L measured pays; ^: none does):"
+    verified = task.verification
+    assert verified is not None and verified.title == "The k schedule verified: task chat"
+    assert [r.concurrency for r in verified.ok] == [r.concurrency for r in verified.predicted]
+    assert [r.concurrency for r in verified.ok] == [2, 10]
+    assert list(verified.own["concurrency"]) == [2, 10]
+    assert verified.lines[0] == "schedule (batch sizes: k): 1-2: k=3, 3-: k=2"
+
+
 def section_traces(html: str, section: str) -> list[dict[str, dict]]:
     """Each plotly figure drawn in the HTML report's `section`: its traces by name, with x
     and y as lists (plotly writes a numpy column as a typed array in base64)."""

@@ -6,7 +6,7 @@ import pandas as pd
 
 from harness.analysis.tables import Analysis
 from harness.report.layout import table_lines
-from harness.report.pages_text import (
+from harness.report.views.verdict import (
     checkpoint_lines,
     deviation_lines,
     short_json,

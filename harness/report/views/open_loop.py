@@ -9,7 +9,7 @@ import pandas as pd
 
 from harness.analysis.open_loop import drafters_by_baseline
 from harness.analysis.tables import Analysis
-from harness.report.acceptance_series import is_nan
+from harness.numbers import is_nan
 from harness.report.layout import table_lines
 from harness.report.views import arm_colours
 from harness.rundir.verdict import Verdict

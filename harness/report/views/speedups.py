@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from harness.analysis.bar_common import speed_tasks
 from harness.analysis.knee import knee_span
 from harness.analysis.tables import Analysis
 from harness.report.views import arm_colours
+from harness.rundir.verdict import Verdict
 
 # The decomposition's four panels, over the same usable speedups (pages_decompose.py).
 DECOMPOSITION_TITLES = (
@@ -40,6 +42,13 @@ class BarLine:
     name: str  # pass, stop or check
     value: float
     colour: str
+
+
+@dataclass(frozen=True)
+class SpeedupsView:
+    title: str
+    subtitle: str  # what the figures show and how their intervals were made
+    panels: list[SpeedupPanel]  # one a speed task
 
 
 @dataclass(frozen=True)
@@ -101,3 +110,32 @@ def build_speedup_panel(a: Analysis, task: str) -> SpeedupPanel:
         lines.append(BarLine("check", bars.check.threshold, "#c62828"))
     no_factors = not any(len(x.factors) for x in arms)
     return SpeedupPanel(task, levels, arms, top, lines, sp.empty, no_factors)
+
+
+def build_speedups_view(a: Analysis, v: Verdict) -> SpeedupsView:
+    panels = [build_speedup_panel(a, task) for task in speed_tasks(a.run.study)]
+    return SpeedupsView("Speedup vs concurrency", speedup_note(a), panels)
+
+
+def speedup_note(a: Analysis) -> str:
+    """What the speedup figures show and how their intervals were made."""
+    study = a.run.study
+    bars = study.bars
+    note = (
+        f"median per-user speed ratio vs the same-engine baseline; band = "
+        f"{bars.intervals.level:.0%} interval (within a session a bootstrap of"
+        f" {bars.intervals.bootstrap_resamples} resamples); knee = where the speedup crosses"
+        " 1.0, its interval (the bar at 1.0) where the band's edges do"
+    )
+    if study.recording.sessions > 1:
+        # The band over sessions is by the registered method (harness.analysis.intervals).
+        how: str = bars.intervals.method
+        if how == "auto":
+            how += " (below 30 sessions a t interval on the sessions' log ratios)"
+        note += f"; over {study.recording.sessions} sessions by interval method {how}"
+    marked = a.speedups["interval_caveat"].notna() & (a.speedups["status"] == "ok")
+    if marked.any():
+        note += f"; {int(marked.sum())} intervals marked (one session or < 20 requests: next page)"
+    if a.run.stop_fired:
+        note += "; STOP fired: higher levels skipped"
+    return note

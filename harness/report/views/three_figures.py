@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from harness.analysis.acceptance_requests import AGREE_WITHIN
 from harness.analysis.tables import Analysis
-from harness.numbers import number_text
-from harness.report.acceptance_series import is_nan
+from harness.numbers import is_nan, number_text
 from harness.report.layout import table_lines
 
 

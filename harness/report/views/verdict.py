@@ -1,13 +1,16 @@
-"""The verdict page with each bar's evidence, and the run-record lines it shares with the
-environment page (views/environment.py): deviations, checkpoints, the smoke and the regime."""
+"""What the verdict section shows (page one and the two text pages after it): the verdict
+word, its reasons and each bar's status, the notice a reader must not miss, the headline
+speedup panels, each bar's summary and evidence; and the run-record lines it shares with
+the environment section (views/environment.py): deviations, checkpoints, the smoke and
+the regime."""
 
 from __future__ import annotations
 
 import datetime
 import json
+from dataclasses import dataclass
 
-from matplotlib.backends.backend_pdf import PdfPages
-
+from harness.analysis.bar_common import speed_tasks
 from harness.analysis.load import RunData
 from harness.analysis.regime import regime_lines
 from harness.analysis.smoke import compares, smoke_line
@@ -16,9 +19,8 @@ from harness.engines.launch.chosen_settings import differences
 from harness.numbers import number_text
 from harness.prereg.operating import operating_lines
 from harness.records import SmokeArmCheck, SmokeIdentityCheck
-from harness.report.layout import text_pages, wrap_lines
-from harness.report.pages_headline import headline_page
 from harness.report.views.identity import mismatch_where
+from harness.report.views.speedups import SpeedupPanel, build_speedup_panel
 from harness.rundir.manifest import Manifest
 from harness.rundir.verdict import Verdict
 
@@ -31,23 +33,37 @@ def wall_clock(t: float | str | None) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def verdict_page(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
-    """Page one: the verdict and the headline figure (pages_headline.py); then each bar's
-    status and summary, the smoke, deviations; evidence detail follows on text pages."""
-    pages = headline_page(pdf, a, verdict, verdict_notice(a))
-    pages += text_pages(
-        pdf,
-        f"Verdict: {verdict.verdict}: the bars",
-        wrap_lines(bar_lines(a, verdict), 140),
-        "each registered bar, the smoke stage, deviations",
+HEADLINE_TASKS = 3  # panels on page one; further tasks are in the speedup section
+VERDICT_COLOURS = {"PASS": "#1a7f37", "FAIL": "#c62828", "STOP": "#b26a00", "INCOMPLETE": "#555555"}
+
+
+@dataclass(frozen=True)
+class VerdictView:
+    title: str
+    about: list[str]  # the study, the run, the seal: the subtitle's parts
+    word: str
+    colour: str
+    reasons: list[str]  # one a reason, whole
+    statuses: list[tuple[str, str]]  # each bar's name and status
+    notice: list[str]  # the host's regime and the deviations
+    panels: list[SpeedupPanel]  # the first speed tasks' speedups and factors
+    bar_lines: list[str]
+    evidence_lines: list[str]
+
+
+def build_verdict_view(a: Analysis, v: Verdict) -> VerdictView:
+    return VerdictView(
+        f"Verdict: {v.verdict}",
+        [a.run.study.title, f"run {a.run.run_id}", f"seal {str(v.seal)[:16]}..."],
+        v.verdict,
+        VERDICT_COLOURS.get(v.verdict, "black"),
+        list(v.reasons) or ["every registered bar passes"],
+        [(b.name, b.status) for b in v.bars],
+        verdict_notice(a),
+        [build_speedup_panel(a, task) for task in speed_tasks(a.run.study)[:HEADLINE_TASKS]],
+        bar_lines(a, v),
+        evidence_lines(v),
     )
-    pages += text_pages(
-        pdf,
-        "Bar evidence",
-        evidence_lines(verdict),
-        "every figure each bar used, as written to verdict.json",
-    )
-    return pages
 
 
 def verdict_notice(a: Analysis) -> list[str]:
