@@ -16,28 +16,12 @@ from harness.analysis import analyse, evaluate
 from harness.analysis.tables import Analysis
 from harness.report.html_build import html_report, write_html
 from harness.report.html_page import plotly_js
+from harness.report.views import SECTION_ORDER
 from harness.rundir.verdict import Verdict
 from tests.analysis.runfolder import RunBuilder
 
-# The PDF's order (harness/report/build.py): one <section> each, always present.
-SECTIONS = [
-    "verdict",
-    "speedups",
-    "intervals",
-    "decomposition",
-    "categories",
-    "surface",
-    "speed-curves",
-    "acceptance",
-    "consistency",
-    "three-figures",
-    "accuracy",
-    "identity",
-    "open-loop",
-    "delivered-load",
-    "gpu",
-    "environment",
-]
+# The PDF's order: one <section> each, always present.
+SECTIONS = list(SECTION_ORDER)
 FIGURES = 19  # of half_empty_run's report
 
 
