@@ -25,48 +25,12 @@ from harness.analysis.compare_sessions import Side, compare_row
 from harness.analysis.frame import framed
 from harness.analysis.intervals import Units, session_units
 from harness.analysis.load import RunData, load_run
+from harness.analysis.rows import CompareRow
 from harness.analysis.two_sample import holm
 from harness.errors import InputError
 from harness.rundir.manifest import Manifest
 
 KEY = ["arm", "task", "concurrency"]
-COMPARE_COLUMNS = [
-    *KEY,
-    *(
-        f"{col}_{side}"
-        for side in ("a", "b")
-        for col in (
-            "status",
-            "speedup",
-            "ci_lower",
-            "ci_upper",
-            "tokens_per_round",
-            "round_cost_ratio",
-            "engine_tokens_per_round",
-        )
-    ),
-    "level",
-    "sessions_a",
-    "sessions_b",
-    "ratio",
-    "ratio_lower",
-    "ratio_upper",
-    "interval_method",
-    "df",
-    "p_value",
-    "equal_spread_p",
-    "family_p",
-    "family_wise",
-    "drafter_speed_ratio",
-    "drafter_ratio_lower",
-    "drafter_ratio_upper",
-    "baseline_speed_ratio",
-    "baseline_ratio_lower",
-    "baseline_ratio_upper",
-    "moved",
-    "status",
-    "warning",
-]
 
 
 @dataclass(frozen=True)
@@ -167,7 +131,7 @@ def compare_speedups(a: RunTables, b: RunTables) -> pd.DataFrame:
                 )
             )
         rows.append(row)
-    return family_wise(framed(rows, COMPARE_COLUMNS), level)
+    return family_wise(framed(rows, CompareRow), level)
 
 
 def family_wise(rows: pd.DataFrame, level: float) -> pd.DataFrame:

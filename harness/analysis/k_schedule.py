@@ -35,6 +35,7 @@ import pandas as pd
 from harness.analysis.frame import framed
 from harness.analysis.intervals import t_interval
 from harness.analysis.load import RunData
+from harness.analysis.rows import VerifiedLevelRow
 from harness.analysis.speedup import pair_figures, pair_key
 from harness.prereg.schema import Study, schedule_arm_name
 from harness.rundir.schedule import KScheduleRecord, ScheduledLevel
@@ -217,30 +218,6 @@ def schedule_ranges(schedule: list[dict], task: str) -> list[tuple[int, int | No
     return ranges
 
 
-SCHEDULE_COLUMNS = [
-    "arm",
-    "baseline",
-    "task",
-    "concurrency",
-    "k",
-    "threshold",
-    "predicted_speedup",
-    "predicted_ci_lower",
-    "predicted_ci_upper",
-    "status",
-    "reason",
-    "speedup",
-    "ci_lower",
-    "ci_upper",
-    "tokens_per_round",
-    "round_cost_ratio",
-    "collapse",
-    "label",
-    "drafter_cell",
-    "baseline_cell",
-]
-
-
 def k_schedule_records(a: Analysis, when: float) -> tuple[list[KScheduleRecord], dict[str, str]]:
     """Per surface task, the k schedule the surface proposes (proposed_schedule) as the
     verification arm runs it; and, per task it proposes none for, why."""
@@ -340,7 +317,7 @@ def schedule_verification(run: RunData) -> pd.DataFrame:
                 )
                 row["label"] = _verified_label(row, surface.collapse_below)
                 rows.append(row)
-    return framed(rows, SCHEDULE_COLUMNS)
+    return framed(rows, VerifiedLevelRow)
 
 
 def collapsed(measured_upper: float | None, predicted: float | None, below: float) -> bool:

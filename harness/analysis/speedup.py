@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.cells import cell_speeds
-from harness.analysis.decompose import DECOMPOSITION_COLUMNS, decompose
+from harness.analysis.decompose import decompose
 from harness.analysis.design import intervals_at
-from harness.analysis.frame import framed
+from harness.analysis.frame import columns, framed
 from harness.analysis.intervals import (
     draw_pair,
     interval_caveat,
@@ -34,56 +34,12 @@ from harness.analysis.intervals import (
 )
 from harness.analysis.load import CellData, RunData
 from harness.analysis.pooling import pool_session_variance
+from harness.analysis.rows import MeasuredSpeedup
 from harness.derived.throttle import gpu_throttle
 
 
 def pair_key(drafter: CellData, baseline: CellData) -> str:
     return f"{drafter.id}|{baseline.id}"
-
-
-SPEEDUP_COLUMNS = [
-    "arm",
-    "baseline",
-    "task",
-    "concurrency",
-    "drafter_cell",
-    "baseline_cell",
-    "status",
-    "reason",
-    "speed_drafter",
-    "speed_baseline",
-    "n_drafter",
-    "n_baseline",
-    "speedup",
-    "ci_lower",
-    "ci_upper",
-    "baseline_rerun_cell",
-    "baseline_rerun_status",
-    "baseline_rerun_speed",
-    "baseline_rerun_ratio",
-    "gpu_throttled_cells",
-    # Repeated sessions and what the interval rests on (harness.analysis.intervals):
-    # ci_lower/ci_upper by interval_method (t_sessions: a t interval on the sessions' log
-    # ratios; bootstrap: sessions first; within: one session); the *_within pair holds
-    # the sessions fixed.
-    "sessions",
-    "interval_method",
-    "ci_lower_within",
-    "ci_upper_within",
-    "session_speeds_drafter",
-    "session_speeds_baseline",
-    "session_spread_drafter",
-    "session_spread_baseline",
-    "resample_unit",
-    "interval_caveat",
-    # bars.intervals.pooling (harness.analysis.pooling): each level's own t interval, the
-    # degrees of freedom the interval rests on, and whether its variance was pooled.
-    "ci_lower_level",
-    "ci_upper_level",
-    "interval_df",
-    "pooling",
-    *DECOMPOSITION_COLUMNS,
-]
 
 
 def _latest_rerun(run: RunData, cell_id: str) -> CellData | None:
@@ -216,7 +172,7 @@ def speedup_table(run: RunData) -> pd.DataFrame:
                 row["gpu_throttled_cells"] = _throttled(*d_sessions, *b_sessions)
                 row.update(_rerun_figures(run, b_sessions, row.get("speed_baseline")))
                 rows.append(row)
-    return pool_session_variance(framed(rows, SPEEDUP_COLUMNS), study)[SPEEDUP_COLUMNS]
+    return pool_session_variance(framed(rows, MeasuredSpeedup), study)[columns(MeasuredSpeedup)]
 
 
 # --- the best drafter --------------------------------------------------------------

@@ -10,12 +10,14 @@ import pandas as pd
 
 from harness.analysis.categories import category_table
 from harness.analysis.cells import cell_table
+from harness.analysis.frame import columns
 from harness.analysis.identity import compare_identity
 from harness.analysis.k_schedule import schedule_verification
 from harness.analysis.knee import knee_table
 from harness.analysis.load import RunData, load_run
 from harness.analysis.open_loop import fleet_table, open_loop_table
 from harness.analysis.predict import add_predictions
+from harness.analysis.rows import AccuracyRow, IdentityRow
 from harness.analysis.speedup import speedup_table
 from harness.analysis.surface import break_even_table, drafter_placements, surface_table
 from harness.atomic import atomic_path
@@ -87,23 +89,7 @@ def identity_table(run: RunData) -> pd.DataFrame:
                     mismatches=[],
                 )
             rows.append(row)
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "arm",
-            "baseline",
-            "task",
-            "drafter_cell",
-            "baseline_cell",
-            "status",
-            "n_compared",
-            "n_identical",
-            "n_numeric",
-            "share",
-            "n_not_compared",
-            "mismatches",
-        ],
-    )
+    return pd.DataFrame(rows, columns=columns(IdentityRow))
 
 
 def accuracy_table(run: RunData) -> pd.DataFrame:
@@ -127,21 +113,7 @@ def accuracy_table(run: RunData) -> pd.DataFrame:
         rows.append(row)
     order = {arm.name: i for i, arm in enumerate(run.study.arms)}
     rows.sort(key=lambda r: (r["task"], order.get(r["arm"], len(order))))
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "arm",
-            "task",
-            "cell_id",
-            "status",
-            "level",
-            "n",
-            "correct",
-            "accuracy",
-            "ci_lower",
-            "ci_upper",
-        ],
-    )
+    return pd.DataFrame(rows, columns=columns(AccuracyRow))
 
 
 def analyse(run_dir: str | Path | RunData, study: Study | None = None) -> Analysis:

@@ -1,0 +1,139 @@
+"""Every analysis table's columns derive from its row model (harness/analysis/rows.py),
+and are still, name for name and in order, the lists the tables were written with before
+the models (written out here as they were, not read from the models)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.analysis.compare import compare_speedups, read_run
+from harness.analysis.frame import columns, framed
+from harness.analysis.rows import KneeRow, SpeedupRow
+from harness.analysis.tables import analyse, write_tables
+from tests.analysis.runfolder import RunBuilder
+from tests.analysis.test_compare import A_CELLS, B_CELLS, tiny_run
+
+OLD_COLUMNS = {
+    "cells": (
+        "cell_id arm task kind concurrency rate_relative rate_rps stage session rerun_of "
+        "shard host gpu status reason attempt n_measured n_ok n_errors n_invalid_tpot "
+        "burst_share aborted client_valid client_lag_p99_ms client_stamp_bound_p99_ms "
+        "client_first_token_bound_p99_ms client_send_lag_p99_ms client_kernel_stamped "
+        "delivered_concurrency delivered_share turnaround_p50_ms turnaround_p99_ms "
+        "turnaround_max_ms host_foreign_cpu_share host_steal_share per_user_speed e2e_tok_s "
+        "ttft_p50_s ttft_p90_s ttft_p99_s tpot_p50_s tpot_p90_s tpot_p99_s itl_p50_s "
+        "itl_p90_s itl_p99_s latency_p50_s latency_p90_s latency_p99_s queue_p50_s "
+        "queue_p90_s queue_p99_s span_s request_throughput_rps output_throughput_tok_s "
+        "accept_length_per_round_engine accept_length_per_round_requests "
+        "tokens_per_step_client acceptance_agree acceptance_disagreement spec_requests "
+        "accept_rate_requests accept_histogram_requests drafts scrape_gaps counter_resets "
+        "accept_rate_sum gpu_samples gpu_throttled gpu_throttle_reasons gpu_throttled_samples "
+        "gpu_sm_clock_mhz_p50 gpu_sm_clock_mhz_min gpu_power_w_p50 gpu_power_w_max "
+        "gpu_power_limit_w gpu_temperature_c_max gpu_util_pct_p50 gpu_memory_used_mib_max "
+        "gpu_gaps accept_rate_pos1 accept_rate_pos2 accept_rate_pos3 n_scored accuracy "
+        "engine_round"
+    ).split(),
+    "speedups": (
+        "arm baseline task concurrency drafter_cell baseline_cell status reason speed_drafter "
+        "speed_baseline n_drafter n_baseline speedup ci_lower ci_upper baseline_rerun_cell "
+        "baseline_rerun_status baseline_rerun_speed baseline_rerun_ratio gpu_throttled_cells "
+        "sessions interval_method ci_lower_within ci_upper_within session_speeds_drafter "
+        "session_speeds_baseline session_spread_drafter session_spread_baseline resample_unit "
+        "interval_caveat ci_lower_level ci_upper_level interval_df pooling tokens_per_round "
+        "tokens_per_round_ci_lower tokens_per_round_ci_upper baseline_tokens_per_round "
+        "baseline_tokens_per_round_ci_lower baseline_tokens_per_round_ci_upper round_time_s "
+        "round_time_s_ci_lower round_time_s_ci_upper baseline_step_time_s "
+        "baseline_step_time_s_ci_lower baseline_step_time_s_ci_upper round_cost_ratio "
+        "round_cost_ratio_ci_lower round_cost_ratio_ci_upper explained_speedup "
+        "explained_speedup_ci_lower explained_speedup_ci_upper explained_gap "
+        "decomposition_flag decomposition_note round_cost_ratio_sessions "
+        "engine_tokens_per_round engine_tokens_source predicted_speedup "
+        "predicted_round_cost_ratio prediction_gap round_cost_gap prediction_note "
+        "tokens_per_round_note"
+    ).split(),
+    "knees": (
+        "arm task status knee_concurrency bracket_low bracket_high label interval_low "
+        "interval_high interval note"
+    ).split(),
+    "identity": (
+        "arm baseline task drafter_cell baseline_cell status n_compared n_identical n_numeric "
+        "share n_not_compared mismatches"
+    ).split(),
+    "accuracy": ("arm task cell_id status level n correct accuracy ci_lower ci_upper").split(),
+    "open_loop": (
+        "arm cell_id status rate_relative rate_rps reference_rps throughput_rps "
+        "objective_value_s objective_holds per_user_speed queue_p50_s queue_p99_s"
+    ).split(),
+    "fleet": (
+        "arm baseline sustainable_rps gpus traffic_rps baseline_sustainable_rps baseline_gpus "
+        "gpus_saved cells_usable cells_planned"
+    ).split(),
+    "surface_cells": (
+        "arm baseline task concurrency k acceptance_length status reason speedup ci_lower "
+        "ci_upper tokens_per_round tokens_per_round_ci_lower tokens_per_round_ci_upper "
+        "round_cost_ratio round_cost_ratio_ci_lower round_cost_ratio_ci_upper "
+        "round_cost_ratio_sessions sessions interval_method speed_drafter speed_baseline "
+        "drafter_cell baseline_cell"
+    ).split(),
+    "surface": (
+        "task k concurrency status break_even_length round_cost_ratio "
+        "round_cost_ratio_ci_lower round_cost_ratio_ci_upper lengths label"
+    ).split(),
+    "schedule": (
+        "arm baseline task concurrency k threshold predicted_speedup predicted_ci_lower "
+        "predicted_ci_upper status reason speedup ci_lower ci_upper tokens_per_round "
+        "round_cost_ratio collapse label drafter_cell baseline_cell"
+    ).split(),
+    "categories": (
+        "arm baseline task config input_length category concurrency drafter_cell "
+        "baseline_cell n_items status reason sessions n_drafter n_baseline speedup ci_lower "
+        "ci_upper interval_method tokens_per_round tokens_per_round_ci_lower "
+        "tokens_per_round_ci_upper baseline_tokens_per_round round_cost_ratio "
+        "round_cost_ratio_ci_lower round_cost_ratio_ci_upper acceptance_rate "
+        "acceptance_ci_lower acceptance_ci_upper accept_length spec_requests"
+    ).split(),
+    "compare": (
+        "arm task concurrency status_a speedup_a ci_lower_a ci_upper_a tokens_per_round_a "
+        "round_cost_ratio_a engine_tokens_per_round_a status_b speedup_b ci_lower_b "
+        "ci_upper_b tokens_per_round_b round_cost_ratio_b engine_tokens_per_round_b level "
+        "sessions_a sessions_b ratio ratio_lower ratio_upper interval_method df p_value "
+        "equal_spread_p family_p family_wise drafter_speed_ratio drafter_ratio_lower "
+        "drafter_ratio_upper baseline_speed_ratio baseline_ratio_lower baseline_ratio_upper "
+        "moved status warning"
+    ).split(),
+}
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory: pytest.TempPathFactory):
+    a = analyse(RunBuilder(tmp_path_factory.mktemp("cols")).full_passing_run().root)
+    write_tables(a)
+    return a
+
+
+@pytest.mark.parametrize("name", [n for n in OLD_COLUMNS if n != "compare"])
+def test_each_table_keeps_its_columns_in_order(analysed, name: str) -> None:
+    assert list(getattr(analysed, name).columns) == OLD_COLUMNS[name]
+
+
+def test_the_written_tables_keep_their_columns(analysed) -> None:
+    root: Path = analysed.run.run_dir
+    for name in ("cells", "speedups"):
+        assert list(pd.read_parquet(root / f"{name}.parquet").columns) == OLD_COLUMNS[name]
+        assert list(pd.read_csv(root / f"{name}.csv").columns) == OLD_COLUMNS[name]
+
+
+def test_the_comparison_keeps_its_columns(tmp_path: Path) -> None:
+    a, b = tiny_run(tmp_path, "a", 3, A_CELLS), tiny_run(tmp_path, "b", 3, B_CELLS)
+    assert list(compare_speedups(read_run(a), read_run(b)).columns) == OLD_COLUMNS["compare"]
+
+
+def test_a_table_is_framed_in_its_models_order_whatever_its_rows_hold() -> None:
+    # The rows name the columns in another order and leave some out: the model decides.
+    df = framed([{"note": "n", "arm": "x", "task": "chat", "status": "located"}], KneeRow)
+    assert list(df.columns) == columns(KneeRow) == OLD_COLUMNS["knees"]
+    assert df.iloc[0]["arm"] == "x" and df.iloc[0]["knee_concurrency"] is None
+    assert columns(SpeedupRow) == OLD_COLUMNS["speedups"]
