@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.analysis.frame import framed
+from harness.analysis.frame import framed, rows_of
 from harness.analysis.load import RunData
-from harness.analysis.rows import KneeRow
+from harness.analysis.rows import KneeRow, SpeedupRow, curves
 
 
 @dataclass(frozen=True)
@@ -190,8 +190,7 @@ def knee_table(run: RunData, speedups: pd.DataFrame) -> pd.DataFrame:
     if run.stop_fired:
         skipped_after = max(run.study.bars.stop.concurrencies)
     rows = []
-    for (arm, task), grp in speedups.groupby(["arm", "task"], sort=False):
-        by_c = {int(r.concurrency): r for r in grp.itertuples()}
+    for (arm, task), by_c in curves(rows_of(speedups, SpeedupRow)).items():
         # Only skipped cells may be read as "beyond"; a missing one is incomplete.
         skip_mark = skipped_after
         if skip_mark is not None:

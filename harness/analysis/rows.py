@@ -8,6 +8,7 @@ then Later's."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -338,3 +339,11 @@ class FleetRow:
     gpus_saved: int | None
     cells_usable: int
     cells_planned: int
+
+
+def curves(rows: Iterable[SpeedupRow]) -> dict[tuple[str, str], dict[int, SpeedupRow]]:
+    """Each arm x task's rows by level, in the order the pairs first appear."""
+    out: dict[tuple[str, str], dict[int, SpeedupRow]] = {}
+    for r in rows:
+        out.setdefault((r.arm, r.task), {})[int(r.concurrency)] = r
+    return out

@@ -67,7 +67,7 @@ def _readings(a) -> dict:
         "stop_tasks": {
             t: e["below_threshold_everywhere"] for t, e in stop.evidence["tasks"].items()
         },
-        "check": {(r.arm, r.task, int(r.concurrency)) for r in _check_figures(a).itertuples()},
+        "check": {(r.arm, r.task, int(r.concurrency)) for r in _check_figures(a)},
         "knee": {
             (k.arm, k.task): (k.status, k.bracket_low, k.bracket_high) for k in a.knees.itertuples()
         },

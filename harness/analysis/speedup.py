@@ -34,7 +34,7 @@ from harness.analysis.intervals import (
 )
 from harness.analysis.load import CellData, RunData
 from harness.analysis.pooling import pool_session_variance
-from harness.analysis.rows import MeasuredSpeedup
+from harness.analysis.rows import MeasuredSpeedup, SpeedupRow
 from harness.derived.throttle import gpu_throttle
 
 
@@ -187,7 +187,7 @@ class BestDrafter:
 
 
 def best_drafter(
-    speedups: pd.DataFrame, tasks: list[str], concurrencies: list[int], statistic: str
+    speedups: list[SpeedupRow], tasks: list[str], concurrencies: list[int], statistic: str
 ) -> BestDrafter:
     """Among drafter arms, the one with the highest minimum speedup (`statistic`:
     speedup or ci_lower) over `concurrencies` and `tasks` (one task = per task,
@@ -196,22 +196,20 @@ def best_drafter(
         f"best drafter = the drafter arm with the highest minimum {statistic} over "
         f"concurrencies {concurrencies} on task(s) {', '.join(tasks)}"
     )
-    sel = speedups[speedups["task"].isin(tasks) & speedups["concurrency"].isin(concurrencies)]
+    sel = [r for r in speedups if r.task in tasks and r.concurrency in concurrencies]
     minima: dict[str, float | None] = {}
     missing: list[str] = []
-    for arm in dict.fromkeys(speedups["arm"]):
-        rows = sel[sel["arm"] == arm]
-        bad = rows[rows["status"] != "ok"]
-        if len(rows) == 0:  # no row at the levels: undetermined (was a TypeError in max)
+    for arm in dict.fromkeys(r.arm for r in speedups):
+        rows = [r for r in sel if r.arm == arm]
+        bad = [r for r in rows if r.status != "ok"]
+        if not rows:  # no row at the levels: undetermined (was a TypeError in max)
             minima[arm] = None
             missing.append(f"{arm}: no row on task(s) {', '.join(tasks)} at {concurrencies}")
-        elif len(bad):
+        elif bad:
             minima[arm] = None
-            missing.extend(
-                f"{r.arm}/{r.task} c={r.concurrency}: {r.status}" for r in bad.itertuples()
-            )
-        else:
-            minima[arm] = float(rows[statistic].min())
+            missing.extend(f"{r.arm}/{r.task} c={r.concurrency}: {r.status}" for r in bad)
+        else:  # NaN skipped, as pandas' min does
+            minima[arm] = float(pd.Series([getattr(r, statistic) for r in rows]).min())
     judged = {arm: m for arm, m in minima.items() if m is not None}
     if missing or not judged:
         return BestDrafter(None, minima, rule, missing)

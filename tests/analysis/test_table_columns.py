@@ -4,13 +4,14 @@ the models (written out here as they were, not read from the models)."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from harness.analysis.compare import compare_speedups, read_run
-from harness.analysis.frame import columns, framed
+from harness.analysis.frame import columns, framed, rows_of
 from harness.analysis.rows import KneeRow, SpeedupRow
 from harness.analysis.tables import analyse, write_tables
 from tests.analysis.runfolder import RunBuilder
@@ -137,3 +138,54 @@ def test_a_table_is_framed_in_its_models_order_whatever_its_rows_hold() -> None:
     assert list(df.columns) == columns(KneeRow) == OLD_COLUMNS["knees"]
     assert df.iloc[0]["arm"] == "x" and df.iloc[0]["knee_concurrency"] is None
     assert columns(SpeedupRow) == OLD_COLUMNS["speedups"]
+
+
+def test_each_speedup_query_answers_the_row_the_table_holds_there(analysed) -> None:
+    table = analysed.speedups
+    assert len(table) > 3 and table["concurrency"].nunique() > 1
+    for r in table.to_dict("records"):
+        got = analysed.speedup(r["arm"], r["task"], r["concurrency"])
+        assert got is not None
+        assert (got.arm, got.task, got.concurrency) == (r["arm"], r["task"], r["concurrency"])
+        assert (got.drafter_cell, got.baseline_cell) == (r["drafter_cell"], r["baseline_cell"])
+        assert got.speedup == pytest.approx(r["speedup"], nan_ok=True)
+        assert got.predicted_speedup == pytest.approx(r["predicted_speedup"], nan_ok=True)
+    assert analysed.speedup(r["arm"], r["task"], 999) is None
+    assert analysed.speedup("no-such-arm", r["task"], r["concurrency"]) is None
+
+
+def test_speedups_of_keeps_the_tables_order_and_only_what_was_asked(analysed) -> None:
+    table = analysed.speedups
+    arm, task = table.iloc[0]["arm"], table.iloc[0]["task"]
+    levels = sorted(table["concurrency"].unique())[:2]
+    want = table[(table["arm"] == arm) & (table["task"] == task)]
+    assert [r.drafter_cell for r in analysed.speedups_of(arm, task)] == list(want["drafter_cell"])
+    some = want[want["concurrency"].isin(levels)]
+    got = analysed.speedups_of([arm], task, levels)
+    assert [r.drafter_cell for r in got] == list(some["drafter_cell"]) and len(got) == 2
+    assert len(analysed.speedups_of()) == len(table)
+
+
+def test_a_replaced_table_is_read_again(analysed) -> None:
+    # The sequential design's reading replaces the speedups on a copy of the analysis.
+    a = copy.copy(analysed)
+    first = a.speedups.iloc[0]
+    a.speedups = a.speedups.assign(speedup=0.5)
+    assert a.speedup(first["arm"], first["task"], first["concurrency"]).speedup == 0.5
+    assert analysed.speedup(first["arm"], first["task"], first["concurrency"]).speedup != 0.5
+
+
+def test_the_knee_query_answers_each_arm_and_task(analysed) -> None:
+    for r in analysed.knees.to_dict("records"):
+        knee = analysed.knee(r["arm"], r["task"])
+        assert knee is not None and (knee.arm, knee.task, knee.label) == (
+            r["arm"],
+            r["task"],
+            r["label"],
+        )
+    assert analysed.knee("no-such-arm", "chat") is None
+
+
+def test_a_hand_made_table_reads_as_rows_with_its_missing_columns_none() -> None:
+    (row,) = rows_of(pd.DataFrame([{"arm": "a", "task": "t", "concurrency": 2}]), SpeedupRow)
+    assert (row.arm, row.concurrency, row.speedup, row.pooling) == ("a", 2, None, None)
