@@ -189,3 +189,22 @@ def test_the_knee_query_answers_each_arm_and_task(analysed) -> None:
 def test_a_hand_made_table_reads_as_rows_with_its_missing_columns_none() -> None:
     (row,) = rows_of(pd.DataFrame([{"arm": "a", "task": "t", "concurrency": 2}]), SpeedupRow)
     assert (row.arm, row.concurrency, row.speedup, row.pooling) == ("a", 2, None, None)
+
+
+def test_compare_pairs_the_runs_rows_by_arm_task_and_level_whatever_their_order(
+    tmp_path: Path,
+) -> None:
+    a, b = tiny_run(tmp_path, "a", 3, A_CELLS), tiny_run(tmp_path, "b", 3, B_CELLS)
+    want = compare_speedups(read_run(a), read_run(b))
+    table = pd.read_csv(b / "speedups.csv")
+    table.iloc[::-1].to_csv(b / "speedups.csv", index=False)  # B's rows in another order
+    got = compare_speedups(read_run(a), read_run(b))
+    pd.testing.assert_frame_equal(got, want)
+    keys = list(zip(got["arm"], got["task"], got["concurrency"], strict=True))
+    assert keys == [(r.arm, r.task, r.concurrency) for r in read_run(a).speedups]  # A's order
+    # A run written before a column existed is read with that figure None, A's kept.
+    table.drop(columns=["engine_tokens_per_round"]).to_csv(b / "speedups.csv", index=False)
+    older = compare_speedups(read_run(a), read_run(b))
+    assert older["engine_tokens_per_round_b"].isna().all()
+    for kept in ("engine_tokens_per_round_a", "ratio"):
+        pd.testing.assert_series_equal(older[kept], want[kept])
