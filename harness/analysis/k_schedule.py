@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from harness.analysis.frame import framed
+from harness.analysis.frame import framed, rows_of
 from harness.analysis.intervals import t_interval
 from harness.analysis.load import RunData
-from harness.analysis.rows import VerifiedLevelRow
+from harness.analysis.rows import SpeedupRow, VerifiedLevelRow
 from harness.analysis.speedup import pair_figures, pair_key
 from harness.prereg.schema import Study, schedule_arm_name
 from harness.rundir.schedule import KScheduleRecord, ScheduledLevel
@@ -139,6 +139,7 @@ def proposed_schedule(
     assert arm.drafter is not None
     own_k = arm.drafter.num_draft_tokens
     level = study.bars.intervals.level
+    measured_at = {(r.arm, r.task, r.concurrency): r for r in rows_of(speedups, SpeedupRow)}
     out = []
     for task in study.surface_tasks():
         for c in study.surface.concurrency:
@@ -184,14 +185,9 @@ def proposed_schedule(
             if method == "within":
                 label += f" ({WITHIN_NOTE})"
             # The one k a registered cell measured: the drafter's own.
-            mine = speedups[
-                (speedups["arm"] == arm.name)
-                & (speedups["task"] == task)
-                & (speedups["concurrency"] == c)
-                & (speedups["status"] == "ok")
-            ]
+            mine = measured_at.get((arm.name, task, c))
             own = entry["candidates"].get(str(own_k))
-            measured = float(mine["speedup"].iloc[0]) if len(mine) else None
+            measured = mine.speedup if mine and mine.status == "ok" else None
             entry["own_k_measured"] = measured
             if own is not None and measured is not None:
                 label += f"; at its own k={own_k}: predicted x{own:.2f}, measured x{measured:.2f}"

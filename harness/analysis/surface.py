@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from harness.analysis.frame import framed
+from harness.analysis.frame import framed, rows_of
 from harness.analysis.k_schedule import proposed_schedule, schedule_ranges
 from harness.analysis.load import RunData
-from harness.analysis.rows import SurfaceCellRow
+from harness.analysis.rows import SpeedupRow, SurfaceCellRow
 from harness.analysis.speedup import pair_figures, pair_key
 from harness.plan_arms import surface_arms
 from harness.prereg.schema import Study
@@ -148,6 +148,7 @@ def drafter_placements(study: Study, speedups: pd.DataFrame, breaks: pd.DataFram
     out: list[dict] = []
     if study.surface is None or breaks.empty:
         return out
+    measured = {(r.arm, r.task, r.concurrency): r for r in rows_of(speedups, SpeedupRow)}
     for arm in study.arms:
         if arm.drafter is None or arm.is_control:
             continue
@@ -158,16 +159,9 @@ def drafter_placements(study: Study, speedups: pd.DataFrame, breaks: pd.DataFram
                 at = breaks[
                     (breaks["task"] == task) & (breaks["k"] == k) & (breaks["concurrency"] == c)
                 ]
-                mine = speedups[
-                    (speedups["arm"] == arm.name)
-                    & (speedups["task"] == task)
-                    & (speedups["concurrency"] == c)
-                ]
-                reaches = (
-                    float(mine["tokens_per_round"].iloc[0])
-                    if len(mine) and pd.notna(mine["tokens_per_round"].iloc[0])
-                    else None
-                )
+                mine = measured.get((arm.name, task, c))
+                reaches = mine.tokens_per_round if mine else None
+                reaches = reaches if reaches is not None and pd.notna(reaches) else None
                 entry["reaches"] = reaches
                 if at.empty:
                     entry.update(
