@@ -84,8 +84,8 @@ class DecompositionFigures:
     explained_speedup: float | None  # tokens per round over the round cost ratio
     explained_speedup_ci_lower: float | None
     explained_speedup_ci_upper: float | None
-    explained_gap: float | None  # the speedup measured over the explained one, less 1
-    decomposition_flag: str | None
+    explained_gap: float | None  # the explained speedup over the measured one, less 1
+    decomposition_flag: bool | None  # the gap beyond bars.decomposition.tolerance
     decomposition_note: str | None
     # Each session's round cost ratio (a JSON list in session order): the k schedule's
     # interval pairs it with the drafter's acceptance in the same session (k_schedule.py).
@@ -101,7 +101,7 @@ class MeasuredSpeedup(DecompositionFigures, SpeedupFigures):
 class Prediction:
     """Beside each measured speedup, the roofline formula's (analysis/predict.py)."""
 
-    engine_tokens_per_round: float | None  # the engine's counters' acceptance
+    engine_tokens_per_round: float | None  # from the engine's counters (predict.engine_tokens)
     engine_tokens_source: str | None
     predicted_speedup: float | None
     predicted_round_cost_ratio: float | None
@@ -122,7 +122,7 @@ class KneeRow:
 
     arm: str
     task: str
-    status: str  # located, above_top, below_first or incomplete
+    status: str  # located, beyond, beyond_skipped, below_first or incomplete
     knee_concurrency: float | None
     bracket_low: int | None  # the levels the crossing lies between
     bracket_high: int | None
@@ -284,7 +284,7 @@ class IdentityRow:
     status: str  # ok, missing or invalid
     n_compared: int | None
     n_identical: int | None
-    n_numeric: int | None  # differing only in a number's last digits (a near tie)
+    n_numeric: int | None  # mismatches whose first divergence was a near tie of the target's
     share: float | None  # identical over compared
     n_not_compared: int | None
     mismatches: list  # each mismatch as a dict (identity.Mismatch)
