@@ -49,16 +49,16 @@ class Analysis:
     categories: pd.DataFrame = field(default_factory=pd.DataFrame)
     # Each table's rows as its model, read once per DataFrame (one replaced, as the
     # sequential design's reading does, is read again).
-    _rows: dict[str, tuple[pd.DataFrame, list]] = field(
+    _rows: dict[tuple[str, type], tuple[pd.DataFrame, list]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
     def rows(self, table: str, row: type[R]) -> list[R]:
         """The table named `table` as `row`s, in table order."""
         frame = getattr(self, table)
-        held = self._rows.get(table)
+        held = self._rows.get((table, row))
         if held is None or held[0] is not frame:
-            held = self._rows[table] = (frame, rows_of(frame, row))
+            held = self._rows[table, row] = (frame, rows_of(frame, row))
         return held[1]
 
     def speedups_of(

@@ -12,7 +12,7 @@ import pytest
 
 from harness.analysis.compare import compare_speedups, read_run
 from harness.analysis.frame import columns, framed, rows_of
-from harness.analysis.rows import KneeRow, SpeedupRow
+from harness.analysis.rows import KneeRow, MeasuredSpeedup, SpeedupRow
 from harness.analysis.tables import analyse, write_tables
 from tests.analysis.runfolder import RunBuilder
 from tests.analysis.test_compare import A_CELLS, B_CELLS, tiny_run
@@ -208,3 +208,9 @@ def test_compare_pairs_the_runs_rows_by_arm_task_and_level_whatever_their_order(
     assert older["engine_tokens_per_round_b"].isna().all()
     for kept in ("engine_tokens_per_round_a", "ratio"):
         pd.testing.assert_series_equal(older[kept], want[kept])
+
+
+def test_a_table_read_as_another_model_is_not_handed_back_as_the_first(analysed) -> None:
+    measured = analysed.rows("speedups", MeasuredSpeedup)
+    typed = analysed.rows("speedups", SpeedupRow)
+    assert type(measured[0]) is MeasuredSpeedup and type(typed[0]) is SpeedupRow
