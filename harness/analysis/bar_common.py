@@ -4,13 +4,14 @@ per-task x arm judging loop, so no bar copies another's body."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
+from harness.analysis.rows import SpeedupRow
 from harness.analysis.speedup import BestDrafter, best_drafter
 from harness.analysis.tables import Analysis
 from harness.prereg.schema import Study
@@ -79,13 +80,16 @@ def drafter_arms(study: Study) -> list[str]:
     return [arm.name for arm in study.arms if arm.baseline is not None and not arm.is_control]
 
 
-def judged_speedups(a: Analysis) -> pd.DataFrame:
-    """The speedup rows a bar may read: those of the drafter arms, no control arm's."""
-    return a.speedups[a.speedups["arm"].isin(drafter_arms(a.run.study))]
+def judged_speedups(
+    a: Analysis, task: str | None = None, concurrencies: Collection[int] | None = None
+) -> list[SpeedupRow]:
+    """The speedup rows a bar may read (of a task, at levels): those of the drafter arms,
+    no control arm's."""
+    return a.speedups_of(drafter_arms(a.run.study), task, concurrencies)
 
 
-def figure_of(row: Any) -> dict:
-    throttled = getattr(row, "gpu_throttled_cells", None)
+def figure_of(row: SpeedupRow) -> dict:
+    throttled = row.gpu_throttled_cells
     return {
         "concurrency": int(row.concurrency),
         "drafter_cell": row.drafter_cell,
@@ -97,9 +101,9 @@ def figure_of(row: Any) -> dict:
         "speed_drafter": row.speed_drafter,
         "speed_baseline": row.speed_baseline,
         # What the interval rests on (harness.analysis.intervals).
-        "sessions": getattr(row, "sessions", None),
-        "interval_method": getattr(row, "interval_method", None),
-        "interval_caveat": getattr(row, "interval_caveat", None),
+        "sessions": row.sessions,
+        "interval_method": row.interval_method,
+        "interval_caveat": row.interval_caveat,
         # The pair's cells measured while the GPU throttled (recording.gpu_throttle).
         "gpu_throttled": throttled.split("; ") if isinstance(throttled, str) else [],
     }

@@ -37,6 +37,7 @@ from harness.analysis.identity import compare_identity
 from harness.analysis.load import CellData, RunData, load_run
 from harness.analysis.pays import speculation_pays
 from harness.analysis.regime import host_regime
+from harness.analysis.rows import KneeRow
 from harness.analysis.surface import surface_summary
 from harness.analysis.tables import Analysis, analyse
 from harness.analysis.unfinished import remeasured_cells, unfinished
@@ -62,14 +63,9 @@ def speed_bar(a: Analysis) -> BarResult:
             entry.update(status="incomplete", missing=best.missing)
             summary.append(f"{task}: incomplete ({'; '.join(best.missing[:3])})")
         else:
-            rows = a.speedups[
-                (a.speedups["arm"] == best.arm)
-                & (a.speedups["task"] == task)
-                & a.speedups["concurrency"].isin(sp.concurrencies)
-            ]
             figures = [
                 figure_of(r) | {"passes": bool(getattr(r, col) >= sp.threshold)}
-                for r in rows.itertuples()
+                for r in a.speedups_of(best.arm, task, sp.concurrencies)
             ]
             ok = all(f["passes"] for f in figures)
             entry.update(status="pass" if ok else "fail", figures=figures)
@@ -226,44 +222,35 @@ def _knee_bound(kb, status: str) -> str | None:
 def knee_bar(a: Analysis) -> BarResult:
     kb = a.run.study.bars.pass_.knee
     top = max(a.run.study.loads.closed_loop.concurrency)
-    knees = a.knees.to_dict(orient="records")
-    by_key = {(k["arm"], k["task"]): k for k in knees}
+    knees = a.rows("knees", KneeRow)
 
     def judge(task: str, arm: str) -> ArmJudgement:
-        k = by_key.get((arm, task))
+        k = a.knee(arm, task)
         if k is None:
             return ArmJudgement("incomplete", {}, "no knee row")
-        detail = {
-            "knee": k["label"],
-            "knee_status": k["status"],
-            "interval": k["interval"],
-            "note": k["note"],
-        }
-        if k["status"] == "located":
+        detail = {"knee": k.label, "knee_status": k.status, "interval": k.interval, "note": k.note}
+        if k.status == "located":
             return ArmJudgement(
-                "pass", detail, f"knee {k['label']} users, interval {k['interval']} ({k['note']})"
+                "pass", detail, f"knee {k.label} users, interval {k.interval} ({k.note})"
             )
-        reading = _knee_bound(kb, k["status"])
-        field = "beyond_top" if k["status"] == "beyond" else "below_first"
+        reading = _knee_bound(kb, k.status)
+        field = "beyond_top" if k.status == "beyond" else "below_first"
         if reading == "pass":
             return ArmJudgement(
                 "pass",
                 detail,
-                f"knee {k['label']}: a bound, accepted as"
-                f" registered (bars.pass.knee.{field}: pass)",
+                f"knee {k.label}: a bound, accepted as registered (bars.pass.knee.{field}: pass)",
             )
         if reading is not None:
             return ArmJudgement(
-                "not_located", detail, f"not located: knee {k['label']}, a bound ({k['note']})"
+                "not_located", detail, f"not located: knee {k.label}, a bound ({k.note})"
             )
-        return ArmJudgement("incomplete", detail, f"incomplete ({k['note']})")
+        return ArmJudgement("incomplete", detail, f"incomplete ({k.note})")
 
     per = judge_per_task(a, speed_tasks(a.run.study), "best_drafter", judge)
     judged = {(arm, task) for task, e in per.tasks.items() for arm in (e["judged"] or {})}
-    others = [k for k in knees if (k["arm"], k["task"]) not in judged]
-    summary = per.summary + [
-        f"beside (not judged): {k['arm']}/{k['task']}: {k['label']}" for k in others
-    ]
+    others = [k for k in knees if (k.arm, k.task) not in judged]
+    summary = per.summary + [f"beside (not judged): {k.arm}/{k.task}: {k.label}" for k in others]
     status: BarStatus = per.status if kb.required else "not_required"
     if status == "not_located":
         summary.append(
@@ -280,7 +267,7 @@ def knee_bar(a: Analysis) -> BarResult:
         "top_level": top,
         "rule": KNEE_READING,
         "tasks": per.tasks,
-        "knees": knees,
+        "knees": [asdict(k) for k in knees],
     }
     return BarResult("pass.knee", status, summary, ev)
 

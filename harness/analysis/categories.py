@@ -31,45 +31,12 @@ import pandas as pd
 from harness.analysis.acceptance_requests import request_acceptance
 from harness.analysis.frame import framed
 from harness.analysis.load import CellData, RunData
+from harness.analysis.rows import CategoryRow
 from harness.analysis.speedup import pair_figures, pair_key
 from harness.errors import InputError, SpecbenchError
 from harness.prereg.schema import Intervals, TaskSpec
 from harness.records import session_item_id
 from harness.workloads.kinds import CACHED_KINDS
-
-CATEGORY_COLUMNS = [
-    "arm",
-    "baseline",
-    "task",
-    "config",
-    "input_length",
-    "category",
-    "concurrency",
-    "drafter_cell",
-    "baseline_cell",
-    "n_items",
-    "status",
-    "reason",
-    "sessions",
-    "n_drafter",
-    "n_baseline",
-    "speedup",
-    "ci_lower",
-    "ci_upper",
-    "interval_method",
-    "tokens_per_round",
-    "tokens_per_round_ci_lower",
-    "tokens_per_round_ci_upper",
-    "baseline_tokens_per_round",
-    "round_cost_ratio",
-    "round_cost_ratio_ci_lower",
-    "round_cost_ratio_ci_upper",
-    "acceptance_rate",
-    "acceptance_ci_lower",
-    "acceptance_ci_upper",
-    "accept_length",
-    "spec_requests",
-]
 
 
 def input_length(config: str | None) -> str | None:
@@ -209,4 +176,4 @@ def category_table(run: RunData) -> pd.DataFrame:
             )
             continue
         rows += _task_rows(run, task, categories)
-    return framed(rows, CATEGORY_COLUMNS)
+    return framed(rows, CategoryRow)

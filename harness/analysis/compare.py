@@ -22,51 +22,24 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.compare_sessions import Side, compare_row
-from harness.analysis.frame import framed
+from harness.analysis.frame import framed, rows_of
 from harness.analysis.intervals import Units, session_units
 from harness.analysis.load import RunData, load_run
+from harness.analysis.rows import CompareRow, SpeedupRow
 from harness.analysis.two_sample import holm
 from harness.errors import InputError
 from harness.rundir.manifest import Manifest
 
-KEY = ["arm", "task", "concurrency"]
-COMPARE_COLUMNS = [
-    *KEY,
-    *(
-        f"{col}_{side}"
-        for side in ("a", "b")
-        for col in (
-            "status",
-            "speedup",
-            "ci_lower",
-            "ci_upper",
-            "tokens_per_round",
-            "round_cost_ratio",
-            "engine_tokens_per_round",
-        )
-    ),
-    "level",
-    "sessions_a",
-    "sessions_b",
-    "ratio",
-    "ratio_lower",
-    "ratio_upper",
-    "interval_method",
-    "df",
-    "p_value",
-    "equal_spread_p",
-    "family_p",
-    "family_wise",
-    "drafter_speed_ratio",
-    "drafter_ratio_lower",
-    "drafter_ratio_upper",
-    "baseline_speed_ratio",
-    "baseline_ratio_lower",
-    "baseline_ratio_upper",
-    "moved",
+# Each run's own figures beside the other's: CompareRow's <name>_a and <name>_b.
+SIDE_FIGURES = (
     "status",
-    "warning",
-]
+    "speedup",
+    "ci_lower",
+    "ci_upper",
+    "tokens_per_round",
+    "round_cost_ratio",
+    "engine_tokens_per_round",
+)
 
 
 @dataclass(frozen=True)
@@ -74,7 +47,7 @@ class RunTables:
     root: Path
     run_id: str
     manifest: Manifest
-    speedups: pd.DataFrame
+    speedups: list[SpeedupRow]  # speedups.csv read as the analysis's rows
     data: RunData  # the folder's cells, read for their sessions
 
     @property
@@ -94,10 +67,11 @@ def read_run(root: Path) -> RunTables:
         speedups = pd.read_csv(files["speedups.csv"])
     except (OSError, ValueError) as err:
         raise InputError(f"{root}: unreadable run folder: {err}") from err
-    missing = [c for c in (*KEY, "status", "speedup", "ci_lower", "ci_upper") if c not in speedups]
+    needed = ("arm", "task", "concurrency", "status", "speedup", "ci_lower", "ci_upper")
+    missing = [c for c in needed if c not in speedups]
     if missing:
         raise InputError(f"{files['speedups.csv']}: no column {', '.join(missing)}")
-    return RunTables(root, data.run_id, data.manifest, speedups, data)
+    return RunTables(root, data.run_id, data.manifest, rows_of(speedups, SpeedupRow), data)
 
 
 def run_side(
@@ -124,35 +98,29 @@ def run_side(
 
 
 def compare_speedups(a: RunTables, b: RunTables) -> pd.DataFrame:
-    """One row per arm x task x level the two runs share."""
+    """One row per arm x task x level the two runs share, in A's order."""
     level = a.level
-    merged = a.speedups.merge(b.speedups, on=KEY, suffixes=("_a", "_b"))
+    b_at = {(r.arm, r.task, r.concurrency): r for r in b.speedups}
     rows = []
     units_a: dict[str, Units] = {}
     units_b: dict[str, Units] = {}
-    for r in merged.to_dict(orient="records"):
-        row: dict[str, Any] = {k: r[k] for k in KEY}
-        for side in ("a", "b"):
-            for col in (
-                "status",
-                "speedup",
-                "ci_lower",
-                "ci_upper",
-                "tokens_per_round",
-                "round_cost_ratio",
-                "engine_tokens_per_round",
-            ):
-                row[f"{col}_{side}"] = r.get(f"{col}_{side}")
+    for ra in a.speedups:
+        rb = b_at.get((ra.arm, ra.task, ra.concurrency))
+        if rb is None:
+            continue
+        row: dict[str, Any] = {"arm": ra.arm, "task": ra.task, "concurrency": ra.concurrency}
+        for side, r in (("a", ra), ("b", rb)):
+            row |= {f"{name}_{side}": getattr(r, name) for name in SIDE_FIGURES}
         row["level"] = level
-        ok = r["status_a"] == "ok" and r["status_b"] == "ok"
+        ok = ra.status == "ok" and rb.status == "ok"
         side_a = side_b = None
         if ok:
-            c = int(r["concurrency"])
-            side_a = run_side(a.data, r["arm"], r["task"], c, units_a)
-            side_b = run_side(b.data, r["arm"], r["task"], c, units_b)
+            c = int(ra.concurrency)
+            side_a = run_side(a.data, ra.arm, ra.task, c, units_a)
+            side_b = run_side(b.data, ra.arm, ra.task, c, units_b)
         if side_a is None or side_b is None:
             why = (
-                f"A {r['status_a']}, B {r['status_b']}"
+                f"A {ra.status}, B {rb.status}"
                 if not ok
                 else "the sessions of a run do not pair up"
             )
@@ -163,11 +131,11 @@ def compare_speedups(a: RunTables, b: RunTables) -> pd.DataFrame:
                     side_a,
                     side_b,
                     a.data.study.bars.intervals,
-                    f"{r['arm']}|{r['task']}|{r['concurrency']}",
+                    f"{ra.arm}|{ra.task}|{ra.concurrency}",
                 )
             )
         rows.append(row)
-    return family_wise(framed(rows, COMPARE_COLUMNS), level)
+    return family_wise(framed(rows, CompareRow), level)
 
 
 def family_wise(rows: pd.DataFrame, level: float) -> pd.DataFrame:

@@ -62,15 +62,6 @@ FACTORS = (
     "round_cost_ratio",
     "explained_speedup",
 )
-DECOMPOSITION_COLUMNS = [
-    *(f"{name}{suffix}" for name in FACTORS for suffix in ("", "_ci_lower", "_ci_upper")),
-    "explained_gap",
-    "decomposition_flag",
-    "decomposition_note",
-    # Each session's round cost ratio (a JSON list in session order): the k schedule's
-    # interval pairs it with the drafter's acceptance in the same session (k_schedule.py).
-    "round_cost_ratio_sessions",
-]
 
 
 @dataclass(frozen=True)

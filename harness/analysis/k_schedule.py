@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from harness.analysis.frame import framed
+from harness.analysis.frame import framed, rows_of
 from harness.analysis.intervals import t_interval
 from harness.analysis.load import RunData
+from harness.analysis.rows import SpeedupRow, VerifiedLevelRow
 from harness.analysis.speedup import pair_figures, pair_key
 from harness.prereg.schema import Study, schedule_arm_name
 from harness.rundir.schedule import KScheduleRecord, ScheduledLevel
@@ -138,6 +139,7 @@ def proposed_schedule(
     assert arm.drafter is not None
     own_k = arm.drafter.num_draft_tokens
     level = study.bars.intervals.level
+    measured_at = {(r.arm, r.task, r.concurrency): r for r in rows_of(speedups, SpeedupRow)}
     out = []
     for task in study.surface_tasks():
         for c in study.surface.concurrency:
@@ -183,14 +185,9 @@ def proposed_schedule(
             if method == "within":
                 label += f" ({WITHIN_NOTE})"
             # The one k a registered cell measured: the drafter's own.
-            mine = speedups[
-                (speedups["arm"] == arm.name)
-                & (speedups["task"] == task)
-                & (speedups["concurrency"] == c)
-                & (speedups["status"] == "ok")
-            ]
+            mine = measured_at.get((arm.name, task, c))
             own = entry["candidates"].get(str(own_k))
-            measured = float(mine["speedup"].iloc[0]) if len(mine) else None
+            measured = mine.speedup if mine and mine.status == "ok" else None
             entry["own_k_measured"] = measured
             if own is not None and measured is not None:
                 label += f"; at its own k={own_k}: predicted x{own:.2f}, measured x{measured:.2f}"
@@ -215,30 +212,6 @@ def schedule_ranges(schedule: list[dict], task: str) -> list[tuple[int, int | No
             ranges.append((start, end, r["k"]))
         start = r["concurrency"] + 1
     return ranges
-
-
-SCHEDULE_COLUMNS = [
-    "arm",
-    "baseline",
-    "task",
-    "concurrency",
-    "k",
-    "threshold",
-    "predicted_speedup",
-    "predicted_ci_lower",
-    "predicted_ci_upper",
-    "status",
-    "reason",
-    "speedup",
-    "ci_lower",
-    "ci_upper",
-    "tokens_per_round",
-    "round_cost_ratio",
-    "collapse",
-    "label",
-    "drafter_cell",
-    "baseline_cell",
-]
 
 
 def k_schedule_records(a: Analysis, when: float) -> tuple[list[KScheduleRecord], dict[str, str]]:
@@ -340,7 +313,7 @@ def schedule_verification(run: RunData) -> pd.DataFrame:
                 )
                 row["label"] = _verified_label(row, surface.collapse_below)
                 rows.append(row)
-    return framed(rows, SCHEDULE_COLUMNS)
+    return framed(rows, VerifiedLevelRow)
 
 
 def collapsed(measured_upper: float | None, predicted: float | None, below: float) -> bool:

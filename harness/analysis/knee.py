@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from harness.analysis.frame import framed, rows_of
 from harness.analysis.load import RunData
+from harness.analysis.rows import KneeRow, SpeedupRow, curves
 
 
 @dataclass(frozen=True)
@@ -180,21 +182,6 @@ def _column(by_c: dict, levels: list[int], name: str) -> list[float | None]:
     ]
 
 
-KNEE_COLUMNS = [
-    "arm",
-    "task",
-    "status",
-    "knee_concurrency",
-    "bracket_low",
-    "bracket_high",
-    "label",
-    "interval_low",
-    "interval_high",
-    "interval",
-    "note",
-]
-
-
 def knee_table(run: RunData, speedups: pd.DataFrame) -> pd.DataFrame:
     """The knee per drafter arm and speed task. interval_low / interval_high: where the
     bounds cross 1.0 (NaN where that end is open: see `interval`)."""
@@ -203,8 +190,7 @@ def knee_table(run: RunData, speedups: pd.DataFrame) -> pd.DataFrame:
     if run.stop_fired:
         skipped_after = max(run.study.bars.stop.concurrencies)
     rows = []
-    for (arm, task), grp in speedups.groupby(["arm", "task"], sort=False):
-        by_c = {int(r.concurrency): r for r in grp.itertuples()}
+    for (arm, task), by_c in curves(rows_of(speedups, SpeedupRow)).items():
         # Only skipped cells may be read as "beyond"; a missing one is incomplete.
         skip_mark = skipped_after
         if skip_mark is not None:
@@ -234,7 +220,7 @@ def knee_table(run: RunData, speedups: pd.DataFrame) -> pd.DataFrame:
                 "note": knee.note + _mixed_intervals(by_c),
             }
         )
-    return pd.DataFrame(rows, columns=KNEE_COLUMNS)
+    return framed(rows, KneeRow)
 
 
 def knee_span(row, levels: list[int]) -> tuple[float, float] | None:

@@ -13,8 +13,10 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.cells import cell_speeds, measure_span_s, percentile_or_nan
+from harness.analysis.frame import columns
 from harness.analysis.knee import knee_table
 from harness.analysis.load import CellData, RunData
+from harness.analysis.rows import FleetRow, OpenLoopRow
 from harness.analysis.speedup import speedup_table
 from harness.errors import SpecbenchError
 
@@ -111,20 +113,7 @@ def _objective_value(cell: CellData, metric: str, percentile: float) -> float:
 def open_loop_table(run: RunData) -> pd.DataFrame:
     """One row per open-loop cell: offered rate, achieved throughput, the objective's figure."""
     open_loop = run.study.loads.open_loop
-    cols = [
-        "arm",
-        "cell_id",
-        "status",
-        "rate_relative",
-        "rate_rps",
-        "reference_rps",
-        "throughput_rps",
-        "objective_value_s",
-        "objective_holds",
-        "per_user_speed",
-        "queue_p50_s",
-        "queue_p99_s",
-    ]
+    cols = columns(OpenLoopRow)
     if open_loop is None:
         return pd.DataFrame(columns=cols)
     obj = open_loop.objective
@@ -162,18 +151,7 @@ def fleet_table(run: RunData, table: pd.DataFrame | None = None) -> pd.DataFrame
     """Per arm: the highest offered rate whose objective holds (req/s one GPU sustains),
     the GPUs the study's stated traffic needs, and each drafter against its baseline."""
     open_loop = run.study.loads.open_loop
-    cols = [
-        "arm",
-        "baseline",
-        "sustainable_rps",
-        "gpus",
-        "traffic_rps",
-        "baseline_sustainable_rps",
-        "baseline_gpus",
-        "gpus_saved",
-        "cells_usable",
-        "cells_planned",
-    ]
+    cols = columns(FleetRow)
     if open_loop is None:
         return pd.DataFrame(columns=cols)
     table = open_loop_table(run) if table is None else table

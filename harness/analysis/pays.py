@@ -13,24 +13,27 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.analysis.frame import rows_of
+from harness.analysis.rows import SpeedupRow, curves
 from harness.engines import get_engine_kind
 from harness.prereg.schema import Study
 
 
-def _state(r) -> str:
+def _state(r: SpeedupRow | None) -> str:
     """shown | gone | unclear for a usable row, missing otherwise."""
-    if r is None or r.status != "ok" or pd.isna(r.ci_lower) or pd.isna(r.ci_upper):
+    if r is None or r.status != "ok" or r.ci_lower is None or r.ci_upper is None:
         return "missing"
-    if float(r.ci_lower) > 1.0:
+    if pd.isna(r.ci_lower) or pd.isna(r.ci_upper):
+        return "missing"
+    if r.ci_lower > 1.0:
         return "shown"
-    return "gone" if float(r.ci_upper) < 1.0 else "unclear"
+    return "gone" if r.ci_upper < 1.0 else "unclear"
 
 
 def speculation_pays(study: Study, speedups: pd.DataFrame) -> list[dict]:
     levels = list(study.loads.closed_loop.concurrency)
     out = []
-    for (arm, task), grp in speedups.groupby(["arm", "task"], sort=False):
-        by_c = {int(r.concurrency): r for r in grp.itertuples()}
+    for (arm, task), by_c in curves(rows_of(speedups, SpeedupRow)).items():
         states = [_state(by_c.get(c)) for c in levels]
         up_to = None
         for c, s in zip(levels, states, strict=True):

@@ -33,20 +33,12 @@ import math
 import pandas as pd
 
 from harness.analysis.acceptance_requests import AGREE_WITHIN
+from harness.analysis.frame import columns
+from harness.analysis.rows import Prediction
 from harness.calibration import RooflineFigures
 from harness.plan import roofline_step_s
 from harness.prereg.schema import Study
 
-PREDICTION_COLUMNS = [
-    "engine_tokens_per_round",
-    "engine_tokens_source",
-    "predicted_speedup",
-    "predicted_round_cost_ratio",
-    "prediction_gap",
-    "round_cost_gap",
-    "prediction_note",
-    "tokens_per_round_note",
-]
 # Methods whose drafts cost no forward pass of a model of their own.
 MODEL_FREE = ("ngram", "ngram_gpu", "suffix")
 
@@ -98,7 +90,7 @@ def add_predictions(
     by_id = cells.set_index("cell_id") if len(cells) else cells
     rows = []
     for r in speedups.to_dict("records"):
-        out = dict.fromkeys(PREDICTION_COLUMNS)
+        out = dict.fromkeys(columns(Prediction))
         cell = by_id.loc[r["drafter_cell"]] if r["drafter_cell"] in by_id.index else None
         e, source = engine_tokens(cell) if cell is not None else (None, None)
         if cell is not None and e is not None and r.get("status") == "ok":
@@ -124,7 +116,7 @@ def add_predictions(
                 r.get("tokens_per_round"), e, cell.get("engine_round")
             )
         rows.append(out)
-    extra = pd.DataFrame(rows, columns=PREDICTION_COLUMNS, index=speedups.index)
+    extra = pd.DataFrame(rows, columns=columns(Prediction), index=speedups.index)
     return pd.concat([speedups, extra], axis=1)
 
 

@@ -10,10 +10,12 @@ at the last.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 
 from harness.analysis.bars import speed_bar
 from harness.analysis.knee import knee_table
+from harness.analysis.rows import SpeedupRow
 from harness.analysis.stop_check import _check_figures, stop_decision
 from harness.plan import speed_stage
 from harness.prereg.schema import Study
@@ -67,7 +69,7 @@ def _readings(a) -> dict:
         "stop_tasks": {
             t: e["below_threshold_everywhere"] for t, e in stop.evidence["tasks"].items()
         },
-        "check": {(r.arm, r.task, int(r.concurrency)) for r in _check_figures(a).itertuples()},
+        "check": {(r.arm, r.task, int(r.concurrency)) for r in _check_figures(a)},
         "knee": {
             (k.arm, k.task): (k.status, k.bracket_low, k.bracket_high) for k in a.knees.itertuples()
         },
@@ -78,11 +80,10 @@ def judge_look(a) -> LookOutcome:
     """The bars decided on the analysis `a` of the run so far, and the rows still needed.
     A row not measured yet (status missing) is not this look's to decide."""
     lo, hi = _readings(_at_end(a, "ci_lower")), _readings(_at_end(a, "ci_upper"))
-    study, table = a.run.study, a.speedups
+    study, table = a.run.study, a.speedups_of()
     decided: list[Decision] = []
     needed: set[tuple[str, str, int]] = set()
-    ok = table[table["status"] == "ok"]
-    rows = {(r.arm, r.task, int(r.concurrency)): r for r in table.itertuples()}
+    rows = {(r.arm, r.task, int(r.concurrency)): r for r in table}
 
     def settle(bar: str, ends: tuple, lo_parts: dict, hi_parts: dict, levels) -> None:
         """The bar as a whole if both ends agree on it, else each task that they agree on;
@@ -114,7 +115,7 @@ def judge_look(a) -> LookOutcome:
     open_check = (hi["check"] - lo["check"]) | {
         k for k, r in rows.items() if r.status != "ok" and r.status != "missing"
     }
-    if not open_check and not (table["status"] == "missing").any():
+    if not open_check and all(r.status != "missing" for r in table):
         decided.append(Decision("check", "", "fired" if lo["check"] else "not_fired"))
     needed |= open_check
     knees = lo["knee"] if study.bars.pass_.knee.required else {}
@@ -124,8 +125,11 @@ def judge_look(a) -> LookOutcome:
             continue
         if key[0] not in _best_candidates(study, table, key[1]):
             continue  # the knee bar judges the best drafter: this one cannot be it
-        curve = ok[(ok["arm"] == key[0]) & (ok["task"] == key[1])].sort_values("concurrency")
-        for r in curve.itertuples():  # up to the first level at or below 1.0 on every reading
+        curve = sorted(
+            (r for r in table if r.status == "ok" and (r.arm, r.task) == key),
+            key=lambda r: r.concurrency,
+        )
+        for r in curve:  # up to the first level at or below 1.0 on every reading
             if r.ci_upper <= 1.0:
                 break
             if r.ci_lower <= 1.0:
@@ -144,18 +148,23 @@ def reads_stage(study: Study, bar: str, stage: int) -> bool:
     return any(speed_stage(study, c) == stage for c in levels)
 
 
-def _best_candidates(study: Study, table, task: str) -> set[str]:
+def _best_candidates(study: Study, table: list[SpeedupRow], task: str) -> set[str]:
     """The drafters that may still be the best on a task: the highest minimum over the
     pass levels (harness.analysis.speedup.best_drafter) at the upper ends reaches the
     best at the lower ends. Every drafter while a pass-level row is not usable, or under
     best_drafter: pooled."""
     sp = study.bars.pass_.speed
-    rows = table[(table["task"] == task) & table["concurrency"].isin(sp.concurrencies)]
-    if sp.best_drafter == "pooled" or (rows["status"] != "ok").any():
-        return set(table["arm"])
-    by = rows.groupby("arm")
-    low, high = by["ci_lower"].min(), by["ci_upper"].min()
-    return set(high[high >= low.max()].index)
+    rows = [r for r in table if r.task == task and r.concurrency in sp.concurrencies]
+    if sp.best_drafter == "pooled" or any(r.status != "ok" for r in rows):
+        return {r.arm for r in table}
+    low: dict[str, float] = {}
+    high: dict[str, float] = {}
+    for r in rows:  # each arm's minimum of each end, a missing figure skipped
+        for ends, v in ((low, r.ci_lower), (high, r.ci_upper)):
+            if v is not None and not math.isnan(v):
+                ends[r.arm] = min(ends.get(r.arm, math.inf), v)
+    top = max(low.values(), default=math.nan)
+    return {arm for arm, h in high.items() if h >= top}
 
 
 def needed_cells(study: Study, outcome: LookOutcome) -> set[str]:

@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.cells import cell_speeds
-from harness.analysis.decompose import DECOMPOSITION_COLUMNS, decompose
+from harness.analysis.decompose import decompose
 from harness.analysis.design import intervals_at
-from harness.analysis.frame import framed
+from harness.analysis.frame import columns, framed
 from harness.analysis.intervals import (
     draw_pair,
     interval_caveat,
@@ -34,56 +34,12 @@ from harness.analysis.intervals import (
 )
 from harness.analysis.load import CellData, RunData
 from harness.analysis.pooling import pool_session_variance
+from harness.analysis.rows import MeasuredSpeedup, SpeedupRow
 from harness.derived.throttle import gpu_throttle
 
 
 def pair_key(drafter: CellData, baseline: CellData) -> str:
     return f"{drafter.id}|{baseline.id}"
-
-
-SPEEDUP_COLUMNS = [
-    "arm",
-    "baseline",
-    "task",
-    "concurrency",
-    "drafter_cell",
-    "baseline_cell",
-    "status",
-    "reason",
-    "speed_drafter",
-    "speed_baseline",
-    "n_drafter",
-    "n_baseline",
-    "speedup",
-    "ci_lower",
-    "ci_upper",
-    "baseline_rerun_cell",
-    "baseline_rerun_status",
-    "baseline_rerun_speed",
-    "baseline_rerun_ratio",
-    "gpu_throttled_cells",
-    # Repeated sessions and what the interval rests on (harness.analysis.intervals):
-    # ci_lower/ci_upper by interval_method (t_sessions: a t interval on the sessions' log
-    # ratios; bootstrap: sessions first; within: one session); the *_within pair holds
-    # the sessions fixed.
-    "sessions",
-    "interval_method",
-    "ci_lower_within",
-    "ci_upper_within",
-    "session_speeds_drafter",
-    "session_speeds_baseline",
-    "session_spread_drafter",
-    "session_spread_baseline",
-    "resample_unit",
-    "interval_caveat",
-    # bars.intervals.pooling (harness.analysis.pooling): each level's own t interval, the
-    # degrees of freedom the interval rests on, and whether its variance was pooled.
-    "ci_lower_level",
-    "ci_upper_level",
-    "interval_df",
-    "pooling",
-    *DECOMPOSITION_COLUMNS,
-]
 
 
 def _latest_rerun(run: RunData, cell_id: str) -> CellData | None:
@@ -216,7 +172,7 @@ def speedup_table(run: RunData) -> pd.DataFrame:
                 row["gpu_throttled_cells"] = _throttled(*d_sessions, *b_sessions)
                 row.update(_rerun_figures(run, b_sessions, row.get("speed_baseline")))
                 rows.append(row)
-    return pool_session_variance(framed(rows, SPEEDUP_COLUMNS), study)[SPEEDUP_COLUMNS]
+    return pool_session_variance(framed(rows, MeasuredSpeedup), study)[columns(MeasuredSpeedup)]
 
 
 # --- the best drafter --------------------------------------------------------------
@@ -231,7 +187,7 @@ class BestDrafter:
 
 
 def best_drafter(
-    speedups: pd.DataFrame, tasks: list[str], concurrencies: list[int], statistic: str
+    speedups: list[SpeedupRow], tasks: list[str], concurrencies: list[int], statistic: str
 ) -> BestDrafter:
     """Among drafter arms, the one with the highest minimum speedup (`statistic`:
     speedup or ci_lower) over `concurrencies` and `tasks` (one task = per task,
@@ -240,22 +196,20 @@ def best_drafter(
         f"best drafter = the drafter arm with the highest minimum {statistic} over "
         f"concurrencies {concurrencies} on task(s) {', '.join(tasks)}"
     )
-    sel = speedups[speedups["task"].isin(tasks) & speedups["concurrency"].isin(concurrencies)]
+    sel = [r for r in speedups if r.task in tasks and r.concurrency in concurrencies]
     minima: dict[str, float | None] = {}
     missing: list[str] = []
-    for arm in dict.fromkeys(speedups["arm"]):
-        rows = sel[sel["arm"] == arm]
-        bad = rows[rows["status"] != "ok"]
-        if len(rows) == 0:  # no row at the levels: undetermined (was a TypeError in max)
+    for arm in dict.fromkeys(r.arm for r in speedups):
+        rows = [r for r in sel if r.arm == arm]
+        bad = [r for r in rows if r.status != "ok"]
+        if not rows:  # no row at the levels: undetermined (was a TypeError in max)
             minima[arm] = None
             missing.append(f"{arm}: no row on task(s) {', '.join(tasks)} at {concurrencies}")
-        elif len(bad):
+        elif bad:
             minima[arm] = None
-            missing.extend(
-                f"{r.arm}/{r.task} c={r.concurrency}: {r.status}" for r in bad.itertuples()
-            )
-        else:
-            minima[arm] = float(rows[statistic].min())
+            missing.extend(f"{r.arm}/{r.task} c={r.concurrency}: {r.status}" for r in bad)
+        else:  # NaN skipped, as pandas' min does
+            minima[arm] = float(pd.Series([getattr(r, statistic) for r in rows]).min())
     judged = {arm: m for arm, m in minima.items() if m is not None}
     if missing or not judged:
         return BestDrafter(None, minima, rule, missing)

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from harness.analysis.bar_common import (
     BarResult,
@@ -27,6 +26,7 @@ from harness.analysis.bar_common import (
 from harness.analysis.cells import cell_speeds
 from harness.analysis.intervals import t_quantile
 from harness.analysis.load import CellData
+from harness.analysis.rows import SpeedupRow
 from harness.analysis.tables import Analysis, analyse
 from harness.prereg.schema import Study
 from harness.rundir import RERUN_SUFFIX
@@ -50,29 +50,22 @@ def _task_stop(a: Analysis, task: str) -> dict:
     """
     stop = a.run.study.bars.stop
     col = stat_column(stop.statistic)
-    sp = judged_speedups(a)
-    sel = sp[(sp["task"] == task) & sp["concurrency"].isin(stop.concurrencies)]
-    ok = sel[sel["status"] == "ok"]
-    by_arm = {
-        arm: {int(r.concurrency): float(getattr(r, col)) for r in grp.itertuples()}
-        for arm, grp in ok.groupby("arm", sort=False)
-    }
-    unusable = [
-        f"{r.arm}/{task} c={r.concurrency}: {r.status}"
-        for r in sel.itertuples()
-        if r.status != "ok"
-    ]
+    sel = judged_speedups(a, task, stop.concurrencies)
+    ok = [r for r in sel if r.status == "ok"]
+    by_arm: dict[str, dict[int, float]] = {}
+    for r in ok:
+        by_arm.setdefault(r.arm, {})[int(r.concurrency)] = float(getattr(r, col))
+    unusable = [f"{r.arm}/{task} c={r.concurrency}: {r.status}" for r in sel if r.status != "ok"]
     # by_arm for reading; figures (with their cells) for checking every number used.
     entry: dict = {
         "by_arm": by_arm,
         "unusable": unusable,
-        "figures": [{"arm": r.arm} | figure_of(r) for r in ok.itertuples()],
+        "figures": [{"arm": r.arm} | figure_of(r) for r in ok],
     }
-    rows = list(ok.itertuples())
     reached = False
     entry["maximum"] = None
-    if rows:
-        top = max(rows, key=lambda r: float(getattr(r, col)))  # the first of equals
+    if ok:
+        top = max(ok, key=lambda r: float(getattr(r, col)))  # the first of equals
         value = float(getattr(top, col))
         entry["maximum"] = {
             "arm": top.arm,
@@ -83,7 +76,7 @@ def _task_stop(a: Analysis, task: str) -> dict:
         reached = value >= stop.threshold
     if reached:
         entry["below_threshold_everywhere"] = False
-    elif unusable or not rows:
+    elif unusable or not ok:
         entry["below_threshold_everywhere"] = None
     else:
         entry["below_threshold_everywhere"] = True
@@ -173,10 +166,10 @@ def stop_bar(a: Analysis) -> BarResult:
 # fixed +-10 % at the lab's session variation). fixed_share: the means within agree_within.
 
 
-def _check_figures(a: Analysis) -> pd.DataFrame:
-    check = a.run.study.bars.check
-    sp = judged_speedups(a)  # a control arm's speed is set by its acceptance, not checked
-    return sp[(sp["status"] == "ok") & (sp["speedup"] > check.threshold)]
+def _check_figures(a: Analysis) -> list[SpeedupRow]:
+    threshold = a.run.study.bars.check.threshold
+    # A control arm's speed is set by its acceptance, not checked.
+    return [r for r in judged_speedups(a) if r.status == "ok" and (r.speedup or 0.0) > threshold]
 
 
 def _latest_rerun(a: Analysis, cell_id: str) -> CellData | None:
@@ -223,10 +216,10 @@ def rerun_states(a: Analysis) -> list[dict]:
     check = a.run.study.bars.check
     figures = _check_figures(a)
     out = []
-    for baseline_id in dict.fromkeys(figures["baseline_cell"]):
+    for baseline_id in dict.fromkeys(r.baseline_cell for r in figures):
         sessions = a.run.sessions_of(a.run.cell(baseline_id))
         reruns = [_latest_rerun(a, c.id) for c in sessions]
-        behind = figures[figures["baseline_cell"] == baseline_id]
+        behind = [r for r in figures if r.baseline_cell == baseline_id]
         # "cell" is the first rerun's id and "of" its original, as in the manifest's
         # reruns; "cells" and "sessions" hold every session's.
         pairs = list(zip(sessions, reruns, strict=True))
@@ -236,7 +229,7 @@ def rerun_states(a: Analysis) -> list[dict]:
             "of": baseline_id,
             "cells": cells,
             "sessions": [c.id for c in sessions],
-            "behind": [f"{r.drafter_cell}: {r.speedup:.2f}x" for r in behind.itertuples()],
+            "behind": [f"{r.drafter_cell}: {r.speedup:.2f}x" for r in behind],
         }
         original = [_session_median(c) for c in sessions]
         entry["original_speed"] = float(np.mean(original))  # the speedups' baseline figure

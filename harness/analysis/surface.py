@@ -27,54 +27,17 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from harness.analysis.frame import framed
+from harness.analysis.frame import framed, rows_of
 from harness.analysis.k_schedule import proposed_schedule, schedule_ranges
 from harness.analysis.load import RunData
+from harness.analysis.rows import SpeedupRow, SurfaceCellRow
 from harness.analysis.speedup import pair_figures, pair_key
 from harness.plan_arms import surface_arms
 from harness.prereg.schema import Study
+from harness.rundir.verdict import BreakEvenRow  # the verdict's row is the table's
 
 if TYPE_CHECKING:
     from harness.analysis.tables import Analysis
-
-SURFACE_COLUMNS = [
-    "arm",
-    "baseline",
-    "task",
-    "concurrency",
-    "k",
-    "acceptance_length",
-    "status",
-    "reason",
-    "speedup",
-    "ci_lower",
-    "ci_upper",
-    "tokens_per_round",
-    "tokens_per_round_ci_lower",
-    "tokens_per_round_ci_upper",
-    "round_cost_ratio",
-    "round_cost_ratio_ci_lower",
-    "round_cost_ratio_ci_upper",
-    "round_cost_ratio_sessions",
-    "sessions",
-    "interval_method",
-    "speed_drafter",
-    "speed_baseline",
-    "drafter_cell",
-    "baseline_cell",
-]
-BREAK_EVEN_COLUMNS = [
-    "task",
-    "k",
-    "concurrency",
-    "status",
-    "break_even_length",
-    "round_cost_ratio",
-    "round_cost_ratio_ci_lower",
-    "round_cost_ratio_ci_upper",
-    "lengths",
-    "label",
-]
 
 
 def surface_table(run: RunData) -> pd.DataFrame:
@@ -106,7 +69,7 @@ def surface_table(run: RunData) -> pd.DataFrame:
                     row["sessions"] = len(sessions)
                     row.update(pair_figures(study, sessions, run.sessions_of(bc), pair_key(dc, bc)))
                     rows.append(row)
-    return framed(rows, SURFACE_COLUMNS)
+    return framed(rows, SurfaceCellRow)
 
 
 @dataclass(frozen=True)
@@ -166,7 +129,7 @@ def break_even_table(surface: pd.DataFrame) -> pd.DataFrame:
                     "label": found.label(lengths),
                 }
             )
-    return framed(rows, BREAK_EVEN_COLUMNS)
+    return framed(rows, BreakEvenRow)
 
 
 def _min(values: pd.Series) -> float | None:
@@ -185,6 +148,7 @@ def drafter_placements(study: Study, speedups: pd.DataFrame, breaks: pd.DataFram
     out: list[dict] = []
     if study.surface is None or breaks.empty:
         return out
+    measured = {(r.arm, r.task, r.concurrency): r for r in rows_of(speedups, SpeedupRow)}
     for arm in study.arms:
         if arm.drafter is None or arm.is_control:
             continue
@@ -195,16 +159,9 @@ def drafter_placements(study: Study, speedups: pd.DataFrame, breaks: pd.DataFram
                 at = breaks[
                     (breaks["task"] == task) & (breaks["k"] == k) & (breaks["concurrency"] == c)
                 ]
-                mine = speedups[
-                    (speedups["arm"] == arm.name)
-                    & (speedups["task"] == task)
-                    & (speedups["concurrency"] == c)
-                ]
-                reaches = (
-                    float(mine["tokens_per_round"].iloc[0])
-                    if len(mine) and pd.notna(mine["tokens_per_round"].iloc[0])
-                    else None
-                )
+                mine = measured.get((arm.name, task, c))
+                reaches = mine.tokens_per_round if mine else None
+                reaches = reaches if reaches is not None and pd.notna(reaches) else None
                 entry["reaches"] = reaches
                 if at.empty:
                     entry.update(
@@ -340,8 +297,6 @@ def surface_summary(a: Analysis) -> dict:
 
 
 __all__ = [
-    "BREAK_EVEN_COLUMNS",
-    "SURFACE_COLUMNS",
     "BreakEven",
     "break_even",
     "break_even_table",

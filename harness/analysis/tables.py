@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,12 +11,14 @@ import pandas as pd
 
 from harness.analysis.categories import category_table
 from harness.analysis.cells import cell_table
+from harness.analysis.frame import R, columns, rows_of
 from harness.analysis.identity import compare_identity
 from harness.analysis.k_schedule import schedule_verification
 from harness.analysis.knee import knee_table
 from harness.analysis.load import RunData, load_run
 from harness.analysis.open_loop import fleet_table, open_loop_table
 from harness.analysis.predict import add_predictions
+from harness.analysis.rows import AccuracyRow, IdentityRow, KneeRow, SpeedupRow
 from harness.analysis.speedup import speedup_table
 from harness.analysis.surface import break_even_table, drafter_placements, surface_table
 from harness.atomic import atomic_path
@@ -44,6 +47,45 @@ class Analysis:
     schedule: pd.DataFrame
     # SPEED-Bench tasks by category (analysis/categories.py; empty without such a task).
     categories: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Each table's rows as its model, read once per DataFrame (one replaced, as the
+    # sequential design's reading does, is read again).
+    _rows: dict[tuple[str, type], tuple[pd.DataFrame, list]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def rows(self, table: str, row: type[R]) -> list[R]:
+        """The table named `table` as `row`s, in table order."""
+        frame = getattr(self, table)
+        held = self._rows.get((table, row))
+        if held is None or held[0] is not frame:
+            held = self._rows[table, row] = (frame, rows_of(frame, row))
+        return held[1]
+
+    def speedups_of(
+        self,
+        arm: str | Collection[str] | None = None,
+        task: str | None = None,
+        concurrencies: Collection[int] | None = None,
+    ) -> list[SpeedupRow]:
+        """The speedup rows of an arm (or any of several), a task and levels (None:
+        every one), in table order."""
+        arms = {arm} if isinstance(arm, str) else arm
+        return [
+            r
+            for r in self.rows("speedups", SpeedupRow)
+            if (arms is None or r.arm in arms)
+            and (task is None or r.task == task)
+            and (concurrencies is None or r.concurrency in concurrencies)
+        ]
+
+    def speedup(self, arm: str, task: str, concurrency: int) -> SpeedupRow | None:
+        found = self.speedups_of(arm, task, (concurrency,))
+        return found[0] if found else None
+
+    def knee(self, arm: str, task: str) -> KneeRow | None:
+        return next(
+            (k for k in self.rows("knees", KneeRow) if (k.arm, k.task) == (arm, task)), None
+        )
 
 
 def identity_table(run: RunData) -> pd.DataFrame:
@@ -87,23 +129,7 @@ def identity_table(run: RunData) -> pd.DataFrame:
                     mismatches=[],
                 )
             rows.append(row)
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "arm",
-            "baseline",
-            "task",
-            "drafter_cell",
-            "baseline_cell",
-            "status",
-            "n_compared",
-            "n_identical",
-            "n_numeric",
-            "share",
-            "n_not_compared",
-            "mismatches",
-        ],
-    )
+    return pd.DataFrame(rows, columns=columns(IdentityRow))
 
 
 def accuracy_table(run: RunData) -> pd.DataFrame:
@@ -127,21 +153,7 @@ def accuracy_table(run: RunData) -> pd.DataFrame:
         rows.append(row)
     order = {arm.name: i for i, arm in enumerate(run.study.arms)}
     rows.sort(key=lambda r: (r["task"], order.get(r["arm"], len(order))))
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "arm",
-            "task",
-            "cell_id",
-            "status",
-            "level",
-            "n",
-            "correct",
-            "accuracy",
-            "ci_lower",
-            "ci_upper",
-        ],
-    )
+    return pd.DataFrame(rows, columns=columns(AccuracyRow))
 
 
 def analyse(run_dir: str | Path | RunData, study: Study | None = None) -> Analysis:

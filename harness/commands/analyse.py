@@ -26,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.analysis.rows import KneeRow
     from harness.finalize import finalize_run
 
     root = resolve_run(args.run, args.results)
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
             number_text(r.speed_baseline, ".1f"),
             r.status,
         ]
-        for r in a.speedups.itertuples()
+        for r in a.speedups_of()
     ]
     write_table(
         headers,
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     write_table(
         ["task", "arm", "knee", "note"],
-        [[k.task, k.arm, k.label, k.note] for k in a.knees.itertuples()],
+        [[k.task, k.arm, k.label, k.note] for k in a.rows("knees", KneeRow)],
         fmt,
         title="knee (the point speedup crosses 1.0, interpolated in log2 users; interval from the bounds' crossings):",
     )

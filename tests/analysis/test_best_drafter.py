@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.analysis.frame import rows_of
+from harness.analysis.rows import SpeedupRow
 from harness.analysis.speedup import best_drafter
 
 
-def rows(*figures: tuple[str, str, int, str, float]) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {"arm": arm, "task": task, "concurrency": c, "status": status, "speedup": speedup}
-            for arm, task, c, status, speedup in figures
-        ]
+def rows(*figures: tuple[str, str, int, str, float]) -> list[SpeedupRow]:
+    return rows_of(
+        pd.DataFrame(
+            [
+                {"arm": arm, "task": task, "concurrency": c, "status": status, "speedup": speedup}
+                for arm, task, c, status, speedup in figures
+            ]
+        ),
+        SpeedupRow,
     )
 
 
