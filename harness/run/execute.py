@@ -21,13 +21,13 @@ from harness.measure.host_cpu import HostCpuMeter
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.requests import scored_output_fields
 from harness.measure.scrape import scrape_metrics_loop
-from harness.plan import Cell
 from harness.prereg.schema import Arm, Study
 from harness.records import GpuSample, MetricSample, RequestRecord
 from harness.run.cell_requests import cell_items, cell_request_specs
 from harness.run.gpu_telemetry import ArmGpus
 from harness.run.store import JsonlWriter, RunStore
 from harness.rundir import SCORES, Outcome, ScoreRecord
+from harness.rundir.cell import Cell
 
 
 class EngineDied(Exception):

@@ -26,7 +26,6 @@ from typing import Any
 
 from harness.atomic import write_bytes
 from harness.errors import InputError, SpecbenchError
-from harness.plan import Cell
 from harness.prereg.schema import Study
 from harness.run.attempts import pending_cells
 from harness.run.progress import RunProgress
@@ -42,6 +41,7 @@ from harness.run.smoke import SmokeFailed
 from harness.run.store import RunStore
 from harness.run.where import gpu_model_deviation
 from harness.rundir import COMPLETE, cell_dirname
+from harness.rundir.cell import Cell
 from harness.rundir.manifest import MANIFEST, Manifest, manifest_from
 from harness.rundir.schedule import SmokeStatus, SmokeSummary
 from harness.rundir.shards import Sharding, ShardPlan, ShardRecord, ShardWorkerRecord
@@ -243,7 +243,9 @@ class RayExecutor:
     def _actor(self, shard: Shard, sink: ShardSink) -> Any:
         if shard.name not in self._actors:
             pending = [
-                c.to_dict() for c in self.by_shard[shard.name] if not self.store.is_complete(c.id)
+                c.model_dump(mode="json")
+                for c in self.by_shard[shard.name]
+                if not self.store.is_complete(c.id)
             ]
             # num_cpus=0: the client's cores are the node's business (harness.measure.
             # placement pins it off the engine's); what a shard must hold is its GPUs.

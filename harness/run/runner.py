@@ -25,7 +25,7 @@ from rich.console import Console
 
 from harness.atomic import write_json
 from harness.errors import InputError, SpecbenchError
-from harness.plan import Cell, block_session, engine_blocks, plan_cells
+from harness.plan import block_session, engine_blocks, plan_cells
 from harness.plan_arms import schedule_arms
 from harness.prereg import LoadedStudy, resolved_study, seal_of
 from harness.prereg.schema import SCHEDULE_PREFIX, Arm, Study
@@ -36,6 +36,7 @@ from harness.run.progress import RunProgress
 from harness.run.schedule import Batch, rerun_batch, rerun_cells, run_schedule
 from harness.run.smoke import SmokeStage
 from harness.run.store import RunStore, host_facts, specbench_commit
+from harness.rundir.cell import Cell
 from harness.rundir.manifest import ControlArmRecord, Deviation, Manifest
 from harness.rundir.schedule import SessionRecord, SmokeSummary
 

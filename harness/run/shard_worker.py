@@ -11,7 +11,7 @@ state); at the end of a batch, also its smoke and engine logs. A worker killed m
 so loses only the cell it was measuring.
 
 Plain Python: harness.run.ray_executor makes it a Ray actor. Cells and batches cross
-the process boundary as dicts (`Cell.to_dict`), the study as its pydantic model.
+the process boundary as dicts (`Cell.model_dump`), the study as its pydantic model.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from typing import Any
 
 from rich.console import Console
 
-from harness.plan import Cell
 from harness.prereg.schema import Study
 from harness.run.progress import RunProgress
 from harness.run.schedule import Batch
 from harness.run.store import RunStore
 from harness.rundir import cell_dirname
+from harness.rundir.cell import Cell
 from harness.rundir.manifest import Manifest
 from harness.shards import Shard
 
@@ -46,7 +46,7 @@ SMOKE_RECORDS = "smoke/arms.jsonl"
 def batch_to_dict(batch: Batch) -> dict[str, Any]:
     return {
         "stage": batch.stage,
-        "cells": [c.to_dict() for c in batch.cells],
+        "cells": [c.model_dump(mode="json") for c in batch.cells],
         "smoke": batch.smoke,
         "rates": batch.rates,
         "fresh_engines": sorted(batch.fresh_engines),
@@ -57,7 +57,7 @@ def batch_to_dict(batch: Batch) -> dict[str, Any]:
 def batch_from_dict(data: dict[str, Any]) -> Batch:
     return Batch(
         data["stage"],
-        [Cell(**c) for c in data["cells"]],
+        [Cell.model_validate(c) for c in data["cells"]],
         smoke=data["smoke"],
         rates=data["rates"],
         fresh_engines=frozenset(data["fresh_engines"]),
@@ -122,7 +122,7 @@ class ShardWorker:
             executed,
             self.console,
             allow_deviation=allow_deviation,
-            cells=[Cell(**c) for c in cells],
+            cells=[Cell.model_validate(c) for c in cells],
         )
         self.runner.where = self.where
         self._smoke_sent = 0  # bytes of smoke/arms.jsonl already shipped

@@ -30,6 +30,7 @@ from harness.records import GpuSample, RequestRecord
 from harness.rundir import (
     COMPLETE,
     Attempt,
+    Cell,
     CellFile,
     CompleteFile,
     Outcome,
@@ -189,9 +190,10 @@ class RunStore:
         path = self.cell_dir(cell_id) / "cell.json"
         return read_json(path) if path.exists() else {}
 
-    def start_attempt(self, cell_id: str, cell: dict[str, Any], **extra: Any) -> int:
-        info = self.cell_info(cell_id) or {"cell": cell, "attempts": []}
-        info["cell"] = cell
+    def start_attempt(self, cell: Cell, **extra: Any) -> int:
+        cell_id = cell.id
+        info = self.cell_info(cell_id) or {"attempts": []}
+        info["cell"] = cell.model_dump(mode="json")
         info.update(extra)
         attempt = len(info["attempts"]) + 1
         info["attempts"].append(
