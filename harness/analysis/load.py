@@ -33,8 +33,16 @@ from harness.records import (
     read_smoke_records,
 )
 from harness.rundir import (
+    CELL_FILE,
+    CELLS,
+    COMPLETE,
+    GPU_SAMPLES,
+    METRICS,
+    REQUESTS,
     RERUN_DIR,
     SCORES,
+    SMOKE_RECORDS,
+    STUDY_FILE,
     Attempt,
     Cell,
     CellFile,
@@ -178,7 +186,7 @@ def _read_jsonl(path: Path, model: type[BaseModel]) -> list[Any]:
 
 
 def load_study_json(run_dir: Path) -> Study:
-    path = run_dir / "study.json"
+    path = run_dir / STUDY_FILE
     data = _read_json(path)
     if not isinstance(data, dict) or "study" not in data:
         raise InputError(f"{path}: field study: expected the resolved study object")
@@ -203,7 +211,7 @@ def planned_cells(study: Study) -> list[Cell]:
 def _load_cell(
     folder: Path, planned: Cell | None, cell_id: str, gpu_throttle_policy: str = "flag"
 ) -> CellData:
-    cell_path = folder / "cell.json"
+    cell_path = folder / CELL_FILE
     if planned is not None:
         base = CellData(
             cell_id,
@@ -235,7 +243,7 @@ def _load_cell(
     base.open_loop = cell_file.open_loop
     base.attempts = cell_file.attempts
     base.where = cell_file.where
-    complete_path = folder / "complete.json"
+    complete_path = folder / COMPLETE
     if not complete_path.exists():
         last = cell_file.attempts[-1] if cell_file.attempts else None
         base.reason = (
@@ -249,17 +257,15 @@ def _load_cell(
     done: CompleteFile = _validate(CompleteFile, _read_json(complete_path), str(complete_path))
     base.complete = done
     attempt = [
-        r
-        for r in _read_jsonl(folder / "requests.jsonl", RequestRecord)
-        if r.attempt == done.attempt
+        r for r in _read_jsonl(folder / REQUESTS, RequestRecord) if r.attempt == done.attempt
     ]
     base.requests = [r for r in attempt if r.phase == "measure"]
     base.warmup = [r for r in attempt if r.phase == "warmup"]
     base.samples = [
-        s for s in _read_jsonl(folder / "metrics.jsonl", MetricSample) if s.attempt == done.attempt
+        s for s in _read_jsonl(folder / METRICS, MetricSample) if s.attempt == done.attempt
     ]
     base.gpu_samples = [
-        s for s in _read_jsonl(folder / "gpu.jsonl", GpuSample) if s.attempt == done.attempt
+        s for s in _read_jsonl(folder / GPU_SAMPLES, GpuSample) if s.attempt == done.attempt
     ]
     if (folder / SCORES).exists():
         base.scores = {s.id: s.correct for s in _read_jsonl(folder / SCORES, ScoreRecord)}
@@ -289,7 +295,7 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
         study = load_study_json(run_dir)
     skipped = manifest.skipped_reasons()
     policy = study.recording.gpu_throttle
-    cells_root = run_dir / "cells"
+    cells_root = run_dir / CELLS
     cells: dict[str, CellData] = {}
     planned = planned_cells(study)
     for cell in planned:
@@ -317,5 +323,5 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
         manifest,
         study,
         cells,
-        read_smoke_records(run_dir / "smoke" / "arms.jsonl"),
+        read_smoke_records(run_dir / SMOKE_RECORDS),
     )

@@ -32,7 +32,6 @@ from harness.run.progress import RunProgress
 from harness.run.schedule import Batch
 from harness.run.shard_worker import (
     MERGED_LISTS,
-    SMOKE_RECORDS,
     ShardWorker,
     batch_to_dict,
     folder_files,
@@ -40,7 +39,7 @@ from harness.run.shard_worker import (
 from harness.run.smoke import SmokeFailed
 from harness.run.store import RunStore
 from harness.run.where import gpu_model_deviation
-from harness.rundir import COMPLETE, cell_dirname
+from harness.rundir import COMPLETE, SMOKE_RECORDS
 from harness.rundir.cell import Cell
 from harness.rundir.manifest import MANIFEST, Manifest, manifest_from
 from harness.rundir.schedule import SmokeStatus, SmokeSummary
@@ -323,7 +322,7 @@ class RayExecutor:
             actor = self._actor(shard, sink)
             seed: dict[str, bytes] = {}
             for cell in part.cells:
-                folder = self.store.root / "cells" / cell_dirname(cell.id)
+                folder = self.store.cell_folder(cell.id)
                 seed.update(folder_files(folder, self.store.root))
             if seed:
                 ray.get(actor.seed.remote(seed))

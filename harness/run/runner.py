@@ -36,6 +36,7 @@ from harness.run.progress import RunProgress
 from harness.run.schedule import Batch, rerun_batch, rerun_cells, run_schedule
 from harness.run.smoke import SmokeStage
 from harness.run.store import RunStore, host_facts, specbench_commit
+from harness.rundir import STUDY_FILE
 from harness.rundir.cell import Cell
 from harness.rundir.manifest import ControlArmRecord, Deviation, Manifest
 from harness.rundir.schedule import SessionRecord, SmokeSummary
@@ -74,7 +75,7 @@ def new_run(loaded: LoadedStudy, results_dir: Path, run_id: str | None = None) -
     for arm_path in loaded.arm_files.values():
         shutil.copy2(arm_path, root / "prereg" / arm_path.name)
     resolved = resolved_study(loaded.study)
-    write_json(root / "study.json", resolved)
+    write_json(root / STUDY_FILE, resolved)
     store = RunStore(root)
     store.create_manifest(
         Manifest(
@@ -157,7 +158,7 @@ def reopen_run(store: RunStore, loaded: LoadedStudy, allow_deviation: bool) -> N
     manifest = store.manifest()
     old_seal, new_seal = manifest.seal, seal_of(loaded.study)
     if old_seal != new_seal:
-        old = json.loads((store.root / "study.json").read_text(encoding="utf-8"))
+        old = json.loads((store.root / STUDY_FILE).read_text(encoding="utf-8"))
         diffs = study_differences(old, resolved_study(loaded.study))
         if not allow_deviation:
             raise InputError(
@@ -167,8 +168,8 @@ def reopen_run(store: RunStore, loaded: LoadedStudy, allow_deviation: bool) -> N
             )
         original = store.root / "study.original.json"
         if not original.exists():
-            shutil.copy2(store.root / "study.json", original)
-        write_json(store.root / "study.json", resolved_study(loaded.study))
+            shutil.copy2(store.root / STUDY_FILE, original)
+        write_json(store.root / STUDY_FILE, resolved_study(loaded.study))
         deviation = Deviation(
             when=time.time(),
             what="resumed under a different seal",

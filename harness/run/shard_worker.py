@@ -32,7 +32,7 @@ from harness.prereg.schema import Study
 from harness.run.progress import RunProgress
 from harness.run.schedule import Batch
 from harness.run.store import RunStore
-from harness.rundir import cell_dirname
+from harness.rundir import SMOKE_DIR, SMOKE_RECORDS
 from harness.rundir.cell import Cell
 from harness.rundir.manifest import Manifest
 from harness.shards import Shard
@@ -40,7 +40,6 @@ from harness.shards import Shard
 # The manifest entries a shard's worker makes that the driver's manifest keeps (its
 # engine starts too): lists merged into the run's, facts kept under shards[name].
 MERGED_LISTS = ("sessions", "failed_cells", "deviations")
-SMOKE_RECORDS = "smoke/arms.jsonl"
 
 
 def batch_to_dict(batch: Batch) -> dict[str, Any]:
@@ -184,7 +183,7 @@ class ShardWorker:
             "manifest": self.store.manifest().to_json(),
         }
         if cell_id is not None:
-            folder = self.root / "cells" / cell_dirname(cell_id)
+            folder = self.store.cell_folder(cell_id)
             out["files"] = folder_files(folder, self.root)
         smoke = self.root / SMOKE_RECORDS
         if smoke.exists():
@@ -192,7 +191,7 @@ class ShardWorker:
             out["smoke_lines"] = data[self._smoke_sent :]
             self._smoke_sent = len(data)
         if closing:
-            logs = folder_files(self.root / "smoke", self.root)
+            logs = folder_files(self.root / SMOKE_DIR, self.root)
             logs.pop(SMOKE_RECORDS, None)
             logs.update(folder_files(self.root / "engines", self.root))
             out["logs"] = logs

@@ -28,8 +28,17 @@ from harness.rundir.cell import (
     task_cell_id,
 )
 
-COMPLETE = "complete.json"
-SCORES = "scores.jsonl"
+# The run folder's file names: the writer (harness.run.store) and the readers use these.
+STUDY_FILE = "study.json"  # the resolved study the run measured
+CELLS = "cells"  # one folder per cell, named `Cell.dirname`
+CELL_FILE = "cell.json"  # CellFile
+COMPLETE = "complete.json"  # CompleteFile
+REQUESTS = "requests.jsonl"  # harness.records.RequestRecord, every attempt's
+METRICS = "metrics.jsonl"  # harness.records.MetricSample: the engine's counters
+GPU_SAMPLES = "gpu.jsonl"  # harness.records.GpuSample (absent where NVML is not)
+SCORES = "scores.jsonl"  # ScoreRecord: an accuracy cell's
+SMOKE_DIR = "smoke"  # the smoke stage's requests and checks (harness.run.smoke)
+SMOKE_RECORDS = f"{SMOKE_DIR}/arms.jsonl"  # harness.records.read_smoke_records
 
 
 # --- the records of one cell -----------------------------------------------------------

@@ -69,7 +69,9 @@ def rerun_of(cell_id: str) -> str | None:
 
 
 class Cell(BaseModel):
-    """One cell of the plan: an arm measured at one task and load, in one engine session."""
+    """One cell of the plan: an arm measured at one task and load, in one engine session.
+    cell.json also holds its `id`, computed from these fields (a stored id they do not
+    give is refused)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
