@@ -47,6 +47,7 @@ from harness.rundir import (
     Cell,
     CellFile,
     CompleteFile,
+    MeasuredOn,
     OpenLoopInfo,
     ScoreRecord,
     rerun_of,
@@ -77,7 +78,7 @@ class CellData:
     folder: Path | None = None
     complete: CompleteFile | None = None
     open_loop: OpenLoopInfo | None = None
-    where: dict[str, Any] | None = None  # harness.run.where: node, GPUs, shard
+    where: MeasuredOn | None = None  # harness.run.where: node, GPUs, shard
     requests: list[RequestRecord] = field(default_factory=list)  # measured, completed attempt
     # The completed attempt's warm-up requests: not the cell's figures, but inside the
     # engine counters' window (acceptance_requests checks the counters against them too).

@@ -39,7 +39,7 @@ from harness.run.shard_worker import (
 from harness.run.smoke import SmokeFailed
 from harness.run.store import RunStore
 from harness.run.where import gpu_model_deviation
-from harness.rundir import COMPLETE, SMOKE_RECORDS
+from harness.rundir import COMPLETE, SMOKE_RECORDS, MeasuredOn
 from harness.rundir.cell import Cell
 from harness.rundir.manifest import MANIFEST, Manifest, manifest_from
 from harness.rundir.schedule import SmokeStatus, SmokeSummary
@@ -121,7 +121,7 @@ class ShardSink:
                     started_wall=time.time(),
                 )
             )
-            entry.where, entry.status = info["where"], "running"
+            entry.where, entry.status = MeasuredOn.model_validate(info["where"]), "running"
 
         self.store.edit_manifest(add)
 
@@ -168,7 +168,7 @@ class ShardSink:
         worker = manifest_from(payload["manifest"], Path(f"shard {shard}'s {MANIFEST}"))
         tag = {"shard": shard, "shard_worker": pid}
         entry = manifest.shards.setdefault(shard, ShardRecord())
-        hostname = (entry.where or {}).get("hostname")
+        hostname = entry.where.hostname if entry.where else None
 
         def mine(record: Any) -> bool:
             return record.shard == shard and record.shard_worker == pid
@@ -369,7 +369,9 @@ class RayExecutor:
 def record_gpu_model_deviation(store: RunStore) -> str | None:
     """Shards on more than one GPU model: a deviation in the manifest (once), which the
     verdict page names."""
-    placements = {name: entry.where or {} for name, entry in store.manifest().shards.items()}
+    placements = {
+        name: entry.where or MeasuredOn() for name, entry in store.manifest().shards.items()
+    }
     deviation = gpu_model_deviation(placements)
     if deviation:
         store.record_deviation_once(deviation)

@@ -36,7 +36,7 @@ from harness.run.progress import RunProgress
 from harness.run.schedule import Batch, rerun_batch, rerun_cells, run_schedule
 from harness.run.smoke import SmokeStage
 from harness.run.store import RunStore, host_facts, specbench_commit
-from harness.rundir import STUDY_FILE
+from harness.rundir import STUDY_FILE, MeasuredOn
 from harness.rundir.cell import Cell
 from harness.rundir.manifest import ControlArmRecord, Deviation, Manifest
 from harness.rundir.schedule import SessionRecord, SmokeSummary
@@ -211,7 +211,7 @@ class Runner:
         # Told each cell id the moment its measurement ends (a shard worker ships it).
         self.on_cell_done: Callable[[str], None] | None = None
         # Where its cells are measured (harness.run.where), written into each cell.json.
-        self.where: dict[str, Any] | None = None
+        self.where: MeasuredOn | None = None
         # The schedule arms' k schedules, as stage 5's batch brings them.
         self.k_schedules: dict[str, list[tuple[int, int | None, int]]] = {}
 

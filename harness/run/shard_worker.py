@@ -131,7 +131,7 @@ class ShardWorker:
         return {
             "shard": self.shard.name,
             "pid": os.getpid(),
-            "where": self.where,
+            "where": self.where.model_dump(mode="json"),
             "folder": str(self.root),
         }
 

@@ -11,7 +11,7 @@ load what writes one.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -98,13 +98,36 @@ class OpenLoopInfo(_Record):
     rate_rps: float
 
 
+class GpuSeen(_Record):
+    """One GPU NVML saw (harness.measure.gpu.Gpu.describe)."""
+
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+
+
+class MeasuredOn(_Record):
+    """Where a cell was measured, a shard's worker ran: harness.run.where.placement
+    writes it (cell.json, the manifest's shards), gpu_key reads it."""
+
+    shard: str | None = None  # the Ray shard (None: measured on this machine)
+    hostname: str | None = None
+    node_id: str | None = None  # Ray's node
+    cuda_visible_devices: str | None = None
+    ray_gpu_ids: list[str] | None = None  # the GPUs Ray gave a shard's worker
+    gpus: list[GpuSeen] = []
+    gpu_reason: str | None = None  # why NVML saw none, or the visible ones it did not find
+    driver_version: str | None = None
+    engine_versions: dict[str, str | None] = {}  # arm -> "<package> <version>"
+
+
 class CellFile(_Record):
     """cell.json: the planned cell, every attempt at it, and where it was measured."""
 
     cell: Cell
     attempts: list[Attempt] = []
     open_loop: OpenLoopInfo | None = None
-    where: dict[str, Any] | None = None  # harness.run.where writes it; gpu_key reads it
+    where: MeasuredOn | None = None
     # `--remeasure-invalid` gave the cell a fresh cell_retries budget after this many
     # attempts had measured to their end (None: never); harness.run.attempts counts from it.
     fresh_budget_after: int | None = None
@@ -123,9 +146,9 @@ __all__ = [
 ]
 
 
-def gpu_key(where: dict[str, Any]) -> str:
+def gpu_key(where: MeasuredOn) -> str:
     """One GPU set: its UUIDs where NVML saw them, else the ids Ray or the environment
     gave (logical GPUs), on its host."""
-    uuids = [g.get("uuid") or f"index {g.get('index')}" for g in where.get("gpus") or []]
-    ids = uuids or where.get("ray_gpu_ids") or [where.get("cuda_visible_devices") or "all"]
-    return f"{where.get('hostname')}:{','.join(str(i) for i in ids)}"
+    uuids = [g.uuid or f"index {g.index}" for g in where.gpus]
+    ids = uuids or where.ray_gpu_ids or [where.cuda_visible_devices or "all"]
+    return f"{where.hostname}:{','.join(ids)}"

@@ -17,7 +17,7 @@ from harness.analysis import analyse, evaluate
 from harness.analysis.load import load_run
 from harness.errors import InputError
 from harness.run.store import RunStore
-from harness.rundir import Cell, CellFile, Outcome, rerun_of
+from harness.rundir import Cell, CellFile, MeasuredOn, Outcome, rerun_of
 from harness.rundir.engines import EngineStart
 from harness.rundir.manifest import FORMAT_VERSION, Manifest, read_manifest
 from harness.rundir.verdict import Verdict, read_verdict
@@ -281,7 +281,7 @@ def test_the_store_writes_cell_records_it_can_read_back(tmp_path):
     store.mark_complete(cell.id, attempt, Outcome(n_ok=3, n_errors=0))
     info = CellFile.model_validate(json.loads((store.cell_dir(cell.id) / "cell.json").read_text()))
     assert info.cell == cell and [a.status for a in info.attempts] == ["complete"]
-    assert info.where == {"shard": "shard1", "hostname": "h"}
+    assert info.where == MeasuredOn(shard="shard1", hostname="h")
     done = store.completion(cell.id)
     assert done is not None and done.outcome == Outcome(n_ok=3, n_errors=0)
     assert rerun_of("base/chat/speed/c001/rerun1") == "base/chat/speed/c001"

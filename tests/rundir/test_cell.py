@@ -2,7 +2,9 @@
 the one grammar, a check-bar rerun included (measured in session N + s, named after the
 session s it measures again); cell.json holds it and reads it back the same, a stored id
 that is not the one the fields give is refused naming the file, and a cell.json written
-before the model (format 5: the planner's dataclass, its rerun without `rerun`) reads."""
+before the model (format 5: the planner's dataclass, its rerun without `rerun`) reads.
+cell.json's `where` is typed the same way: what placement writes reads, a key it does not
+write is refused."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 from harness.analysis.load import load_run
 from harness.errors import InputError
 from harness.run.store import RunStore
-from harness.rundir import CellFile
+from harness.rundir import CellFile, MeasuredOn, gpu_key
 from harness.rundir.cell import Cell
 from tests.analysis.runfolder import RunBuilder
 
@@ -136,3 +138,45 @@ def test_a_format_5_rerun_folder_loads_with_its_planned_cells_coordinates(tmp_pa
     cell = load_run(run.root).cells["vllm-base/chat/speed/c001/rerun1"]
     assert cell.rerun_of == "vllm-base/chat/speed/c001" and cell.status == "complete"
     assert (cell.arm, cell.kind, cell.concurrency, cell.stage) == ("vllm-base", "speed", 1, 1)
+
+
+# --- where a cell was measured (harness.run.where.placement) ------------------------------
+
+PLACEMENT = {  # what placement writes on a shard's worker, as a cell.json of format 5 holds it
+    "shard": "shard2",
+    "hostname": "gpu-node-3",
+    "node_id": "abc123",
+    "cuda_visible_devices": "2,3",
+    "ray_gpu_ids": ["2", "3"],
+    "gpus": [
+        {"index": 0, "uuid": "GPU-aa", "name": "NVIDIA H100 80GB HBM3"},
+        {"index": 1, "uuid": None, "name": "NVIDIA H100 80GB HBM3"},
+    ],
+    "driver_version": "570.86",
+    "engine_versions": {"vllm-base": "vllm 0.32.0", "sglang-base": None},
+}
+
+
+def test_where_as_placement_writes_it_reads_and_names_its_gpu_set():
+    where = MeasuredOn.model_validate(PLACEMENT)
+    assert gpu_key(where) == "gpu-node-3:GPU-aa,index 1"  # NVML's UUIDs first
+    no_nvml = MeasuredOn.model_validate(PLACEMENT | {"gpus": [], "gpu_reason": "no NVML"})
+    assert gpu_key(no_nvml) == "gpu-node-3:2,3"  # then the GPUs Ray gave
+    here = MeasuredOn(hostname="h", cuda_visible_devices="1")
+    assert gpu_key(here) == "h:1" and gpu_key(MeasuredOn(hostname="h")) == "h:all"
+
+
+def test_a_where_key_placement_does_not_write_is_refused_naming_the_file(tmp_path):
+    run = RunBuilder(tmp_path)
+    run.speed_cells()
+    path = cell_json(run, "vllm-base/chat/speed/c002")
+    data = json.loads(path.read_text())
+    data["where"] = PLACEMENT | {"host": "gpu-node-3"}
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=f"{path}: unknown key 'host' in where"):
+        load_run(run.root)
+    data["where"] = PLACEMENT
+    path.write_text(json.dumps(data))
+    assert load_run(run.root).cells["vllm-base/chat/speed/c002"].where == MeasuredOn.model_validate(
+        PLACEMENT
+    )
