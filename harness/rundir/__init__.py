@@ -18,14 +18,10 @@ from pydantic import BaseModel, ConfigDict
 from harness.records import ClientHealth
 from harness.rundir.cell import (
     RERUN_DIR,
-    RERUN_SUFFIX,
     Cell,
     cell_dirname,
-    open_cell_id,
     rerun_of,
-    session_id,
     speed_cell_id,
-    task_cell_id,
 )
 
 # The run folder's file names: the writer (harness.run.store) and the readers use these.
@@ -135,14 +131,10 @@ class CellFile(_Record):
 
 __all__ = [
     "RERUN_DIR",
-    "RERUN_SUFFIX",
     "Cell",
     "cell_dirname",
-    "open_cell_id",
     "rerun_of",
-    "session_id",
     "speed_cell_id",
-    "task_cell_id",
 ]
 
 

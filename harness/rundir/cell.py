@@ -22,8 +22,7 @@ from pydantic import (
 
 CellKind = Literal["speed", "identity", "accuracy", "open"]
 
-# A check-bar rerun of a cell is the cell id with this suffix (its folder: `__rerun1`).
-RERUN_SUFFIX = "/rerun1"
+# A check-bar rerun's id: `<id>/rerun<n>` (rerun_id), its folder `<folder>__rerun<n>`.
 RERUN = re.compile(r"^(?P<original>.+)/rerun(?P<n>\d+)$")
 RERUN_DIR = re.compile(r"^(?P<original>.+)__rerun(?P<n>\d+)$")
 SESSION_SUFFIX = re.compile(r"/s(?P<s>\d+)$")

@@ -25,7 +25,7 @@ from harness.records import (
     RequestRecord,
     RequestSpeculation,
 )
-from harness.rundir import RERUN_SUFFIX, CellFile, CompleteFile, cell_dirname
+from harness.rundir import CellFile, CompleteFile, cell_dirname, rerun_of
 from harness.rundir.cell import SESSION_SUFFIX
 from harness.rundir.engines import EngineStart
 from harness.rundir.manifest import HostFacts, Manifest
@@ -198,7 +198,7 @@ class RunBuilder:
         folder.mkdir(parents=True, exist_ok=True)
         # A session's cell names its session, as the runner writes it (a rerun's is read
         # from its id, as a folder of format 5 holds it).
-        session = SESSION_SUFFIX.search(cell_id.removesuffix(RERUN_SUFFIX))
+        session = SESSION_SUFFIX.search(rerun_of(cell_id) or cell_id)
         info = {
             "cell": {"id": cell_id, "session": int(session[1]) if session else None, **cell},
             "attempts": [
