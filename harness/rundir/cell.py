@@ -92,11 +92,12 @@ class Cell(BaseModel):
     rerun_of_session: int | None = None
 
     @model_validator(mode="after")
-    def _rerun_fields_agree(self) -> Cell:
+    def _fields_agree(self) -> Cell:
         if not self.rerun and self.rerun_of_session is not None:
             raise ValueError("rerun_of_session is set on a cell that is not a rerun")
         if self.rerun and (self.session is None) != (self.rerun_of_session is None):
             raise ValueError("a rerun of a session's cell needs both session and rerun_of_session")
+        _ = self.id  # computing it refuses a speed cell without a level, an open one without a rate
         return self
 
     @model_validator(mode="wrap")

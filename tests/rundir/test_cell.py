@@ -61,6 +61,8 @@ def test_a_rerun_is_named_after_the_session_it_measures_again_not_the_one_it_run
     assert once.session is None and once.id == "base/chat/speed/c001/rerun1"
     with pytest.raises(ValueError, match="rerun_of_session"):
         Cell.model_validate(speed(session=5).model_dump() | {"rerun": 1, "id": rerun.id})
+    with pytest.raises(ValueError, match="speed cell of base/chat without a concurrency"):
+        Cell.model_validate(speed().model_dump(exclude={"id"}) | {"concurrency": None})
 
 
 def test_a_reruns_cell_json_reads_back_to_the_same_cell(tmp_path):
