@@ -23,7 +23,6 @@ import argparse
 import math
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
 
 import numpy as np
 from _study_replicate import table_of
@@ -75,7 +74,7 @@ def draw_requests(shape, truth, session_sd, request_sd, item_sd, sizes, rng) -> 
 def stopped_plan(plan, counts: dict) -> list:
     """The plan's cells with each speed cell's requests as the stop measured them."""
     return [
-        replace(c, requests=counts[(c.arm, c.task, c.concurrency, c.session or 1)])
+        c.model_copy(update={"requests": counts[(c.arm, c.task, c.concurrency, c.session or 1)]})
         if c.kind == "speed" and (c.arm, c.task, c.concurrency, c.session or 1) in counts
         else c
         for c in plan
@@ -136,8 +135,10 @@ def floors(study_path: str) -> list[str]:
     shape, _, plan = _context(study_path, 20)
     study = shape.study
     least = {c.id: max(8, c.concurrency or 1) for c in plan if c.kind == "speed"}
-    earliest = [replace(c, requests=least[c.id]) if c.id in least else c for c in plan]
-    none = [replace(c, requests=0) if c.kind == "speed" else c for c in plan]
+    earliest = [
+        c.model_copy(update={"requests": least[c.id]}) if c.id in least else c for c in plan
+    ]
+    none = [c.model_copy(update={"requests": 0}) if c.kind == "speed" else c for c in plan]
     return [
         f"GPU-hours (the plan's roofline): fixed {estimate(study, plan).seconds / 3600:.2f};"
         f" every speed cell stopped at its first possible round (max(8, c) requests)"

@@ -26,38 +26,12 @@ Session 1 keeps the cell's plain id; session s > 1 is `<id>/s<s>` (folder `<dir>
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Literal
+from dataclasses import dataclass
 
 from harness.calibration import EffectiveHardware, RooflineFigures, figure_text
 from harness.plan_arms import schedule_arms, surface_arms
 from harness.prereg.schema import SCHEDULE_PREFIX, Arm, Study, TaskSpec
-from harness.rundir import open_cell_id, speed_cell_id, task_cell_id
-
-CellKind = Literal["speed", "identity", "accuracy", "open"]
-
-
-@dataclass(frozen=True)
-class Cell:
-    id: str
-    stage: int
-    arm: str
-    task: str
-    kind: CellKind
-    concurrency: int | None  # closed loop; None for open loop
-    requests: int | None  # measured requests; None when set by duration at run time
-    warmup: int
-    rate_relative: float | None = None  # open loop: multiple of the knee's throughput
-    session: int | None = None  # repeated sessions: 1..N (None: the cell is measured once)
-
-    @property
-    def load_label(self) -> str:
-        if self.kind == "open":
-            return f"open x{self.rate_relative:g} knee"
-        return f"closed c={self.concurrency}"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from harness.rundir.cell import Cell, speed_cell_id
 
 
 def task_size(task: TaskSpec) -> int:
@@ -74,7 +48,6 @@ def _speed_cell(
 ) -> Cell:
     closed = study.loads.closed_loop
     return Cell(
-        id=speed_cell_id(arm.name, task.name, c, session),
         stage=stage,
         arm=arm.name,
         task=task.name,
@@ -152,14 +125,13 @@ def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
             for rate in open_loop.rates_relative_to_knee:
                 cells.append(
                     Cell(
-                        open_cell_id(arm.name, open_loop.task, rate),
-                        3,
-                        arm.name,
-                        open_loop.task,
-                        "open",
-                        None,
-                        open_loop.requests,
-                        open_loop.warmup,
+                        stage=3,
+                        arm=arm.name,
+                        task=open_loop.task,
+                        kind="open",
+                        concurrency=None,
+                        requests=open_loop.requests,
+                        warmup=open_loop.warmup,
                         rate_relative=rate,
                     )
                 )
@@ -218,14 +190,13 @@ def _identity_cells(arm: Arm, study: Study, sizes: dict[str, int], concurrency: 
         return []  # its text is not the target's: nothing to compare
     return [
         Cell(
-            task_cell_id(arm.name, task.name, "identity"),
-            1,
-            arm.name,
-            task.name,
-            "identity",
-            concurrency,
-            min(task.identity_items, sizes[task.name]),
-            0,
+            stage=1,
+            arm=arm.name,
+            task=task.name,
+            kind="identity",
+            concurrency=concurrency,
+            requests=min(task.identity_items, sizes[task.name]),
+            warmup=0,
         )
         for task in study.tasks
         if "identity" in task.uses
@@ -237,14 +208,13 @@ def _accuracy_cells(arm: Arm, study: Study, sizes: dict[str, int]) -> list[Cell]
         return []
     return [
         Cell(
-            task_cell_id(arm.name, task.name, "accuracy"),
-            2,
-            arm.name,
-            task.name,
-            "accuracy",
-            study.recording.accuracy_concurrency,
-            sizes[task.name],
-            0,
+            stage=2,
+            arm=arm.name,
+            task=task.name,
+            kind="accuracy",
+            concurrency=study.recording.accuracy_concurrency,
+            requests=sizes[task.name],
+            warmup=0,
         )
         for task in study.tasks
         if "accuracy" in task.uses

@@ -24,9 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import InputError
-from harness.plan import Cell, cell_seconds, engine_blocks
+from harness.plan import cell_seconds, engine_blocks
 from harness.plan_arms import schedule_arms, surface_arms
 from harness.prereg.schema import Study
+from harness.rundir.cell import Cell
 
 
 @dataclass(frozen=True)

@@ -106,8 +106,8 @@ def cell_row(cell: CellData) -> dict:
         "rerun_of": cell.rerun_of,
         # Where it was measured (cell.json's `where`): a sharded run's shard, the host, and
         # the GPUs by UUID (or the ids Ray gave, without NVML).
-        "shard": (cell.where or {}).get("shard"),
-        "host": (cell.where or {}).get("hostname"),
+        "shard": cell.where.shard if cell.where else None,
+        "host": cell.where.hostname if cell.where else None,
         "gpu": gpu_key(cell.where).split(":", 1)[1] if cell.where else None,
         "status": cell.status,
         "reason": cell.reason,

@@ -28,7 +28,8 @@ from harness.analysis.load import RunData, load_run
 from harness.analysis.rows import CompareRow, SpeedupRow
 from harness.analysis.two_sample import holm
 from harness.errors import InputError
-from harness.rundir.manifest import Manifest
+from harness.rundir import STUDY_FILE
+from harness.rundir.manifest import MANIFEST, Manifest
 
 # Each run's own figures beside the other's: CompareRow's <name>_a and <name>_b.
 SIDE_FIGURES = (
@@ -57,7 +58,7 @@ class RunTables:
 
 def read_run(root: Path) -> RunTables:
     """A finished run folder's speedups and cells, or a one-line refusal."""
-    files = {name: root / name for name in ("manifest.json", "study.json", "speedups.csv")}
+    files = {name: root / name for name in (MANIFEST, STUDY_FILE, "speedups.csv")}
     for name, path in files.items():
         if not path.exists():
             hint = " (run `specbench analyse` on it first)" if name == "speedups.csv" else ""

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from harness.derived.throttle import gpu_throttle
 from harness.derived.usable import Cause, unusable
 from harness.errors import InputError
-from harness.plan import Cell, plan_cells
+from harness.plan import plan_cells
 from harness.prereg.schema import Study
 from harness.records import (
     GpuSample,
@@ -33,14 +33,23 @@ from harness.records import (
     read_smoke_records,
 )
 from harness.rundir import (
+    CELL_FILE,
+    CELLS,
+    COMPLETE,
+    GPU_SAMPLES,
+    METRICS,
+    REQUESTS,
     RERUN_DIR,
     SCORES,
+    SMOKE_RECORDS,
+    STUDY_FILE,
     Attempt,
+    Cell,
     CellFile,
     CompleteFile,
+    MeasuredOn,
     OpenLoopInfo,
     ScoreRecord,
-    cell_dirname,
     rerun_of,
     speed_cell_id,
 )
@@ -69,7 +78,7 @@ class CellData:
     folder: Path | None = None
     complete: CompleteFile | None = None
     open_loop: OpenLoopInfo | None = None
-    where: dict[str, Any] | None = None  # harness.run.where: node, GPUs, shard
+    where: MeasuredOn | None = None  # harness.run.where: node, GPUs, shard
     requests: list[RequestRecord] = field(default_factory=list)  # measured, completed attempt
     # The completed attempt's warm-up requests: not the cell's figures, but inside the
     # engine counters' window (acceptance_requests checks the counters against them too).
@@ -130,9 +139,6 @@ class RunData:
         return bool(self.manifest.stop and self.manifest.stop.fired)
 
 
-cell_dir_name = cell_dirname  # the store owns folder names
-
-
 def _missing(cell_id: str, reason: str) -> CellData:
     parts = cell_id.split("/")
     return CellData(
@@ -181,7 +187,7 @@ def _read_jsonl(path: Path, model: type[BaseModel]) -> list[Any]:
 
 
 def load_study_json(run_dir: Path) -> Study:
-    path = run_dir / "study.json"
+    path = run_dir / STUDY_FILE
     data = _read_json(path)
     if not isinstance(data, dict) or "study" not in data:
         raise InputError(f"{path}: field study: expected the resolved study object")
@@ -206,7 +212,7 @@ def planned_cells(study: Study) -> list[Cell]:
 def _load_cell(
     folder: Path, planned: Cell | None, cell_id: str, gpu_throttle_policy: str = "flag"
 ) -> CellData:
-    cell_path = folder / "cell.json"
+    cell_path = folder / CELL_FILE
     if planned is not None:
         base = CellData(
             cell_id,
@@ -218,7 +224,8 @@ def _load_cell(
             planned.stage,
             "missing",
             folder=folder,
-            session=planned.session,
+            # A rerun's session is a fresh one after the registered sessions: none of them.
+            session=None if planned.rerun else planned.session,
         )
     else:
         base = _missing(cell_id, "")
@@ -228,16 +235,16 @@ def _load_cell(
         return base
     cell_file: CellFile = _validate(CellFile, _read_json(cell_path), str(cell_path))
     c = cell_file.cell
-    base.arm = c.get("arm", base.arm)
-    base.task = c.get("task", base.task)
-    base.kind = c.get("kind", base.kind)
-    base.concurrency = c.get("concurrency", base.concurrency)
-    base.rate_relative = c.get("rate_relative", base.rate_relative)
-    base.stage = c.get("stage", base.stage)
+    if c.id != cell_id:
+        raise InputError(
+            f"{cell_path}: field cell: holds cell {c.id!r}, its folder is {cell_id!r}'s"
+        )
+    base.arm, base.task, base.kind = c.arm, c.task, c.kind
+    base.concurrency, base.rate_relative, base.stage = c.concurrency, c.rate_relative, c.stage
     base.open_loop = cell_file.open_loop
     base.attempts = cell_file.attempts
     base.where = cell_file.where
-    complete_path = folder / "complete.json"
+    complete_path = folder / COMPLETE
     if not complete_path.exists():
         last = cell_file.attempts[-1] if cell_file.attempts else None
         base.reason = (
@@ -251,17 +258,15 @@ def _load_cell(
     done: CompleteFile = _validate(CompleteFile, _read_json(complete_path), str(complete_path))
     base.complete = done
     attempt = [
-        r
-        for r in _read_jsonl(folder / "requests.jsonl", RequestRecord)
-        if r.attempt == done.attempt
+        r for r in _read_jsonl(folder / REQUESTS, RequestRecord) if r.attempt == done.attempt
     ]
     base.requests = [r for r in attempt if r.phase == "measure"]
     base.warmup = [r for r in attempt if r.phase == "warmup"]
     base.samples = [
-        s for s in _read_jsonl(folder / "metrics.jsonl", MetricSample) if s.attempt == done.attempt
+        s for s in _read_jsonl(folder / METRICS, MetricSample) if s.attempt == done.attempt
     ]
     base.gpu_samples = [
-        s for s in _read_jsonl(folder / "gpu.jsonl", GpuSample) if s.attempt == done.attempt
+        s for s in _read_jsonl(folder / GPU_SAMPLES, GpuSample) if s.attempt == done.attempt
     ]
     if (folder / SCORES).exists():
         base.scores = {s.id: s.correct for s in _read_jsonl(folder / SCORES, ScoreRecord)}
@@ -291,28 +296,25 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
         study = load_study_json(run_dir)
     skipped = manifest.skipped_reasons()
     policy = study.recording.gpu_throttle
-    cells_root = run_dir / "cells"
+    cells_root = run_dir / CELLS
     cells: dict[str, CellData] = {}
-    for planned in planned_cells(study):
-        data = _load_cell(cells_root / cell_dir_name(planned.id), planned, planned.id, policy)
-        if data.status == "missing" and planned.id in skipped:
-            data.status, data.reason = "skipped", skipped[planned.id] or "skipped"
-        cells[planned.id] = data
-    by_dir = {cell_dir_name(cid): cid for cid in cells}
+    planned = planned_cells(study)
+    for cell in planned:
+        data = _load_cell(cells_root / cell.dirname, cell, cell.id, policy)
+        if data.status == "missing" and cell.id in skipped:
+            data.status, data.reason = "skipped", skipped[cell.id] or "skipped"
+        cells[cell.id] = data
+    planned_by_dir = {c.dirname: c for c in planned}
+    registered = max((c.session for c in planned if c.session is not None), default=0)
     if cells_root.is_dir():
         for folder in sorted(cells_root.iterdir()):
+            # A check-bar rerun is found by its folder: `<planned cell's folder>__rerun<n>`.
             m = RERUN_DIR.match(folder.name)
-            if not m or m.group("original") not in by_dir:
+            if not m or m.group("original") not in planned_by_dir:
                 continue
-            original_id = by_dir[m.group("original")]
-            cell_id = f"{original_id}/rerun{m.group('n')}"
-            if cell_id not in cells:
-                data = _load_cell(folder, None, cell_id, policy)
-                original = cells.get(original_id)
-                if original is not None:  # a rerun shares its original's coordinates
-                    data.arm, data.task, data.kind = original.arm, original.task, original.kind
-                    data.concurrency, data.stage = original.concurrency, original.stage
-                cells[cell_id] = data
+            rerun = planned_by_dir[m.group("original")].rerun_cell(registered, int(m.group("n")))
+            if rerun.id not in cells:
+                cells[rerun.id] = _load_cell(folder, rerun, rerun.id, policy)
     for data in cells.values():
         data.num_draft_tokens = arm_draft_tokens(study, data.arm)
     run_id = manifest.run_id or run_dir.name
@@ -322,5 +324,5 @@ def load_run(run_dir: str | Path, study: Study | None = None) -> RunData:
         manifest,
         study,
         cells,
-        read_smoke_records(run_dir / "smoke" / "arms.jsonl"),
+        read_smoke_records(run_dir / SMOKE_RECORDS),
     )

@@ -29,7 +29,7 @@ from harness.analysis.load import CellData
 from harness.analysis.rows import SpeedupRow
 from harness.analysis.tables import Analysis, analyse
 from harness.prereg.schema import Study
-from harness.rundir import RERUN_SUFFIX
+from harness.rundir.cell import rerun_id
 from harness.rundir.verdict import BarStatus
 
 # --- stop -------------------------------------------------------------------------------
@@ -223,7 +223,7 @@ def rerun_states(a: Analysis) -> list[dict]:
         # "cell" is the first rerun's id and "of" its original, as in the manifest's
         # reruns; "cells" and "sessions" hold every session's.
         pairs = list(zip(sessions, reruns, strict=True))
-        cells = [r.id if r else f"{c.id}{RERUN_SUFFIX}" for c, r in pairs]
+        cells = [r.id if r else rerun_id(c.id, 1) for c, r in pairs]
         entry: dict = {
             "cell": cells[0],
             "of": baseline_id,

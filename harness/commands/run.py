@@ -25,6 +25,7 @@ from harness.run.schedule import run_schedule
 from harness.run.session import executed_study, finish_run
 from harness.run.store import RunStore
 from harness.run.where import placement, split_units
+from harness.rundir import CELL_FILE, CELLS, CellFile
 from harness.rundir.manifest import CheckpointRecord, Deviation, Manifest
 from harness.shards import engine_groups
 from harness.weights.record import checkpoint_records
@@ -144,7 +145,8 @@ def run_sharded(
 
 def record_split_units(store: RunStore, study: Study) -> None:
     """Each engine group x task measured on more than one GPU: a deviation (once)."""
-    infos = [json.loads(p.read_text()) for p in sorted((store.root / "cells").glob("*/cell.json"))]
+    paths = sorted((store.root / CELLS).glob(f"*/{CELL_FILE}"))
+    infos = [CellFile.model_validate_json(p.read_text()) for p in paths]
     for sentence in split_units(infos, engine_groups(study)):
         store.record_deviation_once(sentence)
 

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 from harness import interrupts
 from harness.derived.throttle import gpu_throttle
 from harness.derived.usable import Unusable, unusable
-from harness.plan import Cell
 from harness.prereg.schema import Study
 from harness.records import GpuSample, RequestRecord
 from harness.run.execute import EngineDied, execute_cell
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
 from harness.rundir import Outcome
+from harness.rundir.cell import Cell
 from harness.rundir.schedule import FailedCell
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def measure_cell(
             break
         records.clear()
         gpu_samples.clear()
-        attempt = store.start_attempt(cell.id, cell.to_dict(), **(extra or {}))
+        attempt = store.start_attempt(cell, **(extra or {}))
         try:
             process = engine.ensure(cell.id)
             progress.start_cell(cell, attempt)  # after the engine: times are the cell's

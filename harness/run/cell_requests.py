@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from harness.measure.requests import RequestSpec
-from harness.plan import Cell
 from harness.prereg.schema import Study, TaskSpec
+from harness.rundir.cell import Cell
 from harness.workloads import Item, load_items
 
 # Loaded once per process: every cell of a task sends the same items.

@@ -21,13 +21,13 @@ from harness.measure.host_cpu import HostCpuMeter
 from harness.measure.patterns import ClosedLoop, OpenLoop
 from harness.measure.requests import scored_output_fields
 from harness.measure.scrape import scrape_metrics_loop
-from harness.plan import Cell
 from harness.prereg.schema import Arm, Study
 from harness.records import GpuSample, MetricSample, RequestRecord
 from harness.run.cell_requests import cell_items, cell_request_specs
 from harness.run.gpu_telemetry import ArmGpus
 from harness.run.store import JsonlWriter, RunStore
-from harness.rundir import SCORES, Outcome, ScoreRecord
+from harness.rundir import GPU_SAMPLES, METRICS, REQUESTS, SCORES, Outcome, ScoreRecord
+from harness.rundir.cell import Cell
 
 
 class EngineDied(Exception):
@@ -203,8 +203,8 @@ def execute_cell(
     the GPU samples go to gpu.jsonl and `on_gpu_sample` (from the sampler's thread)."""
     pattern = cell_pattern(study, cell, rate_rps)
     with (
-        store.writer(cell.id, "requests.jsonl") as req_w,
-        store.writer(cell.id, "metrics.jsonl") as met_w,
+        store.writer(cell.id, REQUESTS) as req_w,
+        store.writer(cell.id, METRICS) as met_w,
         _gpu_writer(store, cell, gpus) as gpu_w,
     ):
 
@@ -241,7 +241,7 @@ def _gpu_writer(store: RunStore, cell: Cell, gpus: ArmGpus | None) -> Iterator[J
     if gpus is None:
         yield None
         return
-    with store.writer(cell.id, "gpu.jsonl") as writer:
+    with store.writer(cell.id, GPU_SAMPLES) as writer:
         yield writer
 
 
@@ -255,7 +255,7 @@ def score_cell(store: RunStore, study: Study, cell: Cell, attempt: int) -> None:
     items = {item.id: item for item in cell_items(study, cell)}
     responses: dict[str, str] = {}
     failed: dict[str, str] = {}
-    path = store.cell_dir(cell.id) / "requests.jsonl"
+    path = store.cell_dir(cell.id) / REQUESTS
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             rec = RequestRecord.model_validate_json(line)

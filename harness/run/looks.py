@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 
-from harness.plan import Cell
 from harness.prereg.schema import Study
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
 from harness.rundir import speed_cell_id
+from harness.rundir.cell import Cell
 from harness.rundir.looks import LookDecision, LookRecord
 from harness.rundir.schedule import SkippedCell
 

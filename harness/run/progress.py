@@ -17,8 +17,8 @@ from rich.progress import (
 )
 
 from harness.engines.readout.metrics import acceptance_window
-from harness.plan import Cell
 from harness.records import EngineSnapshot, MetricSample, RequestRecord
+from harness.rundir.cell import Cell
 
 
 class RunProgress:

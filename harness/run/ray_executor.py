@@ -26,14 +26,12 @@ from typing import Any
 
 from harness.atomic import write_bytes
 from harness.errors import InputError, SpecbenchError
-from harness.plan import Cell
 from harness.prereg.schema import Study
 from harness.run.attempts import pending_cells
 from harness.run.progress import RunProgress
 from harness.run.schedule import Batch
 from harness.run.shard_worker import (
     MERGED_LISTS,
-    SMOKE_RECORDS,
     ShardWorker,
     batch_to_dict,
     folder_files,
@@ -41,7 +39,8 @@ from harness.run.shard_worker import (
 from harness.run.smoke import SmokeFailed
 from harness.run.store import RunStore
 from harness.run.where import gpu_model_deviation
-from harness.rundir import COMPLETE, cell_dirname
+from harness.rundir import COMPLETE, SMOKE_RECORDS, MeasuredOn
+from harness.rundir.cell import Cell
 from harness.rundir.manifest import MANIFEST, Manifest, manifest_from
 from harness.rundir.schedule import SmokeStatus, SmokeSummary
 from harness.rundir.shards import Sharding, ShardPlan, ShardRecord, ShardWorkerRecord
@@ -122,7 +121,7 @@ class ShardSink:
                     started_wall=time.time(),
                 )
             )
-            entry.where, entry.status = info["where"], "running"
+            entry.where, entry.status = MeasuredOn.model_validate(info["where"]), "running"
 
         self.store.edit_manifest(add)
 
@@ -169,7 +168,7 @@ class ShardSink:
         worker = manifest_from(payload["manifest"], Path(f"shard {shard}'s {MANIFEST}"))
         tag = {"shard": shard, "shard_worker": pid}
         entry = manifest.shards.setdefault(shard, ShardRecord())
-        hostname = (entry.where or {}).get("hostname")
+        hostname = entry.where.hostname if entry.where else None
 
         def mine(record: Any) -> bool:
             return record.shard == shard and record.shard_worker == pid
@@ -243,7 +242,9 @@ class RayExecutor:
     def _actor(self, shard: Shard, sink: ShardSink) -> Any:
         if shard.name not in self._actors:
             pending = [
-                c.to_dict() for c in self.by_shard[shard.name] if not self.store.is_complete(c.id)
+                c.model_dump(mode="json")
+                for c in self.by_shard[shard.name]
+                if not self.store.is_complete(c.id)
             ]
             # num_cpus=0: the client's cores are the node's business (harness.measure.
             # placement pins it off the engine's); what a shard must hold is its GPUs.
@@ -321,7 +322,7 @@ class RayExecutor:
             actor = self._actor(shard, sink)
             seed: dict[str, bytes] = {}
             for cell in part.cells:
-                folder = self.store.root / "cells" / cell_dirname(cell.id)
+                folder = self.store.cell_folder(cell.id)
                 seed.update(folder_files(folder, self.store.root))
             if seed:
                 ray.get(actor.seed.remote(seed))
@@ -368,7 +369,9 @@ class RayExecutor:
 def record_gpu_model_deviation(store: RunStore) -> str | None:
     """Shards on more than one GPU model: a deviation in the manifest (once), which the
     verdict page names."""
-    placements = {name: entry.where or {} for name, entry in store.manifest().shards.items()}
+    placements = {
+        name: entry.where or MeasuredOn() for name, entry in store.manifest().shards.items()
+    }
     deviation = gpu_model_deviation(placements)
     if deviation:
         store.record_deviation_once(deviation)

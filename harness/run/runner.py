@@ -25,7 +25,7 @@ from rich.console import Console
 
 from harness.atomic import write_json
 from harness.errors import InputError, SpecbenchError
-from harness.plan import Cell, block_session, engine_blocks, plan_cells
+from harness.plan import block_session, engine_blocks, plan_cells
 from harness.plan_arms import schedule_arms
 from harness.prereg import LoadedStudy, resolved_study, seal_of
 from harness.prereg.schema import SCHEDULE_PREFIX, Arm, Study
@@ -36,6 +36,8 @@ from harness.run.progress import RunProgress
 from harness.run.schedule import Batch, rerun_batch, rerun_cells, run_schedule
 from harness.run.smoke import SmokeStage
 from harness.run.store import RunStore, host_facts, specbench_commit
+from harness.rundir import STUDY_FILE, MeasuredOn
+from harness.rundir.cell import Cell
 from harness.rundir.manifest import ControlArmRecord, Deviation, Manifest
 from harness.rundir.schedule import SessionRecord, SmokeSummary
 
@@ -73,7 +75,7 @@ def new_run(loaded: LoadedStudy, results_dir: Path, run_id: str | None = None) -
     for arm_path in loaded.arm_files.values():
         shutil.copy2(arm_path, root / "prereg" / arm_path.name)
     resolved = resolved_study(loaded.study)
-    write_json(root / "study.json", resolved)
+    write_json(root / STUDY_FILE, resolved)
     store = RunStore(root)
     store.create_manifest(
         Manifest(
@@ -156,7 +158,7 @@ def reopen_run(store: RunStore, loaded: LoadedStudy, allow_deviation: bool) -> N
     manifest = store.manifest()
     old_seal, new_seal = manifest.seal, seal_of(loaded.study)
     if old_seal != new_seal:
-        old = json.loads((store.root / "study.json").read_text(encoding="utf-8"))
+        old = json.loads((store.root / STUDY_FILE).read_text(encoding="utf-8"))
         diffs = study_differences(old, resolved_study(loaded.study))
         if not allow_deviation:
             raise InputError(
@@ -166,8 +168,8 @@ def reopen_run(store: RunStore, loaded: LoadedStudy, allow_deviation: bool) -> N
             )
         original = store.root / "study.original.json"
         if not original.exists():
-            shutil.copy2(store.root / "study.json", original)
-        write_json(store.root / "study.json", resolved_study(loaded.study))
+            shutil.copy2(store.root / STUDY_FILE, original)
+        write_json(store.root / STUDY_FILE, resolved_study(loaded.study))
         deviation = Deviation(
             when=time.time(),
             what="resumed under a different seal",
@@ -209,7 +211,7 @@ class Runner:
         # Told each cell id the moment its measurement ends (a shard worker ships it).
         self.on_cell_done: Callable[[str], None] | None = None
         # Where its cells are measured (harness.run.where), written into each cell.json.
-        self.where: dict[str, Any] | None = None
+        self.where: MeasuredOn | None = None
         # The schedule arms' k schedules, as stage 5's batch brings them.
         self.k_schedules: dict[str, list[tuple[int, int | None, int]]] = {}
 

@@ -22,19 +22,19 @@ done, which is the barrier:
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from harness.errors import SpecbenchError
-from harness.plan import Cell, baseline_speed_cell_id
+from harness.plan import baseline_speed_cell_id
 from harness.prereg.schema import Study
 from harness.run.attempts import needs_measuring
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
-from harness.rundir import RERUN_SUFFIX, rerun_of
+from harness.rundir import rerun_of
+from harness.rundir.cell import Cell
 from harness.rundir.manifest import Manifest, RunStatus
 from harness.rundir.schedule import RerunRecord, SkippedCell, StopDecisionRecord
 
@@ -68,7 +68,7 @@ def _analysis():
 
 def rerun_cells(cells: list[Cell], targets: list[str]) -> list[Cell]:
     """The check bar's baseline reruns: one more measurement of each cell (every session
-    of a baseline measured in sessions), under the cell id with RERUN_SUFFIX. A session's
+    of a baseline measured in sessions), as `Cell.rerun_cell` builds it. A session's
     rerun is a session of its own, numbered after the registered ones (session s reruns
     as N + s), so each is a fresh engine start of its own and an engine that draws its
     state per session number draws a new one; one arm's reruns of a session share it."""
@@ -78,9 +78,7 @@ def rerun_cells(cells: list[Cell], targets: list[str]) -> list[Cell]:
     for target in targets:
         if target not in by_id:
             raise SpecbenchError(f"check bar named {target}, which is not a cell of this plan")
-        cell = by_id[target]
-        session = None if cell.session is None else last + cell.session
-        reruns.append(dataclasses.replace(cell, id=target + RERUN_SUFFIX, session=session))
+        reruns.append(by_id[target].rerun_cell(last))
     return sorted(reruns, key=lambda c: (c.arm, c.session or 0))
 
 
@@ -93,7 +91,7 @@ def rerun_batch(
     # budget (harness.run.remeasure): then it is measured again like the first time.
     granted = [o for r in store.manifest().remeasured if (o := rerun_of(r.cell))]
     again = [
-        c.id.removesuffix(RERUN_SUFFIX)
+        c.planned().id
         for c in rerun_cells(cells, list(dict.fromkeys(o for o in granted if o not in targets)))
         if needs_measuring(store, study, c, None)
     ]
@@ -106,7 +104,7 @@ def rerun_batch(
     new = [
         RerunRecord(
             cell=cell.id,
-            of=cell.id[: -len(RERUN_SUFFIX)],
+            of=cell.planned().id,
             reason="check bar fired",
             when=time.time(),
         )

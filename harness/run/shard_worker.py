@@ -11,7 +11,7 @@ state); at the end of a batch, also its smoke and engine logs. A worker killed m
 so loses only the cell it was measuring.
 
 Plain Python: harness.run.ray_executor makes it a Ray actor. Cells and batches cross
-the process boundary as dicts (`Cell.to_dict`), the study as its pydantic model.
+the process boundary as dicts (`Cell.model_dump`), the study as its pydantic model.
 """
 
 from __future__ import annotations
@@ -28,25 +28,24 @@ from typing import Any
 
 from rich.console import Console
 
-from harness.plan import Cell
 from harness.prereg.schema import Study
 from harness.run.progress import RunProgress
 from harness.run.schedule import Batch
 from harness.run.store import RunStore
-from harness.rundir import cell_dirname
+from harness.rundir import SMOKE_DIR, SMOKE_RECORDS
+from harness.rundir.cell import Cell
 from harness.rundir.manifest import Manifest
 from harness.shards import Shard
 
 # The manifest entries a shard's worker makes that the driver's manifest keeps (its
 # engine starts too): lists merged into the run's, facts kept under shards[name].
 MERGED_LISTS = ("sessions", "failed_cells", "deviations")
-SMOKE_RECORDS = "smoke/arms.jsonl"
 
 
 def batch_to_dict(batch: Batch) -> dict[str, Any]:
     return {
         "stage": batch.stage,
-        "cells": [c.to_dict() for c in batch.cells],
+        "cells": [c.model_dump(mode="json") for c in batch.cells],
         "smoke": batch.smoke,
         "rates": batch.rates,
         "fresh_engines": sorted(batch.fresh_engines),
@@ -57,7 +56,7 @@ def batch_to_dict(batch: Batch) -> dict[str, Any]:
 def batch_from_dict(data: dict[str, Any]) -> Batch:
     return Batch(
         data["stage"],
-        [Cell(**c) for c in data["cells"]],
+        [Cell.model_validate(c) for c in data["cells"]],
         smoke=data["smoke"],
         rates=data["rates"],
         fresh_engines=frozenset(data["fresh_engines"]),
@@ -122,7 +121,7 @@ class ShardWorker:
             executed,
             self.console,
             allow_deviation=allow_deviation,
-            cells=[Cell(**c) for c in cells],
+            cells=[Cell.model_validate(c) for c in cells],
         )
         self.runner.where = self.where
         self._smoke_sent = 0  # bytes of smoke/arms.jsonl already shipped
@@ -132,7 +131,7 @@ class ShardWorker:
         return {
             "shard": self.shard.name,
             "pid": os.getpid(),
-            "where": self.where,
+            "where": self.where.model_dump(mode="json"),
             "folder": str(self.root),
         }
 
@@ -184,7 +183,7 @@ class ShardWorker:
             "manifest": self.store.manifest().to_json(),
         }
         if cell_id is not None:
-            folder = self.root / "cells" / cell_dirname(cell_id)
+            folder = self.store.cell_folder(cell_id)
             out["files"] = folder_files(folder, self.root)
         smoke = self.root / SMOKE_RECORDS
         if smoke.exists():
@@ -192,7 +191,7 @@ class ShardWorker:
             out["smoke_lines"] = data[self._smoke_sent :]
             self._smoke_sent = len(data)
         if closing:
-            logs = folder_files(self.root / "smoke", self.root)
+            logs = folder_files(self.root / SMOKE_DIR, self.root)
             logs.pop(SMOKE_RECORDS, None)
             logs.update(folder_files(self.root / "engines", self.root))
             out["logs"] = logs

@@ -39,7 +39,6 @@ from harness.run.progress import RunProgress
 from harness.run.regime import measure_regime
 from harness.run.smoke_identity import compare_answers, logprobs_hint, smoke_answers
 from harness.run.smoke_plan import (
-    SMOKE_DIR,
     passed_checks,
     smoke_key,
     smoke_order,
@@ -54,6 +53,7 @@ from harness.run.smoke_speculation import (
     read_drafts,
 )
 from harness.run.store import JsonlWriter, RunStore
+from harness.rundir import REQUESTS, SMOKE_DIR, SMOKE_RECORDS
 from harness.rundir.manifest import Deviation
 from harness.rundir.schedule import SmokeSummary
 
@@ -126,8 +126,8 @@ class SmokeStage:
         self._record(SmokeSummary(status="running", order=order, started_wall=started))
         self.folder.mkdir(exist_ok=True)
         with (
-            JsonlWriter(self.folder / "arms.jsonl") as out,
-            JsonlWriter(self.folder / "requests.jsonl") as requests_out,
+            JsonlWriter(self.store.root / SMOKE_RECORDS) as out,
+            JsonlWriter(self.folder / REQUESTS) as requests_out,
         ):
             for name in order:
                 check = self._check_arm(name, attempts[name] + 1, requests_out)
@@ -379,5 +379,5 @@ class SmokeStage:
         raise SmokeFailed(
             f"smoke: {rec.reason} | engine log: {rec.log_line or '(nothing logged)'}",
             f"the run stopped before its first registered cell; log file {rec.log_path},"
-            f" smoke records {self.folder / 'arms.jsonl'}",
+            f" smoke records {self.store.root / SMOKE_RECORDS}",
         )

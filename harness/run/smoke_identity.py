@@ -17,8 +17,8 @@ from harness.measure.requests import RequestSpec, scored_output_fields
 from harness.prereg.schema import Study
 from harness.records import RequestRecord, SmokeAnswer, SmokeDivergence, SmokeIdentityCheck
 from harness.run.execute import sampling_fields
-from harness.run.smoke_plan import SMOKE_DIR
 from harness.run.store import JsonlWriter
+from harness.rundir import SMOKE_DIR
 
 
 def smoke_answers(

@@ -11,8 +11,8 @@ from harness.measure.requests import RequestSpec
 from harness.prereg.schema import Study, TaskSpec
 from harness.records import SmokeArmCheck, SmokeIdentityCheck, read_smoke_records
 from harness.run.cell_requests import task_items
+from harness.rundir import SMOKE_RECORDS
 
-SMOKE_DIR = "smoke"
 SMOKE_PROMPTS = 2
 
 
@@ -56,7 +56,7 @@ def smoke_order(study: Study, arms: list[str], last: str | None) -> list[str]:
 
 def smoke_records(root: Path) -> list[SmokeArmCheck | SmokeIdentityCheck]:
     """smoke/arms.jsonl as written (empty when the run has no smoke yet)."""
-    return read_smoke_records(root / SMOKE_DIR / "arms.jsonl")
+    return read_smoke_records(root / SMOKE_RECORDS)
 
 
 def passed_checks(records: list, keys: dict[str, str]) -> tuple[dict[str, SmokeArmCheck], set[str]]:

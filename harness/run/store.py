@@ -28,8 +28,13 @@ from harness.host_gpus import gpu_lines
 from harness.paths import PROJECT_ROOT
 from harness.records import GpuSample, RequestRecord
 from harness.rundir import (
+    CELL_FILE,
+    CELLS,
     COMPLETE,
+    GPU_SAMPLES,
+    REQUESTS,
     Attempt,
+    Cell,
     CellFile,
     CompleteFile,
     Outcome,
@@ -173,25 +178,30 @@ class RunStore:
 
     # --- cells ---------------------------------------------------------------------
 
+    def cell_folder(self, cell_id: str) -> Path:
+        """The cell's folder, made or not (`cell_dir` makes it)."""
+        return self.root / CELLS / cell_dirname(cell_id)
+
     def cell_dir(self, cell_id: str) -> Path:
-        path = self.root / "cells" / cell_dirname(cell_id)
+        path = self.cell_folder(cell_id)
         path.mkdir(parents=True, exist_ok=True)
         return path
 
     def is_complete(self, cell_id: str) -> bool:
-        return (self.root / "cells" / cell_dirname(cell_id) / COMPLETE).exists()
+        return (self.cell_folder(cell_id) / COMPLETE).exists()
 
     def completion(self, cell_id: str) -> CompleteFile | None:
-        path = self.root / "cells" / cell_dirname(cell_id) / COMPLETE
+        path = self.cell_folder(cell_id) / COMPLETE
         return CompleteFile.model_validate(read_json(path)) if path.exists() else None
 
     def cell_info(self, cell_id: str) -> dict[str, Any]:
-        path = self.cell_dir(cell_id) / "cell.json"
+        path = self.cell_dir(cell_id) / CELL_FILE
         return read_json(path) if path.exists() else {}
 
-    def start_attempt(self, cell_id: str, cell: dict[str, Any], **extra: Any) -> int:
-        info = self.cell_info(cell_id) or {"cell": cell, "attempts": []}
-        info["cell"] = cell
+    def start_attempt(self, cell: Cell, **extra: Any) -> int:
+        cell_id = cell.id
+        info = self.cell_info(cell_id) or {"attempts": []}
+        info["cell"] = cell.model_dump(mode="json")
         info.update(extra)
         attempt = len(info["attempts"]) + 1
         info["attempts"].append(
@@ -203,7 +213,7 @@ class RunStore:
     def _write_cell(self, cell_id: str, info: dict[str, Any]) -> None:
         """cell.json, checked against its record first."""
         write_json(
-            self.cell_dir(cell_id) / "cell.json",
+            self.cell_dir(cell_id) / CELL_FILE,
             CellFile.model_validate(info).model_dump(mode="json", exclude_none=False),
         )
 
@@ -264,7 +274,7 @@ class RunStore:
 
     def attempt_requests(self, cell_id: str, attempt: int) -> list[RequestRecord]:
         """The measured requests of one attempt, as requests.jsonl holds them."""
-        path = self.root / "cells" / cell_dirname(cell_id) / "requests.jsonl"
+        path = self.cell_folder(cell_id) / REQUESTS
         if not path.exists():
             return []
         out = []
@@ -278,7 +288,7 @@ class RunStore:
 
     def attempt_gpu_samples(self, cell_id: str, attempt: int) -> list[GpuSample]:
         """One attempt's GPU samples, as gpu.jsonl holds them (none without telemetry)."""
-        path = self.root / "cells" / cell_dirname(cell_id) / "gpu.jsonl"
+        path = self.cell_folder(cell_id) / GPU_SAMPLES
         if not path.exists():
             return []
         with open(path, encoding="utf-8") as fh:

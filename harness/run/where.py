@@ -17,7 +17,7 @@ from typing import Any
 from harness.engines import get_engine_kind
 from harness.measure.gpu import NoTelemetry, open_nvml
 from harness.prereg.schema import Study
-from harness.rundir import gpu_key
+from harness.rundir import CellFile, MeasuredOn, gpu_key
 from harness.rundir.engines import EngineEnvironment
 
 
@@ -61,7 +61,7 @@ def placement(
     shard: str | None = None,
     node_id: str | None = None,
     ray_gpu_ids: list | None = None,
-) -> dict[str, Any]:
+) -> MeasuredOn:
     """This process's node and GPUs, for every cell it measures."""
     where: dict[str, Any] = {
         "shard": shard,
@@ -73,14 +73,14 @@ def placement(
         where["ray_gpu_ids"] = [str(g) for g in ray_gpu_ids]
     where.update(_gpus())
     where["engine_versions"] = engine_versions(study, environments)
-    return where
+    return MeasuredOn.model_validate(where)
 
 
-def gpu_models(where: dict[str, Any]) -> list[str]:
-    return sorted({g.get("name") or "unnamed GPU" for g in where.get("gpus") or []})
+def gpu_models(where: MeasuredOn) -> list[str]:
+    return sorted({g.name or "unnamed GPU" for g in where.gpus})
 
 
-def gpu_model_deviation(placements: dict[str, dict[str, Any]]) -> str | None:
+def gpu_model_deviation(placements: dict[str, MeasuredOn]) -> str | None:
     """A sentence when the shards ran on more than one GPU model (None: one model, or no
     GPU seen at all)."""
     by_model: dict[str, list[str]] = {}
@@ -97,18 +97,18 @@ def gpu_model_deviation(placements: dict[str, dict[str, Any]]) -> str | None:
     )
 
 
-def split_units(cells: list[dict[str, Any]], groups: Sequence[tuple[str, ...]]) -> list[str]:
+def split_units(cells: list[CellFile], groups: Sequence[tuple[str, ...]]) -> list[str]:
     """A sentence for each engine group x task whose cells were measured on more than one
     GPU (a shard resumed elsewhere, a run resumed on another host): its ratios then divide
-    cells from two GPUs. `cells` are cell.json contents."""
+    cells from two GPUs."""
     group_of = {arm: g for g in groups for arm in g}
     seen: dict[tuple[tuple[str, ...], str], dict[str, list[str]]] = {}
     for info in cells:
-        where, cell = info.get("where"), info.get("cell") or {}
-        if not where or cell.get("arm") not in group_of:
+        where, cell = info.where, info.cell
+        if where is None or cell.arm not in group_of:
             continue
-        unit = (group_of[cell["arm"]], cell.get("task", "?"))
-        seen.setdefault(unit, {}).setdefault(gpu_key(where), []).append(cell.get("id", "?"))
+        unit = (group_of[cell.arm], cell.task)
+        seen.setdefault(unit, {}).setdefault(gpu_key(where), []).append(cell.id)
     out = []
     for (group, task), by_gpu in sorted(seen.items()):
         if len(by_gpu) > 1:

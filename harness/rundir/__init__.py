@@ -1,5 +1,6 @@
 """The run folder's format, owned here: its version (`manifest.json`'s `format_version`),
-the cell ids (their one grammar, built here alone), their folder names and rerun suffixes, and the typed records of a cell
+the planned cell and the one grammar of its id and folder name (harness.rundir.cell),
+the names of a cell folder's files, and the typed records of a cell
 (`CellFile` for cell.json, `CompleteFile` for complete.json), which the writer
 (harness.run.store) builds and analysis (harness.analysis.load) reads back. The records
 allow fields they do not name (a newer writer may add some); the ones named are checked.
@@ -10,51 +11,30 @@ load what writes one.
 
 from __future__ import annotations
 
-import re
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from harness.records import ClientHealth
+from harness.rundir.cell import (
+    RERUN_DIR,
+    Cell,
+    cell_dirname,
+    rerun_of,
+    speed_cell_id,
+)
 
-COMPLETE = "complete.json"
-SCORES = "scores.jsonl"
-# A check-bar rerun of a cell is the cell id with this suffix (its folder: `__rerun1`).
-RERUN_SUFFIX = "/rerun1"
-RERUN = re.compile(r"^(?P<original>.+)/rerun(?P<n>\d+)$")
-RERUN_DIR = re.compile(r"^(?P<original>.+)__rerun(?P<n>\d+)$")
-
-
-def speed_cell_id(arm: str, task: str, concurrency: int | None, session: int | None = None) -> str:
-    """A closed-loop speed cell: `<arm>/<task>/speed/c<NNN>`, in session s `.../s<s>`."""
-    if concurrency is None:
-        raise ValueError(f"a speed cell of {arm}/{task} without a concurrency")
-    return session_id(f"{arm}/{task}/speed/c{concurrency:03d}", session)
-
-
-def task_cell_id(arm: str, task: str, kind: Literal["identity", "accuracy"]) -> str:
-    """A cell measured once per arm and task: `<arm>/<task>/identity` or `.../accuracy`."""
-    return f"{arm}/{task}/{kind}"
-
-
-def open_cell_id(arm: str, task: str, rate_relative: float) -> str:
-    """An open-loop cell at a multiple of the knee's throughput: `<arm>/<task>/open/x<rate>`."""
-    return f"{arm}/{task}/open/x{rate_relative:g}"
-
-
-def session_id(cell_id: str, session: int | None) -> str:
-    """Session 1 (or a cell measured once) keeps the plain id; session s is `<id>/s<s>`."""
-    return cell_id if session is None or session == 1 else f"{cell_id}/s{session}"
-
-
-def cell_dirname(cell_id: str) -> str:
-    return cell_id.replace("/", "__")
-
-
-def rerun_of(cell_id: str) -> str | None:
-    """The cell a rerun id measures again (None: not a rerun)."""
-    m = RERUN.match(cell_id)
-    return m.group("original") if m else None
+# The run folder's file names: the writer (harness.run.store) and the readers use these.
+STUDY_FILE = "study.json"  # the resolved study the run measured
+CELLS = "cells"  # one folder per cell, named `Cell.dirname`
+CELL_FILE = "cell.json"  # CellFile
+COMPLETE = "complete.json"  # CompleteFile
+REQUESTS = "requests.jsonl"  # harness.records.RequestRecord, every attempt's
+METRICS = "metrics.jsonl"  # harness.records.MetricSample: the engine's counters
+GPU_SAMPLES = "gpu.jsonl"  # harness.records.GpuSample (absent where NVML is not)
+SCORES = "scores.jsonl"  # ScoreRecord: an accuracy cell's
+SMOKE_DIR = "smoke"  # the smoke stage's requests and checks (harness.run.smoke)
+SMOKE_RECORDS = f"{SMOKE_DIR}/arms.jsonl"  # harness.records.read_smoke_records
 
 
 # --- the records of one cell -----------------------------------------------------------
@@ -114,21 +94,53 @@ class OpenLoopInfo(_Record):
     rate_rps: float
 
 
+class GpuSeen(_Record):
+    """One GPU NVML saw (harness.measure.gpu.Gpu.describe)."""
+
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+
+
+class MeasuredOn(_Record):
+    """Where a cell was measured, a shard's worker ran: harness.run.where.placement
+    writes it (cell.json, the manifest's shards), gpu_key reads it."""
+
+    shard: str | None = None  # the Ray shard (None: measured on this machine)
+    hostname: str | None = None
+    node_id: str | None = None  # Ray's node
+    cuda_visible_devices: str | None = None
+    ray_gpu_ids: list[str] | None = None  # the GPUs Ray gave a shard's worker
+    gpus: list[GpuSeen] = []
+    gpu_reason: str | None = None  # why NVML saw none, or the visible ones it did not find
+    driver_version: str | None = None
+    engine_versions: dict[str, str | None] = {}  # arm -> "<package> <version>"
+
+
 class CellFile(_Record):
     """cell.json: the planned cell, every attempt at it, and where it was measured."""
 
-    cell: dict[str, Any]
+    cell: Cell
     attempts: list[Attempt] = []
     open_loop: OpenLoopInfo | None = None
-    where: dict[str, Any] | None = None  # harness.run.where writes it; gpu_key reads it
+    where: MeasuredOn | None = None
     # `--remeasure-invalid` gave the cell a fresh cell_retries budget after this many
     # attempts had measured to their end (None: never); harness.run.attempts counts from it.
     fresh_budget_after: int | None = None
 
 
-def gpu_key(where: dict[str, Any]) -> str:
+__all__ = [
+    "RERUN_DIR",
+    "Cell",
+    "cell_dirname",
+    "rerun_of",
+    "speed_cell_id",
+]
+
+
+def gpu_key(where: MeasuredOn) -> str:
     """One GPU set: its UUIDs where NVML saw them, else the ids Ray or the environment
     gave (logical GPUs), on its host."""
-    uuids = [g.get("uuid") or f"index {g.get('index')}" for g in where.get("gpus") or []]
-    ids = uuids or where.get("ray_gpu_ids") or [where.get("cuda_visible_devices") or "all"]
-    return f"{where.get('hostname')}:{','.join(str(i) for i in ids)}"
+    uuids = [g.uuid or f"index {g.index}" for g in where.gpus]
+    ids = uuids or where.ray_gpu_ids or [where.cuda_visible_devices or "all"]
+    return f"{where.hostname}:{','.join(ids)}"

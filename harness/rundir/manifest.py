@@ -58,8 +58,12 @@ MANIFEST = "manifest.json"
 #    `fresh_budget_after`), the wrapper a run was started by (`RunnerRecord.invoked_as`),
 #    and verdict.json's `unfinished` and `remeasured`.
 # 5: a group-sequential design's looks (`Manifest.looks`) and verdict.json's `design`.
-FORMAT_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+# 6: cell.json's `cell` written from the typed `Cell` (harness.rundir.cell): a check-bar
+#    rerun names itself (`rerun`, `rerun_of_session`) beside its fields, and the stored
+#    id must be the one the fields give (format 5's rerun, without those keys, is read
+#    from its id).
+FORMAT_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 
 # --- the host and the process that runs the study ---------------------------------------
 

@@ -3,8 +3,7 @@ driver saw it (harness.run.ray_executor)."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from harness.rundir import MeasuredOn
 from harness.rundir.engines import EngineEnvironment, RunGpuTelemetry
 from harness.rundir.record import RunRecord
 from harness.rundir.schedule import SmokeSummary
@@ -28,7 +27,7 @@ class Sharding(RunRecord):
 
 class ShardWorkerRecord(RunRecord):
     pid: int
-    where: dict[str, Any]  # harness.run.where.placement
+    where: MeasuredOn
     folder: str
     started_wall: float
 
@@ -39,7 +38,7 @@ class ShardRecord(RunRecord):
     status: str | None = None
     status_wall: float | None = None
     error: str | None = None
-    where: dict[str, Any] | None = None  # harness.run.where.placement
+    where: MeasuredOn | None = None
     workers: list[ShardWorkerRecord] = []
     smoke: SmokeSummary | None = None
     gpu_telemetry: RunGpuTelemetry | None = None

@@ -25,7 +25,8 @@ from harness.records import (
     RequestRecord,
     RequestSpeculation,
 )
-from harness.rundir import CellFile, CompleteFile, cell_dirname
+from harness.rundir import CellFile, CompleteFile, cell_dirname, rerun_of
+from harness.rundir.cell import SESSION_SUFFIX
 from harness.rundir.engines import EngineStart
 from harness.rundir.manifest import HostFacts, Manifest
 
@@ -195,8 +196,11 @@ class RunBuilder:
     ) -> Path:
         folder = self.root / "cells" / cell_dir(cell_id)
         folder.mkdir(parents=True, exist_ok=True)
+        # A session's cell names its session, as the runner writes it (a rerun's is read
+        # from its id, as a folder of format 5 holds it).
+        session = SESSION_SUFFIX.search(rerun_of(cell_id) or cell_id)
         info = {
-            "cell": {"id": cell_id, **cell},
+            "cell": {"id": cell_id, "session": int(session[1]) if session else None, **cell},
             "attempts": [
                 {
                     "attempt": attempt,
@@ -319,7 +323,8 @@ class RunBuilder:
         recs = item_records(cell_id, outputs)
         self.write_cell(
             cell_id,
-            {"arm": arm, "task": task, "kind": "identity", "concurrency": 1, "stage": 1},
+            {"arm": arm, "task": task, "kind": "identity", "concurrency": 1, "stage": 1}
+            | {"requests": len(outputs), "warmup": 0},
             recs,
             **kw,
         )
@@ -330,7 +335,8 @@ class RunBuilder:
         recs = item_records(cell_id, dict.fromkeys(correct, "answer"))
         self.write_cell(
             cell_id,
-            {"arm": arm, "task": task, "kind": "accuracy", "concurrency": 16, "stage": 2},
+            {"arm": arm, "task": task, "kind": "accuracy", "concurrency": 16, "stage": 2}
+            | {"requests": len(correct), "warmup": 0},
             recs,
             scores=correct,
             **kw,
@@ -373,6 +379,8 @@ class RunBuilder:
                 "kind": "open",
                 "concurrency": None,
                 "stage": 3,
+                "requests": n,
+                "warmup": 0,
                 "rate_relative": rate_relative,
             },
             recs,

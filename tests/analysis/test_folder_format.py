@@ -17,7 +17,7 @@ from harness.analysis import analyse, evaluate
 from harness.analysis.load import load_run
 from harness.errors import InputError
 from harness.run.store import RunStore
-from harness.rundir import CellFile, Outcome, rerun_of
+from harness.rundir import Cell, CellFile, MeasuredOn, Outcome, rerun_of
 from harness.rundir.engines import EngineStart
 from harness.rundir.manifest import FORMAT_VERSION, Manifest, read_manifest
 from harness.rundir.verdict import Verdict, read_verdict
@@ -243,7 +243,7 @@ def test_format_5_keys_are_required_of_format_5_and_absent_from_format_4(tmp_pat
     write_verdict(run.root)
     path, verdict_path = run.root / "manifest.json", run.root / "verdict.json"
     data, verdict = json.loads(path.read_text()), json.loads(verdict_path.read_text())
-    assert FORMAT_VERSION == 5 and data["looks"] == [] and verdict["design"] is None
+    assert FORMAT_VERSION >= 5 and data["looks"] == [] and verdict["design"] is None
     del data["looks"], verdict["design"]
     path.write_text(json.dumps(data))
     verdict_path.write_text(json.dumps(verdict))
@@ -275,16 +275,14 @@ def test_a_run_written_now_is_read_back_whole(tmp_path):
 
 def test_the_store_writes_cell_records_it_can_read_back(tmp_path):
     store = RunStore(tmp_path)
-    cell = {"id": "base/chat/speed/c001", "arm": "base", "task": "chat", "kind": "speed"}
-    attempt = store.start_attempt(cell["id"], cell)
-    store.set_cell_facts(cell["id"], where={"shard": "shard1", "hostname": "h"})
-    store.mark_complete(cell["id"], attempt, Outcome(n_ok=3, n_errors=0))
-    info = CellFile.model_validate(
-        json.loads((store.cell_dir(cell["id"]) / "cell.json").read_text())
-    )
-    assert [a.status for a in info.attempts] == ["complete"]
-    assert info.where == {"shard": "shard1", "hostname": "h"}
-    done = store.completion(cell["id"])
+    cell = Cell(stage=1, arm="base", task="chat", kind="speed", concurrency=1, requests=3, warmup=0)
+    attempt = store.start_attempt(cell)
+    store.set_cell_facts(cell.id, where={"shard": "shard1", "hostname": "h"})
+    store.mark_complete(cell.id, attempt, Outcome(n_ok=3, n_errors=0))
+    info = CellFile.model_validate(json.loads((store.cell_dir(cell.id) / "cell.json").read_text()))
+    assert info.cell == cell and [a.status for a in info.attempts] == ["complete"]
+    assert info.where == MeasuredOn(shard="shard1", hostname="h")
+    done = store.completion(cell.id)
     assert done is not None and done.outcome == Outcome(n_ok=3, n_errors=0)
     assert rerun_of("base/chat/speed/c001/rerun1") == "base/chat/speed/c001"
     assert rerun_of("base/chat/speed/c001") is None

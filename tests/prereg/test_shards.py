@@ -12,6 +12,7 @@ from harness.plan import estimate, plan_cells
 from harness.prereg import load_study_file
 from harness.run.schedule import rerun_cells
 from harness.run.where import gpu_model_deviation, split_units
+from harness.rundir import CellFile, GpuSeen, MeasuredOn
 from harness.shards import engine_groups, plan_shards, shard_of, sharded_estimate, slots_for
 from tests.run.conftest import ROOT, specbench
 
@@ -100,10 +101,10 @@ def test_plan_prints_the_shards_for_eight_gpus_and_the_estimates_side_by_side():
 
 
 def test_shards_on_two_gpu_models_are_a_deviation():
-    h100 = {"gpus": [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100 80GB HBM3"}]}
-    h200 = {"gpus": [{"index": 0, "uuid": "GPU-2", "name": "NVIDIA H200"}]}
+    h100 = MeasuredOn(gpus=[GpuSeen(index=0, uuid="GPU-1", name="NVIDIA H100 80GB HBM3")])
+    h200 = MeasuredOn(gpus=[GpuSeen(index=0, uuid="GPU-2", name="NVIDIA H200")])
     assert gpu_model_deviation({"shard1": h100, "shard2": h100}) is None
-    assert gpu_model_deviation({"shard1": {"gpus": []}, "shard2": {"gpus": []}}) is None
+    assert gpu_model_deviation({"shard1": MeasuredOn(), "shard2": MeasuredOn()}) is None
     sentence = gpu_model_deviation({"shard1": h100, "shard2": h200})
     assert sentence is not None
     assert "NVIDIA H100 80GB HBM3 (shard1)" in sentence and "NVIDIA H200 (shard2)" in sentence
@@ -112,11 +113,12 @@ def test_shards_on_two_gpu_models_are_a_deviation():
 def test_a_unit_measured_on_two_gpus_is_named():
     groups = [("base", "draft")]
 
-    def info(arm: str, task: str, uuid: str) -> dict:
-        return {
-            "cell": {"id": f"{arm}/{task}/speed/c001", "arm": arm, "task": task},
-            "where": {"hostname": "h", "gpus": [{"index": 0, "uuid": uuid}]},
-        }
+    def info(arm: str, task: str, uuid: str) -> CellFile:
+        cell = {"arm": arm, "task": task, "stage": 1, "kind": "speed", "concurrency": 1}
+        where = {"hostname": "h", "gpus": [{"index": 0, "uuid": uuid}]}
+        return CellFile.model_validate(
+            {"cell": cell | {"requests": 1, "warmup": 0}, "where": where}
+        )
 
     same = [
         info("base", "chat", "GPU-a"),
@@ -143,10 +145,10 @@ def test_the_gpu_model_deviation_is_recorded_once_for_the_verdict_page(tmp_path)
             run_id="run",
             shards={
                 "shard1": ShardRecord(
-                    where={"gpus": [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100"}]}
+                    where=MeasuredOn(gpus=[GpuSeen(index=0, uuid="GPU-1", name="NVIDIA H100")])
                 ),
                 "shard2": ShardRecord(
-                    where={"gpus": [{"index": 0, "uuid": "GPU-2", "name": "NVIDIA A100"}]}
+                    where=MeasuredOn(gpus=[GpuSeen(index=0, uuid="GPU-2", name="NVIDIA A100")])
                 ),
             },
         )

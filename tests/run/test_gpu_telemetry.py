@@ -240,7 +240,7 @@ def test_resume_remeasures_a_complete_cell_that_throttled_only_under_remeasure(t
         assert cell.id == FIRST
         store = RunStore(tmp_path / policy)
         store.root.mkdir()
-        attempt = store.start_attempt(cell.id, cell.to_dict())
+        attempt = store.start_attempt(cell)
         with JsonlWriter(store.cell_dir(cell.id) / "requests.jsonl") as out:
             out.write(
                 RequestRecord(
