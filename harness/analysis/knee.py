@@ -223,12 +223,12 @@ def knee_table(run: RunData, speedups: pd.DataFrame) -> pd.DataFrame:
     return framed(rows, KneeRow)
 
 
-def knee_span(row, levels: list[int]) -> tuple[float, float] | None:
+def knee_span(row: KneeRow, levels: list[int]) -> tuple[float, float] | None:
     """A located knee's interval to draw: its ends, an open one at the levels' end."""
-    if row["status"] != "located":
+    if row.status != "located":
         return None
-    low, high = row["interval_low"], row["interval_high"]
+    low, high = row.interval_low, row.interval_high
     return (
-        float(low) if pd.notna(low) else float(levels[0]),
-        float(high) if pd.notna(high) else float(levels[-1]),
+        float(low) if low is not None and pd.notna(low) else float(levels[0]),
+        float(high) if high is not None and pd.notna(high) else float(levels[-1]),
     )

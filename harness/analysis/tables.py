@@ -66,9 +66,10 @@ class Analysis:
         arm: str | Collection[str] | None = None,
         task: str | None = None,
         concurrencies: Collection[int] | None = None,
+        usable: bool = False,
     ) -> list[SpeedupRow]:
         """The speedup rows of an arm (or any of several), a task and levels (None:
-        every one), in table order."""
+        every one), in table order; `usable`: only those with status ok."""
         arms = {arm} if isinstance(arm, str) else arm
         return [
             r
@@ -76,6 +77,7 @@ class Analysis:
             if (arms is None or r.arm in arms)
             and (task is None or r.task == task)
             and (concurrencies is None or r.concurrency in concurrencies)
+            and (not usable or r.status == "ok")
         ]
 
     def speedup(self, arm: str, task: str, concurrency: int) -> SpeedupRow | None:

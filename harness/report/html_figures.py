@@ -272,11 +272,12 @@ def input_length_figure(a: Analysis, view: InputLengths) -> go.Figure:
     length, one line per drafter arm and concurrency."""
     fig = grid(1, 1, ["speedup by input length (configuration)"], height=380)
     colours = arm_colours(a)
-    for arm, c, grp in view.series:
-        y, lo, hi = floats(grp["speedup"]), floats(grp["ci_lower"]), floats(grp["ci_upper"])
+    for arm, c, rows in view.series:
+        y = floats(r.speedup for r in rows)
+        lo, hi = floats(r.ci_lower for r in rows), floats(r.ci_upper for r in rows)
         fig.add_trace(
             go.Scatter(
-                x=list(grp["input_length"]),
+                x=[view.lengths[r.task] for r in rows],
                 y=y,
                 mode="lines+markers",
                 name=f"{arm} c={c}",

@@ -3,6 +3,7 @@ draws: a round's cost and break-even acceptance per k, and the k schedule's veri
 
 from __future__ import annotations
 
+import pandas as pd
 import plotly.graph_objects as go
 
 from harness.analysis.tables import Analysis
@@ -159,8 +160,8 @@ def verification_figure(view: SurfaceView, v: Verification) -> go.Figure:
     if len(own):
         fig.add_trace(
             go.Scatter(
-                x=own["concurrency"],
-                y=floats(own["speedup"]),
+                x=pd.Series([r.concurrency for r in own]),  # as the table held them
+                y=floats(r.speedup for r in own),
                 mode="lines+markers",
                 line={"color": "grey", "dash": "dot"},
                 name=f"{view.drafter} at its own k",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_pdf import PdfPages
 
@@ -105,17 +106,16 @@ def _input_length_page(pdf: PdfPages, a: Analysis, view: InputLengths) -> int:
     ax = fig.subplots(1, 1)
     fig.subplots_adjust(left=0.08, right=0.98, top=0.85, bottom=0.15)
     colours = arm_colours(a)
-    for j, (arm, c, grp) in enumerate(view.series):
+    for j, (arm, c, rows) in enumerate(view.series):
         # Side by side at each length, so that overlapping intervals stay readable.
         shift = (j - (len(view.series) - 1) / 2) * 0.3 / max(1, len(view.series))
-        y = grp["speedup"].astype(float)
+        y = np.array([r.speedup for r in rows], dtype=float)
+        lo = np.array([r.ci_lower for r in rows], dtype=float)
+        hi = np.array([r.ci_upper for r in rows], dtype=float)
         ax.errorbar(
-            grp["order"] + shift,
+            np.array([view.order.index(view.lengths[r.task]) for r in rows]) + shift,
             y,
-            yerr=[
-                (y - grp["ci_lower"].astype(float)).clip(lower=0),
-                (grp["ci_upper"].astype(float) - y).clip(lower=0),
-            ],
+            yerr=[(y - lo).clip(min=0), (hi - y).clip(min=0)],
             fmt=MARKERS[j % len(MARKERS)] + "-",
             ms=4,
             capsize=2,

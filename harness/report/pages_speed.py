@@ -6,6 +6,7 @@ from typing import TypeVar
 
 from matplotlib.backends.backend_pdf import PdfPages
 
+from harness.analysis.rows import KneeRow
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, log2_axis, new_page, save
 from harness.report.views.speed import build_speed_curves_view
@@ -82,7 +83,7 @@ def speedup_legend(fig, ax, a: Analysis, handles: dict, bottom: float = 0.0) -> 
     handles["knee (speedup crosses 1.0) and its interval"] = ax.plot(
         [], [], "v-", color="gray", ms=8
     )[0]
-    if a.knees["status"].isin(["beyond", "beyond_skipped"]).any():
+    if any(k.status in ("beyond", "beyond_skipped") for k in a.rows("knees", KneeRow)):
         handles["knee beyond the highest level"] = ax.plot([], [], ">", color="gray", ms=6)[0]
     fig.legend(
         handles.values(),

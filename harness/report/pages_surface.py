@@ -112,8 +112,8 @@ def _verification_page(pdf: PdfPages, view: SurfaceView, v: Verification) -> Non
     # schedule is meant to beat where it drafts fewer.
     if len(v.own):
         ax.plot(
-            v.own["concurrency"].astype(float),
-            v.own["speedup"].astype(float),
+            [float(r.concurrency) for r in v.own],
+            [math.nan if r.speedup is None else r.speedup for r in v.own],
             "^:",
             color="grey",
             label=f"{view.drafter} at its own k (registered cells)",

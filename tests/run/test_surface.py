@@ -223,7 +223,7 @@ def test_the_surface_view_draws_the_declared_cost_and_break_even(
     assert verified is not None and verified.title == "The k schedule verified: task chat"
     assert [r.concurrency for r in verified.ok] == [r.concurrency for r in verified.predicted]
     assert [r.concurrency for r in verified.ok] == [2, 10]
-    assert list(verified.own["concurrency"]) == [2, 10]
+    assert [r.concurrency for r in verified.own] == [2, 10]
     assert verified.lines[0] == "schedule (batch sizes: k): 1-2: k=3, 3-: k=2"
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from harness.analysis.rows import SpeedupRow
 from harness.analysis.tables import Analysis
 from harness.report.layout import table_lines
 from harness.rundir.verdict import Verdict
@@ -91,7 +92,8 @@ class InputLengths:
     title: str
     subtitle: str
     order: list[str]  # the input lengths, shortest first
-    series: list[tuple[str, int, pd.DataFrame]]  # (arm, c, its rows in input-length order)
+    lengths: dict[str, str]  # each throughput task's input length
+    series: list[tuple[str, int, list[SpeedupRow]]]  # (arm, c, its rows, shortest first)
 
 
 @dataclass(frozen=True)
@@ -141,18 +143,19 @@ def _input_lengths(a: Analysis) -> InputLengths | None:
     }
     if not lengths:
         return None
-    sp = a.speedups[a.speedups["task"].isin(lengths) & (a.speedups["status"] == "ok")].copy()
-    sp["input_length"] = sp["task"].map(lengths)
     order = sorted(set(lengths.values()), key=lambda s: int(s.rstrip("k")))
-    sp["order"] = sp["input_length"].map(order.index)
-    series = [
-        (str(arm), int(c), grp.sort_values("order"))
-        for (arm, c), grp in sp.groupby(["arm", "concurrency"], sort=False)
-    ]
+    series: dict[tuple[str, int], list[SpeedupRow]] = {}
+    for r in a.speedups_of(usable=True):
+        if r.task in lengths:
+            series.setdefault((r.arm, r.concurrency), []).append(r)
     return InputLengths(
         "SPEED-Bench by input length",
         "speedup of each drafter arm per throughput configuration (its registered"
         " categories pooled), with its interval; one line per arm and concurrency",
         order,
-        series,
+        lengths,
+        [
+            (arm, c, sorted(rows, key=lambda r: order.index(lengths[r.task])))
+            for (arm, c), rows in series.items()
+        ],
     )

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
-
 from harness.analysis.bar_common import speed_tasks
 from harness.analysis.decompose import factor_shift
+from harness.analysis.rows import SpeedupRow, curves
 from harness.analysis.tables import Analysis
 from harness.calibration import run_hardware
 from harness.numbers import is_nan
@@ -56,23 +55,19 @@ def build_decomposition_view(a: Analysis, v: Verdict) -> DecompositionView:
 
 def decomposition_lines(a: Analysis, task: str) -> list[str]:
     """The task's table per drafter and level, what moved it, and the notes."""
-    sp = a.speedups[(a.speedups["task"] == task) & (a.speedups["status"] == "ok")]
+    sp = a.speedups_of(task=task, usable=True)
     tol = a.run.study.bars.decomposition.tolerance
     rows = []
     notes: list[str] = []
     tokens_notes: dict[str, list[tuple[int, str]]] = {}  # one line per drafter, not per level
-    for arm, grp in sp.groupby("arm", sort=False):
-        g = grp.sort_values("concurrency")
-        lo = g.iloc[0]
-        for r in g.itertuples():
+    for (arm, _), by_level in curves(sp).items():
+        g = [by_level[c] for c in sorted(by_level)]
+        lo = g[0]
+        for r in g:
             moved = "-"
-            if r.concurrency != lo["concurrency"]:
+            if r.concurrency != lo.concurrency:
                 shift = factor_shift(
-                    _ratio(lo),
-                    lo["round_cost_ratio"],
-                    _ratio(r._asdict()),
-                    r.round_cost_ratio,
-                    min_change=tol,
+                    _ratio(lo), lo.round_cost_ratio, _ratio(r), r.round_cost_ratio, min_change=tol
                 )
                 moved = (
                     f"steady (within {tol:.0%})"
@@ -101,11 +96,11 @@ def decomposition_lines(a: Analysis, task: str) -> list[str]:
             )
             if r.decomposition_flag is True and r.decomposition_note:
                 notes.append(f"  {arm} c={r.concurrency}: {r.decomposition_note}")
-            if isinstance(r.prediction_note, str) and r.concurrency == lo["concurrency"]:
+            if isinstance(r.prediction_note, str) and r.concurrency == lo.concurrency:
                 notes.append(f"  {arm}: predicted: {r.prediction_note}")
             if isinstance(r.tokens_per_round_note, str):
                 tokens_notes.setdefault(arm, []).append((r.concurrency, r.tokens_per_round_note))
-    gaps = [float(g) for g in sp["prediction_gap"].dropna()]
+    gaps = [x for r in sp if (x := r.prediction_gap) is not None and not is_nan(x)]
     lines = table_lines(
         [
             "drafter",
@@ -149,11 +144,11 @@ def decomposition_lines(a: Analysis, task: str) -> list[str]:
     return lines + notes
 
 
-def _ratio(r: pd.Series | dict) -> float | None:
-    t, b = r["tokens_per_round"], r["baseline_tokens_per_round"]
-    if is_nan(t) or is_nan(b) or not b:
+def _ratio(r: SpeedupRow) -> float | None:
+    t, b = r.tokens_per_round, r.baseline_tokens_per_round
+    if t is None or b is None or is_nan(t) or is_nan(b) or not b:
         return None
-    return float(t) / float(b)
+    return t / b
 
 
 def _pct(v: object) -> str:

@@ -33,7 +33,7 @@ def interval_lines(a: Analysis) -> list[str]:
     """The page's text: one row per usable speedup, then what the marks mean."""
     study = a.run.study
     rec, iv = study.recording, study.bars.intervals
-    sp = a.speedups[a.speedups["status"] == "ok"]
+    sp = a.speedups_of(usable=True)
     lines = [
         f"Registered: recording.sessions {rec.sessions} (sessions_for {rec.sessions_for});"
         f" {iv.level:.0%} intervals, method {iv.method}, pooling {iv.pooling},"
@@ -63,7 +63,7 @@ def interval_lines(a: Analysis) -> list[str]:
             _interval(r.ci_lower_within, r.ci_upper_within),
             r.interval_caveat or "",
         ]
-        for r in sp.itertuples()
+        for r in sp
     ]
     lines += table_lines(
         ["arm", "task", "c", "sessions", "speedup", "interval", "within", "caveat"], rows
@@ -79,7 +79,7 @@ def interval_lines(a: Analysis) -> list[str]:
             _spread(r.session_spread_baseline),
             r.resample_unit or "-",
         ]
-        for r in sp.itertuples()
+        for r in sp
     ]
     lines += [
         "",
@@ -97,9 +97,7 @@ def interval_lines(a: Analysis) -> list[str]:
             rows,
         ),
     ]
-    pooled = dict.fromkeys(
-        f"  {r.arm}: {r.pooling}" for r in sp.itertuples() if isinstance(r.pooling, str)
-    )
+    pooled = dict.fromkeys(f"  {r.arm}: {r.pooling}" for r in sp if isinstance(r.pooling, str))
     if pooled:  # bars.intervals.pooling: stage_cells (harness.analysis.pooling)
         lines += [
             "",
@@ -107,7 +105,7 @@ def interval_lines(a: Analysis) -> list[str]:
             " (t_pooled), where their spread tested equal:",
             *pooled,
         ]
-    marked = sum(1 for r in sp.itertuples() if r.interval_caveat)
+    marked = sum(1 for r in sp if r.interval_caveat)
     lines += [
         "",
         f"{marked} of {len(sp)} intervals are marked: built on one session, or on"

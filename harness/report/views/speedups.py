@@ -4,7 +4,6 @@ its knee, the two factors of its decomposition, and the registered bars' lines."
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -12,6 +11,7 @@ import pandas as pd
 from harness.analysis.bar_common import speed_tasks
 from harness.analysis.knee import knee_span
 from harness.analysis.tables import Analysis
+from harness.numbers import is_nan
 from harness.report.views import arm_colours
 from harness.rundir.verdict import Verdict
 
@@ -75,12 +75,11 @@ def build_speedup_panel(a: Analysis, task: str) -> SpeedupPanel:
         ratio = rerun["speed_drafter"].astype(float) / rerun["baseline_rerun_speed"].astype(float)
         explained = g[g["explained_speedup"].notna()]
         tokens = explained["tokens_per_round"].astype(float)
-        k = a.knees[(a.knees["arm"] == arm) & (a.knees["task"] == task)]
-        knee = k.iloc[0] if len(k) else None
+        knee = a.knee(str(arm), task)
         located = (
             knee is not None
-            and knee["status"] in ("located", "below_first")
-            and not math.isnan(knee["knee_concurrency"])
+            and knee.status in ("located", "below_first")
+            and not is_nan(knee.knee_concurrency)
         )
         arms.append(
             ArmSpeedups(
@@ -88,10 +87,10 @@ def build_speedup_panel(a: Analysis, task: str) -> SpeedupPanel:
                 colours[str(arm)],
                 g,
                 pd.DataFrame({"concurrency": rerun["concurrency"], "ratio": ratio}),
-                float(knee["knee_concurrency"]) if located and knee is not None else None,
+                float(knee.knee_concurrency) if located and knee is not None else None,  # type: ignore[arg-type]
                 knee_span(knee, levels) if located and knee is not None else None,
-                str(knee["interval"]) if knee is not None else "",
-                knee is not None and knee["status"] in ("beyond", "beyond_skipped"),
+                knee.interval if knee is not None else "",
+                knee is not None and knee.status in ("beyond", "beyond_skipped"),
                 pd.DataFrame(
                     {
                         "concurrency": explained["concurrency"],
@@ -133,9 +132,8 @@ def speedup_note(a: Analysis) -> str:
         if how == "auto":
             how += " (below 30 sessions a t interval on the sessions' log ratios)"
         note += f"; over {study.recording.sessions} sessions by interval method {how}"
-    marked = a.speedups["interval_caveat"].notna() & (a.speedups["status"] == "ok")
-    if marked.any():
-        note += f"; {int(marked.sum())} intervals marked (one session or < 20 requests: next page)"
+    if marked := sum(not is_nan(r.interval_caveat) for r in a.speedups_of(usable=True)):
+        note += f"; {marked} intervals marked (one session or < 20 requests: next page)"
     if a.run.stop_fired:
         note += "; STOP fired: higher levels skipped"
     return note

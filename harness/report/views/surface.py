@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from harness.analysis.rows import SpeedupRow
 from harness.analysis.tables import Analysis
 from harness.prereg.schema import schedule_arm_name
 from harness.rundir.verdict import Placement, SurfaceSummary, Verdict, VerifiedLevel
@@ -39,7 +40,7 @@ class Verification:
     rows: list[VerifiedLevel]
     ok: list[VerifiedLevel]  # measured, with a speedup
     predicted: list[VerifiedLevel]  # with a predicted speedup
-    own: pd.DataFrame  # the drafter at its own k, in the registered stages' speedups
+    own: list[SpeedupRow]  # the drafter at its own k, in the registered stages' speedups
     lines: list[str]
 
 
@@ -128,7 +129,6 @@ def _placed(a: Analysis, s: SurfaceSummary, task: str) -> list[PlacedDrafter]:
 
 def _verification(a: Analysis, s: SurfaceSummary, task: str) -> Verification:
     rows = [r for r in s.verification if r.task == task]
-    sp = a.speedups
     return Verification(
         f"The k schedule verified: task {task}",
         f"{s.drafter}'s engine running the k the surface proposed per running batch size, at"
@@ -137,7 +137,7 @@ def _verification(a: Analysis, s: SurfaceSummary, task: str) -> Verification:
         rows,
         [r for r in rows if r.status == "ok" and r.speedup is not None],
         [r for r in rows if r.predicted_speedup is not None],
-        sp[(sp["arm"] == s.drafter) & (sp["task"] == task) & (sp["status"] == "ok")],
+        a.speedups_of(s.drafter, task, usable=True),
         verification_lines(a, s, task),
     )
 

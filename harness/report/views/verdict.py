@@ -194,9 +194,8 @@ def stops_paying_lines(verdict: Verdict) -> list[str]:
 
 
 def decomposition_flag_lines(a: Analysis) -> list[str]:
-    sp = a.speedups
-    flagged = sp[sp["decomposition_flag"].astype("boolean").fillna(False)]
-    if flagged.empty:
+    flagged = [r for r in a.speedups_of() if r.decomposition_flag is True]
+    if not flagged:
         return []
     tol = a.run.study.bars.decomposition.tolerance
     out = [
@@ -204,10 +203,7 @@ def decomposition_flag_lines(a: Analysis) -> list[str]:
         f"Speedups their two factors explain to worse than {tol:.0%}"
         " (bars.decomposition.tolerance):",
     ]
-    out.extend(
-        f"  {r.arm}/{r.task} c={r.concurrency}: {r.decomposition_note}"
-        for r in flagged.itertuples()
-    )
+    out.extend(f"  {r.arm}/{r.task} c={r.concurrency}: {r.decomposition_note}" for r in flagged)
     return out
 
 
