@@ -1,5 +1,5 @@
 """The smoke stage's checks as text: one line each, as progress shows it while the
-smoke runs (harness.run.smoke) and the report lists it after (harness.report.pages_text).
+smoke runs (harness.run.smoke) and the report lists it after (harness.report.views.verdict).
 
 Here rather than beside the stage so that the report reads the smoke's records
 without importing the stage, and with it the engine lifecycle and the load driver.
