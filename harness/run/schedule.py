@@ -34,7 +34,7 @@ from harness.run.attempts import needs_measuring
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
 from harness.rundir import rerun_of
-from harness.rundir.cell import Cell
+from harness.rundir.cell import Cell, Stage
 from harness.rundir.manifest import Manifest, RunStatus
 from harness.rundir.schedule import RerunRecord, SkippedCell, StopDecisionRecord
 
@@ -124,12 +124,12 @@ def study_schedule(
     """The batches of a whole run, each decided once the one before is measured."""
     analysis = _analysis()
     yield from session_batches(
-        store, study, [c for c in cells if c.stage == 1], progress, "stage 1", smoke=True
+        store, study, [c for c in cells if c.stage == Stage.STOP], progress, "stage 1", smoke=True
     )
     stop = analysis.judge_stop(store.root, study)
     decision = StopDecisionRecord(fired=stop.fired, judged_wall=time.time(), evidence=stop.evidence)
     store.edit_manifest(lambda m: setattr(m, "stop", decision))
-    stage2 = [c for c in cells if c.stage == 2]
+    stage2 = [c for c in cells if c.stage == Stage.REST]
     if stop.fired:
         skipped = [c for c in stage2 if c.kind == "speed"]
         progress.note(f"stop bar fired: skipping {len(skipped)} speed cells")
@@ -146,7 +146,7 @@ def study_schedule(
     reruns = rerun_batch(store, study, cells, progress)
     if reruns is not None:
         yield reruns
-    open_cells = [c for c in cells if c.stage == 3]
+    open_cells = [c for c in cells if c.stage == Stage.OPEN_LOOP]
     if open_cells:
         try:
             rates = analysis.open_loop_reference_rps(store.root, study)
@@ -156,10 +156,10 @@ def study_schedule(
             _skip(store, progress, open_cells, " ".join(err.lines), "open loop skipped")
         else:
             yield Batch("stage 3", open_cells, rates=rates)
-    surface = [c for c in cells if c.stage == 4]
+    surface = [c for c in cells if c.stage == Stage.SURFACE]
     if surface:
         yield surface_batch(store, study, surface, progress)
-    verify = [c for c in cells if c.stage == 5]
+    verify = [c for c in cells if c.stage == Stage.SCHEDULE]
     if verify:
         batch = verification_batch(store, study, verify, progress)
         if batch is not None:
