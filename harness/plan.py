@@ -55,7 +55,7 @@ def _speed_cell(
         concurrency=c,
         requests=closed.requests.for_concurrency(c),
         warmup=closed.warmup_per_user * c,
-        session=session,
+        session=session if repeats(study, c) else None,  # a level measured once: no session
     )
 
 
@@ -81,13 +81,8 @@ def _stage_speed_cells(
     """One arm's speed cells of a stage within one session: the repeating ones as that
     session's, the others only in the first (session None: no sessions at all)."""
     speed_tasks = [t for t in study.tasks if "speed" in t.uses]
-    out: list[Cell] = []
-    for c in levels:
-        if session is not None and repeats(study, c):
-            out.extend(_speed_cell(study, arm, t, c, stage, session) for t in speed_tasks)
-        elif session in (None, 1):
-            out.extend(_speed_cell(study, arm, t, c, stage) for t in speed_tasks)
-    return out
+    due = [c for c in levels if session in (None, 1) or repeats(study, c)]
+    return [_speed_cell(study, arm, t, c, stage, session) for c in due for t in speed_tasks]
 
 
 def speed_stage(study: Study, concurrency: int) -> Stage:
@@ -155,12 +150,8 @@ def _later_stage_cells(
     cells = []
     for i, session in enumerate(sessions):
         for arm in arms if i % 2 == 0 else list(reversed(arms)):
-            for task in tasks:
-                for c in levels:
-                    if session is not None and repeats(study, c):
-                        cells.append(_speed_cell(study, arm, task, c, stage, session))
-                    elif session in (None, 1):
-                        cells.append(_speed_cell(study, arm, task, c, stage))
+            due = [c for c in levels if session in (None, 1) or repeats(study, c)]
+            cells += [_speed_cell(study, arm, t, c, stage, session) for t in tasks for c in due]
     return cells
 
 
