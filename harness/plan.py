@@ -1,6 +1,6 @@
 """The plan: every cell a run executes, in the order it executes them.
 
-Order (engines are started once per arm per stage):
+Order (engines are started once per arm per stage; harness.rundir.cell.Stage names them):
   stage 1  per arm: identity cells, then speed cells at the stop bar's
            concurrencies (low first) -- so the stop bar is judged before the
            expensive cells;
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from harness.calibration import EffectiveHardware, RooflineFigures, figure_text
 from harness.plan_arms import schedule_arms, surface_arms
 from harness.prereg.schema import SCHEDULE_PREFIX, Arm, Study, TaskSpec
-from harness.rundir.cell import Cell, speed_cell_id
+from harness.rundir.cell import Cell, Stage, speed_cell_id
 
 
 def task_size(task: TaskSpec) -> int:
@@ -44,7 +44,7 @@ def task_size(task: TaskSpec) -> int:
 
 
 def _speed_cell(
-    study: Study, arm: Arm, task: TaskSpec, c: int, stage: int, session: int | None = None
+    study: Study, arm: Arm, task: TaskSpec, c: int, stage: Stage, session: int | None = None
 ) -> Cell:
     closed = study.loads.closed_loop
     return Cell(
@@ -55,7 +55,7 @@ def _speed_cell(
         concurrency=c,
         requests=closed.requests.for_concurrency(c),
         warmup=closed.warmup_per_user * c,
-        session=session,
+        session=session if repeats(study, c) else None,  # a level measured once: no session
     )
 
 
@@ -76,24 +76,19 @@ def repeats(study: Study, concurrency: int) -> bool:
 
 
 def _stage_speed_cells(
-    study: Study, arm: Arm, levels: list[int], stage: int, session: int | None
+    study: Study, arm: Arm, levels: list[int], stage: Stage, session: int | None
 ) -> list[Cell]:
     """One arm's speed cells of a stage within one session: the repeating ones as that
     session's, the others only in the first (session None: no sessions at all)."""
     speed_tasks = [t for t in study.tasks if "speed" in t.uses]
-    out: list[Cell] = []
-    for c in levels:
-        if session is not None and repeats(study, c):
-            out.extend(_speed_cell(study, arm, t, c, stage, session) for t in speed_tasks)
-        elif session in (None, 1):
-            out.extend(_speed_cell(study, arm, t, c, stage) for t in speed_tasks)
-    return out
+    due = [c for c in levels if session in (None, 1) or repeats(study, c)]
+    return [_speed_cell(study, arm, t, c, stage, session) for c in due for t in speed_tasks]
 
 
-def speed_stage(study: Study, concurrency: int) -> int:
-    """The stage a speed level is measured in: 1 at the stop bar's levels, 2 above. One
-    engine start serves an arm's whole stage of a session (its levels and tasks)."""
-    return 1 if concurrency in study.bars.stop.concurrencies else 2
+def speed_stage(study: Study, concurrency: int) -> Stage:
+    """The stage a speed level is measured in: STOP at the stop bar's levels, REST above.
+    One engine start serves an arm's whole stage of a session (its levels and tasks)."""
+    return Stage.STOP if concurrency in study.bars.stop.concurrencies else Stage.REST
 
 
 def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
@@ -104,20 +99,20 @@ def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
     identity = study.bars.pass_.identity
     identity_c = identity.concurrency if identity else 1
     n = study.recording.sessions
-    stage_levels = {s: [c for c in levels if speed_stage(study, c) == s] for s in (1, 2)}
+    stage_levels = {s: [c for c in levels if speed_stage(study, c) == s] for s in Stage}
     cells: list[Cell] = []
     forward = False  # flipped before each session: stage 1's first runs the arms forward
-    for stage in (1, 2):
+    for stage in (Stage.STOP, Stage.REST):
         repeating = any(repeats(study, c) for c in stage_levels[stage])
         sessions: list[int | None] = list(range(1, n + 1)) if repeating else [None]
         for session in sessions:
             forward = not forward
             for arm in study.arms if forward else list(reversed(study.arms)):
                 first = session in (None, 1)
-                if stage == 1 and first:
+                if stage == Stage.STOP and first:
                     cells.extend(_identity_cells(arm, study, sizes, identity_c))
                 cells.extend(_stage_speed_cells(study, arm, stage_levels[stage], stage, session))
-                if stage == 2 and first:
+                if stage == Stage.REST and first:
                     cells.extend(_accuracy_cells(arm, study, sizes))
     open_loop = study.loads.open_loop
     if open_loop is not None:
@@ -125,7 +120,7 @@ def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
             for rate in open_loop.rates_relative_to_knee:
                 cells.append(
                     Cell(
-                        stage=3,
+                        stage=Stage.OPEN_LOOP,
                         arm=arm.name,
                         task=open_loop.task,
                         kind="open",
@@ -141,10 +136,10 @@ def plan_cells(study: Study, sizes: dict[str, int] | None = None) -> list[Cell]:
 
 
 def _later_stage_cells(
-    study: Study, stage: int, arms: list[Arm], tasks: list[TaskSpec], levels: list[int]
+    study: Study, stage: Stage, arms: list[Arm], tasks: list[TaskSpec], levels: list[int]
 ) -> list[Cell]:
-    """A stage after the registered ones (4, 5): each arm at each task and level, in the
-    sessions its baseline's cells there were measured in (harness.plan.repeats), so each
+    """A stage after the registered ones (SURFACE, SCHEDULE): each arm at each task and
+    level, in the sessions its baseline's cells there were measured in (harness.plan.repeats), so each
     of its sessions pairs with one of the baseline's: each session a fresh start of every
     arm, the arms' order alternating; a level measured once is measured once here too
     (in the first session's engine)."""
@@ -155,34 +150,27 @@ def _later_stage_cells(
     cells = []
     for i, session in enumerate(sessions):
         for arm in arms if i % 2 == 0 else list(reversed(arms)):
-            for task in tasks:
-                for c in levels:
-                    if session is not None and repeats(study, c):
-                        cells.append(_speed_cell(study, arm, task, c, stage, session))
-                    elif session in (None, 1):
-                        cells.append(_speed_cell(study, arm, task, c, stage))
+            due = [c for c in levels if session in (None, 1) or repeats(study, c)]
+            cells += [_speed_cell(study, arm, t, c, stage, session) for t in tasks for c in due]
     return cells
 
 
 def surface_cells(study: Study) -> list[Cell]:
-    """Stage 4: every surface arm at every surface level and task."""
-    if study.surface is None:
+    """Stage SURFACE: every surface arm at every surface level and task."""
+    if (surface := study.surface) is None:
         return []
     tasks = [study.task(name) for name in study.surface_tasks()]
-    return _later_stage_cells(study, 4, surface_arms(study), tasks, study.surface.concurrency)
+    return _later_stage_cells(study, Stage.SURFACE, surface_arms(study), tasks, surface.concurrency)
 
 
 def schedule_cells(study: Study) -> list[Cell]:
-    """Stage 5 (surface.verify_schedule): each task's schedule arm at every registered
-    closed-loop level of that task; its schedule is set after stage 4."""
-    levels = study.loads.closed_loop.concurrency
-    return [
-        cell
-        for arm in schedule_arms(study)
-        for cell in _later_stage_cells(
-            study, 5, [arm], [study.task(arm.name.removeprefix(SCHEDULE_PREFIX))], levels
-        )
-    ]
+    """Stage SCHEDULE (surface.verify_schedule): each task's schedule arm at every
+    registered closed-loop level of that task; its schedule is set after stage SURFACE."""
+    levels, cells = study.loads.closed_loop.concurrency, []
+    for arm in schedule_arms(study):
+        task = study.task(arm.name.removeprefix(SCHEDULE_PREFIX))
+        cells += _later_stage_cells(study, Stage.SCHEDULE, [arm], [task], levels)
+    return cells
 
 
 def _identity_cells(arm: Arm, study: Study, sizes: dict[str, int], concurrency: int) -> list[Cell]:
@@ -190,7 +178,7 @@ def _identity_cells(arm: Arm, study: Study, sizes: dict[str, int], concurrency: 
         return []  # its text is not the target's: nothing to compare
     return [
         Cell(
-            stage=1,
+            stage=Stage.STOP,
             arm=arm.name,
             task=task.name,
             kind="identity",
@@ -208,7 +196,7 @@ def _accuracy_cells(arm: Arm, study: Study, sizes: dict[str, int]) -> list[Cell]
         return []
     return [
         Cell(
-            stage=2,
+            stage=Stage.REST,
             arm=arm.name,
             task=task.name,
             kind="accuracy",

@@ -27,7 +27,7 @@ from harness.errors import InputError
 from harness.plan import cell_seconds, engine_blocks
 from harness.plan_arms import schedule_arms, surface_arms
 from harness.prereg.schema import Study
-from harness.rundir.cell import Cell
+from harness.rundir.cell import Cell, Stage
 
 
 @dataclass(frozen=True)
@@ -72,11 +72,6 @@ class Shard:
         return cls(
             data["name"], tuple(Unit(tuple(u["arms"]), tuple(u["tasks"])) for u in data["units"])
         )
-
-
-# The plan's stages (harness.plan): 1-2 closed loop, 3 open loop, 4 the round-cost surface,
-# 5 its k schedule verified.
-STAGES = (1, 2, 3, 4, 5)
 
 
 def engine_groups(study: Study) -> list[tuple[str, ...]]:
@@ -175,17 +170,17 @@ def shard_cells(shards: list[Shard], cells: list[Cell]) -> dict[str, list[Cell]]
 # --- the wall-clock estimate -----------------------------------------------------------
 
 
-def stage_seconds(study: Study, cells: list[Cell], arms: int) -> dict[int, float]:
+def stage_seconds(study: Study, cells: list[Cell], arms: int) -> dict[Stage, float]:
     """One shard's estimated seconds per stage: its cells, and its engine starts counted
-    in the stage where each start happens (the smoke's in stage 1)."""
-    out = dict.fromkeys(STAGES, 0.0)
+    in the stage where each start happens (the smoke's in Stage.STOP)."""
+    out = dict.fromkeys(Stage, 0.0)
     for cell in cells:
         out[cell.stage] += cell_seconds(study, cell)
     start_s = study.plan_estimate.engine_start_s
     for block in engine_blocks(cells):
         out[block[0].stage] += start_s
     if study.recording.smoke and cells:
-        out[1] += (arms - 1) * start_s
+        out[Stage.STOP] += (arms - 1) * start_s
     return out
 
 
@@ -193,7 +188,7 @@ def stage_seconds(study: Study, cells: list[Cell], arms: int) -> dict[int, float
 class ShardedEstimate:
     gpus: int
     shards: list[Shard]
-    per_shard: dict[str, dict[int, float]]  # shard -> stage -> seconds
+    per_shard: dict[str, dict[Stage, float]]  # shard -> stage -> seconds
     wall_s: float  # stage by stage, each as long as its slowest shard
     busy_gpu_s: float  # the GPU time shards spend working (not waiting at a barrier)
 
@@ -211,7 +206,7 @@ def sharded_estimate(study: Study, cells: list[Cell], gpus: int) -> ShardedEstim
     compiling = {a.name for a in sglang_arms(study)} if compile_s else set()
     for s in shards:
         if compiling & {c.arm for c in by_shard[s.name]}:
-            per_shard[s.name][1] += compile_s
-    wall = sum(max(p[stage] for p in per_shard.values()) for stage in STAGES)
+            per_shard[s.name][Stage.STOP] += compile_s
+    wall = sum(max(p[stage] for p in per_shard.values()) for stage in Stage)
     busy = sum(sum(p.values()) for p in per_shard.values()) * study.hardware.count
     return ShardedEstimate(gpus, shards, per_shard, wall, busy)

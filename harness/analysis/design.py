@@ -19,6 +19,7 @@ import numpy as np
 
 from harness.plan import estimate, plan_cells
 from harness.prereg.schema import Intervals, Study
+from harness.rundir.cell import Stage
 
 _N = NormalDist()
 
@@ -83,7 +84,8 @@ def intervals_at(study: Study, sessions: int, base: Intervals | None = None) -> 
 
 # --- what the verdict says of the design ---------------------------------------------------
 
-_STAGE_OF = {"pass.speed": 1, "stop": 1, "check": 2, "pass.knee": 2}
+_STAGE_OF = dict.fromkeys(("pass.speed", "stop"), Stage.STOP)
+_STAGE_OF |= dict.fromkeys(("check", "pass.knee"), Stage.REST)
 
 
 def design_record(a, results: list) -> dict | None:

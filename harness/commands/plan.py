@@ -14,7 +14,8 @@ from harness.plan import engine_blocks, estimate, plan_cells
 from harness.plan_arms import schedule_arms, surface_arms
 from harness.prereg import load_study_file
 from harness.prereg.schema import Study
-from harness.shards import STAGES, sharded_estimate
+from harness.rundir.cell import Stage
+from harness.shards import sharded_estimate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -78,13 +79,13 @@ def _print_sharding(console: Console, sharding: dict, per_engine: int) -> None:
         " and its drafters) on some tasks, so every speedup's two cells share a GPU:"
     )
     write_table(
-        ["shard", "arms on tasks", "cells", *(f"stage {k}" for k in STAGES)],
+        ["shard", "arms on tasks", "cells", *(f"stage {k}" for k in Stage)],
         [
             [
                 s["name"],
                 s["label"],
                 s["cells"],
-                *(_hours(s["estimated_s"][f"stage {k}"]) for k in STAGES),
+                *(_hours(s["estimated_s"][f"stage {k}"]) for k in Stage),
             ]
             for s in sharding["shards"]
         ],
@@ -118,8 +119,8 @@ def _calibrated(study: Study) -> EffectiveHardware:
 def _surface_estimate(study: Study, cells: list, hardware: EffectiveHardware | None) -> dict:
     """The surface stage's share of the plan: its cells and their GPU time apart."""
     assert study.surface is not None
-    mine = [c for c in cells if c.stage == 4]
-    verify = [c for c in cells if c.stage == 5]
+    mine = [c for c in cells if c.stage == Stage.SURFACE]
+    verify = [c for c in cells if c.stage == Stage.SCHEDULE]
     # Its cells and engine starts; no smoke: its arms are not smoked. The verification
     # is costed at the drafter's own k (its schedule is not known before stage 4).
     est = estimate(study, mine, hardware, smoke=False) if mine else None
@@ -167,7 +168,7 @@ def _designs(
         "provenance": record and record["provenance"],
         "measure": MEASURE_COSTS.format(study_file),
         "designs": {},
-        "stage_2_looks": any(c.session and c.stage == 2 for c in cells),
+        "stage_2_looks": any(c.session and c.stage == Stage.REST for c in cells),
     }
     for name in ("fixed", "group_sequential"):
         entry: dict = {"max_s": most, "expected_s": None}

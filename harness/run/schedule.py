@@ -34,7 +34,7 @@ from harness.run.attempts import needs_measuring
 from harness.run.progress import RunProgress
 from harness.run.store import RunStore
 from harness.rundir import rerun_of
-from harness.rundir.cell import Cell
+from harness.rundir.cell import Cell, Stage
 from harness.rundir.manifest import Manifest, RunStatus
 from harness.rundir.schedule import RerunRecord, SkippedCell, StopDecisionRecord
 
@@ -122,47 +122,21 @@ def study_schedule(
     store: RunStore, study: Study, cells: list[Cell], progress: RunProgress
 ) -> Iterator[Batch]:
     """The batches of a whole run, each decided once the one before is measured."""
-    analysis = _analysis()
-    yield from session_batches(
-        store, study, [c for c in cells if c.stage == 1], progress, "stage 1", smoke=True
-    )
-    stop = analysis.judge_stop(store.root, study)
+    planned = {s: [c for c in cells if c.stage == s] for s in Stage}
+    yield from session_batches(store, study, planned[Stage.STOP], progress, "stage 1", smoke=True)
+    stop = _analysis().judge_stop(store.root, study)
     decision = StopDecisionRecord(fired=stop.fired, judged_wall=time.time(), evidence=stop.evidence)
     store.edit_manifest(lambda m: setattr(m, "stop", decision))
-    stage2 = [c for c in cells if c.stage == 2]
+    stage2 = planned[Stage.REST]
     if stop.fired:
         skipped = [c for c in stage2 if c.kind == "speed"]
-        progress.note(f"stop bar fired: skipping {len(skipped)} speed cells")
-        skips = [SkippedCell(cell=c.id, reason="stop bar fired") for c in skipped]
-        store.edit_manifest(
-            lambda m: setattr(
-                m, "skipped", [s for s in m.skipped if s.reason != "stop bar fired"] + skips
-            )
-        )
-        for c in skipped:
-            progress.skip(c)
+        _skip(store, progress, skipped, "stop bar fired", f"skipping {len(skipped)} speed cells")
         stage2 = [c for c in stage2 if c.kind != "speed"]
     yield from session_batches(store, study, stage2, progress, "stage 2")
-    reruns = rerun_batch(store, study, cells, progress)
-    if reruns is not None:
+    if reruns := rerun_batch(store, study, cells, progress):
         yield reruns
-    open_cells = [c for c in cells if c.stage == 3]
-    if open_cells:
-        try:
-            rates = analysis.open_loop_reference_rps(store.root, study)
-        except SpecbenchError as err:
-            # Without a usable knee cell there is no rate to run at: say so and go on to
-            # the verdict, which names the missing cells.
-            _skip(store, progress, open_cells, " ".join(err.lines), "open loop skipped")
-        else:
-            yield Batch("stage 3", open_cells, rates=rates)
-    surface = [c for c in cells if c.stage == 4]
-    if surface:
-        yield surface_batch(store, study, surface, progress)
-    verify = [c for c in cells if c.stage == 5]
-    if verify:
-        batch = verification_batch(store, study, verify, progress)
-        if batch is not None:
+    for stage, batch_of in LATER_STAGES.items():
+        if planned[stage] and (batch := batch_of(store, study, planned[stage], progress)):
             yield batch
 
 
@@ -199,6 +173,19 @@ def session_batches(
                 [c for c in cells if (c.session or 0) > s],
                 progress,
             )
+
+
+def open_loop_batch(
+    store: RunStore, study: Study, cells: list[Cell], progress: RunProgress
+) -> Batch | None:
+    """Stage 3, the open loop at rates relative to each arm's knee. Without a usable knee
+    cell there is no rate to run at: say so and go on to the verdict, which names it."""
+    try:
+        rates = _analysis().open_loop_reference_rps(store.root, study)
+    except SpecbenchError as err:
+        _skip(store, progress, cells, " ".join(err.lines), "open loop skipped")
+        return None
+    return Batch("stage 3", cells, rates=rates)
 
 
 def surface_batch(store: RunStore, study: Study, cells: list[Cell], progress: RunProgress) -> Batch:
@@ -273,12 +260,25 @@ def verification_batch(
     )
 
 
+# The stages after the closed loop's: each batches its planned cells, or skips them (None).
+LATER_STAGES = {
+    Stage.OPEN_LOOP: open_loop_batch,
+    Stage.SURFACE: surface_batch,
+    Stage.SCHEDULE: verification_batch,
+}
+
+
 def _skip(
     store: RunStore, progress: RunProgress, cells: list[Cell], reason: str, said: str
 ) -> None:
+    """Record the cells skipped and why; a cell said before (a resumed run's) is said once."""
     progress.note(f"{said}: {reason}")
-    skips = [SkippedCell(cell=cell.id, reason=reason) for cell in cells]
-    store.edit_manifest(lambda m: m.skipped.extend(skips))
+    skips = {cell.id: SkippedCell(cell=cell.id, reason=reason) for cell in cells}
+    store.edit_manifest(
+        lambda m: setattr(
+            m, "skipped", [s for s in m.skipped if s.cell not in skips] + [*skips.values()]
+        )
+    )
     for cell in cells:
         progress.skip(cell)
 

@@ -10,6 +10,7 @@ the one its fields give is refused.
 from __future__ import annotations
 
 import re
+from enum import IntEnum
 from typing import Any, Literal
 
 from pydantic import (
@@ -21,6 +22,17 @@ from pydantic import (
 )
 
 CellKind = Literal["speed", "identity", "accuracy", "open"]
+
+
+class Stage(IntEnum):
+    """The plan's stages, in run order (harness.plan); cell.json stores the number."""
+
+    STOP = 1  # identity cells and the stop bar's speed levels, judged before the rest
+    REST = 2  # the remaining speed levels (skipped if stop fires) and accuracy cells
+    OPEN_LOOP = 3  # open-loop cells at rates relative to each arm's knee
+    SURFACE = 4  # the round-cost surface (`surface:`), after the registered stages
+    SCHEDULE = 5  # the k schedule the surface proposed, verified at every level
+
 
 # A check-bar rerun's id: `<id>/rerun<n>` (rerun_id), its folder `<folder>__rerun<n>`.
 RERUN = re.compile(r"^(?P<original>.+)/rerun(?P<n>\d+)$")
@@ -74,7 +86,7 @@ class Cell(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    stage: int
+    stage: Stage  # the plan's stage: 1 STOP, 2 REST, 3 OPEN_LOOP, 4 SURFACE, 5 SCHEDULE
     arm: str
     task: str
     kind: CellKind

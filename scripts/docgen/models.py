@@ -168,6 +168,20 @@ def _children(schema: dict[str, Any]) -> Iterable[tuple[str, str]]:
             yield ".<key>" + suffix, name
 
 
+def _inline_enums(node: Any, defs: dict[str, dict[str, Any]]) -> Any:
+    """A def that is no model (an enum, e.g. harness.rundir.cell.Stage) written in place
+    of each $ref to it: its values are the field's type, it gets no section of its own."""
+    if isinstance(node, list):
+        return [_inline_enums(v, defs) for v in node]
+    if not isinstance(node, dict):
+        return node
+    target = defs.get(node.get("$ref", "").rpartition("/")[2])
+    if target is not None and "x-class" not in target:
+        kept = {k: v for k, v in target.items() if k not in ("title", "description")}
+        node = kept | {k: v for k, v in node.items() if k != "$ref"}
+    return {k: _inline_enums(v, defs) for k, v in node.items()}
+
+
 def model_reference(
     roots: dict[str, list[type[BaseModel]]], heading: str = "##", require_descriptions: bool = False
 ) -> str:
@@ -178,6 +192,7 @@ def model_reference(
     models = [m for ms in roots.values() for m in ms]
     _, top = models_json_schema([(m, "validation") for m in models], schema_generator=_WithComments)
     defs: dict[str, dict[str, Any]] = top.get("$defs", {})
+    defs = {n: _inline_enums(d, defs) for n, d in defs.items() if "x-class" in d}
     by_class = {d["x-class"]: name for name, d in defs.items() if "x-class" in d}
     paths: dict[str, list[str]] = {}
     order: list[str] = []

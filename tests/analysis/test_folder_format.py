@@ -18,6 +18,7 @@ from harness.analysis.load import load_run
 from harness.errors import InputError
 from harness.run.store import RunStore
 from harness.rundir import Cell, CellFile, MeasuredOn, Outcome, rerun_of
+from harness.rundir.cell import Stage
 from harness.rundir.engines import EngineStart
 from harness.rundir.manifest import FORMAT_VERSION, Manifest, read_manifest
 from harness.rundir.verdict import Verdict, read_verdict
@@ -275,7 +276,9 @@ def test_a_run_written_now_is_read_back_whole(tmp_path):
 
 def test_the_store_writes_cell_records_it_can_read_back(tmp_path):
     store = RunStore(tmp_path)
-    cell = Cell(stage=1, arm="base", task="chat", kind="speed", concurrency=1, requests=3, warmup=0)
+    cell = Cell(
+        stage=Stage.STOP, arm="base", task="chat", kind="speed", concurrency=1, requests=3, warmup=0
+    )
     attempt = store.start_attempt(cell)
     store.set_cell_facts(cell.id, where={"shard": "shard1", "hostname": "h"})
     store.mark_complete(cell.id, attempt, Outcome(n_ok=3, n_errors=0))

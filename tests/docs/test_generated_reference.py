@@ -211,6 +211,17 @@ def test_a_description_wins_over_a_comment_and_comments_are_marked() -> None:
     assert text.startswith("2 models, 8 fields; 1 fields described by")
 
 
+def test_an_enum_field_is_written_as_its_values_not_as_a_model() -> None:
+    """Cell.stage is a harness.rundir.cell.Stage: its numbers are its type, in place, and
+    the enum gets no section (it has no fields; a section of it broke the build)."""
+    from harness.rundir import CellFile
+
+    text = model_reference({"cell.json": [CellFile]})
+    (row,) = [line for line in text.splitlines() if line.startswith("| `stage` |")]
+    assert "| `1` or `2` or `3` or `4` or `5` | required |" in row
+    assert "Stage" not in sections(text)
+
+
 def test_require_descriptions_refuses_a_field_without_one() -> None:
     with pytest.raises(DocsError) as err:
         model_reference({"": [Toy]}, require_descriptions=True)

@@ -136,3 +136,26 @@ def test_stage_five_runs_the_schedule_recorded_once_and_skips_a_task_without_one
     assert all(
         s.reason == "no k schedule proposed: drafter's acceptance not measured" for s in skipped
     )
+
+
+def test_a_surface_cell_whose_baseline_cell_was_skipped_is_skipped_once_through_a_resume(
+    tmp_path,
+):
+    from harness.plan import baseline_speed_cell_id, plan_cells
+    from harness.run.schedule import surface_batch
+    from harness.rundir.cell import Stage
+    from harness.rundir.schedule import SkippedCell
+
+    loaded = load_study_file(ROOT / "examples" / "scripted-surface.yaml")
+    store = new_run(loaded, tmp_path / "results")
+    study = loaded.study
+    cells = [c for c in plan_cells(study) if c.stage == Stage.SURFACE]
+    lost = cells[0]
+    base = SkippedCell(cell=baseline_speed_cell_id(study, lost, lost.session), reason="stop")
+    store.edit_manifest(lambda m: m.skipped.append(base))
+    with RunProgress(Console(file=io.StringIO()), 0) as progress:
+        for _ in range(2):  # the run, then its resume
+            batch = surface_batch(store, study, cells, progress)
+            assert lost not in batch.cells and 0 < len(batch.cells) < len(cells)
+    said = [s.cell for s in store.manifest().skipped]
+    assert lost.id in said and len(said) == len(set(said))

@@ -12,18 +12,19 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from harness.analysis.load import load_run
 from harness.errors import InputError
 from harness.run.store import RunStore
 from harness.rundir import CellFile, MeasuredOn, gpu_key
-from harness.rundir.cell import Cell
+from harness.rundir.cell import Cell, Stage
 from tests.analysis.runfolder import RunBuilder
 
 
 def speed(session: int | None = None, c: int = 1) -> Cell:
     return Cell(
-        stage=1,
+        stage=Stage.STOP,
         arm="base",
         task="chat",
         kind="speed",
@@ -73,6 +74,7 @@ def test_a_reruns_cell_json_reads_back_to_the_same_cell(tmp_path):
     assert path.parent.name == rerun.dirname
     stored = json.loads(path.read_text())["cell"]
     assert stored["id"] == rerun.id and stored["session"] == 5
+    assert type(stored["stage"]) is int and stored["stage"] == 1  # the number, as ever
     assert CellFile.model_validate(json.loads(path.read_text())).cell == rerun
     # Through the process boundary (the Ray shard worker's batches) the same way.
     assert Cell.model_validate(json.loads(json.dumps(rerun.model_dump(mode="json")))) == rerun
@@ -94,6 +96,9 @@ def test_cell_json_as_format_5_wrote_it_reads():
         "session": 2,
     }
     assert Cell.model_validate(planned) == speed(session=2)
+    assert Cell.model_validate(planned).stage is Stage.STOP
+    with pytest.raises(ValidationError, match="stage"):
+        Cell.model_validate(planned | {"stage": 6})  # no such stage
     rerun = planned | {"id": "base/chat/speed/c001/s2/rerun1", "session": 5}
     assert Cell.model_validate(rerun) == speed(session=2).rerun_cell(3)
     first = planned | {"id": "base/chat/speed/c001/rerun1", "session": 4}
