@@ -35,10 +35,11 @@ import pandas as pd
 from harness.analysis.frame import framed, rows_of
 from harness.analysis.intervals import t_interval
 from harness.analysis.load import RunData
-from harness.analysis.rows import SpeedupRow, VerifiedLevelRow
+from harness.analysis.rows import SpeedupRow
 from harness.analysis.speedup import pair_figures, pair_key
 from harness.prereg.schema import Study, schedule_arm_name
 from harness.rundir.schedule import KScheduleRecord, ScheduledLevel
+from harness.rundir.verdict import VerifiedLevel
 
 if TYPE_CHECKING:
     from harness.analysis.tables import Analysis
@@ -313,7 +314,7 @@ def schedule_verification(run: RunData) -> pd.DataFrame:
                 )
                 row["label"] = _verified_label(row, surface.collapse_below)
                 rows.append(row)
-    return framed(rows, VerifiedLevelRow)
+    return framed(rows, VerifiedLevel)  # the verdict's row is the table's
 
 
 def collapsed(measured_upper: float | None, predicted: float | None, below: float) -> bool:

@@ -164,32 +164,6 @@ class SurfaceCellRow:
 
 
 @dataclass(frozen=True)
-class VerifiedLevelRow:
-    """The k schedule verified at one task and level (analysis/k_schedule.py)."""
-
-    arm: str
-    baseline: str
-    task: str
-    concurrency: int
-    k: int  # the k in force at the level (0: no drafts)
-    threshold: bool  # the first level whose k differs from the level below's
-    predicted_speedup: float | None
-    predicted_ci_lower: float | None
-    predicted_ci_upper: float | None
-    status: str
-    reason: str | None
-    speedup: float | None
-    ci_lower: float | None
-    ci_upper: float | None
-    tokens_per_round: float | None
-    round_cost_ratio: float | None
-    collapse: bool  # measured below surface.collapse_below x its prediction
-    label: str
-    drafter_cell: str
-    baseline_cell: str
-
-
-@dataclass(frozen=True)
 class CategoryRow:
     """A SPEED-Bench task's speedup by category (analysis/categories.py)."""
 
