@@ -136,7 +136,7 @@ def test_the_verdict_view_gives_page_one_its_word_reasons_notice_and_panels(tmp_
     # One panel a speed task, each drafter's speedups the run's.
     assert [p.task for p in view.panels] == ["chat", "gsm8k"]
     for arm in view.panels[0].arms:
-        assert list(arm.rows["speedup"]) == pytest.approx(list(PASSING_SPEEDUPS[arm.arm].values()))
+        assert list(arm.speedup.value) == pytest.approx(list(PASSING_SPEEDUPS[arm.arm].values()))
     assert view.bar_lines[0] == "[          PASS]  pass.speed"
     assert view.evidence_lines[0] == "== pass.speed: pass"
 
@@ -153,7 +153,7 @@ def test_the_speedups_view_reads_each_drafters_speedups_and_knee(full_run):
     arms = {arm.arm: arm for arm in view.panels[0].arms}
     assert list(arms) == list(PASSING_SPEEDUPS)
     for name, by_level in PASSING_SPEEDUPS.items():
-        assert list(arms[name].rows["speedup"]) == pytest.approx(list(by_level.values()))
+        assert list(arms[name].speedup.value) == pytest.approx(list(by_level.values()))
         # Each crosses 1.0 between 8 users (above) and 16 (below).
         knee = arms[name].knee
         assert knee is not None and 8 < knee < 16, name
