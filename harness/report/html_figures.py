@@ -136,11 +136,11 @@ def speed_curves_figure(view: SpeedCurvesView, task: str) -> go.Figure:
         # As the PDF draws them: a drafter solid with circles, a baseline dashed with squares.
         style = {"color": curve.colour, "dash": "solid" if curve.drafter else "dash"}
         marker = {"symbol": "circle" if curve.drafter else "square"}
-        for col, column in ((1, "per_user_speed"), (2, "output_throughput_tok_s")):
+        for col, speeds in ((1, curve.per_user_speed), (2, curve.throughput)):
             fig.add_trace(
                 go.Scatter(
-                    x=curve.rows["concurrency"],
-                    y=floats(curve.rows[column]),
+                    x=curve.users,
+                    y=floats(speeds),
                     mode="lines+markers",
                     name=curve.arm,
                     legendgroup=curve.arm,

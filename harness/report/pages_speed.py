@@ -124,22 +124,16 @@ def speed_curve_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
         for j, task in enumerate(tasks):
             up, down = axes[0][j], axes[1][j]
             for curve in view.tasks[task]:
-                rows, style = curve.rows, "o-" if curve.drafter else "s--"
+                style = "o-" if curve.drafter else "s--"
                 (h,) = up.plot(
-                    rows["concurrency"],
-                    rows["per_user_speed"],
+                    curve.users,
+                    curve.per_user_speed,
                     style,
                     color=curve.colour,
                     label=curve.arm,
                     ms=4,
                 )
-                down.plot(
-                    rows["concurrency"],
-                    rows["output_throughput_tok_s"],
-                    style,
-                    color=curve.colour,
-                    ms=4,
-                )
+                down.plot(curve.users, curve.throughput, style, color=curve.colour, ms=4)
                 handles[curve.arm] = h
             for ax, ylabel in ((up, "per-user speed (tok/s)"), (down, "output throughput (tok/s)")):
                 log2_axis(ax, view.levels)
