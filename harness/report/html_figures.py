@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from harness.analysis.tables import Analysis
 from harness.report.html_plotly import band, empty, floats, grid, log2_x
 from harness.report.views import arm_colours
-from harness.report.views.categories import PANELS, InputLengths, TaskCategories
+from harness.report.views.categories import InputLengths, TaskCategories
 from harness.report.views.speed import SpeedCurvesView
 from harness.report.views.speedups import DECOMPOSITION_TITLES, SpeedupPanel
 
@@ -231,27 +231,29 @@ def category_figure(a: Analysis, t: TaskCategories) -> go.Figure:
     """A SPEED-Bench task by category: speedup, tokens per round and acceptance, one
     marker series per drafter arm and concurrency, each with its interval (the PDF's
     pages_categories panels)."""
-    rows = t.rows
-    fig = grid(1, len(PANELS), [title for *_, title in PANELS], height=420)
+    fig = grid(1, len(t.panels), [panel.title for panel in t.panels], height=420)
     colours = arm_colours(a)
-    for col, (value, lo, hi, _) in enumerate(PANELS, start=1):
-        for (arm, c), grp in rows.groupby(["arm", "concurrency"], sort=False):
-            y = floats(grp[value])
+    for col, panel in enumerate(t.panels, start=1):
+        for series in panel.series:
+            name = f"{series.arm} c={series.concurrency}"
+            y = floats(series.figures.value)
             fig.add_trace(
                 go.Scatter(
-                    x=list(grp["category"]),
+                    x=list(series.categories),
                     y=y,
                     mode="markers",
-                    name=f"{arm} c={c}",
-                    legendgroup=f"{arm} c={c}",
+                    name=name,
+                    legendgroup=name,
                     showlegend=col == 1,
-                    marker={"color": colours.get(str(arm), "#444444"), "size": 9},
-                    error_y=_error_bars(y, floats(grp[lo]), floats(grp[hi])),
+                    marker={"color": colours.get(series.arm, "#444444"), "size": 9},
+                    error_y=_error_bars(
+                        y, floats(series.figures.lower), floats(series.figures.upper)
+                    ),
                 ),
                 row=1,
                 col=col,
             )
-        if rows.empty:
+        if not t.categories:
             empty(fig, "no usable category figures", 1, col)
     fig.add_hline(1.0, line={"color": "black", "width": 1}, row=1, col=1)
     return fig
@@ -276,16 +278,16 @@ def input_length_figure(a: Analysis, view: InputLengths) -> go.Figure:
     length, one line per drafter arm and concurrency."""
     fig = grid(1, 1, ["speedup by input length (configuration)"], height=380)
     colours = arm_colours(a)
-    for arm, c, rows in view.series:
-        y = floats(r.speedup for r in rows)
-        lo, hi = floats(r.ci_lower for r in rows), floats(r.ci_upper for r in rows)
+    for series in view.series:
+        y = floats(series.speedup.value)
+        lo, hi = floats(series.speedup.lower), floats(series.speedup.upper)
         fig.add_trace(
             go.Scatter(
-                x=[view.lengths[r.task] for r in rows],
+                x=list(series.lengths),
                 y=y,
                 mode="lines+markers",
-                name=f"{arm} c={c}",
-                line={"color": colours.get(arm, "#444444")},
+                name=f"{series.arm} c={series.concurrency}",
+                line={"color": colours.get(series.arm, "#444444")},
                 error_y=_error_bars(y, lo, hi),
             ),
             row=1,

@@ -4,7 +4,6 @@ its knee, the two factors of its decomposition, and the registered bars' lines."
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +14,7 @@ from harness.analysis.rows import KneeRow, SpeedupRow, curves
 from harness.analysis.tables import Analysis
 from harness.numbers import is_nan
 from harness.report.views import arm_colours
+from harness.report.views.series import Estimates, figures
 from harness.rundir.verdict import Verdict
 
 # The decomposition's four panels, over the same usable speedups (pages_decompose.py).
@@ -24,20 +24,6 @@ DECOMPOSITION_TITLES = (
     "round time vs plain step (ms)",
     "round cost (x plain step)",
 )
-
-
-def figures(values: Iterable[float | None]) -> np.ndarray:
-    """Figures to draw, as floats: a missing one (None) is NaN, a gap."""
-    return np.array([np.nan if v is None else v for v in values], dtype=float)
-
-
-@dataclass(frozen=True)
-class Estimates:
-    """A figure at each point with its interval's edges (NaN: none there)."""
-
-    value: np.ndarray
-    lower: np.ndarray
-    upper: np.ndarray
 
 
 @dataclass(frozen=True)
