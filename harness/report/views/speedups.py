@@ -139,6 +139,13 @@ def arm_speedups(
     )
     rerun = [r for r in rows if not is_nan(r.baseline_rerun_speed)]
     explained = [r for r in rows if not is_nan(r.explained_speedup)]
+    with np.errstate(divide="ignore", invalid="ignore"):  # as the table's division: inf, NaN
+        rerun_ratio = figures(r.speed_drafter for r in rerun) / figures(
+            r.baseline_rerun_speed for r in rerun
+        )
+        tokens_ratio = figures(r.tokens_per_round for r in explained) / figures(
+            r.baseline_tokens_per_round for r in explained
+        )
     return ArmSpeedups(
         rows[0].arm,
         colour,
@@ -160,19 +167,14 @@ def arm_speedups(
             figures(r.round_cost_ratio_ci_upper for r in rows),
         ),
         figures(r.predicted_round_cost_ratio for r in rows),
-        RerunRatios(
-            users(rerun),
-            figures(r.speed_drafter for r in rerun)
-            / figures(r.baseline_rerun_speed for r in rerun),
-        ),
+        RerunRatios(users(rerun), rerun_ratio),
         float(knee.knee_concurrency) if located and knee is not None else None,  # type: ignore[arg-type]
         knee_span(knee, levels) if located and knee is not None else None,
         knee.interval if knee is not None else "",
         knee is not None and knee.status in ("beyond", "beyond_skipped"),
         Factors(
             users(explained),
-            figures(r.tokens_per_round for r in explained)
-            / figures(r.baseline_tokens_per_round for r in explained),
+            tokens_ratio,
             figures(r.round_cost_ratio for r in explained),
         ),
     )
