@@ -78,7 +78,7 @@ def test_the_acceptance_view_reads_each_levels_seconds_and_positions(half_run):
         assert [level.concurrency for level in chat] == levels
         for level in chat:
             # 10 one-second scrapes, one failed: 9 seconds, each 2.5 tokens a round.
-            assert level.per_second["acceptance_length"].tolist() == pytest.approx([2.5] * 9)
+            assert level.tokens_per_round.tolist() == pytest.approx([2.5] * 9)
     # vLLM's three positions keep 0.5, 0.3 and 0.2 of the 1.5 accepted tokens a round.
     assert by_arm["vllm-eagle3"].tasks["chat"][0].position_rates == pytest.approx([0.75, 0.45, 0.3])
     assert by_arm["sglang-dflash"].tasks["chat"][0].position_rates == []
