@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from harness.analysis.tables import Analysis
 from harness.report.html_plotly import band, empty, floats, grid, log2_x
 from harness.report.views import arm_colours
-from harness.report.views.categories import PANELS, InputLengths, TaskCategories
+from harness.report.views.categories import InputLengths, TaskCategories
 from harness.report.views.speed import SpeedCurvesView
 from harness.report.views.speedups import DECOMPOSITION_TITLES, SpeedupPanel
 
@@ -22,17 +22,17 @@ def speedup_figure(panel: SpeedupPanel) -> go.Figure:
     pass and stop lines (the check line when in reach), each knee marked."""
     fig = grid(1, 1, [f"task: {panel.task}"], height=420)
     for arm in panel.arms:
-        g, c, name = arm.rows, arm.colour, arm.arm
-        band(fig, g["concurrency"], g["ci_lower"], g["ci_upper"], c, name, 1, 1)
+        c, name, speedup = arm.colour, arm.arm, arm.speedup
+        band(fig, arm.users, speedup.lower, speedup.upper, c, name, 1, 1)
         fig.add_trace(
             go.Scatter(
-                x=g["concurrency"],
-                y=floats(g["speedup"]),
+                x=arm.users,
+                y=floats(speedup.value),
                 mode="lines+markers",
                 name=name,
                 legendgroup=name,
                 line={"color": c, "width": 2},
-                customdata=list(zip(floats(g["ci_lower"]), floats(g["ci_upper"]), strict=True)),
+                customdata=list(zip(floats(speedup.lower), floats(speedup.upper), strict=True)),
                 hovertemplate=(
                     f"{name}<br>users %{{x}}<br>speedup %{{y:.3f}}x"
                     "<br>interval [%{customdata[0]:.3f}, %{customdata[1]:.3f}]"
@@ -40,11 +40,11 @@ def speedup_figure(panel: SpeedupPanel) -> go.Figure:
                 ),
             )
         )
-        if len(arm.rerun):  # the check bar's rerun, beside the original
+        if len(arm.rerun.users):  # the check bar's rerun, beside the original
             fig.add_trace(
                 go.Scatter(
-                    x=arm.rerun["concurrency"],
-                    y=floats(arm.rerun["ratio"]),
+                    x=arm.rerun.users,
+                    y=floats(arm.rerun.ratio),
                     mode="markers",
                     marker={"symbol": "x", "size": 11, "color": c},
                     name=f"{name} against the baseline rerun",
@@ -102,8 +102,8 @@ def factors_figure(panel: SpeedupPanel) -> go.Figure:
             continue
         fig.add_trace(
             go.Scatter(
-                x=f["concurrency"],
-                y=floats(f["tokens"]),
+                x=f.users,
+                y=floats(f.tokens),
                 mode="lines+markers",
                 name=f"{arm.arm}: tokens per round / baseline's",
                 legendgroup=arm.arm,
@@ -112,8 +112,8 @@ def factors_figure(panel: SpeedupPanel) -> go.Figure:
         )
         fig.add_trace(
             go.Scatter(
-                x=f["concurrency"],
-                y=floats(f["cost"]),
+                x=f.users,
+                y=floats(f.cost),
                 mode="lines+markers",
                 legendgroup=arm.arm,
                 name=f"{arm.arm}: round cost / plain step",
@@ -136,11 +136,11 @@ def speed_curves_figure(view: SpeedCurvesView, task: str) -> go.Figure:
         # As the PDF draws them: a drafter solid with circles, a baseline dashed with squares.
         style = {"color": curve.colour, "dash": "solid" if curve.drafter else "dash"}
         marker = {"symbol": "circle" if curve.drafter else "square"}
-        for col, column in ((1, "per_user_speed"), (2, "output_throughput_tok_s")):
+        for col, speeds in ((1, curve.per_user_speed), (2, curve.throughput)):
             fig.add_trace(
                 go.Scatter(
-                    x=curve.rows["concurrency"],
-                    y=floats(curve.rows[column]),
+                    x=curve.users,
+                    y=floats(speeds),
                     mode="lines+markers",
                     name=curve.arm,
                     legendgroup=curve.arm,
@@ -164,8 +164,8 @@ def decomposition_figure(panel: SpeedupPanel) -> go.Figure:
     round time against the plain step; measured and predicted round cost."""
     fig = grid(1, 4, DECOMPOSITION_TITLES, height=400)
     for i, drafter in enumerate(panel.arms):
-        g, c, arm = drafter.rows, drafter.colour, drafter.arm
-        x = g["concurrency"]
+        c, arm, x = drafter.colour, drafter.arm, drafter.users
+        speedup, cost = drafter.speedup, drafter.round_cost
 
         def line(
             col: int,
@@ -192,28 +192,32 @@ def decomposition_figure(panel: SpeedupPanel) -> go.Figure:
                 col=col,
             )
 
-        band(fig, x, g["ci_lower"], g["ci_upper"], c, arm, 1, 1)
-        line(1, g["speedup"], f"{arm} measured")
-        line(1, g["explained_speedup"], f"{arm} explained", symbol="x", mode="markers")
-        line(1, g["predicted_speedup"], f"{arm} predicted", dash="dot", mode="lines")
-        line(2, g["tokens_per_round"], f"{arm} client tokens per round")
+        band(fig, x, speedup.lower, speedup.upper, c, arm, 1, 1)
+        line(1, speedup.value, f"{arm} measured")
+        line(1, drafter.explained, f"{arm} explained", symbol="x", mode="markers")
+        line(1, drafter.predicted, f"{arm} predicted", dash="dot", mode="lines")
+        line(2, drafter.tokens_per_round, f"{arm} client tokens per round")
         line(
-            2, g["engine_tokens_per_round"], f"{arm} engine 1+sum(p)", dash="dot", symbol="diamond"
+            2,
+            drafter.engine_tokens_per_round,
+            f"{arm} engine 1+sum(p)",
+            dash="dot",
+            symbol="diamond",
         )
-        line(3, g["round_time_s"].astype(float) * 1e3, f"{arm} round (ms)")
+        line(3, drafter.round_time_ms, f"{arm} round (ms)")
         if i == 0:
             line(
                 3,
-                g["baseline_step_time_s"].astype(float) * 1e3,
+                drafter.baseline_step_ms,
                 "baseline step (ms)",
                 dash="dash",
                 symbol="square",
                 colour="#000000",
                 group="baseline",
             )
-        band(fig, x, g["round_cost_ratio_ci_lower"], g["round_cost_ratio_ci_upper"], c, arm, 1, 4)
-        line(4, g["round_cost_ratio"], f"{arm} round cost")
-        line(4, g["predicted_round_cost_ratio"], f"{arm} roofline cost", dash="dot", mode="lines")
+        band(fig, x, cost.lower, cost.upper, c, arm, 1, 4)
+        line(4, cost.value, f"{arm} round cost")
+        line(4, drafter.predicted_round_cost, f"{arm} roofline cost", dash="dot", mode="lines")
     fig.add_hline(1.0, line={"color": "black", "width": 1}, row=1, col=1)
     for col in range(1, 5):
         log2_x(fig, panel.levels, 1, col)
@@ -227,27 +231,29 @@ def category_figure(a: Analysis, t: TaskCategories) -> go.Figure:
     """A SPEED-Bench task by category: speedup, tokens per round and acceptance, one
     marker series per drafter arm and concurrency, each with its interval (the PDF's
     pages_categories panels)."""
-    rows = t.rows
-    fig = grid(1, len(PANELS), [title for *_, title in PANELS], height=420)
+    fig = grid(1, len(t.panels), [panel.title for panel in t.panels], height=420)
     colours = arm_colours(a)
-    for col, (value, lo, hi, _) in enumerate(PANELS, start=1):
-        for (arm, c), grp in rows.groupby(["arm", "concurrency"], sort=False):
-            y = floats(grp[value])
+    for col, panel in enumerate(t.panels, start=1):
+        for series in panel.series:
+            name = f"{series.arm} c={series.concurrency}"
+            y = floats(series.figures.value)
             fig.add_trace(
                 go.Scatter(
-                    x=list(grp["category"]),
+                    x=list(series.categories),
                     y=y,
                     mode="markers",
-                    name=f"{arm} c={c}",
-                    legendgroup=f"{arm} c={c}",
+                    name=name,
+                    legendgroup=name,
                     showlegend=col == 1,
-                    marker={"color": colours.get(str(arm), "#444444"), "size": 9},
-                    error_y=_error_bars(y, floats(grp[lo]), floats(grp[hi])),
+                    marker={"color": colours.get(series.arm, "#444444"), "size": 9},
+                    error_y=_error_bars(
+                        y, floats(series.figures.lower), floats(series.figures.upper)
+                    ),
                 ),
                 row=1,
                 col=col,
             )
-        if rows.empty:
+        if not t.categories:
             empty(fig, "no usable category figures", 1, col)
     fig.add_hline(1.0, line={"color": "black", "width": 1}, row=1, col=1)
     return fig
@@ -272,16 +278,16 @@ def input_length_figure(a: Analysis, view: InputLengths) -> go.Figure:
     length, one line per drafter arm and concurrency."""
     fig = grid(1, 1, ["speedup by input length (configuration)"], height=380)
     colours = arm_colours(a)
-    for arm, c, rows in view.series:
-        y = floats(r.speedup for r in rows)
-        lo, hi = floats(r.ci_lower for r in rows), floats(r.ci_upper for r in rows)
+    for series in view.series:
+        y = floats(series.speedup.value)
+        lo, hi = floats(series.speedup.lower), floats(series.speedup.upper)
         fig.add_trace(
             go.Scatter(
-                x=[view.lengths[r.task] for r in rows],
+                x=list(series.lengths),
                 y=y,
                 mode="lines+markers",
-                name=f"{arm} c={c}",
-                line={"color": colours.get(arm, "#444444")},
+                name=f"{series.arm} c={series.concurrency}",
+                line={"color": colours.get(series.arm, "#444444")},
                 error_y=_error_bars(y, lo, hi),
             ),
             row=1,

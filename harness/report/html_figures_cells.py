@@ -34,11 +34,11 @@ def acceptance_figure(view: AcceptanceView, arm: ArmAcceptance, task: str) -> go
     any_series = any_pos = False
     for level in arm.tasks[task]:
         c = level.concurrency
-        if not level.per_second.empty:
+        if not level.no_seconds:
             fig.add_trace(
                 go.Scatter(
-                    x=floats(level.per_second["t_s"]),
-                    y=floats(level.per_second["acceptance_length"]),
+                    x=floats(level.seconds),
+                    y=floats(level.tokens_per_round),
                     mode="lines",
                     name=f"c={c}",
                     legendgroup=f"c={c}",

@@ -32,13 +32,9 @@ def acceptance_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
             any_series = any_pos = False
             for level in levels:
                 c = level.concurrency
-                if not level.per_second.empty:
+                if not level.no_seconds:
                     (h,) = top.plot(
-                        level.per_second["t_s"],
-                        level.per_second["acceptance_length"],
-                        "-",
-                        color=colours[c],
-                        lw=1,
+                        level.seconds, level.tokens_per_round, "-", color=colours[c], lw=1
                     )
                     handles[f"c={c}"] = h
                     any_series = True

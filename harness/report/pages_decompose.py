@@ -38,47 +38,31 @@ def _task_page(pdf: PdfPages, formula: str, task: DecompositionTask) -> None:
     )
     axes = [fig.add_subplot(grid[0, j]) for j in range(4)]
     for drafter in panel.arms:
-        g, c, arm = drafter.rows, drafter.colour, drafter.arm
-        x = g["concurrency"]
-        axes[0].plot(x, g["speedup"], "o-", color=c, ms=4, label=f"{arm} measured")
+        c, arm, x = drafter.colour, drafter.arm, drafter.users
+        speedup, cost = drafter.speedup, drafter.round_cost
+        axes[0].plot(x, speedup.value, "o-", color=c, ms=4, label=f"{arm} measured")
         axes[0].fill_between(
-            x.astype(float),
-            g["ci_lower"].astype(float),
-            g["ci_upper"].astype(float),
-            color=c,
-            alpha=0.15,
-            lw=0,
+            x.astype(float), speedup.lower, speedup.upper, color=c, alpha=0.15, lw=0
         )
-        axes[0].plot(x, g["explained_speedup"], "x", color=c, ms=7, label=f"{arm} explained")
-        axes[0].plot(x, g["predicted_speedup"], ":", color=c, lw=1.4, label=f"{arm} predicted")
-        axes[1].plot(x, g["tokens_per_round"], "o-", color=c, ms=4, label=f"{arm} client")
+        axes[0].plot(x, drafter.explained, "x", color=c, ms=7, label=f"{arm} explained")
+        axes[0].plot(x, drafter.predicted, ":", color=c, lw=1.4, label=f"{arm} predicted")
+        axes[1].plot(x, drafter.tokens_per_round, "o-", color=c, ms=4, label=f"{arm} client")
         axes[1].plot(
-            x, g["engine_tokens_per_round"], "d:", color=c, ms=4, label=f"{arm} engine 1+sum(p)"
+            x, drafter.engine_tokens_per_round, "d:", color=c, ms=4, label=f"{arm} engine 1+sum(p)"
         )
-        axes[2].plot(
-            x, g["round_time_s"].astype(float) * 1e3, "o-", color=c, ms=4, label=f"{arm} round"
-        )
+        axes[2].plot(x, drafter.round_time_ms, "o-", color=c, ms=4, label=f"{arm} round")
         axes[2].plot(
             x,
-            g["baseline_step_time_s"].astype(float) * 1e3,
+            drafter.baseline_step_ms,
             "s--",
             color="black",
             ms=3,
             lw=0.9,
             label="baseline step" if drafter is panel.arms[0] else None,
         )
-        axes[3].plot(x, g["round_cost_ratio"], "o-", color=c, ms=4, label=f"{arm} measured")
-        axes[3].fill_between(
-            x.astype(float),
-            g["round_cost_ratio_ci_lower"].astype(float),
-            g["round_cost_ratio_ci_upper"].astype(float),
-            color=c,
-            alpha=0.15,
-            lw=0,
-        )
-        axes[3].plot(
-            x, g["predicted_round_cost_ratio"], ":", color=c, lw=1.4, label=f"{arm} roofline"
-        )
+        axes[3].plot(x, cost.value, "o-", color=c, ms=4, label=f"{arm} measured")
+        axes[3].fill_between(x.astype(float), cost.lower, cost.upper, color=c, alpha=0.15, lw=0)
+        axes[3].plot(x, drafter.predicted_round_cost, ":", color=c, lw=1.4, label=f"{arm} roofline")
     for ax, title in zip(axes, DECOMPOSITION_TITLES, strict=True):
         log2_axis(ax, panel.levels)
         ax.set_title(title, fontsize=9)

@@ -10,6 +10,9 @@ dearer round.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from matplotlib.backends.backend_pdf import PdfPages
 
 from harness.analysis.tables import Analysis
@@ -111,9 +114,9 @@ def factors_axes(ax, panel: SpeedupPanel, handles: dict) -> None:
         f = arm.factors
         if f.empty:
             continue
-        ax.plot(f["concurrency"], f["tokens"], "o-", color=arm.colour, ms=3, lw=1.3)
-        ax.plot(f["concurrency"], f["cost"], "s--", color=arm.colour, ms=3, lw=1.1)
-        top = max(top, float(f["tokens"].max()), float(f["cost"].max()))
+        ax.plot(f.users, f.tokens, "o-", color=arm.colour, ms=3, lw=1.3)
+        ax.plot(f.users, f.cost, "s--", color=arm.colour, ms=3, lw=1.1)
+        top = max(top, _highest(f.tokens), _highest(f.cost))
     handles["tokens per round / baseline's (lower panel)"] = ax.plot(
         [], [], "o-", color="gray", ms=3
     )[0]
@@ -128,3 +131,9 @@ def factors_axes(ax, panel: SpeedupPanel, handles: dict) -> None:
     ax.set_title("why: speedup = tokens factor / cost factor", fontsize=8, loc="left")
     if panel.no_factors:
         empty_axes(ax, "no decomposition (no chunk stamps)")
+
+
+def _highest(values: np.ndarray) -> float:
+    """The highest figure, NaN skipped (NaN: none)."""
+    shown = values[~np.isnan(values)]
+    return float(shown.max()) if len(shown) else math.nan

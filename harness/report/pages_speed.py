@@ -45,22 +45,15 @@ def speedup_axes(ax, panel: SpeedupPanel, handles: dict) -> None:
     """One task's speedup against users: every drafter with its interval band, the 1.0,
     pass and stop lines (the check line when in reach), each knee marked."""
     for arm in panel.arms:
-        g, c = arm.rows, arm.colour
-        (line,) = ax.plot(
-            g["concurrency"], g["speedup"], "o-", color=c, label=arm.arm, lw=1.6, ms=4
-        )
+        c, speedup = arm.colour, arm.speedup
+        (line,) = ax.plot(arm.users, speedup.value, "o-", color=c, label=arm.arm, lw=1.6, ms=4)
         ax.fill_between(
-            g["concurrency"].astype(float),
-            g["ci_lower"].astype(float),
-            g["ci_upper"].astype(float),
-            color=c,
-            alpha=0.18,
-            lw=0,
+            arm.users.astype(float), speedup.lower, speedup.upper, color=c, alpha=0.18, lw=0
         )
         handles[arm.arm] = line
-        if len(arm.rerun):  # the check bar's rerun, shown beside the original
+        if len(arm.rerun.users):  # the check bar's rerun, shown beside the original
             handles["against the baseline rerun"] = ax.plot(
-                arm.rerun["concurrency"], arm.rerun["ratio"], "x", color=c, ms=9, mew=2
+                arm.rerun.users, arm.rerun.ratio, "x", color=c, ms=9, mew=2
             )[0]
         _mark_knee(ax, arm, panel.levels)
     handles["no gain (1.0x)"] = ax.axhline(1.0, color="black", lw=0.8)
@@ -131,22 +124,16 @@ def speed_curve_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
         for j, task in enumerate(tasks):
             up, down = axes[0][j], axes[1][j]
             for curve in view.tasks[task]:
-                rows, style = curve.rows, "o-" if curve.drafter else "s--"
+                style = "o-" if curve.drafter else "s--"
                 (h,) = up.plot(
-                    rows["concurrency"],
-                    rows["per_user_speed"],
+                    curve.users,
+                    curve.per_user_speed,
                     style,
                     color=curve.colour,
                     label=curve.arm,
                     ms=4,
                 )
-                down.plot(
-                    rows["concurrency"],
-                    rows["output_throughput_tok_s"],
-                    style,
-                    color=curve.colour,
-                    ms=4,
-                )
+                down.plot(curve.users, curve.throughput, style, color=curve.colour, ms=4)
                 handles[curve.arm] = h
             for ax, ylabel in ((up, "per-user speed (tok/s)"), (down, "output throughput (tok/s)")):
                 log2_axis(ax, view.levels)

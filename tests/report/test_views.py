@@ -78,7 +78,7 @@ def test_the_acceptance_view_reads_each_levels_seconds_and_positions(half_run):
         assert [level.concurrency for level in chat] == levels
         for level in chat:
             # 10 one-second scrapes, one failed: 9 seconds, each 2.5 tokens a round.
-            assert level.per_second["acceptance_length"].tolist() == pytest.approx([2.5] * 9)
+            assert level.tokens_per_round.tolist() == pytest.approx([2.5] * 9)
     # vLLM's three positions keep 0.5, 0.3 and 0.2 of the 1.5 accepted tokens a round.
     assert by_arm["vllm-eagle3"].tasks["chat"][0].position_rates == pytest.approx([0.75, 0.45, 0.3])
     assert by_arm["sglang-dflash"].tasks["chat"][0].position_rates == []
@@ -136,7 +136,7 @@ def test_the_verdict_view_gives_page_one_its_word_reasons_notice_and_panels(tmp_
     # One panel a speed task, each drafter's speedups the run's.
     assert [p.task for p in view.panels] == ["chat", "gsm8k"]
     for arm in view.panels[0].arms:
-        assert list(arm.rows["speedup"]) == pytest.approx(list(PASSING_SPEEDUPS[arm.arm].values()))
+        assert list(arm.speedup.value) == pytest.approx(list(PASSING_SPEEDUPS[arm.arm].values()))
     assert view.bar_lines[0] == "[          PASS]  pass.speed"
     assert view.evidence_lines[0] == "== pass.speed: pass"
 
@@ -153,7 +153,7 @@ def test_the_speedups_view_reads_each_drafters_speedups_and_knee(full_run):
     arms = {arm.arm: arm for arm in view.panels[0].arms}
     assert list(arms) == list(PASSING_SPEEDUPS)
     for name, by_level in PASSING_SPEEDUPS.items():
-        assert list(arms[name].rows["speedup"]) == pytest.approx(list(by_level.values()))
+        assert list(arms[name].speedup.value) == pytest.approx(list(by_level.values()))
         # Each crosses 1.0 between 8 users (above) and 16 (below).
         knee = arms[name].knee
         assert knee is not None and 8 < knee < 16, name

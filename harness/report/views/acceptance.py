@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
+import numpy as np
 
 from harness.analysis.acceptance import per_second_acceptance
 from harness.analysis.bar_common import speed_tasks
@@ -24,8 +24,13 @@ NO_SERIES = "no per-second acceptance (no usable cells or no drafts)"
 @dataclass(frozen=True)
 class LevelAcceptance:
     concurrency: int
-    per_second: pd.DataFrame  # t_s, acceptance_length: the seconds with a round
+    seconds: np.ndarray  # since the cell's first scrape: each second with a round
+    tokens_per_round: np.ndarray  # the engine's, that second (counter deltas)
     position_rates: list[float]  # acceptance rate at draft position 1, 2, ... (may be [])
+
+    @property
+    def no_seconds(self) -> bool:
+        return not len(self.seconds)
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,14 @@ def acceptance_by_level(a: Analysis, arm: Arm, task: str) -> list[LevelAcceptanc
             for k in row.index
             if k.startswith("accept_rate_pos") and not is_nan(row[k])
         ]
-        out.append(LevelAcceptance(c, series, rates))
+        out.append(
+            LevelAcceptance(
+                c,
+                series["t_s"].to_numpy(dtype=float),
+                series["acceptance_length"].to_numpy(dtype=float),
+                rates,
+            )
+        )
     return out
 
 

@@ -3,29 +3,26 @@ its throughput configurations, by input length."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import pandas as pd
-
-from harness.analysis.rows import SpeedupRow
+from harness.analysis.rows import CategoryRow, SpeedupRow
 from harness.analysis.tables import Analysis
 from harness.report.layout import table_lines
+from harness.report.views.series import Estimates, figures
 from harness.rundir.verdict import Verdict
 
-# (column, its interval's columns, the panel's title)
-PANELS = (
-    ("speedup", "ci_lower", "ci_upper", "speedup"),
+Figure = tuple[float | None, float | None, float | None]  # a figure and its interval's edges
+# Each panel's title, and the figure of a category's row it draws.
+PANELS: tuple[tuple[str, Callable[[CategoryRow], Figure]], ...] = (
+    ("speedup", lambda r: (r.speedup, r.ci_lower, r.ci_upper)),
     (
-        "tokens_per_round",
-        "tokens_per_round_ci_lower",
-        "tokens_per_round_ci_upper",
         "tokens per round (client)",
+        lambda r: (r.tokens_per_round, r.tokens_per_round_ci_lower, r.tokens_per_round_ci_upper),
     ),
     (
-        "acceptance_rate",
-        "acceptance_ci_lower",
-        "acceptance_ci_upper",
         "acceptance rate (engine, per request)",
+        lambda r: (r.acceptance_rate, r.acceptance_ci_lower, r.acceptance_ci_upper),
     ),
 )
 TABLE_COLUMNS = [
@@ -70,9 +67,25 @@ def category_subtitle(a: Analysis, task: str) -> str:
     )
 
 
-def category_table_lines(rows: pd.DataFrame) -> list[str]:
-    table = [[r.get(c) for c in TABLE_COLUMNS] for r in rows.to_dict("records")]
+def category_table_lines(rows: list[CategoryRow]) -> list[str]:
+    table = [[getattr(r, c) for c in TABLE_COLUMNS] for r in rows]
     return table_lines(TABLE_COLUMNS, table)
+
+
+@dataclass(frozen=True)
+class CategorySeries:
+    """One drafter arm at one level: a figure per category, with its interval."""
+
+    arm: str
+    concurrency: int
+    categories: tuple[str, ...]  # in table order
+    figures: Estimates
+
+
+@dataclass(frozen=True)
+class CategoryPanel:
+    title: str
+    series: list[CategorySeries]  # one a drafter arm and level, in table order
 
 
 @dataclass(frozen=True)
@@ -81,8 +94,41 @@ class TaskCategories:
     title: str  # the task and its configuration
     unavailable: str  # why the task has no category figures; "" when it has
     subtitle: str
-    rows: pd.DataFrame  # the task's usable rows (status ok)
+    categories: list[str]  # those with a usable row (status ok), in table order
+    panels: list[CategoryPanel]  # one a PANELS entry, over the usable rows
     table_lines: list[str]
+
+
+def category_panels(usable: list[CategoryRow]) -> list[CategoryPanel]:
+    """Each panel's series: one a drafter arm and level, its categories in table order."""
+    by_series: dict[tuple[str, int], list[CategoryRow]] = {}
+    for r in usable:
+        by_series.setdefault((r.arm, r.concurrency), []).append(r)
+    panels = []
+    for title, figure in PANELS:
+        series = []
+        for (arm, c), rows in by_series.items():
+            value, lower, upper = zip(*(figure(r) for r in rows), strict=True)
+            series.append(
+                CategorySeries(
+                    arm,
+                    c,
+                    tuple(r.category for r in rows),
+                    Estimates(figures(value), figures(lower), figures(upper)),
+                )
+            )
+        panels.append(CategoryPanel(title, series))
+    return panels
+
+
+@dataclass(frozen=True)
+class LengthSeries:
+    """A drafter arm's speedups at one level, a throughput configuration each."""
+
+    arm: str
+    concurrency: int
+    lengths: tuple[str, ...]  # each speedup's input length, shortest first
+    speedup: Estimates
 
 
 @dataclass(frozen=True)
@@ -92,8 +138,7 @@ class InputLengths:
     title: str
     subtitle: str
     order: list[str]  # the input lengths, shortest first
-    lengths: dict[str, str]  # each throughput task's input length
-    series: list[tuple[str, int, list[SpeedupRow]]]  # (arm, c, its rows, shortest first)
+    series: list[LengthSeries]  # one a drafter arm and level
 
 
 @dataclass(frozen=True)
@@ -106,19 +151,21 @@ class CategoriesView:
 
 
 def build_categories_view(a: Analysis, v: Verdict) -> CategoriesView:
-    df = a.categories
+    by_task: dict[str, list[CategoryRow]] = {}
+    for r in a.rows("categories", CategoryRow):
+        by_task.setdefault(r.task, []).append(r)
     tasks = []
-    for task, rows in (df if df is not None else pd.DataFrame({"task": []})).groupby(
-        "task", sort=False
-    ):
-        unavailable = rows[rows["status"] == "unavailable"]
+    for task, rows in by_task.items():
+        unavailable = [r for r in rows if r.status == "unavailable"]
+        usable = [r for r in rows if r.status == "ok"]
         tasks.append(
             TaskCategories(
                 str(task),
-                f"{task} ({rows['config'].iloc[0]})",
-                str(unavailable["reason"].iloc[0]) if len(unavailable) else "",
+                f"{task} ({rows[0].config})",
+                str(unavailable[0].reason) if unavailable else "",
                 category_subtitle(a, str(task)),
-                rows[rows["status"] == "ok"],
+                list(dict.fromkeys(r.category for r in usable)),
+                category_panels(usable),
                 category_table_lines(rows),
             )
         )
@@ -153,9 +200,21 @@ def _input_lengths(a: Analysis) -> InputLengths | None:
         "speedup of each drafter arm per throughput configuration (its registered"
         " categories pooled), with its interval; one line per arm and concurrency",
         order,
-        lengths,
-        [
-            (arm, c, sorted(rows, key=lambda r: order.index(lengths[r.task])))
-            for (arm, c), rows in series.items()
-        ],
+        [_length_series(arm, c, rows, lengths, order) for (arm, c), rows in series.items()],
+    )
+
+
+def _length_series(
+    arm: str, c: int, rows: list[SpeedupRow], lengths: dict[str, str], order: list[str]
+) -> LengthSeries:
+    rows = sorted(rows, key=lambda r: order.index(lengths[r.task]))
+    return LengthSeries(
+        arm,
+        c,
+        tuple(lengths[r.task] for r in rows),
+        Estimates(
+            figures(r.speedup for r in rows),
+            figures(r.ci_lower for r in rows),
+            figures(r.ci_upper for r in rows),
+        ),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
+import numpy as np
 
 from harness.analysis.bar_common import speed_tasks
 from harness.analysis.tables import Analysis
@@ -15,10 +15,14 @@ from harness.rundir.verdict import Verdict
 
 @dataclass(frozen=True)
 class ArmCurve:
+    """An arm's complete, first-measured speed cells on one task, by level (ascending)."""
+
     arm: str
     colour: str
     drafter: bool
-    rows: pd.DataFrame  # concurrency, per_user_speed, output_throughput_tok_s; by concurrency
+    users: np.ndarray  # int
+    per_user_speed: np.ndarray  # tok/s: the median over requests
+    throughput: np.ndarray  # output tok/s over the measured wall time
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,14 @@ def build_speed_curves_view(a: Analysis, v: Verdict) -> SpeedCurvesView:
         for arm in a.run.study.arms:
             rows = sub[sub["arm"] == arm.name].sort_values("concurrency")
             if not rows.empty:
-                curve = ArmCurve(arm.name, colours[arm.name], arm.baseline is not None, rows)
+                curve = ArmCurve(
+                    arm.name,
+                    colours[arm.name],
+                    arm.baseline is not None,
+                    rows["concurrency"].to_numpy(dtype=int),
+                    rows["per_user_speed"].to_numpy(dtype=float),
+                    rows["output_throughput_tok_s"].to_numpy(dtype=float),
+                )
                 tasks[task].append(curve)
     return SpeedCurvesView(
         "Per-user speed and throughput vs concurrency",
