@@ -101,7 +101,7 @@ def headline_page(pdf: PdfPages, a: Analysis, view: VerdictView) -> int:
         speedup_axes(ax, panel, handles)
         ax.set_xlabel("")
         factors_axes(fig.add_subplot(grid[1, j], sharex=ax), panel, handles)
-    speedup_legend(fig, first, a, handles, bottom=0.0)
+    speedup_legend(fig, first, view.panels, handles, bottom=0.0)
     save(pdf, fig)
     return 1
 

@@ -6,7 +6,6 @@ from typing import TypeVar
 
 from matplotlib.backends.backend_pdf import PdfPages
 
-from harness.analysis.rows import KneeRow
 from harness.analysis.tables import Analysis
 from harness.report.layout import empty_axes, log2_axis, new_page, save
 from harness.report.views.speed import build_speed_curves_view
@@ -31,7 +30,7 @@ def speedup_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
         handles: dict = {}
         for ax, panel in zip(axes, panels, strict=False):
             speedup_axes(ax, panel, handles)
-        speedup_legend(fig, axes[0], a, handles)
+        speedup_legend(fig, axes[0], panels, handles)
         save(pdf, fig)
         pages += 1
     return pages
@@ -72,11 +71,13 @@ def speedup_axes(ax, panel: SpeedupPanel, handles: dict) -> None:
         empty_axes(ax, "no usable speed cells")
 
 
-def speedup_legend(fig, ax, a: Analysis, handles: dict, bottom: float = 0.0) -> None:
+def speedup_legend(fig, ax, panels: list[SpeedupPanel], handles: dict, bottom: float = 0.0) -> None:
+    """The speedup figures' legend for the panels drawn on its page: the knee-beyond
+    marker's entry only where one of them draws that marker."""
     handles["knee (speedup crosses 1.0) and its interval"] = ax.plot(
         [], [], "v-", color="gray", ms=8
     )[0]
-    if any(k.status in ("beyond", "beyond_skipped") for k in a.rows("knees", KneeRow)):
+    if any(arm.knee_beyond for panel in panels for arm in panel.arms):
         handles["knee beyond the highest level"] = ax.plot([], [], ">", color="gray", ms=6)[0]
     fig.legend(
         handles.values(),
