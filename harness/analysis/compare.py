@@ -151,11 +151,11 @@ def family_wise(rows: pd.DataFrame, level: float) -> pd.DataFrame:
     return rows
 
 
-def family_summary(rows: pd.DataFrame, level: float) -> str:
+def family_summary(table: pd.DataFrame, level: float) -> str:
     """What the table says across its rows (the module's family-wise reading)."""
-    tested = rows[rows["family_p"].notna()]
-    differ = tested[tested["status"].isin(["B slower", "B faster"])]
-    hold = tested[tested["family_wise"] == True]  # noqa: E712 (object column)
+    tested = [r for r in rows_of(table, CompareRow) if _present(r.family_p)]
+    differ = [r for r in tested if r.status in ("B slower", "B faster")]
+    hold = [r for r in tested if r.family_wise]
     alpha = 1.0 - level
     return (
         f"{len(differ)} of {len(tested)} rows compared over sessions differ at {level:.0%}"
@@ -165,10 +165,10 @@ def family_summary(rows: pd.DataFrame, level: float) -> str:
     )
 
 
-def row_warnings(rows: pd.DataFrame) -> list[str]:
+def row_warnings(table: pd.DataFrame) -> list[str]:
     """Each distinct warning with the rows it applies to."""
     out: dict[str, list[str]] = {}
-    for r in rows.itertuples():
+    for r in rows_of(table, CompareRow):
         if isinstance(r.warning, str):
             out.setdefault(r.warning, []).append(f"{r.arm}/{r.task} c={r.concurrency}")
     return [
@@ -176,6 +176,11 @@ def row_warnings(rows: pd.DataFrame) -> list[str]:
         f" ({', '.join(where[:4])}{', ...' if len(where) > 4 else ''}): {text}"
         for text, where in out.items()
     ]
+
+
+def _present(v: float | None) -> bool:
+    """A figure the table holds (not None, not NaN)."""
+    return v is not None and v == v
 
 
 def interval_label(row: Any) -> str:

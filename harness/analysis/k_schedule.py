@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,7 +36,7 @@ import pandas as pd
 from harness.analysis.frame import framed, rows_of
 from harness.analysis.intervals import t_interval
 from harness.analysis.load import RunData
-from harness.analysis.rows import SpeedupRow
+from harness.analysis.rows import SpeedupRow, SurfaceCellRow
 from harness.analysis.speedup import pair_figures, pair_key
 from harness.prereg.schema import Study, schedule_arm_name
 from harness.rundir.schedule import KScheduleRecord, ScheduledLevel
@@ -72,14 +73,23 @@ def session_tokens(
     return out
 
 
-def session_costs(surface: pd.DataFrame, task: str, k: int, c: int) -> list[list[float]]:
-    """The surface's round cost ratios at (task, k, c): per acceptance length measured, its
-    sessions' (round_cost_ratio_sessions), in session order; [] where one is not usable."""
-    rows = surface[(surface["task"] == task) & (surface["k"] == k) & (surface["concurrency"] == c)]
-    if rows.empty or (rows["status"] != "ok").any():
+def surface_at(surface: pd.DataFrame) -> dict[tuple[str, int, int], list[SurfaceCellRow]]:
+    """The surface's cells (surface.surface_table) by task, k and level, one per L."""
+    out: dict[tuple[str, int, int], list[SurfaceCellRow]] = {}
+    for r in rows_of(surface, SurfaceCellRow):
+        out.setdefault((r.task, r.k, r.concurrency), []).append(r)
+    return out
+
+
+def session_costs(at: list[SurfaceCellRow]) -> list[list[float]]:
+    """The surface's round cost ratios at one task, k and level (`at`: its cells there): per
+    acceptance length measured, its sessions' (round_cost_ratio_sessions), in session
+    order; [] where one is not usable."""
+    if not at or any(r.status != "ok" for r in at):
         return []
     out = []
-    for text in rows["round_cost_ratio_sessions"]:
+    for r in at:
+        text = r.round_cost_ratio_sessions
         values = json.loads(text) if isinstance(text, str) else []
         if not values or any(v is None or not v > 0 for v in values):
             return []
@@ -88,16 +98,11 @@ def session_costs(surface: pd.DataFrame, task: str, k: int, c: int) -> list[list
 
 
 def predict(
-    tokens: list[float],
-    costs: list[list[float]],
-    surface: pd.DataFrame,
-    task: str,
-    k: int,
-    c: int,
-    level: float,
+    tokens: list[float], costs: list[list[float]], at: list[SurfaceCellRow], level: float
 ) -> dict | None:
     """E(k) / C(k) at one level with its interval (the module's rule): `tokens` E_s(k) per
-    session, `costs` per L its sessions' cost. None without a cost."""
+    session, `costs` per L its sessions' cost, `at` the surface's cells there. None
+    without a cost."""
     if not costs or not tokens:
         return None
     log_cost = np.mean(np.log(np.array(costs)), axis=0)  # per session, over L
@@ -115,16 +120,20 @@ def predict(
     # One session (or sessions that do not pair): the cost's within-session interval alone.
     e = float(np.mean(tokens))
     point = e / math.exp(float(np.mean(log_cost)))
-    rows = surface[(surface["task"] == task) & (surface["k"] == k) & (surface["concurrency"] == c)]
-    hi_cost = pd.to_numeric(rows["round_cost_ratio_ci_upper"], errors="coerce").max()
-    lo_cost = pd.to_numeric(rows["round_cost_ratio_ci_lower"], errors="coerce").min()
+    hi_cost = _figures(r.round_cost_ratio_ci_upper for r in at)
+    lo_cost = _figures(r.round_cost_ratio_ci_lower for r in at)
     return {
         "predicted_speedup": point,
-        "ci_lower": e / float(hi_cost) if pd.notna(hi_cost) else None,
-        "ci_upper": e / float(lo_cost) if pd.notna(lo_cost) else None,
+        "ci_lower": e / max(hi_cost) if hi_cost else None,
+        "ci_upper": e / min(lo_cost) if lo_cost else None,
         "interval_method": "within",
         "sessions": len(tokens),
     }
+
+
+def _figures(values: Iterable[float | None]) -> list[float]:
+    """The figures present (neither None nor NaN), as floats."""
+    return [float(v) for v in values if v is not None and not math.isnan(v)]
 
 
 def proposed_schedule(
@@ -141,6 +150,7 @@ def proposed_schedule(
     own_k = arm.drafter.num_draft_tokens
     level = study.bars.intervals.level
     measured_at = {(r.arm, r.task, r.concurrency): r for r in rows_of(speedups, SpeedupRow)}
+    cells_at = surface_at(surface)
     out = []
     for task in study.surface_tasks():
         for c in study.surface.concurrency:
@@ -164,9 +174,8 @@ def proposed_schedule(
             method = None
             for k in (k for k in study.surface.k if k <= own_k):
                 tokens = [1.0 + sum(r[:k]) for r in rates]
-                found = predict(
-                    tokens, session_costs(surface, task, k, c), surface, task, k, c, level
-                )
+                at = cells_at.get((task, k, c), [])
+                found = predict(tokens, session_costs(at), at, level)
                 if found is None:
                     continue
                 entry["candidates"][str(k)] = round(found["predicted_speedup"], 4)

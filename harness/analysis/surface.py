@@ -22,9 +22,11 @@ those rows:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from harness.analysis.frame import framed, rows_of
@@ -106,40 +108,40 @@ def break_even(lengths: list[float], lower: list[float | None]) -> BreakEven:
 def break_even_table(surface: pd.DataFrame) -> pd.DataFrame:
     """Per task x k x level: the break-even acceptance length and the round's cost over
     a plain step (the median over the L measured, with the widest interval among them)."""
+    groups: dict[tuple[str, int, int], list[SurfaceCellRow]] = {}
+    for r in rows_of(surface, SurfaceCellRow):
+        groups.setdefault((r.task, r.k, r.concurrency), []).append(r)
     rows = []
-    if not surface.empty:
-        for (task, k, c), group in surface.groupby(["task", "k", "concurrency"], sort=True):
-            group = group.sort_values("acceptance_length")
-            lengths = [float(v) for v in group["acceptance_length"]]
-            ok = group[group["status"] == "ok"]
-            lower = [row.ci_lower if row.status == "ok" else None for row in group.itertuples()]
-            found = break_even(lengths, lower)
-            costs = pd.to_numeric(ok["round_cost_ratio"], errors="coerce").dropna()
-            rows.append(
-                {
-                    "task": task,
-                    "k": int(k),
-                    "concurrency": int(c),
-                    "status": found.status,
-                    "break_even_length": found.length,
-                    "round_cost_ratio": float(costs.median()) if len(costs) else None,
-                    "round_cost_ratio_ci_lower": _min(ok["round_cost_ratio_ci_lower"]),
-                    "round_cost_ratio_ci_upper": _max(ok["round_cost_ratio_ci_upper"]),
-                    "lengths": ",".join(f"{v:g}" for v in lengths),
-                    "label": found.label(lengths),
-                }
-            )
+    for task, k, c in sorted(groups):
+        group = sorted(groups[task, k, c], key=lambda r: r.acceptance_length)
+        lengths = [float(r.acceptance_length) for r in group]
+        ok = [r for r in group if r.status == "ok"]
+        found = break_even(lengths, [r.ci_lower if r.status == "ok" else None for r in group])
+        costs = _figures(r.round_cost_ratio for r in ok)
+        lower, upper = (
+            _figures(r.round_cost_ratio_ci_lower for r in ok),
+            _figures(r.round_cost_ratio_ci_upper for r in ok),
+        )
+        rows.append(
+            {
+                "task": task,
+                "k": int(k),
+                "concurrency": int(c),
+                "status": found.status,
+                "break_even_length": found.length,
+                "round_cost_ratio": float(np.median(costs)) if costs else None,
+                "round_cost_ratio_ci_lower": min(lower) if lower else None,
+                "round_cost_ratio_ci_upper": max(upper) if upper else None,
+                "lengths": ",".join(f"{v:g}" for v in lengths),
+                "label": found.label(lengths),
+            }
+        )
     return framed(rows, BreakEvenRow)
 
 
-def _min(values: pd.Series) -> float | None:
-    v = pd.to_numeric(values, errors="coerce").dropna()
-    return float(v.min()) if len(v) else None
-
-
-def _max(values: pd.Series) -> float | None:
-    v = pd.to_numeric(values, errors="coerce").dropna()
-    return float(v.max()) if len(v) else None
+def _figures(values: Iterable[float | None]) -> list[float]:
+    """The figures present (neither None nor NaN), as floats."""
+    return [float(v) for v in values if v is not None and not math.isnan(v)]
 
 
 def drafter_placements(study: Study, speedups: pd.DataFrame, breaks: pd.DataFrame) -> list[dict]:
@@ -149,6 +151,9 @@ def drafter_placements(study: Study, speedups: pd.DataFrame, breaks: pd.DataFram
     if study.surface is None or breaks.empty:
         return out
     measured = {(r.arm, r.task, r.concurrency): r for r in rows_of(speedups, SpeedupRow)}
+    at_level: dict[tuple[str, int, int], BreakEvenRow] = {}
+    for b in rows_of(breaks, BreakEvenRow):
+        at_level.setdefault((b.task, b.k, b.concurrency), b)
     for arm in study.arms:
         if arm.drafter is None or arm.is_control:
             continue
@@ -156,34 +161,32 @@ def drafter_placements(study: Study, speedups: pd.DataFrame, breaks: pd.DataFram
         for task in study.surface_tasks():
             for c in study.surface.concurrency:
                 entry: dict = {"arm": arm.name, "task": task, "concurrency": c, "k": k}
-                at = breaks[
-                    (breaks["task"] == task) & (breaks["k"] == k) & (breaks["concurrency"] == c)
-                ]
+                at = at_level.get((task, k, c))
                 mine = measured.get((arm.name, task, c))
                 reaches = mine.tokens_per_round if mine else None
                 reaches = reaches if reaches is not None and pd.notna(reaches) else None
                 entry["reaches"] = reaches
-                if at.empty:
+                if at is None:
                     entry.update(
                         status="k_not_on_surface",
                         needs=None,
-                        label=f"k={k} is not on the surface (k {_ks(breaks)})",
+                        label=f"k={k} is not on the surface (k {_ks(at_level)})",
                     )
                 else:
-                    out.append(entry | _placed(at.iloc[0], reaches))
+                    out.append(entry | _placed(at, reaches))
                     continue
                 out.append(entry)
     return out
 
 
-def _ks(breaks: pd.DataFrame) -> str:
-    return ", ".join(str(int(k)) for k in sorted(set(breaks["k"])))
+def _ks(at_level: dict[tuple[str, int, int], BreakEvenRow]) -> str:
+    return ", ".join(str(int(k)) for k in sorted({k for _, k, _ in at_level}))
 
 
-def _placed(at: pd.Series, reaches: float | None) -> dict:
-    status = at["status"]
-    needs = at["break_even_length"] if status == "located" else None
-    lengths = [float(v) for v in str(at["lengths"]).split(",") if v]
+def _placed(at: BreakEvenRow, reaches: float | None) -> dict:
+    status = at.status
+    needs = at.break_even_length if status == "located" else None
+    lengths = [float(v) for v in str(at.lengths).split(",") if v]
     if status == "incomplete" or reaches is None:
         why = (
             "its own tokens per round are not measured here"
@@ -220,7 +223,8 @@ def _placed(at: pd.Series, reaches: float | None) -> dict:
             "label": f"not placed: it reaches {reaches:.2f}, below every L measured"
             f" (from {min(lengths):g}), all of which pay",
         }
-    needs = float(at["break_even_length"])  # "located", the one status left
+    assert at.break_even_length is not None  # "located", the one status left
+    needs = float(at.break_even_length)
     verdict = "pays" if reaches >= needs else "does not pay"
     return {
         "status": verdict.replace(" ", "_"),

@@ -5,10 +5,16 @@ cost side by side, and what differs in the runs' records."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from harness.analysis.compare import family_label, family_summary, interval_label, row_warnings
+from harness.analysis.frame import rows_of
+from harness.analysis.rows import CompareRow
 from harness.numbers import number_text
 from harness.report.html_page import html_page
 from harness.report.html_plotly import empty, figure_div, floats, grid, log2_x
@@ -17,36 +23,75 @@ from harness.report.html_text import escape, table_html
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 
 
-def ratio_figure(rows: pd.DataFrame) -> go.Figure:
+@dataclass(frozen=True)
+class RatioCurve:
+    """One arm's B/A at each level of a task compared, with its interval."""
+
+    arm: str
+    users: np.ndarray  # the levels, ascending (int)
+    ratio: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    status: tuple[str, ...]  # each level's reading, and which arm moved
+    moved: tuple[str | None, ...]
+
+
+def ratio_curves(rows: list[CompareRow]) -> list[RatioCurve]:
+    """Per arm (in the rows' order), its rows with an interval, by level."""
+    compared = [r for r in rows if _present(r.ratio_lower)]
+    curves = []
+    for arm in dict.fromkeys(r.arm for r in compared):
+        mine = sorted((r for r in compared if r.arm == arm), key=lambda r: r.concurrency)
+        curves.append(
+            RatioCurve(
+                arm,
+                np.array([r.concurrency for r in mine], dtype=np.int64),
+                _figures(r.ratio for r in mine),
+                _figures(r.ratio_lower for r in mine),
+                _figures(r.ratio_upper for r in mine),
+                tuple(r.status for r in mine),
+                tuple(r.moved for r in mine),
+            )
+        )
+    return curves
+
+
+def _present(v: float | None) -> bool:
+    return v is not None and v == v
+
+
+def _figures(values: Iterable[float | None]) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+
+def ratio_figure(rows: list[CompareRow]) -> go.Figure:
     """B/A per level with its interval, one line per arm, a panel per task."""
-    tasks = list(dict.fromkeys(rows["task"])) if len(rows) else ["(no shared cell)"]
+    tasks = list(dict.fromkeys(r.task for r in rows)) or ["(no shared cell)"]
     fig = grid(1, len(tasks), [f"task: {t}" for t in tasks], height=420)
-    arms = list(dict.fromkeys(rows["arm"])) if len(rows) else []
+    arms = list(dict.fromkeys(r.arm for r in rows))
     colours = {arm: PALETTE[i % len(PALETTE)] for i, arm in enumerate(arms)}
     for col, task in enumerate(tasks, start=1):
-        mine = rows[rows["task"] == task] if len(rows) else rows
-        compared = mine[mine["ratio_lower"].notna()] if len(mine) else mine
-        for arm, g in compared.groupby("arm", sort=False) if len(compared) else []:
-            g = g.sort_values("concurrency")
-            ratio = g["ratio"].astype(float)
+        mine = [r for r in rows if r.task == task]
+        curves = ratio_curves(mine)
+        for c in curves:
             fig.add_trace(
                 go.Scatter(
-                    x=g["concurrency"],
-                    y=floats(ratio),
+                    x=c.users,
+                    y=floats(c.ratio),
                     mode="lines+markers",
-                    name=arm,
-                    legendgroup=arm,
+                    name=c.arm,
+                    legendgroup=c.arm,
                     showlegend=col == 1,
-                    line={"color": colours[arm]},
+                    line={"color": colours[c.arm]},
                     error_y={
                         "type": "data",
                         "symmetric": False,
-                        "array": floats(g["ratio_upper"].astype(float) - ratio),
-                        "arrayminus": floats(ratio - g["ratio_lower"].astype(float)),
+                        "array": floats(c.upper - c.ratio),
+                        "arrayminus": floats(c.ratio - c.lower),
                     },
-                    customdata=list(zip(g["status"], g["moved"], strict=True)),
+                    customdata=list(zip(c.status, c.moved, strict=True)),
                     hovertemplate=(
-                        f"{arm}<br>users %{{x}}<br>B/A %{{y:.3f}}<br>%{{customdata[0]}}"
+                        f"{c.arm}<br>users %{{x}}<br>B/A %{{y:.3f}}<br>%{{customdata[0]}}"
                         "<br>%{customdata[1]}<extra></extra>"
                     ),
                 ),
@@ -54,10 +99,9 @@ def ratio_figure(rows: pd.DataFrame) -> go.Figure:
                 col=col,
             )
         fig.add_hline(1.0, line={"color": "black", "width": 1}, row=1, col=col)
-        levels = sorted({int(c) for c in mine["concurrency"]}) if len(mine) else []
-        log2_x(fig, levels, 1, col)
+        log2_x(fig, sorted({int(r.concurrency) for r in mine}), 1, col)
         fig.update_yaxes(title_text="B's speedup / A's", row=1, col=col)
-        if compared.empty:
+        if not curves:
             empty(fig, "no level compared (a status is not ok, or an interval is missing)", 1, col)
     return fig
 
@@ -66,7 +110,7 @@ def _with_interval(v: object, lo: object, hi: object, spec: str = ".2f") -> str:
     return f"{number_text(v, spec)} [{number_text(lo, spec)}, {number_text(hi, spec)}]"
 
 
-def speedup_table_html(rows: pd.DataFrame, level: float) -> str:
+def speedup_table_html(rows: list[CompareRow], level: float) -> str:
     headers = [
         "task",
         "arm",
@@ -94,12 +138,12 @@ def speedup_table_html(rows: pd.DataFrame, level: float) -> str:
             r.status,
             r.moved,
         ]
-        for r in rows.itertuples()
+        for r in rows
     ]
     return table_html(headers, body, numeric=("users", "B/A"))
 
 
-def acceptance_table(rows: pd.DataFrame) -> str:
+def acceptance_table(rows: list[CompareRow]) -> str:
     headers = [
         "task",
         "arm",
@@ -123,16 +167,17 @@ def acceptance_table(rows: pd.DataFrame) -> str:
             number_text(r.round_cost_ratio_a),
             number_text(r.round_cost_ratio_b),
         ]
-        for r in rows.itertuples()
+        for r in rows
     ]
     return table_html(headers, body, numeric=headers[2:])
 
 
 def compare_page(
-    rows: pd.DataFrame, env: list[tuple[str, str, str]], run_a: str, run_b: str, level: float
+    table: pd.DataFrame, env: list[tuple[str, str, str]], run_a: str, run_b: str, level: float
 ) -> str:
-    """The page; rows from analysis.compare.compare_speedups, env from
+    """The page; table from analysis.compare.compare_speedups (read as its rows), env from
     environment_differences."""
+    rows = rows_of(table, CompareRow)
     z_note = (
         f"each run's speedup with its {level:.0%} interval; B/A with a t interval on the"
         " difference of the runs' session log ratios (Student's, or Welch's where the"
@@ -140,16 +185,16 @@ def compare_page(
     )
     moved = [
         f"{r.arm}/{r.task} c={r.concurrency}: {r.status} ({r.moved})"
-        for r in rows.itertuples()
+        for r in rows
         if str(r.status).startswith(("B slower", "B faster"))
     ]
     summary = (
-        "".join(f'<p class="note">{escape(w)}</p>' for w in row_warnings(rows)) if len(rows) else ""
+        "".join(f'<p class="note">{escape(w)}</p>' for w in row_warnings(table)) if rows else ""
     )
     summary += (
         f"<p>{len(rows)} arm x task x level rows shared;"
         f" {len(moved)} outside the interval of 1.0."
-        + (f" {escape(family_summary(rows, level))}.</p>" if len(rows) else "</p>")
+        + (f" {escape(family_summary(table, level))}.</p>" if rows else "</p>")
     )
     if moved:
         summary += "<ul>" + "".join(f"<li>{escape(m)}</li>" for m in moved) + "</ul>"
@@ -170,14 +215,14 @@ def compare_page(
             "speedups",
             "Speedups per arm x task x level",
             z_note,
-            speedup_table_html(rows, level) if len(rows) else '<p class="note">no shared cell</p>',
+            speedup_table_html(rows, level) if rows else '<p class="note">no shared cell</p>',
         ),
         (
             "acceptance",
             "Acceptance and round cost side by side",
             "tokens per round from the client's chunks and from the engine's counters; a round's"
             " cost over the baseline's plain step",
-            acceptance_table(rows) if len(rows) else "",
+            acceptance_table(rows) if rows else "",
         ),
         ("environment", "What differs in the environment", "manifest.json of each run", env_html),
     ]

@@ -125,24 +125,30 @@ def accuracy_figure(a: Analysis, view: AccuracyView) -> go.Figure:
     colours = arm_colours(a)
     fig = grid(1, len(view.panels), [p.title for p in view.panels], height=400)
     for col, panel in enumerate(view.panels, start=1):
-        if panel.rows.empty:
+        if panel.empty:
             empty(fig, "no usable accuracy cells", 1, col)
             continue
-        for r in panel.rows.itertuples():
+        for arm, acc, lo, hi in zip(
+            panel.arms,
+            panel.accuracy.tolist(),
+            panel.lower.tolist(),
+            panel.upper.tolist(),
+            strict=True,
+        ):
             fig.add_trace(
                 go.Scatter(
-                    x=[r.arm],
-                    y=[r.accuracy],
+                    x=[arm],
+                    y=[acc],
                     mode="markers",
-                    name=r.arm,
-                    legendgroup=r.arm,
+                    name=arm,
+                    legendgroup=arm,
                     showlegend=False,
-                    marker={"color": colours.get(r.arm, "#000000"), "size": 10},
+                    marker={"color": colours.get(arm, "#000000"), "size": 10},
                     error_y={
                         "type": "data",
                         "symmetric": False,
-                        "array": [r.ci_upper - r.accuracy],
-                        "arrayminus": [r.accuracy - r.ci_lower],
+                        "array": [hi - acc],
+                        "arrayminus": [acc - lo],
                     },
                 ),
                 row=1,
@@ -167,11 +173,11 @@ def open_loop_figure(view: OpenLoopView) -> go.Figure:
     for col, curves in enumerate(groups.values(), start=1):
         for c in curves:
             kw = {"name": c.arm, "legendgroup": c.arm, "line": {"color": c.colour}}
-            for row, column in ((1, "objective_value_s"), (2, "queue_p99_s")):
+            for row, latency in ((1, c.objective_s), (2, c.queue_p99_s)):
                 fig.add_trace(
                     go.Scatter(
-                        x=c.rows["rate_rps"],
-                        y=floats(c.rows[column]),
+                        x=c.rate_rps,
+                        y=floats(latency),
                         mode="lines+markers",
                         **({} if row == 1 else {"showlegend": False}),
                         **kw,

@@ -3,7 +3,7 @@ draws: a round's cost and break-even acceptance per k, and the k schedule's veri
 
 from __future__ import annotations
 
-import pandas as pd
+import numpy as np
 import plotly.graph_objects as go
 
 from harness.analysis.tables import Analysis
@@ -24,22 +24,13 @@ def surface_figure(a: Analysis, view: SurfaceView, task: SurfaceTask) -> go.Figu
         height=420,
     )
     for i, line in enumerate(task.ks):
-        g, k = line.rows, line.k
+        c, k = line.cost, line.k
         dash = K_DASHES[i % len(K_DASHES)]
-        band(
-            fig,
-            g["concurrency"],
-            g["round_cost_ratio_ci_lower"],
-            g["round_cost_ratio_ci_upper"],
-            "#808080",
-            f"k={k}",
-            1,
-            1,
-        )
+        band(fig, c.users, c.lower, c.upper, "#808080", f"k={k}", 1, 1)
         fig.add_trace(
             go.Scatter(
-                x=g["concurrency"],
-                y=floats(g["round_cost_ratio"]),
+                x=c.users,
+                y=floats(c.ratio),
                 mode="lines+markers",
                 name=f"k={k}",
                 legendgroup=f"k={k}",
@@ -48,11 +39,10 @@ def surface_figure(a: Analysis, view: SurfaceView, task: SurfaceTask) -> go.Figu
             row=1,
             col=1,
         )
-        located = line.located
         fig.add_trace(
             go.Scatter(
-                x=located["concurrency"],
-                y=floats(located["break_even_length"]),
+                x=line.break_even.users,
+                y=floats(line.break_even.length),
                 mode="lines+markers",
                 name=f"break-even, k={k}",
                 legendgroup=f"k={k}",
@@ -160,7 +150,7 @@ def verification_figure(view: SurfaceView, v: Verification) -> go.Figure:
     if len(own):
         fig.add_trace(
             go.Scatter(
-                x=pd.Series([r.concurrency for r in own]),  # as the table held them
+                x=np.array([r.concurrency for r in own], dtype=np.int64),  # as the table held them
                 y=floats(r.speedup for r in own),
                 mode="lines+markers",
                 line={"color": "grey", "dash": "dot"},

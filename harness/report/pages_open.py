@@ -27,8 +27,8 @@ def open_loop_page(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     fig.subplots_adjust(left=0.07, right=0.98, top=0.84, bottom=0.40, wspace=0.25, hspace=0.08)
     for ax, qax, (baseline, curves) in zip(axes, queue_axes, groups.items(), strict=True):
         for c in curves:
-            y = [v if math.isfinite(v) else float("nan") for v in c.rows["objective_value_s"]]
-            ax.plot(c.rows["rate_rps"], y, "o-", color=c.colour, label=c.arm, ms=4)
+            y = [v if math.isfinite(v) else float("nan") for v in c.objective_s]
+            ax.plot(c.rate_rps, y, "o-", color=c.colour, label=c.arm, ms=4)
         ax.axhline(
             view.max_s, color="#c62828", ls="--", lw=1, label=f"objective ({view.max_s:g} s)"
         )
@@ -40,7 +40,7 @@ def open_loop_page(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
         else:
             empty_axes(ax, "no usable open-loop cells")
         for c in curves:
-            qax.plot(c.rows["rate_rps"], c.rows["queue_p99_s"], "o-", color=c.colour, ms=3)
+            qax.plot(c.rate_rps, c.queue_p99_s, "o-", color=c.colour, ms=3)
         qax.set_xlabel("offered rate (requests/s)")
         qax.set_ylabel("client queueing\np99 (s)", fontsize=8)
         qax.grid(alpha=0.3)

@@ -44,17 +44,14 @@ def _task_page(pdf: PdfPages, a: Analysis, view: SurfaceView, task: SurfaceTask)
     )
     cost, need = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
     for i, line in enumerate(task.ks):
-        g, k = line.rows, line.k
+        c, k = line.cost, line.k
         style = K_STYLES[i % len(K_STYLES)]
-        x = g["concurrency"].astype(float)
-        y = g["round_cost_ratio"].astype(float)
-        lo = g["round_cost_ratio_ci_lower"].astype(float)
-        hi = g["round_cost_ratio_ci_upper"].astype(float)
-        cost.plot(x, y, f"o{style}", color="black", ms=4, label=f"k={k}")
-        cost.fill_between(x, lo, hi, color="grey", alpha=0.15, lw=0)
+        x = c.users.astype(float)
+        cost.plot(x, c.ratio, f"o{style}", color="black", ms=4, label=f"k={k}")
+        cost.fill_between(x, c.lower, c.upper, color="grey", alpha=0.15, lw=0)
         need.plot(
-            line.located["concurrency"].astype(float),
-            line.located["break_even_length"].astype(float),
+            line.break_even.users.astype(float),
+            line.break_even.length,
             f"s{style}",
             color="black",
             ms=5,

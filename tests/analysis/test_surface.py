@@ -14,7 +14,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from harness.analysis.k_schedule import predict, proposed_schedule, schedule_ranges
+from harness.analysis.k_schedule import (
+    predict,
+    proposed_schedule,
+    schedule_ranges,
+    surface_at,
+)
 from harness.analysis.surface import (
     break_even,
     break_even_table,
@@ -387,7 +392,8 @@ def test_the_schedules_interval_is_a_t_over_sessions_of_tokens_over_cost():
     ]
     assert row["candidates"]["3"] == round(math.exp(statistics.mean(k3)), 4)
     # Sessions that do not pair (the surface measured once): the within-session rule.
-    one = predict([2.6, 2.5, 2.7], [[1.4], [1.42]], surface, "chat", 2, 10, 0.95)
+    at = surface_at(surface)[("chat", 2, 10)]
+    one = predict([2.6, 2.5, 2.7], [[1.4], [1.42]], at, 0.95)
     assert (
         one is not None
         and one["interval_method"] == "within"

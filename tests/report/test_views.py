@@ -97,9 +97,7 @@ def test_the_consistency_view_puts_each_cells_counters_against_each_other(half_r
     for points in counters.arms:
         assert points.x.tolist() == pytest.approx([2.5] * 5)
         assert points.y.tolist() == pytest.approx([2.5] * 5)
-        assert points.cells.tolist() == [
-            f"{points.arm}/chat/speed/c{c:03d}" for c in (1, 2, 4, 8, 16)
-        ]
+        assert list(points.cells) == [f"{points.arm}/chat/speed/c{c:03d}" for c in (1, 2, 4, 8, 16)]
     assert counters.diagonal == pytest.approx((2.45, 2.55))  # padded by 0.1 x 0.5
     # The client's 10 tokens a chunk (several steps a chunk) against the engine's 2.5.
     assert [p.arm for p in client.arms] == ["vllm-ngram", "vllm-eagle3", "sglang-dflash"]
@@ -158,3 +156,33 @@ def test_the_speedups_view_reads_each_drafters_speedups_and_knee(full_run):
         knee = arms[name].knee
         assert knee is not None and 8 < knee < 16, name
     assert [b.name for b in view.panels[0].bars] == ["pass", "stop"]  # 3.0 is far from check's
+
+
+def test_the_open_loop_and_accuracy_views_hand_each_arm_its_series(full_run):
+    """Each engine group's arms with their offered rates and objective latencies by rate;
+    each task's arms with their accuracy and Wilson interval (70 of 100 right)."""
+    from harness.report.views.accuracy import build_accuracy_view
+    from harness.report.views.open_loop import build_open_loop_view
+    from harness.workloads.stats import wilson_interval
+
+    a, v = full_run
+    groups = build_open_loop_view(a, v).groups
+    assert {b: [c.arm for c in curves] for b, curves in groups.items()} == {
+        "vllm-base": ["vllm-base", "vllm-ngram", "vllm-eagle3"],
+        "sglang-base": ["sglang-base", "sglang-dflash"],
+    }
+    dflash = groups["sglang-base"][1]
+    assert dflash.rate_rps.tolist() == [1.0, 2.0, 3.0]  # 0.5, 1.0, 1.5 x the 2 req/s
+    assert dflash.objective_s.tolist() == pytest.approx([0.2, 0.5, 1.0])
+    assert len(dflash.queue_p99_s) == 3
+    panels = build_accuracy_view(a, v).panels
+    assert [(p.task, p.title) for p in panels] == [
+        ("gsm8k", "task: gsm8k (judged)"),
+        ("mmlu", "task: mmlu (judged)"),
+    ]
+    lo, hi = wilson_interval(70, 100, 0.95)
+    for p in panels:
+        assert p.arms == ("vllm-base", "vllm-ngram", "vllm-eagle3", "sglang-base", "sglang-dflash")
+        assert p.accuracy.tolist() == pytest.approx([0.7] * 5)
+        assert p.lower.tolist() == pytest.approx([lo] * 5)
+        assert p.upper.tolist() == pytest.approx([hi] * 5)

@@ -206,13 +206,13 @@ def test_the_surface_view_draws_the_declared_cost_and_break_even(
     lengths = {2: [1.25, 2.25], 3: [1.25, 2.25, 3.25]}
     assert [line.k for line in task.ks] == [2, 3]
     for line in task.ks:
-        assert list(line.rows["concurrency"]) == [2, 10]
-        for c, cost in zip(line.rows["concurrency"], line.rows["round_cost_ratio"], strict=True):
+        assert line.cost.users.tolist() == [2, 10]
+        for c, cost in zip(line.cost.users.tolist(), line.cost.ratio, strict=True):
             # The surface's cost at a level: its arms' (one per L) median, each declared.
             declared = np.median([declared_cost(line.k, c, length) for length in lengths[line.k]])
             assert cost == pytest.approx(declared, rel=0.02), (line.k, c)
-        assert list(line.located["concurrency"]) == [10]
-        assert line.located["break_even_length"].iloc[0] == pytest.approx(
+        assert line.break_even.users.tolist() == [10]
+        assert line.break_even.length[0] == pytest.approx(
             declared_break_even(line.k, 10, lengths[line.k]), rel=0.02
         )
         assert line.bounds == [(2, 1.25, True)]

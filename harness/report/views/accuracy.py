@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
+import numpy as np
 
 from harness.analysis.accuracy import compare_accuracy
+from harness.analysis.rows import AccuracyRow
 from harness.analysis.tables import Analysis
 from harness.report.layout import table_lines
 from harness.rundir.verdict import Verdict
@@ -15,9 +16,32 @@ from harness.rundir.verdict import Verdict
 
 @dataclass(frozen=True)
 class AccuracyPanel:
+    """A task's complete accuracy cells, one an arm: its accuracy with its interval."""
+
     task: str
     title: str  # the task, and whether a bar judges it
-    rows: pd.DataFrame  # each arm's complete accuracy cell: arm, accuracy, ci_lower, ci_upper
+    arms: tuple[str, ...]
+    accuracy: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+
+    @property
+    def empty(self) -> bool:
+        return not self.arms
+
+
+def _panel(task: str, title: str, cells: list[AccuracyRow]) -> AccuracyPanel:
+    def figures(values: list[float | None]) -> np.ndarray:
+        return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+    return AccuracyPanel(
+        task,
+        title,
+        tuple(r.arm for r in cells),
+        figures([r.accuracy for r in cells]),
+        figures([r.ci_lower for r in cells]),
+        figures([r.ci_upper for r in cells]),
+    )
 
 
 @dataclass(frozen=True)
@@ -30,18 +54,19 @@ class AccuracyView:
 
 
 def build_accuracy_view(a: Analysis, v: Verdict) -> AccuracyView:
-    acc = a.accuracy[a.accuracy["status"] == "complete"]
+    cells = a.rows("accuracy", AccuracyRow)
+    complete = [r for r in cells if r.status == "complete"]
     judged = a.run.study.bars.pass_.accuracy
     level = judged.level if judged else 0.95
-    tasks = list(dict.fromkeys(a.accuracy["task"]))
+    tasks = list(dict.fromkeys(r.task for r in cells))
     panels = [
-        AccuracyPanel(
+        _panel(
             task,
             f"task: {task}" + (" (judged)" if judged and task in judged.tasks else " (reported)"),
-            acc[acc["task"] == task],
+            [r for r in complete if r.task == task],
         )
         for task in tasks
-    ] or [AccuracyPanel("(none)", "task: (none)", acc)]
+    ] or [_panel("(none)", "task: (none)", complete)]
     return AccuracyView(
         "Accuracy",
         f"each arm's accuracy with its Wilson {level:.0%} interval;"
@@ -63,11 +88,11 @@ def paired_lines(a: Analysis) -> list[str]:
         ),
         "",
     ]
-    rows_out = []
+    rows_out: list[list[object]] = []
     for arm, baseline in (
         (x, x.baseline) for x in a.run.study.arms if x.baseline is not None and not x.is_control
     ):
-        for task in dict.fromkeys(a.accuracy["task"]):
+        for task in dict.fromkeys(r.task for r in a.rows("accuracy", AccuracyRow)):
             d, b = a.run.find(arm.name, task, "accuracy"), a.run.find(baseline, task, "accuracy")
             if not (d.usable and b.usable and d.scores is not None and b.scores is not None):
                 rows_out.append(

@@ -9,7 +9,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from harness.analysis.tables import Analysis
 from harness.rundir.verdict import Verdict
@@ -19,10 +18,12 @@ NO_POINTS = "no cell has both figures (per-position rates are vLLM-only)"
 
 @dataclass(frozen=True)
 class ArmPoints:
+    """An arm's complete speed cells with both figures, one point a cell."""
+
     arm: str
-    x: pd.Series
-    y: pd.Series  # the engine's tokens per round
-    cells: pd.Series  # each point's cell id
+    x: np.ndarray  # the figure the engine's is set against
+    y: np.ndarray  # the engine's tokens per round
+    cells: tuple[str, ...]  # each point's cell id
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class ConsistencyView:
 
 def build_consistency_view(a: Analysis, v: Verdict) -> ConsistencyView:
     drafters = {x.name for x in a.run.study.arms if x.drafter is not None}
+    # The cells table is still read by its columns here (its row model is another change's).
     cells = a.cells[
         (a.cells["kind"] == "speed")
         & a.cells["arm"].isin(drafters)
@@ -62,7 +64,9 @@ def build_consistency_view(a: Analysis, v: Verdict) -> ConsistencyView:
             ok = ~(np.isnan(x) | np.isnan(y))
             if not ok.any():
                 continue
-            arms.append(ArmPoints(str(arm), x[ok], y[ok], grp["cell_id"][ok]))
+            arms.append(
+                ArmPoints(str(arm), x[ok].to_numpy(), y[ok].to_numpy(), tuple(grp["cell_id"][ok]))
+            )
             lo, hi = min(lo, x[ok].min(), y[ok].min()), max(hi, x[ok].max(), y[ok].max())
         pad = 0.1 * max(hi - lo, 0.5)
         panels.append(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from harness.analysis.rows import IdentityRow
 from harness.analysis.tables import Analysis
 from harness.report.layout import table_lines
 
@@ -40,6 +41,12 @@ def divergence_line(d: dict) -> str:
     )
 
 
+def _count(n: float | None) -> int:
+    """A count the table holds (as a float where its column has gaps)."""
+    assert n is not None  # an ok row has every count
+    return int(n)
+
+
 def identity_lines(a: Analysis) -> list[str]:
     bar = a.run.study.bars.pass_.identity
     need = f"; the bar needs >= {bar.min_identical_share:.0%} identical" if bar else ""
@@ -62,8 +69,9 @@ def identity_lines(a: Analysis) -> list[str]:
         reading,
         "",
     ]
+    identity = a.rows("identity", IdentityRow)
     rows = []
-    for r in a.identity.itertuples():
+    for r in identity:
         share = (
             "-"
             if r.share is None or (isinstance(r.share, float) and math.isnan(r.share))
@@ -75,10 +83,10 @@ def identity_lines(a: Analysis) -> list[str]:
                 r.arm,
                 r.baseline,
                 r.status,
-                "-" if r.status != "ok" else f"{int(r.n_identical)}/{int(r.n_compared)}",
-                "-" if r.status != "ok" else int(r.n_numeric),
+                "-" if r.status != "ok" else f"{_count(r.n_identical)}/{_count(r.n_compared)}",
+                "-" if r.status != "ok" else _count(r.n_numeric),
                 share,
-                "-" if r.status != "ok" else int(r.n_not_compared),
+                "-" if r.status != "ok" else _count(r.n_not_compared),
             ]
         )
     lines += table_lines(
@@ -104,7 +112,7 @@ def identity_lines(a: Analysis) -> list[str]:
         ),
     ]
     any_m = False
-    for r in a.identity.itertuples():
+    for r in identity:
         for m in r.mismatches or []:
             any_m = True
             lines += f"  {r.task}/{r.arm} item {m['item_id']}: {mismatch_where(m)}".split("\n")

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
+import numpy as np
 
 from harness.analysis.open_loop import drafters_by_baseline
+from harness.analysis.rows import FleetRow, OpenLoopRow
 from harness.analysis.tables import Analysis
 from harness.numbers import is_nan
 from harness.report.layout import table_lines
@@ -17,11 +18,27 @@ from harness.rundir.verdict import Verdict
 
 @dataclass(frozen=True)
 class OpenLoopCurve:
+    """An arm's complete open-loop cells by offered rate."""
+
     arm: str
     colour: str
-    rows: (
-        pd.DataFrame
-    )  # its complete cells by offered rate: rate_rps, objective_value_s, queue_p99_s
+    rate_rps: np.ndarray  # offered
+    objective_s: np.ndarray  # the objective's latency (inf: a failed request counted)
+    queue_p99_s: np.ndarray  # client queueing, scheduled to sent
+
+
+def _curve(arm: str, colour: str, cells: list[OpenLoopRow]) -> OpenLoopCurve:
+    """`cells` by offered rate (as the table sorts: a missing rate last)."""
+    rate, objective, queue = (
+        np.array([np.nan if v is None else v for v in values], dtype=float)
+        for values in (
+            [r.rate_rps for r in cells],
+            [r.objective_value_s for r in cells],
+            [r.queue_p99_s for r in cells],
+        )
+    )
+    order = np.argsort(rate, kind="stable")
+    return OpenLoopCurve(arm, colour, rate[order], objective[order], queue[order])
 
 
 @dataclass(frozen=True)
@@ -44,14 +61,11 @@ def build_open_loop_view(a: Analysis, v: Verdict) -> OpenLoopView:
     obj = ol.objective
     label = f"p{obj.percentile:g} {obj.metric.upper()}"
     colours = arm_colours(a)
-    table = a.open_loop[a.open_loop["status"] == "complete"]
+    complete = [r for r in a.rows("open_loop", OpenLoopRow) if r.status == "complete"]
     groups = {}
     for baseline, drafters in (drafters_by_baseline(a.run) or {"(none)": []}).items():
-        rows = (
-            (arm, table[table["arm"] == arm].sort_values("rate_rps"))
-            for arm in [baseline, *drafters]
-        )
-        groups[baseline] = [OpenLoopCurve(arm, colours[arm], r) for arm, r in rows if not r.empty]
+        mine = ((arm, [r for r in complete if r.arm == arm]) for arm in [baseline, *drafters])
+        groups[baseline] = [_curve(arm, colours[arm], cells) for arm, cells in mine if cells]
     return OpenLoopView(
         "Open loop near the knee: latency vs offered rate",
         f"{ol.arrival} arrivals on task {ol.task}; objective {label} <= {obj.max_s:g} s"
@@ -71,9 +85,8 @@ def fleet_lines(a: Analysis) -> list[str]:
     assert ol is not None
     obj = ol.objective
     label = f"p{obj.percentile:g} {obj.metric.upper()}"
-    fleet = a.fleet
     rows = []
-    for r in fleet.itertuples():
+    for r in a.rows("fleet", FleetRow):
         rows.append(
             [
                 r.arm,

@@ -8,19 +8,44 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import pandas as pd
+import numpy as np
 
 from harness.analysis.rows import SpeedupRow
 from harness.analysis.tables import Analysis
 from harness.prereg.schema import schedule_arm_name
-from harness.rundir.verdict import Placement, SurfaceSummary, Verdict, VerifiedLevel
+from harness.rundir.verdict import (
+    BreakEvenRow,
+    Placement,
+    SurfaceSummary,
+    Verdict,
+    VerifiedLevel,
+)
+
+
+@dataclass(frozen=True)
+class RoundCost:
+    """A round's cost over a plain step at each level, with its interval (NaN: not
+    measured there)."""
+
+    users: np.ndarray  # the levels, ascending (int)
+    ratio: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+
+
+@dataclass(frozen=True)
+class BreakEvenPoints:
+    """The levels whose break-even acceptance length is located, and that length."""
+
+    users: np.ndarray  # int
+    length: np.ndarray
 
 
 @dataclass(frozen=True)
 class KLine:
     k: int
-    rows: pd.DataFrame  # by concurrency: round_cost_ratio with its interval, status, ...
-    located: pd.DataFrame  # the rows whose break-even length is located
+    cost: RoundCost
+    break_even: BreakEvenPoints
     # (users, L, below): every L measured pays (below: under the lowest), or none does
     bounds: list[tuple[int, float, bool]]
 
@@ -71,14 +96,15 @@ def build_surface_view(a: Analysis, v: Verdict) -> SurfaceView:
     if surface is None or s is None:
         return SurfaceView("The round-cost surface", "", False, "", [], [])
     tasks = []
+    breaks = a.rows("surface", BreakEvenRow)
     for task in study.surface_tasks():
-        rows = a.surface[a.surface["task"] == task]
+        rows = [r for r in breaks if r.task == task]
         tasks.append(
             SurfaceTask(
                 task,
                 f"The round-cost surface: task {task}",
-                [_k_line(int(k), grp) for k, grp in rows.groupby("k", sort=True)],
-                rows.empty or not rows["round_cost_ratio"].astype(float).notna().any(),
+                [_k_line(k, [r for r in rows if r.k == k]) for k in sorted({r.k for r in rows})],
+                not any(_measured(r.round_cost_ratio) for r in rows),
                 _placed(a, s, task),
                 surface_text_lines(a, s, task),
                 _verification(a, s, task) if surface.verify_schedule else None,
@@ -96,15 +122,40 @@ def build_surface_view(a: Analysis, v: Verdict) -> SurfaceView:
     )
 
 
-def _k_line(k: int, grp: pd.DataFrame) -> KLine:
-    g = grp.sort_values("concurrency")
+def _k_line(k: int, rows: list[BreakEvenRow]) -> KLine:
+    """One k's rows (a task's), by level."""
+    rows = sorted(rows, key=lambda r: r.concurrency)
     bounds = []
-    for r in g.itertuples():
+    for r in rows:
         lengths = [float(x) for x in str(r.lengths).split(",") if x]
         if r.status in ("below_measured", "above_measured") and lengths:
             below = r.status == "below_measured"
             bounds.append((int(r.concurrency), min(lengths) if below else max(lengths), below))
-    return KLine(k, g, g[g["status"] == "located"], bounds)
+    located = [r for r in rows if r.status == "located"]
+    return KLine(
+        k,
+        RoundCost(
+            _levels(rows),
+            _figures(r.round_cost_ratio for r in rows),
+            _figures(r.round_cost_ratio_ci_lower for r in rows),
+            _figures(r.round_cost_ratio_ci_upper for r in rows),
+        ),
+        BreakEvenPoints(_levels(located), _figures(r.break_even_length for r in located)),
+        bounds,
+    )
+
+
+def _levels(rows: list[BreakEvenRow]) -> np.ndarray:
+    return np.array([r.concurrency for r in rows], dtype=np.int64)
+
+
+def _figures(values) -> np.ndarray:
+    """Figures as floats, None as NaN (as the table holds a missing one)."""
+    return np.array([math.nan if v is None else v for v in values], dtype=float)
+
+
+def _measured(v: float | None) -> bool:
+    return v is not None and not math.isnan(v)
 
 
 def _placed(a: Analysis, s: SurfaceSummary, task: str) -> list[PlacedDrafter]:
