@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import fields
 
 import numpy as np
 import pandas as pd
 
 from harness.analysis.acceptance import cell_acceptance
 from harness.analysis.acceptance_requests import acceptance_disagreement, request_acceptance
+from harness.analysis.cell_rows import CellRow, cell_frame
 from harness.analysis.gpu import gpu_columns
 from harness.analysis.load import CellData, RunData
 from harness.derived.bursts import burst_share, is_burst
@@ -91,33 +93,35 @@ def _request_stats(records: list[RequestRecord], num_draft_tokens: int | None) -
     return out
 
 
-def cell_row(cell: CellData) -> dict:
+def cell_row(cell: CellData, engine_round: str | None = None) -> CellRow:
+    """The cell's row; `engine_round`: what its arm's engine's acceptance figures are per
+    (engine_rounds; None for an arm without a drafter)."""
     num_draft_tokens = cell.num_draft_tokens  # the arm's k, for its bursts and speeds
-    row: dict = {
-        "cell_id": cell.id,
-        "arm": cell.arm,
-        "task": cell.task,
-        "kind": cell.kind,
-        "concurrency": cell.concurrency,
-        "rate_relative": cell.rate_relative,
-        "rate_rps": cell.open_loop.rate_rps if cell.open_loop else None,
-        "stage": cell.stage,
-        "session": cell.session,  # repeated sessions: 1..N (None: measured once)
-        "rerun_of": cell.rerun_of,
-        # Where it was measured (cell.json's `where`): a sharded run's shard, the host, and
-        # the GPUs by UUID (or the ids Ray gave, without NVML).
-        "shard": cell.where.shard if cell.where else None,
-        "host": cell.where.hostname if cell.where else None,
-        "gpu": gpu_key(cell.where).split(":", 1)[1] if cell.where else None,
-        "status": cell.status,
-        "reason": cell.reason,
-        "attempt": cell.complete.attempt if cell.complete else None,
-        "n_measured": len(cell.requests),
-        "n_ok": sum(1 for r in cell.requests if r.ok),
-        "n_errors": sum(1 for r in cell.requests if not r.ok),
-        "n_invalid_tpot": sum(1 for r in cell.requests if r.ok and r.tpot_s is None),
-        "burst_share": burst_share(cell.requests, num_draft_tokens),
-    }
+    # A group the cell has not stays None, and out of its record (cell_rows.cell_record).
+    row: dict = dict.fromkeys(f.name for f in fields(CellRow))
+    row.update(
+        cell_id=cell.id,
+        arm=cell.arm,
+        task=cell.task,
+        kind=cell.kind,
+        concurrency=cell.concurrency,
+        rate_relative=cell.rate_relative,
+        rate_rps=cell.open_loop.rate_rps if cell.open_loop else None,
+        stage=cell.stage,
+        session=cell.session,
+        rerun_of=cell.rerun_of,
+        shard=cell.where.shard if cell.where else None,
+        host=cell.where.hostname if cell.where else None,
+        gpu=gpu_key(cell.where).split(":", 1)[1] if cell.where else None,
+        status=cell.status,
+        reason=cell.reason,
+        attempt=cell.complete.attempt if cell.complete else None,
+        n_measured=len(cell.requests),
+        n_ok=sum(1 for r in cell.requests if r.ok),
+        n_errors=sum(1 for r in cell.requests if not r.ok),
+        n_invalid_tpot=sum(1 for r in cell.requests if r.ok and r.tpot_s is None),
+        burst_share=burst_share(cell.requests, num_draft_tokens),
+    )
     if cell.complete is not None:
         row["aborted"] = cell.complete.outcome.aborted
         health = cell.complete.outcome.health
@@ -127,30 +131,25 @@ def cell_row(cell: CellData) -> dict:
         row["client_first_token_bound_p99_ms"] = health.first_token_bound_p99_ms if health else None
         row["client_send_lag_p99_ms"] = health.send_lag_p99_ms if health else None
         row["client_kernel_stamped"] = health.kernel_stamped_fraction if health else None
-        # Closed loop: the load the users delivered, beside the registered concurrency.
         for name in (
             "delivered_concurrency",
             "delivered_share",
             "turnaround_p50_ms",
             "turnaround_p99_ms",
             "turnaround_max_ms",
-            # The host's CPU time that went elsewhere (measure/host_cpu.py).
             "host_foreign_cpu_share",
             "host_steal_share",
         ):
             row[name] = getattr(health, name) if health else None
-    if cell.requests:
-        row.update(_request_stats(cell.requests, num_draft_tokens))
+    stats = _request_stats(cell.requests, num_draft_tokens) if cell.requests else {}
+    row.update(stats)
     acc = cell_acceptance(cell.samples)
     per_request = request_acceptance(cell.requests)
-    # Three figures side by side: per round as the engine counts rounds (`engine_round`)
-    # from the counters and from its per-request figures, and per decode step from the
-    # client's chunks.
     row["accept_length_per_round_engine"] = acc.accept_length_per_round
     row["accept_length_per_round_requests"] = (
         per_request.accept_length_per_round if per_request else None
     )
-    row["tokens_per_step_client"] = row.pop("tokens_per_step_client", math.nan)
+    row["tokens_per_step_client"] = stats.get("tokens_per_step_client", math.nan)
     in_window = request_acceptance(cell.warmup + cell.requests, ("warmup", "measure"))
     agree, why = acceptance_disagreement(
         acc.accept_length_per_round,
@@ -172,24 +171,21 @@ def cell_row(cell: CellData) -> dict:
     row["counter_resets"] = acc.counter_resets
     rates = acc.per_position_rates or []
     row["accept_rate_sum"] = sum(rates) if rates else None
-    for i, rate in enumerate(rates, 1):
-        row[f"accept_rate_pos{i}"] = rate
+    row["accept_rate_by_position"] = tuple(rates)
     # GPU telemetry: throttled for power, heat or a hardware slowdown, and the figures
     # beside it (all empty on a host without NVML).
     row.update(gpu_columns(cell))
     if cell.scores is not None:
         row["n_scored"] = len(cell.scores)
         row["accuracy"] = (sum(cell.scores.values()) / len(cell.scores)) if cell.scores else None
-    return row
+    row["engine_round"] = engine_round
+    return CellRow(**row)
 
 
 def cell_table(run: RunData) -> pd.DataFrame:
     """Every planned cell (missing and skipped ones too) and every rerun, in plan order."""
-    df = pd.DataFrame([cell_row(c) for c in run.cells.values()])
-    for col in ("concurrency", "stage", "session", "attempt"):
-        df[col] = df[col].astype("Int64")
-    df["engine_round"] = df["arm"].map(engine_rounds(run)) if len(df) else None
-    return df
+    rounds = engine_rounds(run)
+    return cell_frame([cell_row(c, rounds.get(c.arm)) for c in run.cells.values()])
 
 
 def engine_rounds(run: RunData) -> dict[str, str]:

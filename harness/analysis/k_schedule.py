@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from harness.analysis.cell_rows import CellRow, cell_rows_of
 from harness.analysis.frame import framed, rows_of
 from harness.analysis.intervals import t_interval
 from harness.analysis.load import RunData
@@ -49,28 +50,21 @@ WITHIN_NOTE = "one session: session variation not in the interval"
 
 
 def session_tokens(
-    cells: pd.DataFrame, arm: str, task: str, c: int, k: int
+    cells: list[CellRow], arm: str, task: str, c: int, k: int
 ) -> list[list[float]] | None:
     """The drafter's per-position acceptance rates (positions 1..k) of each session of its
     speed cell at (task, c), in session order (None: some session has none)."""
-    rows = cells[
-        (cells["arm"] == arm)
-        & (cells["task"] == task)
-        & (cells["kind"] == "speed")
-        & (cells["concurrency"] == c)
-        & cells["rerun_of"].isna()
+    rows = [
+        r
+        for r in cells
+        if (r.arm, r.task, r.kind, r.concurrency) == (arm, task, "speed", c) and r.rerun_of is None
     ]
-    if rows.empty:
+    if not rows:
         return None
-    if "session" in rows:
-        rows = rows.sort_values("session", na_position="first")
-    out = []
-    for _, row in rows.iterrows():
-        rates = [row.get(f"accept_rate_pos{i}") for i in range(1, k + 1)]
-        if any(r is None or pd.isna(r) for r in rates):
-            return None
-        out.append([float(r) for r in rates])
-    return out
+    rows.sort(key=lambda r: (r.session is not None, r.session or 0))  # measured once first
+    if any(len(r.accept_rate_by_position) < k for r in rows):
+        return None
+    return [list(r.accept_rate_by_position[:k]) for r in rows]
 
 
 def surface_at(surface: pd.DataFrame) -> dict[tuple[str, int, int], list[SurfaceCellRow]]:
@@ -151,10 +145,11 @@ def proposed_schedule(
     level = study.bars.intervals.level
     measured_at = {(r.arm, r.task, r.concurrency): r for r in rows_of(speedups, SpeedupRow)}
     cells_at = surface_at(surface)
+    cell_rows = cell_rows_of(cells)  # a hand-made table too: a column it lacks is None
     out = []
     for task in study.surface_tasks():
         for c in study.surface.concurrency:
-            rates = session_tokens(cells, arm.name, task, c, own_k)
+            rates = session_tokens(cell_rows, arm.name, task, c, own_k)
             entry: dict = {"task": task, "concurrency": c, "candidates": {"0": 1.0}}
             if rates is None:
                 out.append(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.categories import category_table
+from harness.analysis.cell_rows import CellRow, cell_rows_of
 from harness.analysis.cells import cell_table
 from harness.analysis.frame import R, columns, rows_of
 from harness.analysis.identity import compare_identity
@@ -53,13 +54,38 @@ class Analysis:
         default_factory=dict, init=False, repr=False, compare=False
     )
 
-    def rows(self, table: str, row: type[R]) -> list[R]:
-        """The table named `table` as `row`s, in table order."""
+    def rows(
+        self, table: str, row: type[R], read: Callable[[pd.DataFrame], list[R]] | None = None
+    ) -> list[R]:
+        """The table named `table` as `row`s, in table order (`read`: the model's own
+        reader, where its fields are not the columns one for one)."""
         frame = getattr(self, table)
         held = self._rows.get((table, row))
         if held is None or held[0] is not frame:
-            held = self._rows[table, row] = (frame, rows_of(frame, row))
+            rows = read(frame) if read is not None else rows_of(frame, row)
+            held = self._rows[table, row] = (frame, rows)
         return held[1]
+
+    def cell_rows(
+        self,
+        arms: Collection[str] | None = None,
+        kinds: Collection[str] | None = None,
+        status: Collection[str] | None = None,
+        first_measured: bool = False,
+    ) -> list[CellRow]:
+        """The cells of any of `arms`, `kinds` and `status`es (None: every one), in table
+        order; `first_measured`: no reruns."""
+        return [
+            r
+            for r in self.rows("cells", CellRow, cell_rows_of)
+            if (arms is None or r.arm in arms)
+            and (kinds is None or r.kind in kinds)
+            and (status is None or r.status in status)
+            and (not first_measured or r.rerun_of is None)
+        ]
+
+    def cell(self, cell_id: str) -> CellRow | None:
+        return next((r for r in self.cell_rows() if r.cell_id == cell_id), None)
 
     def speedups_of(
         self,

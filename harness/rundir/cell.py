@@ -10,7 +10,9 @@ the one its fields give is refused.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from enum import IntEnum
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import (
@@ -133,8 +135,10 @@ class Cell(BaseModel):
             raise ValueError(f"stored id {stored!r} is not the cell's id {cell.id!r}")
         return cell
 
+    # Cached: read in every loop over a run's cells; the model is frozen, so only a copy
+    # with other fields (model_copy below) could make it stale.
     @computed_field  # type: ignore[prop-decorator]
-    @property
+    @cached_property
     def id(self) -> str:
         session = self.rerun_of_session if self.rerun else self.session
         if self.kind == "speed":
@@ -144,6 +148,14 @@ class Cell(BaseModel):
         else:
             planned = task_cell_id(self.arm, self.task, self.kind)
         return rerun_id(planned, self.rerun) if self.rerun else planned
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Cell:
+        """A copy; with `update`, its id computed again from its own fields (the cached
+        one is the original's)."""
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            copied.__dict__.pop("id", None)
+        return copied
 
     @property
     def dirname(self) -> str:

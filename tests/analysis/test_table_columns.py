@@ -10,11 +10,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.analysis.cell_rows import CellRow, cell_frame, cell_rows_of
 from harness.analysis.compare import compare_speedups, read_run
 from harness.analysis.frame import columns, framed, rows_of
 from harness.analysis.rows import KneeRow, MeasuredSpeedup, SpeedupRow
 from harness.analysis.tables import analyse, write_tables
-from tests.analysis.runfolder import RunBuilder
+from tests.analysis.runfolder import PASSING_SPEEDUPS, RunBuilder
 from tests.analysis.test_compare import A_CELLS, B_CELLS, tiny_run
 
 OLD_COLUMNS = {
@@ -106,6 +107,28 @@ OLD_COLUMNS = {
         "moved status warning"
     ).split(),
 }
+
+
+# The cell table of a run no drafter cell of which has per-position counters (SGLang's
+# drafter only): no accept_rate_pos columns, as today's code wrote it.
+CELLS_WITHOUT_POSITIONS = (
+    "cell_id arm task kind concurrency rate_relative rate_rps stage session rerun_of shard "
+    "host gpu status reason attempt n_measured n_ok n_errors n_invalid_tpot burst_share "
+    "aborted client_valid client_lag_p99_ms client_stamp_bound_p99_ms "
+    "client_first_token_bound_p99_ms client_send_lag_p99_ms client_kernel_stamped "
+    "delivered_concurrency delivered_share turnaround_p50_ms turnaround_p99_ms "
+    "turnaround_max_ms host_foreign_cpu_share host_steal_share per_user_speed e2e_tok_s "
+    "ttft_p50_s ttft_p90_s ttft_p99_s tpot_p50_s tpot_p90_s tpot_p99_s itl_p50_s itl_p90_s "
+    "itl_p99_s latency_p50_s latency_p90_s latency_p99_s queue_p50_s queue_p90_s "
+    "queue_p99_s span_s request_throughput_rps output_throughput_tok_s "
+    "accept_length_per_round_engine accept_length_per_round_requests tokens_per_step_client "
+    "acceptance_agree acceptance_disagreement spec_requests accept_rate_requests "
+    "accept_histogram_requests drafts scrape_gaps counter_resets accept_rate_sum "
+    "gpu_samples gpu_throttled gpu_throttle_reasons gpu_throttled_samples "
+    "gpu_sm_clock_mhz_p50 gpu_sm_clock_mhz_min gpu_power_w_p50 gpu_power_w_max "
+    "gpu_power_limit_w gpu_temperature_c_max gpu_util_pct_p50 gpu_memory_used_mib_max "
+    "gpu_gaps n_scored accuracy engine_round"
+).split()
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +237,64 @@ def test_a_table_read_as_another_model_is_not_handed_back_as_the_first(analysed)
     measured = analysed.rows("speedups", MeasuredSpeedup)
     typed = analysed.rows("speedups", SpeedupRow)
     assert type(measured[0]) is MeasuredSpeedup and type(typed[0]) is SpeedupRow
+
+
+@pytest.fixture(scope="module")
+def without_positions(tmp_path_factory: pytest.TempPathFactory):
+    b = RunBuilder(tmp_path_factory.mktemp("nopos"))
+    b.speed_cells(speedups={"sglang-dflash": PASSING_SPEEDUPS["sglang-dflash"]})
+    b.identity_cells()
+    b.accuracy_cells()
+    a = analyse(b.root)
+    write_tables(a)
+    return a
+
+
+def test_the_cell_table_without_per_position_rates_keeps_its_columns(without_positions) -> None:
+    root: Path = without_positions.run.run_dir
+    assert list(without_positions.cells.columns) == CELLS_WITHOUT_POSITIONS
+    assert list(pd.read_parquet(root / "cells.parquet").columns) == CELLS_WITHOUT_POSITIONS
+    assert list(pd.read_csv(root / "cells.csv").columns) == CELLS_WITHOUT_POSITIONS
+    assert all(r.accept_rate_by_position == () for r in without_positions.cell_rows())
+
+
+def test_the_cell_models_fields_are_the_tables_columns_the_rates_spread_at_their_place() -> None:
+    model = columns(CellRow)
+    where = model.index("accept_rate_by_position")
+    spread = [*model[:where], *(f"accept_rate_pos{i}" for i in (1, 2, 3)), *model[where + 1 :]]
+    assert spread == OLD_COLUMNS["cells"]
+
+
+def test_a_group_no_cell_has_stays_out_of_the_cell_table(tmp_path: Path) -> None:
+    # Speed cells only: no accuracy cell, so no n_scored / accuracy, as before the model.
+    b = RunBuilder(tmp_path)
+    b.speed_cells()
+    cells = analyse(b.root).cells
+    assert "n_scored" not in cells and "accuracy" not in cells
+    assert [c for c in OLD_COLUMNS["cells"] if c not in cells] == ["n_scored", "accuracy"]
+
+
+def test_the_cell_rows_read_back_frame_the_same_table(analysed) -> None:
+    rows = cell_rows_of(analysed.cells)
+    pd.testing.assert_frame_equal(cell_frame(rows), analysed.cells)
+    drafter = next(r for r in rows if r.arm == "vllm-eagle3" and r.kind == "speed")
+    table = analysed.cells.set_index("cell_id").loc[drafter.cell_id]
+    assert drafter.accept_rate_by_position == pytest.approx(
+        [table[f"accept_rate_pos{i}"] for i in (1, 2, 3)]
+    )
+    assert drafter.accept_rate_sum == pytest.approx(sum(drafter.accept_rate_by_position))
+
+
+def test_each_cell_query_answers_the_row_the_table_holds(analysed) -> None:
+    table = analysed.cells
+    for r in table.to_dict("records"):
+        got = analysed.cell(r["cell_id"])
+        assert got is not None and (got.arm, got.status) == (r["arm"], r["status"])
+        assert got.per_user_speed == pytest.approx(r["per_user_speed"], nan_ok=True)
+    assert analysed.cell("no/such/cell") is None
+    speed = analysed.cell_rows(arms=("vllm-base",), kinds=("speed",))
+    want = table[(table["kind"] == "speed") & (table["arm"] == "vllm-base")]
+    assert [r.cell_id for r in speed] == list(want["cell_id"])
+    complete = analysed.cell_rows(status=("complete",))
+    assert [r.cell_id for r in complete] == list(table[table["status"] == "complete"]["cell_id"])
+    assert all(r.concurrency is None or isinstance(r.concurrency, int) for r in complete)

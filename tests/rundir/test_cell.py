@@ -66,6 +66,17 @@ def test_a_rerun_is_named_after_the_session_it_measures_again_not_the_one_it_run
         Cell.model_validate(speed().model_dump(exclude={"id"}) | {"concurrency": None})
 
 
+def test_the_id_is_computed_once_and_a_copy_with_other_fields_computes_its_own():
+    cell = speed(session=2, c=4)
+    assert cell.id is cell.id  # cached (Cell is frozen)
+    rerun = cell.rerun_cell(3, 2)
+    assert (cell.id, rerun.id) == ("base/chat/speed/c004/s2", "base/chat/speed/c004/s2/rerun2")
+    assert rerun.planned().id == cell.id and rerun.planned() == cell
+    other = cell.model_copy(update={"concurrency": 8})
+    assert other.id == "base/chat/speed/c008/s2" and cell.model_copy().id == cell.id
+    assert json.loads(rerun.model_dump_json())["id"] == rerun.id
+
+
 def test_a_reruns_cell_json_reads_back_to_the_same_cell(tmp_path):
     store = RunStore(tmp_path)
     rerun = speed(session=2).rerun_cell(3)

@@ -13,7 +13,6 @@ from harness.analysis.bar_common import speed_tasks
 from harness.analysis.cells import engine_rounds
 from harness.analysis.tables import Analysis
 from harness.engines import get_engine_kind
-from harness.numbers import is_nan
 from harness.prereg.schema import Arm
 from harness.rundir.verdict import Verdict
 
@@ -86,12 +85,8 @@ def acceptance_by_level(a: Analysis, arm: Arm, task: str) -> list[LevelAcceptanc
         if not cell.usable:
             continue
         series = per_second_acceptance(cell.samples).dropna(subset=["acceptance_length"])
-        row = a.cells[a.cells["cell_id"] == cell.id].iloc[0]
-        rates = [
-            float(row[k])
-            for k in row.index
-            if k.startswith("accept_rate_pos") and not is_nan(row[k])
-        ]
+        row = a.cell(cell.id)
+        rates = list(row.accept_rate_by_position) if row is not None else []
         out.append(
             LevelAcceptance(
                 c,

@@ -6,10 +6,13 @@ steps run without drafts: vLLM counts no round on those)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
+from harness.analysis.cell_rows import CellRow
 from harness.analysis.tables import Analysis
 from harness.rundir.verdict import Verdict
 
@@ -42,31 +45,28 @@ class ConsistencyView:
 
 def build_consistency_view(a: Analysis, v: Verdict) -> ConsistencyView:
     drafters = {x.name for x in a.run.study.arms if x.drafter is not None}
-    # The cells table is still read by its columns here (its row model is another change's).
-    cells = a.cells[
-        (a.cells["kind"] == "speed")
-        & a.cells["arm"].isin(drafters)
-        & (a.cells["status"] == "complete")
-    ]
+    by_arm: dict[str, list[CellRow]] = {}
+    for r in a.cell_rows(arms=drafters, kinds=("speed",), status=("complete",)):
+        by_arm.setdefault(r.arm, []).append(r)
     panels = []
-    for title, xcol, plus in (
-        ("engine counters against each other", "accept_rate_sum", 1.0),
+    figures: tuple[tuple[str, Callable[[CellRow], float | None], float], ...] = (
+        ("engine counters against each other", lambda r: r.accept_rate_sum, 1.0),
         (
             "per decode step (client) vs per engine round (engine_round)",
-            "tokens_per_step_client",
+            lambda r: r.tokens_per_step_client,
             0.0,
         ),
-    ):
+    )
+    for title, figure, plus in figures:
         arms, lo, hi = [], math.inf, -math.inf
-        for arm, grp in cells.groupby("arm", sort=False):
-            x = grp[xcol].astype(float) + plus
-            y = grp["accept_length_per_round_engine"].astype(float)
+        for arm, grp in by_arm.items():
+            x = _series([figure(r) for r in grp]) + plus
+            y = _series([r.accept_length_per_round_engine for r in grp])
             ok = ~(np.isnan(x) | np.isnan(y))
             if not ok.any():
                 continue
-            arms.append(
-                ArmPoints(str(arm), x[ok].to_numpy(), y[ok].to_numpy(), tuple(grp["cell_id"][ok]))
-            )
+            cells = tuple(r.cell_id for r, keep in zip(grp, ok, strict=True) if keep)
+            arms.append(ArmPoints(arm, x[ok].to_numpy(), y[ok].to_numpy(), cells))
             lo, hi = min(lo, x[ok].min(), y[ok].min()), max(hi, x[ok].max(), y[ok].max())
         pad = 0.1 * max(hi - lo, 0.5)
         panels.append(
@@ -77,3 +77,8 @@ def build_consistency_view(a: Analysis, v: Verdict) -> ConsistencyView:
         "one point per drafter speed cell; on the diagonal the two figures agree",
         panels,
     )
+
+
+def _series(figures: list[float | None]) -> pd.Series:
+    """Figures as floats, a missing one NaN (as the table's column read as float)."""
+    return pd.Series([math.nan if f is None else f for f in figures], dtype=float)

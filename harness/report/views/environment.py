@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.analysis.tables import Analysis
+from harness.numbers import is_nan
 from harness.report.layout import table_lines
 from harness.report.views.verdict import (
     checkpoint_lines,
@@ -92,15 +93,13 @@ def environment_lines(a: Analysis, verdict: Verdict) -> list[str]:
         lines += ["", "cells that failed every attempt:"]
         lines += [f"  {f.cell}: {f.reason}" for f in m.failed_cells]
     lines += ["", "cells:"]
-    status = a.cells[a.cells["rerun_of"].isna()]["status"].value_counts().to_dict()
+    first = pd.Series([r.status for r in a.cell_rows(first_measured=True)], dtype=object)
+    status = first.value_counts().to_dict()
     lines.append("  " + ", ".join(f"{n} {s}" for s, n in status.items()))
-    bad = a.cells[a.cells["status"].isin(["invalid", "missing"])]
+    bad = a.cell_rows(status=("invalid", "missing"))
     lines += (
-        table_lines(
-            ["cell", "status", "reason"],
-            [[r.cell_id, r.status, r.reason] for r in bad.itertuples()],
-        )
-        if len(bad)
+        table_lines(["cell", "status", "reason"], [[r.cell_id, r.status, r.reason] for r in bad])
+        if bad
         else []
     )
     lines += _burst_lines(a)
@@ -140,21 +139,18 @@ def _telemetry_line(entry: RunGpuTelemetry | None) -> str:
 
 def _burst_lines(a: Analysis) -> list[str]:
     """Per speed cell, the share of requests that arrived in bursts (no per-user speed)."""
-    if "burst_share" not in a.cells:
-        return []
-    speed = a.cells[(a.cells["kind"] == "speed") & a.cells["burst_share"].notna()]
-    if speed.empty:
+    speed = [r for r in a.cell_rows(kinds=("speed",)) if not is_nan(r.burst_share)]
+    if not speed:
         return []
     limit = a.run.study.recording.max_burst_share
-    bound = speed.get("client_stamp_bound_p99_ms")
     rows = [
         [
             r.cell_id,
             r.status,
             f"{r.burst_share:.2f}",
-            "" if bound is None or pd.isna(bound[i]) else f"{bound[i]:.1f}",
+            "" if is_nan(bound := r.client_stamp_bound_p99_ms) else f"{bound:.1f}",
         ]
-        for i, r in zip(speed.index, speed.itertuples(), strict=True)
+        for r in speed
     ]
     return [
         "",

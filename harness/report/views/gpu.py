@@ -68,9 +68,8 @@ def alternate_cell_spans(ok: pd.DataFrame, minutes: pd.Series) -> list[tuple[str
 
 def gpu_cell_lines(a: Analysis) -> list[str]:
     """Per cell with GPU readings: clocks, power, temperature, throttling."""
-    cells = a.cells[a.cells["gpu_samples"].fillna(0) > 0]
     rows = []
-    for r in cells.itertuples():
+    for r in (r for r in a.cell_rows() if r.gpu_samples > 0):
         rows.append(
             [
                 r.cell_id,

@@ -7,24 +7,23 @@ import math
 from harness.analysis.tables import Analysis
 from harness.report.layout import table_lines
 
-_COLUMNS = (
-    "delivered_concurrency",
-    "delivered_share",
-    "turnaround_p50_ms",
-    "turnaround_p99_ms",
-    "turnaround_max_ms",
-)
-
 
 def delivered_load_lines(a: Analysis) -> list[str]:
     """One row per closed-loop cell: registered users, requests kept in flight, and the
     users' turnaround. A cell below the registered share is invalid (and was remeasured)."""
-    cells = a.cells[a.cells["concurrency"].notna() & (a.cells["kind"] != "open")]
     floor = a.run.study.recording.min_delivered_share
     limit = a.run.study.recording.lag_limit_p99_ms
     rows = []
-    for r in cells.itertuples():
-        figures = [getattr(r, c, None) for c in _COLUMNS]
+    for r in a.cell_rows():
+        if r.concurrency is None or r.kind == "open":
+            continue
+        figures = [
+            r.delivered_concurrency,
+            r.delivered_share,
+            r.turnaround_p50_ms,
+            r.turnaround_p99_ms,
+            r.turnaround_max_ms,
+        ]
         figures = [None if isinstance(v, float) and math.isnan(v) else v for v in figures]
         share = figures[1]
         rows.append(

@@ -14,13 +14,8 @@ def three_figures_lines(a: Analysis) -> list[str]:
     from its per-request figures, and the client's tokens per decode step, side by side;
     cells where they disagree beyond AGREE_WITHIN are flagged."""
     drafters = {x.name for x in a.run.study.arms if x.drafter is not None}
-    cells = a.cells[
-        a.cells["arm"].isin(drafters)
-        & a.cells["kind"].isin(["speed", "open"])
-        & (a.cells["status"] == "complete")
-    ]
     rows, flagged = [], []
-    for r in cells.itertuples():
+    for r in a.cell_rows(arms=drafters, kinds=("speed", "open"), status=("complete",)):
         agree = r.acceptance_agree
         mark = "-" if agree is None or is_nan(agree) else ("yes" if agree else "NO")
         rows.append(
