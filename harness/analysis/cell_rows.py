@@ -22,6 +22,8 @@ from typing import Any
 
 import pandas as pd
 
+from harness.analysis.frame import missing_text_as_none
+
 POSITION_PREFIX = "accept_rate_pos"
 
 
@@ -189,7 +191,7 @@ def cell_rows_of(df: pd.DataFrame) -> list[CellRow]:
     """The table's rows as CellRows, in table order: the position columns gathered back
     (up to the first a cell has not), a column the table lacks (a hand-made one, a group
     no cell has) None, a missing integer (the table's Int64 NA) None and any other
-    missing figure as the table holds it (NaN or None)."""
+    missing figure as the table holds it (NaN or None), a missing text None."""
     names = [f.name for f in fields(CellRow)]
     out = []
     for record in df.to_dict("records"):
@@ -202,5 +204,5 @@ def cell_rows_of(df: pd.DataFrame) -> list[CellRow]:
                 break
             rates.append(float(rate))
         values["accept_rate_by_position"] = tuple(rates)
-        out.append(CellRow(**values))
+        out.append(CellRow(**missing_text_as_none(values, CellRow)))
     return out

@@ -4,8 +4,11 @@ as that model rather than spelling column names."""
 
 from __future__ import annotations
 
+import math
+import types
 from dataclasses import fields
-from typing import Any, TypeVar
+from functools import cache
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import pandas as pd
 from pydantic import BaseModel
@@ -32,9 +35,32 @@ def framed(rows: list[dict], row: type[Any]) -> pd.DataFrame:
     return df[names]
 
 
+@cache
+def text_fields(row: type) -> frozenset[str]:
+    """A dataclass row's fields that hold text (`str` or `str | None`)."""
+    if issubclass(row, BaseModel):
+        return frozenset()  # pydantic checks its own fields
+    out = set()
+    for name, hint in get_type_hints(row).items():
+        union = get_origin(hint) in (Union, types.UnionType)
+        if hint is str or (union and set(get_args(hint)) == {str, type(None)}):
+            out.add(name)
+    return frozenset(out)
+
+
+def missing_text_as_none(values: dict[str, Any], row: type) -> dict[str, Any]:
+    """pandas (3) keeps a text column's missing entries as NaN: a text field reads None."""
+    for name in text_fields(row):
+        value = values.get(name)
+        if isinstance(value, float) and math.isnan(value):
+            values[name] = None
+    return values
+
+
 def rows_of(df: pd.DataFrame, row: type[R]) -> list[R]:
     """The table's rows as `row`s, in table order; a column the table lacks (a hand-made
-    one) is None, and a missing figure is as the table holds it (NaN or None)."""
+    one) is None, a missing text None, and a missing figure as the table holds it (NaN
+    or None)."""
     names = columns(row)
     records: list[dict[str, Any]] = df.to_dict("records")
-    return [row(**{n: r.get(n) for n in names}) for r in records]
+    return [row(**missing_text_as_none({n: r.get(n) for n in names}, row)) for r in records]
