@@ -257,9 +257,9 @@ def schedule_replicate(
     )
     out = []
     for r in schedule:
-        k = r["k"]
-        truth = 1.0 if k == 0 else (1 + sum(TRUE_RATES[:k])) / TRUE_COST[(k, r["concurrency"])]
-        out.append(r["ci_lower"] is not None and r["ci_lower"] <= truth <= r["ci_upper"])
+        k = r.k
+        truth = 1.0 if k == 0 else (1 + sum(TRUE_RATES[:k])) / TRUE_COST[(k, r.concurrency)]
+        out.append(r.ci_lower is not None and r.ci_lower <= truth <= r.ci_upper)
     return out
 
 

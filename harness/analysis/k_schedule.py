@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,7 +38,7 @@ from harness.analysis.cell_rows import CellRow, cell_rows_of
 from harness.analysis.frame import framed, rows_of
 from harness.analysis.intervals import t_interval
 from harness.analysis.load import RunData
-from harness.analysis.rows import SpeedupRow, SurfaceCellRow
+from harness.analysis.rows import ProposedScheduleRow, SpeedupRow, SurfaceCellRow
 from harness.analysis.speedup import pair_figures, pair_key
 from harness.prereg.schema import Study, schedule_arm_name
 from harness.rundir.schedule import KScheduleRecord, ScheduledLevel
@@ -91,9 +92,20 @@ def session_costs(at: list[SurfaceCellRow]) -> list[list[float]]:
     return out
 
 
+@dataclass(frozen=True)
+class KPrediction:
+    """E(k) / C(k) at one k and level, with its interval."""
+
+    predicted_speedup: float
+    ci_lower: float | None
+    ci_upper: float | None
+    interval_method: str  # t_sessions, or within: one session's cost interval alone
+    sessions: int
+
+
 def predict(
     tokens: list[float], costs: list[list[float]], at: list[SurfaceCellRow], level: float
-) -> dict | None:
+) -> KPrediction | None:
     """E(k) / C(k) at one level with its interval (the module's rule): `tokens` E_s(k) per
     session, `costs` per L its sessions' cost, `at` the surface's cells there. None
     without a cost."""
@@ -104,25 +116,25 @@ def predict(
         logs = np.log(tokens) - log_cost
         ci = t_interval(logs, level)
         if ci is not None:
-            return {
-                "predicted_speedup": math.exp(float(np.mean(logs))),
-                "ci_lower": ci[0],
-                "ci_upper": ci[1],
-                "interval_method": "t_sessions",
-                "sessions": len(tokens),
-            }
+            return KPrediction(
+                predicted_speedup=math.exp(float(np.mean(logs))),
+                ci_lower=ci[0],
+                ci_upper=ci[1],
+                interval_method="t_sessions",
+                sessions=len(tokens),
+            )
     # One session (or sessions that do not pair): the cost's within-session interval alone.
     e = float(np.mean(tokens))
     point = e / math.exp(float(np.mean(log_cost)))
     hi_cost = _figures(r.round_cost_ratio_ci_upper for r in at)
     lo_cost = _figures(r.round_cost_ratio_ci_lower for r in at)
-    return {
-        "predicted_speedup": point,
-        "ci_lower": e / max(hi_cost) if hi_cost else None,
-        "ci_upper": e / min(lo_cost) if lo_cost else None,
-        "interval_method": "within",
-        "sessions": len(tokens),
-    }
+    return KPrediction(
+        predicted_speedup=point,
+        ci_lower=e / max(hi_cost) if hi_cost else None,
+        ci_upper=e / min(lo_cost) if lo_cost else None,
+        interval_method="within",
+        sessions=len(tokens),
+    )
 
 
 def _figures(values: Iterable[float | None]) -> list[float]:
@@ -132,7 +144,7 @@ def _figures(values: Iterable[float | None]) -> list[float]:
 
 def proposed_schedule(
     study: Study, cells: pd.DataFrame, surface: pd.DataFrame, speedups: pd.DataFrame
-) -> list[dict]:
+) -> list[ProposedScheduleRow]:
     """Per task and surface level, the k the surface's drafter would best run there (the
     module's prediction; k = 0, no drafts, is 1.0). Only the k on the surface and at
     most the drafter's own are candidates. `surface`: the surface's cells
@@ -150,72 +162,79 @@ def proposed_schedule(
     for task in study.surface_tasks():
         for c in study.surface.concurrency:
             rates = session_tokens(cell_rows, arm.name, task, c, own_k)
-            entry: dict = {"task": task, "concurrency": c, "candidates": {"0": 1.0}}
+            candidates = {"0": 1.0}
             if rates is None:
                 out.append(
-                    entry
-                    | {
-                        "k": None,
-                        "predicted_speedup": None,
-                        "ci_lower": None,
-                        "ci_upper": None,
-                        "own_k_measured": None,
-                        "label": f"{arm.name}'s per-position"
-                        f" acceptance at {c} users is not measured",
-                    }
+                    ProposedScheduleRow(
+                        task=task,
+                        concurrency=c,
+                        candidates=candidates,
+                        k=None,
+                        predicted_speedup=None,
+                        ci_lower=None,
+                        ci_upper=None,
+                        own_k_measured=None,
+                        label=f"{arm.name}'s per-position acceptance at {c} users is not measured",
+                    )
                 )
                 continue
-            best = {"k": 0, "predicted_speedup": 1.0, "ci_lower": 1.0, "ci_upper": 1.0}
-            method = None
+            # k = 0, no drafts, is the baseline exactly: a k must beat it to be proposed.
+            best_k, best = 0, KPrediction(1.0, 1.0, 1.0, "exact", len(rates))
             for k in (k for k in study.surface.k if k <= own_k):
                 tokens = [1.0 + sum(r[:k]) for r in rates]
                 at = cells_at.get((task, k, c), [])
                 found = predict(tokens, session_costs(at), at, level)
                 if found is None:
                     continue
-                entry["candidates"][str(k)] = round(found["predicted_speedup"], 4)
-                if found["predicted_speedup"] > best["predicted_speedup"]:
-                    method = found.pop("interval_method")
-                    best = {
-                        "k": k,
-                        **{
-                            key: found[key] for key in ("predicted_speedup", "ci_lower", "ci_upper")
-                        },
-                    }
+                candidates[str(k)] = round(found.predicted_speedup, 4)
+                if found.predicted_speedup > best.predicted_speedup:
+                    best_k, best = k, found
             label = (
-                f"k={best['k']}: predicted x{best['predicted_speedup']:.2f}"
-                if best["k"]
+                f"k={best_k}: predicted x{best.predicted_speedup:.2f}"
+                if best_k
                 else "k=0: no k on the surface is predicted to pay; do not draft"
             )
-            if method == "within":
+            if best.interval_method == "within":
                 label += f" ({WITHIN_NOTE})"
             # The one k a registered cell measured: the drafter's own.
             mine = measured_at.get((arm.name, task, c))
-            own = entry["candidates"].get(str(own_k))
+            own = candidates.get(str(own_k))
             measured = mine.speedup if mine and mine.status == "ok" else None
-            entry["own_k_measured"] = measured
             if own is not None and measured is not None:
                 label += f"; at its own k={own_k}: predicted x{own:.2f}, measured x{measured:.2f}"
-            out.append(entry | best | {"label": label})
+            out.append(
+                ProposedScheduleRow(
+                    task=task,
+                    concurrency=c,
+                    candidates=candidates,
+                    k=best_k,
+                    predicted_speedup=best.predicted_speedup,
+                    ci_lower=best.ci_lower,
+                    ci_upper=best.ci_upper,
+                    own_k_measured=measured,
+                    label=label,
+                )
+            )
     return out
 
 
-def schedule_ranges(schedule: list[dict], task: str) -> list[tuple[int, int | None, int]]:
+def schedule_ranges(
+    schedule: list[ProposedScheduleRow], task: str
+) -> list[tuple[int, int | None, int]]:
     """One task's schedule as inclusive batch-size ranges from 1: each level's k up to
     that level, the last one open; neighbours with the same k merged."""
     rows = sorted(
-        (r for r in schedule if r["task"] == task and r["k"] is not None),
-        key=lambda r: r["concurrency"],
+        ((r.concurrency, r.k) for r in schedule if r.task == task and r.k is not None),
     )
     ranges: list[tuple[int, int | None, int]] = []
     start = 1
-    for i, r in enumerate(rows):
-        end = None if i == len(rows) - 1 else r["concurrency"]
-        if ranges and ranges[-1][2] == r["k"]:
-            ranges[-1] = (ranges[-1][0], end, r["k"])
+    for i, (c, k) in enumerate(rows):
+        end = None if i == len(rows) - 1 else c
+        if ranges and ranges[-1][2] == k:
+            ranges[-1] = (ranges[-1][0], end, k)
         else:
-            ranges.append((start, end, r["k"]))
-        start = r["concurrency"] + 1
+            ranges.append((start, end, k))
+        start = c + 1
     return ranges
 
 
@@ -231,11 +250,11 @@ def k_schedule_records(a: Analysis, when: float) -> tuple[list[KScheduleRecord],
     kind = get_engine_kind(template.engine)
     records, missing = [], {}
     for task in study.surface_tasks():
-        rows = [r for r in schedule if r["task"] == task]
+        rows = [r for r in schedule if r.task == task]
         ranges = schedule_ranges(schedule, task)
         if not ranges:
             missing[task] = (
-                "; ".join(r["label"] for r in rows) or "no surface level has a round cost measured"
+                "; ".join(r.label for r in rows) or "no surface level has a round cost measured"
             )
             continue
         records.append(
@@ -245,14 +264,14 @@ def k_schedule_records(a: Analysis, when: float) -> tuple[list[KScheduleRecord],
                 ranges=ranges,
                 levels=[
                     ScheduledLevel(
-                        concurrency=r["concurrency"],
-                        k=r["k"],
-                        predicted_speedup=r["predicted_speedup"],
-                        ci_lower=r["ci_lower"],
-                        ci_upper=r["ci_upper"],
+                        concurrency=r.concurrency,
+                        k=r.k,
+                        predicted_speedup=r.predicted_speedup,
+                        ci_lower=r.ci_lower,
+                        ci_upper=r.ci_upper,
                     )
                     for r in rows
-                    if r["k"] is not None
+                    if r.k is not None and r.predicted_speedup is not None  # one has both
                 ],
                 setting=kind.k_schedule_setting(template, ranges),
                 proposed_wall=when,

@@ -164,6 +164,38 @@ class SurfaceCellRow:
 
 
 @dataclass(frozen=True)
+class PlacementRow:
+    """A real drafter at one surface level: its measured tokens per round against the
+    break-even L for its k (surface.drafter_placements; the verdict's Placement)."""
+
+    arm: str
+    task: str
+    concurrency: int
+    k: int
+    reaches: float | None  # its own tokens per round there (None: not measured)
+    status: str  # pays, does_not_pay, unknown or k_not_on_surface
+    needs: float | None  # the break-even L (None: not located)
+    needs_below: float | None  # every L measured pays here: the need is at most the lowest
+    label: str
+
+
+@dataclass(frozen=True)
+class ProposedScheduleRow:
+    """The k the surface's drafter would best run at one task and surface level,
+    predicted (k_schedule.proposed_schedule; the verdict's ScheduleRow)."""
+
+    task: str
+    concurrency: int
+    candidates: dict[str, float]  # k -> predicted speedup ("0": no drafts, 1.0)
+    k: int | None  # None: its per-position acceptance there is not measured
+    predicted_speedup: float | None
+    ci_lower: float | None
+    ci_upper: float | None
+    own_k_measured: float | None  # the drafter's measured speedup there, at its own k
+    label: str
+
+
+@dataclass(frozen=True)
 class CategoryRow:
     """A SPEED-Bench task's speedup by category (analysis/categories.py)."""
 

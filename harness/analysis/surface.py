@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,7 +32,7 @@ import pandas as pd
 from harness.analysis.frame import framed, rows_of
 from harness.analysis.k_schedule import proposed_schedule, schedule_ranges
 from harness.analysis.load import RunData
-from harness.analysis.rows import SpeedupRow, SurfaceCellRow
+from harness.analysis.rows import PlacementRow, SpeedupRow, SurfaceCellRow
 from harness.analysis.speedup import pair_figures, pair_key
 from harness.plan_arms import surface_arms
 from harness.prereg.schema import Study
@@ -144,10 +144,12 @@ def _figures(values: Iterable[float | None]) -> list[float]:
     return [float(v) for v in values if v is not None and not math.isnan(v)]
 
 
-def drafter_placements(study: Study, speedups: pd.DataFrame, breaks: pd.DataFrame) -> list[dict]:
+def drafter_placements(
+    study: Study, speedups: pd.DataFrame, breaks: pd.DataFrame
+) -> list[PlacementRow]:
     """Every real drafter at each surface level: its measured tokens per round against
     the break-even L for its k (its k not on the surface: said)."""
-    out: list[dict] = []
+    out: list[PlacementRow] = []
     if study.surface is None or breaks.empty:
         return out
     measured = {(r.arm, r.task, r.concurrency): r for r in rows_of(speedups, SpeedupRow)}
@@ -160,22 +162,29 @@ def drafter_placements(study: Study, speedups: pd.DataFrame, breaks: pd.DataFram
         k = arm.drafter.num_draft_tokens
         for task in study.surface_tasks():
             for c in study.surface.concurrency:
-                entry: dict = {"arm": arm.name, "task": task, "concurrency": c, "k": k}
                 at = at_level.get((task, k, c))
                 mine = measured.get((arm.name, task, c))
                 reaches = mine.tokens_per_round if mine else None
                 reaches = reaches if reaches is not None and pd.notna(reaches) else None
-                entry["reaches"] = reaches
                 if at is None:
-                    entry.update(
-                        status="k_not_on_surface",
-                        needs=None,
-                        label=f"k={k} is not on the surface (k {_ks(at_level)})",
+                    placed = Placed(
+                        "k_not_on_surface", None, f"k={k} is not on the surface (k {_ks(at_level)})"
                     )
                 else:
-                    out.append(entry | _placed(at, reaches))
-                    continue
-                out.append(entry)
+                    placed = _placed(at, reaches)
+                out.append(
+                    PlacementRow(
+                        arm=arm.name,
+                        task=task,
+                        concurrency=c,
+                        k=k,
+                        reaches=reaches,
+                        status=placed.status,
+                        needs=placed.needs,
+                        needs_below=placed.needs_below,
+                        label=placed.label,
+                    )
+                )
     return out
 
 
@@ -183,7 +192,17 @@ def _ks(at_level: dict[tuple[str, int, int], BreakEvenRow]) -> str:
     return ", ".join(str(int(k)) for k in sorted({k for _, k, _ in at_level}))
 
 
-def _placed(at: BreakEvenRow, reaches: float | None) -> dict:
+@dataclass(frozen=True)
+class Placed:
+    """Where a drafter's tokens per round fall against one level's break-even."""
+
+    status: str  # PlacementRow.status
+    needs: float | None
+    label: str
+    needs_below: float | None = None  # every L measured pays: at most the lowest
+
+
+def _placed(at: BreakEvenRow, reaches: float | None) -> Placed:
     status = at.status
     needs = at.break_even_length if status == "located" else None
     lengths = [float(v) for v in str(at.lengths).split(",") if v]
@@ -193,80 +212,76 @@ def _placed(at: BreakEvenRow, reaches: float | None) -> dict:
             if reaches is None
             else "the surface is incomplete here"
         )
-        return {"status": "unknown", "needs": needs, "label": f"not placed: {why}"}
+        return Placed("unknown", needs, f"not placed: {why}")
     if status == "above_measured":  # no L measured pays: one below them cannot either
         if reaches <= max(lengths):
-            return {
-                "status": "does_not_pay",
-                "needs": None,
-                "label": f"does not pay: no round is cheap enough here (not even at L"
+            return Placed(
+                "does_not_pay",
+                None,
+                f"does not pay: no round is cheap enough here (not even at L"
                 f" {max(lengths):g}; reaches {reaches:.2f})",
-            }
-        return {
-            "status": "unknown",
-            "needs": None,
-            "label": f"not placed: it reaches {reaches:.2f}, above every L measured,"
-            " none of which pays",
-        }
+            )
+        return Placed(
+            "unknown",
+            None,
+            f"not placed: it reaches {reaches:.2f}, above every L measured, none of which pays",
+        )
     if status == "below_measured":  # every L measured pays: one above them does too
         if reaches >= min(lengths):
-            return {
-                "status": "pays",
-                "needs": None,
-                "needs_below": min(lengths),
-                "label": f"pays: every L measured pays, from {min(lengths):g}"
-                f" (reaches {reaches:.2f})",
-            }
-        return {
-            "status": "unknown",
-            "needs": None,
-            "label": f"not placed: it reaches {reaches:.2f}, below every L measured"
+            return Placed(
+                "pays",
+                None,
+                f"pays: every L measured pays, from {min(lengths):g} (reaches {reaches:.2f})",
+                needs_below=min(lengths),
+            )
+        return Placed(
+            "unknown",
+            None,
+            f"not placed: it reaches {reaches:.2f}, below every L measured"
             f" (from {min(lengths):g}), all of which pay",
-        }
+        )
     assert at.break_even_length is not None  # "located", the one status left
     needs = float(at.break_even_length)
     verdict = "pays" if reaches >= needs else "does not pay"
-    return {
-        "status": verdict.replace(" ", "_"),
-        "needs": needs,
-        "label": f"{verdict}: needs {needs:.2f}, reaches {reaches:.2f}",
-    }
+    return Placed(
+        verdict.replace(" ", "_"), needs, f"{verdict}: needs {needs:.2f}, reaches {reaches:.2f}"
+    )
 
 
-def loss_of_gain(placements: list[dict]) -> list[str]:
+def loss_of_gain(placements: list[PlacementRow]) -> list[str]:
     """Per drafter and task placed at two or more surface levels: from the lowest to the
     highest, did the acceptance it needs rise more (the round's cost) or what it reaches
     fall more (its acceptance)? A level where no L measured pays needs more than any."""
-    by: dict[tuple[str, str], list[dict]] = {}
+    by: dict[tuple[str, str], list[tuple[PlacementRow, float]]] = {}
     for p in placements:
-        if p["reaches"] is not None and p["status"] in ("pays", "does_not_pay"):
-            by.setdefault((p["arm"], p["task"]), []).append(p)
+        if p.reaches is not None and p.status in ("pays", "does_not_pay"):
+            by.setdefault((p.arm, p.task), []).append((p, p.reaches))
     lines = []
     for (arm, task), rows in by.items():
-        rows.sort(key=lambda r: r["concurrency"])
+        rows.sort(key=lambda r: r[0].concurrency)
         if len(rows) < 2:
             continue
-        lo, hi = rows[0], rows[-1]
-        lo_needs = lo["needs"] if lo["needs"] is not None else lo.get("needs_below")
-        below = "" if lo["needs"] is not None else "at most "
-        fall = lo["reaches"] - hi["reaches"]
-        where = f"{arm} / {task}, c={lo['concurrency']} -> c={hi['concurrency']}"
-        if hi["needs"] is None and hi["status"] == "does_not_pay":
+        (lo, lo_reaches), (hi, hi_reaches) = rows[0], rows[-1]
+        lo_needs = lo.needs if lo.needs is not None else lo.needs_below
+        below = "" if lo.needs is not None else "at most "
+        fall = lo_reaches - hi_reaches
+        where = f"{arm} / {task}, c={lo.concurrency} -> c={hi.concurrency}"
+        if hi.needs is None and hi.status == "does_not_pay":
             lines.append(
-                f"{where}: no acceptance measured pays at c={hi['concurrency']}"
-                f" (reaches {lo['reaches']:.2f} -> {hi['reaches']:.2f}): the gain is lost"
+                f"{where}: no acceptance measured pays at c={hi.concurrency}"
+                f" (reaches {lo_reaches:.2f} -> {hi_reaches:.2f}): the gain is lost"
                 " to the round's cost"
             )
             continue
-        if lo_needs is None or hi["needs"] is None:
+        if lo_needs is None or hi.needs is None:
             continue
-        rise = hi["needs"] - lo_needs
+        rise = hi.needs - lo_needs
         if rise <= 0 and fall <= 0:
             continue
         cause = "the round's cost" if rise >= fall else "its acceptance"
         lines.append(
-            f"{where}: needs {below}{lo_needs:.2f} -> {hi['needs']:.2f}, reaches"
-            f" {lo['reaches']:.2f} -> {hi['reaches']:.2f}: the gain falls with load"
+            f"{where}: needs {below}{lo_needs:.2f} -> {hi.needs:.2f}, reaches"
+            f" {lo_reaches:.2f} -> {hi_reaches:.2f}: the gain falls with load"
             f" for {cause}"
         )
     return lines
@@ -291,9 +306,9 @@ def surface_summary(a: Analysis) -> dict:
     return {
         "drafter": study.surface.drafter,
         "break_even": rows,
-        "placements": a.placements,
+        "placements": [asdict(p) for p in a.placements],
         "loss_of_gain": loss_of_gain(a.placements),
-        "schedule": schedule,
+        "schedule": [asdict(r) for r in schedule],
         "schedule_settings": settings,
         "verification": verified.to_dict(orient="records"),
         "collapses": [r["label"] for r in verified.to_dict(orient="records") if r["collapse"]],

@@ -21,7 +21,12 @@ from harness.analysis.open_loop import fleet_table, open_loop_table
 from harness.analysis.predict import add_predictions
 from harness.analysis.rows import AccuracyRow, IdentityRow, KneeRow, SpeedupRow
 from harness.analysis.speedup import speedup_table
-from harness.analysis.surface import break_even_table, drafter_placements, surface_table
+from harness.analysis.surface import (
+    PlacementRow,
+    break_even_table,
+    drafter_placements,
+    surface_table,
+)
 from harness.atomic import atomic_path
 from harness.calibration import run_hardware
 from harness.prereg.schema import Study
@@ -42,7 +47,7 @@ class Analysis:
     # paired with the baseline, the break-even per k and level, each drafter placed on it.
     surface_cells: pd.DataFrame
     surface: pd.DataFrame
-    placements: list[dict]
+    placements: list[PlacementRow]
     # The k schedule verified (surface.verify_schedule): per task and registered level,
     # predicted against measured (analysis/k_schedule.py schedule_verification).
     schedule: pd.DataFrame

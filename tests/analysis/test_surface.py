@@ -8,18 +8,21 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
+from harness.analysis.frame import columns
 from harness.analysis.k_schedule import (
     predict,
     proposed_schedule,
     schedule_ranges,
     surface_at,
 )
+from harness.analysis.rows import PlacementRow, ProposedScheduleRow
 from harness.analysis.surface import (
     break_even,
     break_even_table,
@@ -33,6 +36,8 @@ from harness.plan import plan_cells
 from harness.plan_arms import schedule_arms, surface_arms
 from harness.prereg import load_study
 from harness.prereg.schema import Study
+from harness.rundir.verdict import Placement
+from harness.rundir.verdict import ScheduleRow as VerdictScheduleRow
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "scripted-surface.yaml"
@@ -227,11 +232,12 @@ def test_each_real_drafter_is_placed_and_its_loss_of_gain_named():
             {"arm": "weak", "task": "chat", "concurrency": 10, "tokens_per_round": 1.36},
         ]
     )
-    placed = {(p["arm"], p["concurrency"]): p for p in drafter_placements(study, speedups, breaks)}
-    assert placed[("drafter", 2)]["label"] == "pays: every L measured pays, from 1.5 (reaches 3.10)"
-    assert placed[("drafter", 10)]["label"] == "pays: needs 2.10, reaches 2.60"
-    assert placed[("weak", 2)]["status"] == "unknown"  # 1.36 is below every L measured
-    assert placed[("weak", 10)]["status"] == "does_not_pay"
+    placed = {(p.arm, p.concurrency): p for p in drafter_placements(study, speedups, breaks)}
+    assert placed[("drafter", 2)].label == "pays: every L measured pays, from 1.5 (reaches 3.10)"
+    assert placed[("drafter", 2)].needs_below == 1.5
+    assert placed[("drafter", 10)].label == "pays: needs 2.10, reaches 2.60"
+    assert placed[("weak", 2)].status == "unknown"  # 1.36 is below every L measured
+    assert placed[("weak", 10)].status == "does_not_pay"
     # From 2 to 10 users the drafter needs 0.6 more (at most 1.5 -> 2.1) and reaches 0.5
     # less: the round's cost took more of its gain than its acceptance did.
     (line,) = loss_of_gain(list(placed.values()))  # the weak one is not placed at 2 users
@@ -239,7 +245,7 @@ def test_each_real_drafter_is_placed_and_its_loss_of_gain_named():
         "drafter / chat, c=2 -> c=10: needs at most 1.50 -> 2.10, reaches 3.10"
         " -> 2.60: the gain falls with load for the round's cost"
     )
-    placed[("drafter", 10)]["reaches"] = 2.2
+    placed[("drafter", 10)] = replace(placed[("drafter", 10)], reaches=2.2)
     (line,) = loss_of_gain(list(placed.values()))
     assert line.endswith("reaches 3.10 -> 2.20: the gain falls with load for its acceptance")
 
@@ -271,18 +277,19 @@ def test_a_k_schedule_is_proposed_per_level_and_written_as_the_engines_setting()
     speedups = pd.DataFrame(
         [{"arm": "drafter", "task": "chat", "concurrency": 10, "status": "ok", "speedup": 1.65}]
     )
-    rows = {r["concurrency"]: r for r in proposed_schedule(study, cells, surface, speedups)}
+    rows = {r.concurrency: r for r in proposed_schedule(study, cells, surface, speedups)}
     # 2 users: every round one plain step, so the most drafts: k = 3, 3.1 tokens.
-    assert rows[2]["k"] == 3 and rows[2]["predicted_speedup"] == pytest.approx(3.1)
+    assert rows[2].k == 3 and rows[2].predicted_speedup == pytest.approx(3.1)
     # 10 users: k = 2 gives 2.6 / 1.4 = 1.86, k = 3 gives 3.1 / 1.9 = 1.63.
-    assert rows[10]["k"] == 2 and rows[10]["predicted_speedup"] == pytest.approx(2.6 / 1.4)
-    assert rows[10]["candidates"] == {"0": 1.0, "2": round(2.6 / 1.4, 4), "3": round(3.1 / 1.9, 4)}
-    assert rows[10]["label"] == (
+    assert rows[10].k == 2 and rows[10].predicted_speedup == pytest.approx(2.6 / 1.4)
+    assert rows[10].candidates == {"0": 1.0, "2": round(2.6 / 1.4, 4), "3": round(3.1 / 1.9, 4)}
+    assert rows[10].own_k_measured == 1.65 and rows[2].own_k_measured is None
+    assert rows[10].label == (
         "k=2: predicted x1.86 (one session: session variation not in the interval); at its"
         " own k=3: predicted x1.63, measured x1.65"
     )
     # One session: the cost's within-session interval alone divides the tokens.
-    assert (rows[10]["ci_lower"], rows[10]["ci_upper"]) == pytest.approx(
+    assert (rows[10].ci_lower, rows[10].ci_upper) == pytest.approx(
         (2.6 / (1.4 * 1.02), 2.6 / (1.4 * 0.98))
     )
     ranges = schedule_ranges(list(rows.values()), "chat")
@@ -293,11 +300,14 @@ def test_a_k_schedule_is_proposed_per_level_and_written_as_the_engines_setting()
         " 2]] (ignored with data parallelism)"
     )
     # No k pays: do not draft there; neighbours with one k are one range.
+    level = replace(rows[2], k=0, predicted_speedup=1.0, ci_lower=1.0, ci_upper=1.0)
     assert schedule_ranges(
         [
-            {"task": "chat", "concurrency": 4, "k": 0},
-            {"task": "chat", "concurrency": 16, "k": 0},
-            {"task": "chat", "concurrency": 1, "k": 3},
+            replace(level, concurrency=4),
+            replace(level, concurrency=16),
+            replace(rows[2], concurrency=1),
+            replace(level, concurrency=32, k=None),  # not measured there: not in a range
+            replace(level, task="code", concurrency=2, k=2),
         ],
         "chat",
     ) == [(1, 1, 3), (2, None, 0)]
@@ -370,7 +380,7 @@ def test_the_schedules_interval_is_a_t_over_sessions_of_tokens_over_cost():
             surface,
             pd.DataFrame(columns=["arm", "task", "concurrency", "status", "speedup"]),
         )
-        if r["concurrency"] == 10
+        if r.concurrency == 10
     ]
     # By hand: E_s(2) = 1 + p1 + p2 = 2.6, 2.5, 2.7; C_s = sqrt(cost at L 1.25 x at 2.25).
     logs = [
@@ -379,25 +389,26 @@ def test_the_schedules_interval_is_a_t_over_sessions_of_tokens_over_cost():
     ]
     half = 4.302652729749464 * statistics.stdev(logs) / math.sqrt(3)  # t_{0.975, 2}
     mean = statistics.mean(logs)
-    assert row["k"] == 2 and row["predicted_speedup"] == pytest.approx(math.exp(mean))
-    assert (row["ci_lower"], row["ci_upper"]) == pytest.approx(
+    assert row.k == 2 and row.predicted_speedup == pytest.approx(math.exp(mean))
+    assert (row.ci_lower, row.ci_upper) == pytest.approx(
         (math.exp(mean - half), math.exp(mean + half))
     )
-    assert (round(row["ci_lower"], 3), round(row["ci_upper"], 3)) == (1.627, 2.118)
-    assert "session variation not in" not in row["label"]
+    assert row.ci_lower is not None and row.ci_upper is not None
+    assert (round(row.ci_lower, 3), round(row.ci_upper, 3)) == (1.627, 2.118)
+    assert "session variation not in" not in row.label
     # k = 3: E_s(3) = 3.1, 3.0, 3.2 over the mean log cost of three L.
     k3 = [
         math.log(e) - statistics.mean(math.log(costs[(3, L)][s]) for L in (1.25, 2.25, 3.25))
         for s, e in enumerate([3.1, 3.0, 3.2])
     ]
-    assert row["candidates"]["3"] == round(math.exp(statistics.mean(k3)), 4)
+    assert row.candidates["3"] == round(math.exp(statistics.mean(k3)), 4)
     # Sessions that do not pair (the surface measured once): the within-session rule.
     at = surface_at(surface)[("chat", 2, 10)]
     one = predict([2.6, 2.5, 2.7], [[1.4], [1.42]], at, 0.95)
     assert (
         one is not None
-        and one["interval_method"] == "within"
-        and one["ci_lower"] == pytest.approx(2.6 / 3.0)
+        and one.interval_method == "within"
+        and one.ci_lower == pytest.approx(2.6 / 3.0)
     )
 
 
@@ -425,3 +436,10 @@ def test_the_surface_and_the_schedule_are_measured_in_the_baselines_sessions():
     assert len(engine_blocks(verify)) == 3
     # Measured once (sessions: 1): one cell each, as before.
     assert len([c for c in plan_cells(load_study(EXAMPLE)) if c.stage == 4]) == 10
+
+
+def test_the_surfaces_rows_are_the_verdicts():
+    """A placement and a proposed level are written into verdict.json as they are
+    (surface_summary: dataclasses.asdict): each row model holds the verdict model's keys."""
+    assert set(columns(PlacementRow)) == set(Placement.model_fields)
+    assert set(columns(ProposedScheduleRow)) == set(VerdictScheduleRow.model_fields)
