@@ -202,36 +202,34 @@ def open_loop_figure(view: OpenLoopView) -> go.Figure:
 
 def gpu_figure(view: GpuView) -> go.Figure:
     """Clocks, power and temperature across the run, throttled readings marked."""
-    ok, minutes = view.readings, view.minutes
     fig = grid(3, 1, ["clock (MHz)", "power (W)", "temperature (C)"], height=820, shared_xaxes=True)
-    for gpu, rows in ok.groupby("gpu"):
-        x = floats(minutes[rows.index])
-        for row, column, name in (
-            (1, "sm_clock_mhz", "SM"),
-            (1, "mem_clock_mhz", "memory"),
-            (2, "power_w", "draw"),
-            (2, "power_limit_w", "limit"),
-            (3, "temperature_c", "temperature"),
+    for t in view.traces:
+        x, gpu = floats(t.minutes), t.gpu
+        for row, figure, name in (
+            (1, t.sm_clock_mhz, "SM"),
+            (1, t.mem_clock_mhz, "memory"),
+            (2, t.power_w, "draw"),
+            (2, t.power_limit_w, "limit"),
+            (3, t.temperature_c, "temperature"),
         ):
             fig.add_trace(
                 go.Scatter(
                     x=x,
-                    y=floats(rows[column]),
+                    y=floats(figure),
                     mode="lines+markers",
                     marker={"size": 3},
                     name=f"GPU {gpu} {name}",
-                    text=rows["cell_id"],
+                    text=list(t.cells),
                 ),
                 row=row,
                 col=1,
             )
-        hot = rows[rows["throttled"]]
-        for row, column in ((1, "sm_clock_mhz"), (2, "power_w"), (3, "temperature_c")):
-            if len(hot):
+        for row, figure in ((1, t.sm_clock_mhz), (2, t.power_w), (3, t.temperature_c)):
+            if t.throttled.any():
                 fig.add_trace(
                     go.Scatter(
-                        x=floats(minutes[hot.index]),
-                        y=floats(hot[column]),
+                        x=floats(t.minutes[t.throttled]),
+                        y=floats(figure[t.throttled]),
                         mode="markers",
                         name=f"GPU {gpu} throttled",
                         showlegend=row == 1,

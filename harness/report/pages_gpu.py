@@ -15,23 +15,19 @@ def gpu_pages(pdf: PdfPages, a: Analysis, verdict: Verdict) -> int:
     view = build_gpu_view(a, verdict)
     if view.why_none:
         return text_pages(pdf, view.title, [view.why_none], view.subtitle)
-    ok, minutes = view.readings, view.minutes
     fig = new_page(view.title, view.subtitle)
     axes = fig.subplots(3, 1, sharex=True)
     fig.subplots_adjust(left=0.08, right=0.97, top=0.86, bottom=0.08, hspace=0.15)
     clocks, power, temp = axes
-    for gpu, rows in ok.groupby("gpu"):
-        x = minutes[rows.index]
-        clocks.plot(x, rows["sm_clock_mhz"], ".-", ms=2, lw=0.8, label=f"GPU {gpu} SM")
-        clocks.plot(
-            x, rows["mem_clock_mhz"], ".-", ms=2, lw=0.8, alpha=0.6, label=f"GPU {gpu} memory"
-        )
-        power.plot(x, rows["power_w"], ".-", ms=2, lw=0.8, label=f"GPU {gpu} draw")
-        power.plot(x, rows["power_limit_w"], "--", lw=0.8, label=f"GPU {gpu} limit")
-        temp.plot(x, rows["temperature_c"], ".-", ms=2, lw=0.8, label=f"GPU {gpu}")
-        hot = rows[rows["throttled"]]
-        for ax, column in ((clocks, "sm_clock_mhz"), (power, "power_w"), (temp, "temperature_c")):
-            ax.plot(minutes[hot.index], hot[column], "x", color="#c62828", ms=5)
+    for t in view.traces:
+        x, gpu = t.minutes, t.gpu
+        clocks.plot(x, t.sm_clock_mhz, ".-", ms=2, lw=0.8, label=f"GPU {gpu} SM")
+        clocks.plot(x, t.mem_clock_mhz, ".-", ms=2, lw=0.8, alpha=0.6, label=f"GPU {gpu} memory")
+        power.plot(x, t.power_w, ".-", ms=2, lw=0.8, label=f"GPU {gpu} draw")
+        power.plot(x, t.power_limit_w, "--", lw=0.8, label=f"GPU {gpu} limit")
+        temp.plot(x, t.temperature_c, ".-", ms=2, lw=0.8, label=f"GPU {gpu}")
+        for ax, figure in ((clocks, t.sm_clock_mhz), (power, t.power_w), (temp, t.temperature_c)):
+            ax.plot(x[t.throttled], figure[t.throttled], "x", color="#c62828", ms=5)
     for _cell, lo, hi in view.cell_spans:
         for ax in axes:
             ax.axvspan(lo, hi, color="#000000", alpha=0.05, lw=0)

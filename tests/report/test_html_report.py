@@ -197,7 +197,7 @@ def test_the_gpu_figure_shades_every_other_cell_as_the_pdf_does():
 
     from harness.analysis.gpu import GPU_SERIES_COLUMNS
     from harness.report import html_figures_cells
-    from harness.report.views.gpu import GpuView, alternate_cell_spans
+    from harness.report.views.gpu import GpuView, alternate_cell_spans, gpu_traces
 
     rows = []
     for i, cell in enumerate(["a/chat/speed/c001", "a/chat/speed/c002", "a/chat/speed/c004"]):
@@ -221,7 +221,9 @@ def test_the_gpu_figure_shades_every_other_cell_as_the_pdf_does():
     minutes = (series["wall_time"] - 1000.0) / 60.0
     spans = alternate_cell_spans(series, minutes)
     assert spans == [("a/chat/speed/c002", 3.0, 5.0)]
-    view = GpuView("GPU telemetry across the run", "", "", series, minutes, spans, "", "", [])
+    view = GpuView(
+        "GPU telemetry across the run", "", "", gpu_traces(series, minutes), spans, "", "", []
+    )
     fig = html_figures_cells.gpu_figure(view)
     shaded = [(s.x0, s.x1) for s in fig.layout.shapes]
     assert shaded == [(3.0, 5.0)] * 3  # one rectangle a panel

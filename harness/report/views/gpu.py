@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from harness.analysis.gpu import gpu_series
@@ -15,12 +16,27 @@ from harness.rundir.verdict import Verdict
 
 
 @dataclass(frozen=True)
+class GpuTrace:
+    """One GPU's usable readings across the run, in time order (a figure it did not report
+    is NaN)."""
+
+    gpu: int
+    minutes: np.ndarray  # since the run's first reading
+    sm_clock_mhz: np.ndarray
+    mem_clock_mhz: np.ndarray
+    power_w: np.ndarray
+    power_limit_w: np.ndarray
+    temperature_c: np.ndarray
+    cells: tuple[str, ...]  # the cell each reading was taken in
+    throttled: np.ndarray  # bool: taken with a power, thermal or hardware slowdown reason
+
+
+@dataclass(frozen=True)
 class GpuView:
     title: str
     subtitle: str
     why_none: str  # why there is no reading to draw; "" when there are
-    readings: pd.DataFrame  # the usable readings (gpu_series), in time order
-    minutes: pd.Series  # each reading's minutes since the run's first
+    traces: list[GpuTrace]  # one a GPU, by its index
     cell_spans: list[tuple[str, float, float]]  # the shading: every other cell
     cell_title: str
     cell_subtitle: str
@@ -45,13 +61,34 @@ def build_gpu_view(a: Analysis, v: Verdict) -> GpuView:
         " measured attempt); red marks: a reading with a power, thermal or hardware"
         " slowdown reason (SW power cap, HW slowdown, HW/SW thermal, HW power brake)",
         why,
-        ok,
-        minutes,
+        gpu_traces(ok, minutes) if not why else [],
         alternate_cell_spans(ok, minutes) if not why else [],
         "GPU telemetry per cell",
         "clocks in MHz, power in W, temperature in C, utilization in %",
         gpu_cell_lines(a),
     )
+
+
+def gpu_traces(ok: pd.DataFrame, minutes: pd.Series) -> list[GpuTrace]:
+    """The usable readings (analysis.gpu.gpu_series) one GPU a trace."""
+
+    def figure(rows: pd.DataFrame, name: str) -> np.ndarray:
+        return rows[name].to_numpy(dtype=float)
+
+    return [
+        GpuTrace(
+            int(gpu),
+            minutes[rows.index].to_numpy(dtype=float),
+            figure(rows, "sm_clock_mhz"),
+            figure(rows, "mem_clock_mhz"),
+            figure(rows, "power_w"),
+            figure(rows, "power_limit_w"),
+            figure(rows, "temperature_c"),
+            tuple(str(c) for c in rows["cell_id"]),
+            rows["throttled"].to_numpy(dtype=bool),
+        )
+        for gpu, rows in ok.groupby("gpu")
+    ]
 
 
 def alternate_cell_spans(ok: pd.DataFrame, minutes: pd.Series) -> list[tuple[str, float, float]]:
