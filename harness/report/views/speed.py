@@ -35,25 +35,23 @@ class SpeedCurvesView:
 
 def build_speed_curves_view(a: Analysis, v: Verdict) -> SpeedCurvesView:
     colours = arm_colours(a)
-    cells = a.cells[
-        (a.cells["kind"] == "speed")
-        & (a.cells["status"] == "complete")
-        & a.cells["rerun_of"].isna()
-    ]
+    cells = a.cell_rows(kinds=("speed",), status=("complete",), first_measured=True)
     tasks: dict[str, list[ArmCurve]] = {}
     for task in speed_tasks(a.run.study):
-        sub = cells[cells["task"] == task]
         tasks[task] = []
         for arm in a.run.study.arms:
-            rows = sub[sub["arm"] == arm.name].sort_values("concurrency")
-            if not rows.empty:
+            rows = sorted(
+                (r for r in cells if r.task == task and r.arm == arm.name),
+                key=lambda r: (r.concurrency or 0, r.session or 0),  # sessions in order
+            )
+            if rows:
                 curve = ArmCurve(
                     arm.name,
                     colours[arm.name],
                     arm.baseline is not None,
-                    rows["concurrency"].to_numpy(dtype=int),
-                    rows["per_user_speed"].to_numpy(dtype=float),
-                    rows["output_throughput_tok_s"].to_numpy(dtype=float),
+                    np.array([r.concurrency for r in rows], dtype=int),
+                    _figures([r.per_user_speed for r in rows]),
+                    _figures([r.output_throughput_tok_s for r in rows]),
                 )
                 tasks[task].append(curve)
     return SpeedCurvesView(
@@ -63,3 +61,8 @@ def build_speed_curves_view(a: Analysis, v: Verdict) -> SpeedCurvesView:
         a.run.study.loads.closed_loop.concurrency,
         tasks,
     )
+
+
+def _figures(values: list[float | None]) -> np.ndarray:
+    """Figures as floats, a missing one NaN (as the table's column read as float)."""
+    return np.array([np.nan if v is None else v for v in values], dtype=float)
