@@ -12,9 +12,11 @@ from harness.report.layout import table_lines
 from harness.report.views.series import Estimates, figures
 from harness.rundir.verdict import Verdict
 
-Figure = tuple[float | None, float | None, float | None]  # a figure and its interval's edges
+ValueWithBounds = tuple[
+    float | None, float | None, float | None
+]  # a figure and its interval's edges
 # Each panel's title, and the figure of a category's row it draws.
-PANELS: tuple[tuple[str, Callable[[CategoryRow], Figure]], ...] = (
+PANELS: tuple[tuple[str, Callable[[CategoryRow], ValueWithBounds]], ...] = (
     ("speedup", lambda r: (r.speedup, r.ci_lower, r.ci_upper)),
     (
         "tokens per round (client)",

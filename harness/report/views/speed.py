@@ -10,6 +10,7 @@ import numpy as np
 from harness.analysis.bar_common import speed_tasks
 from harness.analysis.tables import Analysis
 from harness.report.views import arm_colours
+from harness.report.views.series import figures
 from harness.rundir.verdict import Verdict
 
 
@@ -50,8 +51,8 @@ def build_speed_curves_view(a: Analysis, v: Verdict) -> SpeedCurvesView:
                     colours[arm.name],
                     arm.baseline is not None,
                     np.array([r.concurrency for r in rows], dtype=int),
-                    _figures([r.per_user_speed for r in rows]),
-                    _figures([r.output_throughput_tok_s for r in rows]),
+                    figures([r.per_user_speed for r in rows]),
+                    figures([r.output_throughput_tok_s for r in rows]),
                 )
                 tasks[task].append(curve)
     return SpeedCurvesView(
@@ -61,8 +62,3 @@ def build_speed_curves_view(a: Analysis, v: Verdict) -> SpeedCurvesView:
         a.run.study.loads.closed_loop.concurrency,
         tasks,
     )
-
-
-def _figures(values: list[float | None]) -> np.ndarray:
-    """Figures as floats, a missing one NaN (as the table's column read as float)."""
-    return np.array([np.nan if v is None else v for v in values], dtype=float)
