@@ -254,3 +254,19 @@ def test_the_speed_curves_draw_drafters_solid_and_baselines_dashed_as_the_pdf_do
     with PdfPages(tmp_path / "speed.pdf") as pdf:
         assert pages_speed.speed_curve_pages(pdf, a, verdict) >= 1
     assert drawn == {(arm, "-" if d else "--", "o" if d else "s") for arm, d in drafter.items()}
+
+
+def test_a_surface_run_with_nothing_measured_renders_its_gaps(tmp_path):
+    """The surface's cells have no bounds until they are measured: the HTML draws gaps
+    (until 2026-12-06 a None bound reached plotly's band and `specbench report` failed on
+    every surface run stopped before its surface was measured)."""
+    from harness.prereg import load_study_file
+    from harness.run.runner import new_run
+
+    root = Path(__file__).parents[2]
+    store = new_run(load_study_file(root / "examples" / "scripted-surface.yaml"), tmp_path)
+    a = analyse(store.root)
+    assert not a.surface_cells.empty
+    assert a.surface_cells["round_cost_ratio_ci_upper"].isna().all()
+    page = write_html(a, evaluate(a), tmp_path / "report.html")
+    assert 'id="surface"' in page.read_text()
